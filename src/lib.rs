@@ -1,0 +1,11 @@
+//! ratekeeper's core: a lock-striped rate limiter in plain Rust. Only `python` uses pyo3.
+
+pub mod algorithm;
+pub mod clock;
+pub mod error;
+pub mod limiter;
+pub mod metrics;
+pub mod python;
+pub mod rate;
+pub mod rules;
+pub mod store;

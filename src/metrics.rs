@@ -1,0 +1,67 @@
+//! Counters of what the limiter decided. Kept per shard and updated under the shard's lock (which the
+//! decision holds anyway), so counting costs no atomic and no shared cache line; `stats` sums shards.
+
+/// What one group saw.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GroupCounters {
+    /// Limited requests decided (allowed + refused).
+    pub requests: u64,
+    pub allowed: u64,
+    pub refused: u64,
+    /// Admitted after a wait (`throttle`).
+    pub delayed: u64,
+}
+
+impl GroupCounters {
+    #[inline]
+    pub fn record(&mut self, allowed: bool, waited: bool) {
+        self.requests += 1;
+        if allowed {
+            self.allowed += 1;
+            self.delayed += u64::from(waited);
+        } else {
+            self.refused += 1;
+        }
+    }
+
+    pub fn add(&mut self, other: &Self) {
+        self.requests += other.requests;
+        self.allowed += other.allowed;
+        self.refused += other.refused;
+        self.delayed += other.delayed;
+    }
+}
+
+/// The counters one shard holds.
+#[derive(Debug, Clone, Default)]
+pub struct ShardCounters {
+    pub groups: Vec<GroupCounters>,
+    /// Requests of exempt peers or paths.
+    pub exempt: u64,
+}
+
+/// A snapshot over all shards.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub groups: Vec<GroupCounters>,
+    pub exempt: u64,
+    pub keys: usize,
+    pub evictions: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_and_sums() {
+        let mut a = GroupCounters::default();
+        a.record(true, false);
+        a.record(true, true);
+        a.record(false, false);
+        let mut total = GroupCounters::default();
+        total.add(&a);
+        total.add(&a);
+        assert_eq!(total, GroupCounters { requests: 6, allowed: 4, refused: 2, delayed: 2 });
+    }
+}

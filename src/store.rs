@@ -1,0 +1,323 @@
+//! The lock-striped state map: shards of `parking_lot::Mutex<HashTable<Slot>>`, bounded by `max_keys`.
+//!
+//! A slot is 24 bytes: a 56-bit key identity with an 8-bit use counter in the same word, and the
+//! algorithm's 16-byte [`State`]. The peer string is never stored. When a shard is full, one pass
+//! drops every idle state (losing nothing), halves every use counter (so old popularity decays), and if
+//! that freed less than an eighth of the shard, evicts the least-frequently-used slots until it has.
+//! So a flood of one-shot keys evicts one-shot keys, never a busy key, and the cost of eviction is
+//! amortised to a few slot visits per insert.
+
+use hashbrown::HashTable;
+use parking_lot::{Mutex, MutexGuard};
+
+use crate::algorithm::State;
+
+/// Keys are 64-bit keyed hashes; the low byte of a slot's tag holds its use counter instead.
+const IDENTITY_SHIFT: u32 = 8;
+const MAX_SHARDS: usize = 64;
+/// Keys per shard below which a limiter gets fewer shards (tiny `max_keys` values).
+const MIN_KEYS_PER_SHARD: usize = 256;
+
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    /// `identity << 8 | uses`.
+    tag: u64,
+    state: State,
+}
+
+impl Slot {
+    #[inline]
+    fn identity(&self) -> u64 {
+        self.tag >> IDENTITY_SHIFT
+    }
+
+    #[inline]
+    fn uses(&self) -> u8 {
+        // The low byte.
+        #[allow(clippy::cast_possible_truncation)]
+        let uses = self.tag as u8;
+        uses
+    }
+
+    #[inline]
+    fn touch(&mut self) {
+        if self.uses() < u8::MAX {
+            self.tag += 1;
+        }
+    }
+}
+
+/// The hash hashbrown sees: the identity spread over all 64 bits, so that both its bucket index (low
+/// bits) and its control tag (top 7 bits) vary. The shard index comes from other bits of the key.
+#[inline]
+fn table_hash(identity: u64) -> u64 {
+    identity.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// One stripe of the map, with the per-group counters that are updated under the same lock.
+#[derive(Debug)]
+pub struct Shard<C> {
+    table: HashTable<Slot>,
+    capacity: usize,
+    pub evictions: u64,
+    pub counters: C,
+}
+
+impl<C> Shard<C> {
+    /// The state of `key`, counted as a use.
+    #[inline]
+    pub fn get_mut(&mut self, key: u64) -> Option<&mut State> {
+        let identity = key >> IDENTITY_SHIFT;
+        let slot = self.table.find_mut(table_hash(identity), |s| s.identity() == identity)?;
+        slot.touch();
+        Some(&mut slot.state)
+    }
+
+    /// Stores the state of a key that `get_mut` did not find, making room first if the shard is full.
+    pub fn insert(&mut self, key: u64, state: State, now: u64) {
+        if self.table.len() >= self.capacity {
+            self.make_room(now);
+        }
+        let identity = key >> IDENTITY_SHIFT;
+        let slot = Slot { tag: identity << IDENTITY_SHIFT | 1, state };
+        self.table.insert_unique(table_hash(identity), slot, |s| table_hash(s.identity()));
+    }
+
+    /// The state of `key` (a copy, or a fresh state), without counting a use.
+    #[must_use]
+    pub fn load(&self, key: u64) -> State {
+        let identity = key >> IDENTITY_SHIFT;
+        self.table.find(table_hash(identity), |s| s.identity() == identity).map(|s| s.state).unwrap_or_default()
+    }
+
+    /// Writes `state` for `key`, inserting it if needed.
+    pub fn store(&mut self, key: u64, state: State, now: u64) {
+        if let Some(slot) = self.get_mut(key) {
+            *slot = state;
+        } else {
+            self.insert(key, state, now);
+        }
+    }
+
+    pub fn remove(&mut self, key: u64) -> bool {
+        let identity = key >> IDENTITY_SHIFT;
+        match self.table.find_entry(table_hash(identity), |s| s.identity() == identity) {
+            Ok(entry) => {
+                entry.remove();
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.table.is_empty()
+    }
+
+    pub fn clear(&mut self) {
+        self.table.clear();
+    }
+
+    /// Drops idle states and decays use counters; then evicts the least used until an eighth is free.
+    fn make_room(&mut self, now: u64) {
+        self.table.retain(|slot| {
+            if slot.state.is_idle(now) {
+                return false;
+            }
+            slot.tag = (slot.tag & !0xFF) | u64::from(slot.uses() / 2);
+            true
+        });
+        let target = self.capacity - self.capacity / 8;
+        if self.table.len() < target.max(1) || self.table.is_empty() {
+            return;
+        }
+        let mut excess = self.table.len() + 1 - target.max(1);
+        // Counting sort by use: evict everything below the threshold, then enough at the threshold.
+        let mut histogram = [0usize; 256];
+        for slot in &self.table {
+            histogram[usize::from(slot.uses())] += 1;
+        }
+        let mut threshold = 0;
+        let mut below = 0;
+        while below + histogram[threshold] < excess {
+            below += histogram[threshold];
+            threshold += 1;
+        }
+        let mut at_threshold = excess - below;
+        let before = self.table.len();
+        self.table.retain(|slot| {
+            let uses = usize::from(slot.uses());
+            if uses < threshold {
+                return false;
+            }
+            if uses == threshold && at_threshold > 0 {
+                at_threshold -= 1;
+                return false;
+            }
+            true
+        });
+        excess = before - self.table.len();
+        self.evictions += excess as u64;
+    }
+
+    /// Approximate heap bytes held by this shard's table.
+    #[must_use]
+    pub fn allocated_bytes(&self) -> usize {
+        let buckets = if self.table.capacity() == 0 { 0 } else { (self.table.capacity() * 8 / 7).next_power_of_two() };
+        buckets * (std::mem::size_of::<Slot>() + 1)
+    }
+}
+
+/// A padded shard, so that two threads on neighbouring shards do not share a cache line.
+#[repr(align(128))]
+#[derive(Debug)]
+struct Padded<T>(T);
+
+/// The whole map: `max_keys` spread over a power-of-two number of shards.
+#[derive(Debug)]
+pub struct Store<C> {
+    shards: Box<[Padded<Mutex<Shard<C>>>]>,
+    shard_shift: u32,
+    max_keys: usize,
+}
+
+impl<C> Store<C> {
+    /// A store for at most `max_keys` keys; `counters` makes each shard's group counters.
+    pub fn new(max_keys: usize, counters: impl Fn() -> C) -> Self {
+        let max_keys = max_keys.max(1);
+        let wanted = (max_keys / MIN_KEYS_PER_SHARD).clamp(1, MAX_SHARDS).next_power_of_two().min(MAX_SHARDS);
+        let capacity = max_keys.div_ceil(wanted);
+        let shards = (0..wanted)
+            .map(|_| {
+                Padded(Mutex::new(Shard { table: HashTable::new(), capacity, evictions: 0, counters: counters() }))
+            })
+            .collect();
+        Self { shards, shard_shift: 64 - wanted.trailing_zeros(), max_keys }
+    }
+
+    /// The shard that holds `key`, locked. The shard comes from the key's top bits (hashbrown uses
+    /// the low ones), and keys that share their top 32 bits share a shard: see [`Store::related_key`].
+    #[inline]
+    pub fn lock(&self, key: u64) -> MutexGuard<'_, Shard<C>> {
+        // shard_shift == 64 for a single shard: checked_shr gives None -> shard 0.
+        #[allow(clippy::cast_possible_truncation)]
+        let index = key.checked_shr(self.shard_shift).unwrap_or(0) as usize;
+        self.shards[index].0.lock()
+    }
+
+    /// A key for another state of the same owner (e.g. the second limit of a rule) that lives in the
+    /// same shard, so that one lock covers both.
+    #[inline]
+    #[must_use]
+    pub fn related_key(key: u64, index: u32) -> u64 {
+        if index == 0 {
+            key
+        } else {
+            let low = (key as u32 ^ index.wrapping_mul(0x9E37_79B9)).wrapping_mul(0x85EB_CA6B);
+            (key & 0xFFFF_FFFF_0000_0000) | u64::from(low.rotate_left(13) ^ index)
+        }
+    }
+
+    pub fn shards(&self) -> impl Iterator<Item = MutexGuard<'_, Shard<C>>> {
+        self.shards.iter().map(|s| s.0.lock())
+    }
+
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.shards().map(|s| s.len()).sum()
+    }
+
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    #[must_use]
+    pub fn max_keys(&self) -> usize {
+        self.max_keys
+    }
+
+    #[must_use]
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(i: u64) -> u64 {
+        ahash::RandomState::with_seeds(1, 2, 3, 4).hash_one(i)
+    }
+
+    fn busy(now: u64) -> State {
+        State { t: now + 1_000, a: 0, b: 0 }
+    }
+
+    #[test]
+    fn holds_at_most_max_keys() {
+        let store: Store<()> = Store::new(1_000, || ());
+        for i in 0..100_000 {
+            let mut shard = store.lock(key(i));
+            if shard.get_mut(key(i)).is_none() {
+                shard.insert(key(i), busy(0), 0);
+            }
+        }
+        assert!(store.len() <= 1_000, "{}", store.len());
+        assert!(store.len() >= 800, "{}", store.len());
+    }
+
+    #[test]
+    fn a_flood_of_one_shot_keys_never_evicts_a_busy_key() {
+        let store: Store<()> = Store::new(2_000, || ());
+        let hot = key(u64::MAX);
+        store.lock(hot).insert(hot, busy(0), 0);
+        for i in 0..200_000 {
+            // The busy key is used once for every 50 one-shot keys.
+            if i % 50 == 0 {
+                assert!(store.lock(hot).get_mut(hot).is_some(), "busy key evicted after {i} one-shot keys");
+            }
+            store.lock(key(i)).insert(key(i), busy(0), 0);
+        }
+        let evictions: u64 = store.shards().map(|s| s.evictions).sum();
+        assert!(evictions > 190_000);
+    }
+
+    #[test]
+    fn idle_states_are_dropped_before_anything_is_evicted() {
+        let store: Store<()> = Store::new(256, || ());
+        for i in 0..256 {
+            store.lock(key(i)).insert(key(i), State { t: 10, a: 0, b: 0 }, 0);
+        }
+        // At time 10 every state is idle: making room drops them without counting evictions.
+        store.lock(key(1_000)).insert(key(1_000), busy(10), 10);
+        assert_eq!(store.shards().map(|s| s.evictions).sum::<u64>(), 0);
+        assert_eq!(store.len(), 1);
+    }
+
+    #[test]
+    fn related_keys_share_a_shard_but_not_a_slot() {
+        let store: Store<()> = Store::new(1_000_000, || ());
+        let k = key(7);
+        let r = Store::<()>::related_key(k, 1);
+        assert_ne!(k >> IDENTITY_SHIFT, r >> IDENTITY_SHIFT);
+        assert_eq!(k >> store.shard_shift, r >> store.shard_shift);
+        let mut shard = store.lock(k);
+        shard.store(k, busy(0), 0);
+        assert_eq!(shard.load(r), State::default());
+        assert!(shard.remove(k));
+        assert!(!shard.remove(k));
+    }
+
+    #[test]
+    fn slots_are_24_bytes() {
+        assert_eq!(std::mem::size_of::<Slot>(), 24);
+    }
+}
