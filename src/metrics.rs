@@ -1,8 +1,10 @@
 //! Counters of what the limiter decided. Kept per shard and updated under the shard's lock (which the
 //! decision holds anyway), so counting costs no atomic and no shared cache line; `stats` sums shards.
 
-/// What one group saw.
+/// What one group saw. Aligned to a cache line: the counters of different shards are separate
+/// allocations that would otherwise share lines, and two threads writing them would stall each other.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(align(64))]
 pub struct GroupCounters {
     /// Limited requests decided (allowed + refused).
     pub requests: u64,

@@ -185,6 +185,23 @@ impl PyRule {
     }
 }
 
+/// A str argument of the hot path, borrowed; the error names the field (pyo3's only notes it).
+#[inline]
+fn text<'a>(field: &str, obj: &'a Bound<'_, PyAny>) -> PyResult<&'a str> {
+    match obj.cast::<PyString>() {
+        Ok(s) => s.to_str(),
+        Err(_) => Err(Error::type_error(field, format!("must be a str, got {}", type_name(obj))).into()),
+    }
+}
+
+fn optional_text<'a>(field: &str, obj: Option<&'a Bound<'_, PyAny>>) -> PyResult<Option<&'a str>> {
+    match obj {
+        None => Ok(None),
+        Some(o) if o.is_none() => Ok(None),
+        Some(o) => text(field, o).map(Some),
+    }
+}
+
 fn str_arg(field: &str, obj: &Bound<'_, PyAny>) -> PyResult<String> {
     obj.cast::<PyString>()
         .map(|s| s.to_string())
@@ -268,7 +285,7 @@ impl PyDecision {
         let group = self.group.as_ref().map_or_else(|| "None".to_owned(), |g| format!("'{}'", g.bind(py)));
         let opt = |v: Option<u64>| v.map_or_else(|| "None".to_owned(), |v| v.to_string());
         format!(
-            "Decision(allowed={}, group={group}, limit={}, remaining={}, retry_after={}, reset_after={})",
+            "Decision(allowed={}, group={group}, limit={}, remaining={}, retry_after={:?}, reset_after={:?})",
             if self.allowed { "True" } else { "False" },
             opt(self.limit.map(u64::from)),
             opt(self.remaining),
@@ -382,13 +399,21 @@ impl PyLimiter {
     }
 
     #[pyo3(signature = (peer, path=None, *, cost=Cost(1)), text_signature = "(self, peer, path=None, *, cost=1)")]
-    fn check(&self, py: Python<'_>, peer: &str, path: Option<&str>, cost: Cost) -> PyDecision {
-        self.decision(py, &self.inner.decide(peer, path, cost.0, 0, true))
+    fn check(
+        &self,
+        py: Python<'_>,
+        peer: &Bound<'_, PyAny>,
+        path: Option<&Bound<'_, PyAny>>,
+        cost: Cost,
+    ) -> PyResult<PyDecision> {
+        let (peer, path) = (text("peer", peer)?, optional_text("path", path)?);
+        Ok(self.decision(py, &self.inner.decide(peer, path, cost.0, 0, true)))
     }
 
     #[pyo3(signature = (peer, path=None, *, cost=Cost(1)), text_signature = "(self, peer, path=None, *, cost=1)")]
-    fn allow(&self, peer: &str, path: Option<&str>, cost: Cost) -> bool {
-        self.inner.decide(peer, path, cost.0, 0, false).outcome.allowed
+    fn allow(&self, peer: &Bound<'_, PyAny>, path: Option<&Bound<'_, PyAny>>, cost: Cost) -> PyResult<bool> {
+        let (peer, path) = (text("peer", peer)?, optional_text("path", path)?);
+        Ok(self.inner.decide(peer, path, cost.0, 0, false).outcome.allowed)
     }
 
     /// Admits now or reserves a later slot within `max_wait` seconds (None: any wait).
@@ -397,11 +422,12 @@ impl PyLimiter {
     fn _reserve(
         &self,
         py: Python<'_>,
-        peer: &str,
-        path: Option<&str>,
+        peer: &Bound<'_, PyAny>,
+        path: Option<&Bound<'_, PyAny>>,
         cost: Cost,
         max_wait: Option<f64>,
     ) -> PyResult<(PyDecision, f64, u64)> {
+        let (peer, path) = (text("peer", peer)?, optional_text("path", path)?);
         let max_wait_ns = nanos("timeout", max_wait)?;
         let decision = self.inner.decide(peer, path, cost.0, max_wait_ns, true);
         let deadline = decision.now.saturating_add(decision.outcome.wait_ns);
@@ -442,8 +468,9 @@ impl PyLimiter {
     }
 
     #[pyo3(signature = (peer=None))]
-    fn reset(&self, peer: Option<&str>) {
-        self.inner.reset(peer);
+    fn reset(&self, peer: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        self.inner.reset(optional_text("peer", peer)?);
+        Ok(())
     }
 
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {

@@ -14,6 +14,7 @@ import time
 from ratekeeper._core import Decision, ManualClock
 from ratekeeper._core import Limiter as _CoreLimiter
 from ratekeeper._errors import RateLimited
+from ratekeeper._manual_wait import ManualWaits
 
 __all__ = ["Limiter"]
 
@@ -56,16 +57,21 @@ class Limiter(_CoreLimiter):
             raise RateLimited(decision)
         if wait > 0:
             try:
-                clock = self.clock
-                if clock is None:
+                if self.clock is None:
                     await asyncio.sleep(wait)
                 else:
-                    clock._advance_to_ns(deadline_ns)
-                    await asyncio.sleep(0)
+                    await self._manual_waits().sleep_until(deadline_ns)
             except BaseException:
                 self._refund(peer, path, cost)
                 raise
         return decision
+
+    def _manual_waits(self) -> ManualWaits:
+        waits: ManualWaits | None = self.__dict__.get("_manual_waits_")
+        if waits is None:
+            assert self.clock is not None
+            waits = self.__dict__.setdefault("_manual_waits_", ManualWaits(self.clock))
+        return waits
 
     def _wait(self, seconds: float, deadline_ns: int) -> None:
         clock: ManualClock | None = self.clock

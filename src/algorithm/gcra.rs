@@ -61,15 +61,11 @@ impl Gcra {
         Instant { ns: at.ns + cost * self.interval_ns + carry, rem }
     }
 
-    /// The earliest instant at which `tat` is within the tolerance, rounded up to a whole nanosecond.
+    /// The earliest whole nanosecond at which `tat` is within the tolerance: `ceil(tat - tau)`, or 0.
     #[inline]
     fn allowed_at(&self, tat: Instant) -> u64 {
-        let ns = tat.ns.saturating_sub(self.tau_ns);
-        if tat.rem > self.tau_rem {
-            ns + 1
-        } else {
-            ns
-        }
+        // ceil((ns + rem/count) - (tau_ns + tau_rem/count)) = ns - tau_ns + [rem > tau_rem].
+        (tat.ns + u64::from(tat.rem > self.tau_rem)).saturating_sub(self.tau_ns)
     }
 
     #[inline]
@@ -205,6 +201,14 @@ mod tests {
         assert_eq!(lim.report(&state, 0), Report { remaining: 0, reset_after_ns: 60 * S });
         assert_eq!(lim.report(&state, 12 * S).remaining, 2);
         assert!(lim.decide(&mut state, 0, 11, u64::MAX).retry_after_ns == u64::MAX);
+    }
+
+    #[test]
+    fn first_request_at_time_zero_is_admitted_for_uneven_intervals() {
+        for text in ["3/s", "7/min", "6/ms"] {
+            let lim = limit(text, None);
+            assert!(lim.decide(&mut State::default(), 0, 1, 0).allowed, "{text}");
+        }
     }
 
     #[test]

@@ -1,0 +1,190 @@
+"""The Rust core of ratekeeper (``ratekeeper._core``). Import the public names from ``ratekeeper``."""
+
+from collections.abc import Iterable
+from typing import Any, final
+
+from typing_extensions import disjoint_base
+
+__all__ = ["Decision", "Limiter", "ManualClock", "Rate", "Rule", "NANOS_PER_SEC", "__version__"]
+
+__version__: str
+NANOS_PER_SEC: int
+
+@final
+class Rate:
+    """``count`` requests per ``period``.
+
+    Args:
+        spec: a rate string such as ``"10/min"``, ``"3/60s"``, ``"5/second"``, ``"100/hour"``,
+            ``"1000/day"`` or ``"2/500ms"``; or a count, when ``per`` is given; or a ``Rate``.
+        per: the period in seconds, with a count: ``Rate(10, per=60.0)``.
+
+    Raises:
+        ValueError: not a rate (the message quotes it), a count of 0, a period of 0 or over ten years.
+        TypeError: neither a str nor a Rate.
+    """
+
+    def __new__(cls, spec: str | int | Rate, per: float | None = None) -> Rate: ...
+    @property
+    def count(self) -> int:
+        """Requests allowed per period."""
+    @property
+    def period(self) -> float:
+        """The period in seconds."""
+    def __eq__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class Rule:
+    """A routing rule: requests whose path matches ``pattern`` count against ``group``.
+
+    Args:
+        pattern: a regular expression searched in the path (like ``re.search``: anchor it with ``^``);
+            ``""`` matches every path and requests without a path.
+        group: the name of the group; rules naming the same group share its state and must agree on
+            its limit.
+        rate: the group's rate, e.g. ``"10/min"`` or a :class:`Rate`.
+        burst: requests admitted at once (default: the rate's count, so ``"3/60s"`` admits 3 at once,
+            then one every 20 s).
+        algorithm: ``"gcra"`` (default) or ``"token_bucket"`` (burst windows aligned to the key's first
+            request).
+
+    Raises:
+        ValueError: an invalid pattern (named), rate, burst or algorithm.
+        TypeError: a pattern or group that is not a str.
+    """
+
+    def __new__(
+        cls, pattern: str, group: str, rate: str | Rate, *, burst: int | None = None, algorithm: str = "gcra"
+    ) -> Rule: ...
+    @property
+    def pattern(self) -> str: ...
+    @property
+    def group(self) -> str: ...
+    @property
+    def rate(self) -> Rate: ...
+    @property
+    def burst(self) -> int: ...
+    @property
+    def algorithm(self) -> str: ...
+
+@final
+class ManualClock:
+    """A clock that moves only when told to, for tests. Waits on it advance it instead of sleeping.
+
+    Args:
+        start: the initial reading in seconds.
+    """
+
+    def __new__(cls, start: float = 0.0) -> ManualClock: ...
+    def now(self) -> float:
+        """The current reading in seconds."""
+    def advance(self, seconds: float) -> None:
+        """Moves the clock forward.
+
+        Raises:
+            ValueError: a negative, NaN or infinite number of seconds.
+        """
+    def _advance_to_ns(self, deadline_ns: int) -> None: ...
+
+@final
+class Decision:
+    """What the limiter decided for one request. ``bool(decision)`` is ``decision.allowed``."""
+
+    @property
+    def allowed(self) -> bool:
+        """Whether the request may go ahead."""
+    @property
+    def group(self) -> str | None:
+        """The group that limited the request; ``None`` if no rule matched, the peer or path is exempt,
+        or the limiter is off."""
+    @property
+    def limit(self) -> int | None:
+        """The group's burst: requests admitted at once (``None`` when not limited)."""
+    @property
+    def remaining(self) -> int | None:
+        """Requests of cost 1 the key could make right now (``None`` when not limited)."""
+    @property
+    def retry_after(self) -> float:
+        """Seconds until the same request would be admitted; 0.0 when allowed, ``inf`` when it never
+        can be (a cost above the burst)."""
+    @property
+    def reset_after(self) -> float:
+        """Seconds until the key is back to its full burst; 0.0 when not limited."""
+    def __bool__(self) -> bool: ...
+
+@disjoint_base
+class Limiter:
+    """The Rust half of :class:`ratekeeper.Limiter`: construction and the non-blocking calls.
+
+    Args:
+        rate: a catch-all limit (group ``"default"``) for every path no rule matches, e.g. ``"10/min"``.
+        rules: :class:`Rule` objects, tried in order; the first whose pattern matches the path wins.
+            A path that matches no rule (and no catch-all ``rate``) is not limited.
+        exempt_peers: peers that are never limited (exact match); counted in ``stats()["exempt"]``.
+        exempt_paths: regular expressions of paths that are never limited.
+        max_keys: the most (peer, group) states kept; past it, idle states are dropped first, then the
+            least frequently used are evicted, so one-shot keys never push out busy ones.
+        burst: the burst of ``rate`` (default: its count).
+        algorithm: the algorithm of ``rate``: ``"gcra"`` or ``"token_bucket"``.
+        clock: a :class:`ManualClock` for tests; default: the monotonic clock.
+
+    Raises:
+        ValueError: neither ``rate`` nor ``rules``, a bad rate, burst, algorithm or pattern, a group
+            defined twice with different limits (``rules[1].group``), ``max_keys`` below 1.
+        TypeError: a rule that is not a :class:`Rule`, a str where a list of str is expected.
+    """
+
+    def __new__(
+        cls,
+        rate: str | Rate | None = None,
+        *,
+        rules: Iterable[Rule] | None = None,
+        exempt_peers: Iterable[str] | None = None,
+        exempt_paths: Iterable[str] | None = None,
+        max_keys: int = 1_000_000,
+        burst: int | None = None,
+        algorithm: str = "gcra",
+        clock: ManualClock | None = None,
+    ) -> Limiter: ...
+    def check(self, peer: str, path: str | None = None, *, cost: int = 1) -> Decision:
+        """Decides one request without blocking. A refusal changes no state, so retrying is free.
+
+        Args:
+            peer: who makes the request (client address, API key, account id ...).
+            path: what is requested, routed by the rules; ``None`` is routed like ``""``.
+            cost: how many requests this one counts for.
+
+        Raises:
+            TypeError: a peer or path that is not a str, a cost that is not an int.
+            ValueError: a cost below 1.
+        """
+    def allow(self, peer: str, path: str | None = None, *, cost: int = 1) -> bool:
+        """``check(...).allowed`` without building a Decision: the fastest call."""
+    def _reserve(
+        self, peer: str, path: str | None, cost: int, max_wait: float | None
+    ) -> tuple[Decision, float, int]: ...
+    def _refund(self, peer: str, path: str | None, cost: int) -> None: ...
+    def off(self) -> None:
+        """Turns limiting off: every request is allowed and no state is touched, until :meth:`on`."""
+    def on(self) -> None:
+        """Turns limiting back on."""
+    @property
+    def enabled(self) -> bool:
+        """False between :meth:`off` and :meth:`on`."""
+    @property
+    def clock(self) -> ManualClock | None:
+        """The :class:`ManualClock` given at construction, or ``None`` for the monotonic clock."""
+    @property
+    def max_keys(self) -> int: ...
+    @property
+    def groups(self) -> list[str]:
+        """The group names, in rule order."""
+    def reset(self, peer: str | None = None) -> None:
+        """Forgets the state of ``peer`` in every group, or of every peer."""
+    def stats(self) -> dict[str, Any]:
+        """Counters and sizes: ``enabled``, ``keys``, ``max_keys``, ``evictions``, ``exempt``,
+        ``memory_bytes`` (the state map), and per group ``rate``, ``burst``, ``algorithm``,
+        ``requests``, ``allowed``, ``refused``, ``delayed``."""
+    def __len__(self) -> int:
+        """The number of (peer, group) states tracked."""

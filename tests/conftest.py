@@ -1,0 +1,31 @@
+"""Shared fixtures and hypothesis profiles.
+
+``HYPOTHESIS_PROFILE=ci`` runs the property tests with more examples than the default ``fast`` profile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+
+import pytest
+import ratekeeper as rk
+from hypothesis import settings
+
+# Hypothesis imports its patch writer (libcst, then mypy_extensions) while reporting a failing example, and
+# that import warns. Under filterwarnings=error the warning would turn one failing property into an
+# INTERNALERROR that ends the whole session, so the import is done here, once, with the warning ignored.
+with warnings.catch_warnings(), contextlib.suppress(ImportError):
+    warnings.simplefilter("ignore", DeprecationWarning)
+    import hypothesis.extra._patching  # noqa: F401
+
+settings.register_profile("fast", max_examples=50, deadline=None)
+settings.register_profile("ci", max_examples=300, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
+
+
+@pytest.fixture
+def clock() -> rk.ManualClock:
+    """A clock frozen at t=0: it moves only when the test advances it or a limiter waits on it."""
+    return rk.ManualClock()

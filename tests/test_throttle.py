@@ -1,0 +1,175 @@
+"""Waiting: ``throttle`` and ``athrottle`` reserve a slot, wait for it, honour ``timeout`` and give back what they drop.
+
+Timed waits run on a ``ManualClock``, which a wait advances to the waiter's deadline instead of sleeping.
+The cancellation and Ctrl-C tests use the real clock but never wait for time to pass: they interrupt a
+60 s wait at once and check that its slot was returned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import signal
+import threading
+import time
+
+import pytest
+import ratekeeper as rk
+
+
+def test_throttle_admits_at_once_when_there_is_room(clock: rk.ManualClock) -> None:
+    limiter = rk.Limiter("3/60s", clock=clock)
+    decision = limiter.throttle("alice")
+    assert (decision.allowed, decision.remaining) == (True, 2)
+    assert clock.now() == 0.0
+
+
+def test_successive_waiters_are_served_one_interval_apart(clock: rk.ManualClock) -> None:
+    limiter = rk.Limiter("1/s", clock=clock)
+    returned_at = []
+    for _ in range(5):
+        assert limiter.throttle("alice").allowed
+        returned_at.append(clock.now())
+    assert returned_at == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
+def test_throttle_with_cost_waits_for_that_many_intervals(clock: rk.ManualClock) -> None:
+    limiter = rk.Limiter("1/s", burst=3, clock=clock)
+    limiter.throttle("alice", cost=3)
+    limiter.throttle("alice", cost=2)
+    assert clock.now() == 2.0
+
+
+def test_throttle_counts_delayed_requests(clock: rk.ManualClock) -> None:
+    limiter = rk.Limiter("1/s", clock=clock)
+    for _ in range(3):
+        limiter.throttle("alice")
+    group = limiter.stats()["groups"]["default"]
+    assert (group["requests"], group["allowed"], group["delayed"], group["refused"]) == (3, 3, 2, 0)
+
+
+def test_timeout_shorter_than_the_wait_raises_and_reserves_nothing(clock: rk.ManualClock) -> None:
+    limiter = rk.Limiter("1/s", clock=clock)
+    limiter.throttle("alice")
+    with pytest.raises(rk.RateLimited) as info:
+        limiter.throttle("alice", timeout=0.5)
+    assert info.value.retry_after == 1.0
+    assert (info.value.decision.allowed, info.value.decision.group) == (False, "default")
+    assert clock.now() == 0.0
+    assert limiter.check("alice").retry_after == 1.0
+
+
+def test_timeout_equal_to_the_wait_is_enough(clock: rk.ManualClock) -> None:
+    limiter = rk.Limiter("1/s", clock=clock)
+    limiter.throttle("alice")
+    assert limiter.throttle("alice", timeout=1.0).allowed
+    assert clock.now() == 1.0
+
+
+def test_zero_timeout_admits_only_what_check_would(clock: rk.ManualClock) -> None:
+    limiter = rk.Limiter("2/s", clock=clock)
+    assert limiter.throttle("alice", timeout=0).allowed
+    assert limiter.throttle("alice", timeout=0).allowed
+    with pytest.raises(rk.RateLimited):
+        limiter.throttle("alice", timeout=0)
+
+
+def test_cost_above_the_burst_raises_at_once_even_without_timeout(clock: rk.ManualClock) -> None:
+    limiter = rk.Limiter("3/60s", clock=clock)
+    with pytest.raises(rk.RateLimited) as info:
+        limiter.throttle("alice", cost=4)
+    assert math.isinf(info.value.retry_after)
+    assert clock.now() == 0.0
+    assert limiter.check("alice").remaining == 2
+
+
+def test_rate_limited_message_names_the_group_and_the_wait(clock: rk.ManualClock) -> None:
+    limiter = rk.Limiter("1/s", clock=clock)
+    limiter.throttle("alice")
+    with pytest.raises(rk.RateLimited, match=r"'default'.*1\.000s"):
+        limiter.throttle("alice", timeout=0)
+
+
+def test_throttle_on_an_unlimited_path_returns_at_once(clock: rk.ManualClock) -> None:
+    limiter = rk.Limiter(rules=[rk.Rule("^/api", "api", "1/min")], clock=clock)
+    for _ in range(10):
+        assert limiter.throttle("alice", "/static").group is None
+    assert clock.now() == 0.0
+
+
+def test_token_bucket_waiters_are_served_window_by_window(clock: rk.ManualClock) -> None:
+    limiter = rk.Limiter("2/s", algorithm="token_bucket", clock=clock)
+    returned_at = []
+    for _ in range(6):
+        limiter.throttle("alice")
+        returned_at.append(clock.now())
+    assert returned_at == [0.0, 0.0, 1.0, 1.0, 2.0, 2.0]
+
+
+@pytest.mark.asyncio
+async def test_athrottle_tasks_finish_in_order_at_their_slots(clock: rk.ManualClock) -> None:
+    limiter = rk.Limiter("1/s", clock=clock)
+    finished: list[tuple[int, float]] = []
+
+    async def request(i: int) -> None:
+        await limiter.athrottle("alice")
+        finished.append((i, clock.now()))
+
+    await asyncio.gather(*(request(i) for i in range(5)))
+    assert finished == [(0, 0.0), (1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0)]
+
+
+@pytest.mark.asyncio
+async def test_athrottle_serves_one_task_per_interval(clock: rk.ManualClock) -> None:
+    limiter = rk.Limiter("1/s", clock=clock)
+    order: list[int] = []
+
+    async def request(i: int) -> None:
+        await limiter.athrottle("alice")
+        order.append(i)
+
+    await asyncio.gather(*(request(i) for i in range(5)))
+    assert order == [0, 1, 2, 3, 4]
+    assert clock.now() == 4.0
+    assert limiter.check("alice").retry_after == 1.0
+
+
+@pytest.mark.asyncio
+async def test_athrottle_timeout_raises_and_reserves_nothing(clock: rk.ManualClock) -> None:
+    limiter = rk.Limiter("1/s", clock=clock)
+    await limiter.athrottle("alice")
+    with pytest.raises(rk.RateLimited) as info:
+        await limiter.athrottle("alice", timeout=0.5)
+    assert info.value.retry_after == 1.0
+    assert limiter.check("alice").retry_after == 1.0
+
+
+@pytest.mark.asyncio
+async def test_cancelled_athrottle_gives_its_slot_back() -> None:
+    limiter = rk.Limiter("1/min")
+    limiter.check("alice")
+    waiter = asyncio.create_task(limiter.athrottle("alice"))
+    await asyncio.sleep(0)
+    assert limiter.check("alice").retry_after > 60.0
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert limiter.check("alice").retry_after <= 60.0
+
+
+def test_ctrl_c_interrupts_throttle_and_gives_its_slot_back() -> None:
+    limiter = rk.Limiter("1/min")
+    limiter.check("alice")
+
+    def press_ctrl_c() -> None:
+        time.sleep(0.1)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+    helper = threading.Thread(target=press_ctrl_c)
+    started = time.monotonic()
+    helper.start()
+    with pytest.raises(KeyboardInterrupt):
+        limiter.throttle("alice")
+    helper.join()
+    assert time.monotonic() - started < 30.0
+    assert limiter.check("alice").retry_after <= 60.0
