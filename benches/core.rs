@@ -80,7 +80,9 @@ fn threaded(lim: &Arc<Limiter>, threads: usize, calls: usize) -> Duration {
             })
         })
         .collect();
-    handles.into_iter().for_each(|h| h.join().unwrap());
+    for handle in handles {
+        handle.join().unwrap();
+    }
     start.elapsed()
 }
 

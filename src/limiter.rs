@@ -71,7 +71,7 @@ impl Limiter {
             return Err(Error::value("max_keys", "must be at least 1, got 0"));
         }
         let mut groups: Vec<Group> = Vec::new();
-        let mut routes = Vec::with_capacity(config.rules.len());
+        let mut patterns = Vec::with_capacity(config.rules.len());
         for (i, rule) in config.rules.iter().enumerate() {
             let index = if let Some(index) = groups.iter().position(|g| g.name == rule.group) {
                 if groups[index].limit != rule.limit {
@@ -85,9 +85,9 @@ impl Limiter {
                 groups.push(Group { name: rule.group.clone(), limit: rule.limit });
                 groups.len() - 1
             };
-            routes.push((rule.pattern.clone(), index));
+            patterns.push((rule.pattern.clone(), index));
         }
-        let router = Router::new(&routes, config.exempt_peers, &config.exempt_paths)?;
+        let router = Router::new(&patterns, config.exempt_peers, &config.exempt_paths)?;
         let group_count = groups.len();
         let store = Store::new(config.max_keys, || ShardCounters {
             groups: vec![GroupCounters::default(); group_count],

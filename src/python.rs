@@ -204,7 +204,7 @@ fn optional_text<'a>(field: &str, obj: Option<&'a Bound<'_, PyAny>>) -> PyResult
 
 fn str_arg(field: &str, obj: &Bound<'_, PyAny>) -> PyResult<String> {
     obj.cast::<PyString>()
-        .map(|s| s.to_string())
+        .map(|s| s.to_string_lossy().into_owned())
         .map_err(|_| Error::type_error(field, format!("must be a str, got {}", type_name(obj))).into())
 }
 

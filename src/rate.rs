@@ -9,6 +9,9 @@ pub const NANOS_PER_SEC: u64 = 1_000_000_000;
 pub const MAX_PERIOD_NS: u64 = 10 * 366 * 86_400 * NANOS_PER_SEC;
 /// Counts and bursts are kept in 32 bits so that per-key state stays 16 bytes.
 pub const MAX_COUNT: u64 = u32::MAX as u64;
+/// `MAX_PERIOD_NS` as a float, exact (it is far below 2^53 × 1024).
+#[allow(clippy::cast_precision_loss)]
+const MAX_PERIOD_NS_F64: f64 = MAX_PERIOD_NS as f64;
 
 /// `count` events per `period_ns` nanoseconds.
 ///
@@ -51,7 +54,7 @@ impl Rate {
             return Err(Error::value("per", format!("must be a positive number of seconds, got {seconds}")));
         }
         let nanos = (seconds * 1e9).round();
-        if nanos < 1.0 || nanos > MAX_PERIOD_NS as f64 {
+        if !(1.0..=MAX_PERIOD_NS_F64).contains(&nanos) {
             return Err(Error::value("per", format!("must be between 1ns and ten years, got {seconds} s")));
         }
         // Checked above to be within (0, MAX_PERIOD_NS].
@@ -109,7 +112,7 @@ impl std::str::FromStr for Rate {
             let fractional: f64 = amount.parse().map_err(|_| bad("the period is not a number"))?;
             #[allow(clippy::cast_precision_loss)]
             let ns = (fractional * unit_ns as f64).round();
-            if !(1.0..=MAX_PERIOD_NS as f64).contains(&ns) {
+            if !(1.0..=MAX_PERIOD_NS_F64).contains(&ns) {
                 return Err(bad("the period is out of range"));
             }
             #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
@@ -138,7 +141,7 @@ impl fmt::Display for Rate {
             }
         }
         for (ns, name) in UNITS.iter().skip(4) {
-            if self.period_ns % ns == 0 {
+            if self.period_ns.is_multiple_of(*ns) {
                 return write!(f, "{}/{}{name}", self.count, self.period_ns / ns);
             }
         }

@@ -81,6 +81,7 @@ impl Router {
     }
 
     #[inline]
+    #[must_use]
     pub fn route(&self, peer: &str, path: Option<&str>) -> Route {
         if !self.exempt_peers.is_empty() && self.exempt_peers.contains(peer) {
             return Route::Exempt;
@@ -96,6 +97,7 @@ impl Router {
 
     /// The group of the first rule matching `path`, ignoring exemptions.
     #[inline]
+    #[must_use]
     pub fn route_path(&self, path: &str) -> Route {
         self.rules.iter().position(|r| r.is_match(path)).map_or(Route::Unlimited, |i| Route::Group(self.groups[i]))
     }

@@ -219,6 +219,7 @@ impl<C> Store<C> {
         if index == 0 {
             key
         } else {
+            #[allow(clippy::cast_possible_truncation)]
             let low = (key as u32 ^ index.wrapping_mul(0x9E37_79B9)).wrapping_mul(0x85EB_CA6B);
             (key & 0xFFFF_FFFF_0000_0000) | u64::from(low.rotate_left(13) ^ index)
         }

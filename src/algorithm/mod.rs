@@ -40,15 +40,18 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    #[must_use]
     pub const fn admitted(wait_ns: u64) -> Self {
         Self { allowed: true, wait_ns, retry_after_ns: 0 }
     }
 
+    #[must_use]
     pub const fn refused(retry_after_ns: u64) -> Self {
         Self { allowed: false, wait_ns: 0, retry_after_ns }
     }
 
     /// Admit after `wait_ns` if the caller accepts waiting that long, else refuse.
+    #[must_use]
     pub const fn wait_or_refuse(wait_ns: u64, max_wait_ns: u64) -> Self {
         if wait_ns <= max_wait_ns {
             Self::admitted(wait_ns)

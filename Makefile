@@ -1,0 +1,49 @@
+# ratekeeper — run `make help` for the targets.
+PYTHON ?= python
+# maturin and cargo bench would otherwise share target/release and rebuild pyo3 on every switch.
+export CARGO_TARGET_DIR_PY := target/py
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+.PHONY: install
+install: ## install the package and its test dependencies (editable, release build)
+	$(PYTHON) -m pip install --quiet 'maturin>=1.9.4,<2'
+	CARGO_TARGET_DIR=$(CARGO_TARGET_DIR_PY) $(PYTHON) -m pip install --quiet --no-build-isolation -e '.[test]'
+
+.PHONY: build-dev
+build-dev: ## rebuild the extension after a Rust change
+	CARGO_TARGET_DIR=$(CARGO_TARGET_DIR_PY) $(PYTHON) -m pip install --quiet --no-build-isolation --no-deps -e .
+
+.PHONY: lint
+lint: ## cargo fmt, clippy, ruff, mypy --strict, stubtest
+	cargo fmt --check
+	cargo clippy --all-targets -- -D warnings
+	$(PYTHON) -m ruff check python tests benches
+	$(PYTHON) -m ruff format --check python tests benches
+	$(PYTHON) -m mypy --strict
+	$(PYTHON) -m mypy.stubtest ratekeeper._core
+
+.PHONY: test
+test: install lint ## install, lint, then every test: cargo test and pytest
+	cargo test
+	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(PYTHON) -m pytest -q
+
+.PHONY: demo
+demo: ## the demo
+	$(PYTHON) -m ratekeeper demo
+
+.PHONY: bench
+bench: ## criterion benches of the core, then ratekeeper against peer libraries
+	cargo bench --bench core
+	$(PYTHON) -m pip install --quiet -e '.[bench]'
+	$(PYTHON) benches/compare.py
+
+.PHONY: format
+format: ## apply cargo fmt and ruff format
+	cargo fmt
+	$(PYTHON) -m ruff format python tests benches
+	$(PYTHON) -m ruff check --fix python tests benches

@@ -1,0 +1,110 @@
+"""``python -m ratekeeper demo``: decisions, waits and refusals for a few peers, as readable tables.
+
+Everything runs on a ManualClock, so the demo takes no wall time and prints the same numbers every run.
+"""
+
+from __future__ import annotations
+
+import ratekeeper as rk
+
+# (peer, path, requests per second it sends): seed 002's profiles, mapped onto routing groups.
+TRAFFIC = [
+    ("alice", "/login", 2.0),  # a script retrying a login: 3/min allowed
+    ("bob", "/api/items", 5.0),  # within 10/s
+    ("carol", "/api/items", 40.0),  # four times over 10/s
+    ("admin", "/api/items", 40.0),  # exempt peer
+    ("dave", "/health", 40.0),  # exempt path
+    ("erin", "/static/app.js", 40.0),  # no rule: not limited
+]
+SECONDS = 10
+STEP = 0.01
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths))
+    sep = "  ".join("-" * w for w in widths)
+    body = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join([line, sep, *body])
+
+
+def _traffic() -> str:
+    clock = rk.ManualClock()
+    lim = rk.Limiter(
+        rules=[rk.Rule(r"^/login$", "login", "3/min"), rk.Rule(r"^/api/", "api", "10/s", burst=20)],
+        exempt_peers=["admin"],
+        exempt_paths=[r"^/health$"],
+        clock=clock,
+    )
+    sent = {peer: 0 for peer, _, _ in TRAFFIC}
+    allowed = dict.fromkeys(sent, 0)
+    first_refusal: dict[str, rk.Decision] = {}
+    due = dict.fromkeys(sent, 0.0)
+    for step in range(int(SECONDS / STEP)):
+        now = step * STEP
+        for peer, path, per_second in TRAFFIC:
+            while due[peer] <= now + 1e-9:
+                due[peer] += 1.0 / per_second
+                sent[peer] += 1
+                decision = lim.check(peer, path)
+                allowed[peer] += decision.allowed
+                if not decision.allowed and peer not in first_refusal:
+                    first_refusal[peer] = decision
+        clock.advance(STEP)
+    rows = []
+    for peer, path, per_second in TRAFFIC:
+        refusal = first_refusal.get(peer)
+        rows.append(
+            [
+                peer,
+                path,
+                f"{per_second:g}/s",
+                str(sent[peer]),
+                str(allowed[peer]),
+                str(sent[peer] - allowed[peer]),
+                f"{refusal.retry_after:.2f}s" if refusal is not None else "-",
+            ]
+        )
+    headers = ["peer", "path", "sends", "sent", "allowed", "refused", "first retry_after"]
+    intro = (
+        f"check(): {SECONDS} s of traffic; rules ^/login$ -> 3/min, ^/api/ -> 10/s (burst 20); admin and /health exempt"
+    )
+    return intro + "\n\n" + _table(headers, rows)
+
+
+def _waits() -> str:
+    clock = rk.ManualClock()
+    lim = rk.Limiter("1/s", clock=clock)
+    rows = []
+    for caller in range(5):
+        start = clock.now()
+        decision = lim.throttle("worker", timeout=3.5) if caller < 4 else None
+        if decision is None:
+            try:
+                lim.throttle("worker", timeout=0.5)
+            except rk.RateLimited as refused:
+                result = f"RateLimited (retry_after {refused.retry_after:.1f}s)"
+                rows.append([f"#{caller}", f"{start:.1f}s", "-", result])
+            continue
+        rows.append([f"#{caller}", f"{start:.1f}s", f"{clock.now():.1f}s", "admitted"])
+    intro = "throttle(): callers one after another on one key at 1/s; each waits for its slot (#4 has timeout=0.5)"
+    return intro + "\n\n" + _table(["caller", "called at", "admitted at", "result"], rows)
+
+
+def _cooldown() -> str:
+    clock = rk.ManualClock()
+    lim = rk.Limiter("3/60s", clock=clock)
+    rows = []
+    for at in [0, 0, 0, 1, 5, 10, 15, 21, 22]:
+        clock.advance(at - clock.now())
+        d = lim.check("player")
+        verdict = "ALLOW" if d.allowed else "REJECT"
+        rows.append([f"{at}s", verdict, f"{d.reset_after:.0f}", f"{d.retry_after:.0f}s" if not d.allowed else "-"])
+    intro = "seed 004's cooldown transcript: 3 per 60 s (score = reset_after)"
+    return intro + "\n\n" + _table(["t", "decision", "score", "retry_after"], rows)
+
+
+def run() -> None:
+    print(f"ratekeeper {rk.__version__} demo\n")
+    for section in (_traffic(), _waits(), _cooldown()):
+        print(section, end="\n\n")
