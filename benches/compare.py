@@ -6,13 +6,13 @@ What is measured
     a sanity check after each measurement fails loudly if one was.
 
     Scenarios:
-      hot key          the same peer string on every call
-      100k keys        cycling through 100,000 distinct 32-character peers (warmed: all keys exist)
-      allow(peer, path) ratekeeper only: 4 regex rules, the path cycling over 4 realistic paths
-      check(peer)      ratekeeper only: the call that returns a Decision object, hot key
-      memory           ratekeeper only: RSS growth per tracked key after 1,000,000 distinct peers
-                       in rk.Limiter("10/min"); run first, before any timing, so that memory freed
-                       by other measurements cannot be reused and hide the growth.
+      hot key            the same peer string on every call
+      100k keys          cycling through 100,000 distinct 32-character peers (warmed: all keys exist)
+      allow(peer, path)  ratekeeper only: 4 regex rules, the path cycling over 4 realistic paths
+      check(peer)        ratekeeper only: the call that returns a Decision object, hot key
+      memory             ratekeeper only: RSS growth per tracked key after 1,000,000 distinct peers
+                         in rk.Limiter("10/min"); run first, before any timing, so that memory freed
+                         by other measurements cannot be reused and hide the growth.
 
 How it is timed
     The admit method is bound once (e.g. ``fn = lim.allow``) and driven by one shared loop,
@@ -22,13 +22,13 @@ How it is timed
     limiter per scenario. The garbage collector stays on, as in a real service.
 
     Peers: limits (memory storage; FixedWindow and MovingWindow), token-bucket (MemoryStorage),
-    throttled-py (MemoryStore, GCRA), pyrate-limiter (>= 4: one StateBucket with GCRA per key) and a
+    throttled-py (MemoryStore, GCRA), pyrate-limiter (>= 4.5: one StateBucket with GCRA per key) and a
     ~10-line pure-Python dict GCRA as a baseline. A missing peer is skipped with a note.
 
 Usage
-    python benches/compare.py              # full run (~2-3 minutes)
+    python benches/compare.py              # full run (about 30-40 s)
     python benches/compare.py --quick      # smoke run: short runs, 2 repeats
-    python benches/compare.py --only limits --only ratekeeper
+    python benches/compare.py --only limits --only token   # plus ratekeeper, always timed as the reference
 """
 
 from __future__ import annotations

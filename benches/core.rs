@@ -66,14 +66,14 @@ fn decisions(c: &mut Criterion) {
     group.finish();
 }
 
-/// Decisions per second from `threads` threads, each on its own keys, for a fixed number of calls.
-fn threaded(lim: &Arc<Limiter>, threads: usize, calls: usize) -> Duration {
+/// Time for `threads` threads, each deciding `calls` times over its own `keys_each` keys.
+fn threaded(lim: &Arc<Limiter>, threads: usize, keys_each: usize, calls: usize) -> Duration {
     let start = Instant::now();
     let handles: Vec<_> = (0..threads)
         .map(|t| {
             let lim = Arc::clone(lim);
             thread::spawn(move || {
-                let keys = peers(1_000).into_iter().map(|k| format!("{t}-{k}")).collect::<Vec<_>>();
+                let keys = peers(keys_each).into_iter().map(|k| format!("{t}-{k}")).collect::<Vec<_>>();
                 for i in 0..calls {
                     black_box(lim.decide(&keys[i % keys.len()], None, 1, 0, false));
                 }
@@ -89,12 +89,16 @@ fn threaded(lim: &Arc<Limiter>, threads: usize, calls: usize) -> Duration {
 fn scaling(c: &mut Criterion) {
     let mut group = c.benchmark_group("threads");
     group.sample_size(10);
-    let lim = Arc::new(limiter(vec![rule("", "default", Kind::Gcra)]));
-    for threads in [1usize, 2] {
-        group.throughput(Throughput::Elements((threads * 1_000_000) as u64));
-        group.bench_function(format!("{threads}_threads_distinct_keys"), |b| {
-            b.iter_custom(|iters| (0..iters).map(|_| threaded(&lim, threads, 1_000_000)).sum());
-        });
+    // One hot key per thread (in different shards), and 1,000 keys per thread: the second shares shard
+    // locks between the threads, whose cache lines then move between cores on most decisions.
+    for keys_each in [1usize, 1_000] {
+        let lim = Arc::new(limiter(vec![rule("", "default", Kind::Gcra)]));
+        for threads in [1usize, 2] {
+            group.throughput(Throughput::Elements((threads * 1_000_000) as u64));
+            group.bench_function(format!("{threads}_threads_{keys_each}_keys_each"), |b| {
+                b.iter_custom(|iters| (0..iters).map(|_| threaded(&lim, threads, keys_each, 1_000_000)).sum());
+            });
+        }
     }
     group.finish();
 }
