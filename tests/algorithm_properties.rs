@@ -1,0 +1,127 @@
+//! Property tests of the algorithms' invariants, on the pure-Rust core.
+
+use _core::algorithm::{Kind, Limit, State};
+use _core::rate::Rate;
+use proptest::prelude::*;
+
+fn limit(count: u64, period_ns: u64, burst: u64, kind: Kind) -> Limit {
+    Limit::new(Rate::new(count, period_ns).unwrap(), Some(burst), kind).unwrap()
+}
+
+/// Runs requests `(gap_ns, cost)` from time `start`; returns the (time, cost) of each admission and
+/// checks on the way that a refusal leaves the state as it was.
+fn admissions(lim: &Limit, start: u64, requests: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut state = State::default();
+    let mut now = start;
+    let mut admitted = Vec::new();
+    for &(gap, cost) in requests {
+        now += gap;
+        let before = state;
+        if lim.decide(&mut state, now, cost, 0).allowed {
+            admitted.push((now, cost));
+        } else {
+            assert_eq!(state, before, "a refusal changed the state");
+        }
+    }
+    admitted
+}
+
+/// For each admission at `t0`: the cost admitted in the closed window `[t0, t0 + span]` and its length.
+fn max_in_window(admitted: &[(u64, u64)], span: u64) -> impl Iterator<Item = (u64, u64)> + '_ {
+    admitted.iter().enumerate().map(move |(i, &(t0, _))| {
+        let total: u64 = admitted[i..].iter().take_while(|(t, _)| *t <= t0 + span).map(|(_, c)| c).sum();
+        let last = admitted[i..].iter().take_while(|(t, _)| *t <= t0 + span).last().map_or(t0, |(t, _)| *t);
+        (total, last - t0)
+    })
+}
+
+fn rates() -> impl Strategy<Value = (u64, u64, u64)> {
+    // count, period (1 µs .. 10 s, often not a multiple of count), burst
+    (1u64..20, 1_000u64..10_000_000_000, 1u64..20)
+}
+
+fn traffic() -> impl Strategy<Value = Vec<(u64, u64)>> {
+    prop::collection::vec((0u64..3_000_000_000, 1u64..4), 1..120)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    #[test]
+    fn gcra_never_admits_more_than_burst_plus_rate_in_any_window(
+        (count, period, burst) in rates(), start in 0u64..1_000_000_000_000, requests in traffic()
+    ) {
+        let lim = limit(count, period, burst, Kind::Gcra);
+        let admitted = admissions(&lim, start, &requests);
+        for (total, length) in max_in_window(&admitted, u64::MAX / 4) {
+            // In [t_i, t_j]: at most burst + floor((t_j - t_i) × count / period).
+            let bound = u128::from(burst) + u128::from(length) * u128::from(count) / u128::from(period);
+            prop_assert!(u128::from(total) <= bound, "{total} admitted in {length} ns, bound {bound}");
+        }
+    }
+
+    #[test]
+    fn gcra_never_refuses_a_sender_within_its_rate(
+        (count, period, burst) in rates(), start in 0u64..1_000_000_000_000,
+        extra in prop::collection::vec(0u64..1_000_000, 1..100)
+    ) {
+        let lim = limit(count, period, burst, Kind::Gcra);
+        let interval = period.div_ceil(count);
+        let requests: Vec<(u64, u64)> = extra.iter().enumerate().map(|(i, e)| (if i == 0 { 0 } else { interval + e }, 1)).collect();
+        prop_assert_eq!(admissions(&lim, start, &requests).len(), requests.len());
+    }
+
+    #[test]
+    fn token_bucket_admits_at_most_burst_per_window_and_twice_that_in_any_window(
+        (count, period, burst) in rates(), start in 0u64..1_000_000_000_000, requests in traffic()
+    ) {
+        let lim = limit(count, period, burst, Kind::TokenBucket);
+        let window = u64::try_from((u128::from(burst) * u128::from(period)).div_ceil(u128::from(count))).unwrap();
+        let admitted = admissions(&lim, start, &requests);
+        // Windows start at the first admission and follow each other.
+        if let Some(&(origin, _)) = admitted.first() {
+            let mut per_window = std::collections::HashMap::new();
+            for &(t, c) in &admitted {
+                *per_window.entry((t - origin) / window).or_insert(0) += c;
+            }
+            prop_assert!(per_window.values().all(|&n| n <= burst), "{per_window:?}, burst {burst}");
+        }
+        for (total, _) in max_in_window(&admitted, window - 1) {
+            prop_assert!(total <= 2 * burst);
+        }
+    }
+
+    #[test]
+    fn token_bucket_never_refuses_a_sender_within_its_rate(
+        (count, period, burst) in rates(), start in 0u64..1_000_000_000_000,
+        extra in prop::collection::vec(0u64..1_000_000, 1..100)
+    ) {
+        let lim = limit(count, period, burst, Kind::TokenBucket);
+        let interval = period.div_ceil(count);
+        let requests: Vec<(u64, u64)> = extra.iter().enumerate().map(|(i, e)| (if i == 0 { 0 } else { interval + e }, 1)).collect();
+        prop_assert_eq!(admissions(&lim, start, &requests).len(), requests.len());
+    }
+
+    #[test]
+    fn a_reserved_wait_is_exactly_the_refusal_retry_time(
+        (count, period, burst) in rates(), kind in prop::sample::select(vec![Kind::Gcra, Kind::TokenBucket]),
+        requests in traffic()
+    ) {
+        let lim = limit(count, period, burst, kind);
+        let mut state = State::default();
+        let mut now = 0;
+        for (gap, cost) in requests {
+            now += gap;
+            let mut probe = state;
+            let refused = lim.decide(&mut probe, now, cost, 0);
+            let reserved = lim.decide(&mut state, now, cost, u64::MAX);
+            if cost > burst {
+                prop_assert!(!reserved.allowed);
+            } else if refused.allowed {
+                prop_assert_eq!(reserved.wait_ns, 0);
+            } else {
+                prop_assert_eq!(reserved.wait_ns, refused.retry_after_ns);
+            }
+        }
+    }
+}
