@@ -12,6 +12,8 @@ pub struct GroupCounters {
     pub refused: u64,
     /// Admitted after a wait (`throttle`).
     pub delayed: u64,
+    /// Tokens given back by `reduce`.
+    pub reductions: u64,
 }
 
 impl GroupCounters {
@@ -31,6 +33,7 @@ impl GroupCounters {
         self.allowed += other.allowed;
         self.refused += other.refused;
         self.delayed += other.delayed;
+        self.reductions += other.reductions;
     }
 }
 
@@ -64,6 +67,6 @@ mod tests {
         let mut total = GroupCounters::default();
         total.add(&a);
         total.add(&a);
-        assert_eq!(total, GroupCounters { requests: 6, allowed: 4, refused: 2, delayed: 2 });
+        assert_eq!(total, GroupCounters { requests: 6, allowed: 4, refused: 2, delayed: 2, reductions: 0 });
     }
 }

@@ -9,7 +9,7 @@ use pyo3::types::{PyDict, PyString};
 use crate::algorithm::{Kind, Limit};
 use crate::clock::{Clock, ManualClock};
 use crate::error::{Error, ErrorKind};
-use crate::limiter::{self, Config, Limiter, RuleSpec};
+use crate::limiter::{self, Config, Limiter, Policy, Receipt, RuleSpec};
 use crate::rate::{self, NANOS_PER_SEC};
 use crate::rules::{self, Route};
 
@@ -120,7 +120,101 @@ impl PyRate {
     }
 }
 
-/// A routing rule: requests whose path matches `pattern` count against `group`, limited by `rate`.
+/// One limit: a rate enforced by an algorithm, or a number of concurrent requests.
+#[pyclass(frozen, eq, name = "Limit", module = "ratekeeper._core")]
+#[derive(Clone, PartialEq)]
+pub struct PyLimit {
+    inner: Limit,
+}
+
+impl PyLimit {
+    /// A `Limit` from a `Limit` or a rate string; errors name `field`.
+    fn from_arg(field: &str, obj: &Bound<'_, PyAny>) -> PyResult<Limit> {
+        if let Ok(limit) = obj.cast::<PyLimit>() {
+            return Ok(limit.get().inner);
+        }
+        if obj.is_instance_of::<PyString>() || obj.is_instance_of::<PyRate>() {
+            return Ok(Limit::new(PyRate::from_arg("rate", obj).map_err(|e| within(e, field))?, None, Kind::Gcra)?);
+        }
+        Err(Error::type_error(field, format!("must be a Limit or a rate string, got {}", type_name(obj))).into())
+    }
+}
+
+/// Prefixes a boundary error with an outer field: `rate: ...` inside `limits[1]` -> `limits[1].rate: ...`.
+fn within(error: PyErr, outer: &str) -> PyErr {
+    Python::attach(|py| {
+        let message = error.value(py).to_string();
+        let message = if message.starts_with('[') { format!("{outer}{message}") } else { format!("{outer}.{message}") };
+        if error.is_instance_of::<PyTypeError>(py) {
+            PyTypeError::new_err(message)
+        } else {
+            PyValueError::new_err(message)
+        }
+    })
+}
+
+#[pymethods]
+impl PyLimit {
+    #[new]
+    #[pyo3(signature = (rate=None, *, burst=None, algorithm="gcra", concurrency=None))]
+    fn py_new(
+        rate: Option<&Bound<'_, PyAny>>,
+        burst: Option<&Bound<'_, PyAny>>,
+        algorithm: &str,
+        concurrency: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let rate = rate.filter(|r| !r.is_none());
+        let concurrency = concurrency.filter(|c| !c.is_none());
+        let inner = match (rate, concurrency) {
+            (Some(rate), None) => limit_arg(rate, burst, algorithm)?,
+            (None, Some(permits)) => {
+                if burst.is_some_and(|b| !b.is_none()) {
+                    return Err(Error::value("burst", "a concurrency limit takes no burst").into());
+                }
+                Limit::concurrency(positive_int("concurrency", permits)?)?
+            }
+            (Some(_), Some(_)) => {
+                return Err(Error::value("concurrency", "give either a rate or concurrency=N, not both").into())
+            }
+            (None, None) => return Err(Error::value("rate", "give a rate such as '10/s', or concurrency=N").into()),
+        };
+        Ok(Self { inner })
+    }
+
+    #[getter]
+    fn rate(&self) -> Option<PyRate> {
+        self.inner.rate.map(|inner| PyRate { inner })
+    }
+
+    #[getter]
+    fn burst(&self) -> u32 {
+        self.inner.burst
+    }
+
+    #[getter]
+    fn algorithm(&self) -> &'static str {
+        self.inner.kind().name()
+    }
+
+    #[getter]
+    fn concurrency(&self) -> Option<u32> {
+        self.inner.is_concurrency().then_some(self.inner.burst)
+    }
+
+    fn __repr__(&self) -> String {
+        limit_repr(&self.inner)
+    }
+}
+
+fn limit_repr(limit: &Limit) -> String {
+    match limit.rate {
+        None => format!("Limit(concurrency={})", limit.burst),
+        Some(rate) => format!("Limit('{rate}', burst={}, algorithm='{}')", limit.burst, limit.kind().name()),
+    }
+}
+
+/// A routing rule: requests whose path matches `pattern` count against `group`, limited by `rate` or
+/// by several `limits` combined by `policy`.
 #[pyclass(frozen, name = "Rule", module = "ratekeeper._core")]
 pub struct PyRule {
     spec: RuleSpec,
@@ -129,13 +223,17 @@ pub struct PyRule {
 #[pymethods]
 impl PyRule {
     #[new]
-    #[pyo3(signature = (pattern, group, rate, *, burst=None, algorithm="gcra"))]
+    #[pyo3(signature = (pattern, group, rate=None, *, burst=None, algorithm="gcra", limits=None, policy="all", reduction=true))]
+    #[allow(clippy::too_many_arguments)]
     fn py_new(
         pattern: &Bound<'_, PyAny>,
         group: &Bound<'_, PyAny>,
-        rate: &Bound<'_, PyAny>,
+        rate: Option<&Bound<'_, PyAny>>,
         burst: Option<&Bound<'_, PyAny>>,
         algorithm: &str,
+        limits: Option<&Bound<'_, PyAny>>,
+        policy: &str,
+        reduction: bool,
     ) -> PyResult<Self> {
         let pattern = str_arg("pattern", pattern)?;
         rules::compile(&pattern)?;
@@ -143,8 +241,34 @@ impl PyRule {
         if group.is_empty() {
             return Err(Error::value("group", "must be a non-empty name").into());
         }
-        let limit = limit_arg(rate, burst, algorithm)?;
-        Ok(Self { spec: RuleSpec { pattern, group, limit } })
+        let limits = match (rate.filter(|r| !r.is_none()), limits.filter(|l| !l.is_none())) {
+            (Some(rate), None) => vec![limit_arg(rate, burst, algorithm)?],
+            (None, Some(limits)) => {
+                if burst.is_some_and(|b| !b.is_none()) || algorithm != "gcra" {
+                    return Err(Error::value("limits", "give burst and algorithm inside each Limit").into());
+                }
+                if limits.is_instance_of::<PyString>() {
+                    return Err(Error::type_error("limits", "must be a list of Limit, not a single str").into());
+                }
+                let iter = limits.try_iter().map_err(|_| {
+                    Error::type_error("limits", format!("must be a list of Limit, got {}", type_name(limits)))
+                })?;
+                let limits = iter
+                    .enumerate()
+                    .map(|(i, item)| PyLimit::from_arg(&format!("limits[{i}]"), &item?))
+                    .collect::<PyResult<Vec<_>>>()?;
+                if limits.is_empty() {
+                    return Err(Error::value("limits", "must hold at least one Limit").into());
+                }
+                if limits.len() > 64 {
+                    return Err(Error::value("limits", format!("at most 64 limits, got {}", limits.len())).into());
+                }
+                limits
+            }
+            (Some(_), Some(_)) => return Err(Error::value("limits", "give either rate or limits, not both").into()),
+            (None, None) => return Err(Error::value("rate", "give a rate such as '10/s', or limits=[...]").into()),
+        };
+        Ok(Self { spec: RuleSpec { pattern, group, limits, policy: Policy::parse(policy)?, reduction } })
     }
 
     #[getter]
@@ -158,30 +282,54 @@ impl PyRule {
     }
 
     #[getter]
-    fn rate(&self) -> PyRate {
-        PyRate { inner: self.spec.limit.rate }
+    fn limits(&self) -> Vec<PyLimit> {
+        self.spec.limits.iter().map(|&inner| PyLimit { inner }).collect()
+    }
+
+    /// The rate of the first limit (the only one, for a rule made with `rate`).
+    #[getter]
+    fn rate(&self) -> Option<PyRate> {
+        self.spec.limits[0].rate.map(|inner| PyRate { inner })
     }
 
     #[getter]
     fn burst(&self) -> u32 {
-        self.spec.limit.burst
+        self.spec.limits[0].burst
     }
 
     #[getter]
     fn algorithm(&self) -> &'static str {
-        self.spec.limit.kind().name()
+        self.spec.limits[0].kind().name()
+    }
+
+    #[getter]
+    fn policy(&self) -> &'static str {
+        self.spec.policy.name()
+    }
+
+    #[getter]
+    fn reduction(&self) -> bool {
+        self.spec.reduction
     }
 
     fn __repr__(&self) -> String {
-        let limit = &self.spec.limit;
+        let limits: Vec<String> = self.spec.limits.iter().map(limit_repr).collect();
         format!(
-            "Rule({:?}, {:?}, '{}', burst={}, algorithm='{}')",
+            "Rule({:?}, {:?}, limits=[{}], policy='{}', reduction={})",
             self.spec.pattern,
             self.spec.group,
-            limit.rate,
-            limit.burst,
-            limit.kind().name()
+            limits.join(", "),
+            self.spec.policy.name(),
+            if self.spec.reduction { "True" } else { "False" }
         )
+    }
+}
+
+fn positive_int(field: &str, obj: &Bound<'_, PyAny>) -> PyResult<u64> {
+    match obj.extract::<i64>() {
+        Ok(n) if n >= 1 => Ok(n.unsigned_abs()),
+        Ok(n) => Err(Error::value(field, format!("must be a positive integer, got {n}")).into()),
+        Err(_) => Err(Error::type_error(field, format!("must be an int, got {}", type_name(obj))).into()),
     }
 }
 
@@ -213,11 +361,7 @@ fn limit_arg(rate: &Bound<'_, PyAny>, burst: Option<&Bound<'_, PyAny>>, algorith
     let burst = match burst {
         None => None,
         Some(b) if b.is_none() => None,
-        Some(b) => Some(match b.extract::<i64>() {
-            Ok(n) if n >= 1 => n.unsigned_abs(),
-            Ok(n) => return Err(Error::value("burst", format!("must be a positive integer, got {n}")).into()),
-            Err(_) => return Err(Error::type_error("burst", format!("must be an int, got {}", type_name(b))).into()),
-        }),
+        Some(b) => Some(positive_int("burst", b)?),
     };
     Ok(Limit::new(rate, burst, Kind::parse(algorithm)?)?)
 }
@@ -266,7 +410,7 @@ pub struct PyDecision {
     #[pyo3(get)]
     group: Option<Py<PyString>>,
     #[pyo3(get)]
-    limit: Option<u32>,
+    limit: Option<u64>,
     #[pyo3(get)]
     remaining: Option<u64>,
     #[pyo3(get)]
@@ -287,7 +431,7 @@ impl PyDecision {
         format!(
             "Decision(allowed={}, group={group}, limit={}, remaining={}, retry_after={:?}, reset_after={:?})",
             if self.allowed { "True" } else { "False" },
-            opt(self.limit.map(u64::from)),
+            opt(self.limit),
             opt(self.remaining),
             self.retry_after,
             self.reset_after,
@@ -305,14 +449,14 @@ pub struct PyLimiter {
 
 impl PyLimiter {
     fn decision(&self, py: Python<'_>, d: &limiter::Decision) -> PyDecision {
-        let (group, limit) = match d.route {
-            Route::Group(g) => (Some(self.group_names[g].clone_ref(py)), Some(self.inner.groups()[g].limit.burst)),
-            Route::Unlimited | Route::Exempt => (None, None),
+        let group = match d.route {
+            Route::Group(g) => Some(self.group_names[g].clone_ref(py)),
+            Route::Unlimited | Route::Exempt => None,
         };
         PyDecision {
             allowed: d.outcome.allowed,
             group,
-            limit,
+            limit: d.report.map(|r| r.limit),
             remaining: d.report.map(|r| r.remaining),
             retry_after: secs(d.outcome.retry_after_ns),
             reset_after: d.report.map_or(0.0, |r| secs(r.reset_after_ns)),
@@ -364,12 +508,8 @@ impl PyLimiter {
             }
         }
         match rate.filter(|r| !r.is_none()) {
-            Some(rate) => specs.push(RuleSpec {
-                pattern: String::new(),
-                group: "default".to_owned(),
-                limit: limit_arg(rate, burst, algorithm)?,
-            }),
-            None if specs.is_empty() => {
+            Some(rate) => specs.push(RuleSpec::single("", "default", limit_arg(rate, burst, algorithm)?)),
+            None if rules.is_none_or(|r| r.is_none()) => {
                 return Err(Error::value("rate", "give a rate (e.g. Limiter('10/min')) or rules=[Rule(...)]").into())
             }
             None => {}
@@ -417,7 +557,8 @@ impl PyLimiter {
     }
 
     /// Admits now or reserves a later slot within `max_wait` seconds (None: any wait).
-    /// Returns `(decision, wait_seconds, deadline_ns)`; the deadline is on the limiter's clock.
+    /// Returns `(decision, wait_seconds, deadline_ns, receipt)`; the deadline is on the limiter's clock
+    /// and the receipt is what `_refund` needs to give the slot back.
     #[pyo3(signature = (peer, path, cost, max_wait))]
     fn _reserve(
         &self,
@@ -426,17 +567,42 @@ impl PyLimiter {
         path: Option<&Bound<'_, PyAny>>,
         cost: Cost,
         max_wait: Option<f64>,
-    ) -> PyResult<(PyDecision, f64, u64)> {
+    ) -> PyResult<(PyDecision, f64, u64, (u64, u64))> {
         let (peer, path) = (text("peer", peer)?, optional_text("path", path)?);
         let max_wait_ns = nanos("timeout", max_wait)?;
         let decision = self.inner.decide(peer, path, cost.0, max_wait_ns, true);
         let deadline = decision.now.saturating_add(decision.outcome.wait_ns);
-        Ok((self.decision(py, &decision), secs(decision.outcome.wait_ns), deadline))
+        let receipt = (decision.receipt.limits, decision.receipt.at);
+        Ok((self.decision(py, &decision), secs(decision.outcome.wait_ns), deadline, receipt))
+    }
+
+    #[pyo3(signature = (peer, path, cost, receipt))]
+    fn _refund(&self, peer: &str, path: Option<&str>, cost: Cost, receipt: (u64, u64)) {
+        self.inner.refund(peer, path, cost.0, Receipt { limits: receipt.0, at: receipt.1 });
+    }
+
+    /// Takes the group's concurrency permits (and its rate limits' admission).
+    #[pyo3(signature = (peer, path, cost))]
+    fn _acquire(
+        &self,
+        py: Python<'_>,
+        peer: &Bound<'_, PyAny>,
+        path: Option<&Bound<'_, PyAny>>,
+        cost: Cost,
+    ) -> PyResult<PyDecision> {
+        let (peer, path) = (text("peer", peer)?, optional_text("path", path)?);
+        Ok(self.decision(py, &self.inner.acquire(peer, path, cost.0, true)))
     }
 
     #[pyo3(signature = (peer, path, cost))]
-    fn _refund(&self, peer: &str, path: Option<&str>, cost: Cost) {
-        self.inner.refund(peer, path, cost.0);
+    fn _release(&self, peer: &str, path: Option<&str>, cost: Cost) {
+        self.inner.release(peer, path, cost.0);
+    }
+
+    #[pyo3(signature = (peer, path=None, n=Cost(1)), text_signature = "(self, peer, path=None, n=1)")]
+    fn reduce(&self, peer: &Bound<'_, PyAny>, path: Option<&Bound<'_, PyAny>>, n: Cost) -> PyResult<bool> {
+        let (peer, path) = (text("peer", peer)?, optional_text("path", path)?);
+        Ok(self.inner.reduce(peer, path, n.0))
     }
 
     fn off(&self) {
@@ -478,13 +644,24 @@ impl PyLimiter {
         let groups = PyDict::new(py);
         for ((name, counters), group) in self.group_names.iter().zip(&stats.groups).zip(self.inner.groups()) {
             let entry = PyDict::new(py);
-            entry.set_item("rate", group.limit.rate.to_string())?;
-            entry.set_item("burst", group.limit.burst)?;
-            entry.set_item("algorithm", group.limit.kind().name())?;
+            let limits = group
+                .limits
+                .iter()
+                .map(|limit| {
+                    let item = PyDict::new(py);
+                    item.set_item("rate", limit.rate.map(|r| r.to_string()))?;
+                    item.set_item("burst", limit.burst)?;
+                    item.set_item("algorithm", limit.kind().name())?;
+                    Ok(item)
+                })
+                .collect::<PyResult<Vec<_>>>()?;
+            entry.set_item("limits", limits)?;
+            entry.set_item("policy", group.policy.name())?;
             entry.set_item("requests", counters.requests)?;
             entry.set_item("allowed", counters.allowed)?;
             entry.set_item("refused", counters.refused)?;
             entry.set_item("delayed", counters.delayed)?;
+            entry.set_item("reductions", counters.reductions)?;
             groups.set_item(name.bind(py), entry)?;
         }
         let out = PyDict::new(py);
@@ -506,7 +683,7 @@ impl PyLimiter {
 #[pymodule(gil_used = false)]
 mod _core {
     #[pymodule_export]
-    use super::{PyDecision, PyLimiter, PyManualClock, PyRate, PyRule};
+    use super::{PyDecision, PyLimit, PyLimiter, PyManualClock, PyRate, PyRule};
 
     #[pymodule_init]
     fn init(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {

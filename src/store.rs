@@ -9,13 +9,14 @@
 //! So a flood of one-shot keys evicts one-shot keys, never a busy key, and the cost of eviction is
 //! amortised to a few slot visits per insert.
 
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use hashbrown::HashTable;
 use parking_lot::{Mutex, MutexGuard};
 
-use crate::algorithm::State;
+use crate::algorithm::{State, NO_LOG};
 
 /// Keys are 64-bit keyed hashes; the low byte of a slot's tag holds its use counter instead.
 const IDENTITY_SHIFT: u32 = 8;
@@ -63,6 +64,8 @@ fn table_hash(identity: u64) -> u64 {
 #[derive(Debug)]
 pub struct Shard<C> {
     table: HashTable<Slot>,
+    /// Sliding-log timestamps, by key identity; dropped with their slot.
+    logs: HashMap<u64, VecDeque<u64>, ahash::RandomState>,
     /// Keys in the whole store, and its bound.
     keys: Arc<AtomicUsize>,
     max_keys: usize,
@@ -94,6 +97,16 @@ impl<C> Shard<C> {
         self.inserts_since_decay += 1;
     }
 
+    /// The timestamps of a sliding-log key (empty if none).
+    #[must_use]
+    pub fn log(&self, key: u64) -> &VecDeque<u64> {
+        self.logs.get(&(key >> IDENTITY_SHIFT)).unwrap_or(&NO_LOG)
+    }
+
+    pub fn log_mut(&mut self, key: u64) -> &mut VecDeque<u64> {
+        self.logs.entry(key >> IDENTITY_SHIFT).or_default()
+    }
+
     /// The state of `key` (a copy, or a fresh state), without counting a use.
     #[must_use]
     pub fn load(&self, key: u64) -> State {
@@ -116,6 +129,7 @@ impl<C> Shard<C> {
             Ok(entry) => {
                 entry.remove();
                 self.keys.fetch_sub(1, Ordering::Relaxed);
+                self.logs.remove(&identity);
                 true
             }
             Err(_) => false,
@@ -135,6 +149,7 @@ impl<C> Shard<C> {
     pub fn clear(&mut self) {
         self.keys.fetch_sub(self.table.len(), Ordering::Relaxed);
         self.table.clear();
+        self.logs.clear();
     }
 
     /// Drops idle states and decays use counters; then evicts the least used until an eighth of the
@@ -151,8 +166,12 @@ impl<C> Shard<C> {
         if decay {
             self.inserts_since_decay = 0;
         }
+        let logs = &mut self.logs;
         self.table.retain(|slot| {
             if slot.state.is_idle(now) {
+                if !logs.is_empty() {
+                    logs.remove(&slot.identity());
+                }
                 return false;
             }
             if decay {
@@ -179,16 +198,19 @@ impl<C> Shard<C> {
         }
         let mut at_threshold = excess - below;
         let before = self.table.len();
+        let logs = &mut self.logs;
         self.table.retain(|slot| {
             let uses = usize::from(slot.uses());
-            if uses < threshold {
-                return false;
+            let evict = uses < threshold || (uses == threshold && at_threshold > 0);
+            if evict {
+                if uses == threshold {
+                    at_threshold -= 1;
+                }
+                if !logs.is_empty() {
+                    logs.remove(&slot.identity());
+                }
             }
-            if uses == threshold && at_threshold > 0 {
-                at_threshold -= 1;
-                return false;
-            }
-            true
+            !evict
         });
         let evicted = before - self.table.len();
         self.keys.fetch_sub(evicted, Ordering::Relaxed);
@@ -199,7 +221,8 @@ impl<C> Shard<C> {
     #[must_use]
     pub fn allocated_bytes(&self) -> usize {
         let buckets = if self.table.capacity() == 0 { 0 } else { (self.table.capacity() * 8 / 7).next_power_of_two() };
-        buckets * (std::mem::size_of::<Slot>() + 1)
+        let logs: usize = self.logs.values().map(|l| l.capacity() * 8 + 48).sum();
+        buckets * (std::mem::size_of::<Slot>() + 1) + logs
     }
 }
 
@@ -227,6 +250,7 @@ impl<C> Store<C> {
             .map(|_| {
                 Padded(Mutex::new(Shard {
                     table: HashTable::new(),
+                    logs: HashMap::default(),
                     keys: Arc::clone(&keys),
                     max_keys,
                     inserts_since_decay: 0,

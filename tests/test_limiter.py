@@ -191,22 +191,22 @@ def test_stats_reports_configuration_and_counters(clock: rk.ManualClock) -> None
         "exempt": 1,
         "groups": {
             "api": {
-                "rate": "1/s",
-                "burst": 2,
-                "algorithm": "token_bucket",
+                "limits": [{"rate": "1/s", "burst": 2, "algorithm": "token_bucket"}],
+                "policy": "all",
                 "requests": 1,
                 "allowed": 1,
                 "refused": 0,
                 "delayed": 0,
+                "reductions": 0,
             },
             "default": {
-                "rate": "3/min",
-                "burst": 3,
-                "algorithm": "gcra",
+                "limits": [{"rate": "3/min", "burst": 3, "algorithm": "gcra"}],
+                "policy": "all",
                 "requests": 5,
                 "allowed": 3,
                 "refused": 2,
                 "delayed": 0,
+                "reductions": 0,
             },
         },
     }

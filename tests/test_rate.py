@@ -50,4 +50,4 @@ def test_different_rates_are_unequal(a: str, b: str) -> None:
 def test_a_rate_object_configures_a_limiter_like_its_string() -> None:
     limiter = rk.Limiter(rk.Rate("3/60s"))
     group = limiter.stats()["groups"]["default"]
-    assert (group["rate"], group["burst"]) == ("3/min", 3)
+    assert group["limits"] == [{"rate": "3/min", "burst": 3, "algorithm": "gcra"}]

@@ -6,8 +6,8 @@
 [True, True, True, False]
 """
 
-from ratekeeper._core import Decision, ManualClock, Rate, Rule, __version__
+from ratekeeper._core import Decision, Limit, ManualClock, Rate, Rule, __version__
 from ratekeeper._errors import RateLimited
-from ratekeeper.limiter import Limiter
+from ratekeeper.limiter import Limiter, Permit
 
-__all__ = ["Decision", "Limiter", "ManualClock", "Rate", "RateLimited", "Rule", "__version__"]
+__all__ = ["Decision", "Limit", "Limiter", "ManualClock", "Permit", "Rate", "RateLimited", "Rule", "__version__"]

@@ -35,6 +35,43 @@ class Rate:
     def __hash__(self) -> int: ...
 
 @final
+class Limit:
+    """One limit: a rate enforced by an algorithm, or a number of concurrent requests.
+
+    Args:
+        rate: e.g. ``"10/s"`` or a :class:`Rate`. For ``leaky_bucket``, ``"R/T"`` means R tokens leak
+            every T.
+        burst: requests admitted at once: the burst (``gcra``, ``token_bucket``), the limit per window
+            (``fixed_window``, ``sliding_window``, ``sliding_log``) or the bucket's capacity
+            (``leaky_bucket``). Default: the rate's count.
+        algorithm: ``"gcra"`` (default), ``"token_bucket"``, ``"fixed_window"``, ``"sliding_window"``,
+            ``"sliding_log"`` or ``"leaky_bucket"``.
+        concurrency: instead of a rate, at most this many requests in flight per key, held with
+            :meth:`ratekeeper.Limiter.concurrent`.
+
+    Raises:
+        ValueError: a bad rate, burst, algorithm, or both or neither of ``rate`` and ``concurrency``.
+    """
+
+    def __new__(
+        cls,
+        rate: str | Rate | None = None,
+        *,
+        burst: int | None = None,
+        algorithm: str = "gcra",
+        concurrency: int | None = None,
+    ) -> Limit: ...
+    @property
+    def rate(self) -> Rate | None: ...
+    @property
+    def burst(self) -> int: ...
+    @property
+    def algorithm(self) -> str: ...
+    @property
+    def concurrency(self) -> int | None: ...
+    def __eq__(self, value: object, /) -> bool: ...
+
+@final
 class Rule:
     """A routing rule: requests whose path matches ``pattern`` count against ``group``.
 
@@ -42,31 +79,54 @@ class Rule:
         pattern: a regular expression searched in the path (like ``re.search``: anchor it with ``^``);
             ``""`` matches every path and requests without a path.
         group: the name of the group; rules naming the same group share its state and must agree on
-            its limit.
-        rate: the group's rate, e.g. ``"10/min"`` or a :class:`Rate`.
+            its limits.
+        rate: the group's one limit, e.g. ``"10/min"`` or a :class:`Rate` (or give ``limits``).
         burst: requests admitted at once (default: the rate's count, so ``"3/60s"`` admits 3 at once,
             then one every 20 s).
-        algorithm: ``"gcra"`` (default) or ``"token_bucket"`` (burst windows aligned to the key's first
-            request).
+        algorithm: the algorithm of ``rate``; see :class:`Limit`.
+        limits: several :class:`Limit` (or rate strings) instead of ``rate``.
+        policy: how the rate limits combine: ``"all"`` (every one must admit; a refusal consumes
+            nothing) or ``"fallback"`` (the first that admits takes the request). Concurrency limits
+            are gates in either policy.
+        reduction: whether :meth:`ratekeeper.Limiter.reduce` may give tokens back to this group.
 
     Raises:
-        ValueError: an invalid pattern (named), rate, burst or algorithm.
-        TypeError: a pattern or group that is not a str.
+        ValueError: an invalid pattern (named), rate, burst, algorithm, policy, or both or neither of
+            ``rate`` and ``limits``.
+        TypeError: a pattern or group that is not a str, a limit that is not a Limit or a str.
     """
 
     def __new__(
-        cls, pattern: str, group: str, rate: str | Rate, *, burst: int | None = None, algorithm: str = "gcra"
+        cls,
+        pattern: str,
+        group: str,
+        rate: str | Rate | None = None,
+        *,
+        burst: int | None = None,
+        algorithm: str = "gcra",
+        limits: Iterable[Limit | str | Rate] | None = None,
+        policy: str = "all",
+        reduction: bool = True,
     ) -> Rule: ...
     @property
     def pattern(self) -> str: ...
     @property
     def group(self) -> str: ...
     @property
-    def rate(self) -> Rate: ...
+    def limits(self) -> list[Limit]: ...
     @property
-    def burst(self) -> int: ...
+    def rate(self) -> Rate | None:
+        """The rate of the first limit."""
     @property
-    def algorithm(self) -> str: ...
+    def burst(self) -> int:
+        """The burst of the first limit."""
+    @property
+    def algorithm(self) -> str:
+        """The algorithm of the first limit."""
+    @property
+    def policy(self) -> str: ...
+    @property
+    def reduction(self) -> bool: ...
 
 @final
 class ManualClock:
@@ -163,8 +223,17 @@ class Limiter:
         """``check(...).allowed`` without building a Decision: the fastest call."""
     def _reserve(
         self, peer: str, path: str | None, cost: int, max_wait: float | None
-    ) -> tuple[Decision, float, int]: ...
-    def _refund(self, peer: str, path: str | None, cost: int) -> None: ...
+    ) -> tuple[Decision, float, int, tuple[int, int]]: ...
+    def _refund(self, peer: str, path: str | None, cost: int, receipt: tuple[int, int]) -> None: ...
+    def _acquire(self, peer: str, path: str | None, cost: int) -> Decision: ...
+    def _release(self, peer: str, path: str | None, cost: int) -> None: ...
+    def reduce(self, peer: str, path: str | None = None, n: int = 1) -> bool:
+        """Gives ``n`` tokens back to the rate limits of the group ``path`` routes to (seed 003's manual
+        reduction, e.g. when a handler's transaction succeeded).
+
+        Returns:
+            False when no group limits the path or the group was made with ``reduction=False``.
+        """
     def off(self) -> None:
         """Turns limiting off: every request is allowed and no state is touched, until :meth:`on`."""
     def on(self) -> None:
@@ -184,7 +253,8 @@ class Limiter:
         """Forgets the state of ``peer`` in every group, or of every peer."""
     def stats(self) -> dict[str, Any]:
         """Counters and sizes: ``enabled``, ``keys``, ``max_keys``, ``evictions``, ``exempt``,
-        ``memory_bytes`` (the state map), and per group ``rate``, ``burst``, ``algorithm``,
-        ``requests``, ``allowed``, ``refused``, ``delayed``."""
+        ``memory_bytes`` (the state map), and per group ``limits`` (``rate``, ``burst``,
+        ``algorithm`` each), ``policy``, ``requests``, ``allowed``, ``refused``, ``delayed``,
+        ``reductions``."""
     def __len__(self) -> int:
-        """The number of (peer, group) states tracked."""
+        """The number of states tracked: one per (peer, group) and limit."""

@@ -16,7 +16,37 @@ from ratekeeper._core import Limiter as _CoreLimiter
 from ratekeeper._errors import RateLimited
 from ratekeeper._manual_wait import ManualWaits
 
-__all__ = ["Limiter"]
+__all__ = ["Limiter", "Permit"]
+
+
+class Permit:
+    """Concurrency permits held for one request; see :meth:`Limiter.concurrent`."""
+
+    __slots__ = ("_cost", "_held", "_limiter", "_path", "_peer", "decision")
+
+    def __init__(self, limiter: _CoreLimiter, peer: str, path: str | None, cost: int) -> None:
+        self._limiter, self._peer, self._path, self._cost = limiter, peer, path, cost
+        self._held = False
+        self.decision: Decision | None = None
+
+    def __enter__(self) -> Decision:
+        decision = self._limiter._acquire(self._peer, self._path, self._cost)
+        if not decision.allowed:
+            raise RateLimited(decision)
+        self._held = True
+        self.decision = decision
+        return decision
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._held:
+            self._held = False
+            self._limiter._release(self._peer, self._path, self._cost)
+
+    async def __aenter__(self) -> Decision:
+        return self.__enter__()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.__exit__()
 
 
 class Limiter(_CoreLimiter):
@@ -31,14 +61,14 @@ class Limiter(_CoreLimiter):
         Raises:
             RateLimited: the wait would last longer than ``timeout`` seconds (nothing is reserved).
         """
-        decision, wait, deadline_ns = self._reserve(peer, path, cost, timeout)
+        decision, wait, deadline_ns, receipt = self._reserve(peer, path, cost, timeout)
         if not decision.allowed:
             raise RateLimited(decision)
         if wait > 0:
             try:
                 self._wait(wait, deadline_ns)
             except BaseException:
-                self._refund(peer, path, cost)
+                self._refund(peer, path, cost, receipt)
                 raise
         return decision
 
@@ -52,7 +82,7 @@ class Limiter(_CoreLimiter):
         Raises:
             RateLimited: the wait would last longer than ``timeout`` seconds (nothing is reserved).
         """
-        decision, wait, deadline_ns = self._reserve(peer, path, cost, timeout)
+        decision, wait, deadline_ns, receipt = self._reserve(peer, path, cost, timeout)
         if not decision.allowed:
             raise RateLimited(decision)
         if wait > 0:
@@ -62,9 +92,21 @@ class Limiter(_CoreLimiter):
                 else:
                     await self._manual_waits().sleep_until(deadline_ns)
             except BaseException:
-                self._refund(peer, path, cost)
+                self._refund(peer, path, cost, receipt)
                 raise
         return decision
+
+    def concurrent(self, peer: str, path: str | None = None, *, cost: int = 1) -> Permit:
+        """A context manager (``with`` or ``async with``) holding the group's concurrency permits.
+
+        Entering admits the request like :meth:`check` and also takes the permits of the group's
+        concurrency limits; leaving gives the permits back, also on exceptions and cancellation.
+
+        Raises:
+            RateLimited: on entering, when a rate limit refuses or every permit is in use
+                (``retry_after`` is 0.0 then: a permit frees when a request finishes).
+        """
+        return Permit(self, peer, path, cost)
 
     def _manual_waits(self) -> ManualWaits:
         waits: ManualWaits | None = self.__dict__.get("_manual_waits_")

@@ -5,7 +5,7 @@
 //! `L`, at most `burst + floor(L × count / period)` requests are admitted, and a sender whose requests
 //! are at least `period / count` apart is never refused.
 
-use super::{Outcome, Report, State};
+use super::State;
 use crate::rate::Rate;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,23 +77,22 @@ impl Gcra {
         }
     }
 
+    /// The state after admitting `cost` at `at`, or the wait until it would be admitted.
     #[inline]
-    pub fn decide(&self, state: &mut State, now: u64, cost: u64, max_wait_ns: u64) -> Outcome {
-        let new_tat = self.after(Self::tat(state, now), cost);
-        let outcome = Outcome::wait_or_refuse(self.allowed_at(new_tat).saturating_sub(now), max_wait_ns);
-        if outcome.allowed {
-            state.t = new_tat.ns;
-            // rem < count <= u32::MAX.
-            #[allow(clippy::cast_possible_truncation)]
-            {
-                state.a = new_tat.rem as u32;
-            }
+    pub fn evaluate(&self, state: &State, at: u64, cost: u64) -> Result<State, u64> {
+        let new_tat = self.after(Self::tat(state, at), cost);
+        let wait = self.allowed_at(new_tat).saturating_sub(at);
+        if wait > 0 {
+            return Err(wait);
         }
-        outcome
+        // rem < count <= u32::MAX.
+        #[allow(clippy::cast_possible_truncation)]
+        Ok(State { t: new_tat.ns, a: new_tat.rem as u32, b: 0 })
     }
 
     /// Moves the arrival time back by `cost` intervals, never before `now`.
-    pub fn refund(&self, state: &mut State, now: u64, cost: u64) {
+    #[must_use]
+    pub fn refund(&self, state: &State, now: u64, cost: u64) -> State {
         let tat = Self::tat(state, now);
         let step = self.after(Instant { ns: 0, rem: 0 }, cost);
         let (ns, rem) = if tat.rem >= step.rem {
@@ -103,16 +102,14 @@ impl Gcra {
         };
         match ns {
             #[allow(clippy::cast_possible_truncation)]
-            Some(ns) if ns >= now => {
-                state.t = ns;
-                state.a = rem as u32;
-            }
-            _ => *state = State { t: now, a: 0, b: 0 },
+            Some(ns) if ns >= now => State { t: ns, a: rem as u32, b: 0 },
+            _ => State { t: now, a: 0, b: 0 },
         }
     }
 
+    /// (remaining, `reset_after_ns`).
     #[must_use]
-    pub fn report(&self, state: &State, now: u64) -> Report {
+    pub fn report(&self, state: &State, now: u64) -> (u64, u64) {
         let tat = Self::tat(state, now);
         // Slack = now + tau - tat, in 1/count ns; each request uses `period_ns` of it.
         let count = u128::from(self.count);
@@ -121,32 +118,29 @@ impl Gcra {
         // slack / period <= burst, which fits u32.
         #[allow(clippy::cast_possible_truncation)]
         let remaining = (slack / u128::from(self.period_ns)) as u64;
-        let reset_after_ns = (tat.ns - now) + u64::from(tat.rem > 0);
-        Report { remaining, reset_after_ns }
+        (remaining, (tat.ns - now) + u64::from(tat.rem > 0))
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Kind, Limit};
-    use super::*;
+    use super::super::tests::Harness;
+    use super::super::Kind;
 
     const S: u64 = 1_000_000_000;
 
-    fn limit(text: &str, burst: Option<u64>) -> Limit {
-        Limit::new(text.parse().unwrap(), burst, Kind::Gcra).unwrap()
+    fn harness(text: &str, burst: Option<u64>) -> Harness {
+        Harness::new(text, burst, Kind::Gcra)
     }
 
     /// Seed 004's transcript: 3 per 60 s; the score delta it prints is `reset_after` for an admission
     /// and (score − now) for a refusal, whose retry time is that minus the 60 s tolerance.
     #[test]
     fn seed_004_transcript() {
-        let lim = limit("3/60s", None);
-        let mut state = State::default();
+        let mut h = harness("3/60s", None);
         let mut at = |secs: u64| {
-            let now = secs * S;
-            let out = lim.decide(&mut state, now, 1, 0);
-            (out.allowed, lim.report(&state, now).reset_after_ns / S, out.retry_after_ns / S)
+            let out = h.decide(secs * S, 1);
+            (out.allowed, h.report(secs * S).reset_after_ns / S, out.retry_after_ns / S)
         };
         assert_eq!(at(0), (true, 20, 0));
         assert_eq!(at(0), (true, 40, 0));
@@ -165,58 +159,50 @@ mod tests {
         // 7 per second does not divide 1 s evenly. After a full burst, request k of a steady sender is
         // due at exactly k/7 s: admitted at ceil(k/7 s), refused a nanosecond earlier, with no drift
         // (a truncated interval would admit 6 µs early by k = 7000).
-        let lim = limit("7/s", None);
-        let mut state = State::default();
-        assert!(lim.decide(&mut state, 0, 7, 0).allowed);
+        let mut h = harness("7/s", None);
+        assert!(h.decide(0, 7).allowed);
         for k in 1..=7_000u64 {
             let due = (k * S).div_ceil(7);
-            assert!(!lim.decide(&mut state, due - 1, 1, 0).allowed, "request {k} admitted early");
-            assert!(lim.decide(&mut state, due, 1, 0).allowed, "request {k} refused on time");
+            assert!(!h.decide(due - 1, 1).allowed, "request {k} admitted early");
+            assert!(h.decide(due, 1).allowed, "request {k} refused on time");
         }
     }
 
     #[test]
-    fn reservation_queues_waiters_in_order_and_refund_frees_the_slot() {
-        let lim = limit("1/s", Some(1));
-        let mut state = State::default();
-        assert_eq!(lim.decide(&mut state, 0, 1, u64::MAX), Outcome::admitted(0));
-        assert_eq!(lim.decide(&mut state, 0, 1, u64::MAX), Outcome::admitted(S));
-        assert_eq!(lim.decide(&mut state, 0, 1, u64::MAX), Outcome::admitted(2 * S));
-        // A waiter that would have to wait past its limit is refused without reserving.
-        assert_eq!(lim.decide(&mut state, 0, 1, S), Outcome::refused(3 * S));
-        lim.refund(&mut state, 0, 1);
-        assert_eq!(lim.decide(&mut state, 0, 1, u64::MAX), Outcome::admitted(2 * S));
+    fn reserving_at_the_retry_time_queues_waiters_in_order_and_refund_frees_the_slot() {
+        let mut h = harness("1/s", Some(1));
+        assert_eq!(h.reserve(0, 1), Some(0));
+        assert_eq!(h.reserve(0, 1), Some(S));
+        assert_eq!(h.reserve(0, 1), Some(2 * S));
+        h.refund(0, 2 * S, 1);
+        assert_eq!(h.reserve(0, 1), Some(2 * S));
     }
 
     #[test]
-    fn refusal_changes_nothing_and_report_counts_what_is_left() {
-        let lim = limit("10/min", None);
-        let mut state = State::default();
+    fn refusal_reports_what_is_left() {
+        let mut h = harness("10/min", None);
         for _ in 0..10 {
-            assert!(lim.decide(&mut state, 0, 1, 0).allowed);
+            assert!(h.decide(0, 1).allowed);
         }
-        let before = state;
-        assert_eq!(lim.decide(&mut state, 0, 1, 0), Outcome::refused(6 * S));
-        assert_eq!(state, before);
-        assert_eq!(lim.report(&state, 0), Report { remaining: 0, reset_after_ns: 60 * S });
-        assert_eq!(lim.report(&state, 12 * S).remaining, 2);
-        assert!(lim.decide(&mut state, 0, 11, u64::MAX).retry_after_ns == u64::MAX);
+        assert_eq!(h.decide(0, 1).retry_after_ns, 6 * S);
+        let report = h.report(0);
+        assert_eq!((report.remaining, report.reset_after_ns, report.limit), (0, 60 * S, 10));
+        assert_eq!(h.report(12 * S).remaining, 2);
+        assert_eq!(h.decide(0, 11).retry_after_ns, u64::MAX);
     }
 
     #[test]
     fn first_request_at_time_zero_is_admitted_for_uneven_intervals() {
         for text in ["3/s", "7/min", "6/ms"] {
-            let lim = limit(text, None);
-            assert!(lim.decide(&mut State::default(), 0, 1, 0).allowed, "{text}");
+            assert!(harness(text, None).decide(0, 1).allowed, "{text}");
         }
     }
 
     #[test]
     fn idle_once_the_arrival_time_has_passed() {
-        let lim = limit("2/s", None);
-        let mut state = State::default();
-        lim.decide(&mut state, 0, 2, 0);
-        assert!(!state.is_idle(S - 1));
-        assert!(state.is_idle(S));
+        let mut h = harness("2/s", None);
+        h.decide(0, 2);
+        assert!(!h.state.is_idle(S - 1));
+        assert!(h.state.is_idle(S));
     }
 }

@@ -1,18 +1,30 @@
-//! The limiting algorithms. Each is a pure function of (state, now, cost): no clock, no locking.
+//! The limiting algorithms. Each is a pure function of (state, time, cost): no clock, no locking.
 //!
-//! Every algorithm keeps its per-key state in one 16-byte [`State`] so that the map's slots stay small.
-//! A decision either admits (now, or after `wait_ns` when the caller accepts waiting, which reserves the
-//! slot) or refuses; a refusal never changes the state.
+//! Every algorithm but the sliding log keeps its per-key state in one 16-byte [`State`], so that the
+//! map's slots stay small. `evaluate` answers for an instant `at`: the state after admitting `cost`
+//! there, or how long after `at` the same request would be admitted. The limiter decides at `now`, or,
+//! for a caller willing to wait, at `now + retry` (which reserves that slot); a refusal never changes
+//! the state. States may hold instants after `at` (a reservation made earlier): every algorithm counts
+//! them as already used, so a reservation is never given away twice.
 
+pub mod concurrency;
 pub mod gcra;
-pub mod token_bucket;
+pub mod leaky_bucket;
+pub mod sliding_log;
+pub mod sliding_window;
+pub mod windows;
+
+use std::collections::VecDeque;
 
 use crate::error::{Error, Result};
 use crate::rate::Rate;
 
+/// The log of a key whose limit keeps none.
+pub static NO_LOG: VecDeque<u64> = VecDeque::new();
+
 /// Per-key state. The meaning of the fields depends on the algorithm, with one rule shared by all so
 /// that the store can drop stale entries without knowing their algorithm: once `now >= t`, the state no
-/// longer constrains anything (it equals a fresh state) unless `b`'s sign bit is set.
+/// longer constrains anything (it equals a fresh state).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct State {
     pub t: u64,
@@ -25,7 +37,7 @@ impl State {
     #[inline]
     #[must_use]
     pub fn is_idle(&self, now: u64) -> bool {
-        now >= self.t && self.b >> 31 == 0
+        now >= self.t
     }
 }
 
@@ -49,24 +61,16 @@ impl Outcome {
     pub const fn refused(retry_after_ns: u64) -> Self {
         Self { allowed: false, wait_ns: 0, retry_after_ns }
     }
-
-    /// Admit after `wait_ns` if the caller accepts waiting that long, else refuse.
-    #[must_use]
-    pub const fn wait_or_refuse(wait_ns: u64, max_wait_ns: u64) -> Self {
-        if wait_ns <= max_wait_ns {
-            Self::admitted(wait_ns)
-        } else {
-            Self::refused(wait_ns)
-        }
-    }
 }
 
 /// What a key has left, for headers and `Decision`; computed only when asked (not by `allow`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Report {
+    /// The limit these numbers are out of (the burst).
+    pub limit: u64,
     /// Requests of cost 1 that would be admitted right now.
     pub remaining: u64,
-    /// Time until the key is back to its full burst.
+    /// Time until the key is back to its full limit.
     pub reset_after_ns: u64,
 }
 
@@ -75,20 +79,31 @@ pub struct Report {
 pub enum Kind {
     Gcra,
     TokenBucket,
+    FixedWindow,
+    SlidingWindow,
+    SlidingLog,
+    LeakyBucket,
+    Concurrency,
 }
 
 impl Kind {
+    const ALL: [Self; 7] = [
+        Self::Gcra,
+        Self::TokenBucket,
+        Self::FixedWindow,
+        Self::SlidingWindow,
+        Self::SlidingLog,
+        Self::LeakyBucket,
+        Self::Concurrency,
+    ];
+
     /// # Errors
     /// An unknown algorithm name.
     pub fn parse(name: &str) -> Result<Self> {
-        match name {
-            "gcra" => Ok(Self::Gcra),
-            "token_bucket" => Ok(Self::TokenBucket),
-            _ => Err(Error::value(
-                "algorithm",
-                format!("unknown algorithm {name:?}; expected one of 'gcra', 'token_bucket'"),
-            )),
-        }
+        Self::ALL.into_iter().find(|k| k.name() == name).ok_or_else(|| {
+            let known: Vec<String> = Self::ALL[..6].iter().map(|k| format!("'{}'", k.name())).collect();
+            Error::value("algorithm", format!("unknown algorithm {name:?}; expected one of {}", known.join(", ")))
+        })
     }
 
     #[must_use]
@@ -96,14 +111,21 @@ impl Kind {
         match self {
             Self::Gcra => "gcra",
             Self::TokenBucket => "token_bucket",
+            Self::FixedWindow => "fixed_window",
+            Self::SlidingWindow => "sliding_window",
+            Self::SlidingLog => "sliding_log",
+            Self::LeakyBucket => "leaky_bucket",
+            Self::Concurrency => "concurrency",
         }
     }
 }
 
-/// One limit: a rate, a burst, and the algorithm that enforces them, with its derived constants.
+/// One limit: the algorithm that enforces it, with its derived constants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limit {
-    pub rate: Rate,
+    /// `None` for a concurrency limit.
+    pub rate: Option<Rate>,
+    /// Requests admitted at once: the burst, window limit, bucket capacity or permits.
     pub burst: u32,
     pub algorithm: Algorithm,
 }
@@ -111,7 +133,21 @@ pub struct Limit {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Algorithm {
     Gcra(gcra::Gcra),
-    TokenBucket(token_bucket::TokenBucket),
+    /// Token bucket with burst windows and fixed windows share one implementation.
+    Windows(Kind, windows::Windows),
+    SlidingWindow(sliding_window::SlidingWindow),
+    SlidingLog(sliding_log::SlidingLog),
+    LeakyBucket(leaky_bucket::LeakyBucket),
+    Concurrency(concurrency::Concurrency),
+}
+
+/// The admission of one limit, to be written if every limit that must agree does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admit {
+    /// The state after admitting.
+    State(State),
+    /// A sliding log admits by appending `cost` timestamps at `at`; its slot records when it goes idle.
+    Log { at: u64, cost: u64, idle_at: u64 },
 }
 
 impl Limit {
@@ -120,10 +156,7 @@ impl Limit {
     /// # Errors
     /// A burst of zero, above `u32::MAX`, or so large that `burst × period / count` overflows.
     pub fn new(rate: Rate, burst: Option<u64>, kind: Kind) -> Result<Self> {
-        let burst = burst.unwrap_or(rate.count);
-        if burst == 0 || burst > u64::from(u32::MAX) {
-            return Err(Error::value("burst", format!("must be between 1 and {}, got {burst}", u32::MAX)));
-        }
+        let burst = checked_burst(burst.unwrap_or(rate.count))?;
         let span = u128::from(burst) * u128::from(rate.period_ns) / u128::from(rate.count);
         if span > (1u128 << 62) {
             return Err(Error::value(
@@ -131,49 +164,175 @@ impl Limit {
                 format!("{burst} requests at {rate} span more than a century; use a smaller burst"),
             ));
         }
-        // Checked above: burst fits in u32.
-        #[allow(clippy::cast_possible_truncation)]
-        let burst = burst as u32;
         let algorithm = match kind {
             Kind::Gcra => Algorithm::Gcra(gcra::Gcra::new(rate, burst)),
-            Kind::TokenBucket => Algorithm::TokenBucket(token_bucket::TokenBucket::new(rate, burst)),
+            Kind::TokenBucket => Algorithm::Windows(kind, windows::Windows::token_bucket(rate, burst)),
+            Kind::FixedWindow => Algorithm::Windows(kind, windows::Windows::fixed(rate, burst)),
+            Kind::SlidingWindow => Algorithm::SlidingWindow(sliding_window::SlidingWindow::new(rate, burst)),
+            Kind::SlidingLog => Algorithm::SlidingLog(sliding_log::SlidingLog::new(rate, burst)),
+            Kind::LeakyBucket => Algorithm::LeakyBucket(leaky_bucket::LeakyBucket::new(rate, burst)),
+            Kind::Concurrency => {
+                return Err(Error::value("algorithm", "a concurrency limit takes concurrency=N, not a rate"))
+            }
         };
-        Ok(Self { rate, burst, algorithm })
+        Ok(Self { rate: Some(rate), burst, algorithm })
+    }
+
+    /// At most `permits` requests in flight at once.
+    ///
+    /// # Errors
+    /// Zero permits or more than `u32::MAX`.
+    pub fn concurrency(permits: u64) -> Result<Self> {
+        let burst = checked_burst(permits).map_err(|e| Error { field: "concurrency".into(), ..e })?;
+        Ok(Self { rate: None, burst, algorithm: Algorithm::Concurrency(concurrency::Concurrency::new(burst)) })
     }
 
     #[must_use]
     pub const fn kind(&self) -> Kind {
         match self.algorithm {
             Algorithm::Gcra(_) => Kind::Gcra,
-            Algorithm::TokenBucket(_) => Kind::TokenBucket,
-        }
-    }
-
-    /// Admit `cost` now, or after a wait of at most `max_wait_ns` (reserving the slot), or refuse.
-    #[inline]
-    pub fn decide(&self, state: &mut State, now: u64, cost: u64, max_wait_ns: u64) -> Outcome {
-        if cost > u64::from(self.burst) {
-            return Outcome::refused(u64::MAX);
-        }
-        match &self.algorithm {
-            Algorithm::Gcra(g) => g.decide(state, now, cost, max_wait_ns),
-            Algorithm::TokenBucket(tb) => tb.decide(state, now, cost, max_wait_ns),
-        }
-    }
-
-    /// Give back `cost` admitted earlier but not used (a cancelled wait).
-    pub fn refund(&self, state: &mut State, now: u64, cost: u64) {
-        match &self.algorithm {
-            Algorithm::Gcra(g) => g.refund(state, now, cost),
-            Algorithm::TokenBucket(tb) => tb.refund(state, cost),
+            Algorithm::Windows(kind, _) => kind,
+            Algorithm::SlidingWindow(_) => Kind::SlidingWindow,
+            Algorithm::SlidingLog(_) => Kind::SlidingLog,
+            Algorithm::LeakyBucket(_) => Kind::LeakyBucket,
+            Algorithm::Concurrency(_) => Kind::Concurrency,
         }
     }
 
     #[must_use]
-    pub fn report(&self, state: &State, now: u64) -> Report {
+    pub const fn is_concurrency(&self) -> bool {
+        matches!(self.algorithm, Algorithm::Concurrency(_))
+    }
+
+    #[must_use]
+    pub const fn uses_log(&self) -> bool {
+        matches!(self.algorithm, Algorithm::SlidingLog(_))
+    }
+
+    /// Admits `cost` at `at`, or says how long after `at` it would be admitted (`u64::MAX`: never).
+    /// `log` is the key's timestamps, for a sliding log only.
+    ///
+    /// # Errors
+    /// The retry time, in nanoseconds after `at`.
+    #[inline]
+    pub fn evaluate(&self, state: &State, log: &VecDeque<u64>, at: u64, cost: u64) -> std::result::Result<Admit, u64> {
+        if cost > u64::from(self.burst) {
+            return Err(u64::MAX);
+        }
         match &self.algorithm {
+            Algorithm::Gcra(g) => g.evaluate(state, at, cost).map(Admit::State),
+            Algorithm::Windows(_, w) => w.evaluate(state, at, cost).map(Admit::State),
+            Algorithm::SlidingWindow(s) => s.evaluate(state, at, cost).map(Admit::State),
+            Algorithm::SlidingLog(s) => s.evaluate(log, at, cost),
+            Algorithm::LeakyBucket(l) => l.evaluate(state, at, cost).map(Admit::State),
+            Algorithm::Concurrency(c) => c.acquire(state, cost).map(Admit::State),
+        }
+    }
+
+    /// Gives back `cost` admitted at `at` but not used (a cancelled wait, a manual reduction, the end of
+    /// a concurrent request). Returns the new state; a sliding log removes its own timestamps.
+    #[must_use]
+    pub fn refund(&self, state: &State, log: &mut VecDeque<u64>, now: u64, at: u64, cost: u64) -> State {
+        match &self.algorithm {
+            Algorithm::Gcra(g) => g.refund(state, now, cost),
+            Algorithm::Windows(_, w) => w.refund(state, cost),
+            Algorithm::SlidingWindow(s) => s.refund(state, at, cost),
+            Algorithm::SlidingLog(s) => s.refund(state, log, at, cost),
+            Algorithm::LeakyBucket(l) => l.refund(state, now, cost),
+            Algorithm::Concurrency(c) => c.release(state, cost),
+        }
+    }
+
+    #[must_use]
+    pub fn report(&self, state: &State, log: &VecDeque<u64>, now: u64) -> Report {
+        let (remaining, reset_after_ns) = match &self.algorithm {
             Algorithm::Gcra(g) => g.report(state, now),
-            Algorithm::TokenBucket(tb) => tb.report(state, now),
+            Algorithm::Windows(_, w) => w.report(state, now),
+            Algorithm::SlidingWindow(s) => s.report(state, now),
+            Algorithm::SlidingLog(s) => s.report(log, now),
+            Algorithm::LeakyBucket(l) => l.report(state, now),
+            Algorithm::Concurrency(c) => (c.available(state), 0),
+        };
+        Report { limit: u64::from(self.burst), remaining, reset_after_ns }
+    }
+}
+
+fn checked_burst(burst: u64) -> Result<u32> {
+    u32::try_from(burst)
+        .ok()
+        .filter(|&b| b >= 1)
+        .ok_or_else(|| Error::value("burst", format!("must be between 1 and {}, got {burst}", u32::MAX)))
+}
+
+/// `ceil(a / b)` for the algorithms' tick and window arithmetic.
+#[inline]
+pub(crate) const fn ceil_div(a: u64, b: u64) -> u64 {
+    a.div_ceil(b)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::collections::VecDeque;
+
+    use super::{Admit, Kind, Limit, Outcome, Report, State};
+
+    /// One key under one limit, with the commit the store does.
+    pub struct Harness {
+        pub limit: Limit,
+        pub state: State,
+        pub log: VecDeque<u64>,
+    }
+
+    impl Harness {
+        pub fn new(rate: &str, burst: Option<u64>, kind: Kind) -> Self {
+            let limit = Limit::new(rate.parse().unwrap(), burst, kind).unwrap();
+            Self { limit, state: State::default(), log: VecDeque::new() }
+        }
+
+        fn commit(&mut self, admit: Admit, now: u64) {
+            match admit {
+                Admit::State(state) => self.state = state,
+                Admit::Log { at, cost, idle_at } => {
+                    let super::Algorithm::SlidingLog(log) = &self.limit.algorithm else { unreachable!() };
+                    log.append(&mut self.log, now, at, cost);
+                    self.state.t = idle_at;
+                }
+            }
+        }
+
+        /// Decides at `at` and writes the admission.
+        pub fn decide(&mut self, at: u64, cost: u64) -> Outcome {
+            match self.limit.evaluate(&self.state, &self.log, at, cost) {
+                Ok(admit) => {
+                    self.commit(admit, at);
+                    Outcome::admitted(0)
+                }
+                Err(retry) => Outcome::refused(retry),
+            }
+        }
+
+        /// As the limiter does for a waiter: decide at `now + retry`; returns the wait.
+        pub fn reserve(&mut self, now: u64, cost: u64) -> Option<u64> {
+            let mut wait = 0;
+            for _ in 0..4 {
+                match self.limit.evaluate(&self.state, &self.log, now + wait, cost) {
+                    Ok(admit) => {
+                        self.commit(admit, now);
+                        return Some(wait);
+                    }
+                    Err(u64::MAX) => return None,
+                    Err(retry) => wait += retry,
+                }
+            }
+            None
+        }
+
+        pub fn refund(&mut self, now: u64, at: u64, cost: u64) {
+            self.state = self.limit.refund(&self.state, &mut self.log, now, at, cost);
+        }
+
+        pub fn report(&self, now: u64) -> Report {
+            self.limit.report(&self.state, &self.log, now)
         }
     }
 }

@@ -1,0 +1,109 @@
+//! Leaky bucket (seed 003): each request adds `cost` tokens; every `tick_interval` the bucket loses
+//! `tick_reduction` tokens; a request that would overflow the capacity is refused. A rate `R/T` means
+//! R tokens leak every T; the burst is the capacity (default R). Ticks are aligned to the moment the
+//! bucket last started filling from empty.
+//!
+//! State: `t` = the instant the bucket will be empty (idle from then on); `a` = tokens in it. The last
+//! tick is derived: `t − ceil(level / reduction) × interval`.
+
+use super::{ceil_div, State};
+use crate::rate::Rate;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeakyBucket {
+    capacity: u64,
+    reduction: u64,
+    interval_ns: u64,
+}
+
+impl LeakyBucket {
+    #[must_use]
+    pub fn new(rate: Rate, capacity: u32) -> Self {
+        Self { capacity: u64::from(capacity), reduction: rate.count, interval_ns: rate.period_ns }
+    }
+
+    /// (last tick, level) at `at`, after the ticks since; a later base (reserved) is returned as is.
+    fn level_at(&self, state: &State, at: u64) -> (u64, u64) {
+        let level = u64::from(state.a);
+        if level == 0 || at >= state.t {
+            return (at, 0);
+        }
+        let base = state.t - ceil_div(level, self.reduction) * self.interval_ns;
+        if at < base {
+            return (base, level);
+        }
+        let ticks = (at - base) / self.interval_ns;
+        (base + ticks * self.interval_ns, level - ticks * self.reduction)
+    }
+
+    fn state(&self, base: u64, level: u64) -> State {
+        #[allow(clippy::cast_possible_truncation)]
+        State { t: base + ceil_div(level, self.reduction) * self.interval_ns, a: level as u32, b: 0 }
+    }
+
+    #[inline]
+    pub fn evaluate(&self, state: &State, at: u64, cost: u64) -> Result<State, u64> {
+        let (base, level) = self.level_at(state, at);
+        if at < base {
+            // Tokens reserved for later ticks: decide at that tick.
+            return Err(base - at + self.evaluate(state, base, cost).err().unwrap_or(0));
+        }
+        if level + cost <= self.capacity {
+            return Ok(self.state(base, level + cost));
+        }
+        let ticks = ceil_div(level + cost - self.capacity, self.reduction);
+        Err(base + ticks * self.interval_ns - at)
+    }
+
+    /// Takes `cost` tokens out (seed 003's manual reduction, or a cancelled wait).
+    #[must_use]
+    pub fn refund(&self, state: &State, now: u64, cost: u64) -> State {
+        let (base, level) = self.level_at(state, now);
+        self.state(base, level.saturating_sub(cost))
+    }
+
+    /// (remaining, `reset_after_ns`).
+    #[must_use]
+    pub fn report(&self, state: &State, now: u64) -> (u64, u64) {
+        let (_, level) = self.level_at(state, now);
+        (self.capacity.saturating_sub(level), if level == 0 { 0 } else { state.t.saturating_sub(now) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::Harness;
+    use super::super::Kind;
+
+    const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn fills_to_capacity_and_leaks_per_tick() {
+        // Seed 003's `metrics` group: capacity 2, 2 tokens leak every 30 s.
+        let mut h = Harness::new("2/30s", None, Kind::LeakyBucket);
+        assert!(h.decide(S, 1).allowed);
+        assert!(h.decide(2 * S, 1).allowed);
+        assert_eq!(h.decide(3 * S, 1).retry_after_ns, 28 * S);
+        assert!(h.decide(31 * S, 2).allowed);
+        assert!(!h.state.is_idle(60 * S));
+        assert!(h.state.is_idle(61 * S));
+    }
+
+    #[test]
+    fn partial_leaks_take_several_ticks() {
+        let mut h = Harness::new("1/10s", Some(3), Kind::LeakyBucket);
+        assert!(h.decide(0, 3).allowed);
+        assert_eq!(h.decide(0, 2).retry_after_ns, 20 * S);
+        assert_eq!(h.report(15 * S).remaining, 1);
+    }
+
+    #[test]
+    fn manual_reduction_takes_tokens_out() {
+        let mut h = Harness::new("5/min", None, Kind::LeakyBucket);
+        assert!(h.decide(0, 5).allowed);
+        assert!(!h.decide(S, 1).allowed);
+        h.refund(S, S, 3);
+        assert_eq!(h.report(S).remaining, 3);
+        assert!(h.decide(S, 3).allowed);
+    }
+}

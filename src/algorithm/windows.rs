@@ -1,0 +1,129 @@
+//! Windows aligned to the key's first request: seed 002's token bucket with monotonic burst windows,
+//! and the fixed window. Both grant `capacity` permits at each window start; unused permits do not
+//! carry over. Aligning per key avoids the fleet-wide spike at clock-aligned boundaries.
+//!
+//! - token bucket: windows of `burst × period / count` (rounded up, so never faster than the rate),
+//!   `burst` permits each;
+//! - fixed window: windows of `period`, `burst` (default: count) permits each.
+//!
+//! State: `t` = end of the current window (0: never used); `a` = permits left in it.
+
+use super::State;
+use crate::rate::Rate;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Windows {
+    capacity: u64,
+    window_ns: u64,
+}
+
+impl Windows {
+    #[must_use]
+    pub fn token_bucket(rate: Rate, burst: u32) -> Self {
+        let span = u128::from(burst) * u128::from(rate.period_ns);
+        // `Limit::new` checked that the window fits in 62 bits.
+        #[allow(clippy::cast_possible_truncation)]
+        let window_ns = span.div_ceil(u128::from(rate.count)) as u64;
+        Self { capacity: u64::from(burst), window_ns }
+    }
+
+    #[must_use]
+    pub fn fixed(rate: Rate, limit: u32) -> Self {
+        Self { capacity: u64::from(limit), window_ns: rate.period_ns }
+    }
+
+    /// The window in force at `at`: (end, permits left). A state may hold a later window (reserved by a
+    /// waiter); its permits can only be used once it has started.
+    #[inline]
+    fn current(&self, state: &State, at: u64) -> (u64, u64) {
+        if state.t == 0 {
+            return (at + self.window_ns, self.capacity);
+        }
+        if at < state.t {
+            return (state.t, u64::from(state.a));
+        }
+        let started = (at - state.t) / self.window_ns + 1;
+        (state.t + started * self.window_ns, self.capacity)
+    }
+
+    #[inline]
+    pub fn evaluate(&self, state: &State, at: u64, cost: u64) -> Result<State, u64> {
+        let (end, permits) = self.current(state, at);
+        if permits < cost {
+            // The next window grants `capacity >= cost` permits.
+            return Err(end - at);
+        }
+        let start = end - self.window_ns;
+        if at < start {
+            return Err(start - at);
+        }
+        // permits <= capacity <= u32::MAX.
+        #[allow(clippy::cast_possible_truncation)]
+        Ok(State { t: end, a: (permits - cost) as u32, b: 0 })
+    }
+
+    #[must_use]
+    pub fn refund(&self, state: &State, cost: u64) -> State {
+        if state.t == 0 {
+            return *state;
+        }
+        #[allow(clippy::cast_possible_truncation)]
+        let a = (u64::from(state.a) + cost).min(self.capacity) as u32;
+        State { a, ..*state }
+    }
+
+    /// (remaining, `reset_after_ns`).
+    #[must_use]
+    pub fn report(&self, state: &State, now: u64) -> (u64, u64) {
+        let (end, permits) = self.current(state, now);
+        (permits, if permits >= self.capacity { 0 } else { end.saturating_sub(now) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::Harness;
+    use super::super::Kind;
+
+    const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn windows_align_to_the_first_request_and_do_not_carry_permits() {
+        let mut h = Harness::new("3/min", None, Kind::TokenBucket);
+        let t0 = 7 * S;
+        for _ in 0..3 {
+            assert!(h.decide(t0, 1).allowed);
+        }
+        assert_eq!(h.decide(t0 + 10 * S, 1).retry_after_ns, 50 * S);
+        // The window ends 60 s after the first request, not on a clock boundary.
+        assert!(h.decide(t0 + 60 * S, 1).allowed);
+        // Three windows later the key has 3 permits again, never more.
+        assert_eq!(h.report(t0 + 240 * S).remaining, 3);
+    }
+
+    #[test]
+    fn waiters_reserve_permits_of_later_windows_in_order() {
+        let mut h = Harness::new("2/10s", None, Kind::TokenBucket);
+        let waits: Vec<Option<u64>> = (0..6).map(|_| h.reserve(0, 1)).collect();
+        assert_eq!(waits, [0, 0, 10 * S, 10 * S, 20 * S, 20 * S].map(Some));
+        // A check now counts the reserved windows as used.
+        assert_eq!(h.decide(S, 1).retry_after_ns, 29 * S);
+    }
+
+    #[test]
+    fn burst_other_than_count_shortens_the_token_bucket_window() {
+        let mut h = Harness::new("10/min", Some(5), Kind::TokenBucket);
+        assert!(h.decide(0, 5).allowed);
+        assert_eq!(h.decide(0, 1).retry_after_ns, 30 * S);
+    }
+
+    #[test]
+    fn fixed_window_grants_its_limit_per_period() {
+        let mut h = Harness::new("10/min", Some(4), Kind::FixedWindow);
+        assert!(h.decide(5 * S, 4).allowed);
+        assert_eq!(h.decide(6 * S, 1).retry_after_ns, 59 * S);
+        assert!(h.decide(65 * S, 4).allowed);
+        h.refund(65 * S, 65 * S, 2);
+        assert_eq!(h.report(65 * S).remaining, 2);
+    }
+}
