@@ -14,11 +14,7 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 const HUGE: &str = "1000000000/min";
 
 fn rule(pattern: &str, group: &str, kind: Kind) -> RuleSpec {
-    RuleSpec {
-        pattern: pattern.into(),
-        group: group.into(),
-        limit: Limit::new(HUGE.parse().unwrap(), None, kind).unwrap(),
-    }
+    RuleSpec::single(pattern, group, Limit::new(HUGE.parse().unwrap(), None, kind).unwrap())
 }
 
 fn limiter(rules: Vec<RuleSpec>) -> Limiter {

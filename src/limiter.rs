@@ -357,12 +357,9 @@ impl Limiter {
     /// What the key has left under the group's rate limits: the tightest under `all`, the sum under
     /// `fallback`; a group of gates only reports its free permits.
     fn report(shard: &Shard<ShardCounters>, group: &Group, base: u64, now: u64) -> Report {
-        let reports = group
-            .limits
-            .iter()
-            .enumerate()
-            .filter(|(_, l)| l.is_concurrency() == (group.rate_limits().next().is_none()))
-            .map(|(index, limit)| {
+        let only_gates = group.rate_limits().next().is_none();
+        let reports =
+            group.limits.iter().enumerate().filter(|(_, l)| l.is_concurrency() == only_gates).map(|(index, limit)| {
                 let key = Self::limit_key(base, index);
                 limit.report(&shard.load(key), shard.log(key), now)
             });

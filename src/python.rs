@@ -134,14 +134,14 @@ impl PyLimit {
             return Ok(limit.get().inner);
         }
         if obj.is_instance_of::<PyString>() || obj.is_instance_of::<PyRate>() {
-            return Ok(Limit::new(PyRate::from_arg("rate", obj).map_err(|e| within(e, field))?, None, Kind::Gcra)?);
+            return Ok(Limit::new(PyRate::from_arg("rate", obj).map_err(|e| within(&e, field))?, None, Kind::Gcra)?);
         }
         Err(Error::type_error(field, format!("must be a Limit or a rate string, got {}", type_name(obj))).into())
     }
 }
 
 /// Prefixes a boundary error with an outer field: `rate: ...` inside `limits[1]` -> `limits[1].rate: ...`.
-fn within(error: PyErr, outer: &str) -> PyErr {
+fn within(error: &PyErr, outer: &str) -> PyErr {
     Python::attach(|py| {
         let message = error.value(py).to_string();
         let message = if message.starts_with('[') { format!("{outer}{message}") } else { format!("{outer}.{message}") };
@@ -509,7 +509,7 @@ impl PyLimiter {
         }
         match rate.filter(|r| !r.is_none()) {
             Some(rate) => specs.push(RuleSpec::single("", "default", limit_arg(rate, burst, algorithm)?)),
-            None if rules.is_none_or(|r| r.is_none()) => {
+            None if rules.is_none_or(PyAnyMethods::is_none) => {
                 return Err(Error::value("rate", "give a rate (e.g. Limiter('10/min')) or rules=[Rule(...)]").into())
             }
             None => {}

@@ -5,7 +5,7 @@ from typing import Any, final
 
 from typing_extensions import disjoint_base
 
-__all__ = ["NANOS_PER_SEC", "Decision", "Limiter", "ManualClock", "Rate", "Rule", "__version__"]
+__all__ = ["NANOS_PER_SEC", "Decision", "Limit", "Limiter", "ManualClock", "Rate", "Rule", "__version__"]
 
 __version__: str
 NANOS_PER_SEC: int

@@ -9,7 +9,10 @@ early (an exception, Ctrl-C, a cancelled task) gives the slot back.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from ratekeeper._core import Decision, ManualClock
 from ratekeeper._core import Limiter as _CoreLimiter
@@ -51,6 +54,24 @@ class Permit:
 
 class Limiter(_CoreLimiter):
     """A rate limiter. See ``ratekeeper._core.Limiter`` for the constructor and the non-blocking calls."""
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], *, clock: ManualClock | None = None) -> Limiter:
+        """A limiter from a mapping in the format of :mod:`ratekeeper.config` (groups, rules, exemptions).
+
+        Raises:
+            ValueError, TypeError: naming the place, e.g. ``groups.api.limits[1].rate: ...``.
+        """
+        from ratekeeper.config import limiter_from_config
+
+        return limiter_from_config(config, clock=clock)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str], *, clock: ManualClock | None = None) -> Limiter:
+        """A limiter from a TOML file (or YAML, with PyYAML installed); errors start with the file name."""
+        from ratekeeper.config import limiter_from_file
+
+        return limiter_from_file(path, clock=clock)
 
     def throttle(self, peer: str, path: str | None = None, *, cost: int = 1, timeout: float | None = None) -> Decision:
         """Blocks until the request is admitted and returns its Decision.

@@ -77,7 +77,10 @@ impl Gcra {
         }
     }
 
-    /// The state after admitting `cost` at `at`, or the wait until it would be admitted.
+    /// The state after admitting `cost` at `at`.
+    ///
+    /// # Errors
+    /// The wait, in nanoseconds after `at`, until it would be admitted.
     #[inline]
     pub fn evaluate(&self, state: &State, at: u64, cost: u64) -> Result<State, u64> {
         let new_tat = self.after(Self::tat(state, at), cost);

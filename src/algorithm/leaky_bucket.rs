@@ -41,6 +41,10 @@ impl LeakyBucket {
         State { t: base + ceil_div(level, self.reduction) * self.interval_ns, a: level as u32, b: 0 }
     }
 
+    /// The state after admitting `cost` at `at`.
+    ///
+    /// # Errors
+    /// The wait, in nanoseconds after `at`, until it would be admitted.
     #[inline]
     pub fn evaluate(&self, state: &State, at: u64, cost: u64) -> Result<State, u64> {
         let (base, level) = self.level_at(state, at);

@@ -28,6 +28,10 @@ impl SlidingLog {
         log.partition_point(|&t| t + self.window_ns <= at)
     }
 
+    /// The admission of `cost` at `at`.
+    ///
+    /// # Errors
+    /// The wait, in nanoseconds after `at`, until it would be admitted.
     #[inline]
     pub fn evaluate(&self, log: &VecDeque<u64>, at: u64, cost: u64) -> Result<Admit, u64> {
         let first = self.first_live(log, at);

@@ -65,6 +65,10 @@ impl SlidingWindow {
         (offset < self.window_ns).then_some(offset)
     }
 
+    /// The state after admitting `cost` at `at`.
+    ///
+    /// # Errors
+    /// The wait, in nanoseconds after `at`, until it would be admitted.
     #[inline]
     pub fn evaluate(&self, state: &State, at: u64, cost: u64) -> Result<State, u64> {
         let view = self.view(state, at);
@@ -113,7 +117,6 @@ impl SlidingWindow {
         let w = u128::from(self.window_ns);
         let elapsed = u128::from(now.saturating_sub(view.start)).min(w);
         let used = u128::from(view.current) * w + u128::from(view.previous) * (w - elapsed);
-        #[allow(clippy::cast_possible_truncation)]
         let remaining = (u128::from(self.limit) * w).saturating_sub(used) / w;
         let reset = if view.current > 0 {
             view.start + 2 * self.window_ns
@@ -122,7 +125,10 @@ impl SlidingWindow {
         } else {
             now
         };
-        (remaining as u64, reset.saturating_sub(now))
+        // remaining <= limit, a u32.
+        #[allow(clippy::cast_possible_truncation)]
+        let remaining = remaining as u64;
+        (remaining, reset.saturating_sub(now))
     }
 }
 

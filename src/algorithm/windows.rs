@@ -46,6 +46,10 @@ impl Windows {
         (state.t + started * self.window_ns, self.capacity)
     }
 
+    /// The state after admitting `cost` at `at`.
+    ///
+    /// # Errors
+    /// The wait, in nanoseconds after `at`, until it would be admitted.
     #[inline]
     pub fn evaluate(&self, state: &State, at: u64, cost: u64) -> Result<State, u64> {
         let (end, permits) = self.current(state, at);
