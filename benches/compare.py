@@ -10,6 +10,14 @@ What is measured
       100k keys          cycling through 100,000 distinct 32-character peers (warmed: all keys exist)
       allow(peer, path)  ratekeeper only: 4 regex rules, the path cycling over 4 realistic paths
       check(peer)        ratekeeper only: the call that returns a Decision object, hot key
+      algorithms         ratekeeper only: allow(peer), hot key, with each algorithm (a Rule's
+                         ``algorithm=``) and with a group of two limits under policy "all". The
+                         sliding log keeps every stamp of its window, so at 10**9/min its memory would
+                         grow with every call: it is timed at 10**6/s over 2,000 peers (never refused,
+                         next to GCRA on the same peers), and on a hot key of a manual clock moved 1 µs
+                         before each call with a window of 10 µs or 10 ms, so that the key holds exactly 10
+                         or 10,000 live stamps at every call: its cost must not grow with the count beyond
+                         O(log n). GCRA is timed with the same step, the reference of those rows.
       memory             ratekeeper only: RSS growth per tracked key after 1,000,000 distinct peers
                          in rk.Limiter("10/min"); run first, before any timing, so that memory freed
                          by other measurements cannot be reused and hide the growth.
@@ -57,6 +65,13 @@ TIMES = "\N{MULTIPLICATION SIGN}"
 
 HOT, KEYS, ROUTED, CHECK = "hot key", "100k keys", "allow(peer, path), 4 rules", "check(peer), hot key"
 PEER_SCENARIOS = (HOT, KEYS)
+# ratekeeper's algorithms whose state is one slot; the sliding log is timed apart (see the docstring).
+SLOT_ALGORITHMS = ("gcra", "token_bucket", "fixed_window", "sliding_window", "leaky_bucket")
+LOG_RATE, LOG_KEYS = "1000000/s", 2_000
+LIVE_STAMPS = (10, 10_000)
+STEP_S = 1e-6
+STEPPED = "hot key, manual clock +1 µs per call"
+ALL_POLICY = "all policy (2 limits: gcra + sliding_window)"
 
 Admit = Callable[[str], object]
 
@@ -355,6 +370,63 @@ def measure_ratekeeper_only(rk, scenario: str, settings: Settings) -> float:
     return ns
 
 
+def algorithm_limiter(rk, algorithm: str, rate: object = LIMIT_STR, clock: object = None):
+    return rk.Limiter(rules=[rk.Rule("", "default", rate, algorithm=algorithm)], clock=clock)
+
+
+def stepped(clock, allow: Admit) -> Admit:
+    """``allow`` after moving the manual ``clock`` by ``STEP_S``."""
+    advance = clock.advance
+
+    def call(peer: str) -> object:
+        advance(STEP_S)
+        return allow(peer)
+
+    return call
+
+
+def admitted_or_fail(name: str, admitted: bool) -> None:
+    if not admitted:
+        raise RuntimeError(f"ratekeeper {name} refused a call: the benchmark must only time admitted calls")
+
+
+def measure_algorithms(rk, settings: Settings) -> list[tuple[str, str, float]]:
+    """(algorithm, scenario, ns per call) of ``allow(peer)`` per algorithm, and of a group of two limits."""
+    rows: list[tuple[str, str, float]] = []
+    hot = scenario_inputs(HOT, [])
+    for algorithm in SLOT_ALGORITHMS:
+        allow = algorithm_limiter(rk, algorithm).allow
+        rows.append((algorithm, HOT, best_ns_per_call(allow, time_calls, hot, settings)))
+        admitted_or_fail(algorithm, allow(HOT_PEER))
+    limits = [rk.Limit(LIMIT_STR), rk.Limit(LIMIT_STR, algorithm="sliding_window")]
+    allow = rk.Limiter(rules=[rk.Rule("", "default", limits=limits, policy="all")]).allow
+    rows.append((ALL_POLICY, HOT, best_ns_per_call(allow, time_calls, hot, settings)))
+    admitted_or_fail(ALL_POLICY, allow(HOT_PEER))
+
+    keys = make_peers(LOG_KEYS, seed=2)
+    cycled = scenario_inputs(KEYS, keys)
+    for algorithm, rate in (("gcra", LIMIT_STR), ("sliding_log", LOG_RATE)):
+        allow = algorithm_limiter(rk, algorithm, rate).allow
+        time_calls(allow, keys)
+        rows.append((algorithm, f"{LOG_KEYS:,} keys, {rate}", best_ns_per_call(allow, time_calls, cycled, settings)))
+        admitted_or_fail(algorithm, allow(keys[-1]))
+
+    # A hot key on a manual clock moved 1 µs before each call: a window of `live` µs holds exactly `live` stamps.
+    # The step is a Python closure around allow (its cost is in every row), so gcra on the same clock is timed too.
+    for algorithm, live in (("gcra", 1), *(("sliding_log", live) for live in LIVE_STAMPS)):
+        clock = rk.ManualClock()
+        limiter = algorithm_limiter(rk, algorithm, rk.Rate(2 * live, per=live * STEP_S), clock)
+        ns = best_ns_per_call(stepped(clock, limiter.allow), time_calls, hot, settings)
+        clock.advance(STEP_S)
+        decision = limiter.check(HOT_PEER)
+        admitted_or_fail(algorithm, decision.allowed)
+        if algorithm == "gcra":
+            rows.append((algorithm, STEPPED, ns))
+        else:
+            rows.append((algorithm, f"{STEPPED}, {decision.limit - decision.remaining:,} live stamps", ns))
+    return rows
+
+
 # ---------------------------------------------------------------------------------------------
 # Memory (ratekeeper only)
 # ---------------------------------------------------------------------------------------------
@@ -400,6 +472,8 @@ class Report:
     rows: list[Row] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     memory: tuple[int, int] | None = None
+    # (algorithm, scenario, ns) from ``measure_algorithms``, also in ``rows`` as "ratekeeper <algorithm>".
+    algorithms: list[tuple[str, str, float]] = field(default_factory=list)
 
 
 def fmt_ns(ns: float) -> str:
@@ -407,7 +481,7 @@ def fmt_ns(ns: float) -> str:
 
 
 def speedup(row: Row, reference: dict[str, float]) -> str:
-    if row.library == "ratekeeper":
+    if row.library.startswith("ratekeeper"):
         return "—"
     rk_ns = reference.get(row.scenario)
     return f"{row.ns / rk_ns:,.1f}{TIMES}" if rk_ns else "n/a"
@@ -441,6 +515,16 @@ def render(report: Report, contenders: list[Contender], settings: Settings) -> s
             "| --- | --- | ---: | ---: | ---: |",
             f'| ratekeeper | Limiter("10/min"), 32-char peers | {tracked:,} | {growth / 2**20:,.1f} MiB | {per_key} |',
         ]
+    if report.algorithms:
+        gcra = {scenario: ns for algorithm, scenario, ns in report.algorithms if algorithm == "gcra"}
+        lines += [
+            "",
+            f"| ratekeeper allow(peer) | scenario | ns/call | {TIMES} gcra (same scenario) |",
+            "| --- | --- | ---: | ---: |",
+        ]
+        for algorithm, scenario, ns in report.algorithms:
+            base = gcra.get(scenario) or gcra.get(STEPPED if scenario.startswith(STEPPED) else HOT)
+            lines.append(f"| {algorithm} | {scenario} | {fmt_ns(ns)} | {ns / base:.2f}{TIMES} |")
     if report.notes:
         lines += ["", "Notes:", *[f"- {note}" for note in report.notes]]
     return "\n".join(lines)
@@ -471,6 +555,15 @@ def selected(contenders: list[Contender], only: list[str] | None) -> list[Conten
     return [c for c in contenders if c.name == "ratekeeper" or any(w in c.name.lower() for w in wanted)]
 
 
+ALGORITHMS_NOTE = (
+    "ratekeeper algorithms: a Rule's algorithm at 10**9/min, hot key. sliding_log keeps every stamp of its "
+    f"window (at 10**9/min, every call), so it is timed at {LOG_RATE} over {LOG_KEYS:,} cycled peers (never "
+    "refused; gcra on the same peers beside it), and on a hot key of a ManualClock moved 1 µs before each call "
+    "(a Python closure, in the time) with a window holding exactly 10 or 10,000 live stamps (read back after the "
+    "run), against gcra with the same step. Last column: against gcra in the same scenario."
+)
+
+
 def run_all(rk, contenders: list[Contender], settings: Settings, report: Report) -> None:
     keys = make_peers(NUM_KEYS, seed=0)
     for scenario in PEER_SCENARIOS:
@@ -482,6 +575,11 @@ def run_all(rk, contenders: list[Contender], settings: Settings, report: Report)
         for scenario in (ROUTED, CHECK):
             report.rows.append(Row("ratekeeper", scenario, measure_ratekeeper_only(rk, scenario, settings)))
             print(f"  {'ratekeeper':<24} {scenario:<28} {report.rows[-1].ns:>10.1f} ns", file=sys.stderr)
+        report.algorithms = measure_algorithms(rk, settings)
+        for algorithm, scenario, ns in report.algorithms:
+            report.rows.append(Row(f"ratekeeper {algorithm}", scenario, ns))
+            print(f"  {algorithm:<24} {scenario:<28} {ns:>10.1f} ns", file=sys.stderr)
+        report.notes.append(ALGORITHMS_NOTE)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,6 @@
 //! Criterion benches of the Rust core alone (no Python): one decision on a hot key, over 100k keys,
-//! with regex routing, per algorithm, and two threads on distinct keys.
+//! with regex routing, per algorithm, a group of two limits under `all`, a sliding log holding 10 and
+//! 10,000 live stamps, and two threads on distinct keys.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -7,14 +8,24 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use _core::algorithm::{Kind, Limit};
-use _core::clock::Clock;
-use _core::limiter::{Config, Limiter, RuleSpec};
+use _core::clock::{Clock, ManualClock};
+use _core::limiter::{Config, Limiter, Policy, RuleSpec};
+use _core::rate::Rate;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
 const HUGE: &str = "1000000000/min";
 
+/// Every algorithm whose state is one 16-byte slot; the sliding log keeps every stamp of its window, so at
+/// `HUGE` its memory would grow without bound: it is timed apart, on a manual clock (`sliding_log`).
+const SLOT_KINDS: [Kind; 5] =
+    [Kind::Gcra, Kind::TokenBucket, Kind::FixedWindow, Kind::SlidingWindow, Kind::LeakyBucket];
+
+fn huge(kind: Kind) -> Limit {
+    Limit::new(HUGE.parse().unwrap(), None, kind).unwrap()
+}
+
 fn rule(pattern: &str, group: &str, kind: Kind) -> RuleSpec {
-    RuleSpec::single(pattern, group, Limit::new(HUGE.parse().unwrap(), None, kind).unwrap())
+    RuleSpec::single(pattern, group, huge(kind))
 }
 
 fn limiter(rules: Vec<RuleSpec>) -> Limiter {
@@ -28,20 +39,34 @@ fn peers(n: usize) -> Vec<String> {
 fn decisions(c: &mut Criterion) {
     let mut group = c.benchmark_group("decide");
     group.throughput(Throughput::Elements(1));
-    for kind in [Kind::Gcra, Kind::TokenBucket] {
+    for kind in SLOT_KINDS {
         let lim = limiter(vec![rule("", "default", kind)]);
         group.bench_function(format!("{}/hot_key", kind.name()), |b| {
             b.iter(|| lim.decide(black_box("alice"), None, 1, 0, false).outcome.allowed);
         });
-        let keys = peers(100_000);
-        let mut i = 0;
-        group.bench_function(format!("{}/100k_keys", kind.name()), |b| {
-            b.iter(|| {
-                i = (i + 1) % keys.len();
-                lim.decide(black_box(&keys[i]), None, 1, 0, false).outcome.allowed
+        assert!(lim.decide("alice", None, 1, 0, false).outcome.allowed, "{} refused", kind.name());
+        if matches!(kind, Kind::Gcra | Kind::TokenBucket) {
+            let keys = peers(100_000);
+            let mut i = 0;
+            group.bench_function(format!("{}/100k_keys", kind.name()), |b| {
+                b.iter(|| {
+                    i = (i + 1) % keys.len();
+                    lim.decide(black_box(&keys[i]), None, 1, 0, false).outcome.allowed
+                });
             });
-        });
+        }
     }
+    let lim = limiter(vec![RuleSpec {
+        pattern: String::new(),
+        group: "default".into(),
+        limits: vec![huge(Kind::Gcra), huge(Kind::SlidingWindow)],
+        policy: Policy::All,
+        reduction: true,
+    }]);
+    group.bench_function("all_policy_2_limits/hot_key", |b| {
+        b.iter(|| lim.decide(black_box("alice"), None, 1, 0, false).outcome.allowed);
+    });
+    assert!(lim.decide("alice", None, 1, 0, false).outcome.allowed);
     let lim = limiter(vec![
         rule("^/api/v1/", "v1", Kind::Gcra),
         rule("^/api/v2/", "v2", Kind::Gcra),
@@ -59,6 +84,41 @@ fn decisions(c: &mut Criterion) {
     group.bench_function("gcra/check_with_report", |b| {
         b.iter(|| lim.decide(black_box("alice"), None, 1, 0, true).report);
     });
+    group.finish();
+}
+
+/// Nanoseconds the manual clock moves before each decision of `sliding_log`.
+const STEP_NS: u64 = 1_000;
+
+/// A hot key on a manual clock moved `STEP_NS` before each decision. With a window of `live × STEP_NS`, the
+/// key's log holds exactly `live` stamps at every decision, so the rows differ only in the log's length:
+/// a decision is a binary search (O(log n)) plus an append and a drain at the ends (amortised O(1)).
+/// GCRA on the same clock is the reference: a manual clock reads faster than the monotonic one.
+fn sliding_log(c: &mut Criterion) {
+    let mut group = c.benchmark_group("decide_manual_clock");
+    group.throughput(Throughput::Elements(1));
+    let rows = [(Kind::Gcra, 1u64), (Kind::SlidingLog, 10), (Kind::SlidingLog, 10_000)];
+    for (kind, live) in rows {
+        let clock = Arc::new(ManualClock::new(0));
+        // Twice the live stamps, so that no decision is refused.
+        let rate = Rate::new(2 * live, live * STEP_NS).unwrap();
+        let rules = vec![RuleSpec::single("", "default", Limit::new(rate, None, kind).unwrap())];
+        let lim = Limiter::new(Config { rules, ..Config::default() }, Clock::Manual(Arc::clone(&clock))).unwrap();
+        let name =
+            if kind == Kind::SlidingLog { format!("sliding_log/{live}_live_stamps") } else { "gcra/hot_key".into() };
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                clock.advance_ns(STEP_NS);
+                lim.decide(black_box("alice"), None, 1, 0, false).outcome.allowed
+            });
+        });
+        clock.advance_ns(STEP_NS);
+        let decision = lim.decide("alice", None, 1, 0, true);
+        assert!(decision.outcome.allowed, "{} refused", kind.name());
+        if kind == Kind::SlidingLog {
+            assert_eq!(decision.report.unwrap().remaining, live, "the log does not hold {live} stamps");
+        }
+    }
     group.finish();
 }
 
@@ -99,5 +159,5 @@ fn scaling(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, decisions, scaling);
+criterion_group!(benches, decisions, sliding_log, scaling);
 criterion_main!(benches);

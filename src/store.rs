@@ -2,7 +2,8 @@
 //!
 //! A slot is 24 bytes: a 56-bit key identity with an 8-bit use counter in the same word, and the
 //! algorithm's 16-byte [`State`]. The peer string is never stored. When the map holds `max_keys` keys,
-//! the shard that inserts makes room with one pass: it drops every idle state (losing nothing), halves
+//! the shard that inserts makes room with one pass: it drops every idle state (which never lets a key
+//! admit more than it could have; see `State`), halves
 //! every use counter (so old popularity decays), and if that freed less than an eighth of the shard,
 //! evicts its least-frequently-used slots until it has. The bound is global (one atomic count, touched
 //! only on inserts and removals), so uneven shards never evict before the map is full.

@@ -24,7 +24,9 @@ pub static NO_LOG: VecDeque<u64> = VecDeque::new();
 
 /// Per-key state. The meaning of the fields depends on the algorithm, with one rule shared by all so
 /// that the store can drop stale entries without knowing their algorithm: once `now >= t`, the state no
-/// longer constrains anything (it equals a fresh state).
+/// longer constrains anything. Dropping it then never admits more than keeping it would: for GCRA,
+/// sliding windows, logs and leaky buckets the next decision is the same; windows aligned per key
+/// (token bucket, fixed window) restart at the key's next request, which ends them later, not sooner.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct State {
     pub t: u64,
@@ -33,7 +35,7 @@ pub struct State {
 }
 
 impl State {
-    /// True when forgetting this state loses nothing: the next decision would be the same.
+    /// True when forgetting this state can only make later decisions as strict or stricter.
     #[inline]
     #[must_use]
     pub fn is_idle(&self, now: u64) -> bool {

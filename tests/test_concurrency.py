@@ -1,0 +1,196 @@
+"""Concurrency permits: ``rk.Limit(concurrency=N)`` in a rule's limits, held with ``Limiter.concurrent``.
+
+Permits are taken on entering ``with`` / ``async with`` and given back on leaving, whether the body returns,
+raises or is cancelled. A refusal raises ``rk.RateLimited`` with ``retry_after == 0.0`` (a permit frees when a
+request finishes, at no known time). ``check`` and ``allow`` never take permits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+
+import pytest
+import ratekeeper as rk
+
+GROUP = "g"
+PEER = "peer"
+
+
+def gated(clock: rk.ManualClock, *limits: rk.Limit | str, policy: str = "all") -> rk.Limiter:
+    return rk.Limiter(rules=[rk.Rule("^/api/", GROUP, limits=list(limits), policy=policy)], clock=clock)
+
+
+def free_permits(limiter: rk.Limiter, peer: str = PEER) -> int:
+    """How many permits ``peer`` can take now: acquisitions until one is refused, all given back after."""
+    retry_after = None
+    taken = 0
+    with contextlib.ExitStack() as held:
+        while retry_after is None and taken < 1_000:
+            try:
+                held.enter_context(limiter.concurrent(peer, "/api/x"))
+                taken += 1
+            except rk.RateLimited as refused:
+                retry_after = refused.retry_after
+    assert retry_after == 0.0
+    return taken
+
+
+def test_permits_are_taken_on_entering_and_given_back_on_leaving(clock: rk.ManualClock) -> None:
+    limiter = gated(clock, "100/s", rk.Limit(concurrency=2))
+    with limiter.concurrent(PEER, "/api/a") as first:
+        assert first.allowed
+        assert first.group == GROUP
+        with limiter.concurrent(PEER, "/api/b"):
+            with pytest.raises(rk.RateLimited) as refused, limiter.concurrent(PEER, "/api/c"):
+                pytest.fail("a third request entered")
+            assert refused.value.retry_after == 0.0
+            assert not refused.value.decision.allowed
+            with limiter.concurrent("other", "/api/c"):  # permits are per peer
+                pass
+        with limiter.concurrent(PEER, "/api/c"):
+            pass
+    assert free_permits(limiter) == 2
+
+
+def test_permits_are_given_back_when_the_body_raises(clock: rk.ManualClock) -> None:
+    limiter = gated(clock, rk.Limit(concurrency=1))
+    for _ in range(3):
+        with pytest.raises(KeyError), limiter.concurrent(PEER, "/api/x"):
+            raise KeyError("boom")
+    assert free_permits(limiter) == 1
+
+
+def test_a_permit_costs_its_cost(clock: rk.ManualClock) -> None:
+    limiter = gated(clock, rk.Limit(concurrency=3))
+    with limiter.concurrent(PEER, "/api/x", cost=2):
+        with pytest.raises(rk.RateLimited), limiter.concurrent(PEER, "/api/x", cost=2):
+            pass
+        with limiter.concurrent(PEER, "/api/x", cost=1):
+            pass
+    assert free_permits(limiter) == 3
+
+
+def test_plain_checks_take_no_permits(clock: rk.ManualClock) -> None:
+    limiter = gated(clock, "100/s", rk.Limit(concurrency=1))
+    with limiter.concurrent(PEER, "/api/x"):
+        for _ in range(10):
+            assert limiter.check(PEER, "/api/x").allowed
+            assert limiter.allow(PEER, "/api/x")
+        with pytest.raises(rk.RateLimited), limiter.concurrent(PEER, "/api/x"):
+            pass
+    assert limiter.check(PEER, "/api/x").allowed
+    assert free_permits(limiter) == 1
+
+
+@pytest.mark.parametrize("policy", ["all", "fallback"])
+def test_a_group_of_gates_only_limits_concurrency(policy: str, clock: rk.ManualClock) -> None:
+    limiter = gated(clock, rk.Limit(concurrency=2), policy=policy)
+    assert all(limiter.allow(PEER, "/api/x") for _ in range(100))
+    assert free_permits(limiter) == 2
+
+
+def test_a_gate_refusal_spends_no_rate_and_a_rate_refusal_takes_no_permit(clock: rk.ManualClock) -> None:
+    limiter = gated(clock, "2/min", rk.Limit(concurrency=1))
+    with limiter.concurrent(PEER, "/api/x"):  # 1 of 2 per minute
+        for _ in range(5):
+            with pytest.raises(rk.RateLimited) as gate, limiter.concurrent(PEER, "/api/x"):
+                pass
+            assert gate.value.retry_after == 0.0
+    with limiter.concurrent(PEER, "/api/x"):  # 2 of 2: the gate's refusals spent nothing
+        pass
+    for _ in range(5):
+        with pytest.raises(rk.RateLimited) as rate, limiter.concurrent(PEER, "/api/x"):
+            pass
+        assert rate.value.retry_after == 30.0
+    clock.advance(30)
+    with limiter.concurrent(PEER, "/api/x"):  # the rate's refusals took no permit
+        pass
+
+
+@pytest.mark.asyncio
+async def test_async_with_gives_permits_back_on_exit_and_on_exceptions(clock: rk.ManualClock) -> None:
+    limiter = gated(clock, rk.Limit(concurrency=1))
+    async with limiter.concurrent(PEER, "/api/x") as decision:
+        assert decision.allowed
+        with pytest.raises(rk.RateLimited) as refused:
+            async with limiter.concurrent(PEER, "/api/x"):
+                pytest.fail("a second request entered")
+        assert refused.value.retry_after == 0.0
+    with pytest.raises(ValueError, match="boom"):
+        async with limiter.concurrent(PEER, "/api/x"):
+            raise ValueError("boom")
+    assert free_permits(limiter) == 1
+
+
+@pytest.mark.asyncio
+async def test_cancelling_a_task_inside_async_with_gives_its_permit_back(clock: rk.ManualClock) -> None:
+    limiter = gated(clock, rk.Limit(concurrency=1))
+    entered, never = asyncio.Event(), asyncio.Event()
+
+    async def handler() -> None:
+        async with limiter.concurrent(PEER, "/api/x"):
+            entered.set()
+            await never.wait()
+
+    task = asyncio.create_task(handler())
+    await entered.wait()
+    with pytest.raises(rk.RateLimited):
+        async with limiter.concurrent(PEER, "/api/x"):
+            pass
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    async with limiter.concurrent(PEER, "/api/x") as decision:
+        assert decision.allowed
+    assert free_permits(limiter) == 1
+
+
+def test_threads_never_hold_more_than_the_permits(clock: rk.ManualClock) -> None:
+    permits, threads, rounds = 3, 16, 200
+    limiter = gated(clock, rk.Limit(concurrency=permits))
+    lock = threading.Lock()
+    inside = 0
+    most = 0
+    entered = [0] * threads
+    refused = [0] * threads
+    retries: set[float] = set()
+    barrier = threading.Barrier(threads)
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        nonlocal inside, most
+        try:
+            barrier.wait()
+            for _ in range(rounds):
+                try:
+                    with limiter.concurrent(PEER, "/api/x"):
+                        with lock:
+                            inside += 1
+                            most = max(most, inside)
+                        time.sleep(0)  # let another thread run while this one holds its permit
+                        with lock:
+                            inside -= 1
+                    entered[i] += 1
+                except rk.RateLimited as error:
+                    retries.add(error.retry_after)
+                    refused[i] += 1
+        except BaseException as error:
+            errors.append(error)
+
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert not errors
+    assert 1 <= most <= permits
+    assert retries <= {0.0}
+    assert inside == 0
+    assert sum(entered) + sum(refused) == threads * rounds
+    assert sum(entered) > 0
+    group = limiter.stats()["groups"][GROUP]
+    assert (group["requests"], group["allowed"], group["refused"]) == (threads * rounds, sum(entered), sum(refused))
+    assert free_permits(limiter) == permits
