@@ -400,9 +400,15 @@ impl Limiter {
             }
             let key = Self::limit_key(base, i);
             if let Some(state) = shard.get_mut(key).map(|s| *s) {
-                let mut log = std::mem::take(shard.log_mut(key));
-                let changed = change(limit, &state, &mut log, now);
-                *shard.log_mut(key) = log;
+                // Only a sliding log has stamps; others must not leave an empty log behind.
+                let changed = if limit.uses_log() {
+                    let mut log = std::mem::take(shard.log_mut(key));
+                    let changed = change(limit, &state, &mut log, now);
+                    *shard.log_mut(key) = log;
+                    changed
+                } else {
+                    change(limit, &state, &mut std::collections::VecDeque::new(), now)
+                };
                 shard.store(key, changed, now);
             }
         }
