@@ -1,6 +1,9 @@
 //! The limiter: routes a request to a group, finds the key's states, applies the group's limits.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::MutexGuard;
 
 use crate::algorithm::{Admit, Algorithm, Limit, Outcome, Report, State, NO_LOG};
 use crate::clock::Clock;
@@ -223,10 +226,12 @@ impl Limiter {
         let now = self.clock.now_ns();
         let mut shard = self.store.lock(base);
         let simple =
-            if group.simple { Self::decide_simple(&mut shard, &group.limits[0], base, now, cost) } else { None };
+            if group.simple { Some(Self::decide_simple(&mut shard, &group.limits[0], base, now, cost)) } else { None };
         let (outcome, receipt) = match simple {
-            Some(done) => done,
-            None => Self::decide_group(&mut shard, group, base, now, cost, max_wait, acquire),
+            Some(Ok(admitted)) => admitted,
+            // Refused, and the caller cannot wait that long: no second evaluation.
+            Some(Err(retry)) if retry > max_wait => (Outcome::refused(retry), Receipt::default()),
+            _ => Self::decide_group(&mut shard, group, base, now, cost, max_wait, acquire),
         };
         shard.counters.groups[index].record(outcome.allowed, outcome.wait_ns > 0);
         let report = report.then(|| Self::report(&shard, group, base, now));
@@ -234,7 +239,7 @@ impl Limiter {
         Decision { route, outcome, report, now, receipt }
     }
 
-    /// The hot path: one plain limit decided in place at `now`. `None` when refused (a waiter may
+    /// The hot path: one plain limit decided in place at `now`. The retry time when refused (a waiter may
     /// still reserve a later slot through `decide_group`).
     #[inline]
     fn decide_simple(
@@ -243,18 +248,19 @@ impl Limiter {
         key: u64,
         now: u64,
         cost: u64,
-    ) -> Option<(Outcome, Receipt)> {
+    ) -> std::result::Result<(Outcome, Receipt), u64> {
         let receipt = Receipt { limits: 1, at: now };
+        let simple = |admit| match admit {
+            Admit::State(admitted) => admitted,
+            Admit::Log { .. } => unreachable!("a simple group has no sliding log"),
+        };
         if let Some(state) = shard.get_mut(key) {
-            if let Ok(Admit::State(admitted)) = limit.evaluate(state, &NO_LOG, now, cost) {
-                *state = admitted;
-                return Some((Outcome::admitted(0), receipt));
-            }
-        } else if let Ok(Admit::State(admitted)) = limit.evaluate(&State::default(), &NO_LOG, now, cost) {
+            *state = simple(limit.evaluate(state, &NO_LOG, now, cost)?);
+        } else {
+            let admitted = simple(limit.evaluate(&State::default(), &NO_LOG, now, cost)?);
             shard.insert(key, admitted, now);
-            return Some((Outcome::admitted(0), receipt));
         }
-        None
+        Ok((Outcome::admitted(0), receipt))
     }
 
     /// Every limit of the group at `now`, or for a waiter at the first instant all admit.
@@ -381,21 +387,20 @@ impl Limiter {
         combined.unwrap_or(Report { limit: 0, remaining: 0, reset_after_ns: 0 })
     }
 
-    /// Applies `change` to the limits of `peer`'s group named by `select`; returns the group.
+    /// Applies `change` to the states of the limits of group `index` that `select` picks, and returns
+    /// the shard, still locked, for the caller's counters.
     fn change(
         &self,
         peer: &str,
-        path: Option<&str>,
-        select: impl Fn(&Group, usize, &Limit) -> bool,
-        change: impl Fn(&Limit, &State, &mut std::collections::VecDeque<u64>, u64) -> State,
-    ) -> Option<usize> {
-        let Route::Group(index) = self.router.route(peer, path) else { return None };
-        let group = &self.groups[index];
+        index: usize,
+        select: impl Fn(usize, &Limit) -> bool,
+        change: impl Fn(&Limit, &State, &mut VecDeque<u64>, u64) -> State,
+    ) -> MutexGuard<'_, Shard<ShardCounters>> {
         let base = self.key(peer, index);
         let now = self.clock.now_ns();
         let mut shard = self.store.lock(base);
-        for (i, limit) in group.limits.iter().enumerate() {
-            if !select(group, i, limit) {
+        for (i, limit) in self.groups[index].limits.iter().enumerate() {
+            if !select(i, limit) {
                 continue;
             }
             let key = Self::limit_key(base, i);
@@ -407,32 +412,36 @@ impl Limiter {
                     *shard.log_mut(key) = log;
                     changed
                 } else {
-                    change(limit, &state, &mut std::collections::VecDeque::new(), now)
+                    change(limit, &state, &mut VecDeque::new(), now)
                 };
                 shard.store(key, changed, now);
             }
         }
-        Some(index)
+        shard
     }
 
     /// Gives back `cost` that an admission took (`receipt`), e.g. for a cancelled wait.
     pub fn refund(&self, peer: &str, path: Option<&str>, cost: u64, receipt: Receipt) {
-        self.change(
-            peer,
-            path,
-            |_, i, _| receipt.limits & (1 << i) != 0,
-            |limit, state, log, now| limit.refund(state, log, now, receipt.at, cost),
-        );
+        if let Route::Group(index) = self.router.route(peer, path) {
+            drop(self.change(
+                peer,
+                index,
+                |i, _| receipt.limits & (1 << i) != 0,
+                |limit, state, log, now| limit.refund(state, log, now, receipt.at, cost),
+            ));
+        }
     }
 
     /// Returns the concurrency permits taken by `acquire`.
     pub fn release(&self, peer: &str, path: Option<&str>, cost: u64) {
-        self.change(
-            peer,
-            path,
-            |_, _, l| l.is_concurrency(),
-            |limit, state, log, now| limit.refund(state, log, now, now, cost),
-        );
+        if let Route::Group(index) = self.router.route(peer, path) {
+            drop(self.change(
+                peer,
+                index,
+                |_, l| l.is_concurrency(),
+                |limit, state, log, now| limit.refund(state, log, now, now, cost),
+            ));
+        }
     }
 
     /// Gives `tokens` back to the rate limits of `peer`'s group (seed 003's manual reduction).
@@ -442,13 +451,13 @@ impl Limiter {
         if !self.groups[index].reduction {
             return false;
         }
-        self.change(
+        let mut shard = self.change(
             peer,
-            path,
-            |_, _, l| !l.is_concurrency(),
+            index,
+            |_, l| !l.is_concurrency(),
             |limit, state, log, now| limit.refund(state, log, now, now, tokens),
         );
-        self.store.lock(self.key(peer, index)).counters.groups[index].reductions += 1;
+        shard.counters.groups[index].reductions += 1;
         true
     }
 
@@ -480,11 +489,6 @@ impl Limiter {
     #[must_use]
     pub fn groups(&self) -> &[Group] {
         &self.groups
-    }
-
-    #[must_use]
-    pub fn clock(&self) -> &Clock {
-        &self.clock
     }
 
     /// Tracked states (one per key and limit).

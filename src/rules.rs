@@ -101,11 +101,6 @@ impl Router {
     pub fn route_path(&self, path: &str) -> Route {
         self.rules.iter().position(|r| r.is_match(path)).map_or(Route::Unlimited, |i| Route::Group(self.groups[i]))
     }
-
-    #[must_use]
-    pub fn is_exempt_peer(&self, peer: &str) -> bool {
-        self.exempt_peers.contains(peer)
-    }
 }
 
 #[cfg(test)]

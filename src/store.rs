@@ -305,11 +305,6 @@ impl<C> Store<C> {
     pub fn max_keys(&self) -> usize {
         self.max_keys
     }
-
-    #[must_use]
-    pub fn shard_count(&self) -> usize {
-        self.shards.len()
-    }
 }
 
 #[cfg(test)]

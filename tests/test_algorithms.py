@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import pytest
 import ratekeeper as rk
+from _support import NS_PER_US, Admission, ns, run
 from hypothesis import given
 from hypothesis import strategies as st
 
-NS_PER_US = 1_000
 NS_PER_MS = 1_000_000
 GROUP = "g"
 PEER = "peer"
@@ -28,11 +28,6 @@ EVERY_ALGORITHM = ["gcra", "token_bucket", *WINDOWED]
 
 # Where the clock starts, in microseconds: zero (ManualClock's default) or anywhere in the first hour.
 starts = st.one_of(st.just(0), st.integers(1, 3_600_000_000))
-
-
-def ns(seconds: float) -> int:
-    """Seconds as reported by the limiter (an integer count of nanoseconds / 1e9) back to nanoseconds."""
-    return round(seconds * 1e9)
 
 
 @dataclass(frozen=True)
@@ -86,24 +81,6 @@ def traffic(draw: st.DrawFn, algorithm: str) -> tuple[Spec, Requests]:
     spec = draw(specs(algorithm))
     requests = st.tuples(st.integers(0, 2 * spec.interval_us), st.integers(1, spec.burst + 1))
     return spec, draw(st.lists(requests, min_size=1, max_size=60))
-
-
-@dataclass(frozen=True)
-class Admission:
-    at_ns: int
-    cost: int
-
-
-def run(limiter: rk.Limiter, clock: rk.ManualClock, requests: Requests) -> list[Admission]:
-    """Sends ``(gap_us, cost)`` requests; the admitted ones with their times in ns after the clock's start."""
-    at_ns = 0
-    admitted = []
-    for gap_us, cost in requests:
-        clock.advance(gap_us / 1e6)
-        at_ns += gap_us * NS_PER_US
-        if limiter.allow(PEER, cost=cost):
-            admitted.append(Admission(at_ns, cost))
-    return admitted
 
 
 def admitted_within(admitted: list[Admission], low_ns: int, high_ns: int) -> int:

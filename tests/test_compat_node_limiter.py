@@ -39,8 +39,10 @@ def test_seed_defaults(clock: rk.ManualClock) -> None:
     assert admitted(lim, "peer", "/chunk/1", 7000) == 6000
 
 
-def test_default_leaky_limits_are_the_seeds() -> None:
-    assert dict(NODE_GROUPS) == {
+def test_every_seed_group_admits_its_default_leaky_limit(clock: rk.ManualClock) -> None:
+    # The seed's table of leaky_limit defaults, checked through the limiter each group gets.
+    lim = node_limiter({}, {f"^/{group}$": group for group in NODE_GROUPS}, clock=clock)
+    assert {group: admitted(lim, "peer", f"/{group}", 6_100) for group in NODE_GROUPS} == {
         "general": 450,
         "chunk": 6000,
         "data_sync_record": 20,

@@ -14,6 +14,7 @@ import time
 
 import pytest
 import ratekeeper as rk
+from _support import run_threads
 
 GROUP = "g"
 PEER = "peer"
@@ -157,35 +158,24 @@ def test_threads_never_hold_more_than_the_permits(clock: rk.ManualClock) -> None
     entered = [0] * threads
     refused = [0] * threads
     retries: set[float] = set()
-    barrier = threading.Barrier(threads)
-    errors: list[BaseException] = []
 
     def work(i: int) -> None:
         nonlocal inside, most
-        try:
-            barrier.wait()
-            for _ in range(rounds):
-                try:
-                    with limiter.concurrent(PEER, "/api/x"):
-                        with lock:
-                            inside += 1
-                            most = max(most, inside)
-                        time.sleep(0)  # let another thread run while this one holds its permit
-                        with lock:
-                            inside -= 1
-                    entered[i] += 1
-                except rk.RateLimited as error:
-                    retries.add(error.retry_after)
-                    refused[i] += 1
-        except BaseException as error:
-            errors.append(error)
+        for _ in range(rounds):
+            try:
+                with limiter.concurrent(PEER, "/api/x"):
+                    with lock:
+                        inside += 1
+                        most = max(most, inside)
+                    time.sleep(0)  # let another thread run while this one holds its permit
+                    with lock:
+                        inside -= 1
+                entered[i] += 1
+            except rk.RateLimited as error:
+                retries.add(error.retry_after)
+                refused[i] += 1
 
-    workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    assert not errors
+    run_threads(threads, work)  # re-raises any thread's failure
     assert 1 <= most <= permits
     assert retries <= {0.0}
     assert inside == 0

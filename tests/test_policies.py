@@ -10,12 +10,11 @@ limit sees exactly the requests charged to it: the first one that admits.
 from __future__ import annotations
 
 import asyncio
-import math
-import threading
 from dataclasses import dataclass, field
 
 import pytest
 import ratekeeper as rk
+from _support import ns, run_threads
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -25,11 +24,6 @@ PEER = "peer"
 ALGORITHMS = ["gcra", "token_bucket", "fixed_window", "sliding_window", "sliding_log", "leaky_bucket"]
 
 starts = st.one_of(st.just(0), st.integers(1, 3_600_000_000))
-
-
-def ns(seconds: float) -> float:
-    """Nanoseconds (a wait reported as seconds, exactly ns / 1e9), or ``inf`` for never."""
-    return seconds if math.isinf(seconds) else round(seconds * 1e9)
 
 
 @dataclass(frozen=True)
@@ -202,22 +196,11 @@ def test_threads_on_one_key_under_all_get_exactly_the_tightest_limit(clock: rk.M
     limiter = rk.Limiter(rules=[rk.Rule("", GROUP, limits=limits, policy="all")], clock=clock)
     threads, calls = 8, 300
     admitted = [0] * threads
-    barrier = threading.Barrier(threads)
-    errors: list[BaseException] = []
 
     def work(i: int) -> None:
-        try:
-            barrier.wait()
-            admitted[i] = sum(limiter.allow(PEER) for _ in range(calls))
-        except BaseException as error:
-            errors.append(error)
+        admitted[i] = sum(limiter.allow(PEER) for _ in range(calls))
 
-    workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    assert not errors
+    run_threads(threads, work)
     assert sum(admitted) == 50
     group = limiter.stats()["groups"][GROUP]
     assert (group["requests"], group["allowed"], group["refused"]) == (threads * calls, 50, threads * calls - 50)

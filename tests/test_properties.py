@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 
 import ratekeeper as rk
+from _support import Admission, run
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -19,24 +20,6 @@ NS_PER_MS = 1_000_000
 
 # Where the clock starts, in microseconds: zero (ManualClock's default) or anywhere in the first hour.
 starts = st.one_of(st.just(0), st.integers(1, 3_600_000_000))
-
-
-@dataclass(frozen=True)
-class Admission:
-    at_ns: int
-    cost: int
-
-
-def run(limiter: rk.Limiter, clock: rk.ManualClock, requests: list[tuple[int, int]]) -> list[Admission]:
-    """Sends ``(gap_us, cost)`` requests and returns the admitted ones with their times in nanoseconds."""
-    at_ns = 0
-    admitted = []
-    for gap_us, cost in requests:
-        clock.advance(gap_us / 1e6)
-        at_ns += gap_us * NS_PER_US
-        if limiter.allow("peer", cost=cost):
-            admitted.append(Admission(at_ns, cost))
-    return admitted
 
 
 def per_instant(admitted: list[Admission]) -> list[tuple[int, int]]:

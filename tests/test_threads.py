@@ -5,34 +5,11 @@ The clock is a frozen ``ManualClock``, so the counts below do not depend on how 
 
 from __future__ import annotations
 
-import threading
-from typing import Callable
-
 import ratekeeper as rk
+from _support import run_threads
 
 THREADS = 16
 CALLS = 200
-
-
-def run_threads(count: int, work: Callable[[int], None]) -> None:
-    """Runs ``work(i)`` on ``count`` threads released together, and re-raises the first failure."""
-    barrier = threading.Barrier(count)
-    errors: list[BaseException] = []
-
-    def body(i: int) -> None:
-        try:
-            barrier.wait()
-            work(i)
-        except BaseException as error:
-            errors.append(error)
-
-    threads = [threading.Thread(target=body, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]
 
 
 def test_threads_hammering_one_key_get_exactly_the_burst(clock: rk.ManualClock) -> None:

@@ -143,12 +143,6 @@ class Limiter(_CoreLimiter):
         else:
             clock._advance_to_ns(deadline_ns)
 
-    def __enter__(self) -> Limiter:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        return None
-
     def __repr__(self) -> str:
         state = "on" if self.enabled else "off"
         return f"<ratekeeper.Limiter groups={list(self.groups)} keys={len(self)} {state}>"

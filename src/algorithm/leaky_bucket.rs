@@ -6,7 +6,7 @@
 //! State: `t` = the instant the bucket will be empty (idle from then on); `a` = tokens in it. The last
 //! tick is derived: `t − ceil(level / reduction) × interval`.
 
-use super::{ceil_div, State};
+use super::State;
 use crate::rate::Rate;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,7 +28,7 @@ impl LeakyBucket {
         if level == 0 || at >= state.t {
             return (at, 0);
         }
-        let base = state.t - ceil_div(level, self.reduction) * self.interval_ns;
+        let base = state.t - level.div_ceil(self.reduction) * self.interval_ns;
         if at < base {
             return (base, level);
         }
@@ -38,7 +38,7 @@ impl LeakyBucket {
 
     fn state(&self, base: u64, level: u64) -> State {
         #[allow(clippy::cast_possible_truncation)]
-        State { t: base + ceil_div(level, self.reduction) * self.interval_ns, a: level as u32, b: 0 }
+        State { t: base + level.div_ceil(self.reduction) * self.interval_ns, a: level as u32, b: 0 }
     }
 
     /// The state after admitting `cost` at `at`.
@@ -55,7 +55,7 @@ impl LeakyBucket {
         if level + cost <= self.capacity {
             return Ok(self.state(base, level + cost));
         }
-        let ticks = ceil_div(level + cost - self.capacity, self.reduction);
+        let ticks = (level + cost - self.capacity).div_ceil(self.reduction);
         Err(base + ticks * self.interval_ns - at)
     }
 

@@ -266,12 +266,6 @@ fn checked_burst(burst: u64) -> Result<u32> {
         .ok_or_else(|| Error::value("burst", format!("must be between 1 and {}, got {burst}", u32::MAX)))
 }
 
-/// `ceil(a / b)` for the algorithms' tick and window arithmetic.
-#[inline]
-pub(crate) const fn ceil_div(a: u64, b: u64) -> u64 {
-    a.div_ceil(b)
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use std::collections::VecDeque;
