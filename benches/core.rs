@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use _core::algorithm::{Kind, Limit};
 use _core::clock::{Clock, ManualClock};
-use _core::limiter::{Config, Limiter, Policy, RuleSpec};
+use _core::limiter::{Config, Limiter, Policy, RuleSpec, RulesConfig};
 use _core::rate::Rate;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
@@ -29,7 +29,11 @@ fn rule(pattern: &str, group: &str, kind: Kind) -> RuleSpec {
 }
 
 fn limiter(rules: Vec<RuleSpec>) -> Limiter {
-    Limiter::new(Config { rules, ..Config::default() }, Clock::monotonic()).unwrap()
+    Limiter::new(
+        Config { rules: RulesConfig { rules, ..RulesConfig::default() }, ..Config::default() },
+        Clock::monotonic(),
+    )
+    .unwrap()
 }
 
 fn peers(n: usize) -> Vec<String> {
@@ -103,7 +107,11 @@ fn sliding_log(c: &mut Criterion) {
         // Twice the live stamps, so that no decision is refused.
         let rate = Rate::new(2 * live, live * STEP_NS).unwrap();
         let rules = vec![RuleSpec::single("", "default", Limit::new(rate, None, kind).unwrap())];
-        let lim = Limiter::new(Config { rules, ..Config::default() }, Clock::Manual(Arc::clone(&clock))).unwrap();
+        let lim = Limiter::new(
+            Config { rules: RulesConfig { rules, ..RulesConfig::default() }, ..Config::default() },
+            Clock::Manual(Arc::clone(&clock)),
+        )
+        .unwrap();
         let name =
             if kind == Kind::SlidingLog { format!("sliding_log/{live}_live_stamps") } else { "gcra/hot_key".into() };
         group.bench_function(name, |b| {

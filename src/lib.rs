@@ -6,6 +6,7 @@ pub mod error;
 pub mod limiter;
 pub mod metrics;
 pub mod python;
+pub mod quota;
 pub mod rate;
 pub mod rules;
 pub mod store;

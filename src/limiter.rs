@@ -1,14 +1,25 @@
 //! The limiter: routes a request to a group, finds the key's states, applies the group's limits.
+//!
+//! The rules (router and groups) sit behind an `ArcSwap`, so `update_rule` and `reload` replace them
+//! without stopping decisions; state keys derive from the group's name and each limit's algorithm, so
+//! they survive a reconfiguration (a new algorithm starts afresh). Per-key quotas replace the rate of a
+//! group's first rate limit; see `quota`.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use parking_lot::MutexGuard;
+use arc_swap::ArcSwap;
+use parking_lot::{Mutex, MutexGuard};
 
 use crate::algorithm::{Admit, Algorithm, Limit, Outcome, Report, State, NO_LOG};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
-use crate::metrics::{GroupCounters, ShardCounters, Stats};
+use crate::metrics::{GroupCounters, ShardData, Stats};
+use crate::quota::{FetchJob, FetchQueue, QuotaInfo, QuotaSettings, QuotaSlot, QuotaTable, Source};
+use crate::rate::Rate;
 use crate::rules::{Route, Router};
 use crate::store::{Shard, Store};
 
@@ -61,18 +72,25 @@ impl RuleSpec {
     }
 }
 
-/// Everything a limiter is built from.
-#[derive(Debug, Clone)]
-pub struct Config {
+/// The routing part of a configuration: what `reload` replaces.
+#[derive(Debug, Clone, Default)]
+pub struct RulesConfig {
     pub rules: Vec<RuleSpec>,
     pub exempt_peers: Vec<String>,
     pub exempt_paths: Vec<String>,
+}
+
+/// Everything a limiter is built from.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub rules: RulesConfig,
     pub max_keys: usize,
+    pub quotas: QuotaSettings,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Self { rules: Vec::new(), exempt_peers: Vec::new(), exempt_paths: Vec::new(), max_keys: 1_000_000 }
+        Self { rules: RulesConfig::default(), max_keys: 1_000_000, quotas: QuotaSettings::default() }
     }
 }
 
@@ -84,15 +102,118 @@ pub struct Group {
     pub reduction: bool,
     /// One plain rate limit: decided in place, no copies.
     simple: bool,
+    /// Mixed with the peer into the key of the group's states and quota record: the name's hash.
+    seed: u64,
+    /// Per limit: what tells its state apart from the group's other limits (index and algorithm).
+    signatures: Vec<u32>,
+    /// The limit a per-key quota replaces: the first rate limit.
+    pub primary: Option<usize>,
+    /// `primary` with the failsafe's rate.
+    failsafe: Option<Limit>,
 }
 
 impl Group {
-    fn rate_limits(&self) -> impl Iterator<Item = (usize, &Limit)> {
-        self.limits.iter().enumerate().filter(|(_, l)| !l.is_concurrency())
+    fn rate_limits(limits: &[Limit]) -> impl Iterator<Item = (usize, &Limit)> {
+        limits.iter().enumerate().filter(|(_, l)| !l.is_concurrency())
     }
 
-    fn gates(&self) -> impl Iterator<Item = (usize, &Limit)> {
-        self.limits.iter().enumerate().filter(|(_, l)| l.is_concurrency())
+    fn gates(limits: &[Limit]) -> impl Iterator<Item = (usize, &Limit)> {
+        limits.iter().enumerate().filter(|(_, l)| l.is_concurrency())
+    }
+
+    /// The group's limits for a key whose quota is `quota` (replacing the first rate limit).
+    fn limits_with(&self, quota: Option<Limit>) -> Cow<'_, [Limit]> {
+        match (quota, self.primary) {
+            (Some(limit), Some(p)) if limit != self.limits[p] => {
+                let mut limits = self.limits.clone();
+                limits[p] = limit;
+                Cow::Owned(limits)
+            }
+            _ => Cow::Borrowed(&self.limits),
+        }
+    }
+}
+
+/// The router and groups in force, replaced whole by a reconfiguration.
+#[derive(Debug)]
+pub struct Rules {
+    router: Router,
+    pub groups: Vec<Group>,
+    pub config: RulesConfig,
+    version: u64,
+}
+
+impl Rules {
+    fn build(config: RulesConfig, quotas: &QuotaSettings, version: u64, hasher: &ahash::RandomState) -> Result<Self> {
+        let mut groups: Vec<Group> = Vec::new();
+        let mut patterns = Vec::with_capacity(config.rules.len());
+        for (i, rule) in config.rules.iter().enumerate() {
+            if rule.limits.is_empty() {
+                return Err(Error::value(format!("rules[{i}].limits"), "a rule needs at least one limit"));
+            }
+            if rule.limits.len() > 64 {
+                return Err(Error::value(format!("rules[{i}].limits"), "a rule takes at most 64 limits"));
+            }
+            let index = if let Some(index) = groups.iter().position(|g| g.name == rule.group) {
+                let g = &groups[index];
+                if g.limits != rule.limits || g.policy != rule.policy || g.reduction != rule.reduction {
+                    return Err(Error::value(
+                        format!("rules[{i}].group"),
+                        format!("group {:?} is already defined with other limits by an earlier rule", rule.group),
+                    ));
+                }
+                index
+            } else {
+                groups.push(Self::group(rule, quotas, hasher).map_err(|e| e.within(&format!("rules[{i}]")))?);
+                groups.len() - 1
+            };
+            patterns.push((rule.pattern.clone(), index));
+        }
+        let router = Router::new(&patterns, config.exempt_peers.clone(), &config.exempt_paths)?;
+        Ok(Self { router, groups, config, version })
+    }
+
+    fn group(rule: &RuleSpec, quotas: &QuotaSettings, hasher: &ahash::RandomState) -> Result<Group> {
+        let limits = rule.limits.clone();
+        let simple = limits.len() == 1 && !limits[0].is_concurrency() && !limits[0].uses_log();
+        let primary = limits.iter().position(|l| !l.is_concurrency());
+        let failsafe = match (primary, quotas.failsafe) {
+            (Some(p), Some(rate)) => {
+                Some(limits[p].with_rate(rate, None).map_err(|e| Error::value("failsafe", e.message))?)
+            }
+            _ => None,
+        };
+        // Index and algorithm, never 0 (the base key itself is the quota record's).
+        let signatures = (0..limits.len())
+            .map(|i| {
+                let kind = limits[i].kind() as u32;
+                #[allow(clippy::cast_possible_truncation)]
+                let index = i as u32;
+                (index + 1) << 4 | kind
+            })
+            .collect();
+        Ok(Group {
+            name: rule.group.clone(),
+            limits,
+            policy: rule.policy,
+            reduction: rule.reduction,
+            simple,
+            seed: hasher.hash_one(&rule.group),
+            signatures,
+            primary,
+            failsafe,
+        })
+    }
+
+    /// The index of the group named `name`.
+    ///
+    /// # Errors
+    /// No group has that name.
+    pub fn group_index(&self, name: &str) -> Result<usize> {
+        self.groups.iter().position(|g| g.name == name).ok_or_else(|| {
+            let known: Vec<String> = self.groups.iter().map(|g| format!("{:?}", g.name)).collect();
+            Error::value("group", format!("no group named {name:?}; the groups are {}", known.join(", ")))
+        })
     }
 }
 
@@ -121,78 +242,104 @@ impl Decision {
     }
 }
 
+/// What came of a fetch a worker finished.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Landing {
+    /// The quota is in force.
+    Landed,
+    /// The fetch had been superseded (timed out, or a quota was set meanwhile): ignored.
+    Late,
+    /// Counted as a failure; `first` when it starts a run of failures (log it), `reason` when the
+    /// answer itself was unusable.
+    Failed { first: bool, reason: Option<Error> },
+}
+
 /// Waiting decisions retry at the reported time; several limits may each push it further.
 const MAX_ATTEMPTS: usize = 8;
 
 #[derive(Debug)]
 pub struct Limiter {
-    router: Router,
-    groups: Vec<Group>,
-    store: Store<ShardCounters>,
+    rules: ArcSwap<Rules>,
+    store: Store<ShardData>,
     clock: Clock,
     hasher: ahash::RandomState,
     enabled: AtomicBool,
+    quotas: QuotaSettings,
+    /// Whether decisions consult quota records: a provider is set, or a quota was ever set.
+    quotas_active: AtomicBool,
+    fetches: Arc<FetchQueue>,
+    /// Serialises reconfigurations.
+    reconfiguring: Mutex<()>,
+}
+
+impl Drop for Limiter {
+    fn drop(&mut self) {
+        self.fetches.close();
+    }
 }
 
 impl Limiter {
     /// # Errors
-    /// A bad pattern, a group defined twice with different limits, a rule without limits, or
-    /// `max_keys` of zero.
+    /// A bad pattern, a group defined twice with different limits, a rule without limits, a failsafe
+    /// that does not fit a group's limit, or `max_keys` of zero.
     pub fn new(config: Config, clock: Clock) -> Result<Self> {
         if config.max_keys == 0 {
             return Err(Error::value("max_keys", "must be at least 1, got 0"));
         }
-        let mut groups: Vec<Group> = Vec::new();
-        let mut patterns = Vec::with_capacity(config.rules.len());
-        for (i, rule) in config.rules.iter().enumerate() {
-            if rule.limits.is_empty() {
-                return Err(Error::value(format!("rules[{i}].limits"), "a rule needs at least one limit"));
-            }
-            if rule.limits.len() > 64 {
-                return Err(Error::value(format!("rules[{i}].limits"), "a rule takes at most 64 limits"));
-            }
-            let index = if let Some(index) = groups.iter().position(|g| g.name == rule.group) {
-                let g = &groups[index];
-                if g.limits != rule.limits || g.policy != rule.policy || g.reduction != rule.reduction {
-                    return Err(Error::value(
-                        format!("rules[{i}].group"),
-                        format!("group {:?} is already defined with other limits by an earlier rule", rule.group),
-                    ));
-                }
-                index
-            } else {
-                let simple = rule.limits.len() == 1 && !rule.limits[0].is_concurrency() && !rule.limits[0].uses_log();
-                groups.push(Group {
-                    name: rule.group.clone(),
-                    limits: rule.limits.clone(),
-                    policy: rule.policy,
-                    reduction: rule.reduction,
-                    simple,
-                });
-                groups.len() - 1
-            };
-            patterns.push((rule.pattern.clone(), index));
-        }
-        let router = Router::new(&patterns, config.exempt_peers, &config.exempt_paths)?;
-        let group_count = groups.len();
-        let store = Store::new(config.max_keys, || ShardCounters {
+        let hasher = ahash::RandomState::new();
+        let rules = Rules::build(config.rules, &config.quotas, 0, &hasher)?;
+        let group_count = rules.groups.len();
+        let records = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let max_keys = config.max_keys;
+        let store = Store::new(max_keys, || ShardData {
             groups: vec![GroupCounters::default(); group_count],
             exempt: 0,
+            quotas: QuotaTable::new(Arc::clone(&records), max_keys),
+            version: 0,
         });
-        Ok(Self { router, groups, store, clock, hasher: ahash::RandomState::new(), enabled: AtomicBool::new(true) })
+        Ok(Self {
+            rules: ArcSwap::from_pointee(rules),
+            store,
+            clock,
+            hasher,
+            enabled: AtomicBool::new(true),
+            quotas: config.quotas,
+            quotas_active: AtomicBool::new(config.quotas.provider),
+            fetches: Arc::new(FetchQueue::new(config.quotas.queue_capacity)),
+            reconfiguring: Mutex::new(()),
+        })
     }
 
-    /// The key of (peer, group); the group's other limits use related keys in the same shard.
+    /// The base key of (peer, group): its quota record's key; its states use related keys in the same shard.
     #[inline]
-    fn key(&self, peer: &str, group: usize) -> u64 {
-        self.hasher.hash_one((peer, group))
+    fn key(&self, peer: &str, group: &Group) -> u64 {
+        self.hasher.hash_one((peer, group.seed))
     }
 
     #[inline]
-    fn limit_key(base: u64, index: usize) -> u64 {
-        // index < 64, checked at construction.
-        #[allow(clippy::cast_possible_truncation)]
-        Store::<ShardCounters>::related_key(base, index as u32)
+    fn limit_key(group: &Group, base: u64, index: usize) -> u64 {
+        Store::<ShardData>::related_key(base, group.signatures[index])
+    }
+
+    /// The rules in force.
+    #[must_use]
+    pub fn rules(&self) -> Arc<Rules> {
+        self.rules.load_full()
+    }
+
+    /// The shard of `base` locked under the rules in force, with those rules.
+    fn lock(&self, mut route: impl FnMut(&Rules) -> Option<(usize, u64)>) -> Option<Locked<'_>> {
+        loop {
+            let rules = self.rules.load_full();
+            let (index, base) = route(&rules)?;
+            let shard = self.store.lock(base);
+            // A reconfiguration re-indexes the shards' counters before it swaps the rules: retry.
+            if shard.data.version == rules.version {
+                return Some(Locked { rules, shard, index, base });
+            }
+            drop(shard);
+            std::thread::yield_now();
+        }
     }
 
     /// Decides one request against the group's rate limits. `max_wait_ns` > 0 lets it reserve a later
@@ -212,38 +359,89 @@ impl Limiter {
         if !self.enabled.load(Ordering::Relaxed) {
             return Decision::free(Route::Unlimited);
         }
-        let route = self.router.route(peer, path);
-        let index = match route {
-            Route::Unlimited => return Decision::free(route),
-            Route::Exempt => {
-                self.store.lock(self.hasher.hash_one(peer)).counters.exempt += 1;
-                return Decision::free(route);
-            }
+        let rules = self.rules.load();
+        let index = match rules.router.route(peer, path) {
             Route::Group(index) => index,
+            Route::Exempt => {
+                self.store.lock(self.hasher.hash_one(peer)).data.exempt += 1;
+                return Decision::free(Route::Exempt);
+            }
+            Route::Unlimited => return Decision::free(Route::Unlimited),
         };
-        let group = &self.groups[index];
-        let base = self.key(peer, index);
+        let base = self.key(peer, &rules.groups[index]);
         let now = self.clock.now_ns();
         let mut shard = self.store.lock(base);
-        let simple =
-            if group.simple { Some(Self::decide_simple(&mut shard, &group.limits[0], base, now, cost)) } else { None };
-        let (outcome, receipt) = match simple {
+        if shard.data.version != rules.version {
+            drop((shard, rules));
+            return self.run_locked(peer, path, cost, max_wait, report, acquire);
+        }
+        let group = &rules.groups[index];
+        let quota = self.quota_of(&mut shard, &rules, index, base, peer, now, true);
+        let (outcome, receipt) = Self::decide_in(&mut shard, group, quota, base, now, cost, max_wait, acquire);
+        shard.data.groups[index].record(outcome.allowed, outcome.wait_ns > 0);
+        let report = report.then(|| Self::report(&shard, group, &group.limits_with(quota), base, now));
+        drop(shard);
+        Decision { route: Route::Group(index), outcome, report, now, receipt }
+    }
+
+    /// `run` after a reconfiguration raced it: route again under the rules the shard follows.
+    #[cold]
+    fn run_locked(
+        &self,
+        peer: &str,
+        path: Option<&str>,
+        cost: u64,
+        max_wait: u64,
+        report: bool,
+        acquire: bool,
+    ) -> Decision {
+        let locked = self.lock(|rules| match rules.router.route(peer, path) {
+            Route::Group(index) => Some((index, self.key(peer, &rules.groups[index]))),
+            _ => None,
+        });
+        let Some(Locked { rules, mut shard, index, base }) = locked else {
+            return self.run(peer, path, cost, max_wait, report, acquire);
+        };
+        let now = self.clock.now_ns();
+        let group = &rules.groups[index];
+        let quota = self.quota_of(&mut shard, &rules, index, base, peer, now, true);
+        let (outcome, receipt) = Self::decide_in(&mut shard, group, quota, base, now, cost, max_wait, acquire);
+        shard.data.groups[index].record(outcome.allowed, outcome.wait_ns > 0);
+        let report = report.then(|| Self::report(&shard, group, &group.limits_with(quota), base, now));
+        Decision { route: Route::Group(index), outcome, report, now, receipt }
+    }
+
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    fn decide_in(
+        shard: &mut Shard<ShardData>,
+        group: &Group,
+        quota: Option<Limit>,
+        base: u64,
+        now: u64,
+        cost: u64,
+        max_wait: u64,
+        acquire: bool,
+    ) -> (Outcome, Receipt) {
+        let limits = group.limits_with(quota);
+        let simple = if group.simple {
+            Some(Self::decide_simple(shard, &limits[0], Self::limit_key(group, base, 0), now, cost))
+        } else {
+            None
+        };
+        match simple {
             Some(Ok(admitted)) => admitted,
             // Refused, and the caller cannot wait that long: no second evaluation.
             Some(Err(retry)) if retry > max_wait => (Outcome::refused(retry), Receipt::default()),
-            _ => Self::decide_group(&mut shard, group, base, now, cost, max_wait, acquire),
-        };
-        shard.counters.groups[index].record(outcome.allowed, outcome.wait_ns > 0);
-        let report = report.then(|| Self::report(&shard, group, base, now));
-        drop(shard);
-        Decision { route, outcome, report, now, receipt }
+            _ => Self::decide_group(shard, group, &limits, base, now, cost, max_wait, acquire),
+        }
     }
 
     /// The hot path: one plain limit decided in place at `now`. The retry time when refused (a waiter may
     /// still reserve a later slot through `decide_group`).
     #[inline]
     fn decide_simple(
-        shard: &mut Shard<ShardCounters>,
+        shard: &mut Shard<ShardData>,
         limit: &Limit,
         key: u64,
         now: u64,
@@ -264,9 +462,11 @@ impl Limiter {
     }
 
     /// Every limit of the group at `now`, or for a waiter at the first instant all admit.
+    #[allow(clippy::too_many_arguments)]
     fn decide_group(
-        shard: &mut Shard<ShardCounters>,
+        shard: &mut Shard<ShardData>,
         group: &Group,
+        limits: &[Limit],
         base: u64,
         now: u64,
         cost: u64,
@@ -276,11 +476,11 @@ impl Limiter {
         let mut wait = 0u64;
         for _ in 0..MAX_ATTEMPTS {
             let at = now.saturating_add(wait);
-            match Self::evaluate_group(shard, group, base, at, cost, acquire) {
+            match Self::evaluate_group(shard, group, limits, base, at, cost, acquire) {
                 Ok(admits) => {
                     let mut receipt = Receipt { limits: 0, at };
                     for (index, admit) in admits {
-                        Self::commit(shard, &group.limits[index], Self::limit_key(base, index), now, admit);
+                        Self::commit(shard, &limits[index], Self::limit_key(group, base, index), now, admit);
                         receipt.limits |= 1 << index;
                     }
                     return (Outcome::admitted(wait), receipt);
@@ -301,27 +501,28 @@ impl Limiter {
 
     /// The admissions of the group's limits at `at`, or the time after `at` to retry.
     fn evaluate_group(
-        shard: &Shard<ShardCounters>,
+        shard: &Shard<ShardData>,
         group: &Group,
+        limits: &[Limit],
         base: u64,
         at: u64,
         cost: u64,
         acquire: bool,
     ) -> std::result::Result<Vec<(usize, Admit)>, u64> {
         let evaluate = |index: usize, limit: &Limit| {
-            let key = Self::limit_key(base, index);
+            let key = Self::limit_key(group, base, index);
             limit.evaluate(&shard.load(key), shard.log(key), at, cost)
         };
-        let mut admits = Vec::with_capacity(group.limits.len());
+        let mut admits = Vec::with_capacity(limits.len());
         if acquire {
-            for (index, gate) in group.gates() {
+            for (index, gate) in Group::gates(limits) {
                 admits.push((index, evaluate(index, gate)?));
             }
         }
         match group.policy {
             Policy::All => {
                 let mut retry = None;
-                for (index, limit) in group.rate_limits() {
+                for (index, limit) in Group::rate_limits(limits) {
                     match evaluate(index, limit) {
                         Ok(admit) => admits.push((index, admit)),
                         Err(r) => retry = Some(retry.map_or(r, |w: u64| w.max(r))),
@@ -331,7 +532,7 @@ impl Limiter {
             }
             Policy::Fallback => {
                 let mut retry = u64::MAX;
-                for (index, limit) in group.rate_limits() {
+                for (index, limit) in Group::rate_limits(limits) {
                     match evaluate(index, limit) {
                         Ok(admit) => {
                             admits.push((index, admit));
@@ -341,7 +542,7 @@ impl Limiter {
                     }
                 }
                 // A group of gates only admits once they do.
-                if group.rate_limits().next().is_none() {
+                if Group::rate_limits(limits).next().is_none() {
                     return Ok(admits);
                 }
                 Err(retry)
@@ -349,7 +550,7 @@ impl Limiter {
         }
     }
 
-    fn commit(shard: &mut Shard<ShardCounters>, limit: &Limit, key: u64, now: u64, admit: Admit) {
+    fn commit(shard: &mut Shard<ShardData>, limit: &Limit, key: u64, now: u64, admit: Admit) {
         match (admit, &limit.algorithm) {
             (Admit::State(state), _) => shard.store(key, state, now),
             (Admit::Log { at, cost, idle_at }, Algorithm::SlidingLog(log)) => {
@@ -362,11 +563,11 @@ impl Limiter {
 
     /// What the key has left under the group's rate limits: the tightest under `all`, the sum under
     /// `fallback`; a group of gates only reports its free permits.
-    fn report(shard: &Shard<ShardCounters>, group: &Group, base: u64, now: u64) -> Report {
-        let only_gates = group.rate_limits().next().is_none();
+    fn report(shard: &Shard<ShardData>, group: &Group, limits: &[Limit], base: u64, now: u64) -> Report {
+        let only_gates = Group::rate_limits(limits).next().is_none();
         let reports =
-            group.limits.iter().enumerate().filter(|(_, l)| l.is_concurrency() == only_gates).map(|(index, limit)| {
-                let key = Self::limit_key(base, index);
+            limits.iter().enumerate().filter(|(_, l)| l.is_concurrency() == only_gates).map(|(index, limit)| {
+                let key = Self::limit_key(group, base, index);
                 limit.report(&shard.load(key), shard.log(key), now)
             });
         let mut combined: Option<Report> = None;
@@ -387,23 +588,328 @@ impl Limiter {
         combined.unwrap_or(Report { limit: 0, remaining: 0, reset_after_ns: 0 })
     }
 
-    /// Applies `change` to the states of the limits of group `index` that `select` picks, and returns
-    /// the shard, still locked, for the caller's counters.
+    // ---- quotas ------------------------------------------------------------------------------------
+
+    /// The quota in force for the key `base` of group `index` (`None`: the rule's own limit). With
+    /// `fetch`, a key that needs one (new, expired, backed off long enough) gets a fetch queued, and a
+    /// fetch past its deadline is failed.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    fn quota_of(
+        &self,
+        shard: &mut Shard<ShardData>,
+        rules: &Rules,
+        index: usize,
+        base: u64,
+        peer: &str,
+        now: u64,
+        fetch: bool,
+    ) -> Option<Limit> {
+        let group = &rules.groups[index];
+        if !self.quotas_active.load(Ordering::Relaxed) || group.primary.is_none() {
+            return None;
+        }
+        let settings = &self.quotas;
+        let data = &mut shard.data;
+        let slot = match data.quotas.get_mut(base) {
+            Some(slot) => slot,
+            None if settings.provider && fetch => {
+                let source = if group.failsafe.is_some() { Source::Failsafe } else { Source::Rule };
+                data.quotas.insert(base, group.failsafe, source, rules.version, now)
+            }
+            None => return None,
+        };
+        if slot.version != rules.version {
+            Self::rederive(slot, group, rules.version);
+        }
+        if fetch && settings.provider && now >= slot.next_at {
+            if slot.fetching {
+                // The fetch overran its deadline: fail it, so a later use retries after the backoff.
+                slot.fail(settings, now);
+                data.groups[index].quota_failures += 1;
+            } else {
+                slot.token = slot.token.wrapping_add(1);
+                let job = FetchJob { peer: peer.to_owned(), group: group.name.clone(), token: slot.token };
+                if self.fetches.push(job) {
+                    slot.fetching = true;
+                    slot.next_at = now.saturating_add(settings.timeout_ns);
+                    data.groups[index].quota_fetches += 1;
+                } else {
+                    // Queue full or closed: stay on the current quota and try again later.
+                    slot.next_at = now.saturating_add(settings.backoff(1));
+                }
+            }
+        }
+        slot.quota
+    }
+
+    /// Re-derives a record's limit after a reconfiguration changed the group's first rate limit.
+    fn rederive(slot: &mut QuotaSlot, group: &Group, version: u64) {
+        slot.version = version;
+        let Some(p) = group.primary else { return };
+        slot.quota = slot.quota.and_then(|q| q.rate).and_then(|rate| group.limits[p].with_rate(rate, None).ok());
+        if slot.source == Source::Failsafe {
+            slot.quota = group.failsafe;
+        }
+    }
+
+    /// Moves the key's primary state from limit `old` to `new`, keeping what it used.
+    fn rescale(shard: &mut Shard<ShardData>, group: &Group, base: u64, old: &Limit, new: &Limit, now: u64) {
+        if old == new {
+            return;
+        }
+        let Some(p) = group.primary else { return };
+        let key = Self::limit_key(group, base, p);
+        let Some(state) = shard.get_mut(key).map(|s| *s) else { return };
+        let rescaled = if new.uses_log() {
+            let mut log = std::mem::take(shard.log_mut(key));
+            let rescaled = new.rescale(old, &state, &mut log, now);
+            *shard.log_mut(key) = log;
+            rescaled
+        } else {
+            new.rescale(old, &state, &mut VecDeque::new(), now)
+        };
+        shard.store(key, rescaled, now);
+    }
+
+    /// Installs `quota` for the key (provider answers and `set_quota`), rescaling its state.
+    fn install(shard: &mut Shard<ShardData>, group: &Group, base: u64, slot_quota: Option<Limit>, now: u64) {
+        let Some(p) = group.primary else { return };
+        let old = shard.data.quotas.get(base).and_then(|s| s.quota).unwrap_or(group.limits[p]);
+        let new = slot_quota.unwrap_or(group.limits[p]);
+        Self::rescale(shard, group, base, &old, &new, now);
+    }
+
+    /// The quota limit for `rate` in `group` (`None` rate: the rule's own).
+    fn derive(group: &Group, rate: Option<Rate>) -> Result<Option<Limit>> {
+        match (rate, group.primary) {
+            (Some(rate), Some(p)) => group.limits[p].with_rate(rate, None).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// Sets the quota of `peer` in `group` directly (a billing event, an admin); `None`: the rule's rate.
+    /// Supersedes a running fetch for the key.
+    ///
+    /// # Errors
+    /// An unknown group, a group with no rate limit, or a rate that does not fit the group's burst.
+    pub fn set_quota(&self, peer: &str, group: &str, rate: Option<Rate>) -> Result<()> {
+        let Locked { rules, mut shard, index, base } = self.lock_group(peer, group)?;
+        let g = &rules.groups[index];
+        if g.primary.is_none() {
+            return Err(Error::value("group", format!("group {group:?} has no rate limit to set a quota for")));
+        }
+        let quota = Self::derive(g, rate).map_err(|e| e.within("rate"))?;
+        let now = self.clock.now_ns();
+        self.quotas_active.store(true, Ordering::Relaxed);
+        Self::install(&mut shard, g, base, quota, now);
+        let quotas = &mut shard.data.quotas;
+        let slot = match quotas.get_mut(base) {
+            Some(slot) => slot,
+            None => quotas.insert(base, quota, Source::Set, rules.version, now),
+        };
+        slot.version = rules.version;
+        slot.land(quota, Source::Set, &self.quotas, now);
+        drop(shard);
+        self.fetches.notify_landed();
+        Ok(())
+    }
+
+    /// What `peer`'s key in `group` runs on. Starts no fetch.
+    ///
+    /// # Errors
+    /// An unknown group.
+    pub fn quota(&self, peer: &str, group: &str) -> Result<(QuotaInfo, Option<Rate>)> {
+        let Locked { rules, mut shard, index, base } = self.lock_group(peer, group)?;
+        let g = &rules.groups[index];
+        let rule_rate = g.primary.and_then(|p| g.limits[p].rate);
+        if let Some(slot) = shard.data.quotas.get_mut(base) {
+            if slot.version != rules.version {
+                Self::rederive(slot, g, rules.version);
+            }
+            return Ok((slot.info(), rule_rate));
+        }
+        let failsafe = self.quotas.provider && g.failsafe.is_some();
+        let info = QuotaInfo {
+            rate: if failsafe { g.failsafe.and_then(|l| l.rate) } else { None },
+            source: if failsafe { Source::Failsafe } else { Source::Rule },
+            since: None,
+            fetching: false,
+            failures: 0,
+        };
+        Ok((info, rule_rate))
+    }
+
+    fn lock_group(&self, peer: &str, group: &str) -> Result<Locked<'_>> {
+        let mut error = None;
+        let locked = self.lock(|rules| match rules.group_index(group) {
+            Ok(index) => Some((index, self.key(peer, &rules.groups[index]))),
+            Err(e) => {
+                error = Some(e);
+                None
+            }
+        });
+        locked.ok_or_else(|| error.unwrap_or_else(|| Error::value("group", "no such group")))
+    }
+
+    /// The queue workers take fetch jobs from.
+    #[must_use]
+    pub fn fetches(&self) -> &Arc<FetchQueue> {
+        &self.fetches
+    }
+
+    /// Hands back the answer to `job`: `Ok(rate)` from the provider (`None`: the rule's rate), or
+    /// `Err(())` when it raised, timed out or answered something that is not a rate.
+    pub fn finish_fetch(&self, job: &FetchJob, answer: std::result::Result<Option<Rate>, ()>) -> Landing {
+        let landing = self.land(job, answer);
+        self.fetches.done();
+        landing
+    }
+
+    fn land(&self, job: &FetchJob, answer: std::result::Result<Option<Rate>, ()>) -> Landing {
+        let Ok(Locked { rules, mut shard, index, base }) = self.lock_group(&job.peer, &job.group) else {
+            return Landing::Late;
+        };
+        let g = &rules.groups[index];
+        let now = self.clock.now_ns();
+        match shard.data.quotas.get_mut(base) {
+            Some(slot) if slot.fetching && slot.token == job.token => {
+                if slot.version != rules.version {
+                    Self::rederive(slot, g, rules.version);
+                }
+            }
+            _ => return Landing::Late,
+        }
+        let derived = answer.map(|rate| Self::derive(g, rate));
+        let (quota, reason) = match derived {
+            Ok(Ok(quota)) => (Some(quota), None),
+            Ok(Err(error)) => (None, Some(error.within("quota"))),
+            Err(()) => (None, None),
+        };
+        if let Some(quota) = quota {
+            Self::install(&mut shard, g, base, quota, now);
+            let source = if quota.is_some() { Source::Provider } else { Source::Rule };
+            if let Some(slot) = shard.data.quotas.get_mut(base) {
+                slot.land(quota, source, &self.quotas, now);
+            }
+            return Landing::Landed;
+        }
+        let first = shard.data.quotas.get_mut(base).is_some_and(|slot| slot.fail(&self.quotas, now));
+        shard.data.groups[index].quota_failures += 1;
+        Landing::Failed { first, reason }
+    }
+
+    /// Whether `peer`'s first fetch for the group `path` routes to is still running (what `quota_wait`
+    /// waits for). Queues it if the key is new.
+    pub fn first_fetch_pending(&self, peer: &str, path: Option<&str>) -> bool {
+        if !self.quotas.provider || !self.enabled() {
+            return false;
+        }
+        let locked = self.lock(|rules| match rules.router.route(peer, path) {
+            Route::Group(index) => Some((index, self.key(peer, &rules.groups[index]))),
+            _ => None,
+        });
+        let Some(Locked { rules, mut shard, index, base }) = locked else { return false };
+        let now = self.clock.now_ns();
+        self.quota_of(&mut shard, &rules, index, base, peer, now, true);
+        shard.data.quotas.get(base).is_some_and(|s| s.fetching && !s.good)
+    }
+
+    /// Blocks until `peer`'s first fetch lands (or fails), or `timeout` passes. Call without the GIL.
+    pub fn wait_first_fetch(&self, peer: &str, path: Option<&str>, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let seen = self.fetches.landed();
+            if !self.first_fetch_pending(peer, path) || !self.fetches.wait_landed(seen, deadline) {
+                return;
+            }
+        }
+    }
+
+    // ---- reconfiguration ---------------------------------------------------------------------------
+
+    /// Replaces the rules, keeping every key's state: groups that keep their name keep their states and
+    /// counters (a limit whose algorithm changed starts afresh); quota records follow the new limits.
+    ///
+    /// # Errors
+    /// As [`Limiter::new`]; the limiter is then unchanged.
+    pub fn reconfigure(&self, config: RulesConfig) -> Result<()> {
+        let _one_at_a_time = self.reconfiguring.lock();
+        let old = self.rules.load_full();
+        let rules = Rules::build(config, &self.quotas, old.version + 1, &self.hasher)?;
+        let moved: Vec<Option<usize>> =
+            rules.groups.iter().map(|g| old.groups.iter().position(|o| o.name == g.name)).collect();
+        // All shards at once: no decision sees new rules with old counters, or the reverse.
+        let mut shards: Vec<_> = self.store.shards().collect();
+        for shard in &mut shards {
+            let data = &mut shard.data;
+            data.groups =
+                moved.iter().map(|m| m.and_then(|i| data.groups.get(i).copied()).unwrap_or_default()).collect();
+            data.version = rules.version;
+        }
+        self.rules.store(Arc::new(rules));
+        drop(shards);
+        Ok(())
+    }
+
+    /// Changes the rate and/or burst of `group`'s first rate limit in place.
+    ///
+    /// # Errors
+    /// An unknown group, one without a rate limit, or a bad rate or burst.
+    pub fn update_rule(&self, group: &str, rate: Option<Rate>, burst: Option<u64>) -> Result<()> {
+        let mut config = self.rules.load().config.clone();
+        let rules = self.rules.load_full();
+        let index = rules.group_index(group)?;
+        let Some(p) = rules.groups[index].primary else {
+            return Err(Error::value("group", format!("group {group:?} has no rate limit to update")));
+        };
+        let current = rules.groups[index].limits[p];
+        let limit = match (rate, burst) {
+            (None, None) => return Ok(()),
+            (rate, burst) => {
+                let rate = rate.or(current.rate).ok_or_else(|| Error::value("rate", "the limit has no rate"))?;
+                let keep_burst = if current.burst_set { Some(u64::from(current.burst)) } else { None };
+                Limit::new(rate, burst.or(keep_burst), current.kind())?
+            }
+        };
+        for rule in config.rules.iter_mut().filter(|r| r.group == group) {
+            rule.limits[p] = limit;
+        }
+        self.reconfigure(config)
+    }
+}
+
+/// A shard locked under the rules it follows, for one key.
+struct Locked<'a> {
+    rules: Arc<Rules>,
+    shard: MutexGuard<'a, Shard<ShardData>>,
+    index: usize,
+    base: u64,
+}
+
+impl Limiter {
+    /// Applies `change` to the states of the limits of `peer`'s group (routed from `path`) that `select`
+    /// picks, and returns the shard, still locked, for the caller's counters. `None`: not limited.
     fn change(
         &self,
         peer: &str,
-        index: usize,
-        select: impl Fn(usize, &Limit) -> bool,
+        path: Option<&str>,
+        select: impl Fn(&Group, usize, &Limit) -> bool,
         change: impl Fn(&Limit, &State, &mut VecDeque<u64>, u64) -> State,
-    ) -> MutexGuard<'_, Shard<ShardCounters>> {
-        let base = self.key(peer, index);
+    ) -> Option<Locked<'_>> {
+        let mut locked = self.lock(|rules| match rules.router.route(peer, path) {
+            Route::Group(index) => Some((index, self.key(peer, &rules.groups[index]))),
+            _ => None,
+        })?;
+        let Locked { rules, shard, index, base } = &mut locked;
         let now = self.clock.now_ns();
-        let mut shard = self.store.lock(base);
-        for (i, limit) in self.groups[index].limits.iter().enumerate() {
-            if !select(i, limit) {
+        let group = &rules.groups[*index];
+        let quota = self.quota_of(shard, rules, *index, *base, peer, now, false);
+        for (i, limit) in group.limits_with(quota).iter().enumerate() {
+            if !select(group, i, limit) {
                 continue;
             }
-            let key = Self::limit_key(base, i);
+            let key = Self::limit_key(group, *base, i);
             if let Some(state) = shard.get_mut(key).map(|s| *s) {
                 // Only a sliding log has stamps; others must not leave an empty log behind.
                 let changed = if limit.uses_log() {
@@ -417,63 +923,65 @@ impl Limiter {
                 shard.store(key, changed, now);
             }
         }
-        shard
+        Some(locked)
     }
 
     /// Gives back `cost` that an admission took (`receipt`), e.g. for a cancelled wait.
     pub fn refund(&self, peer: &str, path: Option<&str>, cost: u64, receipt: Receipt) {
-        if let Route::Group(index) = self.router.route(peer, path) {
-            drop(self.change(
-                peer,
-                index,
-                |i, _| receipt.limits & (1 << i) != 0,
-                |limit, state, log, now| limit.refund(state, log, now, receipt.at, cost),
-            ));
-        }
+        drop(self.change(
+            peer,
+            path,
+            |_, i, _| receipt.limits & (1 << i) != 0,
+            |limit, state, log, now| limit.refund(state, log, now, receipt.at, cost),
+        ));
     }
 
     /// Returns the concurrency permits taken by `acquire`.
     pub fn release(&self, peer: &str, path: Option<&str>, cost: u64) {
-        if let Route::Group(index) = self.router.route(peer, path) {
-            drop(self.change(
-                peer,
-                index,
-                |_, l| l.is_concurrency(),
-                |limit, state, log, now| limit.refund(state, log, now, now, cost),
-            ));
-        }
+        drop(self.change(
+            peer,
+            path,
+            |_, _, l| l.is_concurrency(),
+            |limit, state, log, now| limit.refund(state, log, now, now, cost),
+        ));
     }
 
     /// Gives `tokens` back to the rate limits of `peer`'s group (seed 003's manual reduction).
     /// False when no group limits the path or the group disables reduction.
     pub fn reduce(&self, peer: &str, path: Option<&str>, tokens: u64) -> bool {
-        let Route::Group(index) = self.router.route(peer, path) else { return false };
-        if !self.groups[index].reduction {
-            return false;
-        }
-        let mut shard = self.change(
+        let changed = self.change(
             peer,
-            index,
-            |_, l| !l.is_concurrency(),
+            path,
+            |group, _, l| group.reduction && !l.is_concurrency(),
             |limit, state, log, now| limit.refund(state, log, now, now, tokens),
         );
-        shard.counters.groups[index].reductions += 1;
-        true
+        match changed {
+            Some(mut locked) if locked.rules.groups[locked.index].reduction => {
+                locked.shard.data.groups[locked.index].reductions += 1;
+                true
+            }
+            _ => false,
+        }
     }
 
-    /// Forgets the state of `peer` in every group, or of every peer.
+    /// Forgets the state (and quota record) of `peer` in every group, or of every peer.
     pub fn reset(&self, peer: Option<&str>) {
+        let rules = self.rules.load_full();
         match peer {
             Some(peer) => {
-                for (index, group) in self.groups.iter().enumerate() {
-                    let base = self.key(peer, index);
+                for group in &rules.groups {
+                    let base = self.key(peer, group);
                     let mut shard = self.store.lock(base);
                     for i in 0..group.limits.len() {
-                        shard.remove(Self::limit_key(base, i));
+                        shard.remove(Self::limit_key(group, base, i));
                     }
+                    shard.data.quotas.remove(base);
                 }
             }
-            None => self.store.shards().for_each(|mut s| s.clear()),
+            None => self.store.shards().for_each(|mut s| {
+                s.clear();
+                s.data.quotas.clear();
+            }),
         }
     }
 
@@ -486,9 +994,15 @@ impl Limiter {
         self.enabled.load(Ordering::Relaxed)
     }
 
+    /// The limiter's clock reading.
     #[must_use]
-    pub fn groups(&self) -> &[Group] {
-        &self.groups
+    pub fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+
+    #[must_use]
+    pub fn quota_settings(&self) -> &QuotaSettings {
+        &self.quotas
     }
 
     /// Tracked states (one per key and limit).
@@ -507,27 +1021,30 @@ impl Limiter {
         self.store.max_keys()
     }
 
-    /// Approximate heap bytes of the state map.
+    /// Approximate heap bytes of the state map and the quota records.
     #[must_use]
     pub fn allocated_bytes(&self) -> usize {
-        self.store.shards().map(|s| s.allocated_bytes()).sum()
+        self.store.shards().map(|s| s.allocated_bytes() + s.data.quotas.allocated_bytes()).sum()
     }
 
+    /// Counters by group, in the order of `rules().groups` (read from the same snapshot).
     #[must_use]
-    pub fn stats(&self) -> Stats {
-        let mut stats = Stats { groups: vec![GroupCounters::default(); self.groups.len()], ..Stats::default() };
-        for shard in self.store.shards() {
-            for (total, counters) in stats.groups.iter_mut().zip(&shard.counters.groups) {
+    pub fn stats(&self) -> (Arc<Rules>, Stats) {
+        let shards: Vec<_> = self.store.shards().collect();
+        let rules = self.rules.load_full();
+        let mut stats = Stats { groups: vec![GroupCounters::default(); rules.groups.len()], ..Stats::default() };
+        for shard in &shards {
+            for (total, counters) in stats.groups.iter_mut().zip(&shard.data.groups) {
                 total.add(counters);
             }
-            stats.exempt += shard.counters.exempt;
+            stats.exempt += shard.data.exempt;
             stats.keys += shard.len();
             stats.evictions += shard.evictions;
+            stats.quota_records += shard.data.quotas.len();
         }
-        stats
+        (rules, stats)
     }
 }
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -549,9 +1066,7 @@ mod tests {
     fn limiter(rules: Vec<RuleSpec>) -> (Limiter, Arc<ManualClock>) {
         let clock = Arc::new(ManualClock::new(0));
         let config = Config {
-            rules,
-            exempt_peers: vec!["admin".into()],
-            exempt_paths: vec!["^/health".into()],
+            rules: RulesConfig { rules, exempt_peers: vec!["admin".into()], exempt_paths: vec!["^/health".into()] },
             ..Config::default()
         };
         (Limiter::new(config, Clock::Manual(clock.clone())).unwrap(), clock)
@@ -572,8 +1087,11 @@ mod tests {
         assert!(!allowed(&lim, "a", None));
         clock.advance_ns(S);
         assert!(allowed(&lim, "a", None));
-        let stats = lim.stats();
-        assert_eq!(stats.groups[0], GroupCounters { requests: 4, allowed: 3, refused: 1, delayed: 0, reductions: 0 });
+        let (_, stats) = lim.stats();
+        assert_eq!(
+            stats.groups[0],
+            GroupCounters { requests: 4, allowed: 3, refused: 1, delayed: 0, ..GroupCounters::default() }
+        );
         assert_eq!(stats.keys, 3);
     }
 
@@ -585,7 +1103,7 @@ mod tests {
             assert!(allowed(&lim, "p", Some("/health")));
         }
         assert_eq!(lim.len(), 0);
-        assert_eq!(lim.stats().exempt, 10);
+        assert_eq!(lim.stats().1.exempt, 10);
         lim.set_enabled(false);
         assert!(allowed(&lim, "p", None) && allowed(&lim, "p", None));
         assert_eq!(lim.len(), 0);
@@ -608,7 +1126,13 @@ mod tests {
     #[test]
     fn a_group_defined_twice_must_agree() {
         let err = Limiter::new(
-            Config { rules: vec![rule("^/a", "g", "1/s"), rule("^/b", "g", "2/s")], ..Config::default() },
+            Config {
+                rules: RulesConfig {
+                    rules: vec![rule("^/a", "g", "1/s"), rule("^/b", "g", "2/s")],
+                    ..RulesConfig::default()
+                },
+                ..Config::default()
+            },
             Clock::monotonic(),
         )
         .unwrap_err();
@@ -623,7 +1147,7 @@ mod tests {
         assert_eq!(second.outcome.wait_ns, S);
         lim.refund("a", None, 1, second.receipt);
         assert_eq!(lim.decide("a", None, 1, u64::MAX, false).outcome.wait_ns, S);
-        assert_eq!(lim.stats().groups[0].delayed, 2);
+        assert_eq!(lim.stats().1.groups[0].delayed, 2);
     }
 
     fn group(limits: Vec<Limit>, policy: Policy) -> (Limiter, Arc<ManualClock>) {

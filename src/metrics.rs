@@ -1,6 +1,8 @@
 //! Counters of what the limiter decided. Kept per shard and updated under the shard's lock (which the
 //! decision holds anyway), so counting costs no atomic and no shared cache line; `stats` sums shards.
 
+use crate::quota::QuotaTable;
+
 /// What one group saw. Aligned to a cache line: the counters of different shards are separate
 /// allocations that would otherwise share lines, and two threads writing them would stall each other.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -14,6 +16,9 @@ pub struct GroupCounters {
     pub delayed: u64,
     /// Tokens given back by `reduce`.
     pub reductions: u64,
+    /// Quota fetches started, and those that failed (raised, timed out, or answered nonsense).
+    pub quota_fetches: u64,
+    pub quota_failures: u64,
 }
 
 impl GroupCounters {
@@ -34,15 +39,20 @@ impl GroupCounters {
         self.refused += other.refused;
         self.delayed += other.delayed;
         self.reductions += other.reductions;
+        self.quota_fetches += other.quota_fetches;
+        self.quota_failures += other.quota_failures;
     }
 }
 
-/// The counters one shard holds.
-#[derive(Debug, Clone, Default)]
-pub struct ShardCounters {
+/// What one shard holds beside its states: counters, quota records, and the rules version they follow.
+#[derive(Debug)]
+pub struct ShardData {
     pub groups: Vec<GroupCounters>,
     /// Requests of exempt peers or paths.
     pub exempt: u64,
+    pub quotas: QuotaTable,
+    /// The version of the rules that `groups` is indexed by; a decision made with other rules retries.
+    pub version: u64,
 }
 
 /// A snapshot over all shards.
@@ -52,6 +62,7 @@ pub struct Stats {
     pub exempt: u64,
     pub keys: usize,
     pub evictions: u64,
+    pub quota_records: usize,
 }
 
 #[cfg(test)]
@@ -67,6 +78,9 @@ mod tests {
         let mut total = GroupCounters::default();
         total.add(&a);
         total.add(&a);
-        assert_eq!(total, GroupCounters { requests: 6, allowed: 4, refused: 2, delayed: 2, reductions: 0 });
+        assert_eq!(
+            total,
+            GroupCounters { requests: 6, allowed: 4, refused: 2, delayed: 2, ..GroupCounters::default() }
+        );
     }
 }

@@ -1,7 +1,9 @@
 //! The Python boundary: the only file that uses pyo3. Docstrings live in `python/ratekeeper/_core.pyi`.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwap;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
@@ -9,7 +11,8 @@ use pyo3::types::{PyDict, PyString};
 use crate::algorithm::{Kind, Limit};
 use crate::clock::{Clock, ManualClock};
 use crate::error::{Error, ErrorKind};
-use crate::limiter::{self, Config, Limiter, Policy, Receipt, RuleSpec};
+use crate::limiter::{self, Config, Landing, Limiter, Policy, Receipt, RuleSpec, Rules, RulesConfig};
+use crate::quota::{FetchJob, FetchQueue, QuotaSettings};
 use crate::rate::{self, NANOS_PER_SEC};
 use crate::rules::{self, Route};
 
@@ -325,6 +328,14 @@ impl PyRule {
     }
 }
 
+/// A duration in seconds that must be finite and above zero, in nanoseconds.
+fn positive_seconds(field: &str, seconds: f64) -> PyResult<u64> {
+    if !seconds.is_finite() || seconds <= 0.0 {
+        return Err(Error::value(field, format!("must be a positive number of seconds, got {seconds}")).into());
+    }
+    nanos(field, Some(seconds))
+}
+
 fn positive_int(field: &str, obj: &Bound<'_, PyAny>) -> PyResult<u64> {
     match obj.extract::<i64>() {
         Ok(n) if n >= 1 => Ok(n.unsigned_abs()),
@@ -440,17 +451,41 @@ impl PyDecision {
 }
 
 /// The Rust half of `ratekeeper.Limiter`; the Python subclass adds the waiting methods.
-#[pyclass(frozen, subclass, name = "Limiter", module = "ratekeeper._core")]
+#[pyclass(frozen, subclass, weakref, name = "Limiter", module = "ratekeeper._core")]
 pub struct PyLimiter {
     inner: Limiter,
-    group_names: Vec<Py<PyString>>,
+    /// Interned group names of the rules in force, by group index (replaced by a reconfiguration).
+    group_names: ArcSwap<Vec<Py<PyString>>>,
     clock: Option<Py<PyManualClock>>,
+    quota_provider: Option<Py<PyAny>>,
+    quota_workers: usize,
+    /// How long the first request of a key waits for its quota (0: not at all).
+    quota_wait: Duration,
+}
+
+fn interned_names(py: Python<'_>, rules: &Rules) -> Vec<Py<PyString>> {
+    rules.groups.iter().map(|g| PyString::intern(py, &g.name).unbind()).collect()
 }
 
 impl PyLimiter {
+    /// `quota_wait`: lets the first request of a key wait (without the GIL) for its fetch to land.
+    fn wait_first_fetch(&self, py: Python<'_>, peer: &str, path: Option<&str>) {
+        if !self.quota_wait.is_zero() && self.inner.first_fetch_pending(peer, path) {
+            py.detach(|| self.inner.wait_first_fetch(peer, path, self.quota_wait));
+        }
+    }
+
+    fn group_name(&self, py: Python<'_>, index: usize) -> Py<PyString> {
+        match self.group_names.load().get(index) {
+            Some(name) => name.clone_ref(py),
+            // Decided under rules a reconfiguration has just replaced.
+            None => PyString::new(py, "?").unbind(),
+        }
+    }
+
     fn decision(&self, py: Python<'_>, d: &limiter::Decision) -> PyDecision {
         let group = match d.route {
-            Route::Group(g) => Some(self.group_names[g].clone_ref(py)),
+            Route::Group(g) => Some(self.group_name(py, g)),
             Route::Unlimited | Route::Exempt => None,
         };
         PyDecision {
@@ -475,12 +510,28 @@ fn strings(field: &str, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<String>>
     iter.enumerate().map(|(i, item)| str_arg(&format!("{field}[{i}]"), &item?)).collect()
 }
 
+fn rule_specs(rules: &Bound<'_, PyAny>) -> PyResult<Vec<RuleSpec>> {
+    let iter = rules
+        .try_iter()
+        .map_err(|_| Error::type_error("rules", format!("must be a list of Rule, got {}", type_name(rules))))?;
+    iter.enumerate()
+        .map(|(i, item)| {
+            let item = item?;
+            let rule = item.cast::<PyRule>().map_err(|_| {
+                Error::type_error(format!("rules[{i}]"), format!("must be a Rule, got {}", type_name(&item)))
+            })?;
+            Ok(rule.get().spec.clone())
+        })
+        .collect()
+}
+
 #[pymethods]
 impl PyLimiter {
     #[new]
     #[pyo3(signature = (
         rate=None, *, rules=None, exempt_peers=None, exempt_paths=None, max_keys=1_000_000, burst=None,
-        algorithm="gcra", clock=None
+        algorithm="gcra", clock=None, quota_provider=None, failsafe=None, quota_ttl=300.0, quota_timeout=5.0,
+        quota_workers=4, quota_wait=0.0
     ))]
     #[allow(clippy::too_many_arguments)]
     fn py_new(
@@ -493,20 +544,17 @@ impl PyLimiter {
         burst: Option<&Bound<'_, PyAny>>,
         algorithm: &str,
         clock: Option<&Bound<'_, PyAny>>,
+        quota_provider: Option<&Bound<'_, PyAny>>,
+        failsafe: Option<&Bound<'_, PyAny>>,
+        quota_ttl: f64,
+        quota_timeout: f64,
+        quota_workers: i64,
+        quota_wait: f64,
     ) -> PyResult<Self> {
-        let mut specs = Vec::new();
-        if let Some(rules) = rules.filter(|r| !r.is_none()) {
-            let iter = rules
-                .try_iter()
-                .map_err(|_| Error::type_error("rules", format!("must be a list of Rule, got {}", type_name(rules))))?;
-            for (i, item) in iter.enumerate() {
-                let item = item?;
-                let rule = item.cast::<PyRule>().map_err(|_| {
-                    Error::type_error(format!("rules[{i}]"), format!("must be a Rule, got {}", type_name(&item)))
-                })?;
-                specs.push(rule.get().spec.clone());
-            }
-        }
+        let mut specs = match rules.filter(|r| !r.is_none()) {
+            Some(rules) => rule_specs(rules)?,
+            None => Vec::new(),
+        };
         match rate.filter(|r| !r.is_none()) {
             Some(rate) => specs.push(RuleSpec::single("", "default", limit_arg(rate, burst, algorithm)?)),
             None if rules.is_none_or(PyAnyMethods::is_none) => {
@@ -527,15 +575,43 @@ impl PyLimiter {
                 (Clock::Manual(manual.get().inner.clone()), Some(manual.clone().unbind()))
             }
         };
-        let config = Config {
+        let quota_provider = quota_provider.filter(|p| !p.is_none());
+        if let Some(provider) = quota_provider {
+            if !provider.is_callable() {
+                return Err(Error::type_error(
+                    "quota_provider",
+                    format!("must be a callable (peer, group) -> Rate | str | None, got {}", type_name(provider)),
+                )
+                .into());
+            }
+        }
+        let quota_workers = usize::try_from(quota_workers)
+            .ok()
+            .filter(|&n| (1..=256).contains(&n))
+            .ok_or_else(|| Error::value("quota_workers", format!("must be between 1 and 256, got {quota_workers}")))?;
+        let quotas = QuotaSettings {
+            provider: quota_provider.is_some(),
+            failsafe: failsafe.filter(|f| !f.is_none()).map(|f| PyRate::from_arg("failsafe", f)).transpose()?,
+            ttl_ns: positive_seconds("quota_ttl", quota_ttl)?,
+            timeout_ns: positive_seconds("quota_timeout", quota_timeout)?,
+            ..QuotaSettings::default()
+        };
+        let quota_wait = Duration::from_nanos(nanos("quota_wait", Some(quota_wait))?.min(u64::MAX / 2));
+        let rules = RulesConfig {
             rules: specs,
             exempt_peers: strings("exempt_peers", exempt_peers)?,
             exempt_paths: strings("exempt_paths", exempt_paths)?,
-            max_keys,
         };
-        let inner = Limiter::new(config, clock)?;
-        let group_names = inner.groups().iter().map(|g| PyString::intern(py, &g.name).unbind()).collect();
-        Ok(Self { inner, group_names, clock: manual })
+        let inner = Limiter::new(Config { rules, max_keys, quotas }, clock)?;
+        let group_names = ArcSwap::from_pointee(interned_names(py, &inner.rules()));
+        Ok(Self {
+            inner,
+            group_names,
+            clock: manual,
+            quota_provider: quota_provider.map(|p| p.clone().unbind()),
+            quota_workers,
+            quota_wait,
+        })
     }
 
     #[pyo3(signature = (peer, path=None, *, cost=Cost(1)), text_signature = "(self, peer, path=None, *, cost=1)")]
@@ -547,19 +623,27 @@ impl PyLimiter {
         cost: Cost,
     ) -> PyResult<PyDecision> {
         let (peer, path) = (text("peer", peer)?, optional_text("path", path)?);
+        self.wait_first_fetch(py, peer, path);
         Ok(self.decision(py, &self.inner.decide(peer, path, cost.0, 0, true)))
     }
 
     #[pyo3(signature = (peer, path=None, *, cost=Cost(1)), text_signature = "(self, peer, path=None, *, cost=1)")]
-    fn allow(&self, peer: &Bound<'_, PyAny>, path: Option<&Bound<'_, PyAny>>, cost: Cost) -> PyResult<bool> {
+    fn allow(
+        &self,
+        py: Python<'_>,
+        peer: &Bound<'_, PyAny>,
+        path: Option<&Bound<'_, PyAny>>,
+        cost: Cost,
+    ) -> PyResult<bool> {
         let (peer, path) = (text("peer", peer)?, optional_text("path", path)?);
+        self.wait_first_fetch(py, peer, path);
         Ok(self.inner.decide(peer, path, cost.0, 0, false).outcome.allowed)
     }
 
     /// Admits now or reserves a later slot within `max_wait` seconds (None: any wait).
     /// Returns `(decision, wait_seconds, deadline_ns, receipt)`; the deadline is on the limiter's clock
     /// and the receipt is what `_refund` needs to give the slot back.
-    #[pyo3(signature = (peer, path, cost, max_wait))]
+    #[pyo3(signature = (peer, path, cost, max_wait, wait_quota=true))]
     fn _reserve(
         &self,
         py: Python<'_>,
@@ -567,8 +651,12 @@ impl PyLimiter {
         path: Option<&Bound<'_, PyAny>>,
         cost: Cost,
         max_wait: Option<f64>,
+        wait_quota: bool,
     ) -> PyResult<(PyDecision, f64, u64, (u64, u64))> {
         let (peer, path) = (text("peer", peer)?, optional_text("path", path)?);
+        if wait_quota {
+            self.wait_first_fetch(py, peer, path);
+        }
         let max_wait_ns = nanos("timeout", max_wait)?;
         let decision = self.inner.decide(peer, path, cost.0, max_wait_ns, true);
         let deadline = decision.now.saturating_add(decision.outcome.wait_ns);
@@ -630,7 +718,7 @@ impl PyLimiter {
 
     #[getter]
     fn groups(&self, py: Python<'_>) -> Vec<Py<PyString>> {
-        self.group_names.iter().map(|g| g.clone_ref(py)).collect()
+        self.group_names.load().iter().map(|g| g.clone_ref(py)).collect()
     }
 
     #[pyo3(signature = (peer=None))]
@@ -640,9 +728,9 @@ impl PyLimiter {
     }
 
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let stats = self.inner.stats();
+        let (rules, stats) = self.inner.stats();
         let groups = PyDict::new(py);
-        for ((name, counters), group) in self.group_names.iter().zip(&stats.groups).zip(self.inner.groups()) {
+        for (counters, group) in stats.groups.iter().zip(&rules.groups) {
             let entry = PyDict::new(py);
             let limits = group
                 .limits
@@ -662,7 +750,9 @@ impl PyLimiter {
             entry.set_item("refused", counters.refused)?;
             entry.set_item("delayed", counters.delayed)?;
             entry.set_item("reductions", counters.reductions)?;
-            groups.set_item(name.bind(py), entry)?;
+            entry.set_item("quota_fetches", counters.quota_fetches)?;
+            entry.set_item("quota_failures", counters.quota_failures)?;
+            groups.set_item(&group.name, entry)?;
         }
         let out = PyDict::new(py);
         out.set_item("enabled", self.inner.enabled())?;
@@ -671,6 +761,10 @@ impl PyLimiter {
         out.set_item("evictions", stats.evictions)?;
         out.set_item("exempt", stats.exempt)?;
         out.set_item("memory_bytes", self.inner.allocated_bytes())?;
+        out.set_item("quota_records", stats.quota_records)?;
+        let (queued, running) = self.inner.fetches().load();
+        out.set_item("quota_queue", queued)?;
+        out.set_item("quota_running", running)?;
         out.set_item("groups", groups)?;
         Ok(out)
     }
@@ -678,12 +772,194 @@ impl PyLimiter {
     fn __len__(&self) -> usize {
         self.inner.len()
     }
+
+    #[pyo3(signature = (peer, group, rate))]
+    fn set_quota(&self, peer: &Bound<'_, PyAny>, group: &Bound<'_, PyAny>, rate: &Bound<'_, PyAny>) -> PyResult<()> {
+        let (peer, group) = (text("peer", peer)?, text("group", group)?);
+        let rate = if rate.is_none() { None } else { Some(PyRate::from_arg("rate", rate)?) };
+        Ok(self.inner.set_quota(peer, group, rate)?)
+    }
+
+    #[pyo3(signature = (peer, group))]
+    fn quota(&self, peer: &Bound<'_, PyAny>, group: &Bound<'_, PyAny>) -> PyResult<PyQuotaInfo> {
+        let (peer, group) = (text("peer", peer)?, text("group", group)?);
+        let (info, rule_rate) = self.inner.quota(peer, group)?;
+        let now = self.inner.now_ns();
+        Ok(PyQuotaInfo {
+            rate: info.rate.or(rule_rate).map(|inner| PyRate { inner }),
+            source: info.source.name(),
+            age: info.since.map(|since| secs(now.saturating_sub(since))),
+            fetching: info.fetching,
+            failures: info.failures,
+        })
+    }
+
+    /// Whether the first fetch of the key `path` routes `peer` to is still running (queued if new).
+    #[pyo3(signature = (peer, path))]
+    fn _quota_pending(&self, peer: &str, path: Option<&str>) -> bool {
+        self.inner.first_fetch_pending(peer, path)
+    }
+
+    #[pyo3(signature = (timeout=None))]
+    fn wait_quotas(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
+        let timeout = Duration::from_nanos(nanos("timeout", timeout)?.min(u64::MAX / 4));
+        let deadline =
+            Instant::now().checked_add(timeout).unwrap_or_else(|| Instant::now() + Duration::from_secs(1 << 32));
+        let queue = Arc::clone(self.inner.fetches());
+        Ok(py.detach(move || queue.wait_idle(deadline)))
+    }
+
+    fn _fetch_queue(&self) -> PyFetchQueue {
+        PyFetchQueue { inner: Arc::clone(self.inner.fetches()) }
+    }
+
+    /// Hands back a fetch: `ok` with `rate` (None: the rule's rate), or a failure. Returns
+    /// `(outcome, first_failure, reason)`, outcome one of "landed", "late", "failed".
+    #[pyo3(signature = (peer, group, token, rate, ok))]
+    fn _finish_fetch(
+        &self,
+        peer: String,
+        group: String,
+        token: u32,
+        rate: Option<&Bound<'_, PyAny>>,
+        ok: bool,
+    ) -> (&'static str, bool, Option<String>) {
+        let job = FetchJob { peer, group, token };
+        let answer = match rate.filter(|r| !r.is_none()) {
+            _ if !ok => Err(()),
+            None => Ok(None),
+            Some(rate) => match PyRate::from_arg("quota", rate) {
+                Ok(rate) => Ok(Some(rate)),
+                Err(error) => {
+                    let landing = self.inner.finish_fetch(&job, Err(()));
+                    let first = matches!(landing, Landing::Failed { first: true, .. });
+                    return ("failed", first, Some(error.to_string()));
+                }
+            },
+        };
+        match self.inner.finish_fetch(&job, answer) {
+            Landing::Landed => ("landed", false, None),
+            Landing::Late => ("late", false, None),
+            Landing::Failed { first, reason } => ("failed", first, reason.map(|e| e.to_string())),
+        }
+    }
+
+    #[getter]
+    fn _quota_provider(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.quota_provider.as_ref().map(|p| p.clone_ref(py))
+    }
+
+    #[getter]
+    fn _quota_workers(&self) -> usize {
+        self.quota_workers
+    }
+
+    #[getter]
+    fn quota_wait(&self) -> f64 {
+        self.quota_wait.as_secs_f64()
+    }
+
+    #[pyo3(signature = (group, rate=None, burst=None))]
+    fn update_rule(
+        &self,
+        py: Python<'_>,
+        group: &Bound<'_, PyAny>,
+        rate: Option<&Bound<'_, PyAny>>,
+        burst: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let group = text("group", group)?;
+        let rate = rate.filter(|r| !r.is_none()).map(|r| PyRate::from_arg("rate", r)).transpose()?;
+        let burst = burst.filter(|b| !b.is_none()).map(|b| positive_int("burst", b)).transpose()?;
+        self.inner.update_rule(group, rate, burst)?;
+        self.group_names.store(Arc::new(interned_names(py, &self.inner.rules())));
+        Ok(())
+    }
+
+    /// Replaces the rules and exemptions, keeping the state of groups that keep their name.
+    #[pyo3(signature = (rules, exempt_peers=None, exempt_paths=None))]
+    fn _reconfigure(
+        &self,
+        py: Python<'_>,
+        rules: &Bound<'_, PyAny>,
+        exempt_peers: Option<&Bound<'_, PyAny>>,
+        exempt_paths: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let config = RulesConfig {
+            rules: rule_specs(rules)?,
+            exempt_peers: strings("exempt_peers", exempt_peers)?,
+            exempt_paths: strings("exempt_paths", exempt_paths)?,
+        };
+        self.inner.reconfigure(config)?;
+        self.group_names.store(Arc::new(interned_names(py, &self.inner.rules())));
+        Ok(())
+    }
+}
+
+/// What a key's quota is; see `Limiter.quota`.
+#[pyclass(frozen, name = "QuotaInfo", module = "ratekeeper._core")]
+pub struct PyQuotaInfo {
+    #[pyo3(get)]
+    rate: Option<PyRate>,
+    #[pyo3(get)]
+    source: &'static str,
+    #[pyo3(get)]
+    age: Option<f64>,
+    #[pyo3(get)]
+    fetching: bool,
+    #[pyo3(get)]
+    failures: u32,
+}
+
+#[pymethods]
+impl PyQuotaInfo {
+    fn __repr__(&self) -> String {
+        let rate = self.rate.as_ref().map_or_else(|| "None".to_owned(), |r| format!("Rate('{}')", r.inner));
+        let age = self.age.map_or_else(|| "None".to_owned(), |a| format!("{a:?}"));
+        format!(
+            "QuotaInfo(rate={rate}, source='{}', age={age}, fetching={}, failures={})",
+            self.source,
+            if self.fetching { "True" } else { "False" },
+            self.failures
+        )
+    }
+}
+
+/// The jobs quota workers run; held by the workers instead of the limiter, so that an unreferenced
+/// limiter is collected (and its drop closes this queue, which stops them).
+#[pyclass(frozen, name = "_FetchQueue", module = "ratekeeper._core")]
+pub struct PyFetchQueue {
+    inner: Arc<FetchQueue>,
+}
+
+#[pymethods]
+impl PyFetchQueue {
+    /// The next `(peer, group, token)`, waiting up to `timeout` seconds without the GIL; None on timeout
+    /// or once closed.
+    fn take(&self, py: Python<'_>, timeout: f64) -> PyResult<Option<(String, String, u32)>> {
+        let timeout = Duration::from_nanos(nanos("timeout", Some(timeout))?.min(u64::MAX / 4));
+        let queue = Arc::clone(&self.inner);
+        Ok(py.detach(move || queue.take(timeout)).map(|job| (job.peer, job.group, job.token)))
+    }
+
+    /// Marks a taken job done when its limiter is gone.
+    fn done(&self) {
+        self.inner.done();
+    }
+
+    fn close(&self) {
+        self.inner.close();
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.is_closed()
+    }
 }
 
 #[pymodule(gil_used = false)]
 mod _core {
     #[pymodule_export]
-    use super::{PyDecision, PyLimit, PyLimiter, PyManualClock, PyRate, PyRule};
+    use super::{PyDecision, PyFetchQueue, PyLimit, PyLimiter, PyManualClock, PyQuotaInfo, PyRate, PyRule};
 
     #[pymodule_init]
     fn init(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {

@@ -20,7 +20,7 @@ use parking_lot::{Mutex, MutexGuard};
 use crate::algorithm::{State, NO_LOG};
 
 /// Keys are 64-bit keyed hashes; the low byte of a slot's tag holds its use counter instead.
-const IDENTITY_SHIFT: u32 = 8;
+pub(crate) const IDENTITY_SHIFT: u32 = 8;
 const MAX_SHARDS: usize = 64;
 /// Keys per shard below which a limiter gets fewer shards (tiny `max_keys` values).
 const MIN_KEYS_PER_SHARD: usize = 256;
@@ -57,7 +57,7 @@ impl Slot {
 /// The hash hashbrown sees: the identity spread over all 64 bits, so that both its bucket index (low
 /// bits) and its control tag (top 7 bits) vary. The shard index comes from other bits of the key.
 #[inline]
-fn table_hash(identity: u64) -> u64 {
+pub(crate) fn table_hash(identity: u64) -> u64 {
     identity.wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
@@ -73,7 +73,7 @@ pub struct Shard<C> {
     /// Inserts since use counters were last halved.
     inserts_since_decay: usize,
     pub evictions: u64,
-    pub counters: C,
+    pub data: C,
 }
 
 impl<C> Shard<C> {
@@ -185,19 +185,7 @@ impl<C> Shard<C> {
         if dropped >= want || self.table.is_empty() {
             return;
         }
-        let excess = want - dropped;
-        // Counting sort by use: evict everything below the threshold, then enough at the threshold.
-        let mut histogram = [0usize; 256];
-        for slot in &self.table {
-            histogram[usize::from(slot.uses())] += 1;
-        }
-        let mut threshold = 0;
-        let mut below = 0;
-        while below + histogram[threshold] < excess {
-            below += histogram[threshold];
-            threshold += 1;
-        }
-        let mut at_threshold = excess - below;
+        let (threshold, mut at_threshold) = lfu_threshold(self.table.iter().map(Slot::uses), want - dropped);
         let before = self.table.len();
         let logs = &mut self.logs;
         self.table.retain(|slot| {
@@ -227,6 +215,22 @@ impl<C> Shard<C> {
     }
 }
 
+/// Which slots to evict to free `excess` of them, least used first: every slot used fewer times than
+/// the returned threshold, and that many of those used exactly as often (a counting sort by use).
+pub(crate) fn lfu_threshold(uses: impl Iterator<Item = u8>, excess: usize) -> (usize, usize) {
+    let mut histogram = [0usize; 256];
+    for used in uses {
+        histogram[usize::from(used)] += 1;
+    }
+    let mut threshold = 0;
+    let mut below = 0;
+    while threshold < 255 && below + histogram[threshold] < excess {
+        below += histogram[threshold];
+        threshold += 1;
+    }
+    (threshold, excess.saturating_sub(below))
+}
+
 /// A padded shard, so that two threads on neighbouring shards do not share a cache line.
 #[repr(align(128))]
 #[derive(Debug)]
@@ -242,8 +246,8 @@ pub struct Store<C> {
 }
 
 impl<C> Store<C> {
-    /// A store for at most `max_keys` keys; `counters` makes each shard's group counters.
-    pub fn new(max_keys: usize, counters: impl Fn() -> C) -> Self {
+    /// A store for at most `max_keys` keys; `data` makes each shard's data (counters, quota records).
+    pub fn new(max_keys: usize, data: impl Fn() -> C) -> Self {
         let max_keys = max_keys.max(1);
         let wanted = (max_keys / MIN_KEYS_PER_SHARD).clamp(1, MAX_SHARDS).next_power_of_two().min(MAX_SHARDS);
         let keys = Arc::new(AtomicUsize::new(0));
@@ -256,7 +260,7 @@ impl<C> Store<C> {
                     max_keys,
                     inserts_since_decay: 0,
                     evictions: 0,
-                    counters: counters(),
+                    data: data(),
                 }))
             })
             .collect();

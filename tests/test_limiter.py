@@ -189,6 +189,9 @@ def test_stats_reports_configuration_and_counters(clock: rk.ManualClock) -> None
         "max_keys": 500,
         "evictions": 0,
         "exempt": 1,
+        "quota_records": 0,
+        "quota_queue": 0,
+        "quota_running": 0,
         "groups": {
             "api": {
                 "limits": [{"rate": "1/s", "burst": 2, "algorithm": "token_bucket"}],
@@ -198,6 +201,8 @@ def test_stats_reports_configuration_and_counters(clock: rk.ManualClock) -> None
                 "refused": 0,
                 "delayed": 0,
                 "reductions": 0,
+                "quota_fetches": 0,
+                "quota_failures": 0,
             },
             "default": {
                 "limits": [{"rate": "3/min", "burst": 3, "algorithm": "gcra"}],
@@ -207,6 +212,8 @@ def test_stats_reports_configuration_and_counters(clock: rk.ManualClock) -> None
                 "refused": 2,
                 "delayed": 0,
                 "reductions": 0,
+                "quota_fetches": 0,
+                "quota_failures": 0,
             },
         },
     }

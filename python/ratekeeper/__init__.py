@@ -6,8 +6,19 @@
 [True, True, True, False]
 """
 
-from ratekeeper._core import Decision, Limit, ManualClock, Rate, Rule, __version__
+from ratekeeper._core import Decision, Limit, ManualClock, QuotaInfo, Rate, Rule, __version__
 from ratekeeper._errors import RateLimited
 from ratekeeper.limiter import Limiter, Permit
 
-__all__ = ["Decision", "Limit", "Limiter", "ManualClock", "Permit", "Rate", "RateLimited", "Rule", "__version__"]
+__all__ = [
+    "Decision",
+    "Limit",
+    "Limiter",
+    "ManualClock",
+    "Permit",
+    "QuotaInfo",
+    "Rate",
+    "RateLimited",
+    "Rule",
+    "__version__",
+]

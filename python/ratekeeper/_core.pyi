@@ -1,11 +1,22 @@
 """The Rust core of ratekeeper (``ratekeeper._core``). Import the public names from ``ratekeeper``."""
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, final
 
 from typing_extensions import disjoint_base
 
-__all__ = ["NANOS_PER_SEC", "Decision", "Limit", "Limiter", "ManualClock", "Rate", "Rule", "__version__"]
+__all__ = [
+    "NANOS_PER_SEC",
+    "Decision",
+    "Limit",
+    "Limiter",
+    "ManualClock",
+    "QuotaInfo",
+    "Rate",
+    "Rule",
+    "_FetchQueue",
+    "__version__",
+]
 
 __version__: str
 NANOS_PER_SEC: int
@@ -173,6 +184,38 @@ class Decision:
         """Seconds until the key is back to its full burst; 0.0 when not limited."""
     def __bool__(self) -> bool: ...
 
+@final
+class QuotaInfo:
+    """What a key's quota is; see :meth:`Limiter.quota`."""
+
+    @property
+    def rate(self) -> Rate | None:
+        """The rate in force for the key's first rate limit (``None`` for a group without one)."""
+    @property
+    def source(self) -> str:
+        """``"provider"`` (fetched), ``"failsafe"`` (first fetch not landed), ``"stale"`` (the last good
+        quota, kept while fetches fail), ``"set"`` (:meth:`Limiter.set_quota`) or ``"rule"`` (the rule's
+        own rate: the provider said ``None``, or nothing is known and there is no failsafe)."""
+    @property
+    def age(self) -> float | None:
+        """Seconds on the limiter's clock since this quota took effect; ``None`` if the key has no record."""
+    @property
+    def fetching(self) -> bool:
+        """Whether a fetch for the key is running."""
+    @property
+    def failures(self) -> int:
+        """Failed fetches in a row."""
+
+@final
+class _FetchQueue:
+    def take(self, timeout: float) -> tuple[str, str, int] | None: ...
+    def done(self) -> None: ...
+    def close(self) -> None: ...
+    @property
+    def closed(self) -> bool: ...
+
+_QuotaProvider = Callable[[str, str], Rate | str | Awaitable[Rate | str | None] | None]
+
 @disjoint_base
 class Limiter:
     """The Rust half of :class:`ratekeeper.Limiter`: construction and the non-blocking calls.
@@ -188,11 +231,24 @@ class Limiter:
         burst: the burst of ``rate`` (default: its count).
         algorithm: the algorithm of ``rate``: ``"gcra"`` or ``"token_bucket"``.
         clock: a :class:`ManualClock` for tests; default: the monotonic clock.
+        quota_provider: ``(peer, group) -> Rate | str | None``, or an ``async def`` of the same: each
+            key's quota, which replaces the rate of its group's first rate limit (``None``: the rule's
+            rate). Called off the hot path by worker threads, once per key at a time; a request never
+            waits for it unless ``quota_wait`` says so. Failures keep the last good quota.
+        failsafe: the rate of a key whose first fetch has not landed; default: the rule's rate.
+        quota_ttl: seconds after which the next use of a key fetches its quota again (the old one
+            serves meanwhile).
+        quota_timeout: seconds a fetch may take before it counts as failed.
+        quota_workers: threads calling a sync provider (an async one runs on one private event loop).
+        quota_wait: seconds the first request of a key waits for its fetch (``check``, ``allow``,
+            ``throttle`` block; ``athrottle`` awaits); 0: decide at once on the failsafe.
 
     Raises:
         ValueError: neither ``rate`` nor ``rules``, a bad rate, burst, algorithm or pattern, a group
-            defined twice with different limits (``rules[1].group``), ``max_keys`` below 1.
-        TypeError: a rule that is not a :class:`Rule`, a str where a list of str is expected.
+            defined twice with different limits (``rules[1].group``), ``max_keys`` below 1, a bad
+            ``failsafe``, a quota duration that is not a positive number, ``quota_workers`` outside 1-256.
+        TypeError: a rule that is not a :class:`Rule`, a str where a list of str is expected, a
+            ``quota_provider`` that is not callable.
     """
 
     def __new__(
@@ -206,6 +262,12 @@ class Limiter:
         burst: int | None = None,
         algorithm: str = "gcra",
         clock: ManualClock | None = None,
+        quota_provider: _QuotaProvider | None = None,
+        failsafe: str | Rate | None = None,
+        quota_ttl: float = 300.0,
+        quota_timeout: float = 5.0,
+        quota_workers: int = 4,
+        quota_wait: float = 0.0,
     ) -> Limiter: ...
     def check(self, peer: str, path: str | None = None, *, cost: int = 1) -> Decision:
         """Decides one request without blocking. A refusal changes no state, so retrying is free.
@@ -222,7 +284,7 @@ class Limiter:
     def allow(self, peer: str, path: str | None = None, *, cost: int = 1) -> bool:
         """``check(...).allowed`` without building a Decision: the fastest call."""
     def _reserve(
-        self, peer: str, path: str | None, cost: int, max_wait: float | None
+        self, peer: str, path: str | None, cost: int, max_wait: float | None, wait_quota: bool = True
     ) -> tuple[Decision, float, int, tuple[int, int]]: ...
     def _refund(self, peer: str, path: str | None, cost: int, receipt: tuple[int, int]) -> None: ...
     def _acquire(self, peer: str, path: str | None, cost: int) -> Decision: ...
@@ -255,6 +317,55 @@ class Limiter:
         """Counters and sizes: ``enabled``, ``keys``, ``max_keys``, ``evictions``, ``exempt``,
         ``memory_bytes`` (the state map), and per group ``limits`` (``rate``, ``burst``,
         ``algorithm`` each), ``policy``, ``requests``, ``allowed``, ``refused``, ``delayed``,
-        ``reductions``."""
+        ``reductions``, ``quota_fetches``, ``quota_failures``; and ``quota_records`` (keys with a quota
+        record), ``quota_queue`` and ``quota_running`` (fetches waiting for and held by workers)."""
     def __len__(self) -> int:
         """The number of states tracked: one per (peer, group) and limit."""
+    def set_quota(self, peer: str, group: str, rate: str | Rate | None) -> None:
+        """Sets the quota of ``peer`` in ``group`` (``None``: back to the rule's rate), e.g. on a billing
+        event. It supersedes a running fetch; with a provider, the key is fetched again after
+        ``quota_ttl``. The key keeps what it has used, counted in requests.
+
+        Raises:
+            ValueError: an unknown group (naming the groups), a group without a rate limit, a bad rate.
+        """
+    def quota(self, peer: str, group: str) -> QuotaInfo:
+        """What the key of ``peer`` in ``group`` runs on. Never starts a fetch.
+
+        Raises:
+            ValueError: an unknown group.
+        """
+    def wait_quotas(self, timeout: float | None = None) -> bool:
+        """Blocks (without the GIL) until no fetch is queued or running, for tests and warm-ups.
+
+        Returns:
+            True when idle, False when ``timeout`` seconds passed first.
+        """
+    @property
+    def quota_wait(self) -> float:
+        """Seconds the first request of a key waits for its quota fetch."""
+    def update_rule(self, group: str, rate: str | Rate | None = None, burst: int | None = None) -> None:
+        """Changes the rate and/or burst of ``group``'s first rate limit, in place and at once.
+
+        Every key keeps its state, so nobody gets a burst of extra admissions: a key's usage is read
+        under the new limit (GCRA keeps its debt in time). A burst that was never given follows the
+        new rate's count. Per-key quotas stay in force.
+
+        Raises:
+            ValueError: an unknown group, a group without a rate limit, a bad rate or burst.
+        """
+    def _quota_pending(self, peer: str, path: str | None) -> bool: ...
+    def _fetch_queue(self) -> _FetchQueue: ...
+    def _finish_fetch(
+        self, peer: str, group: str, token: int, rate: Rate | str | None, ok: bool
+    ) -> tuple[str, bool, str | None]: ...
+    @property
+    def _quota_provider(self) -> _QuotaProvider | None: ...
+    @property
+    def _quota_workers(self) -> int: ...
+    def _reconfigure(
+        self,
+        rules: Iterable[Rule],
+        exempt_peers: Iterable[str] | None = None,
+        exempt_paths: Iterable[str] | None = None,
+    ) -> None: ...

@@ -56,6 +56,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import json
+import logging
 import os
 import re
 import sys
@@ -317,6 +318,41 @@ def limiter_from_config(config: Mapping[str, Any], *, clock: ManualClock | None 
     limiter.__dict__[_ROUTES_ATTR] = tuple(plan.routes)
     limiter.__dict__[_EXEMPT_ATTR] = (kwargs.get("exempt_peers", []), kwargs.get("exempt_paths", []))
     return limiter
+
+
+def reconfigure_from_config(limiter: Limiter, config: Mapping[str, Any]) -> None:
+    """Replaces the rules and exemptions of ``limiter`` with those of ``config``, keeping its state.
+
+    Groups that keep their name (and a limit its algorithm) keep their keys' states; new groups start
+    empty. ``max_keys`` is fixed at construction: a different value in ``config`` is logged and ignored.
+
+    Raises:
+        ValueError, TypeError: as :func:`limiter_from_config`; the limiter is then unchanged.
+    """
+    table = _table(config, "the config")
+    _check_keys(table, TOP_KEYS, "")
+    plan = _plan(table)
+    if "max_keys" in table and _int(table["max_keys"], "max_keys") != limiter.max_keys:
+        logging.getLogger("ratekeeper").warning(
+            "max_keys is fixed when a limiter is built: keeping %d, not %s", limiter.max_keys, table["max_keys"]
+        )
+    exempt = {key: _str_list(table[key], key) if key in table else [] for key in ("exempt_peers", "exempt_paths")}
+    try:
+        limiter._reconfigure(plan.rules, exempt["exempt_peers"], exempt["exempt_paths"])
+    except (ValueError, TypeError) as error:
+        _reword_limiter_error(error, plan)
+    limiter.__dict__[_ROUTES_ATTR] = tuple(plan.routes)
+    limiter.__dict__[_EXEMPT_ATTR] = (exempt["exempt_peers"], exempt["exempt_paths"])
+
+
+def reconfigure_from_file(limiter: Limiter, path: PathLike) -> None:
+    """:func:`reconfigure_from_config` with a TOML or YAML file; errors start with the file's name."""
+    config = load_file(path)
+    try:
+        reconfigure_from_config(limiter, config)
+    except (ValueError, TypeError) as error:
+        kind = TypeError if isinstance(error, TypeError) else ValueError
+        raise kind(f"{os.fspath(path)}: {error}") from None
 
 
 def _reword_limiter_error(error: ValueError | TypeError, plan: _Plan) -> NoReturn:

@@ -14,10 +14,11 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ratekeeper._core import Decision, ManualClock
+from ratekeeper._core import Decision, ManualClock, Rate
 from ratekeeper._core import Limiter as _CoreLimiter
 from ratekeeper._errors import RateLimited
 from ratekeeper._manual_wait import ManualWaits
+from ratekeeper._quota import QuotaWorkers
 
 __all__ = ["Limiter", "Permit"]
 
@@ -53,7 +54,51 @@ class Permit:
 
 
 class Limiter(_CoreLimiter):
-    """A rate limiter. See ``ratekeeper._core.Limiter`` for the constructor and the non-blocking calls."""
+    """A rate limiter. See ``ratekeeper._core.Limiter`` for the constructor and the non-blocking calls.
+
+    With a ``quota_provider`` it starts ``quota_workers`` daemon threads that fetch per-key quotas;
+    :meth:`close` (or leaving a ``with`` block) stops them.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # The Rust constructor validated the arguments; only the workers are set up here.
+        provider = self._quota_provider
+        if provider is not None:
+            timeout = float(kwargs.get("quota_timeout", 5.0))
+            self.__dict__["_quota_workers_"] = QuotaWorkers(self, provider, self._quota_workers, timeout)
+
+    def close(self) -> None:
+        """Stops the quota workers (idempotent). Decisions keep working on the quotas already known."""
+        workers: QuotaWorkers | None = self.__dict__.get("_quota_workers_")
+        if workers is not None:
+            workers.close()
+
+    def __enter__(self) -> Limiter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def set_quota(self, peer: str, group: str, rate: Rate | str | None) -> None:
+        """Sets the quota of ``peer`` in ``group`` directly (e.g. on a billing event); see the base class."""
+        super().set_quota(peer, group, rate)
+        workers: QuotaWorkers | None = self.__dict__.get("_quota_workers_")
+        if workers is not None:
+            workers.waiters.wake()
+
+    def reload(self, path: str | os.PathLike[str]) -> None:
+        """Re-reads a TOML/YAML config file (the format of :meth:`from_file`) and applies it in place.
+
+        Groups that keep their name keep every key's state (a limit whose algorithm changed starts
+        afresh), so no key gets a burst of extra admissions; new groups start empty; routes and
+        exemptions follow the file. Quotas and the quota settings are kept.
+
+        Raises:
+            ValueError, TypeError: naming the place in the file; the limiter is then unchanged.
+        """
+        from ratekeeper.config import reconfigure_from_file
+
+        reconfigure_from_file(self, path)
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], *, clock: ManualClock | None = None) -> Limiter:
@@ -103,7 +148,10 @@ class Limiter(_CoreLimiter):
         Raises:
             RateLimited: the wait would last longer than ``timeout`` seconds (nothing is reserved).
         """
-        decision, wait, deadline_ns, receipt = self._reserve(peer, path, cost, timeout)
+        workers: QuotaWorkers | None = self.__dict__.get("_quota_workers_")
+        if workers is not None and self.quota_wait > 0:
+            await workers.waiters.wait(lambda: self._quota_pending(peer, path), self.quota_wait)
+        decision, wait, deadline_ns, receipt = self._reserve(peer, path, cost, timeout, False)
         if not decision.allowed:
             raise RateLimited(decision)
         if wait > 0:

@@ -69,11 +69,14 @@ impl Gcra {
     }
 
     #[inline]
-    fn tat(state: &State, now: u64) -> Instant {
+    fn tat(&self, state: &State, now: u64) -> Instant {
         if state.t < now {
             Instant { ns: now, rem: 0 }
-        } else {
+        } else if u64::from(state.a) < self.count {
             Instant { ns: state.t, rem: u64::from(state.a) }
+        } else {
+            // Written under another rate (a live reconfiguration): round up to the next nanosecond.
+            Instant { ns: state.t + 1, rem: 0 }
         }
     }
 
@@ -83,7 +86,7 @@ impl Gcra {
     /// The wait, in nanoseconds after `at`, until it would be admitted.
     #[inline]
     pub fn evaluate(&self, state: &State, at: u64, cost: u64) -> Result<State, u64> {
-        let new_tat = self.after(Self::tat(state, at), cost);
+        let new_tat = self.after(self.tat(state, at), cost);
         let wait = self.allowed_at(new_tat).saturating_sub(at);
         if wait > 0 {
             return Err(wait);
@@ -96,7 +99,7 @@ impl Gcra {
     /// Moves the arrival time back by `cost` intervals, never before `now`.
     #[must_use]
     pub fn refund(&self, state: &State, now: u64, cost: u64) -> State {
-        let tat = Self::tat(state, now);
+        let tat = self.tat(state, now);
         let step = self.after(Instant { ns: 0, rem: 0 }, cost);
         let (ns, rem) = if tat.rem >= step.rem {
             (tat.ns.checked_sub(step.ns), tat.rem - step.rem)
@@ -110,10 +113,31 @@ impl Gcra {
         }
     }
 
+    /// Requests the key has used at `now`: its arrival time's lead over `now`, in emission intervals
+    /// (rounded up; more than the burst when waiters reserved later slots).
+    #[must_use]
+    pub fn used(&self, state: &State, now: u64) -> u64 {
+        let tat = self.tat(state, now);
+        let lead = u128::from(tat.ns - now) * u128::from(self.count) + u128::from(tat.rem);
+        u64::try_from(lead.div_ceil(u128::from(self.period_ns))).unwrap_or(u64::MAX)
+    }
+
+    /// The state of a key that has used `used` requests at `now`.
+    #[must_use]
+    pub fn with_used(&self, used: u64, now: u64) -> State {
+        let lead = u128::from(used) * u128::from(self.period_ns);
+        let count = u128::from(self.count);
+        // Far beyond any horizon: saturate rather than wrap.
+        let ns = u64::try_from(lead / count).unwrap_or(u64::MAX / 2).min(u64::MAX / 2);
+        // rem < count <= u32::MAX.
+        #[allow(clippy::cast_possible_truncation)]
+        State { t: now.saturating_add(ns), a: (lead % count) as u32, b: 0 }
+    }
+
     /// (remaining, `reset_after_ns`).
     #[must_use]
     pub fn report(&self, state: &State, now: u64) -> (u64, u64) {
-        let tat = Self::tat(state, now);
+        let tat = self.tat(state, now);
         // Slack = now + tau - tat, in 1/count ns; each request uses `period_ns` of it.
         let count = u128::from(self.count);
         let slack = (u128::from(now) * count + u128::from(self.tau_ns) * count + u128::from(self.tau_rem))

@@ -129,6 +129,8 @@ pub struct Limit {
     pub rate: Option<Rate>,
     /// Requests admitted at once: the burst, window limit, bucket capacity or permits.
     pub burst: u32,
+    /// Whether the burst was given, rather than following the rate's count (a new rate keeps it then).
+    pub burst_set: bool,
     pub algorithm: Algorithm,
 }
 
@@ -158,6 +160,7 @@ impl Limit {
     /// # Errors
     /// A burst of zero, above `u32::MAX`, or so large that `burst × period / count` overflows.
     pub fn new(rate: Rate, burst: Option<u64>, kind: Kind) -> Result<Self> {
+        let burst_set = burst.is_some();
         let burst = checked_burst(burst.unwrap_or(rate.count))?;
         let span = u128::from(burst) * u128::from(rate.period_ns) / u128::from(rate.count);
         if span > (1u128 << 62) {
@@ -177,7 +180,7 @@ impl Limit {
                 return Err(Error::value("algorithm", "a concurrency limit takes concurrency=N, not a rate"))
             }
         };
-        Ok(Self { rate: Some(rate), burst, algorithm })
+        Ok(Self { rate: Some(rate), burst, burst_set, algorithm })
     }
 
     /// At most `permits` requests in flight at once.
@@ -186,7 +189,12 @@ impl Limit {
     /// Zero permits or more than `u32::MAX`.
     pub fn concurrency(permits: u64) -> Result<Self> {
         let burst = checked_burst(permits).map_err(|e| Error { field: "concurrency".into(), ..e })?;
-        Ok(Self { rate: None, burst, algorithm: Algorithm::Concurrency(concurrency::Concurrency::new(burst)) })
+        Ok(Self {
+            rate: None,
+            burst,
+            burst_set: true,
+            algorithm: Algorithm::Concurrency(concurrency::Concurrency::new(burst)),
+        })
     }
 
     #[must_use]
@@ -256,6 +264,64 @@ impl Limit {
             Algorithm::Concurrency(c) => (c.available(state), 0),
         };
         Report { limit: u64::from(self.burst), remaining, reset_after_ns }
+    }
+}
+
+impl Limit {
+    /// This limit with another rate (a per-key quota, a reconfigured rule): same algorithm, and the
+    /// burst given explicitly, else the new rate's count.
+    ///
+    /// # Errors
+    /// As [`Limit::new`]; a concurrency limit has no rate to change.
+    pub fn with_rate(&self, rate: Rate, burst: Option<u64>) -> Result<Self> {
+        if self.is_concurrency() {
+            return Err(Error::value("rate", "a concurrency limit has no rate"));
+        }
+        let burst = burst.or_else(|| self.burst_set.then_some(u64::from(self.burst)));
+        Self::new(rate, burst, self.kind())
+    }
+
+    /// Requests the key has used under this limit at `now`: what a quota change carries over.
+    #[must_use]
+    pub fn used(&self, state: &State, log: &VecDeque<u64>, now: u64) -> u64 {
+        match &self.algorithm {
+            // Exact, and beyond the burst when waiters reserved later slots.
+            Algorithm::Gcra(g) => g.used(state, now),
+            _ => u64::from(self.burst).saturating_sub(self.report(state, log, now).remaining),
+        }
+    }
+
+    /// The state of a key that moves from limit `old` to this one at `now` (its quota changed), keeping
+    /// what it has used, counted in requests: 2 used of a 2/min limit leave 98 under 100/min, and a key
+    /// that used more than the new burst is refused until its usage drains at the new rate. A sliding
+    /// log keeps its stamps; windowed algorithms count the usage in a window starting now.
+    #[must_use]
+    pub fn rescale(&self, old: &Limit, state: &State, log: &mut VecDeque<u64>, now: u64) -> State {
+        if self == old {
+            return *state;
+        }
+        let used = old.used(state, log, now);
+        match &self.algorithm {
+            Algorithm::Gcra(g) => g.with_used(used, now),
+            Algorithm::SlidingLog(sliding) => {
+                if !old.uses_log() {
+                    log.clear();
+                    sliding.append(log, now, now, used.min(u64::from(self.burst)));
+                }
+                let last = log.back().copied().unwrap_or(0);
+                let window = self.rate.map_or(0, |r| r.period_ns);
+                State { t: if log.is_empty() { 0 } else { last.saturating_add(window) }, a: 0, b: 0 }
+            }
+            _ if used == 0 => State::default(),
+            _ => {
+                let used = used.min(u64::from(self.burst));
+                match self.evaluate(&State::default(), &NO_LOG, now, used) {
+                    Ok(Admit::State(fresh)) => fresh,
+                    // A fresh key admits up to its burst; a concurrency limit has no rate to change.
+                    _ => *state,
+                }
+            }
+        }
     }
 }
 

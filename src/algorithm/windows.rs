@@ -40,7 +40,8 @@ impl Windows {
             return (at + self.window_ns, self.capacity);
         }
         if at < state.t {
-            return (state.t, u64::from(state.a));
+            // Capped: a live reconfiguration may have lowered the capacity.
+            return (state.t, u64::from(state.a).min(self.capacity));
         }
         let started = (at - state.t) / self.window_ns + 1;
         (state.t + started * self.window_ns, self.capacity)

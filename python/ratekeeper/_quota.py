@@ -1,0 +1,191 @@
+"""Quota workers: daemon threads that take fetch jobs from the core and call the user's provider.
+
+The core queues one job per key that needs a quota (single flight) and hands the answer back through
+``Limiter._finish_fetch``. A worker waits for jobs without the GIL and holds only the job queue and a
+weak reference to its limiter, so a limiter nobody references is collected, and its collection closes
+the queue, which stops the workers. Async providers run on one private event loop thread; sync ones on
+the workers themselves. ``close()`` (or interpreter exit) stops the threads promptly; a provider call
+that never returns only keeps its own daemon thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import inspect
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Awaitable, Callable
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import TYPE_CHECKING, Any
+
+from ratekeeper._core import Rate
+
+if TYPE_CHECKING:
+    from ratekeeper.limiter import Limiter
+
+__all__ = ["FirstFetchWaiters", "QuotaWorkers"]
+
+log = logging.getLogger("ratekeeper")
+
+# A closed queue wakes its workers at once; the poll only bounds how long a stray one lingers.
+_POLL_SECONDS = 1.0
+_JOIN_SECONDS = 2.0
+
+_live: weakref.WeakSet[QuotaWorkers] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    # Before finalisation: a daemon thread woken after it could not take the GIL back cleanly.
+    for workers in list(_live):
+        workers.close()
+
+
+class QuotaWorkers:
+    """``count`` threads calling ``provider(peer, group)`` for the jobs of ``limiter``."""
+
+    def __init__(self, limiter: Limiter, provider: Callable[[str, str], Any], count: int, timeout: float) -> None:
+        self._limiter = weakref.ref(limiter)
+        self._queue = limiter._fetch_queue()
+        self._provider = provider
+        self._timeout = timeout
+        self._waiters = FirstFetchWaiters()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
+        self._loop_lock = threading.Lock()
+        self._threads = [
+            threading.Thread(target=self._work, name=f"ratekeeper-quota-{i}", daemon=True) for i in range(count)
+        ]
+        for thread in self._threads:
+            thread.start()
+        _live.add(self)
+
+    @property
+    def waiters(self) -> FirstFetchWaiters:
+        return self._waiters
+
+    def close(self) -> None:
+        """Stops the workers and the provider's event loop; idempotent."""
+        self._queue.close()
+        current = threading.current_thread()
+        deadline = time.monotonic() + _JOIN_SECONDS
+        for worker in self._threads:
+            if worker is not current:
+                worker.join(max(0.0, deadline - time.monotonic()))
+        with self._loop_lock:
+            loop, loop_thread, self._loop, self._loop_thread = self._loop, self._loop_thread, None, None
+        if loop is not None and loop_thread is not None:
+            loop.call_soon_threadsafe(loop.stop)
+            loop_thread.join(max(0.0, deadline - time.monotonic()))
+            if not loop_thread.is_alive():
+                loop.close()
+        self._waiters.wake()
+        _live.discard(self)
+
+    def _work(self) -> None:
+        while True:
+            job = self._queue.take(_POLL_SECONDS)
+            if job is None:
+                if self._queue.closed:
+                    return
+                continue
+            peer, group, token = job
+            limiter = self._limiter()
+            if limiter is None:
+                self._queue.done()
+                return
+            rate, ok, error = self._fetch(peer, group)
+            outcome, first, reason = limiter._finish_fetch(peer, group, token, rate, ok)
+            if outcome == "failed" and first:
+                log.warning(
+                    "ratekeeper: quota fetch for peer %r in group %r failed (%s); keeping its current quota "
+                    "and retrying with backoff (logged once until a fetch succeeds)",
+                    peer,
+                    group,
+                    reason or error,
+                )
+            del limiter
+            self._waiters.wake()
+
+    def _fetch(self, peer: str, group: str) -> tuple[Rate | str | None, bool, str | None]:
+        """Calls the provider: (answer, ok, why it failed)."""
+        started = time.monotonic()
+        try:
+            answer = self._provider(peer, group)
+            if inspect.isawaitable(answer):
+                answer = self._run_async(answer)
+        except FutureTimeout:
+            return None, False, f"timed out after {self._timeout} s"
+        except Exception as error:
+            return None, False, f"{type(error).__name__}: {error}"
+        if time.monotonic() - started > self._timeout:
+            return None, False, f"answered after {time.monotonic() - started:.3f} s, over quota_timeout"
+        if answer is None or isinstance(answer, (Rate, str)):
+            return answer, True, None
+        return None, False, f"returned {type(answer).__name__} {answer!r}, expected a Rate, a str or None"
+
+    def _run_async(self, awaitable: Awaitable[Any]) -> Any:
+        async def wait() -> Any:
+            return await awaitable
+
+        future = asyncio.run_coroutine_threadsafe(wait(), self._event_loop())
+        try:
+            return future.result(self._timeout)
+        except FutureTimeout:
+            future.cancel()
+            raise
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        with self._loop_lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=loop.run_forever, name="ratekeeper-quota-loop", daemon=True)
+                thread.start()
+                self._loop, self._loop_thread = loop, thread
+            return self._loop
+
+
+class FirstFetchWaiters:
+    """Coroutines waiting for a key's first fetch (``athrottle`` with ``quota_wait``), woken by workers."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+
+    async def wait(self, pending: Callable[[], bool], timeout: float) -> None:
+        """Returns once ``pending()`` is false (re-checked after each landing) or ``timeout`` seconds pass."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            future: asyncio.Future[None] = loop.create_future()
+            entry = (loop, future)
+            with self._lock:
+                self._waiters.append(entry)
+            try:
+                remaining = deadline - loop.time()
+                if not pending() or remaining <= 0:
+                    return
+                try:
+                    await asyncio.wait_for(future, remaining)
+                except TimeoutError:
+                    return
+            finally:
+                with self._lock:
+                    if entry in self._waiters:
+                        self._waiters.remove(entry)
+
+    def wake(self) -> None:
+        with self._lock:
+            waiters, self._waiters = self._waiters, []
+        for loop, future in waiters:
+            with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits any more
+                loop.call_soon_threadsafe(_resolve, future)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -1,0 +1,444 @@
+//! Per-key quotas (seed 002): what each (peer, group) key is allowed, fetched off the hot path.
+//!
+//! A key's quota record lives in its shard beside its states, so a decision reads it under the lock it
+//! already holds. The first decision of a key creates the record on the failsafe and queues one fetch
+//! (single flight: the record says a fetch is running); workers outside the core take jobs from the
+//! [`FetchQueue`], call the provider and hand the answer back. A fetch that fails or overruns its
+//! deadline keeps the last good quota and is retried with exponential backoff; after the TTL the next
+//! use re-fetches while the old quota keeps serving. Records are bounded like states: past `max_keys`,
+//! expired records go first, then the least used.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hashbrown::HashTable;
+use parking_lot::{Condvar, Mutex};
+
+use crate::algorithm::Limit;
+use crate::rate::{Rate, NANOS_PER_SEC};
+use crate::store::{lfu_threshold, table_hash, IDENTITY_SHIFT};
+
+/// The first retry after a failed fetch; each further failure doubles it, up to `MAX_BACKOFF_NS`.
+pub const FIRST_BACKOFF_NS: u64 = NANOS_PER_SEC;
+pub const MAX_BACKOFF_NS: u64 = 300 * NANOS_PER_SEC;
+
+/// How quotas are obtained, fixed at construction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaSettings {
+    /// Whether a provider answers fetches; without one, quotas come only from `set_quota`.
+    pub provider: bool,
+    /// The rate of a key whose first fetch has not landed (`None`: the rule's own rate).
+    pub failsafe: Option<Rate>,
+    pub ttl_ns: u64,
+    pub timeout_ns: u64,
+    /// Jobs waiting for a worker; past it, a key stays on its current quota and retries later.
+    pub queue_capacity: usize,
+}
+
+impl Default for QuotaSettings {
+    fn default() -> Self {
+        Self {
+            provider: false,
+            failsafe: None,
+            ttl_ns: 300 * NANOS_PER_SEC,
+            timeout_ns: 5 * NANOS_PER_SEC,
+            queue_capacity: 10_000,
+        }
+    }
+}
+
+impl QuotaSettings {
+    /// The wait before the next fetch after `failures` failures in a row.
+    #[must_use]
+    pub fn backoff(&self, failures: u32) -> u64 {
+        let doubled = FIRST_BACKOFF_NS.saturating_mul(1u64 << failures.saturating_sub(1).min(32));
+        doubled.min(MAX_BACKOFF_NS).min(self.ttl_ns.max(FIRST_BACKOFF_NS))
+    }
+}
+
+/// Where a key's quota came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Provider,
+    /// The first fetch has not landed (or has failed every time).
+    Failsafe,
+    /// The last good quota, kept while fetches fail.
+    Stale,
+    Set,
+    /// The rule's own rate: the provider said `None`, or nothing is known and there is no failsafe.
+    Rule,
+}
+
+impl Source {
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Provider => "provider",
+            Self::Failsafe => "failsafe",
+            Self::Stale => "stale",
+            Self::Set => "set",
+            Self::Rule => "rule",
+        }
+    }
+}
+
+/// What `quota()` reports of a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaInfo {
+    /// The quota's rate; `None`: the rule's own.
+    pub rate: Option<Rate>,
+    pub source: Source,
+    /// When the quota took effect (`None`: the key has no record).
+    pub since: Option<u64>,
+    pub fetching: bool,
+    pub failures: u32,
+}
+
+/// One key's quota record.
+#[derive(Debug, Clone, Copy)]
+pub struct QuotaSlot {
+    /// `identity << 8 | uses`, as in the state map.
+    tag: u64,
+    /// The limit that replaces the group's first rate limit (`None`: the rule's own).
+    pub quota: Option<Limit>,
+    /// The rules version `quota` was derived for; a reconfiguration re-derives it.
+    pub version: u64,
+    pub source: Source,
+    /// Whether a good quota (from the provider or `set_quota`) ever landed.
+    pub good: bool,
+    pub fetching: bool,
+    /// Identifies the running fetch; an answer with another token is late and ignored.
+    pub token: u32,
+    pub failures: u32,
+    pub since: u64,
+    /// When to fetch next (TTL or backoff); while fetching, the fetch's deadline.
+    pub next_at: u64,
+}
+
+impl QuotaSlot {
+    fn uses(&self) -> u8 {
+        // The low byte.
+        #[allow(clippy::cast_possible_truncation)]
+        let uses = self.tag as u8;
+        uses
+    }
+
+    #[must_use]
+    pub fn info(&self) -> QuotaInfo {
+        QuotaInfo {
+            rate: self.quota.and_then(|l| l.rate),
+            source: self.source,
+            since: Some(self.since),
+            fetching: self.fetching,
+            failures: self.failures,
+        }
+    }
+
+    /// Records a failed fetch at `now`; true when it is the first of a run (worth logging).
+    pub fn fail(&mut self, settings: &QuotaSettings, now: u64) -> bool {
+        self.fetching = false;
+        self.token = self.token.wrapping_add(1);
+        self.failures = self.failures.saturating_add(1);
+        if self.good {
+            self.source = Source::Stale;
+        }
+        self.next_at = now.saturating_add(settings.backoff(self.failures));
+        self.failures == 1
+    }
+
+    /// Installs a good quota at `now`.
+    pub fn land(&mut self, quota: Option<Limit>, source: Source, settings: &QuotaSettings, now: u64) {
+        self.quota = quota;
+        self.source = source;
+        self.good = true;
+        self.fetching = false;
+        self.token = self.token.wrapping_add(1);
+        self.failures = 0;
+        self.since = now;
+        self.next_at = now.saturating_add(settings.ttl_ns);
+    }
+}
+
+/// One shard's quota records.
+#[derive(Debug)]
+pub struct QuotaTable {
+    table: HashTable<QuotaSlot>,
+    /// Records in all shards, and their bound.
+    records: Arc<AtomicUsize>,
+    max_records: usize,
+}
+
+impl QuotaTable {
+    #[must_use]
+    pub fn new(records: Arc<AtomicUsize>, max_records: usize) -> Self {
+        Self { table: HashTable::new(), records, max_records }
+    }
+
+    #[must_use]
+    pub fn get(&self, key: u64) -> Option<&QuotaSlot> {
+        let identity = key >> IDENTITY_SHIFT;
+        self.table.find(table_hash(identity), |s| s.tag >> IDENTITY_SHIFT == identity)
+    }
+
+    pub fn get_mut(&mut self, key: u64) -> Option<&mut QuotaSlot> {
+        let identity = key >> IDENTITY_SHIFT;
+        let slot = self.table.find_mut(table_hash(identity), |s| s.tag >> IDENTITY_SHIFT == identity)?;
+        if slot.tag & 0xFF < 0xFF {
+            slot.tag += 1;
+        }
+        Some(slot)
+    }
+
+    /// A new record for `key` (which `get_mut` did not find), made room for first.
+    pub fn insert(&mut self, key: u64, quota: Option<Limit>, source: Source, version: u64, now: u64) -> &mut QuotaSlot {
+        if self.records.load(Ordering::Relaxed) >= self.max_records {
+            self.make_room(now);
+        }
+        let identity = key >> IDENTITY_SHIFT;
+        let slot = QuotaSlot {
+            tag: identity << IDENTITY_SHIFT | 1,
+            quota,
+            version,
+            source,
+            good: false,
+            fetching: false,
+            token: 0,
+            failures: 0,
+            since: now,
+            next_at: now,
+        };
+        self.records.fetch_add(1, Ordering::Relaxed);
+        self.table.insert_unique(table_hash(identity), slot, |s| table_hash(s.tag >> IDENTITY_SHIFT)).into_mut()
+    }
+
+    pub fn remove(&mut self, key: u64) {
+        let identity = key >> IDENTITY_SHIFT;
+        if let Ok(entry) = self.table.find_entry(table_hash(identity), |s| s.tag >> IDENTITY_SHIFT == identity) {
+            entry.remove();
+            self.records.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    pub fn clear(&mut self) {
+        self.records.fetch_sub(self.table.len(), Ordering::Relaxed);
+        self.table.clear();
+    }
+
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.table.is_empty()
+    }
+
+    /// Approximate heap bytes.
+    #[must_use]
+    pub fn allocated_bytes(&self) -> usize {
+        let buckets = if self.table.capacity() == 0 { 0 } else { (self.table.capacity() * 8 / 7).next_power_of_two() };
+        buckets * (std::mem::size_of::<QuotaSlot>() + 1)
+    }
+
+    /// Drops records due for a re-fetch (the next use fetches again anyway), halving use counts; if
+    /// that freed less than an eighth, evicts the least used (never a running fetch's record).
+    fn make_room(&mut self, now: u64) {
+        let before = self.table.len();
+        let want = (before / 8).max(1);
+        self.table.retain(|slot| {
+            slot.tag = (slot.tag & !0xFF) | ((slot.tag & 0xFF) / 2);
+            slot.fetching || now < slot.next_at
+        });
+        let mut freed = before - self.table.len();
+        if freed < want {
+            let (threshold, mut at_threshold) = lfu_threshold(self.table.iter().map(QuotaSlot::uses), want - freed);
+            let left = self.table.len();
+            self.table.retain(|slot| {
+                let uses = usize::from(slot.uses());
+                let evict = uses < threshold || (uses == threshold && at_threshold > 0);
+                if evict && uses == threshold {
+                    at_threshold -= 1;
+                }
+                !evict
+            });
+            freed += left - self.table.len();
+        }
+        self.records.fetch_sub(freed, Ordering::Relaxed);
+    }
+}
+
+/// A fetch for a worker to run: call the provider for (peer, group).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchJob {
+    pub peer: String,
+    pub group: String,
+    pub token: u32,
+}
+
+#[derive(Debug, Default)]
+struct QueueState {
+    jobs: VecDeque<FetchJob>,
+    /// Jobs taken by workers and not yet finished.
+    running: usize,
+    closed: bool,
+    /// Counts finished fetches, so a waiter never misses one that lands between its check and its wait.
+    landed: u64,
+}
+
+/// Fetch jobs between the decisions that queue them and the workers that run them.
+#[derive(Debug)]
+pub struct FetchQueue {
+    state: Mutex<QueueState>,
+    /// Signalled when a job is queued or the queue closes.
+    ready: Condvar,
+    /// Signalled when a fetch lands or the queue closes.
+    landed: Condvar,
+    capacity: usize,
+}
+
+impl FetchQueue {
+    #[must_use]
+    pub fn new(capacity: usize) -> Self {
+        Self { state: Mutex::default(), ready: Condvar::new(), landed: Condvar::new(), capacity: capacity.max(1) }
+    }
+
+    /// Queues a job; false when the queue is full or closed.
+    pub fn push(&self, job: FetchJob) -> bool {
+        let mut state = self.state.lock();
+        if state.closed || state.jobs.len() >= self.capacity {
+            return false;
+        }
+        state.jobs.push_back(job);
+        drop(state);
+        self.ready.notify_one();
+        true
+    }
+
+    /// The next job, waiting up to `timeout` for one; `None` on timeout or once closed.
+    pub fn take(&self, timeout: Duration) -> Option<FetchJob> {
+        let deadline = Instant::now() + timeout;
+        let mut state = self.state.lock();
+        loop {
+            if state.closed {
+                return None;
+            }
+            if let Some(job) = state.jobs.pop_front() {
+                state.running += 1;
+                return Some(job);
+            }
+            if self.ready.wait_until(&mut state, deadline).timed_out() {
+                return None;
+            }
+        }
+    }
+
+    /// A worker is done with a job it took (whatever came of it).
+    pub fn done(&self) {
+        let mut state = self.state.lock();
+        state.running = state.running.saturating_sub(1);
+        state.landed += 1;
+        drop(state);
+        self.landed.notify_all();
+    }
+
+    /// Wakes quota waiters after a quota was set directly.
+    pub fn notify_landed(&self) {
+        self.state.lock().landed += 1;
+        self.landed.notify_all();
+    }
+
+    /// How many fetches have landed so far; pass it to `wait_landed`.
+    #[must_use]
+    pub fn landed(&self) -> u64 {
+        self.state.lock().landed
+    }
+
+    /// Waits until a fetch lands after `seen` (`landed()`), or `deadline`. False on timeout or close.
+    pub fn wait_landed(&self, seen: u64, deadline: Instant) -> bool {
+        let mut state = self.state.lock();
+        while state.landed == seen && !state.closed {
+            if self.landed.wait_until(&mut state, deadline).timed_out() {
+                return state.landed != seen;
+            }
+        }
+        state.landed != seen
+    }
+
+    /// Waits until no job is queued or running, or `deadline`; true when idle.
+    pub fn wait_idle(&self, deadline: Instant) -> bool {
+        let mut state = self.state.lock();
+        while !(state.closed || state.jobs.is_empty() && state.running == 0) {
+            if self.landed.wait_until(&mut state, deadline).timed_out() {
+                break;
+            }
+        }
+        state.jobs.is_empty() && state.running == 0
+    }
+
+    /// Stops the workers: `take` returns `None` from now on; queued jobs are dropped.
+    pub fn close(&self) {
+        let mut state = self.state.lock();
+        state.closed = true;
+        state.jobs.clear();
+        drop(state);
+        self.ready.notify_all();
+        self.landed.notify_all();
+    }
+
+    #[must_use]
+    pub fn is_closed(&self) -> bool {
+        self.state.lock().closed
+    }
+
+    /// (queued, running).
+    #[must_use]
+    pub fn load(&self) -> (usize, usize) {
+        let state = self.state.lock();
+        (state.jobs.len(), state.running)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = NANOS_PER_SEC;
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap_and_the_ttl() {
+        let settings = QuotaSettings { ttl_ns: 60 * S, ..QuotaSettings::default() };
+        let waits: Vec<u64> = (1..=8).map(|f| settings.backoff(f) / S).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 60, 60]);
+        assert_eq!(QuotaSettings::default().backoff(40), 300 * S);
+    }
+
+    #[test]
+    fn a_full_queue_refuses_and_a_closed_one_wakes_its_workers() {
+        let queue = FetchQueue::new(1);
+        let job = FetchJob { peer: "p".into(), group: "g".into(), token: 1 };
+        assert!(queue.push(job.clone()));
+        assert!(!queue.push(job.clone()));
+        assert_eq!(queue.take(Duration::ZERO), Some(job));
+        assert_eq!(queue.load(), (0, 1));
+        queue.done();
+        assert!(queue.wait_idle(Instant::now()));
+        queue.close();
+        assert_eq!(queue.take(Duration::from_secs(5)), None);
+    }
+
+    #[test]
+    fn records_are_bounded() {
+        let records = Arc::new(AtomicUsize::new(0));
+        let mut table = QuotaTable::new(Arc::clone(&records), 64);
+        let hasher = ahash::RandomState::with_seeds(1, 2, 3, 4);
+        for i in 0..10_000u64 {
+            let slot = table.insert(hasher.hash_one(i), None, Source::Failsafe, 0, 0);
+            slot.next_at = 1;
+        }
+        assert!(table.len() <= 64, "{}", table.len());
+        assert_eq!(records.load(Ordering::Relaxed), table.len());
+    }
+}
