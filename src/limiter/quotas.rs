@@ -1,0 +1,368 @@
+//! Per-key quotas in the limiter: which quota a decision uses, fetch jobs, and answers landing.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{Group, Landing, Limiter, Locked, Rules};
+use crate::algorithm::Limit;
+use crate::error::{Error, Result};
+use crate::metrics::ShardData;
+use crate::quota::{FetchJob, FetchQueue, QuotaInfo, QuotaSlot, Source};
+use crate::rate::Rate;
+use crate::rules::Route;
+use crate::store::Shard;
+
+impl Limiter {
+    /// The quota in force for the key `base` of group `index` (`None`: the rule's own limit). With
+    /// `fetch`, a key that needs one (new, expired, backed off long enough) gets a fetch queued, and a
+    /// fetch past its deadline is failed.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn quota_of(
+        &self,
+        shard: &mut Shard<ShardData>,
+        rules: &Rules,
+        index: usize,
+        base: u64,
+        peer: &str,
+        now: u64,
+        fetch: bool,
+    ) -> Option<Limit> {
+        let group = &rules.groups[index];
+        if !self.quotas_active.load(Ordering::Relaxed) || group.primary.is_none() {
+            return None;
+        }
+        let settings = &self.quotas;
+        let data = &mut shard.data;
+        let slot = match data.quotas.get_mut(base) {
+            Some(slot) => slot,
+            None if settings.provider && fetch => {
+                let source = if group.failsafe.is_some() { Source::Failsafe } else { Source::Rule };
+                data.quotas.insert(base, group.failsafe, source, rules.version, now)
+            }
+            None => return None,
+        };
+        if slot.version != rules.version {
+            Self::rederive(slot, group, rules.version);
+        }
+        if fetch && settings.provider && now >= slot.next_at {
+            if slot.fetching {
+                // The fetch overran its deadline: fail it, so a later use retries after the backoff.
+                slot.fail(settings, now);
+                data.groups[index].quota_failures += 1;
+            } else {
+                slot.token = slot.token.wrapping_add(1);
+                let job = FetchJob { peer: peer.to_owned(), group: group.name.clone(), token: slot.token };
+                if self.fetches.push(job) {
+                    slot.fetching = true;
+                    slot.next_at = now.saturating_add(settings.timeout_ns);
+                    data.groups[index].quota_fetches += 1;
+                } else {
+                    // Queue full or closed: stay on the current quota and try again later.
+                    slot.next_at = now.saturating_add(settings.backoff(1));
+                }
+            }
+        }
+        slot.quota
+    }
+
+    /// Re-derives a record's limit after a reconfiguration changed the group's first rate limit.
+    fn rederive(slot: &mut QuotaSlot, group: &Group, version: u64) {
+        slot.version = version;
+        let Some(p) = group.primary else { return };
+        slot.quota = slot.quota.and_then(|q| q.rate).and_then(|rate| group.limits[p].with_rate(rate, None).ok());
+        if slot.source == Source::Failsafe {
+            slot.quota = group.failsafe;
+        }
+    }
+
+    /// Moves the key's primary state from limit `old` to `new`, keeping what it used.
+    fn rescale(shard: &mut Shard<ShardData>, group: &Group, base: u64, old: &Limit, new: &Limit, now: u64) {
+        if old == new {
+            return;
+        }
+        let Some(p) = group.primary else { return };
+        let key = Self::limit_key(group, base, p);
+        let Some(state) = shard.get_mut(key).map(|s| *s) else { return };
+        let rescaled = if new.uses_log() {
+            let mut log = std::mem::take(shard.log_mut(key));
+            let rescaled = new.rescale(old, &state, &mut log, now);
+            *shard.log_mut(key) = log;
+            rescaled
+        } else {
+            new.rescale(old, &state, &mut VecDeque::new(), now)
+        };
+        shard.store(key, rescaled, now);
+    }
+
+    /// Installs `quota` for the key (provider answers and `set_quota`), rescaling its state.
+    fn install(shard: &mut Shard<ShardData>, group: &Group, base: u64, slot_quota: Option<Limit>, now: u64) {
+        let Some(p) = group.primary else { return };
+        let old = shard.data.quotas.get(base).and_then(|s| s.quota).unwrap_or(group.limits[p]);
+        let new = slot_quota.unwrap_or(group.limits[p]);
+        Self::rescale(shard, group, base, &old, &new, now);
+    }
+
+    /// The quota limit for `rate` in `group` (`None` rate: the rule's own).
+    fn derive(group: &Group, rate: Option<Rate>) -> Result<Option<Limit>> {
+        match (rate, group.primary) {
+            (Some(rate), Some(p)) => group.limits[p].with_rate(rate, None).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// Sets the quota of `peer` in `group` directly (a billing event, an admin); `None`: the rule's rate.
+    /// Supersedes a running fetch for the key.
+    ///
+    /// # Errors
+    /// An unknown group, a group with no rate limit, or a rate that does not fit the group's burst.
+    pub fn set_quota(&self, peer: &str, group: &str, rate: Option<Rate>) -> Result<()> {
+        let Locked { rules, mut shard, index, base } = self.lock_group(peer, group)?;
+        let g = &rules.groups[index];
+        if g.primary.is_none() {
+            return Err(Error::value("group", format!("group {group:?} has no rate limit to set a quota for")));
+        }
+        let quota = Self::derive(g, rate).map_err(|e| e.within("rate"))?;
+        let now = self.clock.now_ns();
+        self.quotas_active.store(true, Ordering::Relaxed);
+        Self::install(&mut shard, g, base, quota, now);
+        let quotas = &mut shard.data.quotas;
+        let slot = match quotas.get_mut(base) {
+            Some(slot) => slot,
+            None => quotas.insert(base, quota, Source::Set, rules.version, now),
+        };
+        slot.version = rules.version;
+        slot.land(quota, Source::Set, &self.quotas, now);
+        drop(shard);
+        self.fetches.notify_landed();
+        Ok(())
+    }
+
+    /// What `peer`'s key in `group` runs on. Starts no fetch.
+    ///
+    /// # Errors
+    /// An unknown group.
+    pub fn quota(&self, peer: &str, group: &str) -> Result<(QuotaInfo, Option<Rate>)> {
+        let Locked { rules, mut shard, index, base } = self.lock_group(peer, group)?;
+        let g = &rules.groups[index];
+        let rule_rate = g.primary.and_then(|p| g.limits[p].rate);
+        if let Some(slot) = shard.data.quotas.get_mut(base) {
+            if slot.version != rules.version {
+                Self::rederive(slot, g, rules.version);
+            }
+            return Ok((slot.info(), rule_rate));
+        }
+        let failsafe = self.quotas.provider && g.failsafe.is_some();
+        let info = QuotaInfo {
+            rate: if failsafe { g.failsafe.and_then(|l| l.rate) } else { None },
+            source: if failsafe { Source::Failsafe } else { Source::Rule },
+            since: None,
+            fetching: false,
+            failures: 0,
+        };
+        Ok((info, rule_rate))
+    }
+
+    fn lock_group(&self, peer: &str, group: &str) -> Result<Locked<'_>> {
+        let mut error = None;
+        let locked = self.lock(|rules| match rules.group_index(group) {
+            Ok(index) => Some((index, self.key(peer, &rules.groups[index]))),
+            Err(e) => {
+                error = Some(e);
+                None
+            }
+        });
+        locked.ok_or_else(|| error.unwrap_or_else(|| Error::value("group", "no such group")))
+    }
+
+    /// The queue workers take fetch jobs from.
+    #[must_use]
+    pub fn fetches(&self) -> &Arc<FetchQueue> {
+        &self.fetches
+    }
+
+    /// Hands back the answer to `job`: `Ok(rate)` from the provider (`None`: the rule's rate), or
+    /// `Err(())` when it raised, timed out or answered something that is not a rate.
+    pub fn finish_fetch(&self, job: &FetchJob, answer: std::result::Result<Option<Rate>, ()>) -> Landing {
+        let landing = self.land(job, answer);
+        self.fetches.done();
+        landing
+    }
+
+    fn land(&self, job: &FetchJob, answer: std::result::Result<Option<Rate>, ()>) -> Landing {
+        let Ok(Locked { rules, mut shard, index, base }) = self.lock_group(&job.peer, &job.group) else {
+            return Landing::Late;
+        };
+        let g = &rules.groups[index];
+        let now = self.clock.now_ns();
+        match shard.data.quotas.get_mut(base) {
+            Some(slot) if slot.fetching && slot.token == job.token => {
+                if slot.version != rules.version {
+                    Self::rederive(slot, g, rules.version);
+                }
+            }
+            _ => return Landing::Late,
+        }
+        let derived = answer.map(|rate| Self::derive(g, rate));
+        let (quota, reason) = match derived {
+            Ok(Ok(quota)) => (Some(quota), None),
+            Ok(Err(error)) => (None, Some(error.within("quota"))),
+            Err(()) => (None, None),
+        };
+        if let Some(quota) = quota {
+            Self::install(&mut shard, g, base, quota, now);
+            let source = if quota.is_some() { Source::Provider } else { Source::Rule };
+            if let Some(slot) = shard.data.quotas.get_mut(base) {
+                slot.land(quota, source, &self.quotas, now);
+            }
+            return Landing::Landed;
+        }
+        let first = shard.data.quotas.get_mut(base).is_some_and(|slot| slot.fail(&self.quotas, now));
+        shard.data.groups[index].quota_failures += 1;
+        Landing::Failed { first, reason }
+    }
+
+    /// Whether `peer`'s first fetch for the group `path` routes to is still running (what `quota_wait`
+    /// waits for). Queues it if the key is new.
+    pub fn first_fetch_pending(&self, peer: &str, path: Option<&str>) -> bool {
+        if !self.quotas.provider || !self.enabled() {
+            return false;
+        }
+        let locked = self.lock(|rules| match rules.router.route(peer, path) {
+            Route::Group(index) => Some((index, self.key(peer, &rules.groups[index]))),
+            _ => None,
+        });
+        let Some(Locked { rules, mut shard, index, base }) = locked else { return false };
+        let now = self.clock.now_ns();
+        self.quota_of(&mut shard, &rules, index, base, peer, now, true);
+        shard.data.quotas.get(base).is_some_and(|s| s.fetching && !s.good)
+    }
+
+    /// Blocks until `peer`'s first fetch lands (or fails), or `timeout` passes. Call without the GIL.
+    pub fn wait_first_fetch(&self, peer: &str, path: Option<&str>, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let seen = self.fetches.landed();
+            if !self.first_fetch_pending(peer, path) || !self.fetches.wait_landed(seen, deadline) {
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::algorithm::{Kind, Outcome};
+    use crate::clock::Clock;
+    use crate::limiter::{Config, RuleSpec, RulesConfig};
+    use crate::quota::QuotaSettings;
+    use crate::clock::ManualClock;
+
+    const S: u64 = 1_000_000_000;
+
+    fn limiter(rate: &str, failsafe: Option<&str>) -> (Limiter, Arc<ManualClock>) {
+        let clock = Arc::new(ManualClock::new(0));
+        let limit = Limit::new(rate.parse().unwrap(), None, Kind::Gcra).unwrap();
+        let config = Config {
+            rules: RulesConfig { rules: vec![RuleSpec::single("", "g", limit)], ..RulesConfig::default() },
+            quotas: QuotaSettings {
+                provider: true,
+                failsafe: failsafe.map(|f| f.parse().unwrap()),
+                ttl_ns: 60 * S,
+                timeout_ns: 5 * S,
+                queue_capacity: 100,
+            },
+            ..Config::default()
+        };
+        (Limiter::new(config, Clock::Manual(clock.clone())).unwrap(), clock)
+    }
+
+    fn remaining(lim: &Limiter, peer: &str) -> u64 {
+        lim.decide(peer, None, 1, 0, true).report.unwrap().remaining
+    }
+
+    fn take(lim: &Limiter) -> Option<FetchJob> {
+        lim.fetches().take(Duration::ZERO)
+    }
+
+    #[test]
+    fn first_decisions_run_on_the_failsafe_and_queue_one_fetch() {
+        let (lim, _) = limiter("60/min", Some("2/min"));
+        assert_eq!(remaining(&lim, "a"), 1);
+        let job = take(&lim).unwrap();
+        assert_eq!((job.peer.as_str(), job.group.as_str()), ("a", "g"));
+        // Single flight: the second decision queues nothing.
+        assert_eq!(remaining(&lim, "a"), 0);
+        assert_eq!(take(&lim), None);
+        // 2 used of 2/min carry over: 98 left of 100/min.
+        assert_eq!(lim.finish_fetch(&job, Ok(Some("100/min".parse().unwrap()))), Landing::Landed);
+        assert_eq!(lim.decide("a", None, 1, 0, true).report.unwrap().remaining, 97);
+        assert_eq!(lim.quota("a", "g").unwrap().0.source, Source::Provider);
+    }
+
+    #[test]
+    fn lowering_a_quota_keeps_the_debt() {
+        let (lim, clock) = limiter("100/min", None);
+        lim.set_quota("a", "g", Some("100/min".parse().unwrap())).unwrap();
+        for _ in 0..80 {
+            assert!(lim.decide("a", None, 1, 0, false).outcome.allowed);
+        }
+        lim.set_quota("a", "g", Some("50/min".parse().unwrap())).unwrap();
+        // 80 requests at 50/min are 96 s of debt against a 60 s burst: the next admission is at 36 s.
+        let refused = lim.decide("a", None, 1, 0, false).outcome;
+        assert_eq!(refused, Outcome::refused(36 * S + 1_200_000_000));
+        clock.advance_ns(37_200_000_000);
+        assert!(lim.decide("a", None, 1, 0, false).outcome.allowed);
+    }
+
+    #[test]
+    fn a_fetch_past_its_deadline_fails_and_its_late_answer_is_ignored() {
+        let (lim, clock) = limiter("60/min", Some("5/min"));
+        lim.decide("a", None, 1, 0, false);
+        let job = take(&lim).unwrap();
+        clock.advance_ns(5 * S);
+        lim.decide("a", None, 1, 0, false);
+        let (info, _) = lim.quota("a", "g").unwrap();
+        assert_eq!((info.source, info.fetching, info.failures), (Source::Failsafe, false, 1));
+        assert_eq!(lim.finish_fetch(&job, Ok(None)), Landing::Late);
+        // Backoff: no new fetch before 1 s, one after.
+        lim.decide("a", None, 1, 0, false);
+        assert_eq!(take(&lim), None);
+        clock.advance_ns(S);
+        lim.decide("a", None, 1, 0, false);
+        assert!(take(&lim).is_some());
+    }
+
+    #[test]
+    fn failures_after_a_good_quota_keep_it_stale_and_the_ttl_refetches() {
+        let (lim, clock) = limiter("60/min", Some("5/min"));
+        lim.decide("a", None, 1, 0, false);
+        let job = take(&lim).unwrap();
+        lim.finish_fetch(&job, Ok(Some("10/s".parse().unwrap())));
+        clock.advance_ns(60 * S);
+        lim.decide("a", None, 1, 0, false);
+        let refetch = take(&lim).unwrap();
+        assert_eq!(lim.finish_fetch(&refetch, Err(())), Landing::Failed { first: true, reason: None });
+        let (info, _) = lim.quota("a", "g").unwrap();
+        assert_eq!((info.source, info.rate), (Source::Stale, Some("10/s".parse().unwrap())));
+    }
+
+    #[test]
+    fn update_rule_keeps_state_without_a_burst() {
+        let (lim, _) = limiter("10/min", None);
+        for _ in 0..10 {
+            assert!(lim.decide("b", None, 1, 0, false).outcome.allowed);
+        }
+        lim.update_rule("g", Some("20/min".parse().unwrap()), None).unwrap();
+        assert!(!lim.decide("b", None, 1, 0, false).outcome.allowed);
+        lim.update_rule("g", Some("5/min".parse().unwrap()), None).unwrap();
+        assert!(!lim.decide("b", None, 1, 0, false).outcome.allowed);
+        assert!(lim.update_rule("nope", None, Some(3)).unwrap_err().message.contains("\"g\""));
+    }
+}
