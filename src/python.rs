@@ -594,7 +594,8 @@ impl PyLimiter {
             failsafe: failsafe.filter(|f| !f.is_none()).map(|f| PyRate::from_arg("failsafe", f)).transpose()?,
             ttl_ns: positive_seconds("quota_ttl", quota_ttl)?,
             timeout_ns: positive_seconds("quota_timeout", quota_timeout)?,
-            ..QuotaSettings::default()
+            // Queued fetches keep their records: an eighth of the bound at most.
+            queue_capacity: (max_keys / 8).clamp(16, 10_000),
         };
         let quota_wait = Duration::from_nanos(nanos("quota_wait", Some(quota_wait))?.min(u64::MAX / 2));
         let rules = RulesConfig {

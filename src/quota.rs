@@ -108,6 +108,9 @@ pub struct QuotaSlot {
     pub source: Source,
     /// Whether a good quota (from the provider or `set_quota`) ever landed.
     pub good: bool,
+    /// The key had state before this record (its earlier record was evicted): what limit made that
+    /// state is unknown, so the first quota to land reads it as it is instead of rescaling it.
+    pub adopted: bool,
     pub fetching: bool,
     /// Identifies the running fetch; an answer with another token is late and ignored.
     pub token: u32,
@@ -153,6 +156,7 @@ impl QuotaSlot {
         self.quota = quota;
         self.source = source;
         self.good = true;
+        self.adopted = false;
         self.fetching = false;
         self.token = self.token.wrapping_add(1);
         self.failures = 0;
@@ -168,12 +172,14 @@ pub struct QuotaTable {
     /// Records in all shards, and their bound.
     records: Arc<AtomicUsize>,
     max_records: usize,
+    /// Inserts since use counts were last halved (as in the state map: once per table's worth).
+    inserts_since_decay: usize,
 }
 
 impl QuotaTable {
     #[must_use]
     pub fn new(records: Arc<AtomicUsize>, max_records: usize) -> Self {
-        Self { table: HashTable::new(), records, max_records }
+        Self { table: HashTable::new(), records, max_records, inserts_since_decay: 0 }
     }
 
     #[must_use]
@@ -203,6 +209,7 @@ impl QuotaTable {
             version,
             source,
             good: false,
+            adopted: false,
             fetching: false,
             token: 0,
             failures: 0,
@@ -210,6 +217,7 @@ impl QuotaTable {
             next_at: now,
         };
         self.records.fetch_add(1, Ordering::Relaxed);
+        self.inserts_since_decay += 1;
         self.table.insert_unique(table_hash(identity), slot, |s| table_hash(s.tag >> IDENTITY_SHIFT)).into_mut()
     }
 
@@ -243,22 +251,30 @@ impl QuotaTable {
         buckets * (std::mem::size_of::<QuotaSlot>() + 1)
     }
 
-    /// Drops records due for a re-fetch (the next use fetches again anyway), halving use counts; if
-    /// that freed less than an eighth, evicts the least used (never a running fetch's record).
+    /// Drops records due for a re-fetch (the next use fetches again anyway) and, once per table's worth
+    /// of inserts, halves use counts; if that freed less than an eighth, evicts the least used. A record
+    /// whose fetch is queued or running is never dropped: its answer must find it.
     fn make_room(&mut self, now: u64) {
         let before = self.table.len();
         let want = (before / 8).max(1);
+        let decay = self.inserts_since_decay >= before.max(64);
+        if decay {
+            self.inserts_since_decay = 0;
+        }
         self.table.retain(|slot| {
-            slot.tag = (slot.tag & !0xFF) | ((slot.tag & 0xFF) / 2);
+            if decay {
+                slot.tag = (slot.tag & !0xFF) | ((slot.tag & 0xFF) / 2);
+            }
             slot.fetching || now < slot.next_at
         });
         let mut freed = before - self.table.len();
         if freed < want {
-            let (threshold, mut at_threshold) = lfu_threshold(self.table.iter().map(QuotaSlot::uses), want - freed);
+            let (threshold, mut at_threshold) =
+                lfu_threshold(self.table.iter().filter(|s| !s.fetching).map(QuotaSlot::uses), want - freed);
             let left = self.table.len();
             self.table.retain(|slot| {
                 let uses = usize::from(slot.uses());
-                let evict = uses < threshold || (uses == threshold && at_threshold > 0);
+                let evict = !slot.fetching && (uses < threshold || (uses == threshold && at_threshold > 0));
                 if evict && uses == threshold {
                     at_threshold -= 1;
                 }

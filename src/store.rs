@@ -115,6 +115,13 @@ impl<C> Shard<C> {
         self.table.find(table_hash(identity), |s| s.identity() == identity).map(|s| s.state).unwrap_or_default()
     }
 
+    /// The state of `key` if it has one, without counting a use.
+    #[must_use]
+    pub fn find(&self, key: u64) -> Option<State> {
+        let identity = key >> IDENTITY_SHIFT;
+        self.table.find(table_hash(identity), |s| s.identity() == identity).map(|s| s.state)
+    }
+
     /// Writes `state` for `key`, inserting it if needed.
     pub fn store(&mut self, key: u64, state: State, now: u64) {
         if let Some(slot) = self.get_mut(key) {

@@ -98,18 +98,22 @@ class QuotaWorkers:
             if limiter is None:
                 self._queue.done()
                 return
-            rate, ok, error = self._fetch(peer, group)
-            outcome, first, reason = limiter._finish_fetch(peer, group, token, rate, ok)
-            if outcome == "failed" and first:
-                log.warning(
-                    "ratekeeper: quota fetch for peer %r in group %r failed (%s); keeping its current quota "
-                    "and retrying with backoff (logged once until a fetch succeeds)",
-                    peer,
-                    group,
-                    reason or error,
-                )
-            del limiter
-            self._waiters.wake()
+            try:
+                rate, ok, error = self._fetch(peer, group)
+                outcome, first, reason = limiter._finish_fetch(peer, group, token, rate, ok)
+                if outcome == "failed" and first:
+                    log.warning(
+                        "ratekeeper: quota fetch for peer %r in group %r failed (%s); keeping its current quota "
+                        "and retrying with backoff (logged once until a fetch succeeds)",
+                        peer,
+                        group,
+                        reason or error,
+                    )
+            finally:
+                # Only now: wait_quotas() returns once every job is done, logging included.
+                del limiter
+                self._queue.done()
+                self._waiters.wake()
 
     def _fetch(self, peer: str, group: str) -> tuple[Rate | str | None, bool, str | None]:
         """Calls the provider: (answer, ok, why it failed)."""

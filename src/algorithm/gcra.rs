@@ -134,6 +134,12 @@ impl Gcra {
         State { t: now.saturating_add(ns), a: (lead % count) as u32, b: 0 }
     }
 
+    /// How long a state admitted at `now` constrains (the tolerance), reservations aside.
+    #[must_use]
+    pub fn horizon_ns(&self) -> u64 {
+        self.tau_ns + 1
+    }
+
     /// (remaining, `reset_after_ns`).
     #[must_use]
     pub fn report(&self, state: &State, now: u64) -> (u64, u64) {

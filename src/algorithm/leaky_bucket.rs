@@ -59,6 +59,11 @@ impl LeakyBucket {
         Err(base + ticks * self.interval_ns - at)
     }
 
+    #[must_use]
+    pub fn horizon_ns(&self) -> u64 {
+        self.capacity.div_ceil(self.reduction).saturating_mul(self.interval_ns)
+    }
+
     /// Takes `cost` tokens out (seed 003's manual reduction, or a cancelled wait).
     #[must_use]
     pub fn refund(&self, state: &State, now: u64, cost: u64) -> State {

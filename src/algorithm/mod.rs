@@ -281,6 +281,20 @@ impl Limit {
         Self::new(rate, burst, self.kind())
     }
 
+    /// How long a state written now may still constrain a decision (reservations by waiters aside):
+    /// after it, a state of this limit is idle. Concurrency permits are held until released.
+    #[must_use]
+    pub fn horizon_ns(&self) -> u64 {
+        match &self.algorithm {
+            Algorithm::Gcra(g) => g.horizon_ns(),
+            Algorithm::Windows(_, w) => w.horizon_ns(),
+            Algorithm::SlidingWindow(s) => s.horizon_ns(),
+            Algorithm::SlidingLog(s) => s.horizon_ns(),
+            Algorithm::LeakyBucket(l) => l.horizon_ns(),
+            Algorithm::Concurrency(_) => u64::MAX,
+        }
+    }
+
     /// Requests the key has used under this limit at `now`: what a quota change carries over.
     #[must_use]
     pub fn used(&self, state: &State, log: &VecDeque<u64>, now: u64) -> u64 {

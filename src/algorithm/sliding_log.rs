@@ -46,6 +46,11 @@ impl SlidingLog {
         Err(log[index] + self.window_ns - at)
     }
 
+    #[must_use]
+    pub fn horizon_ns(&self) -> u64 {
+        self.window_ns
+    }
+
     /// Records an admission of `cost` at `at`, dropping stamps that left the window by `now`.
     pub fn append(&self, log: &mut VecDeque<u64>, now: u64, at: u64, cost: u64) {
         let expired = self.first_live(log, now);

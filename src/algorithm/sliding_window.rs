@@ -92,6 +92,11 @@ impl SlidingWindow {
         }
     }
 
+    #[must_use]
+    pub fn horizon_ns(&self) -> u64 {
+        2 * self.window_ns
+    }
+
     /// Takes `cost` off the window that `at` fell in, if it is still current or previous.
     #[must_use]
     pub fn refund(&self, state: &State, at: u64, cost: u64) -> State {

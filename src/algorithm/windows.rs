@@ -68,6 +68,11 @@ impl Windows {
     }
 
     #[must_use]
+    pub fn horizon_ns(&self) -> u64 {
+        self.window_ns
+    }
+
+    #[must_use]
     pub fn refund(&self, state: &State, cost: u64) -> State {
         if state.t == 0 {
             return *state;

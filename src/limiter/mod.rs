@@ -105,8 +105,11 @@ pub struct Group {
     simple: bool,
     /// Mixed with the peer into the key of the group's states and quota record: the name's hash.
     seed: u64,
-    /// Per limit: what tells its state apart from the group's other limits (index and algorithm).
+    /// Per limit: what tells its state apart from the group's other limits and from its own earlier
+    /// versions (index, algorithm, and the rules version that last changed it).
     signatures: Vec<u32>,
+    /// Limits a reconfiguration replaced, whose states a key moves from on its next decision.
+    history: Vec<Previous>,
     /// The limit a per-key quota replaces: the first rate limit.
     pub primary: Option<usize>,
     /// `primary` with the failsafe's rate.
@@ -122,6 +125,32 @@ impl Group {
         limits.iter().enumerate().filter(|(_, l)| l.is_concurrency())
     }
 
+    /// Takes over the keys of `old` (the group of the same name before a reconfiguration at `now`): the
+    /// same seed, the same signature for unchanged limits, a new one (and a history entry) for changed
+    /// ones. A group new in `version` gets keys of its own, so one removed and added back starts afresh.
+    fn inherit(&mut self, old: Option<(&Group, u64)>, version: u64, hasher: &ahash::RandomState) {
+        let Some((old, now)) = old else {
+            self.seed = hasher.hash_one((&self.name, version));
+            return;
+        };
+        self.seed = old.seed;
+        self.history = old.history.iter().filter(|p| now < p.until && p.index < self.limits.len()).copied().collect();
+        for (i, limit) in self.limits.iter().enumerate() {
+            match old.limits.get(i) {
+                Some(was) if was == limit => self.signatures[i] = old.signatures[i],
+                was => {
+                    self.signatures[i] = signature(i, limit, version);
+                    if let Some(was) = was {
+                        let until = now.saturating_add(was.horizon_ns());
+                        let previous = Previous { index: i, signature: old.signatures[i], limit: *was, until };
+                        self.history.insert(0, previous);
+                    }
+                }
+            }
+        }
+        self.history.truncate(MAX_HISTORY);
+    }
+
     /// The group's limits for a key whose quota is `quota` (replacing the first rate limit).
     fn limits_with(&self, quota: Option<Limit>) -> Cow<'_, [Limit]> {
         match (quota, self.primary) {
@@ -135,6 +164,28 @@ impl Group {
     }
 }
 
+/// A limit of an earlier version of the rules: keys still holding its state move to the new limit,
+/// keeping what they used, on their next decision; after `until` every such state is idle.
+#[derive(Debug, Clone, Copy)]
+struct Previous {
+    index: usize,
+    signature: u32,
+    limit: Limit,
+    until: u64,
+}
+
+/// Earlier limits kept per group; a key untouched across more reconfigurations starts afresh.
+const MAX_HISTORY: usize = 8;
+
+fn signature(index: usize, limit: &Limit, generation: u64) -> u32 {
+    // index < 64 and kind < 16 fit the low 10 bits; never 0 (the base key is the quota record's).
+    #[allow(clippy::cast_possible_truncation)]
+    let low = ((index as u32 + 1) << 4) | limit.kind() as u32;
+    #[allow(clippy::cast_possible_truncation)]
+    let generation = generation as u32;
+    generation.wrapping_shl(10) | low
+}
+
 /// The router and groups in force, replaced whole by a reconfiguration.
 #[derive(Debug)]
 pub struct Rules {
@@ -145,7 +196,15 @@ pub struct Rules {
 }
 
 impl Rules {
-    fn build(config: RulesConfig, quotas: &QuotaSettings, version: u64, hasher: &ahash::RandomState) -> Result<Self> {
+    /// The rules of `config`; with `previous` (a reconfiguration at `now`), groups that keep their name
+    /// keep their keys, and limits that changed record the old ones for the keys to move from.
+    fn build(
+        config: RulesConfig,
+        quotas: &QuotaSettings,
+        version: u64,
+        hasher: &ahash::RandomState,
+        previous: Option<(&Rules, u64)>,
+    ) -> Result<Self> {
         let mut groups: Vec<Group> = Vec::new();
         let mut patterns = Vec::with_capacity(config.rules.len());
         for (i, rule) in config.rules.iter().enumerate() {
@@ -165,7 +224,11 @@ impl Rules {
                 }
                 index
             } else {
-                groups.push(Self::group(rule, quotas, hasher).map_err(|e| e.within(&format!("rules[{i}]")))?);
+                let mut group = Self::group(rule, quotas).map_err(|e| e.within(&format!("rules[{i}]")))?;
+                let old = previous
+                    .and_then(|(rules, now)| rules.groups.iter().find(|g| g.name == group.name).map(|old| (old, now)));
+                group.inherit(old, version, hasher);
+                groups.push(group);
                 groups.len() - 1
             };
             patterns.push((rule.pattern.clone(), index));
@@ -174,7 +237,7 @@ impl Rules {
         Ok(Self { router, groups, config, version })
     }
 
-    fn group(rule: &RuleSpec, quotas: &QuotaSettings, hasher: &ahash::RandomState) -> Result<Group> {
+    fn group(rule: &RuleSpec, quotas: &QuotaSettings) -> Result<Group> {
         let limits = rule.limits.clone();
         let simple = limits.len() == 1 && !limits[0].is_concurrency() && !limits[0].uses_log();
         let primary = limits.iter().position(|l| !l.is_concurrency());
@@ -184,23 +247,16 @@ impl Rules {
             }
             _ => None,
         };
-        // Index and algorithm, never 0 (the base key itself is the quota record's).
-        let signatures = (0..limits.len())
-            .map(|i| {
-                let kind = limits[i].kind() as u32;
-                #[allow(clippy::cast_possible_truncation)]
-                let index = i as u32;
-                (index + 1) << 4 | kind
-            })
-            .collect();
+        let signatures = limits.iter().enumerate().map(|(i, limit)| signature(i, limit, 0)).collect();
         Ok(Group {
             name: rule.group.clone(),
             limits,
             policy: rule.policy,
             reduction: rule.reduction,
             simple,
-            seed: hasher.hash_one(&rule.group),
+            seed: 0,
             signatures,
+            history: Vec::new(),
             primary,
             failsafe,
         })
@@ -288,7 +344,7 @@ impl Limiter {
             return Err(Error::value("max_keys", "must be at least 1, got 0"));
         }
         let hasher = ahash::RandomState::new();
-        let rules = Rules::build(config.rules, &config.quotas, 0, &hasher)?;
+        let rules = Rules::build(config.rules, &config.quotas, 0, &hasher, None)?;
         let group_count = rules.groups.len();
         let records = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let max_keys = config.max_keys;
@@ -376,13 +432,68 @@ impl Limiter {
             drop((shard, rules));
             return self.run_locked(peer, path, cost, max_wait, report, acquire);
         }
-        let group = &rules.groups[index];
-        let quota = self.quota_of(&mut shard, &rules, index, base, peer, now, true);
-        let (outcome, receipt) = Self::decide_in(&mut shard, group, quota, base, now, cost, max_wait, acquire);
-        shard.data.groups[index].record(outcome.allowed, outcome.wait_ns > 0);
-        let report = report.then(|| Self::report(&shard, group, &group.limits_with(quota), base, now));
+        let decision =
+            self.decide_locked(&mut shard, &rules, index, base, peer, now, (cost, max_wait), report, acquire);
         drop(shard);
+        decision
+    }
+
+    /// A decision for the key `base` of group `index`, its shard locked.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    fn decide_locked(
+        &self,
+        shard: &mut Shard<ShardData>,
+        rules: &Rules,
+        index: usize,
+        base: u64,
+        peer: &str,
+        now: u64,
+        (cost, max_wait): (u64, u64),
+        report: bool,
+        acquire: bool,
+    ) -> Decision {
+        let group = &rules.groups[index];
+        let quota = if self.quotas_active.load(Ordering::Relaxed) {
+            self.quota_of(shard, rules, index, base, peer, now, true)
+        } else {
+            None
+        };
+        if !group.history.is_empty() {
+            Self::migrate(shard, group, quota.as_ref(), base, now);
+        }
+        let (outcome, receipt) = Self::decide_in(shard, group, quota.as_ref(), base, now, cost, max_wait, acquire);
+        shard.data.groups[index].record(outcome.allowed, outcome.wait_ns > 0);
+        let report = report.then(|| Self::report(shard, group, &group.limits_with(quota), base, now));
         Decision { route: Route::Group(index), outcome, report, now, receipt }
+    }
+
+    /// Moves the key's states from limits a reconfiguration replaced to the current ones, keeping what
+    /// it used (a quota in force replaces the first rate limit in both).
+    #[cold]
+    fn migrate(shard: &mut Shard<ShardData>, group: &Group, quota: Option<&Limit>, base: u64, now: u64) {
+        for previous in &group.history {
+            let old_key = Store::<ShardData>::related_key(base, previous.signature);
+            if now >= previous.until {
+                continue;
+            }
+            let Some(state) = shard.find(old_key) else { continue };
+            let mut log = std::mem::take(shard.log_mut(old_key));
+            shard.remove(old_key);
+            let new_key = Self::limit_key(group, base, previous.index);
+            if shard.find(new_key).is_some() {
+                continue;
+            }
+            let (old, new) = match quota.filter(|_| group.primary == Some(previous.index)) {
+                Some(q) => (q.rate.and_then(|r| previous.limit.with_rate(r, None).ok()).unwrap_or(previous.limit), *q),
+                None => (previous.limit, group.limits[previous.index]),
+            };
+            let moved = new.rescale(&old, &state, &mut log, now);
+            shard.store(new_key, moved, now);
+            if new.uses_log() && !log.is_empty() {
+                *shard.log_mut(new_key) = log;
+            }
+        }
     }
 
     /// `run` after a reconfiguration raced it: route again under the rules the shard follows.
@@ -404,12 +515,7 @@ impl Limiter {
             return self.run(peer, path, cost, max_wait, report, acquire);
         };
         let now = self.clock.now_ns();
-        let group = &rules.groups[index];
-        let quota = self.quota_of(&mut shard, &rules, index, base, peer, now, true);
-        let (outcome, receipt) = Self::decide_in(&mut shard, group, quota, base, now, cost, max_wait, acquire);
-        shard.data.groups[index].record(outcome.allowed, outcome.wait_ns > 0);
-        let report = report.then(|| Self::report(&shard, group, &group.limits_with(quota), base, now));
-        Decision { route: Route::Group(index), outcome, report, now, receipt }
+        self.decide_locked(&mut shard, &rules, index, base, peer, now, (cost, max_wait), report, acquire)
     }
 
     #[inline]
@@ -417,16 +523,17 @@ impl Limiter {
     fn decide_in(
         shard: &mut Shard<ShardData>,
         group: &Group,
-        quota: Option<Limit>,
+        quota: Option<&Limit>,
         base: u64,
         now: u64,
         cost: u64,
         max_wait: u64,
         acquire: bool,
     ) -> (Outcome, Receipt) {
-        let limits = group.limits_with(quota);
         let simple = if group.simple {
-            Some(Self::decide_simple(shard, &limits[0], Self::limit_key(group, base, 0), now, cost))
+            // A simple group's only limit is its first rate limit: the one a quota replaces.
+            let limit = quota.unwrap_or(&group.limits[0]);
+            Some(Self::decide_simple(shard, limit, Self::limit_key(group, base, 0), now, cost))
         } else {
             None
         };
@@ -434,7 +541,9 @@ impl Limiter {
             Some(Ok(admitted)) => admitted,
             // Refused, and the caller cannot wait that long: no second evaluation.
             Some(Err(retry)) if retry > max_wait => (Outcome::refused(retry), Receipt::default()),
-            _ => Self::decide_group(shard, group, &limits, base, now, cost, max_wait, acquire),
+            _ => {
+                Self::decide_group(shard, group, &group.limits_with(quota.copied()), base, now, cost, max_wait, acquire)
+            }
         }
     }
 
@@ -463,6 +572,7 @@ impl Limiter {
     }
 
     /// Every limit of the group at `now`, or for a waiter at the first instant all admit.
+    #[inline(never)]
     #[allow(clippy::too_many_arguments)]
     fn decide_group(
         shard: &mut Shard<ShardData>,
@@ -616,6 +726,9 @@ impl Limiter {
         let now = self.clock.now_ns();
         let group = &rules.groups[*index];
         let quota = self.quota_of(shard, rules, *index, *base, peer, now, false);
+        if !group.history.is_empty() {
+            Self::migrate(shard, group, quota.as_ref(), *base, now);
+        }
         for (i, limit) in group.limits_with(quota).iter().enumerate() {
             if !select(group, i, limit) {
                 continue;
@@ -685,6 +798,9 @@ impl Limiter {
                     let mut shard = self.store.lock(base);
                     for i in 0..group.limits.len() {
                         shard.remove(Self::limit_key(group, base, i));
+                    }
+                    for previous in &group.history {
+                        shard.remove(Store::<ShardData>::related_key(base, previous.signature));
                     }
                     shard.data.quotas.remove(base);
                 }

@@ -35,30 +35,33 @@ impl Limiter {
             return None;
         }
         let settings = &self.quotas;
-        let data = &mut shard.data;
-        let slot = match data.quotas.get_mut(base) {
+        let slot = match shard.data.quotas.get_mut(base) {
             Some(slot) => slot,
             None if settings.provider && fetch => {
                 let source = if group.failsafe.is_some() { Source::Failsafe } else { Source::Rule };
-                data.quotas.insert(base, group.failsafe, source, rules.version, now)
+                let adopted = group.primary.is_some_and(|p| shard.find(Self::limit_key(group, base, p)).is_some());
+                let slot = shard.data.quotas.insert(base, group.failsafe, source, rules.version, now);
+                slot.adopted = adopted;
+                slot
             }
             None => return None,
         };
         if slot.version != rules.version {
             Self::rederive(slot, group, rules.version);
         }
+        let counters = &mut shard.data.groups[index];
         if fetch && settings.provider && now >= slot.next_at {
             if slot.fetching {
                 // The fetch overran its deadline: fail it, so a later use retries after the backoff.
                 slot.fail(settings, now);
-                data.groups[index].quota_failures += 1;
+                counters.quota_failures += 1;
             } else {
                 slot.token = slot.token.wrapping_add(1);
                 let job = FetchJob { peer: peer.to_owned(), group: group.name.clone(), token: slot.token };
                 if self.fetches.push(job) {
                     slot.fetching = true;
                     slot.next_at = now.saturating_add(settings.timeout_ns);
-                    data.groups[index].quota_fetches += 1;
+                    counters.quota_fetches += 1;
                 } else {
                     // Queue full or closed: stay on the current quota and try again later.
                     slot.next_at = now.saturating_add(settings.backoff(1));
@@ -100,7 +103,14 @@ impl Limiter {
     /// Installs `quota` for the key (provider answers and `set_quota`), rescaling its state.
     fn install(shard: &mut Shard<ShardData>, group: &Group, base: u64, slot_quota: Option<Limit>, now: u64) {
         let Some(p) = group.primary else { return };
-        let old = shard.data.quotas.get(base).and_then(|s| s.quota).unwrap_or(group.limits[p]);
+        let (current, adopted) = shard.data.quotas.get(base).map_or((None, false), |s| (s.quota, s.adopted));
+        if !group.history.is_empty() {
+            Self::migrate(shard, group, current.as_ref(), base, now);
+        }
+        if adopted {
+            return;
+        }
+        let old = current.unwrap_or(group.limits[p]);
         let new = slot_quota.unwrap_or(group.limits[p]);
         Self::rescale(shard, group, base, &old, &new, now);
     }
@@ -185,13 +195,9 @@ impl Limiter {
 
     /// Hands back the answer to `job`: `Ok(rate)` from the provider (`None`: the rule's rate), or
     /// `Err(())` when it raised, timed out or answered something that is not a rate.
+    /// The worker then calls `fetches().done()`, once it has logged what it must: `wait_quotas` returns
+    /// when every job is done.
     pub fn finish_fetch(&self, job: &FetchJob, answer: std::result::Result<Option<Rate>, ()>) -> Landing {
-        let landing = self.land(job, answer);
-        self.fetches.done();
-        landing
-    }
-
-    fn land(&self, job: &FetchJob, answer: std::result::Result<Option<Rate>, ()>) -> Landing {
         let Ok(Locked { rules, mut shard, index, base }) = self.lock_group(&job.peer, &job.group) else {
             return Landing::Late;
         };
@@ -260,9 +266,9 @@ mod tests {
     use super::*;
     use crate::algorithm::{Kind, Outcome};
     use crate::clock::Clock;
+    use crate::clock::ManualClock;
     use crate::limiter::{Config, RuleSpec, RulesConfig};
     use crate::quota::QuotaSettings;
-    use crate::clock::ManualClock;
 
     const S: u64 = 1_000_000_000;
 
@@ -354,15 +360,28 @@ mod tests {
     }
 
     #[test]
-    fn update_rule_keeps_state_without_a_burst() {
-        let (lim, _) = limiter("10/min", None);
+    fn update_rule_carries_what_each_key_used() {
+        let (lim, clock) = limiter("10/min", None);
         for _ in 0..10 {
             assert!(lim.decide("b", None, 1, 0, false).outcome.allowed);
         }
+        // 10 used of 10/min: 10 left under 20/min, none more.
         lim.update_rule("g", Some("20/min".parse().unwrap()), None).unwrap();
-        assert!(!lim.decide("b", None, 1, 0, false).outcome.allowed);
+        assert_eq!((0..15).filter(|_| lim.decide("b", None, 1, 0, false).outcome.allowed).count(), 10);
+        // 20 used, lowered to 5/min: refused until the usage drains at 12 s a request (to 4 used).
         lim.update_rule("g", Some("5/min".parse().unwrap()), None).unwrap();
-        assert!(!lim.decide("b", None, 1, 0, false).outcome.allowed);
+        assert_eq!(lim.decide("b", None, 1, 0, false).outcome, Outcome::refused(192 * S));
+        clock.advance_ns(192 * S);
+        assert!(lim.decide("b", None, 1, 0, false).outcome.allowed);
         assert!(lim.update_rule("nope", None, Some(3)).unwrap_err().message.contains("\"g\""));
+    }
+
+    #[test]
+    fn a_longer_period_lets_no_burst_through() {
+        // Seen by a property test: 20 used of 20/s, then 10/min, must not admit 9 more at once.
+        let (lim, _) = limiter("20/s", None);
+        assert_eq!((0..20).filter(|_| lim.decide("c", None, 1, 0, false).outcome.allowed).count(), 20);
+        lim.update_rule("g", Some("10/min".parse().unwrap()), None).unwrap();
+        assert!(!lim.decide("c", None, 1, 0, false).outcome.allowed);
     }
 }

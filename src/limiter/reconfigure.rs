@@ -8,15 +8,17 @@ use crate::error::{Error, Result};
 use crate::rate::Rate;
 
 impl Limiter {
-    /// Replaces the rules, keeping every key's state: groups that keep their name keep their states and
-    /// counters (a limit whose algorithm changed starts afresh); quota records follow the new limits.
+    /// Replaces the rules, keeping every key's state: groups that keep their name keep their counters,
+    /// and each key moves its states to the new limits on its next decision, keeping what it used
+    /// (counted in requests), so nobody gets extra admissions. Quota records follow the new limits.
     ///
     /// # Errors
     /// As [`Limiter::new`]; the limiter is then unchanged.
     pub fn reconfigure(&self, config: RulesConfig) -> Result<()> {
         let _one_at_a_time = self.reconfiguring.lock();
         let old = self.rules.load_full();
-        let rules = Rules::build(config, &self.quotas, old.version + 1, &self.hasher)?;
+        let now = self.clock.now_ns();
+        let rules = Rules::build(config, &self.quotas, old.version + 1, &self.hasher, Some((&old, now)))?;
         let moved: Vec<Option<usize>> =
             rules.groups.iter().map(|g| old.groups.iter().position(|o| o.name == g.name)).collect();
         // All shards at once: no decision sees new rules with old counters, or the reverse.

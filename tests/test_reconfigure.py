@@ -1,0 +1,343 @@
+"""Live reconfiguration: ``update_rule`` changes a group's first rate limit in place, ``reload`` re-reads a file.
+
+Both keep what every key has used, counted in requests: the next decision follows the new limit, and a
+change never lets a burst of extra requests through (a key that used its 10 of 10/min has 10 left under
+20/min and none under 5/min). ``reload`` keeps the state of groups that keep their name (also when their
+algorithm changes), starts new groups empty (also one removed and added back) and follows the file's routes
+and exemptions.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ratekeeper as rk
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+
+def admitted(limiter: rk.Limiter, peer: str, times: int, path: str | None = None) -> int:
+    return sum(limiter.allow(peer, path) for _ in range(times))
+
+
+def limits_of(limiter: rk.Limiter, group: str) -> list[dict[str, Any]]:
+    limits: list[dict[str, Any]] = limiter.stats()["groups"][group]["limits"]
+    return limits
+
+
+# --- update_rule -------------------------------------------------------------------------------------------------
+
+
+def test_update_rule_keeps_every_keys_state(clock: rk.ManualClock) -> None:
+    limiter = rk.Limiter("10/min", clock=clock)
+    assert admitted(limiter, "alice", 4) == 4
+    assert admitted(limiter, "bob", 20) == 10
+    limiter.update_rule("default", burst=20)
+    assert len(limiter) == 2
+    assert admitted(limiter, "alice", 30) == 16
+    assert admitted(limiter, "bob", 30) == 10
+    assert admitted(limiter, "carol", 30) == 20
+
+
+@pytest.mark.parametrize("algorithm", ["gcra", "token_bucket", "sliding_window"])
+@pytest.mark.parametrize(("new_rate", "new_burst"), [("20/min", 20), ("5/min", 5)])
+def test_a_rate_change_carries_over_what_the_key_used(
+    clock: rk.ManualClock, algorithm: str, new_rate: str, new_burst: int
+) -> None:
+    limiter = rk.Limiter(rules=[rk.Rule("", "g", "10/min", algorithm=algorithm)], clock=clock)
+    assert admitted(limiter, "alice", 10) == 10
+    limiter.update_rule("g", rate=new_rate)
+    # 10 used: the new burst less those 10 right now (none under 5/min), never a fresh burst.
+    decision = limiter.check("alice")
+    assert (decision.allowed, decision.group, decision.limit) == (new_burst > 10, "g", new_burst)
+    assert admitted(limiter, "alice", 30) == max(0, new_burst - 10 - 1)
+    assert limits_of(limiter, "g") == [{"rate": new_rate, "burst": new_burst, "algorithm": algorithm}]
+    # Once the old usage has long drained, the key gets exactly the new limit.
+    clock.advance(300)
+    assert admitted(limiter, "alice", 30) == new_burst
+    assert admitted(limiter, "bob", 30) == new_burst
+
+
+def test_raising_a_gcra_rate_keeps_the_usage_and_admits_at_the_new_rate(clock: rk.ManualClock) -> None:
+    limiter = rk.Limiter("10/min", clock=clock)
+    assert admitted(limiter, "alice", 10) == 10
+    limiter.update_rule("default", rate="20/min")
+    # 10 used of the new 20: 10 more now, then one every new interval (3 s).
+    assert admitted(limiter, "alice", 30) == 10
+    assert limiter.check("alice").retry_after == 3.0
+    per_second = []
+    for _ in range(60):
+        clock.advance(1)
+        per_second.append(admitted(limiter, "alice", 5))
+    assert per_second == [0, 0, 1] * 20
+
+
+@pytest.mark.parametrize("algorithm", ["gcra", "token_bucket", "sliding_window"])
+def test_no_burst_of_extra_admissions_after_lowering_the_rate(clock: rk.ManualClock, algorithm: str) -> None:
+    limiter = rk.Limiter(rules=[rk.Rule("", "g", "10/min", algorithm=algorithm)], clock=clock)
+    assert admitted(limiter, "alice", 10) == 10
+    limiter.update_rule("g", rate="5/min")
+    total = 10
+    for _ in range(120):
+        clock.advance(1)
+        total += admitted(limiter, "alice", 10)
+    # [0, 120 s]: at most the 10 of the old burst plus 120 s at 5/min (10), and one for rounding.
+    assert total <= 10 + 10 + 1
+
+
+def test_a_rate_with_a_longer_period_lets_no_extra_burst_through(clock: rk.ManualClock) -> None:
+    limiter = rk.Limiter(rules=[rk.Rule("", "g", "20/s")], clock=clock)
+    assert admitted(limiter, "alice", 30) == 20
+    limiter.update_rule("g", rate="10/min")
+    # 20 in use is over the new burst of 10: nothing more at this instant (20 at once is already both limits' most).
+    assert admitted(limiter, "alice", 30) == 0
+
+
+def test_update_rule_changes_the_burst_in_place(clock: rk.ManualClock) -> None:
+    limiter = rk.Limiter("10/min", clock=clock)
+    assert admitted(limiter, "alice", 3) == 3
+    limiter.update_rule("default", burst=5)
+    assert limits_of(limiter, "default") == [{"rate": "10/min", "burst": 5, "algorithm": "gcra"}]
+    decision = limiter.check("alice")
+    assert (decision.allowed, decision.limit, decision.remaining) == (True, 5, 1)
+    assert admitted(limiter, "alice", 10) == 1
+    assert limiter.check("alice").retry_after == 6.0
+    assert admitted(limiter, "bob", 10) == 5
+
+
+def test_raising_the_burst_gives_the_extra_room_at_once(clock: rk.ManualClock) -> None:
+    limiter = rk.Limiter("10/min", clock=clock)
+    assert admitted(limiter, "alice", 20) == 10
+    limiter.update_rule("default", burst=20)
+    assert admitted(limiter, "alice", 30) == 10
+
+
+def test_update_rule_with_rate_and_burst(clock: rk.ManualClock) -> None:
+    limiter = rk.Limiter("10/min", clock=clock)
+    limiter.update_rule("default", rate="1/s", burst=3)
+    assert limits_of(limiter, "default") == [{"rate": "1/s", "burst": 3, "algorithm": "gcra"}]
+    assert admitted(limiter, "alice", 10) == 3
+    assert limiter.check("alice").retry_after == 1.0
+
+
+def test_update_rule_changes_only_the_first_rate_limit(clock: rk.ManualClock) -> None:
+    limiter = rk.Limiter(rules=[rk.Rule("", "api", limits=["10/min", "20/hour"])], clock=clock)
+    limiter.update_rule("api", rate="50/min")
+    assert [limit["rate"] for limit in limits_of(limiter, "api")] == ["50/min", "20/hour"]
+    assert admitted(limiter, "alice", 100) == 20
+
+
+def test_update_rule_of_an_unknown_group_or_with_a_bad_value_raises(clock: rk.ManualClock) -> None:
+    limiter = rk.Limiter("10/min", rules=[rk.Rule("^/api", "api", "5/min")], clock=clock)
+    with pytest.raises(ValueError, match=r"\bgroup\b.*nope|nope.*\bgroup\b"):
+        limiter.update_rule("nope", rate="1/s")
+    with pytest.raises(ValueError, match="fortnight"):
+        limiter.update_rule("api", rate="10/fortnight")
+    with pytest.raises(ValueError, match=r"\bburst\b"):
+        limiter.update_rule("api", burst=0)
+
+
+def test_keys_with_a_quota_keep_it_through_update_rule(clock: rk.ManualClock) -> None:
+    with rk.Limiter("10/min", clock=clock) as limiter:
+        limiter.set_quota("alice", "default", "3/min")
+        limiter.update_rule("default", rate="20/min")
+        assert (limiter.quota("alice", "default").source, limiter.quota("alice", "default").rate) == (
+            "set",
+            rk.Rate("3/min"),
+        )
+        assert (limiter.quota("bob", "default").source, limiter.quota("bob", "default").rate) == (
+            "rule",
+            rk.Rate("20/min"),
+        )
+        assert admitted(limiter, "alice", 30) == 3
+        assert admitted(limiter, "bob", 30) == 20
+
+
+# --- reload ------------------------------------------------------------------------------------------------------
+
+FIRST = """\
+exempt_peers = ["admin"]
+default = "10/min"
+
+[groups.login]
+paths = ["^/login$"]
+rate = "3/min"
+
+[groups.search]
+paths = ["^/search"]
+rate = "2/min"
+"""
+
+SECOND = """\
+exempt_peers = ["monitor"]
+exempt_paths = ["^/health"]
+default = "10/min"
+
+[groups.login]
+paths = ["^/login$", "^/signin$"]
+rate = "3/min"
+
+[groups.upload]
+paths = ["^/upload"]
+rate = "1/min"
+"""
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    path = tmp_path / "ratekeeper.toml"
+    path.write_text(FIRST)
+    return path
+
+
+def test_reload_keeps_the_state_of_groups_that_remain(config_file: Path, clock: rk.ManualClock) -> None:
+    limiter = rk.Limiter.from_file(config_file, clock=clock)
+    assert admitted(limiter, "alice", 5, "/login") == 3
+    assert admitted(limiter, "alice", 4, "/page") == 4
+    config_file.write_text(SECOND)
+    limiter.reload(config_file)
+    assert not limiter.allow("alice", "/login")
+    assert not limiter.allow("alice", "/signin")  # a new route into the same group shares its state
+    assert admitted(limiter, "alice", 20, "/page") == 6
+    assert admitted(limiter, "bob", 5, "/signin") == 3
+
+
+def test_reload_adds_new_groups_empty_and_drops_removed_ones(config_file: Path, clock: rk.ManualClock) -> None:
+    limiter = rk.Limiter.from_file(config_file, clock=clock)
+    assert admitted(limiter, "alice", 5, "/search") == 2
+    assert admitted(limiter, "alice", 4, "/page") == 4
+    assert len(limiter) == 2
+    config_file.write_text(SECOND)
+    limiter.reload(config_file)
+    assert limiter.groups == ["login", "upload", "default"]
+    assert set(limiter.stats()["groups"]) == {"login", "upload", "default"}
+    first_upload = limiter.check("alice", "/upload")
+    assert (first_upload.allowed, first_upload.group) == (True, "upload")
+    assert not limiter.allow("alice", "/upload")
+    # /search now falls through to the catch-all, where alice has 6 of 10 left.
+    assert limiter.check("alice", "/search").group == "default"
+    assert admitted(limiter, "alice", 20, "/search") == 5
+
+
+def test_a_group_removed_then_added_back_starts_empty(config_file: Path, clock: rk.ManualClock) -> None:
+    limiter = rk.Limiter.from_file(config_file, clock=clock)
+    assert admitted(limiter, "alice", 5, "/search") == 2
+    config_file.write_text(SECOND)
+    limiter.reload(config_file)
+    config_file.write_text(FIRST)
+    limiter.reload(config_file)
+    # search is a new group again: alice's usage went with the group it belonged to.
+    assert admitted(limiter, "alice", 5, "/search") == 2
+
+
+def test_reload_follows_the_new_exemptions(config_file: Path, clock: rk.ManualClock) -> None:
+    limiter = rk.Limiter.from_file(config_file, clock=clock)
+    assert limiter.check("admin", "/page").group is None
+    assert limiter.check("monitor", "/page").group == "default"
+    assert limiter.check("alice", "/health").group == "default"
+    config_file.write_text(SECOND)
+    limiter.reload(config_file)
+    assert limiter.check("admin", "/page").group == "default"
+    assert limiter.check("monitor", "/page").group is None
+    assert limiter.check("alice", "/health/live").group is None
+    assert admitted(limiter, "monitor", 50, "/page") == 50
+    assert admitted(limiter, "alice", 50, "/health") == 50
+
+
+def test_reload_that_changes_a_groups_algorithm_carries_what_keys_used(
+    config_file: Path, clock: rk.ManualClock
+) -> None:
+    limiter = rk.Limiter.from_file(config_file, clock=clock)
+    assert admitted(limiter, "alice", 5, "/login") == 3
+    assert admitted(limiter, "alice", 5, "/search") == 2
+    config_file.write_text(FIRST.replace('rate = "3/min"', 'rate = "3/min"\nalgorithm = "token_bucket"'))
+    limiter.reload(config_file)
+    assert limits_of(limiter, "login") == [{"rate": "3/min", "burst": 3, "algorithm": "token_bucket"}]
+    assert admitted(limiter, "alice", 5, "/login") == 0  # her 3 used carry into the token bucket
+    assert admitted(limiter, "alice", 5, "/search") == 0  # unchanged group: state kept
+    clock.advance(60)
+    assert admitted(limiter, "alice", 5, "/login") == 3
+
+
+def test_reload_of_a_bad_file_raises_naming_the_place(config_file: Path, clock: rk.ManualClock) -> None:
+    limiter = rk.Limiter.from_file(config_file, clock=clock)
+    config_file.write_text(FIRST.replace('rate = "2/min"', 'rate = "2/fortnight"'))
+    with pytest.raises(ValueError, match=r"groups\.search\.rate"):
+        limiter.reload(config_file)
+
+
+# --- property ----------------------------------------------------------------------------------------------------
+
+# Rate strings with (count, period in µs); every update gives its burst explicitly.
+RATES = {
+    "2/s": (2, 1_000_000),
+    "20/s": (20, 1_000_000),
+    "10/min": (10, 60_000_000),
+    "100/min": (100, 60_000_000),
+    "3/10s": (3, 10_000_000),
+}
+
+steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("advance"), st.integers(0, 20_000_000)),
+        st.tuples(st.just("update"), st.tuples(st.sampled_from(sorted(RATES)), st.integers(1, 25))),
+        st.tuples(st.just("requests"), st.integers(1, 40)),
+    ),
+    max_size=25,
+)
+
+
+def assert_admissions_within_the_limits_in_force(
+    admissions: dict[int, int], changes: list[tuple[int, int, Fraction]]
+) -> None:
+    """In every closed interval between two admission times, admitted <= max burst + integral of the rates + 1.
+
+    ``admissions``: count per time in µs; ``changes``: (from µs, burst, rate per µs) in time order.
+    """
+    times = sorted(admissions)
+    ends = [at for at, _, _ in changes[1:]] + [math.inf]
+
+    def integral(a: int, b: int) -> Fraction:
+        total = Fraction(0)
+        for (start, _, rate), end in zip(changes, ends):
+            low, high = max(a, start), min(b, end)
+            if high > low:
+                total += rate * (high - low)
+        return total
+
+    def max_burst(a: int, b: int) -> int:
+        return max(burst for (start, burst, _), end in zip(changes, ends) if start <= b and end >= a)
+
+    for i, t_i in enumerate(times):
+        total = 0
+        for t_j in times[i:]:
+            total += admissions[t_j]
+            bound = max_burst(t_i, t_j) + integral(t_i, t_j) + 1
+            assert total <= bound, f"{total} admitted in [{t_i}, {t_j}] µs, bound {float(bound)}"
+
+
+@given(steps)
+@example([("update", ("20/s", 20)), ("requests", 20), ("update", ("10/min", 10)), ("requests", 10)])
+@example([("requests", 10), ("update", ("20/s", 20)), ("advance", 500_000), ("requests", 20)])
+def test_admissions_never_exceed_the_limits_in_force_across_updates(actions: list[tuple[str, Any]]) -> None:
+    clock = rk.ManualClock()
+    limiter = rk.Limiter(rules=[rk.Rule("", "g", "10/min")], clock=clock)
+    now_us = 0
+    changes: list[tuple[int, int, Fraction]] = [(0, 10, Fraction(10, 60_000_000))]
+    admissions: dict[int, int] = {}
+    for action, value in actions:
+        if action == "advance":
+            clock.advance(value / 1e6)
+            now_us += value
+        elif action == "update":
+            rate, burst = value
+            limiter.update_rule("g", rate=rate, burst=burst)
+            count, period_us = RATES[rate]
+            changes.append((now_us, burst, Fraction(count, period_us)))
+        else:
+            admissions[now_us] = admissions.get(now_us, 0) + admitted(limiter, "alice", value)
+    assert_admissions_within_the_limits_in_force({t: n for t, n in admissions.items() if n}, changes)
