@@ -1,8 +1,6 @@
 //! Counters of what the limiter decided. Kept per shard and updated under the shard's lock (which the
 //! decision holds anyway), so counting costs no atomic and no shared cache line; `stats` sums shards.
 
-use crate::quota::QuotaTable;
-
 /// What one group saw. Aligned to a cache line: the counters of different shards are separate
 /// allocations that would otherwise share lines, and two threads writing them would stall each other.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -42,17 +40,6 @@ impl GroupCounters {
         self.quota_fetches += other.quota_fetches;
         self.quota_failures += other.quota_failures;
     }
-}
-
-/// What one shard holds beside its states: counters, quota records, and the rules version they follow.
-#[derive(Debug)]
-pub struct ShardData {
-    pub groups: Vec<GroupCounters>,
-    /// Requests of exempt peers or paths.
-    pub exempt: u64,
-    pub quotas: QuotaTable,
-    /// The version of the rules that `groups` is indexed by; a decision made with other rules retries.
-    pub version: u64,
 }
 
 /// A snapshot over all shards.

@@ -224,7 +224,10 @@ impl Limit {
     ///
     /// # Errors
     /// The retry time, in nanoseconds after `at`.
-    #[inline]
+    // Always: the decision path is large enough that the compiler would otherwise call it, which
+    // measured 8 ns slower per decision.
+    #[allow(clippy::inline_always)]
+    #[inline(always)]
     pub fn evaluate(&self, state: &State, log: &VecDeque<u64>, at: u64, cost: u64) -> std::result::Result<Admit, u64> {
         if cost > u64::from(self.burst) {
             return Err(u64::MAX);

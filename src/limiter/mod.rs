@@ -16,7 +16,7 @@ use parking_lot::{Mutex, MutexGuard};
 use crate::algorithm::{Admit, Algorithm, Limit, Outcome, Report, State, NO_LOG};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
-use crate::metrics::{GroupCounters, ShardData, Stats};
+use crate::metrics::{GroupCounters, Stats};
 use crate::quota::{FetchQueue, QuotaSettings, QuotaTable};
 use crate::rules::{Route, Router};
 use crate::store::{Shard, Store};
@@ -178,7 +178,12 @@ struct Previous {
 const MAX_HISTORY: usize = 8;
 
 fn signature(index: usize, limit: &Limit, generation: u64) -> u32 {
-    // index < 64 and kind < 16 fit the low 10 bits; never 0 (the base key is the quota record's).
+    // The first limit as first configured uses the base key itself (its quota record lives in another
+    // table): no mixing on the hot path.
+    if index == 0 && generation == 0 {
+        return 0;
+    }
+    // index < 64 and kind < 16 fit the low 10 bits; never 0.
     #[allow(clippy::cast_possible_truncation)]
     let low = ((index as u32 + 1) << 4) | limit.kind() as u32;
     #[allow(clippy::cast_possible_truncation)]
@@ -262,6 +267,12 @@ impl Rules {
         })
     }
 
+    /// Counts reconfigurations; quota records re-derive their limit when it changes.
+    #[must_use]
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
     /// The index of the group named `name`.
     ///
     /// # Errors
@@ -272,6 +283,19 @@ impl Rules {
             Error::value("group", format!("no group named {name:?}; the groups are {}", known.join(", ")))
         })
     }
+}
+
+/// What one shard holds beside its states: counters, quota records, and the rules its keys follow.
+#[derive(Debug)]
+pub struct ShardData {
+    pub groups: Vec<GroupCounters>,
+    /// Requests of exempt peers or paths.
+    pub exempt: u64,
+    pub quotas: QuotaTable,
+    /// The rules in force, read under the shard's lock so a decision needs no other synchronisation; a
+    /// reconfiguration replaces them shard by shard (with the counters, which they index). Taken out
+    /// while a decision uses them.
+    rules: Option<Arc<Rules>>,
 }
 
 /// Which limits an admission wrote, and at what instant: what a refund must take back.
@@ -348,14 +372,15 @@ impl Limiter {
         let group_count = rules.groups.len();
         let records = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let max_keys = config.max_keys;
+        let rules = Arc::new(rules);
         let store = Store::new(max_keys, || ShardData {
             groups: vec![GroupCounters::default(); group_count],
             exempt: 0,
             quotas: QuotaTable::new(Arc::clone(&records), max_keys),
-            version: 0,
+            rules: Some(Arc::clone(&rules)),
         });
         Ok(Self {
-            rules: ArcSwap::from_pointee(rules),
+            rules: ArcSwap::new(rules),
             store,
             clock,
             hasher,
@@ -367,10 +392,13 @@ impl Limiter {
         })
     }
 
-    /// The base key of (peer, group): its quota record's key; its states use related keys in the same shard.
+    /// The base key of (peer, group) from the peer's hash: its quota record's key; its states use
+    /// related keys. Every key of a peer lives in the shard of the peer's hash.
     #[inline]
-    fn key(&self, peer: &str, group: &Group) -> u64 {
-        self.hasher.hash_one((peer, group.seed))
+    fn key(peer_hash: u64, group: &Group) -> u64 {
+        // A bijection of peer_hash ^ seed: distinct (peer, group) pairs keep distinct keys.
+        let mixed = (peer_hash ^ group.seed).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        mixed ^ (mixed >> 29)
     }
 
     #[inline]
@@ -384,19 +412,14 @@ impl Limiter {
         self.rules.load_full()
     }
 
-    /// The shard of `base` locked under the rules in force, with those rules.
-    fn lock(&self, mut route: impl FnMut(&Rules) -> Option<(usize, u64)>) -> Option<Locked<'_>> {
-        loop {
-            let rules = self.rules.load_full();
-            let (index, base) = route(&rules)?;
-            let shard = self.store.lock(base);
-            // A reconfiguration re-indexes the shards' counters before it swaps the rules: retry.
-            if shard.data.version == rules.version {
-                return Some(Locked { rules, shard, index, base });
-            }
-            drop(shard);
-            std::thread::yield_now();
-        }
+    /// The shard of `peer`, locked, with the rules it follows and the group `route` picks.
+    fn lock(&self, peer: &str, mut route: impl FnMut(&Rules) -> Option<usize>) -> Option<Locked<'_>> {
+        let peer_hash = self.hasher.hash_one(peer);
+        let shard = self.store.lock(peer_hash);
+        let rules = shard.data.rules.clone().unwrap_or_else(|| self.rules.load_full());
+        let index = route(&rules)?;
+        let base = Self::key(peer_hash, &rules.groups[index]);
+        Some(Locked { rules, shard, index, base })
     }
 
     /// Decides one request against the group's rate limits. `max_wait_ns` > 0 lets it reserve a later
@@ -416,25 +439,24 @@ impl Limiter {
         if !self.enabled.load(Ordering::Relaxed) {
             return Decision::free(Route::Unlimited);
         }
-        let rules = self.rules.load();
-        let index = match rules.router.route(peer, path) {
-            Route::Group(index) => index,
-            Route::Exempt => {
-                self.store.lock(self.hasher.hash_one(peer)).data.exempt += 1;
-                return Decision::free(Route::Exempt);
-            }
-            Route::Unlimited => return Decision::free(Route::Unlimited),
-        };
-        let base = self.key(peer, &rules.groups[index]);
+        let peer_hash = self.hasher.hash_one(peer);
         let now = self.clock.now_ns();
-        let mut shard = self.store.lock(base);
-        if shard.data.version != rules.version {
-            drop((shard, rules));
-            return self.run_locked(peer, path, cost, max_wait, report, acquire);
-        }
-        let decision =
-            self.decide_locked(&mut shard, &rules, index, base, peer, now, (cost, max_wait), report, acquire);
-        drop(shard);
+        let mut shard = self.store.lock(peer_hash);
+        // Taken out for the decision (no reference count touched) and put back; after a panic it is
+        // restored from the limiter's copy.
+        let rules = shard.data.rules.take().unwrap_or_else(|| self.rules.load_full());
+        let decision = match rules.router.route(peer, path) {
+            Route::Group(index) => {
+                let base = Self::key(peer_hash, &rules.groups[index]);
+                self.decide_locked(&mut shard, &rules, index, base, peer, now, (cost, max_wait), report, acquire)
+            }
+            Route::Exempt => {
+                shard.data.exempt += 1;
+                Decision::free(Route::Exempt)
+            }
+            Route::Unlimited => Decision::free(Route::Unlimited),
+        };
+        shard.data.rules = Some(rules);
         decision
     }
 
@@ -494,28 +516,6 @@ impl Limiter {
                 *shard.log_mut(new_key) = log;
             }
         }
-    }
-
-    /// `run` after a reconfiguration raced it: route again under the rules the shard follows.
-    #[cold]
-    fn run_locked(
-        &self,
-        peer: &str,
-        path: Option<&str>,
-        cost: u64,
-        max_wait: u64,
-        report: bool,
-        acquire: bool,
-    ) -> Decision {
-        let locked = self.lock(|rules| match rules.router.route(peer, path) {
-            Route::Group(index) => Some((index, self.key(peer, &rules.groups[index]))),
-            _ => None,
-        });
-        let Some(Locked { rules, mut shard, index, base }) = locked else {
-            return self.run(peer, path, cost, max_wait, report, acquire);
-        };
-        let now = self.clock.now_ns();
-        self.decide_locked(&mut shard, &rules, index, base, peer, now, (cost, max_wait), report, acquire)
     }
 
     #[inline]
@@ -718,8 +718,8 @@ impl Limiter {
         select: impl Fn(&Group, usize, &Limit) -> bool,
         change: impl Fn(&Limit, &State, &mut VecDeque<u64>, u64) -> State,
     ) -> Option<Locked<'_>> {
-        let mut locked = self.lock(|rules| match rules.router.route(peer, path) {
-            Route::Group(index) => Some((index, self.key(peer, &rules.groups[index]))),
+        let mut locked = self.lock(peer, |rules| match rules.router.route(peer, path) {
+            Route::Group(index) => Some(index),
             _ => None,
         })?;
         let Locked { rules, shard, index, base } = &mut locked;
@@ -793,9 +793,10 @@ impl Limiter {
         let rules = self.rules.load_full();
         match peer {
             Some(peer) => {
+                let peer_hash = self.hasher.hash_one(peer);
+                let mut shard = self.store.lock(peer_hash);
                 for group in &rules.groups {
-                    let base = self.key(peer, group);
-                    let mut shard = self.store.lock(base);
+                    let base = Self::key(peer_hash, group);
                     for i in 0..group.limits.len() {
                         shard.remove(Self::limit_key(group, base, i));
                     }

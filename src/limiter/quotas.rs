@@ -5,10 +5,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Group, Landing, Limiter, Locked, Rules};
+use super::{Group, Landing, Limiter, Locked, Rules, ShardData};
 use crate::algorithm::Limit;
 use crate::error::{Error, Result};
-use crate::metrics::ShardData;
 use crate::quota::{FetchJob, FetchQueue, QuotaInfo, QuotaSlot, Source};
 use crate::rate::Rate;
 use crate::rules::Route;
@@ -40,14 +39,14 @@ impl Limiter {
             None if settings.provider && fetch => {
                 let source = if group.failsafe.is_some() { Source::Failsafe } else { Source::Rule };
                 let adopted = group.primary.is_some_and(|p| shard.find(Self::limit_key(group, base, p)).is_some());
-                let slot = shard.data.quotas.insert(base, group.failsafe, source, rules.version, now);
+                let slot = shard.data.quotas.insert(base, group.failsafe, source, rules.version(), now);
                 slot.adopted = adopted;
                 slot
             }
             None => return None,
         };
-        if slot.version != rules.version {
-            Self::rederive(slot, group, rules.version);
+        if slot.version != rules.version() {
+            Self::rederive(slot, group, rules.version());
         }
         let counters = &mut shard.data.groups[index];
         if fetch && settings.provider && now >= slot.next_at {
@@ -141,9 +140,9 @@ impl Limiter {
         let quotas = &mut shard.data.quotas;
         let slot = match quotas.get_mut(base) {
             Some(slot) => slot,
-            None => quotas.insert(base, quota, Source::Set, rules.version, now),
+            None => quotas.insert(base, quota, Source::Set, rules.version(), now),
         };
-        slot.version = rules.version;
+        slot.version = rules.version();
         slot.land(quota, Source::Set, &self.quotas, now);
         drop(shard);
         self.fetches.notify_landed();
@@ -159,8 +158,8 @@ impl Limiter {
         let g = &rules.groups[index];
         let rule_rate = g.primary.and_then(|p| g.limits[p].rate);
         if let Some(slot) = shard.data.quotas.get_mut(base) {
-            if slot.version != rules.version {
-                Self::rederive(slot, g, rules.version);
+            if slot.version != rules.version() {
+                Self::rederive(slot, g, rules.version());
             }
             return Ok((slot.info(), rule_rate));
         }
@@ -177,8 +176,8 @@ impl Limiter {
 
     fn lock_group(&self, peer: &str, group: &str) -> Result<Locked<'_>> {
         let mut error = None;
-        let locked = self.lock(|rules| match rules.group_index(group) {
-            Ok(index) => Some((index, self.key(peer, &rules.groups[index]))),
+        let locked = self.lock(peer, |rules| match rules.group_index(group) {
+            Ok(index) => Some(index),
             Err(e) => {
                 error = Some(e);
                 None
@@ -205,8 +204,8 @@ impl Limiter {
         let now = self.clock.now_ns();
         match shard.data.quotas.get_mut(base) {
             Some(slot) if slot.fetching && slot.token == job.token => {
-                if slot.version != rules.version {
-                    Self::rederive(slot, g, rules.version);
+                if slot.version != rules.version() {
+                    Self::rederive(slot, g, rules.version());
                 }
             }
             _ => return Landing::Late,
@@ -236,8 +235,8 @@ impl Limiter {
         if !self.quotas.provider || !self.enabled() {
             return false;
         }
-        let locked = self.lock(|rules| match rules.router.route(peer, path) {
-            Route::Group(index) => Some((index, self.key(peer, &rules.groups[index]))),
+        let locked = self.lock(peer, |rules| match rules.router.route(peer, path) {
+            Route::Group(index) => Some(index),
             _ => None,
         });
         let Some(Locked { rules, mut shard, index, base }) = locked else { return false };

@@ -18,19 +18,18 @@ impl Limiter {
         let _one_at_a_time = self.reconfiguring.lock();
         let old = self.rules.load_full();
         let now = self.clock.now_ns();
-        let rules = Rules::build(config, &self.quotas, old.version + 1, &self.hasher, Some((&old, now)))?;
+        let rules = Rules::build(config, &self.quotas, old.version() + 1, &self.hasher, Some((&old, now)))?;
         let moved: Vec<Option<usize>> =
             rules.groups.iter().map(|g| old.groups.iter().position(|o| o.name == g.name)).collect();
-        // All shards at once: no decision sees new rules with old counters, or the reverse.
-        let mut shards: Vec<_> = self.store.shards().collect();
-        for shard in &mut shards {
+        let rules = Arc::new(rules);
+        self.rules.store(Arc::clone(&rules));
+        // Shard by shard: a shard's counters are indexed by the groups of the rules it holds.
+        for mut shard in self.store.shards() {
             let data = &mut shard.data;
             data.groups =
                 moved.iter().map(|m| m.and_then(|i| data.groups.get(i).copied()).unwrap_or_default()).collect();
-            data.version = rules.version;
+            data.rules = Some(Arc::clone(&rules));
         }
-        self.rules.store(Arc::new(rules));
-        drop(shards);
         Ok(())
     }
 
