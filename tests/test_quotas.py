@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -524,6 +526,29 @@ def test_with_statement_closes_the_limiter(clock: rk.ManualClock) -> None:
         worker.join(timeout=5.0)
     assert worker_threads(before) == []
     assert limiter.wait_quotas(timeout=5.0)
+
+
+EXIT_WITHOUT_CLOSE = """
+import asyncio, threading, ratekeeper as rk
+hang = threading.Event()
+def stuck(peer, group):
+    hang.wait()  # a provider that never answers
+async def stuck_async(peer, group):
+    await asyncio.Event().wait()
+a = rk.Limiter("10/min", quota_provider=stuck, quota_workers=2)
+b = rk.Limiter("10/min", quota_provider=stuck_async, quota_timeout=60.0)
+assert a.allow("alice") and b.allow("bob")
+print("decided")
+"""
+
+
+@pytest.mark.parametrize("collect", [False, True])
+def test_the_interpreter_exits_with_workers_running_and_providers_stuck(collect: bool) -> None:
+    # Neither limiter is closed; both have a fetch stuck in the provider. With `collect`, the limiters are
+    # dropped first (their collection closes the queues); otherwise atexit stops the workers.
+    code = EXIT_WITHOUT_CLOSE + ("del a, b\nimport gc; gc.collect()\n" if collect else "")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "decided", "")
 
 
 # --- quota_wait --------------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import contextlib
 import inspect
 import logging
@@ -31,9 +32,11 @@ __all__ = ["FirstFetchWaiters", "QuotaWorkers"]
 
 log = logging.getLogger("ratekeeper")
 
-# A closed queue wakes its workers at once; the poll only bounds how long a stray one lingers.
+# A closed queue wakes its workers at once; the poll only bounds how long a stray one lingers. A worker
+# stuck in a sync provider cannot be interrupted: close() gives the workers this long, then leaves them
+# (daemon threads do not hold the interpreter).
 _POLL_SECONDS = 1.0
-_JOIN_SECONDS = 2.0
+_JOIN_SECONDS = 0.5
 
 _live: weakref.WeakSet[QuotaWorkers] = weakref.WeakSet()
 
@@ -57,6 +60,7 @@ class QuotaWorkers:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self._loop_lock = threading.Lock()
+        self._running: set[concurrent.futures.Future[Any]] = set()
         self._threads = [
             threading.Thread(target=self._work, name=f"ratekeeper-quota-{i}", daemon=True) for i in range(count)
         ]
@@ -71,6 +75,10 @@ class QuotaWorkers:
     def close(self) -> None:
         """Stops the workers and the provider's event loop; idempotent."""
         self._queue.close()
+        with self._loop_lock:
+            running, self._running = self._running, set()
+        for future in running:  # wakes the workers waiting on an async provider
+            future.cancel()
         current = threading.current_thread()
         deadline = time.monotonic() + _JOIN_SECONDS
         for worker in self._threads:
@@ -79,6 +87,10 @@ class QuotaWorkers:
         with self._loop_lock:
             loop, loop_thread, self._loop, self._loop_thread = self._loop, self._loop_thread, None, None
         if loop is not None and loop_thread is not None:
+            # Cancel what the provider still runs and let it unwind before the loop stops.
+            shutdown = asyncio.run_coroutine_threadsafe(_cancel_tasks(), loop)
+            with contextlib.suppress(Exception):
+                shutdown.result(max(0.0, deadline - time.monotonic()))
             loop.call_soon_threadsafe(loop.stop)
             loop_thread.join(max(0.0, deadline - time.monotonic()))
             if not loop_thread.is_alive():
@@ -101,7 +113,8 @@ class QuotaWorkers:
             try:
                 rate, ok, error = self._fetch(peer, group)
                 outcome, first, reason = limiter._finish_fetch(peer, group, token, rate, ok)
-                if outcome == "failed" and first:
+                # A fetch cut short by close() is not the provider's failure.
+                if outcome == "failed" and first and not self._queue.closed:
                     log.warning(
                         "ratekeeper: quota fetch for peer %r in group %r failed (%s); keeping its current quota "
                         "and retrying with backoff (logged once until a fetch succeeds)",
@@ -137,11 +150,16 @@ class QuotaWorkers:
             return await awaitable
 
         future = asyncio.run_coroutine_threadsafe(wait(), self._event_loop())
+        with self._loop_lock:
+            self._running.add(future)
         try:
             return future.result(self._timeout)
         except FutureTimeout:
             future.cancel()
             raise
+        finally:
+            with self._loop_lock:
+                self._running.discard(future)
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:
         with self._loop_lock:
@@ -188,6 +206,13 @@ class FirstFetchWaiters:
         for loop, future in waiters:
             with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits any more
                 loop.call_soon_threadsafe(_resolve, future)
+
+
+async def _cancel_tasks() -> None:
+    tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
