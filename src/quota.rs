@@ -174,12 +174,16 @@ pub struct QuotaTable {
     max_records: usize,
     /// Inserts since use counts were last halved (as in the state map: once per table's worth).
     inserts_since_decay: usize,
+    /// This table's fair part of the bound: what its buckets are sized back to after making room.
+    share: usize,
 }
 
 impl QuotaTable {
+    /// A table of one of `shards` shards, which hold at most `max_records` records between them.
     #[must_use]
-    pub fn new(records: Arc<AtomicUsize>, max_records: usize) -> Self {
-        Self { table: HashTable::new(), records, max_records, inserts_since_decay: 0 }
+    pub fn new(records: Arc<AtomicUsize>, max_records: usize, shards: usize) -> Self {
+        let share = max_records.div_ceil(shards.max(1));
+        Self { table: HashTable::new(), records, max_records, inserts_since_decay: 0, share }
     }
 
     #[must_use]
@@ -283,6 +287,9 @@ impl QuotaTable {
             freed += left - self.table.len();
         }
         self.records.fetch_sub(freed, Ordering::Relaxed);
+        // Evictions leave tombstones that make the table grow again and again under a flood.
+        let size = self.share.max(self.table.len());
+        self.table.shrink_to(size, |s| table_hash(s.tag >> IDENTITY_SHIFT));
     }
 }
 
@@ -448,13 +455,15 @@ mod tests {
     #[test]
     fn records_are_bounded() {
         let records = Arc::new(AtomicUsize::new(0));
-        let mut table = QuotaTable::new(Arc::clone(&records), 64);
+        let mut table = QuotaTable::new(Arc::clone(&records), 64, 1);
         let hasher = ahash::RandomState::with_seeds(1, 2, 3, 4);
         for i in 0..10_000u64 {
             let slot = table.insert(hasher.hash_one(i), None, Source::Failsafe, 0, 0);
             slot.next_at = 1;
         }
         assert!(table.len() <= 64, "{}", table.len());
+        // Sized back to its share after every pass, whatever the churn.
+        assert!(table.table.capacity() < 128, "{}", table.table.capacity());
         assert_eq!(records.load(Ordering::Relaxed), table.len());
     }
 }

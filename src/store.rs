@@ -72,6 +72,8 @@ pub struct Shard<C> {
     max_keys: usize,
     /// Inserts since use counters were last halved.
     inserts_since_decay: usize,
+    /// This shard's fair part of `max_keys`: what its buckets are sized back to after making room.
+    share: usize,
     pub evictions: u64,
     pub data: C,
 }
@@ -190,6 +192,7 @@ impl<C> Shard<C> {
         let dropped = before - self.table.len();
         self.keys.fetch_sub(dropped, Ordering::Relaxed);
         if dropped >= want || self.table.is_empty() {
+            self.resize_to_share();
             return;
         }
         let (threshold, mut at_threshold) = lfu_threshold(self.table.iter().map(Slot::uses), want - dropped);
@@ -211,6 +214,13 @@ impl<C> Shard<C> {
         let evicted = before - self.table.len();
         self.keys.fetch_sub(evicted, Ordering::Relaxed);
         self.evictions += evicted as u64;
+        self.resize_to_share();
+    }
+
+    /// Evictions leave tombstones that make the table grow again and again under a flood: size it back.
+    fn resize_to_share(&mut self) {
+        let size = self.share.max(self.table.len());
+        self.table.shrink_to(size, |s| table_hash(s.identity()));
     }
 
     /// Approximate heap bytes held by this shard's table.
@@ -256,7 +266,7 @@ impl<C> Store<C> {
     /// A store for at most `max_keys` keys; `data` makes each shard's data (counters, quota records).
     pub fn new(max_keys: usize, data: impl Fn() -> C) -> Self {
         let max_keys = max_keys.max(1);
-        let wanted = (max_keys / MIN_KEYS_PER_SHARD).clamp(1, MAX_SHARDS).next_power_of_two().min(MAX_SHARDS);
+        let wanted = Self::shard_count(max_keys);
         let keys = Arc::new(AtomicUsize::new(0));
         let shards = (0..wanted)
             .map(|_| {
@@ -266,12 +276,19 @@ impl<C> Store<C> {
                     keys: Arc::clone(&keys),
                     max_keys,
                     inserts_since_decay: 0,
+                    share: max_keys.div_ceil(wanted),
                     evictions: 0,
                     data: data(),
                 }))
             })
             .collect();
         Self { shards, shard_shift: 64 - wanted.trailing_zeros(), keys, max_keys }
+    }
+
+    /// How many shards a store for `max_keys` keys has.
+    #[must_use]
+    pub fn shard_count(max_keys: usize) -> usize {
+        (max_keys.max(1) / MIN_KEYS_PER_SHARD).clamp(1, MAX_SHARDS).next_power_of_two().min(MAX_SHARDS)
     }
 
     /// The shard that holds `key`, locked. The shard comes from the key's top bits (hashbrown uses
@@ -340,6 +357,9 @@ mod tests {
             }
         }
         assert!(store.len() <= 1_000, "{}", store.len());
+        // Sized back to the bound after every pass (tombstones would otherwise grow the tables).
+        let bytes: usize = store.shards().map(|s| s.allocated_bytes()).sum();
+        assert!(bytes <= 2 * 2048 * 25, "{bytes}");
         assert!(store.len() >= 875, "{}", store.len());
         assert_eq!(store.len(), store.shards().map(|s| s.len()).sum::<usize>());
     }

@@ -376,7 +376,7 @@ impl Limiter {
         let store = Store::new(max_keys, || ShardData {
             groups: vec![GroupCounters::default(); group_count],
             exempt: 0,
-            quotas: QuotaTable::new(Arc::clone(&records), max_keys),
+            quotas: QuotaTable::new(Arc::clone(&records), max_keys, Store::<ShardData>::shard_count(max_keys)),
             rules: Some(Arc::clone(&rules)),
         });
         Ok(Self {
