@@ -1,5 +1,6 @@
 //! The Python boundary: the only file that uses pyo3. Docstrings live in `python/ratekeeper/_core.pyi`.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -456,6 +457,9 @@ pub struct PyLimiter {
     inner: Limiter,
     /// Interned group names of the rules in force, by group index (replaced by a reconfiguration).
     group_names: ArcSwap<Vec<Py<PyString>>>,
+    /// The names at construction, read without an `ArcSwap` guard until a reconfiguration.
+    first_names: Vec<Py<PyString>>,
+    reconfigured: AtomicBool,
     clock: Option<Py<PyManualClock>>,
     quota_provider: Option<Py<PyAny>>,
     quota_workers: usize,
@@ -476,6 +480,11 @@ impl PyLimiter {
     }
 
     fn group_name(&self, py: Python<'_>, index: usize) -> Py<PyString> {
+        if !self.reconfigured.load(Ordering::Acquire) {
+            if let Some(name) = self.first_names.get(index) {
+                return name.clone_ref(py);
+            }
+        }
         match self.group_names.load().get(index) {
             Some(name) => name.clone_ref(py),
             // Decided under rules a reconfiguration has just replaced.
@@ -604,10 +613,13 @@ impl PyLimiter {
             exempt_paths: strings("exempt_paths", exempt_paths)?,
         };
         let inner = Limiter::new(Config { rules, max_keys, quotas }, clock)?;
-        let group_names = ArcSwap::from_pointee(interned_names(py, &inner.rules()));
+        let first_names = interned_names(py, &inner.rules());
+        let group_names = ArcSwap::from_pointee(first_names.iter().map(|n| n.clone_ref(py)).collect());
         Ok(Self {
             inner,
             group_names,
+            first_names,
+            reconfigured: AtomicBool::new(false),
             clock: manual,
             quota_provider: quota_provider.map(|p| p.clone().unbind()),
             quota_workers,
@@ -871,6 +883,8 @@ impl PyLimiter {
         let group = text("group", group)?;
         let rate = rate.filter(|r| !r.is_none()).map(|r| PyRate::from_arg("rate", r)).transpose()?;
         let burst = burst.filter(|b| !b.is_none()).map(|b| positive_int("burst", b)).transpose()?;
+        // Before: from now on names come from `group_names`, which follows the rules.
+        self.reconfigured.store(true, Ordering::Release);
         self.inner.update_rule(group, rate, burst)?;
         self.group_names.store(Arc::new(interned_names(py, &self.inner.rules())));
         Ok(())
@@ -890,6 +904,7 @@ impl PyLimiter {
             exempt_peers: strings("exempt_peers", exempt_peers)?,
             exempt_paths: strings("exempt_paths", exempt_paths)?,
         };
+        self.reconfigured.store(true, Ordering::Release);
         self.inner.reconfigure(config)?;
         self.group_names.store(Arc::new(interned_names(py, &self.inner.rules())));
         Ok(())
