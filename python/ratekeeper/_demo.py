@@ -5,6 +5,9 @@ Everything runs on a ManualClock, so the demo takes no wall time and prints the 
 
 from __future__ import annotations
 
+import logging
+import threading
+
 import ratekeeper as rk
 
 # (peer, path, requests per second it sends): seed 002's profiles, mapped onto routing groups.
@@ -104,7 +107,38 @@ def _cooldown() -> str:
     return intro + "\n\n" + _table(["t", "decision", "score", "retry_after"], rows)
 
 
+PLANS = {"alice": "1/min", "bob": "100/min"}
+# The billing service "answers" once the demo has shown the first phase, so every run prints the same.
+_BILLING_UP = threading.Event()
+
+
+def _plan_of(peer: str, group: str) -> str:
+    _BILLING_UP.wait(5.0)
+    if peer not in PLANS:
+        raise LookupError(f"no such account: {peer}")
+    return PLANS[peer]
+
+
+def _quotas() -> str:
+    clock = rk.ManualClock()
+    rows = []
+    logging.getLogger("ratekeeper").setLevel(logging.ERROR)  # mallory's failed fetch is the point here
+    with rk.Limiter("60/min", quota_provider=_plan_of, failsafe="2/min", clock=clock) as lim:
+        for phase in ("before the fetch lands", "after it landed"):
+            for peer in ("alice", "bob", "mallory"):
+                allowed = sum(lim.allow(peer) for _ in range(150))
+                info = lim.quota(peer, "default")
+                rows.append([phase, peer, str(allowed), str(info.rate), info.source])
+            _BILLING_UP.set()
+            lim.wait_quotas(timeout=5.0)
+    intro = (
+        "per-key quotas (seed 002): 150 requests per account at once, before and after its quota is fetched;\n"
+        "failsafe 2/min; mallory has no account (the provider raises: the failsafe stays, fail open)"
+    )
+    return intro + "\n\n" + _table(["phase", "peer", "allowed", "quota now", "source"], rows)
+
+
 def run() -> None:
     print(f"ratekeeper {rk.__version__} demo\n")
-    for section in (_traffic(), _waits(), _cooldown()):
+    for section in (_traffic(), _waits(), _cooldown(), _quotas()):
         print(section, end="\n\n")
