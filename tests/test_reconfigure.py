@@ -323,6 +323,21 @@ def assert_admissions_within_the_limits_in_force(
 @given(steps)
 @example([("update", ("20/s", 20)), ("requests", 20), ("update", ("10/min", 10)), ("requests", 10)])
 @example([("requests", 10), ("update", ("20/s", 20)), ("advance", 500_000), ("requests", 20)])
+# Found by the property: usage must drain at the new rate from the change, through every version in
+# force since, for as long as the new rate needs.
+@example([("update", ("20/s", 10)), ("requests", 10), ("update", ("10/min", 5)), ("advance", 350_000), ("requests", 2)])
+@example([("update", ("20/s", 10)), ("requests", 10), ("update", ("10/min", 2)), ("advance", 500_001), ("requests", 2)])
+@example([("requests", 2), ("update", ("10/min", 1)), ("advance", 100_000), ("update", ("20/s", 10)), ("requests", 10)])
+@example(
+    [
+        ("update", ("20/s", 10)),
+        ("requests", 10),
+        ("update", ("20/s", 1)),
+        ("update", ("10/min", 2)),
+        ("advance", 500_001),
+        ("requests", 2),
+    ]
+)
 def test_admissions_never_exceed_the_limits_in_force_across_updates(actions: list[tuple[str, Any]]) -> None:
     clock = rk.ManualClock()
     limiter = rk.Limiter(rules=[rk.Rule("", "g", "10/min")], clock=clock)

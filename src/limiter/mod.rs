@@ -141,9 +141,18 @@ impl Group {
                 was => {
                     self.signatures[i] = signature(i, limit, version);
                     if let Some(was) = was {
-                        let until = now.saturating_add(was.horizon_ns());
-                        let previous = Previous { index: i, signature: old.signatures[i], limit: *was, until };
+                        let previous =
+                            Previous { index: i, signature: old.signatures[i], limit: *was, changed_at: now, until: 0 };
                         self.history.insert(0, previous);
+                        // A state of any earlier version matters while what it holds (at most the largest
+                        // burst among them) drains at the new rate: the new horizon once per new burst.
+                        let versions = self.history.iter_mut().filter(|p| p.index == i);
+                        let largest = versions.map(|p| p.limit.burst).max().unwrap_or(was.burst);
+                        let rounds = u64::from(largest.div_ceil(limit.burst));
+                        let drain = was.horizon_ns().max(limit.horizon_ns().saturating_mul(rounds));
+                        for p in self.history.iter_mut().filter(|p| p.index == i) {
+                            p.until = p.until.max(now.saturating_add(drain));
+                        }
                     }
                 }
             }
@@ -171,6 +180,8 @@ struct Previous {
     index: usize,
     signature: u32,
     limit: Limit,
+    /// When the limit was replaced: usage is counted then, and drains at the new rate from then on.
+    changed_at: u64,
     until: u64,
 }
 
@@ -491,28 +502,46 @@ impl Limiter {
     }
 
     /// Moves the key's states from limits a reconfiguration replaced to the current ones, keeping what
-    /// it used (a quota in force replaces the first rate limit in both).
+    /// it used: through every limit in force since, each from the instant it took over, so usage drains
+    /// at the rates that were in force (a quota in force replaces the first rate limit throughout).
     #[cold]
     fn migrate(shard: &mut Shard<ShardData>, group: &Group, quota: Option<&Limit>, base: u64, now: u64) {
-        for previous in &group.history {
-            let old_key = Store::<ShardData>::related_key(base, previous.signature);
-            if now >= previous.until {
-                continue;
+        let effective = |limit: &Limit, index: usize| match quota.filter(|_| group.primary == Some(index)) {
+            Some(q) => q.rate.and_then(|rate| limit.with_rate(rate, None).ok()).unwrap_or(*limit),
+            None => *limit,
+        };
+        for index in 0..group.limits.len() {
+            // This limit's earlier versions, newest first.
+            let mut chain = [0usize; MAX_HISTORY];
+            let mut versions = 0;
+            for (position, previous) in group.history.iter().enumerate() {
+                if previous.index == index {
+                    chain[versions] = position;
+                    versions += 1;
+                }
             }
-            let Some(state) = shard.find(old_key) else { continue };
+            let held = chain[..versions].iter().position(|&h| {
+                let previous = &group.history[h];
+                now < previous.until && shard.find(Store::<ShardData>::related_key(base, previous.signature)).is_some()
+            });
+            let Some(held) = held else { continue };
+            let old_key = Store::<ShardData>::related_key(base, group.history[chain[held]].signature);
+            let Some(mut state) = shard.find(old_key) else { continue };
             let mut log = std::mem::take(shard.log_mut(old_key));
             shard.remove(old_key);
-            let new_key = Self::limit_key(group, base, previous.index);
+            let new_key = Self::limit_key(group, base, index);
             if shard.find(new_key).is_some() {
                 continue;
             }
-            let (old, new) = match quota.filter(|_| group.primary == Some(previous.index)) {
-                Some(q) => (q.rate.and_then(|r| previous.limit.with_rate(r, None).ok()).unwrap_or(previous.limit), *q),
-                None => (previous.limit, group.limits[previous.index]),
-            };
-            let moved = new.rescale(&old, &state, &mut log, now);
-            shard.store(new_key, moved, now);
-            if new.uses_log() && !log.is_empty() {
+            let current = quota.filter(|_| group.primary == Some(index)).copied().unwrap_or(group.limits[index]);
+            for step in (0..=held).rev() {
+                let previous = &group.history[chain[step]];
+                let from = effective(&previous.limit, index);
+                let to = if step == 0 { current } else { effective(&group.history[chain[step - 1]].limit, index) };
+                state = to.rescale(&from, &state, &mut log, previous.changed_at.min(now));
+            }
+            shard.store(new_key, state, now);
+            if current.uses_log() && !log.is_empty() {
                 *shard.log_mut(new_key) = log;
             }
         }

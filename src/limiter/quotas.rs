@@ -376,6 +376,17 @@ mod tests {
     }
 
     #[test]
+    fn usage_drains_at_the_new_rate_from_the_change_not_from_the_next_decision() {
+        // Seen by a property test: 10 used of 20/s (burst 10), changed to 10/min (burst 5); 0.35 s later
+        // the key must not have drained 7 requests at the old rate.
+        let (lim, clock) = limiter("20/s", None);
+        assert_eq!((0..10).filter(|_| lim.decide("d", None, 1, 0, false).outcome.allowed).count(), 10);
+        lim.update_rule("g", Some("10/min".parse().unwrap()), Some(5)).unwrap();
+        clock.advance_ns(350_000_000);
+        assert!(!lim.decide("d", None, 1, 0, false).outcome.allowed);
+    }
+
+    #[test]
     fn a_longer_period_lets_no_burst_through() {
         // Seen by a property test: 20 used of 20/s, then 10/min, must not admit 9 more at once.
         let (lim, _) = limiter("20/s", None);
