@@ -8,5 +8,6 @@ pub mod metrics;
 pub mod python;
 pub mod quota;
 pub mod rate;
+pub(crate) mod room;
 pub mod rules;
 pub mod store;

@@ -474,9 +474,21 @@ fn interned_names(py: Python<'_>, rules: &Rules) -> Vec<Py<PyString>> {
 impl PyLimiter {
     /// `quota_wait`: lets the first request of a key wait (without the GIL) for its fetch to land.
     fn wait_first_fetch(&self, py: Python<'_>, peer: &str, path: Option<&str>) {
-        if !self.quota_wait.is_zero() && self.inner.first_fetch_pending(peer, path) {
-            py.detach(|| self.inner.wait_first_fetch(peer, path, self.quota_wait));
+        if self.quota_wait.is_zero() {
+            return;
         }
+        if let Some(seen) = self.inner.first_fetch_pending(peer, path) {
+            py.detach(|| self.inner.wait_first_fetch(peer, path, seen, self.quota_wait));
+        }
+    }
+
+    /// Runs a reconfiguration of the core and follows its group names.
+    fn reconfigure(&self, py: Python<'_>, change: impl FnOnce() -> crate::error::Result<()>) -> PyResult<()> {
+        // Before: from now on names come from `group_names`, which follows the rules.
+        self.reconfigured.store(true, Ordering::Release);
+        change()?;
+        self.group_names.store(Arc::new(interned_names(py, &self.inner.rules())));
+        Ok(())
     }
 
     fn group_name(&self, py: Python<'_>, index: usize) -> Py<PyString> {
@@ -810,7 +822,7 @@ impl PyLimiter {
     /// Whether the first fetch of the key `path` routes `peer` to is still running (queued if new).
     #[pyo3(signature = (peer, path))]
     fn _quota_pending(&self, peer: &str, path: Option<&str>) -> bool {
-        self.inner.first_fetch_pending(peer, path)
+        self.inner.first_fetch_pending(peer, path).is_some()
     }
 
     #[pyo3(signature = (timeout=None))]
@@ -883,11 +895,7 @@ impl PyLimiter {
         let group = text("group", group)?;
         let rate = rate.filter(|r| !r.is_none()).map(|r| PyRate::from_arg("rate", r)).transpose()?;
         let burst = burst.filter(|b| !b.is_none()).map(|b| positive_int("burst", b)).transpose()?;
-        // Before: from now on names come from `group_names`, which follows the rules.
-        self.reconfigured.store(true, Ordering::Release);
-        self.inner.update_rule(group, rate, burst)?;
-        self.group_names.store(Arc::new(interned_names(py, &self.inner.rules())));
-        Ok(())
+        self.reconfigure(py, || self.inner.update_rule(group, rate, burst))
     }
 
     /// Replaces the rules and exemptions, keeping the state of groups that keep their name.
@@ -904,10 +912,7 @@ impl PyLimiter {
             exempt_peers: strings("exempt_peers", exempt_peers)?,
             exempt_paths: strings("exempt_paths", exempt_paths)?,
         };
-        self.reconfigured.store(true, Ordering::Release);
-        self.inner.reconfigure(config)?;
-        self.group_names.store(Arc::new(interned_names(py, &self.inner.rules())));
-        Ok(())
+        self.reconfigure(py, || self.inner.reconfigure(config))
     }
 }
 

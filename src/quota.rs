@@ -9,7 +9,7 @@
 //! expired records go first, then the least used.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,7 +18,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::algorithm::Limit;
 use crate::rate::{Rate, NANOS_PER_SEC};
-use crate::store::{lfu_threshold, table_hash, IDENTITY_SHIFT};
+use crate::room::{self, table_hash, Freed, Room, Tagged};
 
 /// The first retry after a failed fetch; each further failure doubles it, up to `MAX_BACKOFF_NS`.
 pub const FIRST_BACKOFF_NS: u64 = NANOS_PER_SEC;
@@ -120,14 +120,19 @@ pub struct QuotaSlot {
     pub next_at: u64,
 }
 
-impl QuotaSlot {
-    fn uses(&self) -> u8 {
-        // The low byte.
-        #[allow(clippy::cast_possible_truncation)]
-        let uses = self.tag as u8;
-        uses
+impl Tagged for QuotaSlot {
+    #[inline]
+    fn tag(&self) -> u64 {
+        self.tag
     }
 
+    #[inline]
+    fn tag_mut(&mut self) -> &mut u64 {
+        &mut self.tag
+    }
+}
+
+impl QuotaSlot {
     #[must_use]
     pub fn info(&self) -> QuotaInfo {
         QuotaInfo {
@@ -172,33 +177,26 @@ pub struct QuotaTable {
     /// Records in all shards, and their bound.
     records: Arc<AtomicUsize>,
     max_records: usize,
-    /// Inserts since use counts were last halved (as in the state map: once per table's worth).
-    inserts_since_decay: usize,
-    /// This table's fair part of the bound: what its buckets are sized back to after making room.
-    share: usize,
+    /// When to decay use counts, and the size to shrink back to.
+    room: Room,
 }
 
 impl QuotaTable {
     /// A table of one of `shards` shards, which hold at most `max_records` records between them.
     #[must_use]
     pub fn new(records: Arc<AtomicUsize>, max_records: usize, shards: usize) -> Self {
-        let share = max_records.div_ceil(shards.max(1));
-        Self { table: HashTable::new(), records, max_records, inserts_since_decay: 0, share }
+        let room = Room::new(max_records.div_ceil(shards.max(1)));
+        Self { table: HashTable::new(), records, max_records, room }
     }
 
     #[must_use]
     pub fn get(&self, key: u64) -> Option<&QuotaSlot> {
-        let identity = key >> IDENTITY_SHIFT;
-        self.table.find(table_hash(identity), |s| s.tag >> IDENTITY_SHIFT == identity)
+        room::find(&self.table, key)
     }
 
+    /// The record of `key`, counted as a use.
     pub fn get_mut(&mut self, key: u64) -> Option<&mut QuotaSlot> {
-        let identity = key >> IDENTITY_SHIFT;
-        let slot = self.table.find_mut(table_hash(identity), |s| s.tag >> IDENTITY_SHIFT == identity)?;
-        if slot.tag & 0xFF < 0xFF {
-            slot.tag += 1;
-        }
-        Some(slot)
+        room::find_mut(&mut self.table, key)
     }
 
     /// A new record for `key` (which `get_mut` did not find), made room for first.
@@ -206,9 +204,8 @@ impl QuotaTable {
         if self.records.load(Ordering::Relaxed) >= self.max_records {
             self.make_room(now);
         }
-        let identity = key >> IDENTITY_SHIFT;
         let slot = QuotaSlot {
-            tag: identity << IDENTITY_SHIFT | 1,
+            tag: room::new_tag(key),
             quota,
             version,
             source,
@@ -221,13 +218,13 @@ impl QuotaTable {
             next_at: now,
         };
         self.records.fetch_add(1, Ordering::Relaxed);
-        self.inserts_since_decay += 1;
-        self.table.insert_unique(table_hash(identity), slot, |s| table_hash(s.tag >> IDENTITY_SHIFT)).into_mut()
+        self.room.inserted();
+        self.table.insert_unique(table_hash(slot.identity()), slot, |s| table_hash(s.identity())).into_mut()
     }
 
     pub fn remove(&mut self, key: u64) {
-        let identity = key >> IDENTITY_SHIFT;
-        if let Ok(entry) = self.table.find_entry(table_hash(identity), |s| s.tag >> IDENTITY_SHIFT == identity) {
+        let identity = key >> room::IDENTITY_SHIFT;
+        if let Ok(entry) = self.table.find_entry(table_hash(identity), |s| s.identity() == identity) {
             entry.remove();
             self.records.fetch_sub(1, Ordering::Relaxed);
         }
@@ -255,41 +252,13 @@ impl QuotaTable {
         buckets * (std::mem::size_of::<QuotaSlot>() + 1)
     }
 
-    /// Drops records due for a re-fetch (the next use fetches again anyway) and, once per table's worth
-    /// of inserts, halves use counts; if that freed less than an eighth, evicts the least used. A record
-    /// whose fetch is queued or running is never dropped: its answer must find it.
+    /// Makes room (see `room`): records due for a re-fetch go first (the next use fetches again
+    /// anyway), then the least used. A record whose fetch is queued or running stays: its answer must
+    /// find it.
     fn make_room(&mut self, now: u64) {
-        let before = self.table.len();
-        let want = (before / 8).max(1);
-        let decay = self.inserts_since_decay >= before.max(64);
-        if decay {
-            self.inserts_since_decay = 0;
-        }
-        self.table.retain(|slot| {
-            if decay {
-                slot.tag = (slot.tag & !0xFF) | ((slot.tag & 0xFF) / 2);
-            }
-            slot.fetching || now < slot.next_at
-        });
-        let mut freed = before - self.table.len();
-        if freed < want {
-            let (threshold, mut at_threshold) =
-                lfu_threshold(self.table.iter().filter(|s| !s.fetching).map(QuotaSlot::uses), want - freed);
-            let left = self.table.len();
-            self.table.retain(|slot| {
-                let uses = usize::from(slot.uses());
-                let evict = !slot.fetching && (uses < threshold || (uses == threshold && at_threshold > 0));
-                if evict && uses == threshold {
-                    at_threshold -= 1;
-                }
-                !evict
-            });
-            freed += left - self.table.len();
-        }
-        self.records.fetch_sub(freed, Ordering::Relaxed);
-        // Evictions leave tombstones that make the table grow again and again under a flood.
-        let size = self.share.max(self.table.len());
-        self.table.shrink_to(size, |s| table_hash(s.tag >> IDENTITY_SHIFT));
+        let Freed { dropped, evicted } =
+            self.room.make(&mut self.table, |slot| !slot.fetching && now >= slot.next_at, |slot| slot.fetching, |_| ());
+        self.records.fetch_sub(dropped + evicted, Ordering::Relaxed);
     }
 }
 
@@ -307,8 +276,6 @@ struct QueueState {
     /// Jobs taken by workers and not yet finished.
     running: usize,
     closed: bool,
-    /// Counts finished fetches, so a waiter never misses one that lands between its check and its wait.
-    landed: u64,
 }
 
 /// Fetch jobs between the decisions that queue them and the workers that run them.
@@ -319,13 +286,22 @@ pub struct FetchQueue {
     ready: Condvar,
     /// Signalled when a fetch lands or the queue closes.
     landed: Condvar,
+    /// Counts finished fetches (changed under `state`'s lock, read without it), so a waiter never
+    /// misses one that lands between its check and its wait.
+    landings: AtomicU64,
     capacity: usize,
 }
 
 impl FetchQueue {
     #[must_use]
     pub fn new(capacity: usize) -> Self {
-        Self { state: Mutex::default(), ready: Condvar::new(), landed: Condvar::new(), capacity: capacity.max(1) }
+        Self {
+            state: Mutex::default(),
+            ready: Condvar::new(),
+            landed: Condvar::new(),
+            landings: AtomicU64::new(0),
+            capacity: capacity.max(1),
+        }
     }
 
     /// Queues a job; false when the queue is full or closed.
@@ -362,32 +338,34 @@ impl FetchQueue {
     pub fn done(&self) {
         let mut state = self.state.lock();
         state.running = state.running.saturating_sub(1);
-        state.landed += 1;
+        self.landings.fetch_add(1, Ordering::Release);
         drop(state);
         self.landed.notify_all();
     }
 
     /// Wakes quota waiters after a quota was set directly.
     pub fn notify_landed(&self) {
-        self.state.lock().landed += 1;
+        let state = self.state.lock();
+        self.landings.fetch_add(1, Ordering::Release);
+        drop(state);
         self.landed.notify_all();
     }
 
-    /// How many fetches have landed so far; pass it to `wait_landed`.
+    /// How many fetches have landed so far; read it before checking a key, then `wait_landed` on it.
     #[must_use]
     pub fn landed(&self) -> u64 {
-        self.state.lock().landed
+        self.landings.load(Ordering::Acquire)
     }
 
     /// Waits until a fetch lands after `seen` (`landed()`), or `deadline`. False on timeout or close.
     pub fn wait_landed(&self, seen: u64, deadline: Instant) -> bool {
         let mut state = self.state.lock();
-        while state.landed == seen && !state.closed {
+        while self.landed() == seen && !state.closed {
             if self.landed.wait_until(&mut state, deadline).timed_out() {
-                return state.landed != seen;
+                break;
             }
         }
-        state.landed != seen
+        self.landed() != seen
     }
 
     /// Waits until no job is queued or running, or `deadline`; true when idle.

@@ -2,11 +2,10 @@
 //!
 //! A slot is 24 bytes: a 56-bit key identity with an 8-bit use counter in the same word, and the
 //! algorithm's 16-byte [`State`]. The peer string is never stored. When the map holds `max_keys` keys,
-//! the shard that inserts makes room with one pass: it drops every idle state (which never lets a key
-//! admit more than it could have; see `State`), halves
-//! every use counter (so old popularity decays), and if that freed less than an eighth of the shard,
-//! evicts its least-frequently-used slots until it has. The bound is global (one atomic count, touched
-//! only on inserts and removals), so uneven shards never evict before the map is full.
+//! the shard that inserts makes room with one pass (see `room`): it drops every idle state (which never
+//! lets a key admit more than it could have; see `State`), decays use counters, and evicts the least
+//! frequently used. The bound is global (one atomic count, touched only on inserts and removals), so
+//! uneven shards never evict before the map is full.
 //! So a flood of one-shot keys evicts one-shot keys, never a busy key, and the cost of eviction is
 //! amortised to a few slot visits per insert.
 
@@ -18,9 +17,8 @@ use hashbrown::HashTable;
 use parking_lot::{Mutex, MutexGuard};
 
 use crate::algorithm::{State, NO_LOG};
+use crate::room::{self, table_hash, Freed, Room, Tagged, IDENTITY_SHIFT};
 
-/// Keys are 64-bit keyed hashes; the low byte of a slot's tag holds its use counter instead.
-pub(crate) const IDENTITY_SHIFT: u32 = 8;
 const MAX_SHARDS: usize = 64;
 /// Keys per shard below which a limiter gets fewer shards (tiny `max_keys` values).
 const MIN_KEYS_PER_SHARD: usize = 256;
@@ -32,33 +30,16 @@ struct Slot {
     state: State,
 }
 
-impl Slot {
+impl Tagged for Slot {
     #[inline]
-    fn identity(&self) -> u64 {
-        self.tag >> IDENTITY_SHIFT
+    fn tag(&self) -> u64 {
+        self.tag
     }
 
     #[inline]
-    fn uses(&self) -> u8 {
-        // The low byte.
-        #[allow(clippy::cast_possible_truncation)]
-        let uses = self.tag as u8;
-        uses
+    fn tag_mut(&mut self) -> &mut u64 {
+        &mut self.tag
     }
-
-    #[inline]
-    fn touch(&mut self) {
-        if self.uses() < u8::MAX {
-            self.tag += 1;
-        }
-    }
-}
-
-/// The hash hashbrown sees: the identity spread over all 64 bits, so that both its bucket index (low
-/// bits) and its control tag (top 7 bits) vary. The shard index comes from other bits of the key.
-#[inline]
-pub(crate) fn table_hash(identity: u64) -> u64 {
-    identity.wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
 /// One stripe of the map, with the per-group counters that are updated under the same lock.
@@ -70,10 +51,8 @@ pub struct Shard<C> {
     /// Keys in the whole store, and its bound.
     keys: Arc<AtomicUsize>,
     max_keys: usize,
-    /// Inserts since use counters were last halved.
-    inserts_since_decay: usize,
-    /// This shard's fair part of `max_keys`: what its buckets are sized back to after making room.
-    share: usize,
+    /// When to decay use counters, and the size to shrink back to.
+    room: Room,
     pub evictions: u64,
     pub data: C,
 }
@@ -82,10 +61,7 @@ impl<C> Shard<C> {
     /// The state of `key`, counted as a use.
     #[inline]
     pub fn get_mut(&mut self, key: u64) -> Option<&mut State> {
-        let identity = key >> IDENTITY_SHIFT;
-        let slot = self.table.find_mut(table_hash(identity), |s| s.identity() == identity)?;
-        slot.touch();
-        Some(&mut slot.state)
+        room::find_mut(&mut self.table, key).map(|slot| &mut slot.state)
     }
 
     /// Stores the state of a key that `get_mut` did not find, making room first if the shard is full.
@@ -93,11 +69,10 @@ impl<C> Shard<C> {
         if self.keys.load(Ordering::Relaxed) >= self.max_keys {
             self.make_room(now);
         }
-        let identity = key >> IDENTITY_SHIFT;
-        let slot = Slot { tag: identity << IDENTITY_SHIFT | 1, state };
-        self.table.insert_unique(table_hash(identity), slot, |s| table_hash(s.identity()));
+        let slot = Slot { tag: room::new_tag(key), state };
+        self.table.insert_unique(table_hash(slot.identity()), slot, |s| table_hash(s.identity()));
         self.keys.fetch_add(1, Ordering::Relaxed);
-        self.inserts_since_decay += 1;
+        self.room.inserted();
     }
 
     /// The timestamps of a sliding-log key (empty if none).
@@ -113,15 +88,13 @@ impl<C> Shard<C> {
     /// The state of `key` (a copy, or a fresh state), without counting a use.
     #[must_use]
     pub fn load(&self, key: u64) -> State {
-        let identity = key >> IDENTITY_SHIFT;
-        self.table.find(table_hash(identity), |s| s.identity() == identity).map(|s| s.state).unwrap_or_default()
+        self.find(key).unwrap_or_default()
     }
 
     /// The state of `key` if it has one, without counting a use.
     #[must_use]
     pub fn find(&self, key: u64) -> Option<State> {
-        let identity = key >> IDENTITY_SHIFT;
-        self.table.find(table_hash(identity), |s| s.identity() == identity).map(|s| s.state)
+        room::find(&self.table, key).map(|s| s.state)
     }
 
     /// Writes `state` for `key`, inserting it if needed.
@@ -162,65 +135,23 @@ impl<C> Shard<C> {
         self.logs.clear();
     }
 
-    /// Drops idle states and decays use counters; then evicts the least used until an eighth of the
-    /// shard (at least one slot) is free. A shard with nothing to give inserts anyway: the bound is
-    /// then exceeded by at most one key per shard.
-    ///
-    /// Counters are halved once the shard has seen about its own size in new keys, not on every pass:
-    /// passes come in runs when a shard is small, and halving on each would let a busy key's count
-    /// decay faster than it is used.
+    /// Makes room (see `room`): idle states go first (dropping one never lets a key admit more), then
+    /// the least used. A shard with nothing to give inserts anyway: the bound is then exceeded by at
+    /// most one key per shard.
     fn make_room(&mut self, now: u64) {
-        let before = self.table.len();
-        let want = (before / 8).max(1);
-        let decay = self.inserts_since_decay >= before.max(64);
-        if decay {
-            self.inserts_since_decay = 0;
-        }
         let logs = &mut self.logs;
-        self.table.retain(|slot| {
-            if slot.state.is_idle(now) {
+        let Freed { dropped, evicted } = self.room.make(
+            &mut self.table,
+            |slot| slot.state.is_idle(now),
+            |_| false,
+            |slot| {
                 if !logs.is_empty() {
                     logs.remove(&slot.identity());
                 }
-                return false;
-            }
-            if decay {
-                slot.tag = (slot.tag & !0xFF) | u64::from(slot.uses() / 2);
-            }
-            true
-        });
-        let dropped = before - self.table.len();
-        self.keys.fetch_sub(dropped, Ordering::Relaxed);
-        if dropped >= want || self.table.is_empty() {
-            self.resize_to_share();
-            return;
-        }
-        let (threshold, mut at_threshold) = lfu_threshold(self.table.iter().map(Slot::uses), want - dropped);
-        let before = self.table.len();
-        let logs = &mut self.logs;
-        self.table.retain(|slot| {
-            let uses = usize::from(slot.uses());
-            let evict = uses < threshold || (uses == threshold && at_threshold > 0);
-            if evict {
-                if uses == threshold {
-                    at_threshold -= 1;
-                }
-                if !logs.is_empty() {
-                    logs.remove(&slot.identity());
-                }
-            }
-            !evict
-        });
-        let evicted = before - self.table.len();
-        self.keys.fetch_sub(evicted, Ordering::Relaxed);
+            },
+        );
+        self.keys.fetch_sub(dropped + evicted, Ordering::Relaxed);
         self.evictions += evicted as u64;
-        self.resize_to_share();
-    }
-
-    /// Evictions leave tombstones that make the table grow again and again under a flood: size it back.
-    fn resize_to_share(&mut self) {
-        let size = self.share.max(self.table.len());
-        self.table.shrink_to(size, |s| table_hash(s.identity()));
     }
 
     /// Approximate heap bytes held by this shard's table.
@@ -230,22 +161,6 @@ impl<C> Shard<C> {
         let logs: usize = self.logs.values().map(|l| l.capacity() * 8 + 48).sum();
         buckets * (std::mem::size_of::<Slot>() + 1) + logs
     }
-}
-
-/// Which slots to evict to free `excess` of them, least used first: every slot used fewer times than
-/// the returned threshold, and that many of those used exactly as often (a counting sort by use).
-pub(crate) fn lfu_threshold(uses: impl Iterator<Item = u8>, excess: usize) -> (usize, usize) {
-    let mut histogram = [0usize; 256];
-    for used in uses {
-        histogram[usize::from(used)] += 1;
-    }
-    let mut threshold = 0;
-    let mut below = 0;
-    while threshold < 255 && below + histogram[threshold] < excess {
-        below += histogram[threshold];
-        threshold += 1;
-    }
-    (threshold, excess.saturating_sub(below))
 }
 
 /// A padded shard, so that two threads on neighbouring shards do not share a cache line.
@@ -275,8 +190,7 @@ impl<C> Store<C> {
                     logs: HashMap::default(),
                     keys: Arc::clone(&keys),
                     max_keys,
-                    inserts_since_decay: 0,
-                    share: max_keys.div_ceil(wanted),
+                    room: Room::new(max_keys.div_ceil(wanted)),
                     evictions: 0,
                     data: data(),
                 }))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Callable
 
 import ratekeeper as rk
@@ -56,3 +57,35 @@ def run_threads(count: int, work: Callable[[int], None]) -> None:
         thread.join()
     if errors:
         raise errors[0]
+
+
+def admitted(limiter: rk.Limiter, peer: str, times: int, path: str | None = None) -> int:
+    """How many of ``times`` requests of ``peer`` the limiter admits, sent at once."""
+    return sum(limiter.allow(peer, path) for _ in range(times))
+
+
+def assert_within_limits_in_force(admissions: dict[int, int], changes: list[tuple[int, int, Fraction]]) -> None:
+    """In every closed interval between two admission times, admitted <= max burst + integral of the rates + 1.
+
+    ``admissions``: count per time in µs; ``changes``: (from µs, burst, rate per µs) in time order.
+    """
+    times = sorted(admissions)
+    ends = [at for at, _, _ in changes[1:]] + [math.inf]
+
+    def integral(a: int, b: int) -> Fraction:
+        total = Fraction(0)
+        for (start, _, rate), end in zip(changes, ends):
+            low, high = max(a, start), min(b, end)
+            if high > low:
+                total += rate * (high - low)
+        return total
+
+    def max_burst(a: int, b: int) -> int:
+        return max(burst for (start, burst, _), end in zip(changes, ends) if start <= b and end >= a)
+
+    for i, t_i in enumerate(times):
+        total = 0
+        for t_j in times[i:]:
+            total += admissions[t_j]
+            bound = max_burst(t_i, t_j) + integral(t_i, t_j) + 1
+            assert total <= bound, f"{total} admitted in [{t_i}, {t_j}] µs, bound {float(bound)}"

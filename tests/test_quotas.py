@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import pytest
 import ratekeeper as rk
-from _support import run_threads
+from _support import admitted, assert_within_limits_in_force, run_threads
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -89,10 +89,6 @@ def limiters(clock: rk.ManualClock, gate: threading.Event) -> Iterator[Callable[
     gate.set()
     for limiter in made:
         limiter.close()
-
-
-def admitted(limiter: rk.Limiter, peer: str, times: int, path: str | None = None) -> int:
-    return sum(limiter.allow(peer, path) for _ in range(times))
 
 
 def info_of(limiter: rk.Limiter, peer: str = "alice", group: str = "default") -> tuple[object, ...]:
@@ -803,40 +799,11 @@ steps = st.lists(
 )
 
 
-def assert_admissions_within_the_rates_in_force(
-    admissions: dict[int, int], changes: list[tuple[int, tuple[int, int]]]
-) -> None:
-    """In every closed interval between two admission times, admitted <= max burst + integral of the rates + 1.
-
-    ``admissions``: count per time in µs; ``changes``: (from µs, (count, period µs)) in time order.
-    """
-    times = sorted(admissions)
-    ends = [at for at, _ in changes[1:]] + [math.inf]
-
-    def integral(a: int, b: int) -> Fraction:
-        total = Fraction(0)
-        for (start, (count, period)), end in zip(changes, ends):
-            low, high = max(a, start), min(b, end)
-            if high > low:
-                total += Fraction(count, period) * (high - low)
-        return total
-
-    def max_burst(a: int, b: int) -> int:
-        return max(count for (start, (count, _)), end in zip(changes, ends) if start <= b and end >= a)
-
-    for i, t_i in enumerate(times):
-        total = 0
-        for t_j in times[i:]:
-            total += admissions[t_j]
-            bound = max_burst(t_i, t_j) + integral(t_i, t_j) + 1
-            assert total <= bound, f"{total} admitted in [{t_i}, {t_j}] µs, bound {float(bound)}"
-
-
 @given(steps)
 def test_admissions_never_exceed_the_quotas_in_force(actions: list[tuple[str, Any]]) -> None:
     clock = rk.ManualClock()
     now_us = 0
-    changes: list[tuple[int, tuple[int, int]]] = [(0, RATES["10/min"])]
+    changes: list[tuple[int, int, Fraction]] = [(0, 10, Fraction(10, 60_000_000))]
     admissions: dict[int, int] = {}
     with rk.Limiter("10/min", clock=clock) as limiter:
         for action, value in actions:
@@ -845,7 +812,8 @@ def test_admissions_never_exceed_the_quotas_in_force(actions: list[tuple[str, An
                 now_us += value
             elif action == "set":
                 limiter.set_quota("alice", "default", value)
-                changes.append((now_us, RATES[value]))
+                count, period_us = RATES[value]  # a quota's burst is its count
+                changes.append((now_us, count, Fraction(count, period_us)))
             else:
                 admissions[now_us] = admissions.get(now_us, 0) + admitted(limiter, "alice", value)
-    assert_admissions_within_the_rates_in_force({t: n for t, n in admissions.items() if n}, changes)
+    assert_within_limits_in_force({t: n for t, n in admissions.items() if n}, changes)

@@ -9,19 +9,15 @@ and exemptions.
 
 from __future__ import annotations
 
-import math
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import pytest
 import ratekeeper as rk
+from _support import admitted, assert_within_limits_in_force
 from hypothesis import example, given
 from hypothesis import strategies as st
-
-
-def admitted(limiter: rk.Limiter, peer: str, times: int, path: str | None = None) -> int:
-    return sum(limiter.allow(peer, path) for _ in range(times))
 
 
 def limits_of(limiter: rk.Limiter, group: str) -> list[dict[str, Any]]:
@@ -291,35 +287,6 @@ steps = st.lists(
 )
 
 
-def assert_admissions_within_the_limits_in_force(
-    admissions: dict[int, int], changes: list[tuple[int, int, Fraction]]
-) -> None:
-    """In every closed interval between two admission times, admitted <= max burst + integral of the rates + 1.
-
-    ``admissions``: count per time in µs; ``changes``: (from µs, burst, rate per µs) in time order.
-    """
-    times = sorted(admissions)
-    ends = [at for at, _, _ in changes[1:]] + [math.inf]
-
-    def integral(a: int, b: int) -> Fraction:
-        total = Fraction(0)
-        for (start, _, rate), end in zip(changes, ends):
-            low, high = max(a, start), min(b, end)
-            if high > low:
-                total += rate * (high - low)
-        return total
-
-    def max_burst(a: int, b: int) -> int:
-        return max(burst for (start, burst, _), end in zip(changes, ends) if start <= b and end >= a)
-
-    for i, t_i in enumerate(times):
-        total = 0
-        for t_j in times[i:]:
-            total += admissions[t_j]
-            bound = max_burst(t_i, t_j) + integral(t_i, t_j) + 1
-            assert total <= bound, f"{total} admitted in [{t_i}, {t_j}] µs, bound {float(bound)}"
-
-
 @given(steps)
 @example([("update", ("20/s", 20)), ("requests", 20), ("update", ("10/min", 10)), ("requests", 10)])
 @example([("requests", 10), ("update", ("20/s", 20)), ("advance", 500_000), ("requests", 20)])
@@ -355,4 +322,4 @@ def test_admissions_never_exceed_the_limits_in_force_across_updates(actions: lis
             changes.append((now_us, burst, Fraction(count, period_us)))
         else:
             admissions[now_us] = admissions.get(now_us, 0) + admitted(limiter, "alice", value)
-    assert_admissions_within_the_limits_in_force({t: n for t, n in admissions.items() if n}, changes)
+    assert_within_limits_in_force({t: n for t, n in admissions.items() if n}, changes)

@@ -487,11 +487,7 @@ impl Limiter {
         acquire: bool,
     ) -> Decision {
         let group = &rules.groups[index];
-        let quota = if self.quotas_active.load(Ordering::Relaxed) {
-            self.quota_of(shard, rules, index, base, peer, now, true)
-        } else {
-            None
-        };
+        let quota = self.quota_of(shard, rules, index, base, peer, now, true);
         if !group.history.is_empty() {
             Self::migrate(shard, group, quota.as_ref(), base, now);
         }

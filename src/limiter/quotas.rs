@@ -230,28 +230,32 @@ impl Limiter {
     }
 
     /// Whether `peer`'s first fetch for the group `path` routes to is still running (what `quota_wait`
-    /// waits for). Queues it if the key is new.
-    pub fn first_fetch_pending(&self, peer: &str, path: Option<&str>) -> bool {
+    /// waits for); queues it if the key is new. When it runs: the landings seen before the check, to
+    /// pass to `wait_first_fetch`.
+    pub fn first_fetch_pending(&self, peer: &str, path: Option<&str>) -> Option<u64> {
         if !self.quotas.provider || !self.enabled() {
-            return false;
+            return None;
         }
+        let seen = self.fetches.landed();
         let locked = self.lock(peer, |rules| match rules.router.route(peer, path) {
             Route::Group(index) => Some(index),
             _ => None,
         });
-        let Some(Locked { rules, mut shard, index, base }) = locked else { return false };
+        let Locked { rules, mut shard, index, base } = locked?;
         let now = self.clock.now_ns();
         self.quota_of(&mut shard, &rules, index, base, peer, now, true);
-        shard.data.quotas.get(base).is_some_and(|s| s.fetching && !s.good)
+        shard.data.quotas.get(base).is_some_and(|s| s.fetching && !s.good).then_some(seen)
     }
 
-    /// Blocks until `peer`'s first fetch lands (or fails), or `timeout` passes. Call without the GIL.
-    pub fn wait_first_fetch(&self, peer: &str, path: Option<&str>, timeout: Duration) {
+    /// Blocks until `peer`'s pending first fetch (`first_fetch_pending` gave `seen`) lands or fails, or
+    /// `timeout` passes. Call without the GIL.
+    pub fn wait_first_fetch(&self, peer: &str, path: Option<&str>, mut seen: u64, timeout: Duration) {
         let deadline = Instant::now() + timeout;
-        loop {
-            let seen = self.fetches.landed();
-            if !self.first_fetch_pending(peer, path) || !self.fetches.wait_landed(seen, deadline) {
-                return;
+        while self.fetches.wait_landed(seen, deadline) {
+            // Some fetch landed: this key's, or another's.
+            match self.first_fetch_pending(peer, path) {
+                Some(now_seen) => seen = now_seen,
+                None => return,
             }
         }
     }
