@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use _core::algorithm::{Kind, Limit};
 use _core::clock::{Clock, ManualClock};
-use _core::limiter::{Config, Limiter, Policy, RuleSpec, RulesConfig};
+use _core::config::{Config, Pattern, Policy, RuleSpec, RulesConfig};
+use _core::limiter::{Decision, Limiter, Request};
 use _core::rate::Rate;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
@@ -25,7 +26,14 @@ fn huge(kind: Kind) -> Limit {
 }
 
 fn rule(pattern: &str, group: &str, kind: Kind) -> RuleSpec {
-    RuleSpec::single(pattern, group, huge(kind))
+    RuleSpec::single(pattern, group, huge(kind)).unwrap()
+}
+
+/// One decision for `path`, as `allow` (no report) or `check` (with one) asks for it.
+#[inline]
+fn decide(lim: &Limiter, peer: &str, path: Option<&str>, report: bool) -> Decision {
+    let request = if report { Request::new(1).reporting() } else { Request::new(1) };
+    lim.decide_path(peer, path, request)
 }
 
 fn limiter(rules: Vec<RuleSpec>) -> Limiter {
@@ -46,31 +54,31 @@ fn decisions(c: &mut Criterion) {
     for kind in SLOT_KINDS {
         let lim = limiter(vec![rule("", "default", kind)]);
         group.bench_function(format!("{}/hot_key", kind.name()), |b| {
-            b.iter(|| lim.decide(black_box("alice"), None, 1, 0, false).outcome.allowed);
+            b.iter(|| decide(&lim, black_box("alice"), None, false).outcome.allowed);
         });
-        assert!(lim.decide("alice", None, 1, 0, false).outcome.allowed, "{} refused", kind.name());
+        assert!(decide(&lim, "alice", None, false).outcome.allowed, "{} refused", kind.name());
         if matches!(kind, Kind::Gcra | Kind::TokenBucket) {
             let keys = peers(100_000);
             let mut i = 0;
             group.bench_function(format!("{}/100k_keys", kind.name()), |b| {
                 b.iter(|| {
                     i = (i + 1) % keys.len();
-                    lim.decide(black_box(&keys[i]), None, 1, 0, false).outcome.allowed
+                    decide(&lim, black_box(&keys[i]), None, false).outcome.allowed
                 });
             });
         }
     }
     let lim = limiter(vec![RuleSpec {
-        pattern: String::new(),
+        pattern: Pattern::new("").unwrap(),
         group: "default".into(),
         limits: vec![huge(Kind::Gcra), huge(Kind::SlidingWindow)],
         policy: Policy::All,
         reduction: true,
     }]);
     group.bench_function("all_policy_2_limits/hot_key", |b| {
-        b.iter(|| lim.decide(black_box("alice"), None, 1, 0, false).outcome.allowed);
+        b.iter(|| decide(&lim, black_box("alice"), None, false).outcome.allowed);
     });
-    assert!(lim.decide("alice", None, 1, 0, false).outcome.allowed);
+    assert!(decide(&lim, "alice", None, false).outcome.allowed);
     let lim = limiter(vec![
         rule("^/api/v1/", "v1", Kind::Gcra),
         rule("^/api/v2/", "v2", Kind::Gcra),
@@ -82,11 +90,11 @@ fn decisions(c: &mut Criterion) {
     group.bench_function("gcra/4_rules_path", |b| {
         b.iter(|| {
             i = (i + 1) % paths.len();
-            lim.decide(black_box("alice"), Some(paths[i]), 1, 0, false).outcome.allowed
+            decide(&lim, black_box("alice"), Some(paths[i]), false).outcome.allowed
         });
     });
     group.bench_function("gcra/check_with_report", |b| {
-        b.iter(|| lim.decide(black_box("alice"), None, 1, 0, true).report);
+        b.iter(|| decide(&lim, black_box("alice"), None, true).report);
     });
     group.finish();
 }
@@ -106,7 +114,7 @@ fn sliding_log(c: &mut Criterion) {
         let clock = Arc::new(ManualClock::new(0));
         // Twice the live stamps, so that no decision is refused.
         let rate = Rate::new(2 * live, live * STEP_NS).unwrap();
-        let rules = vec![RuleSpec::single("", "default", Limit::new(rate, None, kind).unwrap())];
+        let rules = vec![RuleSpec::single("", "default", Limit::new(rate, None, kind).unwrap()).unwrap()];
         let lim = Limiter::new(
             Config { rules: RulesConfig { rules, ..RulesConfig::default() }, ..Config::default() },
             Clock::Manual(Arc::clone(&clock)),
@@ -117,16 +125,16 @@ fn sliding_log(c: &mut Criterion) {
         // Filled to its steady state first, so the check below holds also when a filter skips the row.
         for _ in 0..2 * live {
             clock.advance_ns(STEP_NS);
-            lim.decide("alice", None, 1, 0, false);
+            decide(&lim, "alice", None, false);
         }
         group.bench_function(name, |b| {
             b.iter(|| {
                 clock.advance_ns(STEP_NS);
-                lim.decide(black_box("alice"), None, 1, 0, false).outcome.allowed
+                decide(&lim, black_box("alice"), None, false).outcome.allowed
             });
         });
         clock.advance_ns(STEP_NS);
-        let decision = lim.decide("alice", None, 1, 0, true);
+        let decision = decide(&lim, "alice", None, true);
         assert!(decision.outcome.allowed, "{} refused", kind.name());
         if kind == Kind::SlidingLog {
             assert_eq!(decision.report.unwrap().remaining, live, "the log does not hold {live} stamps");
@@ -144,7 +152,7 @@ fn threaded(lim: &Arc<Limiter>, threads: usize, keys_each: usize, calls: usize) 
             thread::spawn(move || {
                 let keys = peers(keys_each).into_iter().map(|k| format!("{t}-{k}")).collect::<Vec<_>>();
                 for i in 0..calls {
-                    black_box(lim.decide(&keys[i % keys.len()], None, 1, 0, false));
+                    black_box(decide(&lim, &keys[i % keys.len()], None, false));
                 }
             })
         })

@@ -2,6 +2,7 @@
 
 pub mod algorithm;
 pub mod clock;
+pub mod config;
 pub mod error;
 pub mod limiter;
 pub mod metrics;

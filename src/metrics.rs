@@ -1,4 +1,4 @@
-//! Counters of what the limiter decided. Kept per shard and updated under the shard's lock (which the
+//! Counters of what the limiter decided for each group. Kept per shard and updated under the shard's lock (which the
 //! decision holds anyway), so counting costs no atomic and no shared cache line; `stats` sums shards.
 
 /// What one group saw. Aligned to a cache line: the counters of different shards are separate
@@ -10,13 +10,17 @@ pub struct GroupCounters {
     pub requests: u64,
     pub allowed: u64,
     pub refused: u64,
-    /// Admitted after a wait (`throttle`).
+    /// Admitted after a wait (`throttle`) that was not given back.
     pub delayed: u64,
+    /// Requests of exempt peers or paths that route to this group.
+    pub exempt: u64,
     /// Tokens given back by `reduce`.
     pub reductions: u64,
     /// Quota fetches started, and those that failed (raised, timed out, or answered nonsense).
     pub quota_fetches: u64,
     pub quota_failures: u64,
+    /// Fetches the provider answered with "no such key" (`LookupError`): not failures.
+    pub quota_unknown: u64,
 }
 
 impl GroupCounters {
@@ -36,20 +40,12 @@ impl GroupCounters {
         self.allowed += other.allowed;
         self.refused += other.refused;
         self.delayed += other.delayed;
+        self.exempt += other.exempt;
         self.reductions += other.reductions;
         self.quota_fetches += other.quota_fetches;
         self.quota_failures += other.quota_failures;
+        self.quota_unknown += other.quota_unknown;
     }
-}
-
-/// A snapshot over all shards.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Stats {
-    pub groups: Vec<GroupCounters>,
-    pub exempt: u64,
-    pub keys: usize,
-    pub evictions: u64,
-    pub quota_records: usize,
 }
 
 #[cfg(test)]

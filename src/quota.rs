@@ -13,12 +13,11 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hashbrown::HashTable;
 use parking_lot::{Condvar, Mutex};
 
 use crate::algorithm::Limit;
 use crate::rate::{Rate, NANOS_PER_SEC};
-use crate::room::{self, table_hash, Freed, Room, Tagged};
+use crate::room::{BoundedTable, Tagged};
 
 /// The first retry after a failed fetch; each further failure doubles it, up to `MAX_BACKOFF_NS`.
 pub const FIRST_BACKOFF_NS: u64 = NANOS_PER_SEC;
@@ -99,7 +98,7 @@ pub struct QuotaInfo {
 /// One key's quota record.
 #[derive(Debug, Clone, Copy)]
 pub struct QuotaSlot {
-    /// `identity << 8 | uses`, as in the state map.
+    /// `identity << 8 | uses`, as in the state map; set by the table.
     tag: u64,
     /// The limit that replaces the group's first rate limit (`None`: the rule's own).
     pub quota: Option<Limit>,
@@ -156,6 +155,14 @@ impl QuotaSlot {
         self.failures == 1
     }
 
+    /// Records that the provider knows no such key: it stays on what it runs on (the failsafe) and
+    /// asks again after the TTL. Not a failure: nothing is wrong with the provider.
+    pub fn unknown(&mut self, settings: &QuotaSettings, now: u64) {
+        self.fetching = false;
+        self.token = self.token.wrapping_add(1);
+        self.next_at = now.saturating_add(settings.ttl_ns);
+    }
+
     /// Installs a good quota at `now`.
     pub fn land(&mut self, quota: Option<Limit>, source: Source, settings: &QuotaSettings, now: u64) {
         self.quota = quota;
@@ -173,39 +180,32 @@ impl QuotaSlot {
 /// One shard's quota records.
 #[derive(Debug)]
 pub struct QuotaTable {
-    table: HashTable<QuotaSlot>,
-    /// Records in all shards, and their bound.
-    records: Arc<AtomicUsize>,
-    max_records: usize,
-    /// When to decay use counts, and the size to shrink back to.
-    room: Room,
+    table: BoundedTable<QuotaSlot>,
 }
 
 impl QuotaTable {
     /// A table of one of `shards` shards, which hold at most `max_records` records between them.
     #[must_use]
     pub fn new(records: Arc<AtomicUsize>, max_records: usize, shards: usize) -> Self {
-        let room = Room::new(max_records.div_ceil(shards.max(1)));
-        Self { table: HashTable::new(), records, max_records, room }
+        Self { table: BoundedTable::new(records, max_records, shards) }
     }
 
     #[must_use]
     pub fn get(&self, key: u64) -> Option<&QuotaSlot> {
-        room::find(&self.table, key)
+        self.table.get(key)
     }
 
     /// The record of `key`, counted as a use.
     pub fn get_mut(&mut self, key: u64) -> Option<&mut QuotaSlot> {
-        room::find_mut(&mut self.table, key)
+        self.table.get_mut(key)
     }
 
-    /// A new record for `key` (which `get_mut` did not find), made room for first.
+    /// A new record for `key` (which `get_mut` did not find), made room for first: records due for a
+    /// re-fetch go first (the next use fetches again anyway), then the least used. A record whose
+    /// fetch is queued or running stays: its answer must find it.
     pub fn insert(&mut self, key: u64, quota: Option<Limit>, source: Source, version: u64, now: u64) -> &mut QuotaSlot {
-        if self.records.load(Ordering::Relaxed) >= self.max_records {
-            self.make_room(now);
-        }
         let slot = QuotaSlot {
-            tag: room::new_tag(key),
+            tag: 0,
             quota,
             version,
             source,
@@ -217,21 +217,16 @@ impl QuotaTable {
             since: now,
             next_at: now,
         };
-        self.records.fetch_add(1, Ordering::Relaxed);
-        self.room.inserted();
-        self.table.insert_unique(table_hash(slot.identity()), slot, |s| table_hash(s.identity())).into_mut()
+        self.table.insert(key, slot, |table| {
+            table.make_room(|slot| !slot.fetching && now >= slot.next_at, |slot| slot.fetching, |_, _| ());
+        })
     }
 
     pub fn remove(&mut self, key: u64) {
-        let identity = key >> room::IDENTITY_SHIFT;
-        if let Ok(entry) = self.table.find_entry(table_hash(identity), |s| s.identity() == identity) {
-            entry.remove();
-            self.records.fetch_sub(1, Ordering::Relaxed);
-        }
+        self.table.remove(key);
     }
 
     pub fn clear(&mut self) {
-        self.records.fetch_sub(self.table.len(), Ordering::Relaxed);
         self.table.clear();
     }
 
@@ -248,17 +243,7 @@ impl QuotaTable {
     /// Approximate heap bytes.
     #[must_use]
     pub fn allocated_bytes(&self) -> usize {
-        let buckets = if self.table.capacity() == 0 { 0 } else { (self.table.capacity() * 8 / 7).next_power_of_two() };
-        buckets * (std::mem::size_of::<QuotaSlot>() + 1)
-    }
-
-    /// Makes room (see `room`): records due for a re-fetch go first (the next use fetches again
-    /// anyway), then the least used. A record whose fetch is queued or running stays: its answer must
-    /// find it.
-    fn make_room(&mut self, now: u64) {
-        let Freed { dropped, evicted } =
-            self.room.make(&mut self.table, |slot| !slot.fetching && now >= slot.next_at, |slot| slot.fetching, |_| ());
-        self.records.fetch_sub(dropped + evicted, Ordering::Relaxed);
+        self.table.allocated_bytes()
     }
 }
 
@@ -268,6 +253,16 @@ pub struct FetchJob {
     pub peer: String,
     pub group: String,
     pub token: u32,
+    /// When a worker took it: `quota_timeout` counts from there, in real time (the limiter's clock
+    /// may be a manual one, while the provider's I/O takes real time).
+    pub taken: Option<Instant>,
+}
+
+impl FetchJob {
+    #[must_use]
+    pub fn new(peer: String, group: String, token: u32) -> Self {
+        Self { peer, group, token, taken: None }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -324,8 +319,9 @@ impl FetchQueue {
             if state.closed {
                 return None;
             }
-            if let Some(job) = state.jobs.pop_front() {
+            if let Some(mut job) = state.jobs.pop_front() {
                 state.running += 1;
+                job.taken = Some(Instant::now());
                 return Some(job);
             }
             if self.ready.wait_until(&mut state, deadline).timed_out() {
@@ -419,10 +415,11 @@ mod tests {
     #[test]
     fn a_full_queue_refuses_and_a_closed_one_wakes_its_workers() {
         let queue = FetchQueue::new(1);
-        let job = FetchJob { peer: "p".into(), group: "g".into(), token: 1 };
+        let job = FetchJob::new("p".into(), "g".into(), 1);
         assert!(queue.push(job.clone()));
         assert!(!queue.push(job.clone()));
-        assert_eq!(queue.take(Duration::ZERO), Some(job));
+        let taken = queue.take(Duration::ZERO).unwrap();
+        assert_eq!((taken.token, taken.taken.is_some()), (1, true));
         assert_eq!(queue.load(), (0, 1));
         queue.done();
         assert!(queue.wait_idle(Instant::now()));

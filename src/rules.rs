@@ -1,18 +1,27 @@
-//! Routing: a path to the group of the first rule whose pattern matches, exempt peers and paths.
+//! The rules in force: routing (a path to the group of the first rule whose pattern matches, exempt
+//! peers and paths) and the groups with their limits, replaced whole by a reconfiguration.
+//!
+//! A group keeps its state keys across reconfigurations: they derive from its name's seed and each
+//! limit's signature, so a limit that changed gets new keys and a history entry its keys move from.
 
-use std::collections::HashSet;
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
 
 use regex::{Regex, RegexSet};
 
+use crate::algorithm::Limit;
+use crate::config::{Policy, RuleSpec, RulesConfig};
 use crate::error::{Error, Result};
+use crate::quota::QuotaSettings;
 
 /// Where a request goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route {
     /// Neither limited nor counted against anything: no rule matches the path.
     Unlimited,
-    /// An exempt peer or path: allowed, counted, no state touched.
-    Exempt,
+    /// An exempt peer or path: allowed, counted (against the group its path routes to, if any), no
+    /// state touched.
+    Exempt(Option<usize>),
     /// Limited by the group with this index.
     Group(usize),
 }
@@ -54,45 +63,63 @@ pub struct Router {
 }
 
 impl Router {
+    /// Routes over compiled `rules` (pattern, group index).
+    ///
     /// # Errors
-    /// A pattern that does not compile, named by its place (`rules[2].pattern`, `exempt_paths[0]`).
+    /// An exempt path that does not compile, named by its place (`exempt_paths[0]`).
     pub fn new(
-        rules: &[(String, usize)],
+        rules: Vec<(Regex, usize)>,
         exempt_peers: impl IntoIterator<Item = String>,
         exempt_paths: &[String],
     ) -> Result<Self> {
-        let patterns = rules
-            .iter()
-            .enumerate()
-            .map(|(i, (pattern, _))| compile(pattern).map_err(|e| e.within(&format!("rules[{i}]"))))
-            .collect::<Result<Vec<_>>>()?;
-        for (i, pattern) in exempt_paths.iter().enumerate() {
-            compile(pattern).map_err(|e| Error { field: format!("exempt_paths[{i}]"), ..e })?;
-        }
-        let groups: Vec<usize> = rules.iter().map(|(_, g)| *g).collect();
-        let no_path =
-            patterns.iter().position(|r| r.is_match("")).map_or(Route::Unlimited, |i| Route::Group(groups[i]));
+        let (rules, groups): (Vec<Regex>, Vec<usize>) = rules.into_iter().unzip();
+        let no_path = rules.iter().position(|r| r.is_match("")).map_or(Route::Unlimited, |i| Route::Group(groups[i]));
         let exempt_paths = if exempt_paths.is_empty() {
             None
         } else {
-            Some(RegexSet::new(exempt_paths).map_err(|e| Error::value("exempt_paths", flat(&e)))?)
+            // Compiled once; only a failure compiles them one by one, to name the bad one.
+            Some(RegexSet::new(exempt_paths).map_err(|e| {
+                let bad = exempt_paths.iter().enumerate().find_map(|(i, p)| compile(p).err().map(|e| (i, e)));
+                match bad {
+                    Some((i, error)) => error.moved_to(&format!("exempt_paths[{i}]")),
+                    None => Error::value("exempt_paths", flat(&e)),
+                }
+            })?)
         };
-        Ok(Self { rules: patterns, groups, no_path, exempt_peers: exempt_peers.into_iter().collect(), exempt_paths })
+        Ok(Self { rules, groups, no_path, exempt_peers: exempt_peers.into_iter().collect(), exempt_paths })
     }
 
     #[inline]
     #[must_use]
     pub fn route(&self, peer: &str, path: Option<&str>) -> Route {
         if !self.exempt_peers.is_empty() && self.exempt_peers.contains(peer) {
-            return Route::Exempt;
+            return Route::Exempt(self.group_of(path));
         }
         let Some(path) = path else { return self.no_path };
         if let Some(exempt) = &self.exempt_paths {
             if exempt.is_match(path) {
-                return Route::Exempt;
+                return Route::Exempt(self.group_of(Some(path)));
             }
         }
         self.route_path(path)
+    }
+
+    /// The route of a request for the group `index` named by the caller: only peers are exempt.
+    #[inline]
+    #[must_use]
+    pub fn route_group(&self, peer: &str, index: usize) -> Route {
+        if !self.exempt_peers.is_empty() && self.exempt_peers.contains(peer) {
+            Route::Exempt(Some(index))
+        } else {
+            Route::Group(index)
+        }
+    }
+
+    fn group_of(&self, path: Option<&str>) -> Option<usize> {
+        match path.map_or(self.no_path, |p| self.route_path(p)) {
+            Route::Group(index) => Some(index),
+            _ => None,
+        }
     }
 
     /// The group of the first rule matching `path`, ignoring exemptions.
@@ -103,13 +130,292 @@ impl Router {
     }
 }
 
+#[derive(Debug, Clone)]
+pub struct Group {
+    pub name: String,
+    /// Stable for the group's name over the limiter's life (reconfigurations included): what counters
+    /// and states are counted by.
+    pub id: u32,
+    pub limits: Vec<Limit>,
+    pub policy: Policy,
+    pub reduction: bool,
+    /// One plain rate limit: decided in place, no copies.
+    pub(crate) simple: bool,
+    /// Mixed with the peer into the key of the group's states and quota record: the name's hash.
+    pub(crate) seed: u64,
+    /// Per limit: what tells its state apart from the group's other limits and from its own earlier
+    /// versions (index, algorithm, and the rules version that last changed it).
+    pub(crate) signatures: Vec<u32>,
+    /// Limits a reconfiguration replaced, whose states a key moves from on its next decision.
+    pub(crate) history: Vec<Previous>,
+    /// The limit a per-key quota replaces: the first rate limit.
+    pub primary: Option<usize>,
+    /// `primary` with the failsafe's rate.
+    pub(crate) failsafe: Option<Limit>,
+}
+
+impl Group {
+    pub(crate) fn rate_limits(limits: &[Limit]) -> impl Iterator<Item = (usize, &Limit)> {
+        limits.iter().enumerate().filter(|(_, l)| !l.is_concurrency())
+    }
+
+    pub(crate) fn gates(limits: &[Limit]) -> impl Iterator<Item = (usize, &Limit)> {
+        limits.iter().enumerate().filter(|(_, l)| l.is_concurrency())
+    }
+
+    /// Takes over the keys of `old` (the group of the same name before a reconfiguration at `now`): the
+    /// same seed, the same signature for unchanged limits, a new one (and a history entry) for changed
+    /// ones. A group new in `version` gets keys of its own, so one removed and added back starts afresh.
+    fn inherit(&mut self, old: Option<(&Group, u64)>, version: u64, hasher: &ahash::RandomState) {
+        let Some((old, now)) = old else {
+            self.seed = hasher.hash_one((&self.name, version));
+            return;
+        };
+        self.seed = old.seed;
+        self.history = old.history.iter().filter(|p| now < p.until && p.index < self.limits.len()).copied().collect();
+        for (i, limit) in self.limits.iter().enumerate() {
+            match old.limits.get(i) {
+                Some(was) if was == limit => self.signatures[i] = old.signatures[i],
+                was => {
+                    self.signatures[i] = signature(i, limit, version);
+                    if let Some(was) = was {
+                        let previous =
+                            Previous { index: i, signature: old.signatures[i], limit: *was, changed_at: now, until: 0 };
+                        self.history.insert(0, previous);
+                        // A state of any earlier version matters while what it holds (at most the largest
+                        // burst among them) drains at the new rate: the new horizon once per new burst.
+                        let versions = self.history.iter_mut().filter(|p| p.index == i);
+                        let largest = versions.map(|p| p.limit.burst).max().unwrap_or(was.burst);
+                        let rounds = u64::from(largest.div_ceil(limit.burst));
+                        let drain = was.horizon_ns().max(limit.horizon_ns().saturating_mul(rounds));
+                        for p in self.history.iter_mut().filter(|p| p.index == i) {
+                            p.until = p.until.max(now.saturating_add(drain));
+                        }
+                    }
+                }
+            }
+        }
+        self.history.truncate(MAX_HISTORY);
+    }
+
+    /// The key of the state of limit `index` for the (peer, group) key `base`: in the same shard.
+    #[inline]
+    #[must_use]
+    pub fn limit_key(&self, base: u64, index: usize) -> u64 {
+        crate::store::Store::<()>::related_key(base, self.signatures[index])
+    }
+
+    /// The group's limits for a key whose quota is `quota` (replacing the first rate limit).
+    #[must_use]
+    pub fn limits_with(&self, quota: Option<Limit>) -> Cow<'_, [Limit]> {
+        match (quota, self.primary) {
+            (Some(limit), Some(p)) if limit != self.limits[p] => {
+                let mut limits = self.limits.clone();
+                limits[p] = limit;
+                Cow::Owned(limits)
+            }
+            _ => Cow::Borrowed(&self.limits),
+        }
+    }
+}
+
+/// A limit of an earlier version of the rules: keys still holding its state move to the new limit,
+/// keeping what they used, on their next decision; after `until` every such state is idle.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Previous {
+    pub index: usize,
+    pub signature: u32,
+    pub limit: Limit,
+    /// When the limit was replaced: usage is counted then, and drains at the new rate from then on.
+    pub changed_at: u64,
+    pub until: u64,
+}
+
+/// Earlier limits kept per group; a key untouched across more reconfigurations starts afresh.
+pub(crate) const MAX_HISTORY: usize = 8;
+
+/// Distinct group names a limiter may see over its life (each keeps its id).
+pub const MAX_GROUP_NAMES: usize = 4096;
+
+fn signature(index: usize, limit: &Limit, generation: u64) -> u32 {
+    // The first limit as first configured uses the base key itself (its quota record lives in another
+    // table): no mixing on the hot path.
+    if index == 0 && generation == 0 {
+        return 0;
+    }
+    // index < 64 and kind < 16 fit the low 10 bits; never 0.
+    #[allow(clippy::cast_possible_truncation)]
+    let low = ((index as u32 + 1) << 4) | limit.kind() as u32;
+    #[allow(clippy::cast_possible_truncation)]
+    let generation = generation as u32;
+    generation.wrapping_shl(10) | low
+}
+
+/// The ids of every group name a limiter has seen: ids are never reused, so counters kept by id stay
+/// right across reconfigurations.
+#[derive(Debug, Default)]
+pub struct GroupIds {
+    ids: HashMap<String, u32>,
+    names: Vec<String>,
+}
+
+impl GroupIds {
+    fn id(&mut self, name: &str) -> Result<u32> {
+        if let Some(&id) = self.ids.get(name) {
+            return Ok(id);
+        }
+        if self.names.len() >= MAX_GROUP_NAMES {
+            return Err(Error::value(
+                "group",
+                format!(
+                    "{name:?} would be the limiter's {}th group name; at most {MAX_GROUP_NAMES}",
+                    MAX_GROUP_NAMES + 1
+                ),
+            ));
+        }
+        #[allow(clippy::cast_possible_truncation)]
+        let id = self.names.len() as u32;
+        self.ids.insert(name.to_owned(), id);
+        self.names.push(name.to_owned());
+        Ok(id)
+    }
+
+    /// The name of group `id`.
+    #[must_use]
+    pub fn name(&self, id: u32) -> Option<&str> {
+        self.names.get(id as usize).map(String::as_str)
+    }
+
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+}
+
+/// The router and groups in force, replaced whole by a reconfiguration.
+#[derive(Debug)]
+pub struct Rules {
+    pub(crate) router: Router,
+    pub groups: Vec<Group>,
+    pub config: RulesConfig,
+    version: u64,
+}
+
+impl Rules {
+    /// The rules of `config`; with `previous` (a reconfiguration at `now`), groups that keep their name
+    /// keep their keys, and limits that changed record the old ones for the keys to move from.
+    ///
+    /// # Errors
+    /// A rule without limits or with more than 64, a group defined twice with different limits, a
+    /// failsafe that does not fit a group's limit, a bad exempt path, too many group names.
+    pub fn build(
+        config: RulesConfig,
+        quotas: &QuotaSettings,
+        version: u64,
+        hasher: &ahash::RandomState,
+        ids: &mut GroupIds,
+        previous: Option<(&Rules, u64)>,
+    ) -> Result<Self> {
+        let mut groups: Vec<Group> = Vec::new();
+        let mut patterns = Vec::with_capacity(config.rules.len());
+        for (i, rule) in config.rules.iter().enumerate() {
+            let place = |e: Error| e.at(i).within("rules");
+            if rule.limits.is_empty() {
+                return Err(place(Error::value("limits", "a rule needs at least one limit")));
+            }
+            if rule.limits.len() > 64 {
+                return Err(place(Error::value("limits", "a rule takes at most 64 limits")));
+            }
+            let index = if let Some(index) = groups.iter().position(|g| g.name == rule.group) {
+                let g = &groups[index];
+                if g.limits != rule.limits || g.policy != rule.policy || g.reduction != rule.reduction {
+                    return Err(place(Error::value(
+                        "group",
+                        format!("group {:?} is already defined with other limits by an earlier rule", rule.group),
+                    )));
+                }
+                index
+            } else {
+                let mut group = Self::group(rule, quotas, ids.id(&rule.group).map_err(place)?).map_err(place)?;
+                let old = previous
+                    .and_then(|(rules, now)| rules.groups.iter().find(|g| g.name == group.name).map(|old| (old, now)));
+                group.inherit(old, version, hasher);
+                groups.push(group);
+                groups.len() - 1
+            };
+            patterns.push((rule.pattern.regex().clone(), index));
+        }
+        let router = Router::new(patterns, config.exempt_peers.clone(), &config.exempt_paths)?;
+        Ok(Self { router, groups, config, version })
+    }
+
+    fn group(rule: &RuleSpec, quotas: &QuotaSettings, id: u32) -> Result<Group> {
+        let limits = rule.limits.clone();
+        let simple = limits.len() == 1 && !limits[0].is_concurrency() && !limits[0].uses_log();
+        let primary = limits.iter().position(|l| !l.is_concurrency());
+        let failsafe = match (primary, quotas.failsafe) {
+            (Some(p), Some(rate)) => Some(limits[p].with_rate(rate, None).map_err(|e| e.moved_to("failsafe"))?),
+            _ => None,
+        };
+        let signatures = limits.iter().enumerate().map(|(i, limit)| signature(i, limit, 0)).collect();
+        Ok(Group {
+            name: rule.group.clone(),
+            id,
+            limits,
+            policy: rule.policy,
+            reduction: rule.reduction,
+            simple,
+            seed: 0,
+            signatures,
+            history: Vec::new(),
+            primary,
+            failsafe,
+        })
+    }
+
+    /// Counts reconfigurations; quota records re-derive their limit when it changes.
+    #[must_use]
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// The index of the group named `name`.
+    ///
+    /// # Errors
+    /// No group has that name.
+    pub fn group_index(&self, name: &str) -> Result<usize> {
+        self.groups.iter().position(|g| g.name == name).ok_or_else(|| {
+            let known: Vec<String> = self.groups.iter().map(|g| format!("{:?}", g.name)).collect();
+            Error::value("group", format!("no group named {name:?}; the groups are {}", known.join(", ")))
+        })
+    }
+
+    /// The route of a request: by path, or for the group the caller names.
+    ///
+    /// # Errors
+    /// An unknown group name.
+    #[inline]
+    pub fn route(&self, peer: &str, target: crate::limiter::Target<'_>) -> Result<Route> {
+        match target {
+            crate::limiter::Target::Path(path) => Ok(self.router.route(peer, path)),
+            crate::limiter::Target::Group(name) => Ok(self.router.route_group(peer, self.group_index(name)?)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn router() -> Router {
-        let rules = [(r"^/api/v1/".to_owned(), 0), (r"^/api/".to_owned(), 1), (r"^/tx/\d+$".to_owned(), 2)];
-        Router::new(&rules, ["trusted".to_owned()], &[r"^/health$".to_owned()]).unwrap()
+        let rules = [(r"^/api/v1/", 0), (r"^/api/", 1), (r"^/tx/\d+$", 2)];
+        let rules = rules.iter().map(|(p, g)| (compile(p).unwrap(), *g)).collect();
+        Router::new(rules, ["trusted".to_owned()], &[r"^/health$".to_owned()]).unwrap()
     }
 
     #[test]
@@ -123,28 +429,40 @@ mod tests {
     }
 
     #[test]
-    fn exemptions_come_first() {
+    fn exemptions_come_first_and_know_their_group() {
         let r = router();
-        assert_eq!(r.route("trusted", Some("/api/v1/x")), Route::Exempt);
-        assert_eq!(r.route("p", Some("/health")), Route::Exempt);
+        assert_eq!(r.route("trusted", Some("/api/v1/x")), Route::Exempt(Some(0)));
+        assert_eq!(r.route("p", Some("/health")), Route::Exempt(None));
         assert_eq!(r.route("p", Some("/healthz")), Route::Unlimited);
+        assert_eq!(r.route_group("trusted", 2), Route::Exempt(Some(2)));
+        assert_eq!(r.route_group("p", 2), Route::Group(2));
     }
 
     #[test]
     fn a_request_without_path_takes_the_first_rule_matching_the_empty_path() {
-        let rules = [(r"^/api/".to_owned(), 0), (String::new(), 1)];
-        let r = Router::new(&rules, [], &[]).unwrap();
+        let rules = vec![(compile(r"^/api/").unwrap(), 0), (compile("").unwrap(), 1)];
+        let r = Router::new(rules, [], &[]).unwrap();
         assert_eq!(r.route("p", None), Route::Group(1));
     }
 
     #[test]
     fn bad_patterns_are_named_by_place() {
-        let rules = [(r"^/ok".to_owned(), 0), (r"^/api/(v1".to_owned(), 1)];
-        let err = Router::new(&rules, [], &[]).unwrap_err();
-        assert_eq!(err.field, "rules[1].pattern");
+        let err = compile(r"^/api/(v1").unwrap_err();
+        assert_eq!(err.path(), "pattern");
         assert!(err.message.contains("\"^/api/(v1\""), "{}", err.message);
         assert!(err.message.contains("unclosed group"), "{}", err.message);
-        let err = Router::new(&[], [], &["[".to_owned()]).unwrap_err();
-        assert_eq!(err.field, "exempt_paths[0]");
+        let err = Router::new(Vec::new(), [], &["ok".to_owned(), "[".to_owned()]).unwrap_err();
+        assert_eq!(err.path(), "exempt_paths[1]");
+    }
+
+    #[test]
+    fn group_ids_are_stable_and_bounded() {
+        let mut ids = GroupIds::default();
+        assert_eq!((ids.id("a").unwrap(), ids.id("b").unwrap(), ids.id("a").unwrap()), (0, 1, 0));
+        assert_eq!(ids.name(1), Some("b"));
+        for i in 2..MAX_GROUP_NAMES {
+            ids.id(&i.to_string()).unwrap();
+        }
+        assert!(ids.id("one too many").is_err());
     }
 }

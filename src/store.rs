@@ -1,11 +1,12 @@
 //! The lock-striped state map: shards of `parking_lot::Mutex<HashTable<Slot>>`, bounded by `max_keys`.
 //!
-//! A slot is 24 bytes: a 56-bit key identity with an 8-bit use counter in the same word, and the
-//! algorithm's 16-byte [`State`]. The peer string is never stored. When the map holds `max_keys` keys,
-//! the shard that inserts makes room with one pass (see `room`): it drops every idle state (which never
-//! lets a key admit more than it could have; see `State`), decays use counters, and evicts the least
-//! frequently used. The bound is global (one atomic count, touched only on inserts and removals), so
-//! uneven shards never evict before the map is full.
+//! A slot is 32 bytes: a 56-bit key identity with an 8-bit use counter in the same word, the
+//! algorithm's 16-byte [`State`], and the id of the key's group, so that each shard keeps per-group
+//! counts of keys and evictions without walking its keys. The peer string is never stored. When the
+//! map holds `max_keys` keys, the shard that inserts makes room with one pass (see `room`): it drops
+//! every idle state (which never lets a key admit more than it could have; see `State`), decays use
+//! counters, and evicts the least frequently used. The bound is global (one atomic count, touched only
+//! on inserts and removals), so uneven shards never evict before the map is full.
 //! So a flood of one-shot keys evicts one-shot keys, never a busy key, and the cost of eviction is
 //! amortised to a few slot visits per insert.
 
@@ -13,21 +14,25 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use hashbrown::HashTable;
 use parking_lot::{Mutex, MutexGuard};
 
 use crate::algorithm::{State, NO_LOG};
-use crate::room::{self, table_hash, Freed, Room, Tagged, IDENTITY_SHIFT};
+use crate::room::{BoundedTable, Freed, Removal, Tagged, IDENTITY_SHIFT};
 
 const MAX_SHARDS: usize = 64;
 /// Keys per shard below which a limiter gets fewer shards (tiny `max_keys` values).
 const MIN_KEYS_PER_SHARD: usize = 256;
 
+/// Sliding-log timestamps, by key identity.
+type Logs = HashMap<u64, VecDeque<u64>, ahash::RandomState>;
+
 #[derive(Debug, Clone, Copy)]
 struct Slot {
-    /// `identity << 8 | uses`.
+    /// `identity << 8 | uses`; set by the table.
     tag: u64,
     state: State,
+    /// The group the key belongs to: which per-group counts it is part of.
+    group: u32,
 }
 
 impl Tagged for Slot {
@@ -45,14 +50,14 @@ impl Tagged for Slot {
 /// One stripe of the map, with the per-group counters that are updated under the same lock.
 #[derive(Debug)]
 pub struct Shard<C> {
-    table: HashTable<Slot>,
+    /// Bounded with the other shards by the store's `max_keys`.
+    table: BoundedTable<Slot>,
     /// Sliding-log timestamps, by key identity; dropped with their slot.
-    logs: HashMap<u64, VecDeque<u64>, ahash::RandomState>,
-    /// Keys in the whole store, and its bound.
-    keys: Arc<AtomicUsize>,
-    max_keys: usize,
-    /// When to decay use counters, and the size to shrink back to.
-    room: Room,
+    logs: Logs,
+    /// States held and states evicted, per group id (grown when an id is first inserted). Dropping an
+    /// idle state is not an eviction.
+    group_keys: Vec<u64>,
+    group_evictions: Vec<u64>,
     pub evictions: u64,
     pub data: C,
 }
@@ -61,18 +66,22 @@ impl<C> Shard<C> {
     /// The state of `key`, counted as a use.
     #[inline]
     pub fn get_mut(&mut self, key: u64) -> Option<&mut State> {
-        room::find_mut(&mut self.table, key).map(|slot| &mut slot.state)
+        self.table.get_mut(key).map(|slot| &mut slot.state)
     }
 
-    /// Stores the state of a key that `get_mut` did not find, making room first if the shard is full.
-    pub fn insert(&mut self, key: u64, state: State, now: u64) {
-        if self.keys.load(Ordering::Relaxed) >= self.max_keys {
-            self.make_room(now);
+    /// Stores the state of a key of `group` that `get_mut` did not find, making room first if the store
+    /// is full. Group ids index the per-group counts, so they should be small (a group's index).
+    pub fn insert(&mut self, key: u64, state: State, now: u64, group: u32) {
+        let index = group as usize;
+        if index >= self.group_keys.len() {
+            self.group_keys.resize(index + 1, 0);
+            self.group_evictions.resize(index + 1, 0);
         }
-        let slot = Slot { tag: room::new_tag(key), state };
-        self.table.insert_unique(table_hash(slot.identity()), slot, |s| table_hash(s.identity()));
-        self.keys.fetch_add(1, Ordering::Relaxed);
-        self.room.inserted();
+        let Self { table, logs, group_keys, group_evictions, evictions, .. } = self;
+        table.insert(key, Slot { tag: 0, state, group }, |table| {
+            *evictions += Self::make_room(table, logs, group_keys, group_evictions, now);
+        });
+        group_keys[index] += 1;
     }
 
     /// The timestamps of a sliding-log key (empty if none).
@@ -94,29 +103,23 @@ impl<C> Shard<C> {
     /// The state of `key` if it has one, without counting a use.
     #[must_use]
     pub fn find(&self, key: u64) -> Option<State> {
-        room::find(&self.table, key).map(|s| s.state)
+        self.table.get(key).map(|s| s.state)
     }
 
-    /// Writes `state` for `key`, inserting it if needed.
-    pub fn store(&mut self, key: u64, state: State, now: u64) {
+    /// Writes `state` for `key`, inserting it in `group` if needed (a stored key keeps its group).
+    pub fn store(&mut self, key: u64, state: State, now: u64, group: u32) {
         if let Some(slot) = self.get_mut(key) {
             *slot = state;
         } else {
-            self.insert(key, state, now);
+            self.insert(key, state, now, group);
         }
     }
 
     pub fn remove(&mut self, key: u64) -> bool {
-        let identity = key >> IDENTITY_SHIFT;
-        match self.table.find_entry(table_hash(identity), |s| s.identity() == identity) {
-            Ok(entry) => {
-                entry.remove();
-                self.keys.fetch_sub(1, Ordering::Relaxed);
-                self.logs.remove(&identity);
-                true
-            }
-            Err(_) => false,
-        }
+        let Some(slot) = self.table.remove(key) else { return false };
+        self.logs.remove(&slot.identity());
+        self.group_keys[slot.group as usize] -= 1;
+        true
     }
 
     #[must_use]
@@ -129,37 +132,58 @@ impl<C> Shard<C> {
         self.table.is_empty()
     }
 
+    /// Forgets every state; evictions stay counted.
     pub fn clear(&mut self) {
-        self.keys.fetch_sub(self.table.len(), Ordering::Relaxed);
         self.table.clear();
         self.logs.clear();
+        self.group_keys.fill(0);
+    }
+
+    /// How many states of `group` this shard holds.
+    #[must_use]
+    pub fn group_keys(&self, group: u32) -> u64 {
+        self.group_keys.get(group as usize).copied().unwrap_or(0)
+    }
+
+    /// How many states of `group` this shard has evicted (idle states dropped are not counted).
+    #[must_use]
+    pub fn group_evictions(&self, group: u32) -> u64 {
+        self.group_evictions.get(group as usize).copied().unwrap_or(0)
     }
 
     /// Makes room (see `room`): idle states go first (dropping one never lets a key admit more), then
-    /// the least used. A shard with nothing to give inserts anyway: the bound is then exceeded by at
-    /// most one key per shard.
-    fn make_room(&mut self, now: u64) {
-        let logs = &mut self.logs;
-        let Freed { dropped, evicted } = self.room.make(
-            &mut self.table,
+    /// the least used; no state is pinned. Returns how many were evicted.
+    fn make_room(
+        table: &mut BoundedTable<Slot>,
+        logs: &mut Logs,
+        group_keys: &mut [u64],
+        group_evictions: &mut [u64],
+        now: u64,
+    ) -> u64 {
+        let Freed { evicted, .. } = table.make_room(
             |slot| slot.state.is_idle(now),
             |_| false,
-            |slot| {
+            |slot, removal| {
                 if !logs.is_empty() {
                     logs.remove(&slot.identity());
                 }
+                // Every stored group was seen by `insert`, which sized the counts for it.
+                let index = slot.group as usize;
+                group_keys[index] -= 1;
+                if removal == Removal::Evicted {
+                    group_evictions[index] += 1;
+                }
             },
         );
-        self.keys.fetch_sub(dropped + evicted, Ordering::Relaxed);
-        self.evictions += evicted as u64;
+        evicted as u64
     }
 
-    /// Approximate heap bytes held by this shard's table.
+    /// Approximate heap bytes held by this shard's table, logs and per-group counts.
     #[must_use]
     pub fn allocated_bytes(&self) -> usize {
-        let buckets = if self.table.capacity() == 0 { 0 } else { (self.table.capacity() * 8 / 7).next_power_of_two() };
         let logs: usize = self.logs.values().map(|l| l.capacity() * 8 + 48).sum();
-        buckets * (std::mem::size_of::<Slot>() + 1) + logs
+        let groups = (self.group_keys.capacity() + self.group_evictions.capacity()) * std::mem::size_of::<u64>();
+        self.table.allocated_bytes() + logs + groups
     }
 }
 
@@ -186,11 +210,10 @@ impl<C> Store<C> {
         let shards = (0..wanted)
             .map(|_| {
                 Padded(Mutex::new(Shard {
-                    table: HashTable::new(),
+                    table: BoundedTable::new(Arc::clone(&keys), max_keys, wanted),
                     logs: HashMap::default(),
-                    keys: Arc::clone(&keys),
-                    max_keys,
-                    room: Room::new(max_keys.div_ceil(wanted)),
+                    group_keys: Vec::new(),
+                    group_evictions: Vec::new(),
                     evictions: 0,
                     data: data(),
                 }))
@@ -267,7 +290,7 @@ mod tests {
         for i in 0..100_000 {
             let mut shard = store.lock(key(i));
             if shard.get_mut(key(i)).is_none() {
-                shard.insert(key(i), busy(0), 0);
+                shard.insert(key(i), busy(0), 0, 0);
             }
         }
         assert!(store.len() <= 1_000, "{}", store.len());
@@ -288,7 +311,7 @@ mod tests {
                 let key = |i: u64| hasher.hash_one(i);
                 let store: Store<()> = Store::new(2_000, || ());
                 let hot = key(u64::MAX);
-                store.lock(hot).insert(hot, busy(0), 0);
+                store.lock(hot).insert(hot, busy(0), 0, 0);
                 for i in 0..100_000 {
                     if i % every == 0 {
                         assert!(
@@ -296,7 +319,7 @@ mod tests {
                             "seed {seed}, 1 use per {every}: evicted at {i}"
                         );
                     }
-                    store.lock(key(i)).insert(key(i), busy(0), 0);
+                    store.lock(key(i)).insert(key(i), busy(0), 0, 0);
                 }
                 let evictions: u64 = store.shards().map(|s| s.evictions).sum();
                 assert!(evictions > 95_000 && store.len() <= 2_000);
@@ -308,10 +331,10 @@ mod tests {
     fn idle_states_are_dropped_before_anything_is_evicted() {
         let store: Store<()> = Store::new(256, || ());
         for i in 0..256 {
-            store.lock(key(i)).insert(key(i), State { t: 10, a: 0, b: 0 }, 0);
+            store.lock(key(i)).insert(key(i), State { t: 10, a: 0, b: 0 }, 0, 0);
         }
         // At time 10 every state is idle: making room drops them without counting evictions.
-        store.lock(key(1_000)).insert(key(1_000), busy(10), 10);
+        store.lock(key(1_000)).insert(key(1_000), busy(10), 10, 0);
         assert_eq!(store.shards().map(|s| s.evictions).sum::<u64>(), 0);
         assert_eq!(store.len(), 1);
     }
@@ -324,14 +347,69 @@ mod tests {
         assert_ne!(k >> IDENTITY_SHIFT, r >> IDENTITY_SHIFT);
         assert_eq!(k >> store.shard_shift, r >> store.shard_shift);
         let mut shard = store.lock(k);
-        shard.store(k, busy(0), 0);
+        shard.store(k, busy(0), 0, 0);
         assert_eq!(shard.load(r), State::default());
         assert!(shard.remove(k));
         assert!(!shard.remove(k));
     }
 
+    /// Per group: (keys held, evictions), summed over the shards.
+    fn group_counts(store: &Store<()>, group: u32) -> (u64, u64) {
+        store.shards().fold((0, 0), |(k, e), s| (k + s.group_keys(group), e + s.group_evictions(group)))
+    }
+
     #[test]
-    fn slots_are_24_bytes() {
-        assert_eq!(std::mem::size_of::<Slot>(), 24);
+    fn keys_are_counted_per_group() {
+        let store: Store<()> = Store::new(1_000_000, || ());
+        for i in 0..30 {
+            let group = u32::from(i % 3 == 0);
+            store.lock(key(i)).insert(key(i), busy(0), 0, group);
+        }
+        assert_eq!(group_counts(&store, 0), (20, 0));
+        assert_eq!(group_counts(&store, 1), (10, 0));
+        assert_eq!(group_counts(&store, 7), (0, 0));
+        // Writing an existing state keeps its group.
+        store.lock(key(0)).store(key(0), busy(5), 5, 0);
+        assert_eq!(group_counts(&store, 1), (10, 0));
+
+        assert!(store.lock(key(0)).remove(key(0)));
+        assert!(store.lock(key(1)).remove(key(1)));
+        assert!(!store.lock(key(1)).remove(key(1)));
+        assert_eq!(group_counts(&store, 0), (19, 0));
+        assert_eq!(group_counts(&store, 1), (9, 0));
+
+        store.shards().for_each(|mut s| s.clear());
+        assert_eq!(group_counts(&store, 0), (0, 0));
+        assert_eq!(group_counts(&store, 1), (0, 0));
+        store.lock(key(3)).insert(key(3), busy(0), 0, 1);
+        assert_eq!(group_counts(&store, 1), (1, 0));
+    }
+
+    #[test]
+    fn a_flood_counts_evictions_per_group_and_drops_as_none() {
+        let store: Store<()> = Store::new(1_000, || ());
+        for i in 0..1_000 {
+            store.lock(key(i)).insert(key(i), State { t: 10, a: 0, b: 0 }, 0, 2);
+        }
+        // At time 10 every state of group 2 is idle: dropped, not evicted.
+        for i in 1_000..20_000 {
+            let group = u32::try_from(i % 2).unwrap();
+            store.lock(key(i)).insert(key(i), busy(10), 10, group);
+        }
+        assert_eq!(group_counts(&store, 2), (0, 0));
+        let (keys_0, evicted_0) = group_counts(&store, 0);
+        let (keys_1, evicted_1) = group_counts(&store, 1);
+        assert!(evicted_0 > 0 && evicted_1 > 0, "{evicted_0} {evicted_1}");
+        for shard in store.shards() {
+            assert_eq!((0..3).map(|g| shard.group_keys(g)).sum::<u64>(), shard.len() as u64);
+            assert_eq!((0..3).map(|g| shard.group_evictions(g)).sum::<u64>(), shard.evictions);
+        }
+        assert_eq!(keys_0 + keys_1, store.len() as u64);
+        assert_eq!(evicted_0 + evicted_1, store.shards().map(|s| s.evictions).sum::<u64>());
+    }
+
+    #[test]
+    fn slots_are_32_bytes() {
+        assert_eq!(std::mem::size_of::<Slot>(), 32);
     }
 }

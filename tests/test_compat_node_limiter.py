@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import ratekeeper as rk
+from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue
 from ratekeeper.compat import NODE_GROUPS, node_limiter
 
 ROUTES = {"^/metrics$": "metrics", "^/chunk/": "chunk", "^/data_sync_record": "data_sync_record", "": "general"}
@@ -178,6 +179,19 @@ def test_manual_reduction_gives_leaky_tokens_back(clock: rk.ManualClock) -> None
     assert admitted(lim, "other", "/x", 5) == 3  # the other peer's bucket was untouched
 
 
+def test_manual_reduction_after_the_window_gives_back_only_leaky_tokens(clock: rk.ManualClock) -> None:
+    # Defect 1 of issue 8. Seed 003: "manual reduction reduces the leaky tokens", so with the window and
+    # the bucket both full, reducing 2 lets exactly 2 more in; the window's admissions stay counted.
+    lim = hybrid(clock, sliding_window_limit=5, sliding_window_duration=1000, leaky_limit=5)
+    assert admitted(lim, "peer", "/x", 5) == 5  # the sliding window
+    assert admitted(lim, "peer", "/x", 5) == 5  # the leaky tokens
+    assert not lim.allow("peer", "/x")
+    assert lim.reduce("peer", "/x", n=2) is True
+    assert admitted(lim, "peer", "/x", 20) == 2
+    clock.advance(2)  # two windows later the window is empty again; the bucket has not ticked (30 s)
+    assert admitted(lim, "peer", "/x", 20) == 5
+
+
 def test_manual_reduction_disabled(clock: rk.ManualClock) -> None:
     lim = hybrid(clock, leaky_limit=3, is_manual_reduction_disabled=True)
     assert admitted(lim, "peer", "/x", 5) == 3
@@ -246,7 +260,31 @@ def test_bad_settings_are_named(
 ) -> None:
     with pytest.raises(kind) as info:
         node_limiter(config, routes)
+    assert isinstance(info.value, InvalidArgument)
     assert str(info.value).startswith(message), str(info.value)
+
+
+def test_errors_have_a_structured_loc() -> None:
+    with pytest.raises(InvalidType) as setting:
+        node_limiter({"http_api.limiter.general.leaky_limit": "5"}, {})
+    assert (setting.value.loc, setting.value.msg) == (
+        ("http_api.limiter.general.leaky_limit",),
+        "must be an int, got str",
+    )
+    with pytest.raises(InvalidValue) as regex:  # the core's error about the pattern, moved to the route
+        node_limiter({}, {"^/ok": "general", "(": "chunk"})
+    assert regex.value.loc == ("routes['(']",)
+    assert regex.value.msg.startswith('"(" is not a valid regex')
+    with pytest.raises(InvalidType) as peers:  # the core's error, at the argument of the same name
+        node_limiter({}, {}, exempt_peers=["a", 1])  # type: ignore[list-item]
+    assert peers.value.loc == ("exempt_peers", 1)
+
+
+def test_a_core_error_about_a_setting_names_the_setting() -> None:
+    # A tick interval of 20 years is not a rate the core takes: the error names the setting.
+    with pytest.raises(InvalidValue) as info:
+        node_limiter({"general.leaky_tick_interval": 20 * 365 * 86_400_000}, {"": "general"})
+    assert info.value.loc == ("general.leaky_tick_interval",)
 
 
 def test_cleanup_settings_are_accepted(clock: rk.ManualClock) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import ratekeeper as rk
+from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue
 from ratekeeper.compat import peer_throttle, throttle_threshold
 
 
@@ -249,4 +250,20 @@ def test_paths_of_one_type_share_its_window(clock: rk.ManualClock) -> None:
 def test_bad_options_are_named(opts: dict[str, Any], kind: type[Exception], message: str) -> None:
     with pytest.raises(kind) as info:
         peer_throttle(opts)
+    assert isinstance(info.value, InvalidArgument)
     assert str(info.value).startswith(message), str(info.value)
+
+
+def test_errors_have_a_structured_loc() -> None:
+    with pytest.raises(InvalidValue) as period:
+        peer_throttle({"throttle_period": 0})
+    assert (period.value.loc, period.value.msg) == (("throttle_period",), "must be a positive int, got 0")
+    with pytest.raises(InvalidType) as rpm:
+        peer_throttle({"throttle_rpm_by_path": {"/a": ("t", "60")}})
+    assert rpm.value.loc == ("throttle_rpm_by_path['/a']", 1)
+    with pytest.raises(InvalidValue) as exempt:  # the core's error, moved to the option
+        peer_throttle({"throttle_exempt_paths": [b"/ok", b"("]})
+    assert exempt.value.loc == ("throttle_exempt_paths", 1)
+    with pytest.raises(InvalidValue) as regex:
+        peer_throttle({"throttle_rpm_by_path": {"(": ("a", 60)}})
+    assert regex.value.loc == ("throttle_rpm_by_path['(']",)

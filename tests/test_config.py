@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -10,6 +12,7 @@ import pytest
 import ratekeeper as rk
 from ratekeeper import config
 from ratekeeper.__main__ import main
+from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "ratekeeper.toml"
 
@@ -253,7 +256,7 @@ BAD_CONFIGS: list[tuple[str, dict[str, Any], type[Exception], str]] = [
 def test_errors_name_their_place(mapping: dict[str, Any], kind: type[Exception], message: str) -> None:
     with pytest.raises(kind) as info:
         config.limiter_from_config(mapping)
-    assert type(info.value) is kind  # plain ValueError / TypeError
+    assert type(info.value) is (InvalidValue if kind is ValueError else InvalidType)
     assert str(info.value).startswith(message), str(info.value)
 
 
@@ -425,14 +428,205 @@ def test_routing_table_validates_a_mapping() -> None:
         config.routing_table(group(rate="1/fortnight"))
 
 
-def test_routing_table_needs_a_limiter_from_a_config() -> None:
-    with pytest.raises(ValueError, match="not built from a config"):
-        config.routing_table(rk.Limiter("1/s"))
+def test_routing_table_of_a_limiter_not_built_from_a_config() -> None:
+    lim = rk.Limiter(rules=[rk.Rule("^/a", "a", "2/s", burst=4)], exempt_peers=["admin"], exempt_paths=["^/ok$"])
+    lines = config.routing_table(lim).splitlines()
+    assert lines[2].split() == ["1", "^/a", "a", "2/s", "burst", "4", "gcra", "all"]
+    assert "paths matching no pattern: not limited" in lines
+    assert "exempt peers: admin" in lines
+    assert "exempt paths: ^/ok$" in lines
+    assert config.routes_of(lim) == (config.Route("^/a", "a", ("2/s burst 4 gcra",), "all", True),)
+
+
+def test_routing_table_shows_the_rate_in_force_after_update_rule() -> None:
+    # Defect 3 of issue 8: the table was the config's, kept aside, so it went on showing 10/s.
+    lim = config.limiter_from_config({"groups": {"api": {"paths": ["^/api/"], "rate": "10/s"}}})
+    lim.update_rule("api", rate="20/s")
+    table = config.routing_table(lim)
+    assert "20/s burst 20 gcra" in table
+    assert "10/s" not in table
+    assert config.routes_of(lim)[0].limits == ("20/s burst 20 gcra",)
+
+
+def test_routing_table_follows_a_reload(tmp_path: Path) -> None:
+    lim = config.limiter_from_file(write(tmp_path, "rk.toml", API_TOML.replace("10/fortnight", "2/s")))
+    config.reconfigure_from_file(lim, write(tmp_path, "rk.toml", 'exempt_peers = ["ops"]\ndefault = "5/min"\n'))
+    lines = config.routing_table(lim).splitlines()
+    assert [line.split()[:3] for line in lines[2:3]] == [["1", "(any", "other"]]
+    assert "5/min burst 5 gcra" in lines[2]
+    assert "exempt peers: ops" in lines
+    assert not any(line.startswith("exempt paths") for line in lines)
+    assert "max_keys: 1000" in lines  # fixed at construction
 
 
 def test_routes_of_a_config() -> None:
     routes = config.routes_of(group(rate="1/s"))
     assert routes == (config.Route("^/g", "g", ("1/s burst 1 gcra",), "all", True, "groups.g.paths[0]"),)
+
+
+# --- plans ----------------------------------------------------------------------------------------
+
+
+def test_plan_from_config_holds_the_validated_config() -> None:
+    plan = config.plan_from_config(
+        {
+            "max_keys": 10,
+            "exempt_peers": ["admin"],
+            "groups": {"api": {"paths": ["^/api/", "^/v2/"], "limits": ["1/s", {"concurrency": 2}]}},
+            "default": "5/min",
+        }
+    )
+    assert [(rule.pattern, rule.group) for rule in plan.rules] == [("^/api/", "api"), ("^/v2/", "api"), ("", "default")]
+    assert (plan.exempt_peers, plan.exempt_paths, plan.max_keys, plan.file) == (["admin"], [], 10, None)
+    assert [route.place for route in plan.routes] == ["groups.api.paths[0]", "groups.api.paths[1]", "default"]
+    assert plan.places[1] == config.RulePlaces(
+        ("groups", "api"),
+        ("groups", "api", "paths", 1),
+        ((("groups", "api", "limits", 0), True), (("groups", "api", "limits", 1), False)),
+    )
+    assert config.plan_from_config({}).max_keys is None
+
+
+def test_plan_build_makes_the_given_class(clock: rk.ManualClock) -> None:
+    class MyLimiter(rk.Limiter):
+        pass
+
+    lim = config.plan_from_config({"max_keys": 7, "default": "1/min"}).build(MyLimiter, clock=clock)
+    assert type(lim) is MyLimiter
+    assert lim.max_keys == 7
+    assert lim.clock is clock
+    assert config.plan_from_config({}).build(rk.Limiter).max_keys == rk.Limiter(rules=[]).max_keys
+
+
+def test_plan_moves_a_core_error_about_a_rule_to_its_place_in_the_config() -> None:
+    plan = config.plan_from_config(
+        {
+            "groups": {
+                "login": {"paths": ["^/login$"], "rate": "3/min"},
+                "api": {"paths": ["^/a/", "^/b/"], "limits": ["1/s", {"rate": "2/s"}]},
+            },
+            "default": "5/min",
+        }
+    )
+
+    def moved(*loc: str | int) -> str:
+        return str(plan.place(InvalidValue(loc, "bad")))
+
+    assert moved("rules", 2, "limits", 1, "rate") == "groups.api.limits[1].rate: bad"
+    assert moved("rules", 2, "limits", 0, "rate") == "groups.api.limits[0]: bad"  # a bare rate string
+    assert moved("rules", 0, "limits", 0, "burst") == "groups.login.burst: bad"  # rate = ... in the group
+    assert moved("rules", 2, "pattern") == "groups.api.paths[1]: bad"
+    assert moved("rules", 1, "group") == "groups.api: bad"
+    assert moved("rules", 1) == "groups.api: bad"
+    assert moved("rules", 1, "policy") == "groups.api.policy: bad"
+    assert moved("rules", 3, "limits", 0, "rate") == "default: bad"
+    assert moved("exempt_paths", 0) == "exempt_paths[0]: bad"
+    assert moved("max_keys") == "max_keys: bad"
+    assert plan.place(InvalidType(("rules", 0, "limits", 0, "rate"), "x")).loc == ("groups", "login", "rate")
+    assert type(plan.place(InvalidType(("rules", 0), "x"))) is InvalidType
+
+
+def test_plan_apply_reconfigures_and_logs_a_different_max_keys(
+    clock: rk.ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    lim = config.limiter_from_config({"max_keys": 100, "default": "1/min"}, clock=clock)
+    assert lim.allow("a", "/x")
+    with caplog.at_level(logging.WARNING, logger="ratekeeper"):
+        config.plan_from_config({"max_keys": 5, "default": "3/min", "exempt_paths": ["^/ok"]}).apply(lim)
+    assert "max_keys is fixed when a limiter is built: keeping 100, not 5" in caplog.text
+    assert lim.max_keys == 100
+    assert lim.exempt_paths == ["^/ok"]
+    assert sum(lim.allow("a", "/x") for _ in range(5)) == 2  # the default group kept its state
+
+
+def test_plan_apply_of_a_bad_exempt_path_leaves_the_limiter_unchanged(clock: rk.ManualClock) -> None:
+    lim = config.limiter_from_config({"exempt_paths": ["^/ok$"], "default": "1/min"}, clock=clock)
+    with pytest.raises(InvalidValue) as info:
+        config.reconfigure_from_config(lim, {"exempt_paths": ["^/a", "("], "default": "9/min"})
+    assert info.value.loc == ("exempt_paths", 1)
+    assert lim.exempt_paths == ["^/ok$"]
+    assert [describe for route in config.routes_of(lim) for describe in route.limits] == ["1/min burst 1 gcra"]
+
+
+def test_config_does_not_import_the_limiter_module_at_import_time() -> None:
+    # ratekeeper.limiter imports ratekeeper.config to build and reload: the other way round is lazy.
+    tree = ast.parse(Path(config.__file__).read_text(encoding="utf-8"))
+    imported = []
+    for node in tree.body:  # module level only; `if TYPE_CHECKING:` blocks are hints, never run
+        if isinstance(node, ast.Import):
+            imported += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            imported.append(node.module or "")
+    assert "ratekeeper.limiter" not in imported
+    assert "ratekeeper" not in imported
+
+
+# --- structured errors ----------------------------------------------------------------------------
+
+
+def test_unknown_key_error_has_a_structured_loc() -> None:
+    with pytest.raises(InvalidValue) as info:
+        config.limiter_from_config({"groups": {"login": {"paths": ["^/login$"], "rate": "3/min", "rpm": 3}}})
+    assert info.value.loc == ("groups", "login")
+    assert info.value.msg.startswith("unknown key 'rpm' (known keys: paths, rate, burst")
+    assert info.value.file is None
+    with pytest.raises(InvalidValue) as top:
+        config.limiter_from_config({"rpm": 1})
+    assert top.value.loc == ()
+
+
+def test_bad_rate_inside_limits_has_a_structured_loc() -> None:
+    with pytest.raises(InvalidValue) as info:
+        config.limiter_from_config({"groups": {"api": {"paths": ["^/"], "limits": ["1/s", {"rate": "10/fortnight"}]}}})
+    assert info.value.loc == ("groups", "api", "limits", 1, "rate")
+    assert "10/fortnight" in info.value.msg
+    with pytest.raises(InvalidValue) as bare:
+        config.limiter_from_config({"groups": {"api": {"paths": ["^/"], "limits": ["1/s", "10/fortnight"]}}})
+    assert bare.value.loc == ("groups", "api", "limits", 1)
+    with pytest.raises(InvalidType) as kind:
+        config.limiter_from_config({"groups": {"api": {"paths": ["^/"], "limits": [{"concurrency": "5"}]}}})
+    assert kind.value.loc == ("groups", "api", "limits", 0, "concurrency")
+
+
+def test_bad_regex_in_paths_has_a_structured_loc() -> None:
+    with pytest.raises(InvalidValue) as info:
+        config.limiter_from_config({"groups": {"api": {"paths": ["^/a", "^/api/(v1"], "rate": "1/s"}}})
+    assert info.value.loc == ("groups", "api", "paths", 1)
+    assert "^/api/(v1" in info.value.msg
+    with pytest.raises(InvalidValue) as exempt:
+        config.limiter_from_config({"exempt_paths": ["("]})
+    assert exempt.value.loc == ("exempt_paths", 0)
+
+
+def test_errors_from_a_file_carry_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "ratekeeper.toml", API_TOML)
+    with pytest.raises(InvalidValue) as info:
+        config.limiter_from_file(path)
+    assert info.value.file == str(path)
+    assert info.value.loc == ("groups", "api", "limits", 0, "rate")
+    with pytest.raises(InvalidValue) as core:  # raised by the core when the limiter is built
+        config.limiter_from_file(write(tmp_path, "core.toml", 'exempt_paths = ["("]\n'))
+    assert (core.value.file, core.value.loc) == (str(tmp_path / "core.toml"), ("exempt_paths", 0))
+    with pytest.raises(InvalidValue) as bad_toml:
+        config.plan_from_file(write(tmp_path, "bad.toml", "[groups.api\n"))
+    assert (bad_toml.value.file, bad_toml.value.loc) == (str(tmp_path / "bad.toml"), ())
+    assert bad_toml.value.msg.startswith("not valid TOML")
+    with pytest.raises(InvalidValue) as bad_yaml:
+        config.load_file(write(tmp_path, "bad.yaml", "groups: [\n"))
+    assert (bad_yaml.value.file, bad_yaml.value.loc) == (str(tmp_path / "bad.yaml"), ())
+    with pytest.raises(InvalidType) as top:
+        config.load_file(write(tmp_path, "list.yaml", "- 1\n"))
+    assert top.value.file == str(tmp_path / "list.yaml")
+
+
+def test_reload_errors_carry_the_file(tmp_path: Path, clock: rk.ManualClock) -> None:
+    lim = config.limiter_from_file(write(tmp_path, "rk.toml", 'default = "1/min"\n'), clock=clock)
+    path = write(tmp_path, "rk.toml", 'default = "1/min"\nexempt_paths = ["^/ok", "("]\n')
+    with pytest.raises(InvalidValue) as info:
+        lim.reload(path)
+    assert (info.value.file, info.value.loc) == (str(path), ("exempt_paths", 1))
+    assert str(info.value).startswith(f"{path}: exempt_paths[1]: ")
+    assert isinstance(info.value, InvalidArgument)
 
 
 # --- the CLI --------------------------------------------------------------------------------------

@@ -18,5 +18,5 @@ def test_the_demo_prints_its_decisions_the_same_every_run() -> None:
     assert "before the fetch lands alice 2 2/min failsafe" in lines
     assert "after it landed bob 98 100/min provider" in lines
     assert "after it landed mallory 0 2/min failsafe" in lines
-    # seed 004's cooldown transcript: the fourth request at 1 s is refused.
+    # The cooldown score (GCRA) at 3 per 60 s: the fourth request, at 1 s, is refused.
     assert any(line.startswith("1s REJECT") for line in lines)

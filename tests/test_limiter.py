@@ -200,9 +200,13 @@ def test_stats_reports_configuration_and_counters(clock: rk.ManualClock) -> None
                 "allowed": 1,
                 "refused": 0,
                 "delayed": 0,
+                "exempt": 0,
+                "keys": 1,
+                "evictions": 0,
                 "reductions": 0,
                 "quota_fetches": 0,
                 "quota_failures": 0,
+                "quota_unknown": 0,
             },
             "default": {
                 "limits": [{"rate": "3/min", "burst": 3, "algorithm": "gcra"}],
@@ -211,9 +215,13 @@ def test_stats_reports_configuration_and_counters(clock: rk.ManualClock) -> None
                 "allowed": 3,
                 "refused": 2,
                 "delayed": 0,
+                "exempt": 1,  # admin's request to /page, which routes here
+                "keys": 1,
+                "evictions": 0,
                 "reductions": 0,
                 "quota_fetches": 0,
                 "quota_failures": 0,
+                "quota_unknown": 0,
             },
         },
     }

@@ -817,3 +817,58 @@ def test_admissions_never_exceed_the_quotas_in_force(actions: list[tuple[str, An
             else:
                 admissions[now_us] = admissions.get(now_us, 0) + admitted(limiter, "alice", value)
     assert_within_limits_in_force({t: n for t, n in admissions.items() if n}, changes)
+
+
+# --- "no such key" and old asyncio -------------------------------------------------------------------------------
+
+
+def test_a_provider_saying_no_such_key_is_not_a_failure_and_logs_no_warning(
+    limiters: Callable[..., rk.Limiter], clock: rk.ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Issue 8, defect 5: LookupError is how a provider says "no such account" (the README's example). It used
+    # to log a WARNING for every unknown key and count as a failure, retried with backoff every few seconds.
+    caplog.set_level(logging.DEBUG, logger="ratekeeper")
+    provider = Provider(LookupError)
+    limiter = limiters(quota_provider=provider, failsafe="2/min", quota_ttl=60.0)
+    for peer in ("ghost-1", "ghost-2", "ghost-3"):
+        assert limiter.allow(peer)
+    assert limiter.wait_quotas(timeout=5.0)
+    assert warnings_logged(caplog) == []
+    debug = [r.getMessage() for r in caplog.records if r.name == "ratekeeper" and r.levelno == logging.DEBUG]
+    assert [m for m in debug if "knows no peer" in m] == debug
+    assert len(debug) == 3
+    info = limiter.quota("ghost-1", "default")
+    assert (info.source, info.rate, info.failures, info.fetching) == ("failsafe", rk.Rate("2/min"), 0, False)
+    stats = limiter.stats()["groups"]["default"]
+    assert (stats["quota_fetches"], stats["quota_failures"], stats["quota_unknown"]) == (3, 0, 3)
+    # Asked again after the TTL, not after a failure's backoff.
+    clock.advance(59.0)
+    limiter.allow("ghost-1")
+    assert limiter.wait_quotas(timeout=5.0)
+    assert len(provider.calls) == 3
+    clock.advance(1.0)
+    limiter.allow("ghost-1")
+    assert limiter.wait_quotas(timeout=5.0)
+    assert len(provider.calls) == 4
+
+
+@pytest.mark.asyncio
+async def test_first_fetch_waiters_stop_on_asyncio_timeout_as_older_pythons_raise_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Issue 8, defect 4: before Python 3.11 asyncio.wait_for raises asyncio.TimeoutError, which is not the
+    # builtin TimeoutError; `except TimeoutError` let it escape. Emulated here with a distinct class.
+    from ratekeeper._quota import FirstFetchWaiters
+
+    class OldAsyncioTimeout(Exception):
+        pass
+
+    async def wait_for(awaitable: object, timeout: float) -> None:
+        if asyncio.iscoroutine(awaitable):
+            awaitable.close()
+        raise OldAsyncioTimeout
+
+    monkeypatch.setattr(asyncio, "TimeoutError", OldAsyncioTimeout)
+    monkeypatch.setattr(asyncio, "wait_for", wait_for)
+    # Returns (the wait is over) instead of raising into athrottle.
+    await FirstFetchWaiters().wait(lambda: True, timeout=5.0)

@@ -6,19 +6,42 @@
 [True, True, True, False]
 """
 
-from ratekeeper._core import Decision, Limit, ManualClock, QuotaInfo, Rate, Rule, __version__
-from ratekeeper._errors import RateLimited
+from ratekeeper._core import (
+    Decision,
+    GroupPolicy,
+    Limit,
+    ManualClock,
+    QuotaInfo,
+    Quotas,
+    Rate,
+    Resolution,
+    Rule,
+    __version__,
+)
+from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue, RateLimited
+from ratekeeper._stats import Algorithm, GroupStats, LimitStats, PolicyName, Stats
 from ratekeeper.limiter import Limiter, Permit
 
 __all__ = [
+    "Algorithm",
     "Decision",
+    "GroupPolicy",
+    "GroupStats",
+    "InvalidArgument",
+    "InvalidType",
+    "InvalidValue",
     "Limit",
+    "LimitStats",
     "Limiter",
     "ManualClock",
     "Permit",
+    "PolicyName",
     "QuotaInfo",
+    "Quotas",
     "Rate",
     "RateLimited",
+    "Resolution",
     "Rule",
+    "Stats",
     "__version__",
 ]

@@ -1,20 +1,28 @@
 """The Rust core of ratekeeper (``ratekeeper._core``). Import the public names from ``ratekeeper``."""
 
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, final
+from typing import Literal, final
 
-from typing_extensions import disjoint_base
+from typing_extensions import TypeAlias, disjoint_base
+
+from ratekeeper._stats import Algorithm, PolicyName, Stats
 
 __all__ = [
     "NANOS_PER_SEC",
     "Decision",
+    "GroupPolicy",
     "Limit",
     "Limiter",
     "ManualClock",
     "QuotaInfo",
+    "Quotas",
     "Rate",
+    "Resolution",
     "Rule",
+    "_FetchJob",
     "_FetchQueue",
+    "_FetchResult",
+    "_Reservation",
     "__version__",
 ]
 
@@ -31,8 +39,8 @@ class Rate:
         per: the period in seconds, with a count: ``Rate(10, per=60.0)``.
 
     Raises:
-        ValueError: not a rate (the message quotes it), a count of 0, a period of 0 or over ten years.
-        TypeError: neither a str nor a Rate.
+        InvalidValue: not a rate (the message quotes it), a count of 0, a period of 0 or over ten years.
+        InvalidType: neither a str nor a Rate.
     """
 
     def __new__(cls, spec: str | int | Rate, per: float | None = None) -> Rate: ...
@@ -61,7 +69,7 @@ class Limit:
             :meth:`ratekeeper.Limiter.concurrent`.
 
     Raises:
-        ValueError: a bad rate, burst, algorithm, or both or neither of ``rate`` and ``concurrency``.
+        InvalidValue: a bad rate, burst, algorithm, or both or neither of ``rate`` and ``concurrency``.
     """
 
     def __new__(
@@ -69,7 +77,7 @@ class Limit:
         rate: str | Rate | None = None,
         *,
         burst: int | None = None,
-        algorithm: str = "gcra",
+        algorithm: Algorithm = "gcra",
         concurrency: int | None = None,
     ) -> Limit: ...
     @property
@@ -77,9 +85,14 @@ class Limit:
     @property
     def burst(self) -> int: ...
     @property
-    def algorithm(self) -> str: ...
+    def algorithm(self) -> Algorithm | Literal["concurrency"]: ...
     @property
     def concurrency(self) -> int | None: ...
+    @property
+    def window(self) -> float | None:
+        """Seconds the burst is counted over, as a ``RateLimit-Policy`` header's ``w`` states it: the time
+        a full burst takes to come back at the rate (``"10/min"``: 60.0; ``"10/s"`` with burst 20: 2.0),
+        or a window algorithm's window. ``None`` for concurrency."""
     def __eq__(self, value: object, /) -> bool: ...
 
 @final
@@ -102,9 +115,9 @@ class Rule:
         reduction: whether :meth:`ratekeeper.Limiter.reduce` may give tokens back to this group.
 
     Raises:
-        ValueError: an invalid pattern (named), rate, burst, algorithm, policy, or both or neither of
-            ``rate`` and ``limits``.
-        TypeError: a pattern or group that is not a str, a limit that is not a Limit or a str.
+        InvalidValue: an invalid pattern (``loc`` ``("pattern",)``; compiled once, here), rate, burst,
+            algorithm, policy, or both or neither of ``rate`` and ``limits``.
+        InvalidType: a pattern or group that is not a str, a limit that is not a Limit or a str.
     """
 
     def __new__(
@@ -114,9 +127,9 @@ class Rule:
         rate: str | Rate | None = None,
         *,
         burst: int | None = None,
-        algorithm: str = "gcra",
+        algorithm: Algorithm = "gcra",
         limits: Iterable[Limit | str | Rate] | None = None,
-        policy: str = "all",
+        policy: PolicyName = "all",
         reduction: bool = True,
     ) -> Rule: ...
     @property
@@ -132,10 +145,10 @@ class Rule:
     def burst(self) -> int:
         """The burst of the first limit."""
     @property
-    def algorithm(self) -> str:
+    def algorithm(self) -> Algorithm | Literal["concurrency"]:
         """The algorithm of the first limit."""
     @property
-    def policy(self) -> str: ...
+    def policy(self) -> PolicyName: ...
     @property
     def reduction(self) -> bool: ...
 
@@ -154,7 +167,7 @@ class ManualClock:
         """Moves the clock forward.
 
         Raises:
-            ValueError: a negative, NaN or infinite number of seconds.
+            InvalidValue: a negative, NaN or infinite number of seconds.
         """
     def _advance_to_ns(self, deadline_ns: int) -> None: ...
 
@@ -182,7 +195,90 @@ class Decision:
     @property
     def reset_after(self) -> float:
         """Seconds until the key is back to its full burst; 0.0 when not limited."""
+    @property
+    def window(self) -> float | None:
+        """Seconds of the window ``limit`` is counted over (the ``w`` of a ``RateLimit-Policy`` header):
+        for ``"10/min"`` 60.0. ``None`` for exempt or unrouted requests and for concurrency permits."""
+    @property
+    def refused_by(self) -> Literal["rate", "concurrency"] | None:
+        """What refused the request: a rate limit, or concurrency permits all in use (``retry_after``
+        is 0.0 then: a permit frees when a request finishes). ``None`` when allowed."""
     def __bool__(self) -> bool: ...
+
+@final
+class GroupPolicy:
+    """What a ``RateLimit-Policy`` header says of a group; see :meth:`Limiter.group_policy`."""
+
+    @property
+    def group(self) -> str: ...
+    @property
+    def quota(self) -> int:
+        """Requests per window (``q``): the burst of the group's first rate limit, or its permits."""
+    @property
+    def window(self) -> float | None:
+        """Seconds (``w``); ``None`` for a group of concurrency permits only."""
+    @property
+    def unit(self) -> Literal["requests", "concurrent-requests"]:
+        """The quota unit (``qu``)."""
+
+@final
+class Resolution:
+    """Where a request goes and what limits it; see :meth:`Limiter.resolve`."""
+
+    @property
+    def group(self) -> str: ...
+    @property
+    def limits(self) -> list[Limit]:
+        """The group's limits for this key: a per-key quota replaces the first rate limit."""
+    @property
+    def policy(self) -> PolicyName: ...
+
+@final
+class Quotas:
+    """How per-key quotas are obtained: ``Limiter(..., quotas=Quotas(provider, failsafe="5/min"))``.
+
+    Args:
+        provider: ``(peer, group) -> Rate | str | None``, or an ``async def`` of the same: each key's
+            quota, which replaces the rate of its group's first rate limit (``None``: the rule's rate).
+            Called off the hot path by worker threads, once per key at a time; a request never waits
+            for it unless ``wait`` says so. Raising ``LookupError`` says "no such key": the key stays on
+            the failsafe and is asked for again after ``ttl`` (logged at DEBUG). Other failures keep
+            the last good quota and retry with backoff (logged once as a WARNING).
+        failsafe: the rate of a key whose first fetch has not landed; default: the rule's rate.
+        ttl: seconds after which the next use of a key fetches its quota again (the old one serves
+            meanwhile).
+        timeout: seconds a fetch may take before it counts as failed.
+        workers: threads calling a sync provider (an async one runs on one private event loop).
+        wait: seconds the first request of a key waits for its fetch (``check``, ``allow``,
+            ``throttle`` block; ``athrottle`` awaits); 0: decide at once on the failsafe.
+
+    Raises:
+        InvalidValue: a bad failsafe, a duration that is not a positive number, ``workers`` outside 1-256.
+        InvalidType: a provider that is not callable.
+    """
+
+    def __new__(
+        cls,
+        provider: _QuotaProvider | None = None,
+        *,
+        failsafe: str | Rate | None = None,
+        ttl: float = 300.0,
+        timeout: float = 5.0,
+        workers: int = 4,
+        wait: float = 0.0,
+    ) -> Quotas: ...
+    @property
+    def provider(self) -> _QuotaProvider | None: ...
+    @property
+    def failsafe(self) -> Rate | None: ...
+    @property
+    def ttl(self) -> float: ...
+    @property
+    def timeout(self) -> float: ...
+    @property
+    def workers(self) -> int: ...
+    @property
+    def wait(self) -> float: ...
 
 @final
 class QuotaInfo:
@@ -208,13 +304,36 @@ class QuotaInfo:
 
 @final
 class _FetchQueue:
-    def take(self, timeout: float) -> tuple[str, str, int] | None: ...
+    def take(self, timeout: float) -> _FetchJob | None: ...
     def done(self) -> None: ...
     def close(self) -> None: ...
     @property
     def closed(self) -> bool: ...
 
-_QuotaProvider = Callable[[str, str], Rate | str | Awaitable[Rate | str | None] | None]
+@final
+class _FetchJob:
+    @property
+    def peer(self) -> str: ...
+    @property
+    def group(self) -> str: ...
+
+@final
+class _FetchResult:
+    @property
+    def outcome(self) -> Literal["landed", "late", "unknown", "failed"]: ...
+    @property
+    def warning(self) -> str | None: ...
+
+@final
+class _Reservation:
+    @property
+    def decision(self) -> Decision: ...
+    @property
+    def wait(self) -> float: ...
+    @property
+    def deadline_ns(self) -> int: ...
+
+_QuotaProvider: TypeAlias = Callable[[str, str], Rate | str | Awaitable[Rate | str | None] | None]
 
 @disjoint_base
 class Limiter:
@@ -229,26 +348,22 @@ class Limiter:
         max_keys: the most (peer, group) states kept; past it, idle states are dropped first, then the
             least frequently used are evicted, so one-shot keys never push out busy ones.
         burst: the burst of ``rate`` (default: its count).
-        algorithm: the algorithm of ``rate``: ``"gcra"`` or ``"token_bucket"``.
+        algorithm: the algorithm of ``rate`` (see :class:`Limit`).
         clock: a :class:`ManualClock` for tests; default: the monotonic clock.
-        quota_provider: ``(peer, group) -> Rate | str | None``, or an ``async def`` of the same: each
-            key's quota, which replaces the rate of its group's first rate limit (``None``: the rule's
-            rate). Called off the hot path by worker threads, once per key at a time; a request never
-            waits for it unless ``quota_wait`` says so. Failures keep the last good quota.
-        failsafe: the rate of a key whose first fetch has not landed; default: the rule's rate.
-        quota_ttl: seconds after which the next use of a key fetches its quota again (the old one
-            serves meanwhile).
-        quota_timeout: seconds a fetch may take before it counts as failed.
-        quota_workers: threads calling a sync provider (an async one runs on one private event loop).
-        quota_wait: seconds the first request of a key waits for its fetch (``check``, ``allow``,
-            ``throttle`` block; ``athrottle`` awaits); 0: decide at once on the failsafe.
+        quotas: per-key quotas, see :class:`Quotas`. The keywords ``quota_provider``, ``failsafe``,
+            ``quota_ttl``, ``quota_timeout``, ``quota_workers`` and ``quota_wait`` are the same settings
+            (``Quotas``' ``provider``, ``failsafe``, ``ttl`` ...), kept for existing code; not with
+            ``quotas``.
+        track_usage: record each key's admissions for :meth:`drain_pending` (syncing usage between
+            nodes); this keeps the peer strings of keys admitted since the last drain.
 
     Raises:
-        ValueError: neither ``rate`` nor ``rules``, a bad rate, burst, algorithm or pattern, a group
-            defined twice with different limits (``rules[1].group``), ``max_keys`` below 1, a bad
-            ``failsafe``, a quota duration that is not a positive number, ``quota_workers`` outside 1-256.
-        TypeError: a rule that is not a :class:`Rule`, a str where a list of str is expected, a
-            ``quota_provider`` that is not callable.
+        InvalidValue: neither ``rate`` nor ``rules``, a bad rate, burst or algorithm, a group defined
+            twice with different limits (``loc`` ``("rules", 1, "group")``), a bad exempt path
+            (``("exempt_paths", 0)``), ``max_keys`` below 1, bad quota settings, ``quotas`` together
+            with the quota keywords.
+        InvalidType: a rule that is not a :class:`Rule`, a str where a list of str is expected, a
+            quota provider that is not callable.
     """
 
     def __new__(
@@ -260,41 +375,63 @@ class Limiter:
         exempt_paths: Iterable[str] | None = None,
         max_keys: int = 1_000_000,
         burst: int | None = None,
-        algorithm: str = "gcra",
+        algorithm: Algorithm = "gcra",
         clock: ManualClock | None = None,
+        quotas: Quotas | None = None,
+        track_usage: bool = False,
         quota_provider: _QuotaProvider | None = None,
         failsafe: str | Rate | None = None,
-        quota_ttl: float = 300.0,
-        quota_timeout: float = 5.0,
-        quota_workers: int = 4,
-        quota_wait: float = 0.0,
+        quota_ttl: float | None = None,
+        quota_timeout: float | None = None,
+        quota_workers: int | None = None,
+        quota_wait: float | None = None,
     ) -> Limiter: ...
-    def check(self, peer: str, path: str | None = None, *, cost: int = 1) -> Decision:
+    def check(self, peer: str, path: str | None = None, *, cost: int = 1, group: str | None = None) -> Decision:
         """Decides one request without blocking. A refusal changes no state, so retrying is free.
 
         Args:
             peer: who makes the request (client address, API key, account id ...).
             path: what is requested, routed by the rules; ``None`` is routed like ``""``.
             cost: how many requests this one counts for.
+            group: decide for this group by name instead of routing ``path`` (per-route limits);
+                exempt peers stay exempt.
 
         Raises:
-            TypeError: a peer or path that is not a str, a cost that is not an int.
-            ValueError: a cost below 1.
+            InvalidType: a peer or path that is not a str, a cost that is not an int.
+            InvalidValue: a cost below 1, an unknown group, or both ``path`` and ``group``.
         """
-    def allow(self, peer: str, path: str | None = None, *, cost: int = 1) -> bool:
+    def allow(self, peer: str, path: str | None = None, *, cost: int = 1, group: str | None = None) -> bool:
         """``check(...).allowed`` without building a Decision: the fastest call."""
     def _reserve(
-        self, peer: str, path: str | None, cost: int, max_wait: float | None, wait_quota: bool = True
-    ) -> tuple[Decision, float, int, tuple[int, int]]: ...
-    def _refund(self, peer: str, path: str | None, cost: int, receipt: tuple[int, int]) -> None: ...
-    def _acquire(self, peer: str, path: str | None, cost: int) -> Decision: ...
-    def _release(self, peer: str, path: str | None, cost: int) -> None: ...
-    def reduce(self, peer: str, path: str | None = None, n: int = 1) -> bool:
-        """Gives ``n`` tokens back to the rate limits of the group ``path`` routes to (seed 003's manual
-        reduction, e.g. when a handler's transaction succeeded).
+        self,
+        peer: str,
+        path: str | None,
+        group: str | None,
+        cost: int,
+        max_wait: float | None,
+        wait_quota: bool = True,
+    ) -> _Reservation: ...
+    def _refund(self, peer: str, path: str | None, group: str | None, cost: int, reservation: _Reservation) -> None: ...
+    def _acquire(self, peer: str, path: str | None, group: str | None, cost: int, rates: bool) -> Decision: ...
+    def _release(self, peer: str, path: str | None, group: str | None, cost: int) -> None: ...
+    def reduce(self, peer: str, path: str | None = None, n: int = 1, *, group: str | None = None) -> bool:
+        """Gives ``n`` tokens back to the key (manual reduction, e.g. when a handler's transaction
+        succeeded): under policy ``"all"`` to every rate limit of the group (each counted the request);
+        under ``"fallback"`` to the last rate limit only, the fallback (the leaky tokens of the Arweave
+        node's limiter), since the limits before it take what they admit back on their own.
 
         Returns:
-            False when no group limits the path or the group was made with ``reduction=False``.
+            False when no group limits the request or the group was made with ``reduction=False``.
+        """
+    def resolve(self, peer: str, path: str | None = None, *, group: str | None = None) -> Resolution | None:
+        """Where the request goes and what limits it, the key's quota applied, without deciding:
+        ``None`` when it is exempt, routed nowhere, or the limiter is off."""
+    def group_policy(self, group: str, peer: str | None = None) -> GroupPolicy:
+        """What a ``RateLimit-Policy`` header says of ``group``: its first rate limit's burst as the
+        quota and its window (with ``peer``, that peer's per-key quota). Reads no keys.
+
+        Raises:
+            InvalidValue: an unknown group.
         """
     def off(self) -> None:
         """Turns limiting off: every request is allowed and no state is touched, until :meth:`on`."""
@@ -311,29 +448,51 @@ class Limiter:
     @property
     def groups(self) -> list[str]:
         """The group names, in rule order."""
+    @property
+    def rules(self) -> list[Rule]:
+        """The rules in force, in routing order (after :meth:`update_rule` and ``reload`` too)."""
+    @property
+    def exempt_peers(self) -> list[str]: ...
+    @property
+    def exempt_paths(self) -> list[str]: ...
+    @property
+    def quotas(self) -> Quotas:
+        """The quota settings in force."""
+    @property
+    def track_usage(self) -> bool: ...
     def reset(self, peer: str | None = None) -> None:
         """Forgets the state of ``peer`` in every group, or of every peer."""
-    def stats(self) -> dict[str, Any]:
-        """Counters and sizes: ``enabled``, ``keys``, ``max_keys``, ``evictions``, ``exempt``,
-        ``memory_bytes`` (the state map), and per group ``limits`` (``rate``, ``burst``,
-        ``algorithm`` each), ``policy``, ``requests``, ``allowed``, ``refused``, ``delayed``,
-        ``reductions``, ``quota_fetches``, ``quota_failures``; and ``quota_records`` (keys with a quota
-        record), ``quota_queue`` and ``quota_running`` (fetches waiting for and held by workers)."""
+    def stats(self) -> Stats:
+        """Counters and sizes (see :class:`ratekeeper.Stats`), summed one shard at a time."""
     def __len__(self) -> int:
         """The number of states tracked: one per (peer, group) and limit."""
+    def drain_pending(self) -> list[tuple[str, str, int]]:
+        """Each key's admitted units since the last drain, as ``(peer, group, units)``; then forgets
+        them. A reservation given back (a cancelled wait) is taken off.
+
+        Raises:
+            InvalidValue: the limiter was made without ``track_usage=True``.
+        """
+    def absorb(self, peer: str, group: str, n: int) -> None:
+        """Counts ``n`` units that ``peer`` used in ``group`` elsewhere (another node) as used now: the
+        key may then be refused until they drain. Not reported by :meth:`drain_pending`.
+
+        Raises:
+            InvalidValue: an unknown group, ``n`` below 1.
+        """
     def set_quota(self, peer: str, group: str, rate: str | Rate | None) -> None:
         """Sets the quota of ``peer`` in ``group`` (``None``: back to the rule's rate), e.g. on a billing
         event. It supersedes a running fetch; with a provider, the key is fetched again after
-        ``quota_ttl``. The key keeps what it has used, counted in requests.
+        ``ttl``. The key keeps what it has used, counted in requests.
 
         Raises:
-            ValueError: an unknown group (naming the groups), a group without a rate limit, a bad rate.
+            InvalidValue: an unknown group (naming the groups), a group without a rate limit, a bad rate.
         """
     def quota(self, peer: str, group: str) -> QuotaInfo:
         """What the key of ``peer`` in ``group`` runs on. Never starts a fetch.
 
         Raises:
-            ValueError: an unknown group.
+            InvalidValue: an unknown group.
         """
     def wait_quotas(self, timeout: float | None = None) -> bool:
         """Blocks (without the GIL) until no fetch is queued or running, for tests and warm-ups.
@@ -349,20 +508,15 @@ class Limiter:
 
         Every key keeps its state, so nobody gets a burst of extra admissions: a key's usage is read
         under the new limit (GCRA keeps its debt in time). A burst that was never given follows the
-        new rate's count. Per-key quotas stay in force.
+        new rate's count. Per-key quotas stay in force. Safe to call from several threads at once.
 
         Raises:
-            ValueError: an unknown group, a group without a rate limit, a bad rate or burst.
+            InvalidValue: an unknown group, a group without a rate limit, a bad rate or burst.
         """
-    def _quota_pending(self, peer: str, path: str | None) -> bool: ...
+    def _quota_pending(self, peer: str, path: str | None, group: str | None) -> bool: ...
     def _fetch_queue(self) -> _FetchQueue: ...
-    def _finish_fetch(
-        self, peer: str, group: str, token: int, rate: Rate | str | None, ok: bool
-    ) -> tuple[str, bool, str | None]: ...
-    @property
-    def _quota_provider(self) -> _QuotaProvider | None: ...
-    @property
-    def _quota_workers(self) -> int: ...
+    def _fetch_time_left(self, job: _FetchJob) -> float: ...
+    def _finish_fetch(self, job: _FetchJob, answer: object, error: BaseException | None = None) -> _FetchResult: ...
     def _reconfigure(
         self,
         rules: Iterable[Rule],

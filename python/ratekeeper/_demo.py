@@ -10,7 +10,7 @@ import threading
 
 import ratekeeper as rk
 
-# (peer, path, requests per second it sends): seed 002's profiles, mapped onto routing groups.
+# (peer, path, requests per second it sends): a few kinds of client, mapped onto routing groups.
 TRAFFIC = [
     ("alice", "/login", 2.0),  # a script retrying a login: 3/min allowed
     ("bob", "/api/items", 5.0),  # within 10/s
@@ -103,7 +103,7 @@ def _cooldown() -> str:
         d = lim.check("player")
         verdict = "ALLOW" if d.allowed else "REJECT"
         rows.append([f"{at}s", verdict, f"{d.reset_after:.0f}", f"{d.retry_after:.0f}s" if not d.allowed else "-"])
-    intro = "seed 004's cooldown transcript: 3 per 60 s (score = reset_after)"
+    intro = "cooldown score (GCRA): 3 per 60 s, bursts of 3, then one every 20 s (score = reset_after)"
     return intro + "\n\n" + _table(["t", "decision", "score", "retry_after"], rows)
 
 
@@ -132,8 +132,9 @@ def _quotas() -> str:
             _BILLING_UP.set()
             lim.wait_quotas(timeout=5.0)
     intro = (
-        "per-key quotas (seed 002): 150 requests per account at once, before and after its quota is fetched;\n"
-        "failsafe 2/min; mallory has no account (the provider raises: the failsafe stays, fail open)"
+        "per-account quotas from a slow billing service: 150 requests per account at once, before and after\n"
+        "its quota is fetched; failsafe 2/min; mallory has no account (the provider raises: the failsafe\n"
+        "stays, fail open)"
     )
     return intro + "\n\n" + _table(["phase", "peer", "allowed", "quota now", "source"], rows)
 

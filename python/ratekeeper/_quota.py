@@ -1,7 +1,9 @@
 """Quota workers: daemon threads that take fetch jobs from the core and call the user's provider.
 
-The core queues one job per key that needs a quota (single flight) and hands the answer back through
-``Limiter._finish_fetch``. A worker waits for jobs without the GIL and holds only the job queue and a
+The core queues one job per key that needs a quota (single flight); a worker calls the provider and
+hands back whatever came of it, the answer or the exception, through ``Limiter._finish_fetch``: the
+core judges it (a rate, ``None``, ``LookupError`` for "no such key", too late, nonsense) and says what
+to log. A worker waits for jobs without the GIL and holds only the job queue and a
 weak reference to its limiter, so a limiter nobody references is collected, and its collection closes
 the queue, which stops the workers. Async providers run on one private event loop thread; sync ones on
 the workers themselves. ``close()`` (or interpreter exit) stops the threads promptly; a provider call
@@ -20,12 +22,10 @@ import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable
-from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any
 
-from ratekeeper._core import Rate
-
 if TYPE_CHECKING:
+    from ratekeeper._core import _FetchJob
     from ratekeeper.limiter import Limiter
 
 __all__ = ["FirstFetchWaiters", "QuotaWorkers"]
@@ -51,11 +51,10 @@ def _close_all() -> None:
 class QuotaWorkers:
     """``count`` threads calling ``provider(peer, group)`` for the jobs of ``limiter``."""
 
-    def __init__(self, limiter: Limiter, provider: Callable[[str, str], Any], count: int, timeout: float) -> None:
+    def __init__(self, limiter: Limiter, provider: Callable[[str, str], Any], count: int) -> None:
         self._limiter = weakref.ref(limiter)
         self._queue = limiter._fetch_queue()
         self._provider = provider
-        self._timeout = timeout
         self._waiters = FirstFetchWaiters()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
@@ -105,47 +104,36 @@ class QuotaWorkers:
                 if self._queue.closed:
                     return
                 continue
-            peer, group, token = job
             limiter = self._limiter()
             if limiter is None:
                 self._queue.done()
                 return
             try:
-                rate, ok, error = self._fetch(peer, group)
-                outcome, first, reason = limiter._finish_fetch(peer, group, token, rate, ok)
+                answer, error = self._fetch(limiter, job)
+                result = limiter._finish_fetch(job, answer, error)
                 # A fetch cut short by close() is not the provider's failure.
-                if outcome == "failed" and first and not self._queue.closed:
-                    log.warning(
-                        "ratekeeper: quota fetch for peer %r in group %r failed (%s); keeping its current quota "
-                        "and retrying with backoff (logged once until a fetch succeeds)",
-                        peer,
-                        group,
-                        reason or error,
-                    )
+                if result.warning is not None and not self._queue.closed:
+                    log.warning("%s", result.warning)
+                elif result.outcome == "unknown":
+                    log.debug("ratekeeper: the quota provider knows no peer %r in group %r", job.peer, job.group)
             finally:
                 # Only now: wait_quotas() returns once every job is done, logging included.
                 del limiter
                 self._queue.done()
                 self._waiters.wake()
 
-    def _fetch(self, peer: str, group: str) -> tuple[Rate | str | None, bool, str | None]:
-        """Calls the provider: (answer, ok, why it failed)."""
-        started = time.monotonic()
+    def _fetch(self, limiter: Limiter, job: _FetchJob) -> tuple[Any, BaseException | None]:
+        """Calls the provider: (its answer, or what it raised). An async one is waited for only as long
+        as the job's ``quota_timeout`` leaves."""
         try:
-            answer = self._provider(peer, group)
+            answer = self._provider(job.peer, job.group)
             if inspect.isawaitable(answer):
-                answer = self._run_async(answer)
-        except FutureTimeout:
-            return None, False, f"timed out after {self._timeout} s"
+                answer = self._run_async(answer, limiter._fetch_time_left(job))
         except Exception as error:
-            return None, False, f"{type(error).__name__}: {error}"
-        if time.monotonic() - started > self._timeout:
-            return None, False, f"answered after {time.monotonic() - started:.3f} s, over quota_timeout"
-        if answer is None or isinstance(answer, (Rate, str)):
-            return answer, True, None
-        return None, False, f"returned {type(answer).__name__} {answer!r}, expected a Rate, a str or None"
+            return None, error
+        return answer, None
 
-    def _run_async(self, awaitable: Awaitable[Any]) -> Any:
+    def _run_async(self, awaitable: Awaitable[Any], timeout: float) -> Any:
         async def wait() -> Any:
             return await awaitable
 
@@ -153,8 +141,8 @@ class QuotaWorkers:
         with self._loop_lock:
             self._running.add(future)
         try:
-            return future.result(self._timeout)
-        except FutureTimeout:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
             future.cancel()
             raise
         finally:
@@ -193,7 +181,7 @@ class FirstFetchWaiters:
                     return
                 try:
                     await asyncio.wait_for(future, remaining)
-                except TimeoutError:
+                except asyncio.TimeoutError:  # not the builtin TimeoutError before Python 3.11
                     return
             finally:
                 with self._lock:

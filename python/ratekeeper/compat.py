@@ -6,15 +6,18 @@
 - :func:`node_limiter` — seed 003, the Arweave node's hybrid HTTP limiter: per group, a concurrency
   limit, then a sliding window, then leaky-bucket tokens as the fallback; manual reduction of tokens.
 
-Both return a plain :class:`~ratekeeper.Limiter`.
+Both return a plain :class:`~ratekeeper.Limiter`. Bad options raise :class:`~ratekeeper.InvalidValue` /
+:class:`~ratekeeper.InvalidType` whose ``loc`` names the option (``("throttle_period",)``,
+``("general.leaky_limit",)``); an error of the core is moved to the option it came from.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, NoReturn
+from typing import Any
 
 from ratekeeper._core import Limit, ManualClock, Rule
+from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue, Loc, format_loc
 from ratekeeper.limiter import Limiter
 
 __all__ = [
@@ -26,16 +29,30 @@ __all__ = [
 ]
 
 
-def _kind(error: ValueError | TypeError) -> type[ValueError] | type[TypeError]:
-    return TypeError if isinstance(error, TypeError) else ValueError
+def _keyed(name: str, key: object) -> Loc:
+    """The place of ``key`` in the mapping option ``name``, written ``name['key']``.
+
+    The key is a regex (``"^/api/"``), which ``format_loc`` would join with a dot (``name.^/api/``), so
+    the place is one part of the ``loc``.
+    """
+    return (f"{name}[{key!r}]",)
 
 
-def _core_error(error: ValueError | TypeError, place: str, field: str | None = None) -> NoReturn:
-    """Re-raises a core error at ``place``; its ``field: `` prefix is dropped when it is ``field``."""
-    message = str(error)
-    if field is not None and message.startswith(f"{field}: "):
-        message = message[len(field) + 2 :]
-    raise _kind(error)(f"{place}: {message}") from None
+def _rule_error(error: InvalidArgument, loc: Loc, start: int = 0) -> InvalidArgument:
+    """A core error about a rule (its ``loc`` from ``start`` on: ``pattern``, ``group`` ...) at ``loc``,
+    the option that gave the rule: the pattern is the option's key, so ``pattern`` is dropped."""
+    return error.at(*loc, drop=start + 1 if error.loc[start : start + 1] == ("pattern",) else start)
+
+
+def _limiter_error(error: InvalidArgument, rule_locs: list[Loc], prefix: str = "") -> InvalidArgument:
+    """A core error of ``Limiter(rules=..., exempt_...=...)``: one about ``rules[i]`` at the option that
+    gave rule ``i``; one about an exemption at ``prefix`` + its name (``throttle_exempt_paths[0]``)."""
+    loc = error.loc
+    if len(loc) >= 2 and loc[0] == "rules" and isinstance(loc[1], int) and 0 <= loc[1] < len(rule_locs):
+        return _rule_error(error, rule_locs[loc[1]], 2)
+    if loc and loc[0] in ("exempt_peers", "exempt_paths"):
+        return error.at(f"{prefix}{loc[0]}", drop=1)
+    return error
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -55,36 +72,40 @@ def throttle_threshold(rpm: int, period_ms: int = DEFAULT_THROTTLE_PERIOD_MS) ->
     return max(1, (rpm * period_ms // 60_000) * 80 // 100)
 
 
-def _text(value: object, place: str) -> str:
-    """A str, or bytes decoded as UTF-8 (the seed's Erlang binaries), or an atom-like str."""
+def _text(value: object, loc: Loc, what: str = "") -> str:
+    """A str, or bytes decoded as UTF-8 (the seed's Erlang binaries), or an atom-like str.
+
+    ``what``: what the value is, when it is not the value at ``loc`` but a key in it (``"key"``).
+    """
+    what = f"{what} " if what else ""
     if isinstance(value, bytes):
         try:
             return value.decode()
         except UnicodeDecodeError:
-            raise ValueError(f"{place}: {value!r} is not UTF-8") from None
+            raise InvalidValue(loc, f"{what}{value!r} is not UTF-8") from None
     if isinstance(value, str):
         return value
-    raise TypeError(f"{place}: must be a str or bytes, got {type(value).__name__}")
+    raise InvalidType(loc, f"{what}must be a str or bytes, got {type(value).__name__}")
 
 
-def _positive_int(value: object, place: str) -> int:
+def _positive_int(value: object, loc: Loc) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{place}: must be an int, got {type(value).__name__}")
+        raise InvalidType(loc, f"must be an int, got {type(value).__name__}")
     if value < 1:
-        raise ValueError(f"{place}: must be a positive int, got {value}")
+        raise InvalidValue(loc, f"must be a positive int, got {value}")
     return value
 
 
-def _text_list(value: object, place: str) -> list[str]:
+def _text_list(value: object, loc: Loc) -> list[str]:
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        raise TypeError(f"{place}: must be a list of str or bytes, got {type(value).__name__}")
-    return [_text(item, f"{place}[{index}]") for index, item in enumerate(value)]
+        raise InvalidType(loc, f"must be a list of str or bytes, got {type(value).__name__}")
+    return [_text(item, (*loc, index)) for index, item in enumerate(value)]
 
 
-def _type_rpm(spec: object, place: str) -> tuple[str, int]:
+def _type_rpm(spec: object, loc: Loc) -> tuple[str, int]:
     if isinstance(spec, (str, bytes)) or not isinstance(spec, (tuple, list)) or len(spec) != 2:
-        raise TypeError(f"{place}: must be a (type, rpm) pair, got {spec!r}")
-    return _text(spec[0], f"{place}[0]"), _positive_int(spec[1], f"{place}[1]")
+        raise InvalidType(loc, f"must be a (type, rpm) pair, got {spec!r}")
+    return _text(spec[0], (*loc, 0)), _positive_int(spec[1], (*loc, 1))
 
 
 def peer_throttle(opts: Mapping[Any, Any], *, clock: ManualClock | None = None) -> Limiter:
@@ -106,51 +127,51 @@ def peer_throttle(opts: Mapping[Any, Any], *, clock: ManualClock | None = None) 
     errors. Empty options give a limiter that limits nothing, like the seed's missing server.
 
     Raises:
-        ValueError, TypeError: a bad option; the message names it.
+        InvalidValue, InvalidType: a bad option; ``loc`` names it (``("throttle_period",)``).
     """
     options: dict[str, Any] = {}
     for key, value in opts.items():
-        name = _text(key, "option name") if isinstance(key, (str, bytes)) else None
+        name = _text(key, (), "option name") if isinstance(key, (str, bytes)) else None
         if name is None:
             continue
         if name.startswith("throttle_") and name not in PEER_THROTTLE_OPTIONS:
-            raise ValueError(f"{name}: unknown option (known: {', '.join(PEER_THROTTLE_OPTIONS)})")
+            raise InvalidValue((name,), f"unknown option (known: {', '.join(PEER_THROTTLE_OPTIONS)})")
         if name in PEER_THROTTLE_OPTIONS:
             options[name] = value
-    period_ms = _positive_int(options.get("throttle_period", DEFAULT_THROTTLE_PERIOD_MS), "throttle_period")
+    period_ms = _positive_int(options.get("throttle_period", DEFAULT_THROTTLE_PERIOD_MS), ("throttle_period",))
     by_path = options.get("throttle_rpm_by_path")
-    routes: list[tuple[str, str, int, str]] = []  # pattern, type, rpm, place
+    routes: list[tuple[str, str, int, Loc]] = []  # pattern, type, rpm, place
     if by_path is None:
         pass
     elif isinstance(by_path, Mapping):
         for raw_pattern, spec in by_path.items():
-            pattern = _text(raw_pattern, "throttle_rpm_by_path key")
-            place = f"throttle_rpm_by_path[{pattern!r}]"
-            routes.append((pattern, *_type_rpm(spec, place), place))
+            pattern = _text(raw_pattern, ("throttle_rpm_by_path",), "key")
+            loc = _keyed("throttle_rpm_by_path", pattern)
+            routes.append((pattern, *_type_rpm(spec, loc), loc))
     else:
-        routes.append(("", *_type_rpm(by_path, "throttle_rpm_by_path"), "throttle_rpm_by_path"))
+        routes.append(("", *_type_rpm(by_path, ("throttle_rpm_by_path",)), ("throttle_rpm_by_path",)))
     rules = []
-    rpm_of_type: dict[str, tuple[int, str]] = {}
-    for pattern, kind, rpm, place in routes:
+    rpm_of_type: dict[str, tuple[int, Loc]] = {}
+    for pattern, kind, rpm, loc in routes:
         if kind in rpm_of_type and rpm_of_type[kind][0] != rpm:
             earlier_rpm, earlier = rpm_of_type[kind]
-            raise ValueError(f"{place}: type {kind!r} already has {earlier_rpm} rpm from {earlier}")
-        rpm_of_type[kind] = (rpm, place)
+            raise InvalidValue(loc, f"type {kind!r} already has {earlier_rpm} rpm from {format_loc(earlier)}")
+        rpm_of_type[kind] = (rpm, loc)
         threshold = throttle_threshold(rpm, period_ms)
         try:
             limit = Limit(f"{threshold}/{period_ms}ms", algorithm="sliding_log")
+        except InvalidArgument as error:  # a period too long for a rate: the rate is made of both options
+            raise error.at(*loc, drop=1) from None
+        try:
             rules.append(Rule(pattern, kind, limits=[limit]))
-        except (ValueError, TypeError) as error:
-            _core_error(error, place, "pattern")
-    exempt_peers = _text_list(options.get("throttle_exempt_peers", []), "throttle_exempt_peers")
-    exempt_paths = _text_list(options.get("throttle_exempt_paths", []), "throttle_exempt_paths")
+        except InvalidArgument as error:
+            raise _rule_error(error, loc) from None
+    exempt_peers = _text_list(options.get("throttle_exempt_peers", []), ("throttle_exempt_peers",))
+    exempt_paths = _text_list(options.get("throttle_exempt_paths", []), ("throttle_exempt_paths",))
     try:
         return Limiter(rules=rules, exempt_peers=exempt_peers, exempt_paths=exempt_paths, clock=clock)
-    except (ValueError, TypeError) as error:
-        message = str(error)
-        if message.startswith("exempt_"):  # "exempt_paths[0]: ..." -> "throttle_exempt_paths[0]: ..."
-            raise _kind(error)(f"throttle_{message}") from None
-        raise
+    except InvalidArgument as error:
+        raise _limiter_error(error, [loc for *_, loc in routes], "throttle_") from None
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -199,27 +220,28 @@ def _node_settings(config: Mapping[str, Any]) -> dict[str, dict[str, int | bool]
     seen: dict[tuple[str, str], str] = {}
     for key, value in config.items():
         if not isinstance(key, str):
-            raise TypeError(f"node limiter config: keys must be str, got {type(key).__name__} {key!r}")
+            raise InvalidType((), f"the node limiter config's keys must be str, got {type(key).__name__} {key!r}")
+        loc = (key,)  # the config is flat: a key such as "general.leaky_limit" is one place
         short = key.removeprefix(NODE_LIMITER_PREFIX)
         group, dot, setting = short.partition(".")
         if not dot:
-            raise ValueError(f"{key}: not a limiter setting; expected [{NODE_LIMITER_PREFIX}]<group>.<setting>")
+            raise InvalidValue(loc, f"not a limiter setting; expected [{NODE_LIMITER_PREFIX}]<group>.<setting>")
         if group not in NODE_GROUPS:
-            raise ValueError(f"{key}: unknown group {group!r} (groups: {', '.join(NODE_GROUPS)})")
+            raise InvalidValue(loc, f"unknown group {group!r} (groups: {', '.join(NODE_GROUPS)})")
         if setting not in NODE_LIMITER_KEYS:
-            raise ValueError(f"{key}: unknown setting {setting!r} (settings: {', '.join(NODE_LIMITER_KEYS)})")
+            raise InvalidValue(loc, f"unknown setting {setting!r} (settings: {', '.join(NODE_LIMITER_KEYS)})")
         if (group, setting) in seen:
-            raise ValueError(f"{key}: given twice (also as {seen[group, setting]})")
+            raise InvalidValue(loc, f"given twice (also as {seen[group, setting]})")
         seen[group, setting] = key
         minimum = NODE_LIMITER_KEYS[setting]
         if minimum is None:
             if not isinstance(value, bool):
-                raise TypeError(f"{key}: must be a bool, got {type(value).__name__}")
+                raise InvalidType(loc, f"must be a bool, got {type(value).__name__}")
         else:
             if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{key}: must be an int, got {type(value).__name__}")
+                raise InvalidType(loc, f"must be an int, got {type(value).__name__}")
             if value < minimum:
-                raise ValueError(f"{key}: must be at least {minimum}, got {value}")
+                raise InvalidValue(loc, f"must be at least {minimum}, got {value}")
         given[group][setting] = value
     return given
 
@@ -253,30 +275,53 @@ def node_limiter(
     leaky tokens back, unless ``is_manual_reduction_disabled``.
 
     Raises:
-        ValueError, TypeError: a bad setting or route; the message names the key.
+        InvalidValue, InvalidType: a bad setting or route; ``loc`` names the key (``("general.leaky_limit",)``,
+            ``("routes['^/x']",)``).
     """
     settings = _node_settings(config)
     limits_of: dict[str, tuple[list[Limit], bool]] = {}
     rules = []
+    rule_locs: list[Loc] = []
     for raw_pattern, group in routes.items():
-        place = f"routes[{raw_pattern!r}]"
+        loc = _keyed("routes", raw_pattern)
         if not isinstance(raw_pattern, str):
-            raise TypeError(f"{place}: a route's pattern must be a str, got {type(raw_pattern).__name__}")
+            raise InvalidType(loc, f"a route's pattern must be a str, got {type(raw_pattern).__name__}")
         if not isinstance(group, str):
-            raise TypeError(f"{place}: must be a group name (str), got {type(group).__name__}")
+            raise InvalidType(loc, f"must be a group name (str), got {type(group).__name__}")
         if group not in NODE_GROUPS:
-            raise ValueError(f"{place}: unknown group {group!r} (groups: {', '.join(NODE_GROUPS)})")
+            raise InvalidValue(loc, f"unknown group {group!r} (groups: {', '.join(NODE_GROUPS)})")
         if group not in limits_of:
             limits_of[group] = _node_limits(group, settings[group])
         limits, reduction = limits_of[group]
         try:
             rules.append(Rule(raw_pattern, group, limits=limits, policy="fallback", reduction=reduction))
-        except (ValueError, TypeError) as error:
-            _core_error(error, place, "pattern")
+        except InvalidArgument as error:
+            raise _rule_error(error, loc) from None
+        rule_locs.append(loc)
     try:
         return Limiter(rules=rules, exempt_peers=exempt_peers, clock=clock)
-    except (ValueError, TypeError) as error:
-        _core_error(error, "node limiter")
+    except InvalidArgument as error:
+        raise _limiter_error(error, rule_locs) from None
+
+
+# The setting a field of a node limit comes from: (the limit's kind, the field of the core's error).
+_SETTING_OF_FIELD: Mapping[tuple[str, str | int], str] = {
+    ("sliding_window", "rate"): "sliding_window_duration",
+    ("leaky_bucket", "rate"): "leaky_tick_interval",
+    ("leaky_bucket", "burst"): "leaky_limit",
+    ("concurrency", "concurrency"): "concurrency_limit",
+}
+
+
+def _node_limit(group: str, kind: str, **arguments: Any) -> Limit:
+    """``Limit(**arguments)`` of ``group``; a core error about it is moved to the setting it comes from."""
+    try:
+        return Limit(**arguments)
+    except InvalidArgument as error:
+        setting = _SETTING_OF_FIELD.get((kind, error.loc[0])) if error.loc else None
+        if setting is None:
+            raise error.at(f"{NODE_LIMITER_PREFIX}{group}") from None
+        raise error.at(f"{group}.{setting}", drop=1) from None
 
 
 def _node_limits(group: str, given: Mapping[str, int | bool]) -> tuple[list[Limit], bool]:
@@ -290,14 +335,12 @@ def _node_limits(group: str, given: Mapping[str, int | bool]) -> tuple[list[Limi
     concurrency = int(given.get("concurrency_limit", leaky_limit))
     window_limit = setting("sliding_window_limit")
     limits = []
-    try:
-        if window_limit > 0:
-            duration = setting("sliding_window_duration")
-            limits.append(Limit(f"{window_limit}/{duration}ms", algorithm="sliding_window"))
-        interval = setting("leaky_tick_interval")
-        limits.append(Limit(f"{reduction}/{interval}ms", burst=leaky_limit, algorithm="leaky_bucket"))
-        limits.append(Limit(concurrency=concurrency))
-    except (ValueError, TypeError) as error:
-        _core_error(error, f"{NODE_LIMITER_PREFIX}{group}")
+    if window_limit > 0:
+        duration = setting("sliding_window_duration")
+        rate = f"{window_limit}/{duration}ms"
+        limits.append(_node_limit(group, "sliding_window", rate=rate, algorithm="sliding_window"))
+    rate = f"{reduction}/{setting('leaky_tick_interval')}ms"
+    limits.append(_node_limit(group, "leaky_bucket", rate=rate, burst=leaky_limit, algorithm="leaky_bucket"))
+    limits.append(_node_limit(group, "concurrency", concurrency=concurrency))
     disabled = bool(given.get("is_manual_reduction_disabled", False))
     return limits, not disabled

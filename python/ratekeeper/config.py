@@ -40,8 +40,9 @@ Group keys: ``paths`` (required, a non-empty list of regexes); either ``rate`` (
 ``sliding_log``, ``fixed_window``, ``leaky_bucket``. Rates: ``"10/min"``, ``"3/60s"``, ``"2/500ms"``,
 ``"100/hour"``, ``"1000/day"``.
 
-Errors are ``ValueError`` / ``TypeError`` whose message names the place in the file, prefixed with the
-file's name when read from a file::
+Errors are :class:`~ratekeeper.InvalidValue` (a ``ValueError``) / :class:`~ratekeeper.InvalidType` (a
+``TypeError``) whose ``loc`` is the place in the config (``("groups", "api", "limits", 1, "rate")``) and
+whose ``file`` is the file's name when read from a file; their text names both::
 
     ratekeeper.toml: groups.api.limits[1].rate: "10/fortnight" is not a rate (unknown unit) ...
     groups.api.paths[0]: "^/api/(v1" is not a valid regex: unclosed group
@@ -49,6 +50,11 @@ file's name when read from a file::
     max_keys: must be an int, got str
 
 Unknown keys are errors, so a misspelt setting never silently does nothing.
+
+The work is split in two: :func:`plan_from_config` / :func:`plan_from_file` validate a config into a
+:class:`LimiterPlan` (rules, exemptions, max_keys, routes), which :meth:`LimiterPlan.build` turns into a
+limiter and :meth:`LimiterPlan.apply` applies to a running one. The routing table is read from the
+limiter itself (:attr:`Limiter.rules`), so it shows what is in force, also after ``update_rule``.
 """
 
 from __future__ import annotations
@@ -58,27 +64,39 @@ import importlib
 import json
 import logging
 import os
-import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn, Union
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, Union
 
 from ratekeeper._core import Limit, ManualClock, Rule
-from ratekeeper.limiter import Limiter
+from ratekeeper._core import Limiter as _CoreLimiter
+from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue, Loc, format_loc
+
+if TYPE_CHECKING:
+    # Only for type hints: ratekeeper.limiter imports this module (lazily) to build and reload.
+    from ratekeeper.limiter import Limiter
 
 __all__ = [
+    "LimiterPlan",
     "Route",
+    "RulePlaces",
     "describe_limit",
     "limiter_from_config",
     "limiter_from_file",
     "load_file",
+    "plan_from_config",
+    "plan_from_file",
+    "reconfigure_from_config",
+    "reconfigure_from_file",
     "routes_of",
     "routing_table",
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
+L = TypeVar("L", bound="Limiter")
+E = TypeVar("E", bound=InvalidArgument)
 
 TOP_KEYS = ("max_keys", "exempt_peers", "exempt_paths", "default", "groups")
 GROUP_KEYS = ("paths", "rate", "burst", "algorithm", "limits", "policy", "reduction")
@@ -86,100 +104,172 @@ DEFAULT_KEYS = tuple(key for key in GROUP_KEYS if key != "paths")
 LIMIT_KEYS = ("rate", "burst", "algorithm", "concurrency")
 DEFAULT_GROUP = "default"
 
-# Where a limiter built from a config keeps its routes and exemptions, for routing_table().
-_ROUTES_ATTR = "_ratekeeper_config_routes_"
-_EXEMPT_ATTR = "_ratekeeper_config_exempt_"
-
-# "field: message" or "rules[2].pattern: message", as the core words its errors.
-_FIELD_MESSAGE = re.compile(r"([A-Za-z_]\w*(?:\[\d+\])?(?:\.[A-Za-z_]\w*(?:\[\d+\])?)*): (.*)", re.DOTALL)
-_RULE_FIELD = re.compile(r"rules\[(\d+)\](?:\.(\w+))?")
-
 
 @dataclass(frozen=True)
 class Route:
-    """One line of the routing table: requests whose path matches ``pattern`` count against ``group``."""
+    """One line of the routing table: requests whose path matches ``pattern`` count against ``group``.
+
+    ``place`` is where the route is written in a config (``"groups.api.paths[0]"``); ``None`` for a
+    route read from a limiter, which does not know where its rules came from.
+    """
 
     pattern: str
     group: str
     limits: tuple[str, ...]
     policy: str
     reduction: bool
-    place: str
+    place: str | None = None
 
 
-def _join(place: str, field: str) -> str:
-    return f"{place}.{field}" if place else field
+@dataclass(frozen=True)
+class RulePlaces:
+    """Where one rule of a plan is written in the config, to move the core's errors about it there.
+
+    Attributes:
+        group: the group's table: ``("groups", "api")``, or ``("default",)``.
+        pattern: the rule's pattern: ``("groups", "api", "paths", 0)``, or ``("default",)``.
+        limits: for each of the rule's limits, its place and whether it was written as a bare rate
+            string (then an error about its ``rate`` is at the place itself): a limit of ``limits`` is
+            at ``("groups", "api", "limits", 1)``; the one limit of ``rate = ...`` at the group's table.
+    """
+
+    group: Loc
+    pattern: Loc
+    limits: tuple[tuple[Loc, bool], ...]
+
+    def move(self, error: E, start: int) -> E:
+        """``error``, whose ``loc`` from index ``start`` on is relative to the rule, at its config place."""
+        rest = error.loc[start:]
+        if not rest or rest[0] == "group":
+            return error.at(*self.group, drop=start + len(rest[:1]))
+        if rest[0] == "pattern":
+            return error.at(*self.pattern, drop=start + 1)
+        if rest[0] == "limits" and len(rest) > 1 and isinstance(rest[1], int) and rest[1] < len(self.limits):
+            place, bare = self.limits[rest[1]]
+            return _limit_error(error, place, bare, start + 2)
+        return error.at(*self.group, drop=start)
+
+
+def _limit_error(error: E, place: Loc, bare: bool, start: int) -> E:
+    """A core error about a limit (its ``loc`` from ``start`` on: ``rate``, ``burst`` ...) at ``place``."""
+    if bare and error.loc[start : start + 1] == ("rate",):
+        return error.at(*place, drop=start + 1)
+    return error.at(*place, drop=start)
+
+
+@dataclass
+class LimiterPlan:
+    """A validated config: what a limiter is built from, and where each rule is written in the config.
+
+    Attributes:
+        rules: the rules in routing order (one per pattern of each group, the catch-all last).
+        exempt_peers, exempt_paths: the exemptions (empty when the config has none).
+        max_keys: the config's ``max_keys``, or ``None`` for the limiter's default.
+        routes: the routing table, with each route's place in the config.
+        places: for each rule, where it is written, to move the core's errors there.
+        file: the file the config was read from, named in every error.
+    """
+
+    rules: list[Rule] = field(default_factory=list)
+    exempt_peers: list[str] = field(default_factory=list)
+    exempt_paths: list[str] = field(default_factory=list)
+    max_keys: int | None = None
+    routes: list[Route] = field(default_factory=list)
+    places: list[RulePlaces] = field(default_factory=list)
+    file: str | None = None
+
+    def build(self, cls: type[L], *, clock: ManualClock | None = None) -> L:
+        """``cls(rules=..., exempt_peers=..., exempt_paths=..., max_keys=..., clock=clock)``.
+
+        Raises:
+            InvalidValue, InvalidType: what the core refuses, at its place in the config.
+        """
+        extra: dict[str, Any] = {} if self.max_keys is None else {"max_keys": self.max_keys}
+        try:
+            return cls(
+                rules=self.rules, exempt_peers=self.exempt_peers, exempt_paths=self.exempt_paths, clock=clock, **extra
+            )
+        except InvalidArgument as error:
+            raise self.place(error) from None
+
+    def apply(self, limiter: _CoreLimiter) -> None:
+        """Replaces the rules and exemptions of ``limiter`` with the plan's, keeping its state.
+
+        ``max_keys`` is fixed when a limiter is built: a different one in the plan is logged, not applied.
+
+        Raises:
+            InvalidValue, InvalidType: what the core refuses, at its place in the config; the limiter is
+                then unchanged.
+        """
+        try:
+            limiter._reconfigure(self.rules, self.exempt_peers, self.exempt_paths)
+        except InvalidArgument as error:
+            raise self.place(error) from None
+        if self.max_keys is not None and self.max_keys != limiter.max_keys:
+            logging.getLogger("ratekeeper").warning(
+                "max_keys is fixed when a limiter is built: keeping %d, not %d", limiter.max_keys, self.max_keys
+            )
+
+    def place(self, error: E) -> E:
+        """A core error about the plan's limiter (``rules[3].limits[0].rate``) at its place in the config
+        (``groups.api.limits[0].rate``), in the plan's file. Exemptions and ``max_keys`` have the same
+        names in the config and in the limiter, so they stay where they are."""
+        loc = error.loc
+        if len(loc) >= 2 and loc[0] == "rules" and isinstance(loc[1], int) and 0 <= loc[1] < len(self.places):
+            error = self.places[loc[1]].move(error, 2)
+        return error.in_file(self.file) if self.file is not None else error
 
 
 def _type_name(value: object) -> str:
     return type(value).__name__
 
 
-def _fail_type(place: str, expected: str, value: object) -> NoReturn:
-    raise TypeError(f"{place}: must be {expected}, got {_type_name(value)}")
+def _fail_type(loc: Loc, expected: str, value: object) -> NoReturn:
+    raise InvalidType(loc, f"must be {expected}, got {_type_name(value)}")
 
 
-def _reword(error: ValueError | TypeError, place: str, fields: Mapping[str, str] | None = None) -> NoReturn:
-    """Re-raises a core error with its field replaced by the place in the config."""
-    message = str(error)
-    match = _FIELD_MESSAGE.fullmatch(message)
-    if match is None:
-        text = f"{place}: {message}" if place else message
-    else:
-        field, rest = match.group(1), match.group(2)
-        head = field.split(".", 1)[0].split("[", 1)[0]
-        if fields is not None and field in fields:
-            where = fields[field]
-        elif fields is not None and head in fields:
-            where = fields[head] + field[len(head) :]
-        else:
-            where = _join(place, field)
-        text = f"{where}: {rest}"
-    kind = TypeError if isinstance(error, TypeError) else ValueError
-    raise kind(text) from None
-
-
-def _check_keys(table: Mapping[Any, Any], known: Sequence[str], place: str) -> None:
+def _check_keys(table: Mapping[Any, Any], known: Sequence[str], loc: Loc) -> None:
     for key in table:
         if not isinstance(key, str):
-            raise TypeError(f"{place or 'the top level'}: keys must be str, got {_type_name(key)} {key!r}")
+            where = "" if loc else " at the top level"
+            raise InvalidType(loc, f"keys must be str{where}, got {_type_name(key)} {key!r}")
         if key not in known:
             close = difflib.get_close_matches(key, known, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            where = f"{place}: unknown key {key!r}" if place else f"unknown key {key!r} at the top level"
-            raise ValueError(f"{where} (known keys: {', '.join(known)}){hint}")
+            where = "" if loc else " at the top level"
+            raise InvalidValue(loc, f"unknown key {key!r}{where} (known keys: {', '.join(known)}){hint}")
 
 
-def _table(value: object, place: str) -> Mapping[str, Any]:
+def _table(value: object, loc: Loc) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        _fail_type(place, "a table", value)
+        _fail_type(loc, "a table", value)
     return value
 
 
-def _int(value: object, place: str) -> int:
+def _int(value: object, loc: Loc) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        _fail_type(place, "an int", value)
+        _fail_type(loc, "an int", value)
     return value
 
 
-def _str(value: object, place: str) -> str:
+def _str(value: object, loc: Loc) -> str:
     if not isinstance(value, str):
-        _fail_type(place, "a str", value)
+        _fail_type(loc, "a str", value)
     return value
 
 
-def _bool(value: object, place: str) -> bool:
+def _bool(value: object, loc: Loc) -> bool:
     if not isinstance(value, bool):
-        _fail_type(place, "a bool (true or false)", value)
+        _fail_type(loc, "a bool (true or false)", value)
     return value
 
 
-def _str_list(value: object, place: str) -> list[str]:
+def _str_list(value: object, loc: Loc) -> list[str]:
     if isinstance(value, str):
-        raise TypeError(f"{place}: must be a list of str, got a single str (write [{json.dumps(value)}])")
+        raise InvalidType(loc, f"must be a list of str, got a single str (write [{json.dumps(value)}])")
     if not isinstance(value, (list, tuple)):
-        _fail_type(place, "a list of str", value)
-    return [_str(item, f"{place}[{index}]") for index, item in enumerate(value)]
+        _fail_type(loc, "a list of str", value)
+    return [_str(item, (*loc, index)) for index, item in enumerate(value)]
 
 
 def describe_limit(limit: Limit) -> str:
@@ -189,106 +279,155 @@ def describe_limit(limit: Limit) -> str:
     return f"{limit.rate} burst {limit.burst} {limit.algorithm}"
 
 
-def _limit(spec: object, place: str) -> Limit:
+def _limit(spec: object, loc: Loc) -> Limit:
     """One entry of ``limits``: a rate string or a table of rate / burst / algorithm / concurrency."""
     if isinstance(spec, str):
         try:
             return Limit(spec)
-        except (ValueError, TypeError) as error:
-            _reword(error, place, {"rate": place})
+        except InvalidArgument as error:
+            raise _limit_error(error, loc, True, 0) from None
     if not isinstance(spec, Mapping):
-        _fail_type(place, "a rate string or a table", spec)
-    _check_keys(spec, LIMIT_KEYS, place)
+        _fail_type(loc, "a rate string or a table", spec)
+    _check_keys(spec, LIMIT_KEYS, loc)
     if "rate" in spec and "concurrency" in spec:
-        raise ValueError(f"{place}: give either rate or concurrency, not both")
+        raise InvalidValue(loc, "give either rate or concurrency, not both")
     if "rate" not in spec and "concurrency" not in spec:
-        raise ValueError(f'{place}: needs a rate (e.g. rate = "10/s") or a concurrency (e.g. concurrency = 5)')
-    rate = _str(spec["rate"], _join(place, "rate")) if "rate" in spec else None
-    concurrency = _int(spec["concurrency"], _join(place, "concurrency")) if "concurrency" in spec else None
-    burst = _int(spec["burst"], _join(place, "burst")) if "burst" in spec else None
-    algorithm = _str(spec["algorithm"], _join(place, "algorithm")) if "algorithm" in spec else "gcra"
+        raise InvalidValue(loc, 'needs a rate (e.g. rate = "10/s") or a concurrency (e.g. concurrency = 5)')
+    rate = _str(spec["rate"], (*loc, "rate")) if "rate" in spec else None
+    concurrency = _int(spec["concurrency"], (*loc, "concurrency")) if "concurrency" in spec else None
+    burst = _int(spec["burst"], (*loc, "burst")) if "burst" in spec else None
+    # Any: a name read from the config, which the core checks (its error is moved to the place here).
+    algorithm: Any = _str(spec["algorithm"], (*loc, "algorithm")) if "algorithm" in spec else "gcra"
     if concurrency is not None and ("burst" in spec or "algorithm" in spec):
         extra = "burst" if "burst" in spec else "algorithm"
-        raise ValueError(f"{_join(place, extra)}: only with a rate, not with concurrency")
+        raise InvalidValue((*loc, extra), "only with a rate, not with concurrency")
     try:
         return Limit(rate, burst=burst, algorithm=algorithm, concurrency=concurrency)
-    except (ValueError, TypeError) as error:
-        _reword(error, place)
+    except InvalidArgument as error:
+        raise _limit_error(error, loc, False, 0) from None
 
 
-@dataclass
-class _Plan:
-    rules: list[Rule]
-    routes: list[Route]
-    # For each rule: the place of its group and of its pattern, to reword the Limiter's errors.
-    places: list[tuple[str, str]]
+def _group(
+    name: str,
+    spec: Mapping[str, Any],
+    loc: Loc,
+    patterns: list[tuple[str, Loc]],
+    plan: LimiterPlan,
+    *,
+    bare_rate: bool = False,
+) -> None:
+    """Adds the rules of one group (one rule per pattern) to the plan.
 
-
-def _group(name: str, spec: Mapping[str, Any], place: str, patterns: list[tuple[str, str]], plan: _Plan) -> None:
-    """Adds the rules of one group (one rule per pattern) to the plan."""
+    ``bare_rate``: the group is a rate string written at ``loc`` (``default = "100/min"``), so an error
+    about its rate is at ``loc`` itself, not at ``loc.rate``.
+    """
     if "rate" in spec and "limits" in spec:
-        raise ValueError(f"{place}: give either rate (one limit) or limits (several), not both")
+        raise InvalidValue(loc, "give either rate (one limit) or limits (several), not both")
+    limit_places: tuple[tuple[Loc, bool], ...]
     if "rate" in spec:
         single: dict[str, Any] = {key: spec[key] for key in ("rate", "burst", "algorithm") if key in spec}
-        limits = [_limit(single, place)]
+        limits = [_limit(spec["rate"] if bare_rate else single, loc)]
+        limit_places = ((loc, bare_rate),)
     elif "limits" in spec:
         entries = spec["limits"]
         if isinstance(entries, (str, Mapping)) or not isinstance(entries, (list, tuple)):
-            _fail_type(_join(place, "limits"), "a list of limits", entries)
+            _fail_type((*loc, "limits"), "a list of limits", entries)
         if not entries:
-            raise ValueError(f"{_join(place, 'limits')}: must list at least one limit")
+            raise InvalidValue((*loc, "limits"), "must list at least one limit")
         for key in ("burst", "algorithm"):
             if key in spec:
-                raise ValueError(f"{_join(place, key)}: only with rate; with limits, set it in each limit")
-        limits = [_limit(entry, f"{place}.limits[{index}]") for index, entry in enumerate(entries)]
+                raise InvalidValue((*loc, key), "only with rate; with limits, set it in each limit")
+        limits = [_limit(entry, (*loc, "limits", index)) for index, entry in enumerate(entries)]
+        limit_places = tuple(((*loc, "limits", index), isinstance(entry, str)) for index, entry in enumerate(entries))
     else:
-        raise ValueError(f'{place}: needs a rate (e.g. rate = "10/s") or limits (e.g. limits = ["10/s", "1000/h"])')
-    policy = _str(spec["policy"], _join(place, "policy")) if "policy" in spec else "all"
-    reduction = _bool(spec["reduction"], _join(place, "reduction")) if "reduction" in spec else True
+        raise InvalidValue(loc, 'needs a rate (e.g. rate = "10/s") or limits (e.g. limits = ["10/s", "1000/h"])')
+    policy: Any = _str(spec["policy"], (*loc, "policy")) if "policy" in spec else "all"  # the core checks it
+    reduction = _bool(spec["reduction"], (*loc, "reduction")) if "reduction" in spec else True
     descriptions = tuple(describe_limit(limit) for limit in limits)
-    for pattern, pattern_place in patterns:
+    for pattern, pattern_loc in patterns:
+        places = RulePlaces(loc, pattern_loc, limit_places)
         try:
             rule = Rule(pattern, name, limits=limits, policy=policy, reduction=reduction)
-        except (ValueError, TypeError) as error:
-            _reword(error, place, {"pattern": pattern_place, "group": place})
+        except InvalidArgument as error:
+            raise places.move(error, 0) from None
         plan.rules.append(rule)
-        plan.routes.append(Route(pattern, name, descriptions, policy, reduction, pattern_place))
-        plan.places.append((place, pattern_place))
+        plan.routes.append(Route(pattern, name, descriptions, policy, reduction, format_loc(pattern_loc)))
+        plan.places.append(places)
 
 
-def _plan(config: Mapping[str, Any]) -> _Plan:
-    plan = _Plan([], [], [])
-    groups = _table(config.get("groups", {}), "groups")
+def plan_from_config(config: Mapping[str, Any]) -> LimiterPlan:
+    """Validates a config mapping (the format is in this module's docstring) into a :class:`LimiterPlan`.
+
+    Raises:
+        InvalidValue: a bad value or an unknown key, at its place (``groups.api.rate: ...``).
+        InvalidType: a value of the wrong type (``max_keys: must be an int, got str``).
+    """
+    if not isinstance(config, Mapping):
+        raise InvalidType((), f"the config must be a table, got {_type_name(config)}")
+    _check_keys(config, TOP_KEYS, ())
+    plan = LimiterPlan()
+    groups = _table(config.get("groups", {}), ("groups",))
     for name, spec in groups.items():
         if not isinstance(name, str):
-            raise TypeError(f"groups: group names must be str, got {_type_name(name)} {name!r}")
-        place = f"groups.{name}"
-        table = _table(spec, place)
-        _check_keys(table, GROUP_KEYS, place)
+            raise InvalidType(("groups",), f"group names must be str, got {_type_name(name)} {name!r}")
+        loc: Loc = ("groups", name)
+        table = _table(spec, loc)
+        _check_keys(table, GROUP_KEYS, loc)
         if "paths" not in table:
-            raise ValueError(f'{place}: needs paths, the regexes routed to it (e.g. paths = ["^/api/"])')
-        paths = _str_list(table["paths"], _join(place, "paths"))
+            raise InvalidValue(loc, 'needs paths, the regexes routed to it (e.g. paths = ["^/api/"])')
+        paths = _str_list(table["paths"], (*loc, "paths"))
         if not paths:
-            raise ValueError(f"{place}.paths: must list at least one regex")
-        _group(name, table, place, [(path, f"{place}.paths[{i}]") for i, path in enumerate(paths)], plan)
+            raise InvalidValue((*loc, "paths"), "must list at least one regex")
+        _group(name, table, loc, [(path, (*loc, "paths", index)) for index, path in enumerate(paths)], plan)
     if "default" in config:
         if DEFAULT_GROUP in groups:
-            raise ValueError(
-                f"default: the catch-all is the group {DEFAULT_GROUP!r}, already defined by groups.{DEFAULT_GROUP}; "
-                "rename that group or drop one of them"
+            raise InvalidValue(
+                ("default",),
+                f"the catch-all is the group {DEFAULT_GROUP!r}, already defined by groups.{DEFAULT_GROUP}; "
+                "rename that group or drop one of them",
             )
         default = config["default"]
-        default_table: Mapping[str, Any]
-        if isinstance(default, str):
-            _limit(default, "default")  # a bad rate is reported as "default: ...", not "default.rate: ..."
-            default_table = {"rate": default}
+        if isinstance(default, str):  # a bad rate is reported as "default: ...", not "default.rate: ..."
+            _group(DEFAULT_GROUP, {"rate": default}, ("default",), [("", ("default",))], plan, bare_rate=True)
         elif isinstance(default, Mapping):
-            _check_keys(default, DEFAULT_KEYS, "default")
-            default_table = default
+            _check_keys(default, DEFAULT_KEYS, ("default",))
+            _group(DEFAULT_GROUP, default, ("default",), [("", ("default",))], plan)
         else:
-            _fail_type("default", "a rate string or a table", default)
-        _group(DEFAULT_GROUP, default_table, "default", [("", "default")], plan)
+            _fail_type(("default",), "a rate string or a table", default)
+    if "max_keys" in config:
+        plan.max_keys = _int(config["max_keys"], ("max_keys",))
+    if "exempt_peers" in config:
+        plan.exempt_peers = _str_list(config["exempt_peers"], ("exempt_peers",))
+    if "exempt_paths" in config:
+        plan.exempt_paths = _str_list(config["exempt_paths"], ("exempt_paths",))
     return plan
+
+
+def plan_from_file(path: PathLike) -> LimiterPlan:
+    """Reads a TOML or YAML config file (:func:`load_file`) and validates it (:func:`plan_from_config`).
+
+    Every error the plan raises, now or when it builds or applies a limiter, has the file's name as
+    ``file`` (its text starts with it).
+
+    Raises:
+        InvalidValue, InvalidType: as :func:`plan_from_config` and :func:`load_file`, in the file.
+        ImportError: a YAML file without PyYAML installed.
+        OSError: the file cannot be read.
+    """
+    name = os.fspath(path)
+    config = load_file(name)
+    try:
+        plan = plan_from_config(config)
+    except InvalidArgument as error:
+        raise error.in_file(name) from None
+    plan.file = name
+    return plan
+
+
+def _limiter_class() -> type[Limiter]:
+    from ratekeeper.limiter import Limiter
+
+    return Limiter
 
 
 def limiter_from_config(config: Mapping[str, Any], *, clock: ManualClock | None = None) -> Limiter:
@@ -299,83 +438,46 @@ def limiter_from_config(config: Mapping[str, Any], *, clock: ManualClock | None 
         clock: a :class:`~ratekeeper.ManualClock` for tests; default: the monotonic clock.
 
     Raises:
-        ValueError: a bad value or an unknown key; the message starts with its place (``groups.api.rate: ...``).
-        TypeError: a value of the wrong type (``max_keys: must be an int, got str``).
+        InvalidValue: a bad value or an unknown key; ``loc`` is its place (``groups.api.rate: ...``).
+        InvalidType: a value of the wrong type (``max_keys: must be an int, got str``).
     """
-    table = _table(config, "the config")
-    _check_keys(table, TOP_KEYS, "")
-    plan = _plan(table)
-    kwargs: dict[str, Any] = {}
-    if "max_keys" in table:
-        kwargs["max_keys"] = _int(table["max_keys"], "max_keys")
-    for key in ("exempt_peers", "exempt_paths"):
-        if key in table:
-            kwargs[key] = _str_list(table[key], key)
-    try:
-        limiter = Limiter(rules=plan.rules, clock=clock, **kwargs)
-    except (ValueError, TypeError) as error:
-        _reword_limiter_error(error, plan)
-    limiter.__dict__[_ROUTES_ATTR] = tuple(plan.routes)
-    limiter.__dict__[_EXEMPT_ATTR] = (kwargs.get("exempt_peers", []), kwargs.get("exempt_paths", []))
-    return limiter
+    return plan_from_config(config).build(_limiter_class(), clock=clock)
 
 
-def reconfigure_from_config(limiter: Limiter, config: Mapping[str, Any]) -> None:
+def limiter_from_file(path: PathLike, *, clock: ManualClock | None = None) -> Limiter:
+    """Reads a TOML or YAML config file and builds its Limiter; errors carry the file's name.
+
+    Raises:
+        InvalidValue, InvalidType: as :func:`limiter_from_config` and :func:`load_file`, in the file.
+        ImportError: a YAML file without PyYAML installed.
+        OSError: the file cannot be read.
+    """
+    return plan_from_file(path).build(_limiter_class(), clock=clock)
+
+
+def reconfigure_from_config(limiter: _CoreLimiter, config: Mapping[str, Any]) -> None:
     """Replaces the rules and exemptions of ``limiter`` with those of ``config``, keeping its state.
 
     Groups that keep their name (and a limit its algorithm) keep their keys' states; new groups start
     empty. ``max_keys`` is fixed at construction: a different value in ``config`` is logged and ignored.
 
     Raises:
-        ValueError, TypeError: as :func:`limiter_from_config`; the limiter is then unchanged.
+        InvalidValue, InvalidType: as :func:`limiter_from_config`; the limiter is then unchanged.
     """
-    table = _table(config, "the config")
-    _check_keys(table, TOP_KEYS, "")
-    plan = _plan(table)
-    if "max_keys" in table and _int(table["max_keys"], "max_keys") != limiter.max_keys:
-        logging.getLogger("ratekeeper").warning(
-            "max_keys is fixed when a limiter is built: keeping %d, not %s", limiter.max_keys, table["max_keys"]
-        )
-    exempt = {key: _str_list(table[key], key) if key in table else [] for key in ("exempt_peers", "exempt_paths")}
-    try:
-        limiter._reconfigure(plan.rules, exempt["exempt_peers"], exempt["exempt_paths"])
-    except (ValueError, TypeError) as error:
-        _reword_limiter_error(error, plan)
-    limiter.__dict__[_ROUTES_ATTR] = tuple(plan.routes)
-    limiter.__dict__[_EXEMPT_ATTR] = (exempt["exempt_peers"], exempt["exempt_paths"])
+    plan_from_config(config).apply(limiter)
 
 
-def reconfigure_from_file(limiter: Limiter, path: PathLike) -> None:
-    """:func:`reconfigure_from_config` with a TOML or YAML file; errors start with the file's name."""
-    config = load_file(path)
-    try:
-        reconfigure_from_config(limiter, config)
-    except (ValueError, TypeError) as error:
-        kind = TypeError if isinstance(error, TypeError) else ValueError
-        raise kind(f"{os.fspath(path)}: {error}") from None
-
-
-def _reword_limiter_error(error: ValueError | TypeError, plan: _Plan) -> NoReturn:
-    match = _FIELD_MESSAGE.fullmatch(str(error))
-    if match is not None:
-        rule = _RULE_FIELD.fullmatch(match.group(1))
-        if rule is not None and int(rule.group(1)) < len(plan.places):
-            group_place, pattern_place = plan.places[int(rule.group(1))]
-            field = rule.group(2)
-            where = pattern_place if field == "pattern" else group_place
-            if field not in (None, "pattern", "group"):
-                where = _join(group_place, field)
-            kind = TypeError if isinstance(error, TypeError) else ValueError
-            raise kind(f"{where}: {match.group(2)}") from None
-    raise error
+def reconfigure_from_file(limiter: _CoreLimiter, path: PathLike) -> None:
+    """:func:`reconfigure_from_config` with a TOML or YAML file; errors carry the file's name."""
+    plan_from_file(path).apply(limiter)
 
 
 def load_file(path: PathLike) -> dict[str, Any]:
     """Reads a ``.toml``, ``.yaml`` or ``.yml`` config file into a dict.
 
     Raises:
-        ValueError: an unknown file extension, or a file that does not parse (its name first).
-        TypeError: a YAML file whose top level is not a mapping.
+        InvalidValue: an unknown file extension, or a file that does not parse (``file`` is its name).
+        InvalidType: a YAML file whose top level is not a mapping.
         ImportError: a YAML file without PyYAML installed.
         OSError: the file cannot be read.
     """
@@ -394,7 +496,7 @@ def load_file(path: PathLike) -> dict[str, Any]:
             try:
                 return tomllib.load(file)
             except tomllib.TOMLDecodeError as error:
-                raise ValueError(f"{name}: not valid TOML: {error}") from None
+                raise InvalidValue((), f"not valid TOML: {error}", file=name) from None
     if suffix in (".yaml", ".yml"):
         try:
             yaml = importlib.import_module("yaml")
@@ -404,41 +506,30 @@ def load_file(path: PathLike) -> dict[str, Any]:
             try:
                 data = yaml.safe_load(file)
             except yaml.YAMLError as error:
-                raise ValueError(f"{name}: not valid YAML: {error}") from None
+                raise InvalidValue((), f"not valid YAML: {error}", file=name) from None
         if data is None:
             return {}
         if not isinstance(data, dict):
-            raise TypeError(f"{name}: the top level must be a mapping, got {_type_name(data)}")
+            raise InvalidType((), f"the top level must be a mapping, got {_type_name(data)}", file=name)
         return data
-    raise ValueError(f"{name}: unknown config format {suffix or '(no extension)'!r}; use .toml, .yaml or .yml")
+    raise InvalidValue((), f"unknown config format {suffix or '(no extension)'!r}; use .toml, .yaml or .yml", file=name)
 
 
-def limiter_from_file(path: PathLike, *, clock: ManualClock | None = None) -> Limiter:
-    """Reads a TOML or YAML config file and builds its Limiter; errors start with the file's name.
-
-    Raises:
-        ValueError, TypeError: as :func:`limiter_from_config` and :func:`load_file`, prefixed with the file.
-        ImportError: a YAML file without PyYAML installed.
-        OSError: the file cannot be read.
-    """
-    config = load_file(path)
-    try:
-        return limiter_from_config(config, clock=clock)
-    except (ValueError, TypeError) as error:
-        kind = TypeError if isinstance(error, TypeError) else ValueError
-        raise kind(f"{os.fspath(path)}: {error}") from None
+def _route(rule: Rule) -> Route:
+    return Route(
+        rule.pattern, rule.group, tuple(describe_limit(limit) for limit in rule.limits), rule.policy, rule.reduction
+    )
 
 
-def routes_of(limiter_or_config: Limiter | Mapping[str, Any]) -> tuple[Route, ...]:
-    """The routes of a limiter built from a config, or of a config mapping (validated), in routing order."""
-    if isinstance(limiter_or_config, Limiter):
-        routes: tuple[Route, ...] | None = limiter_or_config.__dict__.get(_ROUTES_ATTR)
-        if routes is None:
-            raise ValueError("routing table: this limiter was not built from a config (use limiter_from_config)")
-        return routes
-    limiter = limiter_from_config(limiter_or_config)
-    built: tuple[Route, ...] = limiter.__dict__[_ROUTES_ATTR]
-    return built
+def routes_of(limiter_or_config: _CoreLimiter | Mapping[str, Any]) -> tuple[Route, ...]:
+    """The routes in routing order: those in force in a limiter (read from :attr:`Limiter.rules`, so
+    after ``update_rule`` or ``reload`` too; ``place`` is ``None``), or those of a config mapping
+    (validated like :func:`limiter_from_config`, with their places in the config)."""
+    if isinstance(limiter_or_config, _CoreLimiter):
+        return tuple(_route(rule) for rule in limiter_or_config.rules)
+    plan = plan_from_config(limiter_or_config)
+    plan.build(_limiter_class())  # what only the core checks: exempt_paths, max_keys
+    return tuple(plan.routes)
 
 
 def _table_text(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
@@ -450,13 +541,16 @@ def _table_text(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> list[s
     return lines
 
 
-def routing_table(limiter_or_config: Limiter | Mapping[str, Any]) -> str:
+def routing_table(limiter_or_config: _CoreLimiter | Mapping[str, Any]) -> str:
     """A readable table of the routing: order, pattern, group, limits, policy, plus exemptions.
 
-    Takes a limiter built by :func:`limiter_from_config` / :func:`limiter_from_file`, or a config mapping
-    (validated first, so it raises like :func:`limiter_from_config`).
+    Takes any limiter (the table shows what is in force now), or a config mapping (validated first, so
+    it raises like :func:`limiter_from_config`).
     """
-    limiter = limiter_or_config if isinstance(limiter_or_config, Limiter) else limiter_from_config(limiter_or_config)
+    if isinstance(limiter_or_config, _CoreLimiter):
+        limiter = limiter_or_config
+    else:
+        limiter = plan_from_config(limiter_or_config).build(_limiter_class())
     routes = routes_of(limiter)
     rows = []
     for order, route in enumerate(routes, 1):
@@ -470,22 +564,13 @@ def routing_table(limiter_or_config: Limiter | Mapping[str, Any]) -> str:
         lines.append("no groups: nothing is limited")
     if not any(route.pattern == "" for route in routes) and rows:
         lines.append("paths matching no pattern: not limited")
-    exempt = _exemptions(limiter)
+    exempt = []
+    if limiter.exempt_peers:
+        exempt.append("exempt peers: " + ", ".join(limiter.exempt_peers))
+    if limiter.exempt_paths:
+        exempt.append("exempt paths: " + ", ".join(limiter.exempt_paths))
     if exempt:
         lines.append("")
         lines.extend(exempt)
     lines.append(f"max_keys: {limiter.max_keys}")
     return "\n".join(lines)
-
-
-def _exemptions(limiter: Limiter) -> list[str]:
-    config: tuple[list[str], list[str]] | None = limiter.__dict__.get(_EXEMPT_ATTR)
-    if config is None:
-        return []
-    peers, paths = config
-    lines = []
-    if peers:
-        lines.append("exempt peers: " + ", ".join(peers))
-    if paths:
-        lines.append("exempt paths: " + ", ".join(paths))
-    return lines

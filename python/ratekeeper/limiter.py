@@ -9,10 +9,11 @@ early (an exception, Ctrl-C, a cancelled task) gives the slot back.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ratekeeper._core import Decision, ManualClock, Rate
 from ratekeeper._core import Limiter as _CoreLimiter
@@ -20,21 +21,27 @@ from ratekeeper._errors import RateLimited
 from ratekeeper._manual_wait import ManualWaits
 from ratekeeper._quota import QuotaWorkers
 
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
 __all__ = ["Limiter", "Permit"]
 
 
 class Permit:
     """Concurrency permits held for one request; see :meth:`Limiter.concurrent`."""
 
-    __slots__ = ("_cost", "_held", "_limiter", "_path", "_peer", "decision")
+    __slots__ = ("_cost", "_group", "_held", "_limiter", "_path", "_peer", "_rates", "decision")
 
-    def __init__(self, limiter: _CoreLimiter, peer: str, path: str | None, cost: int) -> None:
-        self._limiter, self._peer, self._path, self._cost = limiter, peer, path, cost
+    def __init__(
+        self, limiter: _CoreLimiter, peer: str, path: str | None, group: str | None, cost: int, rates: bool
+    ) -> None:
+        self._limiter, self._peer, self._path, self._group = limiter, peer, path, group
+        self._cost, self._rates = cost, rates
         self._held = False
         self.decision: Decision | None = None
 
     def __enter__(self) -> Decision:
-        decision = self._limiter._acquire(self._peer, self._path, self._cost)
+        decision = self._limiter._acquire(self._peer, self._path, self._group, self._cost, self._rates)
         if not decision.allowed:
             raise RateLimited(decision)
         self._held = True
@@ -44,7 +51,7 @@ class Permit:
     def __exit__(self, *exc_info: object) -> None:
         if self._held:
             self._held = False
-            self._limiter._release(self._peer, self._path, self._cost)
+            self._limiter._release(self._peer, self._path, self._group, self._cost)
 
     async def __aenter__(self) -> Decision:
         return self.__enter__()
@@ -61,11 +68,10 @@ class Limiter(_CoreLimiter):
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        # The Rust constructor validated the arguments; only the workers are set up here.
-        provider = self._quota_provider
-        if provider is not None:
-            timeout = float(kwargs.get("quota_timeout", 5.0))
-            self.__dict__["_quota_workers_"] = QuotaWorkers(self, provider, self._quota_workers, timeout)
+        # The Rust constructor validated the arguments and holds the settings; only the workers start here.
+        quotas = self.quotas
+        if quotas.provider is not None:
+            self.__dict__["_quota_workers_"] = QuotaWorkers(self, quotas.provider, quotas.workers)
 
     def close(self) -> None:
         """Stops the quota workers (idempotent). Decisions keep working on the quotas already known."""
@@ -96,29 +102,37 @@ class Limiter(_CoreLimiter):
         Raises:
             ValueError, TypeError: naming the place in the file; the limiter is then unchanged.
         """
-        from ratekeeper.config import reconfigure_from_file
+        from ratekeeper.config import plan_from_file
 
-        reconfigure_from_file(self, path)
+        plan_from_file(path).apply(self)
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any], *, clock: ManualClock | None = None) -> Limiter:
+    def from_config(cls, config: Mapping[str, Any], *, clock: ManualClock | None = None) -> Self:
         """A limiter from a mapping in the format of :mod:`ratekeeper.config` (groups, rules, exemptions).
 
         Raises:
-            ValueError, TypeError: naming the place, e.g. ``groups.api.limits[1].rate: ...``.
+            InvalidValue, InvalidType: naming the place, e.g. ``groups.api.limits[1].rate: ...``.
         """
-        from ratekeeper.config import limiter_from_config
+        from ratekeeper.config import plan_from_config
 
-        return limiter_from_config(config, clock=clock)
+        return plan_from_config(config).build(cls, clock=clock)
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike[str], *, clock: ManualClock | None = None) -> Limiter:
+    def from_file(cls, path: str | os.PathLike[str], *, clock: ManualClock | None = None) -> Self:
         """A limiter from a TOML file (or YAML, with PyYAML installed); errors start with the file name."""
-        from ratekeeper.config import limiter_from_file
+        from ratekeeper.config import plan_from_file
 
-        return limiter_from_file(path, clock=clock)
+        return plan_from_file(path).build(cls, clock=clock)
 
-    def throttle(self, peer: str, path: str | None = None, *, cost: int = 1, timeout: float | None = None) -> Decision:
+    def throttle(
+        self,
+        peer: str,
+        path: str | None = None,
+        *,
+        cost: int = 1,
+        timeout: float | None = None,
+        group: str | None = None,
+    ) -> Decision:
         """Blocks until the request is admitted and returns its Decision.
 
         Waiters on one key are served in arrival order, each with a single core call: the first call
@@ -127,19 +141,26 @@ class Limiter(_CoreLimiter):
         Raises:
             RateLimited: the wait would last longer than ``timeout`` seconds (nothing is reserved).
         """
-        decision, wait, deadline_ns, receipt = self._reserve(peer, path, cost, timeout)
+        reservation = self._reserve(peer, path, group, cost, timeout)
+        decision = reservation.decision
         if not decision.allowed:
             raise RateLimited(decision)
-        if wait > 0:
+        if reservation.wait > 0:
             try:
-                self._wait(wait, deadline_ns)
+                self._wait(reservation.wait, reservation.deadline_ns)
             except BaseException:
-                self._refund(peer, path, cost, receipt)
+                self._refund(peer, path, group, cost, reservation)
                 raise
         return decision
 
     async def athrottle(
-        self, peer: str, path: str | None = None, *, cost: int = 1, timeout: float | None = None
+        self,
+        peer: str,
+        path: str | None = None,
+        *,
+        cost: int = 1,
+        timeout: float | None = None,
+        group: str | None = None,
     ) -> Decision:
         """The asyncio twin of :meth:`throttle`: waits with ``asyncio.sleep``, never blocking the loop.
 
@@ -150,32 +171,39 @@ class Limiter(_CoreLimiter):
         """
         workers: QuotaWorkers | None = self.__dict__.get("_quota_workers_")
         if workers is not None and self.quota_wait > 0:
-            await workers.waiters.wait(lambda: self._quota_pending(peer, path), self.quota_wait)
-        decision, wait, deadline_ns, receipt = self._reserve(peer, path, cost, timeout, False)
+            await workers.waiters.wait(lambda: self._quota_pending(peer, path, group), self.quota_wait)
+        reservation = self._reserve(peer, path, group, cost, timeout, False)
+        decision = reservation.decision
         if not decision.allowed:
             raise RateLimited(decision)
-        if wait > 0:
+        if reservation.wait > 0:
             try:
                 if self.clock is None:
-                    await asyncio.sleep(wait)
+                    await asyncio.sleep(reservation.wait)
                 else:
-                    await self._manual_waits().sleep_until(deadline_ns)
+                    await self._manual_waits().sleep_until(reservation.deadline_ns)
             except BaseException:
-                self._refund(peer, path, cost, receipt)
+                self._refund(peer, path, group, cost, reservation)
                 raise
         return decision
 
-    def concurrent(self, peer: str, path: str | None = None, *, cost: int = 1) -> Permit:
+    def concurrent(
+        self, peer: str, path: str | None = None, *, cost: int = 1, group: str | None = None, rates: bool = True
+    ) -> Permit:
         """A context manager (``with`` or ``async with``) holding the group's concurrency permits.
 
         Entering admits the request like :meth:`check` and also takes the permits of the group's
-        concurrency limits; leaving gives the permits back, also on exceptions and cancellation.
+        concurrency limits; leaving gives the permits back, also on exceptions and cancellation. With
+        ``rates=False`` only the permits are taken: for a request that already has its rate admission
+        (it waited for it with :meth:`throttle` or :meth:`athrottle`), so its rate limits are not
+        charged twice.
 
         Raises:
             RateLimited: on entering, when a rate limit refuses or every permit is in use
-                (``retry_after`` is 0.0 then: a permit frees when a request finishes).
+                (``retry_after`` is 0.0 and ``decision.refused_by`` is ``"concurrency"`` then: a permit
+                frees when a request finishes).
         """
-        return Permit(self, peer, path, cost)
+        return Permit(self, peer, path, group, cost, rates)
 
     def _manual_waits(self) -> ManualWaits:
         waits: ManualWaits | None = self.__dict__.get("_manual_waits_")
@@ -194,3 +222,7 @@ class Limiter(_CoreLimiter):
     def __repr__(self) -> str:
         state = "on" if self.enabled else "off"
         return f"<ratekeeper.Limiter groups={list(self.groups)} keys={len(self)} {state}>"
+
+
+# help() and inspect.signature() show the constructor's real parameters, not (*args, **kwargs).
+Limiter.__signature__ = inspect.signature(_CoreLimiter)  # type: ignore[attr-defined]

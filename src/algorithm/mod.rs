@@ -74,6 +74,8 @@ pub struct Report {
     pub remaining: u64,
     /// Time until the key is back to its full limit.
     pub reset_after_ns: u64,
+    /// The window `limit` is counted over (`None` for concurrency permits); see [`Limit::window_ns`].
+    pub window_ns: Option<u64>,
 }
 
 /// The algorithms a limit can use.
@@ -132,6 +134,8 @@ pub struct Limit {
     /// Whether the burst was given, rather than following the rate's count (a new rate keeps it then).
     pub burst_set: bool,
     pub algorithm: Algorithm,
+    /// See [`Limit::window_ns`]; worked out once, as a report of every `check` gives it.
+    window_ns: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,7 +184,11 @@ impl Limit {
                 return Err(Error::value("algorithm", "a concurrency limit takes concurrency=N, not a rate"))
             }
         };
-        Ok(Self { rate: Some(rate), burst, burst_set, algorithm })
+        let window_ns = Some(match kind {
+            Kind::FixedWindow | Kind::SlidingWindow | Kind::SlidingLog | Kind::TokenBucket => rate.period_ns,
+            _ => u64::try_from(span).unwrap_or(u64::MAX),
+        });
+        Ok(Self { rate: Some(rate), burst, burst_set, algorithm, window_ns })
     }
 
     /// At most `permits` requests in flight at once.
@@ -188,12 +196,13 @@ impl Limit {
     /// # Errors
     /// Zero permits or more than `u32::MAX`.
     pub fn concurrency(permits: u64) -> Result<Self> {
-        let burst = checked_burst(permits).map_err(|e| Error { field: "concurrency".into(), ..e })?;
+        let burst = checked_burst(permits).map_err(|e| e.moved_to("concurrency"))?;
         Ok(Self {
             rate: None,
             burst,
             burst_set: true,
             algorithm: Algorithm::Concurrency(concurrency::Concurrency::new(burst)),
+            window_ns: None,
         })
     }
 
@@ -266,7 +275,16 @@ impl Limit {
             Algorithm::LeakyBucket(l) => l.report(state, now),
             Algorithm::Concurrency(c) => (c.available(state), 0),
         };
-        Report { limit: u64::from(self.burst), remaining, reset_after_ns }
+        Report { limit: u64::from(self.burst), remaining, reset_after_ns, window_ns: self.window_ns() }
+    }
+
+    /// The window the limit's burst is counted over, as a `RateLimit-Policy` header states it: the
+    /// time a full burst takes to come back at the rate (`"10/min"`: 60 s; `"10/s"` with burst 20:
+    /// 2 s); a window algorithm's window. `None` for concurrency permits.
+    #[inline]
+    #[must_use]
+    pub const fn window_ns(&self) -> Option<u64> {
+        self.window_ns
     }
 }
 
@@ -335,6 +353,31 @@ impl Limit {
                 match self.evaluate(&State::default(), &NO_LOG, now, used) {
                     Ok(Admit::State(fresh)) => fresh,
                     // A fresh key admits up to its burst; a concurrency limit has no rate to change.
+                    _ => *state,
+                }
+            }
+        }
+    }
+}
+
+impl Limit {
+    /// The state after `units` more were used at `now` somewhere else (another node): counted as used
+    /// now, whatever the limit allows, so the key may be refused until they drain. A concurrency
+    /// limit is not a rate: unchanged.
+    #[must_use]
+    pub fn charge(&self, state: &State, log: &mut VecDeque<u64>, now: u64, units: u64) -> State {
+        match &self.algorithm {
+            Algorithm::Concurrency(_) => *state,
+            Algorithm::Gcra(g) => g.with_used(g.used(state, now).saturating_add(units), now),
+            Algorithm::SlidingLog(sliding) => {
+                sliding.append(log, now, now, units.min(u64::from(self.burst)));
+                let window = self.rate.map_or(0, |r| r.period_ns);
+                State { t: now.saturating_add(window).max(state.t), a: 0, b: 0 }
+            }
+            _ => {
+                let used = self.used(state, log, now).saturating_add(units).min(u64::from(self.burst));
+                match self.evaluate(&State::default(), &NO_LOG, now, used) {
+                    Ok(Admit::State(charged)) => charged,
                     _ => *state,
                 }
             }

@@ -5,40 +5,44 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Group, Landing, Limiter, Locked, Rules, ShardData};
+use super::{Held, Key, KeyLock, Landing, Limiter, ShardData, Target};
 use crate::algorithm::Limit;
 use crate::error::{Error, Result};
 use crate::quota::{FetchJob, FetchQueue, QuotaInfo, QuotaSlot, Source};
 use crate::rate::Rate;
-use crate::rules::Route;
+use crate::rules::Group;
 use crate::store::Shard;
 
+/// What a quota provider answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// A quota (`None`: the rule's own rate).
+    Quota(Option<Rate>),
+    /// No such key (the provider raised `LookupError`): keep the failsafe, ask again after the TTL.
+    Unknown,
+    /// The provider raised, timed out, or answered something that is not a rate.
+    Failed(Option<String>),
+}
+
 impl Limiter {
-    /// The quota in force for the key `base` of group `index` (`None`: the rule's own limit). With
-    /// `fetch`, a key that needs one (new, expired, backed off long enough) gets a fetch queued, and a
-    /// fetch past its deadline is failed.
+    /// The quota in force for `key` (`None`: the rule's own limit). With `fetch_for` (the key's peer), a
+    /// key that needs one (new, expired, backed off long enough) gets a fetch queued, and a fetch past
+    /// its deadline is failed.
     #[inline]
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn quota_of(
-        &self,
-        shard: &mut Shard<ShardData>,
-        rules: &Rules,
-        index: usize,
-        base: u64,
-        peer: &str,
-        now: u64,
-        fetch: bool,
-    ) -> Option<Limit> {
-        let group = &rules.groups[index];
-        if !self.quotas_active.load(Ordering::Relaxed) || group.primary.is_none() {
+    pub(super) fn quota_of(&self, held: &mut Held<'_>, key: Key, now: u64, fetch_for: Option<&str>) -> Option<Limit> {
+        if !self.quotas_active.load(Ordering::Relaxed) {
             return None;
         }
+        let base = key.base;
+        let (rules, group, shard) = held.key_parts(key);
+        group.primary?;
         let settings = &self.quotas;
+        let fetch_for = fetch_for.filter(|_| settings.provider);
         let slot = match shard.data.quotas.get_mut(base) {
             Some(slot) => slot,
-            None if settings.provider && fetch => {
+            None if fetch_for.is_some() => {
                 let source = if group.failsafe.is_some() { Source::Failsafe } else { Source::Rule };
-                let adopted = group.primary.is_some_and(|p| shard.find(Self::limit_key(group, base, p)).is_some());
+                let adopted = group.primary.is_some_and(|p| shard.find(group.limit_key(base, p)).is_some());
                 let slot = shard.data.quotas.insert(base, group.failsafe, source, rules.version(), now);
                 slot.adopted = adopted;
                 slot
@@ -48,24 +52,25 @@ impl Limiter {
         if slot.version != rules.version() {
             Self::rederive(slot, group, rules.version());
         }
-        let counters = &mut shard.data.groups[index];
-        if fetch && settings.provider && now >= slot.next_at {
+        if let Some(peer) = fetch_for.filter(|_| now >= slot.next_at) {
             if slot.fetching {
                 // The fetch overran its deadline: fail it, so a later use retries after the backoff.
                 slot.fail(settings, now);
-                counters.quota_failures += 1;
-            } else {
-                slot.token = slot.token.wrapping_add(1);
-                let job = FetchJob { peer: peer.to_owned(), group: group.name.clone(), token: slot.token };
-                if self.fetches.push(job) {
-                    slot.fetching = true;
-                    slot.next_at = now.saturating_add(settings.timeout_ns);
-                    counters.quota_fetches += 1;
-                } else {
-                    // Queue full or closed: stay on the current quota and try again later.
-                    slot.next_at = now.saturating_add(settings.backoff(1));
-                }
+                let quota = slot.quota;
+                shard.data.counters(group.id).quota_failures += 1;
+                return quota;
             }
+            slot.token = slot.token.wrapping_add(1);
+            let job = FetchJob::new(peer.to_owned(), group.name.clone(), slot.token);
+            if self.fetches.push(job) {
+                slot.fetching = true;
+                slot.next_at = now.saturating_add(settings.timeout_ns);
+                let quota = slot.quota;
+                shard.data.counters(group.id).quota_fetches += 1;
+                return quota;
+            }
+            // Queue full or closed: stay on the current quota and try again later.
+            slot.next_at = now.saturating_add(settings.backoff(1));
         }
         slot.quota
     }
@@ -86,7 +91,7 @@ impl Limiter {
             return;
         }
         let Some(p) = group.primary else { return };
-        let key = Self::limit_key(group, base, p);
+        let key = group.limit_key(base, p);
         let Some(state) = shard.get_mut(key).map(|s| *s) else { return };
         let rescaled = if new.uses_log() {
             let mut log = std::mem::take(shard.log_mut(key));
@@ -96,21 +101,23 @@ impl Limiter {
         } else {
             new.rescale(old, &state, &mut VecDeque::new(), now)
         };
-        shard.store(key, rescaled, now);
+        shard.store(key, rescaled, now, group.id);
     }
 
     /// Installs `quota` for the key (provider answers and `set_quota`), rescaling its state.
-    fn install(shard: &mut Shard<ShardData>, group: &Group, base: u64, slot_quota: Option<Limit>, now: u64) {
+    fn install(key: &mut KeyLock<'_>, quota: Option<Limit>, now: u64) {
+        let base = key.base();
+        let (_, group, shard) = key.parts();
         let Some(p) = group.primary else { return };
         let (current, adopted) = shard.data.quotas.get(base).map_or((None, false), |s| (s.quota, s.adopted));
         if !group.history.is_empty() {
-            Self::migrate(shard, group, current.as_ref(), base, now);
+            super::decide::KeyStates { shard: &mut *shard, group, base, now }.migrate(current.as_ref());
         }
         if adopted {
             return;
         }
         let old = current.unwrap_or(group.limits[p]);
-        let new = slot_quota.unwrap_or(group.limits[p]);
+        let new = quota.unwrap_or(group.limits[p]);
         Self::rescale(shard, group, base, &old, &new, now);
     }
 
@@ -128,15 +135,17 @@ impl Limiter {
     /// # Errors
     /// An unknown group, a group with no rate limit, or a rate that does not fit the group's burst.
     pub fn set_quota(&self, peer: &str, group: &str, rate: Option<Rate>) -> Result<()> {
-        let Locked { rules, mut shard, index, base } = self.lock_group(peer, group)?;
-        let g = &rules.groups[index];
+        let mut key = self.lock_group(peer, group)?;
+        let g = key.group();
         if g.primary.is_none() {
             return Err(Error::value("group", format!("group {group:?} has no rate limit to set a quota for")));
         }
         let quota = Self::derive(g, rate).map_err(|e| e.within("rate"))?;
         let now = self.clock.now_ns();
         self.quotas_active.store(true, Ordering::Relaxed);
-        Self::install(&mut shard, g, base, quota, now);
+        Self::install(&mut key, quota, now);
+        let base = key.base();
+        let (rules, _, shard) = key.parts();
         let quotas = &mut shard.data.quotas;
         let slot = match quotas.get_mut(base) {
             Some(slot) => slot,
@@ -144,18 +153,19 @@ impl Limiter {
         };
         slot.version = rules.version();
         slot.land(quota, Source::Set, &self.quotas, now);
-        drop(shard);
+        drop(key);
         self.fetches.notify_landed();
         Ok(())
     }
 
-    /// What `peer`'s key in `group` runs on. Starts no fetch.
+    /// What `peer`'s key in `group` runs on, and the rule's own rate. Starts no fetch.
     ///
     /// # Errors
     /// An unknown group.
     pub fn quota(&self, peer: &str, group: &str) -> Result<(QuotaInfo, Option<Rate>)> {
-        let Locked { rules, mut shard, index, base } = self.lock_group(peer, group)?;
-        let g = &rules.groups[index];
+        let mut key = self.lock_group(peer, group)?;
+        let base = key.base();
+        let (rules, g, shard) = key.parts();
         let rule_rate = g.primary.and_then(|p| g.limits[p].rate);
         if let Some(slot) = shard.data.quotas.get_mut(base) {
             if slot.version != rules.version() {
@@ -174,93 +184,99 @@ impl Limiter {
         Ok((info, rule_rate))
     }
 
-    fn lock_group(&self, peer: &str, group: &str) -> Result<Locked<'_>> {
-        let mut error = None;
-        let locked = self.lock(peer, |rules| match rules.group_index(group) {
-            Ok(index) => Some(index),
-            Err(e) => {
-                error = Some(e);
-                None
-            }
-        });
-        locked.ok_or_else(|| error.unwrap_or_else(|| Error::value("group", "no such group")))
-    }
-
     /// The queue workers take fetch jobs from.
     #[must_use]
     pub fn fetches(&self) -> &Arc<FetchQueue> {
         &self.fetches
     }
 
-    /// Hands back the answer to `job`: `Ok(rate)` from the provider (`None`: the rule's rate), or
-    /// `Err(())` when it raised, timed out or answered something that is not a rate.
-    /// The worker then calls `fetches().done()`, once it has logged what it must: `wait_quotas` returns
-    /// when every job is done.
-    pub fn finish_fetch(&self, job: &FetchJob, answer: std::result::Result<Option<Rate>, ()>) -> Landing {
-        let Ok(Locked { rules, mut shard, index, base }) = self.lock_group(&job.peer, &job.group) else {
-            return Landing::Late;
-        };
-        let g = &rules.groups[index];
+    /// Hands back the answer to `job`. An answer that comes after `quota_timeout` (counted from when a
+    /// worker took the job) is a failure. The worker then calls `fetches().done()`, once it has logged
+    /// what it must: `wait_quotas` returns when every job is done.
+    pub fn finish_fetch(&self, job: &FetchJob, answer: Answer) -> Landing {
+        let Ok(mut key) = self.lock_group(&job.peer, &job.group) else { return Landing::Late };
         let now = self.clock.now_ns();
-        match shard.data.quotas.get_mut(base) {
-            Some(slot) if slot.fetching && slot.token == job.token => {
-                if slot.version != rules.version() {
-                    Self::rederive(slot, g, rules.version());
-                }
-            }
-            _ => return Landing::Late,
-        }
-        let derived = answer.map(|rate| Self::derive(g, rate));
-        let (quota, reason) = match derived {
-            Ok(Ok(quota)) => (Some(quota), None),
-            Ok(Err(error)) => (None, Some(error.within("quota"))),
-            Err(()) => (None, None),
+        let base = key.base();
+        let timeout = Duration::from_nanos(self.quotas.timeout_ns);
+        let answer = match job.taken.map(|taken| taken.elapsed()) {
+            Some(took) if took > timeout => Answer::Failed(Some(format!(
+                "answered after {:.3} s, over quota_timeout ({} s)",
+                took.as_secs_f64(),
+                timeout.as_secs_f64()
+            ))),
+            _ => answer,
         };
-        if let Some(quota) = quota {
-            Self::install(&mut shard, g, base, quota, now);
-            let source = if quota.is_some() { Source::Provider } else { Source::Rule };
-            if let Some(slot) = shard.data.quotas.get_mut(base) {
-                slot.land(quota, source, &self.quotas, now);
+        {
+            let (rules, g, shard) = key.parts();
+            match shard.data.quotas.get_mut(base) {
+                Some(slot) if slot.fetching && slot.token == job.token => {
+                    if slot.version != rules.version() {
+                        Self::rederive(slot, g, rules.version());
+                    }
+                }
+                _ => return Landing::Late,
             }
-            return Landing::Landed;
         }
-        let first = shard.data.quotas.get_mut(base).is_some_and(|slot| slot.fail(&self.quotas, now));
-        shard.data.groups[index].quota_failures += 1;
-        Landing::Failed { first, reason }
+        let derived = match answer {
+            Answer::Quota(rate) => Self::derive(key.group(), rate).map_err(|e| Some(e.within("quota").to_string())),
+            Answer::Unknown => {
+                let (_, g, shard) = key.parts();
+                if let Some(slot) = shard.data.quotas.get_mut(base) {
+                    slot.unknown(&self.quotas, now);
+                }
+                shard.data.counters(g.id).quota_unknown += 1;
+                return Landing::Unknown;
+            }
+            Answer::Failed(reason) => Err(reason),
+        };
+        match derived {
+            Ok(quota) => {
+                Self::install(&mut key, quota, now);
+                let source = if quota.is_some() { Source::Provider } else { Source::Rule };
+                let (_, _, shard) = key.parts();
+                if let Some(slot) = shard.data.quotas.get_mut(base) {
+                    slot.land(quota, source, &self.quotas, now);
+                }
+                Landing::Landed
+            }
+            Err(reason) => {
+                let (_, g, shard) = key.parts();
+                let first = shard.data.quotas.get_mut(base).is_some_and(|slot| slot.fail(&self.quotas, now));
+                shard.data.counters(g.id).quota_failures += 1;
+                Landing::Failed { first, reason }
+            }
+        }
     }
 
-    /// Whether `peer`'s first fetch for the group `path` routes to is still running (what `quota_wait`
-    /// waits for); queues it if the key is new. When it runs: the landings seen before the check, to
-    /// pass to `wait_first_fetch`.
-    pub fn first_fetch_pending(&self, peer: &str, path: Option<&str>) -> Option<u64> {
+    /// Whether `peer`'s first fetch for its group is still running (what `quota_wait` waits for);
+    /// queues it if the key is new. When it runs: the landings seen before the check, to pass to
+    /// `wait_first_fetch`.
+    pub fn first_fetch_pending(&self, peer: &str, target: Target<'_>) -> Option<u64> {
         if !self.quotas.provider || !self.enabled() {
             return None;
         }
         let seen = self.fetches.landed();
-        let locked = self.lock(peer, |rules| match rules.router.route(peer, path) {
-            Route::Group(index) => Some(index),
-            _ => None,
-        });
-        let Locked { rules, mut shard, index, base } = locked?;
+        let mut key = self.lock_key(peer, target).ok()??;
         let now = self.clock.now_ns();
-        self.quota_of(&mut shard, &rules, index, base, peer, now, true);
+        self.quota_of(&mut key.locked.held(), key.key, now, Some(peer));
+        let base = key.base();
+        let (_, _, shard) = key.parts();
         shard.data.quotas.get(base).is_some_and(|s| s.fetching && !s.good).then_some(seen)
     }
 
     /// Blocks until `peer`'s pending first fetch (`first_fetch_pending` gave `seen`) lands or fails, or
     /// `timeout` passes. Call without the GIL.
-    pub fn wait_first_fetch(&self, peer: &str, path: Option<&str>, mut seen: u64, timeout: Duration) {
+    pub fn wait_first_fetch(&self, peer: &str, target: Target<'_>, mut seen: u64, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         while self.fetches.wait_landed(seen, deadline) {
             // Some fetch landed: this key's, or another's.
-            match self.first_fetch_pending(peer, path) {
+            match self.first_fetch_pending(peer, target) {
                 Some(now_seen) => seen = now_seen,
                 None => return,
             }
         }
     }
 }
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -270,7 +286,8 @@ mod tests {
     use crate::algorithm::{Kind, Outcome};
     use crate::clock::Clock;
     use crate::clock::ManualClock;
-    use crate::limiter::{Config, RuleSpec, RulesConfig};
+    use crate::config::{Config, RuleSpec, RulesConfig};
+    use crate::limiter::tests::decide;
     use crate::quota::QuotaSettings;
 
     const S: u64 = 1_000_000_000;
@@ -279,7 +296,7 @@ mod tests {
         let clock = Arc::new(ManualClock::new(0));
         let limit = Limit::new(rate.parse().unwrap(), None, Kind::Gcra).unwrap();
         let config = Config {
-            rules: RulesConfig { rules: vec![RuleSpec::single("", "g", limit)], ..RulesConfig::default() },
+            rules: RulesConfig { rules: vec![RuleSpec::single("", "g", limit).unwrap()], ..RulesConfig::default() },
             quotas: QuotaSettings {
                 provider: true,
                 failsafe: failsafe.map(|f| f.parse().unwrap()),
@@ -293,7 +310,7 @@ mod tests {
     }
 
     fn remaining(lim: &Limiter, peer: &str) -> u64 {
-        lim.decide(peer, None, 1, 0, true).report.unwrap().remaining
+        decide(lim, peer, None, 1, 0, true).report.unwrap().remaining
     }
 
     fn take(lim: &Limiter) -> Option<FetchJob> {
@@ -310,8 +327,8 @@ mod tests {
         assert_eq!(remaining(&lim, "a"), 0);
         assert_eq!(take(&lim), None);
         // 2 used of 2/min carry over: 98 left of 100/min.
-        assert_eq!(lim.finish_fetch(&job, Ok(Some("100/min".parse().unwrap()))), Landing::Landed);
-        assert_eq!(lim.decide("a", None, 1, 0, true).report.unwrap().remaining, 97);
+        assert_eq!(lim.finish_fetch(&job, Answer::Quota(Some("100/min".parse().unwrap()))), Landing::Landed);
+        assert_eq!(decide(&lim, "a", None, 1, 0, true).report.unwrap().remaining, 97);
         assert_eq!(lim.quota("a", "g").unwrap().0.source, Source::Provider);
     }
 
@@ -320,44 +337,44 @@ mod tests {
         let (lim, clock) = limiter("100/min", None);
         lim.set_quota("a", "g", Some("100/min".parse().unwrap())).unwrap();
         for _ in 0..80 {
-            assert!(lim.decide("a", None, 1, 0, false).outcome.allowed);
+            assert!(decide(&lim, "a", None, 1, 0, false).outcome.allowed);
         }
         lim.set_quota("a", "g", Some("50/min".parse().unwrap())).unwrap();
         // 80 requests at 50/min are 96 s of debt against a 60 s burst: the next admission is at 36 s.
-        let refused = lim.decide("a", None, 1, 0, false).outcome;
+        let refused = decide(&lim, "a", None, 1, 0, false).outcome;
         assert_eq!(refused, Outcome::refused(36 * S + 1_200_000_000));
         clock.advance_ns(37_200_000_000);
-        assert!(lim.decide("a", None, 1, 0, false).outcome.allowed);
+        assert!(decide(&lim, "a", None, 1, 0, false).outcome.allowed);
     }
 
     #[test]
     fn a_fetch_past_its_deadline_fails_and_its_late_answer_is_ignored() {
         let (lim, clock) = limiter("60/min", Some("5/min"));
-        lim.decide("a", None, 1, 0, false);
+        decide(&lim, "a", None, 1, 0, false);
         let job = take(&lim).unwrap();
         clock.advance_ns(5 * S);
-        lim.decide("a", None, 1, 0, false);
+        decide(&lim, "a", None, 1, 0, false);
         let (info, _) = lim.quota("a", "g").unwrap();
         assert_eq!((info.source, info.fetching, info.failures), (Source::Failsafe, false, 1));
-        assert_eq!(lim.finish_fetch(&job, Ok(None)), Landing::Late);
+        assert_eq!(lim.finish_fetch(&job, Answer::Quota(None)), Landing::Late);
         // Backoff: no new fetch before 1 s, one after.
-        lim.decide("a", None, 1, 0, false);
+        decide(&lim, "a", None, 1, 0, false);
         assert_eq!(take(&lim), None);
         clock.advance_ns(S);
-        lim.decide("a", None, 1, 0, false);
+        decide(&lim, "a", None, 1, 0, false);
         assert!(take(&lim).is_some());
     }
 
     #[test]
     fn failures_after_a_good_quota_keep_it_stale_and_the_ttl_refetches() {
         let (lim, clock) = limiter("60/min", Some("5/min"));
-        lim.decide("a", None, 1, 0, false);
+        decide(&lim, "a", None, 1, 0, false);
         let job = take(&lim).unwrap();
-        lim.finish_fetch(&job, Ok(Some("10/s".parse().unwrap())));
+        lim.finish_fetch(&job, Answer::Quota(Some("10/s".parse().unwrap())));
         clock.advance_ns(60 * S);
-        lim.decide("a", None, 1, 0, false);
+        decide(&lim, "a", None, 1, 0, false);
         let refetch = take(&lim).unwrap();
-        assert_eq!(lim.finish_fetch(&refetch, Err(())), Landing::Failed { first: true, reason: None });
+        assert_eq!(lim.finish_fetch(&refetch, Answer::Failed(None)), Landing::Failed { first: true, reason: None });
         let (info, _) = lim.quota("a", "g").unwrap();
         assert_eq!((info.source, info.rate), (Source::Stale, Some("10/s".parse().unwrap())));
     }
@@ -366,16 +383,16 @@ mod tests {
     fn update_rule_carries_what_each_key_used() {
         let (lim, clock) = limiter("10/min", None);
         for _ in 0..10 {
-            assert!(lim.decide("b", None, 1, 0, false).outcome.allowed);
+            assert!(decide(&lim, "b", None, 1, 0, false).outcome.allowed);
         }
         // 10 used of 10/min: 10 left under 20/min, none more.
         lim.update_rule("g", Some("20/min".parse().unwrap()), None).unwrap();
-        assert_eq!((0..15).filter(|_| lim.decide("b", None, 1, 0, false).outcome.allowed).count(), 10);
+        assert_eq!((0..15).filter(|_| decide(&lim, "b", None, 1, 0, false).outcome.allowed).count(), 10);
         // 20 used, lowered to 5/min: refused until the usage drains at 12 s a request (to 4 used).
         lim.update_rule("g", Some("5/min".parse().unwrap()), None).unwrap();
-        assert_eq!(lim.decide("b", None, 1, 0, false).outcome, Outcome::refused(192 * S));
+        assert_eq!(decide(&lim, "b", None, 1, 0, false).outcome, Outcome::refused(192 * S));
         clock.advance_ns(192 * S);
-        assert!(lim.decide("b", None, 1, 0, false).outcome.allowed);
+        assert!(decide(&lim, "b", None, 1, 0, false).outcome.allowed);
         assert!(lim.update_rule("nope", None, Some(3)).unwrap_err().message.contains("\"g\""));
     }
 
@@ -384,18 +401,18 @@ mod tests {
         // Seen by a property test: 10 used of 20/s (burst 10), changed to 10/min (burst 5); 0.35 s later
         // the key must not have drained 7 requests at the old rate.
         let (lim, clock) = limiter("20/s", None);
-        assert_eq!((0..10).filter(|_| lim.decide("d", None, 1, 0, false).outcome.allowed).count(), 10);
+        assert_eq!((0..10).filter(|_| decide(&lim, "d", None, 1, 0, false).outcome.allowed).count(), 10);
         lim.update_rule("g", Some("10/min".parse().unwrap()), Some(5)).unwrap();
         clock.advance_ns(350_000_000);
-        assert!(!lim.decide("d", None, 1, 0, false).outcome.allowed);
+        assert!(!decide(&lim, "d", None, 1, 0, false).outcome.allowed);
     }
 
     #[test]
     fn a_longer_period_lets_no_burst_through() {
         // Seen by a property test: 20 used of 20/s, then 10/min, must not admit 9 more at once.
         let (lim, _) = limiter("20/s", None);
-        assert_eq!((0..20).filter(|_| lim.decide("c", None, 1, 0, false).outcome.allowed).count(), 20);
+        assert_eq!((0..20).filter(|_| decide(&lim, "c", None, 1, 0, false).outcome.allowed).count(), 20);
         lim.update_rule("g", Some("10/min".parse().unwrap()), None).unwrap();
-        assert!(!lim.decide("c", None, 1, 0, false).outcome.allowed);
+        assert!(!decide(&lim, "c", None, 1, 0, false).outcome.allowed);
     }
 }

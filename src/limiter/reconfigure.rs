@@ -2,10 +2,12 @@
 
 use std::sync::Arc;
 
-use super::{Limiter, Rules, RulesConfig};
+use super::{Current, Limiter};
 use crate::algorithm::Limit;
+use crate::config::RulesConfig;
 use crate::error::{Error, Result};
 use crate::rate::Rate;
+use crate::rules::Rules;
 
 impl Limiter {
     /// Replaces the rules, keeping every key's state: groups that keep their name keep their counters,
@@ -16,46 +18,54 @@ impl Limiter {
     /// As [`Limiter::new`]; the limiter is then unchanged.
     pub fn reconfigure(&self, config: RulesConfig) -> Result<()> {
         let _one_at_a_time = self.reconfiguring.lock();
-        let old = self.rules.load_full();
-        let now = self.clock.now_ns();
-        let rules = Rules::build(config, &self.quotas, old.version() + 1, &self.hasher, Some((&old, now)))?;
-        let moved: Vec<Option<usize>> =
-            rules.groups.iter().map(|g| old.groups.iter().position(|o| o.name == g.name)).collect();
-        let rules = Arc::new(rules);
-        self.rules.store(Arc::clone(&rules));
-        // Shard by shard: a shard's counters are indexed by the groups of the rules it holds.
+        self.install_rules(config)
+    }
+
+    /// Builds the rules of `config` from those in force and hands them to every shard. The caller holds
+    /// `reconfiguring` throughout; `current` is held only while building, never while waiting for a
+    /// shard (a shard's holder may need `current`).
+    fn install_rules(&self, config: RulesConfig) -> Result<()> {
+        let rules = {
+            let mut current = self.current.lock();
+            let Current { rules, ids } = &mut *current;
+            let now = self.clock.now_ns();
+            let version = rules.version() + 1;
+            let built = Rules::build(config, &self.quotas, version, &self.hasher, ids, Some((rules, now)))?;
+            *rules = Arc::new(built);
+            Arc::clone(rules)
+        };
+        // Shard by shard: counters are kept by group id, so they need no moving.
         for mut shard in self.store.shards() {
-            let data = &mut shard.data;
-            data.groups =
-                moved.iter().map(|m| m.and_then(|i| data.groups.get(i).copied()).unwrap_or_default()).collect();
-            data.rules = Some(Arc::clone(&rules));
+            shard.data.rules = Some(Arc::clone(&rules));
         }
         Ok(())
     }
 
-    /// Changes the rate and/or burst of `group`'s first rate limit in place.
+    /// Changes the rate and/or burst of `group`'s first rate limit in place. Reads and replaces the
+    /// rules under the reconfiguration lock, so concurrent updates of different groups all take effect.
     ///
     /// # Errors
     /// An unknown group, one without a rate limit, or a bad rate or burst.
     pub fn update_rule(&self, group: &str, rate: Option<Rate>, burst: Option<u64>) -> Result<()> {
-        let mut config = self.rules.load().config.clone();
-        let rules = self.rules.load_full();
+        let _one_at_a_time = self.reconfiguring.lock();
+        let rules = self.rules();
         let index = rules.group_index(group)?;
         let Some(p) = rules.groups[index].primary else {
             return Err(Error::value("group", format!("group {group:?} has no rate limit to update")));
         };
-        let current = rules.groups[index].limits[p];
+        let current_limit = rules.groups[index].limits[p];
         let limit = match (rate, burst) {
             (None, None) => return Ok(()),
             (rate, burst) => {
-                let rate = rate.or(current.rate).ok_or_else(|| Error::value("rate", "the limit has no rate"))?;
-                let keep_burst = if current.burst_set { Some(u64::from(current.burst)) } else { None };
-                Limit::new(rate, burst.or(keep_burst), current.kind())?
+                let rate = rate.or(current_limit.rate).ok_or_else(|| Error::value("rate", "the limit has no rate"))?;
+                let keep_burst = if current_limit.burst_set { Some(u64::from(current_limit.burst)) } else { None };
+                Limit::new(rate, burst.or(keep_burst), current_limit.kind())?
             }
         };
+        let mut config = rules.config.clone();
         for rule in config.rules.iter_mut().filter(|r| r.group == group) {
             rule.limits[p] = limit;
         }
-        self.reconfigure(config)
+        self.install_rules(config)
     }
 }

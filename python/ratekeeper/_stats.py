@@ -1,0 +1,63 @@
+"""Types of the core's values: the algorithm and policy names, and the shape of
+:meth:`ratekeeper.Limiter.stats` as typed dicts, so ``stats()["groups"]["api"]["allowed"]`` type-checks
+and reads like before."""
+
+from __future__ import annotations
+
+from typing import Literal, TypedDict
+
+__all__ = ["Algorithm", "GroupStats", "LimitStats", "PolicyName", "Stats"]
+
+#: The algorithms a rate limit can use.
+Algorithm = Literal["gcra", "token_bucket", "fixed_window", "sliding_window", "sliding_log", "leaky_bucket"]
+#: How a group's rate limits combine.
+PolicyName = Literal["all", "fallback"]
+
+
+class LimitStats(TypedDict):
+    """One limit of a group: ``rate`` (``None`` for concurrency permits), ``burst``, ``algorithm``."""
+
+    rate: str | None
+    burst: int
+    algorithm: str
+
+
+class GroupStats(TypedDict):
+    """One group's counters since the limiter was made (they survive reconfiguration by name)."""
+
+    limits: list[LimitStats]
+    policy: str
+    #: Limited requests decided: ``allowed + refused``.
+    requests: int
+    allowed: int
+    refused: int
+    #: Admitted after a wait that really happened (a reservation given back is not counted).
+    delayed: int
+    #: Requests of exempt peers or paths whose path routes to this group.
+    exempt: int
+    #: States the group holds now (one per key and limit).
+    keys: int
+    #: States of the group evicted as least used (idle states dropped are not evictions).
+    evictions: int
+    reductions: int
+    quota_fetches: int
+    #: Fetches that failed: the provider raised (not ``LookupError``), timed out, or answered nonsense.
+    quota_failures: int
+    #: Fetches the provider answered with ``LookupError`` ("no such key"): the key stays on the failsafe.
+    quota_unknown: int
+
+
+class Stats(TypedDict):
+    """The whole limiter; read one shard at a time, so not one instant's snapshot under load."""
+
+    enabled: bool
+    keys: int
+    max_keys: int
+    evictions: int
+    #: Every exempt request, those routed to a group included.
+    exempt: int
+    memory_bytes: int
+    quota_records: int
+    quota_queue: int
+    quota_running: int
+    groups: dict[str, GroupStats]

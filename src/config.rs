@@ -1,0 +1,123 @@
+//! What a limiter is built from: rules as configured, exemptions, bounds and quota settings.
+
+use regex::Regex;
+
+use crate::algorithm::Limit;
+use crate::error::{Error, Result};
+use crate::quota::QuotaSettings;
+
+/// How a group's rate limits combine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// Every limit must admit ("10/s and 1000/hour"); a refusal by one consumes nothing from the others.
+    All,
+    /// The first limit that admits takes the request (seed 003: sliding window, then leaky tokens).
+    Fallback,
+}
+
+impl Policy {
+    /// # Errors
+    /// An unknown policy name.
+    pub fn parse(name: &str) -> Result<Self> {
+        match name {
+            "all" => Ok(Self::All),
+            "fallback" => Ok(Self::Fallback),
+            _ => Err(Error::value("policy", format!("unknown policy {name:?}; expected 'all' or 'fallback'"))),
+        }
+    }
+
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::All => "all",
+            Self::Fallback => "fallback",
+        }
+    }
+}
+
+/// A rule's pattern, compiled once: where it is given (a `Rule`) and routed alike.
+#[derive(Debug, Clone)]
+pub struct Pattern {
+    regex: Regex,
+}
+
+impl Pattern {
+    /// # Errors
+    /// A pattern that is not a valid regular expression, named `pattern`.
+    pub fn new(pattern: &str) -> Result<Self> {
+        Ok(Self { regex: crate::rules::compile(pattern)? })
+    }
+
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        self.regex.as_str()
+    }
+
+    #[must_use]
+    pub fn regex(&self) -> &Regex {
+        &self.regex
+    }
+}
+
+impl PartialEq for Pattern {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+/// A rule as configured: requests whose path matches `pattern` are limited by `group`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuleSpec {
+    pub pattern: Pattern,
+    pub group: String,
+    /// Rate limits, combined by `policy`, and concurrency limits, which are gates taken with permits.
+    pub limits: Vec<Limit>,
+    pub policy: Policy,
+    /// Whether `reduce` may give tokens back (seed 003's `is_manual_reduction_disabled`, inverted).
+    pub reduction: bool,
+}
+
+impl RuleSpec {
+    /// A rule with one limit.
+    ///
+    /// # Errors
+    /// A pattern that does not compile.
+    pub fn single(pattern: &str, group: &str, limit: Limit) -> Result<Self> {
+        Ok(Self {
+            pattern: Pattern::new(pattern)?,
+            group: group.into(),
+            limits: vec![limit],
+            policy: Policy::All,
+            reduction: true,
+        })
+    }
+}
+
+/// The routing part of a configuration: what `reconfigure` replaces.
+#[derive(Debug, Clone, Default)]
+pub struct RulesConfig {
+    pub rules: Vec<RuleSpec>,
+    pub exempt_peers: Vec<String>,
+    pub exempt_paths: Vec<String>,
+}
+
+/// Everything a limiter is built from.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub rules: RulesConfig,
+    pub max_keys: usize,
+    pub quotas: QuotaSettings,
+    /// Whether decisions record each key's admissions for `drain_pending` (syncing usage between nodes).
+    pub track_usage: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            rules: RulesConfig::default(),
+            max_keys: 1_000_000,
+            quotas: QuotaSettings::default(),
+            track_usage: false,
+        }
+    }
+}

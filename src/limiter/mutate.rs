@@ -1,0 +1,189 @@
+//! Changes to a key's states outside decisions: refunds, permits given back, manual reduction, usage
+//! seen elsewhere, and forgetting keys.
+
+use std::collections::VecDeque;
+
+use super::decide::KeyStates;
+use super::{Held, KeyLock, Limiter, Receipt, Target};
+use crate::algorithm::{Limit, State};
+use crate::config::Policy;
+use crate::error::{Error, Result};
+use crate::rules::Group;
+use crate::store::Store;
+
+use super::ShardData;
+
+impl Limiter {
+    /// Applies `change` to the states of the key's limits that `select` picks (by index), after moving
+    /// its states to the limits in force.
+    fn change(
+        &self,
+        key: &mut KeyLock<'_>,
+        select: impl Fn(&Group, usize, &Limit) -> bool,
+        change: impl Fn(&Limit, &State, &mut VecDeque<u64>, u64) -> State,
+    ) {
+        let now = self.clock.now_ns();
+        let quota = self.quota_of(&mut key.locked.held(), key.key, now, None);
+        let base = key.base();
+        let (_, group, shard) = key.parts();
+        if !group.history.is_empty() {
+            KeyStates { shard: &mut *shard, group, base, now }.migrate(quota.as_ref());
+        }
+        for (i, limit) in group.limits_with(quota).iter().enumerate() {
+            if !select(group, i, limit) {
+                continue;
+            }
+            let key = group.limit_key(base, i);
+            if let Some(state) = shard.get_mut(key).map(|s| *s) {
+                // Only a sliding log has stamps; others must not leave an empty log behind.
+                let changed = if limit.uses_log() {
+                    let mut log = std::mem::take(shard.log_mut(key));
+                    let changed = change(limit, &state, &mut log, now);
+                    *shard.log_mut(key) = log;
+                    changed
+                } else {
+                    change(limit, &state, &mut VecDeque::new(), now)
+                };
+                shard.store(key, changed, now, group.id);
+            }
+        }
+    }
+
+    /// Gives back `cost` that an admission took (`receipt`), e.g. for a cancelled wait; a wait given
+    /// back is no longer counted as delayed.
+    ///
+    /// # Errors
+    /// A `Target::Group` that names no group.
+    pub fn refund(&self, peer: &str, target: Target<'_>, cost: u64, receipt: Receipt) -> Result<()> {
+        let Some(mut key) = self.lock_key(peer, target)? else { return Ok(()) };
+        self.change(
+            &mut key,
+            |_, i, _| receipt.limits & (1 << i) != 0,
+            |limit, state, log, now| limit.refund(state, log, now, receipt.at, cost),
+        );
+        let base = key.base();
+        let (_, group, shard) = key.parts();
+        if receipt.waited {
+            let counters = shard.data.counters(group.id);
+            counters.delayed = counters.delayed.saturating_sub(1);
+        }
+        // Not admitted after all: not usage to report (unless a drain already took it).
+        if let Some(pending) = shard.data.pending.get_mut(&base) {
+            pending.units = pending.units.saturating_sub(cost);
+            if pending.units == 0 {
+                shard.data.pending.remove(&base);
+            }
+        }
+        Ok(())
+    }
+
+    /// Returns the concurrency permits taken with `Take::Permits` or `Take::RatesAndPermits`.
+    ///
+    /// # Errors
+    /// A `Target::Group` that names no group.
+    pub fn release(&self, peer: &str, target: Target<'_>, cost: u64) -> Result<()> {
+        if let Some(mut key) = self.lock_key(peer, target)? {
+            self.change(
+                &mut key,
+                |_, _, l| l.is_concurrency(),
+                |limit, state, log, now| limit.refund(state, log, now, now, cost),
+            );
+        }
+        Ok(())
+    }
+
+    /// Gives `tokens` back (seed 003's manual reduction): under `all` to every rate limit of the group;
+    /// under `fallback` to the last one, the fallback (seed 003's leaky tokens), since the limits
+    /// before it admitted nothing the fallback had to take. False when no group limits the request or
+    /// the group disables reduction.
+    ///
+    /// # Errors
+    /// A `Target::Group` that names no group.
+    pub fn reduce(&self, peer: &str, target: Target<'_>, tokens: u64) -> Result<bool> {
+        let Some(mut key) = self.lock_key(peer, target)? else { return Ok(false) };
+        let group = key.group();
+        if !group.reduction {
+            return Ok(false);
+        }
+        let last = Group::rate_limits(&group.limits).last().map(|(i, _)| i);
+        let policy = group.policy;
+        self.change(
+            &mut key,
+            |_, i, l| !l.is_concurrency() && (policy == Policy::All || Some(i) == last),
+            |limit, state, log, now| limit.refund(state, log, now, now, tokens),
+        );
+        let (_, group, shard) = key.parts();
+        shard.data.counters(group.id).reductions += 1;
+        Ok(true)
+    }
+
+    /// Counts `units` used by `peer` in `group` elsewhere (another node) as used now: the building
+    /// block of syncing usage between nodes. The key may be refused until they drain.
+    ///
+    /// # Errors
+    /// An unknown group.
+    pub fn absorb(&self, peer: &str, group: &str, units: u64) -> Result<()> {
+        let mut key = self.lock_group(peer, group)?;
+        let now = self.clock.now_ns();
+        // A key with no state yet gets one to charge.
+        let quota = self.quota_of(&mut key.locked.held(), key.key, now, None);
+        let base = key.base();
+        let (_, g, shard) = key.parts();
+        for (i, limit) in Group::rate_limits(&g.limits_with(quota)) {
+            let state_key = g.limit_key(base, i);
+            let mut log = if limit.uses_log() { std::mem::take(shard.log_mut(state_key)) } else { VecDeque::new() };
+            let charged = limit.charge(&shard.load(state_key), &mut log, now, units);
+            shard.store(state_key, charged, now, g.id);
+            if limit.uses_log() {
+                *shard.log_mut(state_key) = log;
+            }
+        }
+        Ok(())
+    }
+
+    /// Each key's admissions since the last drain, as (peer, group, units); only with `track_usage`.
+    /// Reads one shard at a time.
+    ///
+    /// # Errors
+    /// The limiter does not track usage.
+    pub fn drain_pending(&self) -> Result<Vec<(String, String, u64)>> {
+        if !self.track_usage {
+            return Err(Error::value("track_usage", "drain_pending needs Limiter(..., track_usage=True)"));
+        }
+        let mut drained = Vec::new();
+        for mut shard in self.store.shards() {
+            drained.extend(std::mem::take(&mut shard.data.pending).into_values());
+        }
+        let current = self.current.lock();
+        Ok(drained
+            .into_iter()
+            .map(|p| (p.peer.into_string(), current.ids.name(p.group).unwrap_or("?").to_owned(), p.units))
+            .collect())
+    }
+
+    /// Forgets the state (and quota record) of `peer` in every group, or of every peer.
+    pub fn reset(&self, peer: Option<&str>) {
+        match peer {
+            Some(peer) => {
+                let mut locked = self.lock_peer(peer);
+                let Held { shard, rules, peer_hash } = locked.held();
+                for group in &rules.groups {
+                    let base = Self::key(peer_hash, group.seed);
+                    for i in 0..group.limits.len() {
+                        shard.remove(group.limit_key(base, i));
+                    }
+                    for previous in &group.history {
+                        shard.remove(Store::<ShardData>::related_key(base, previous.signature));
+                    }
+                    shard.data.quotas.remove(base);
+                    shard.data.pending.remove(&base);
+                }
+            }
+            None => self.store.shards().for_each(|mut s| {
+                s.clear();
+                s.data.quotas.clear();
+                s.data.pending.clear();
+            }),
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! What a shard holds beside its states, and a shard locked for one peer or one key.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::MutexGuard;
+
+use super::Limiter;
+use crate::metrics::GroupCounters;
+use crate::quota::QuotaTable;
+use crate::rules::{Group, Rules};
+use crate::store::Shard;
+
+/// Admissions of one key since the last `drain_pending`.
+#[derive(Debug, Clone)]
+pub struct Pending {
+    pub peer: Box<str>,
+    pub group: u32,
+    pub units: u64,
+}
+
+/// What one shard holds beside its states: counters, quota records, pending usage, and the rules its
+/// keys follow.
+#[derive(Debug)]
+pub struct ShardData {
+    /// By group id (see `GroupIds`), grown when a group is first counted here.
+    groups: Vec<GroupCounters>,
+    /// Requests of exempt peers or paths that route to no group.
+    pub exempt: u64,
+    pub quotas: QuotaTable,
+    /// Admissions by key, kept only when the limiter tracks usage.
+    pub pending: HashMap<u64, Pending, ahash::RandomState>,
+    /// The rules in force, read under the shard's lock so a decision needs no other synchronisation; a
+    /// reconfiguration replaces them shard by shard. Taken out while a decision uses them.
+    pub(super) rules: Option<Arc<Rules>>,
+}
+
+impl ShardData {
+    pub(super) fn new(quotas: QuotaTable, rules: &Arc<Rules>) -> Self {
+        Self { groups: Vec::new(), exempt: 0, quotas, pending: HashMap::default(), rules: Some(Arc::clone(rules)) }
+    }
+
+    /// The counters of group `id`.
+    #[inline]
+    pub fn counters(&mut self, id: u32) -> &mut GroupCounters {
+        let id = id as usize;
+        if id >= self.groups.len() {
+            self.grow(id);
+        }
+        &mut self.groups[id]
+    }
+
+    #[cold]
+    fn grow(&mut self, id: usize) {
+        self.groups.resize(id + 1, GroupCounters::default());
+    }
+
+    /// The counters of group `id`, if this shard has counted it.
+    #[must_use]
+    pub fn counted(&self, id: u32) -> Option<&GroupCounters> {
+        self.groups.get(id as usize)
+    }
+}
+
+/// A peer's shard, locked, with the rules it follows taken out of it (and put back on drop), so
+/// reading them costs no reference count. The hot path (`decide_path`) does the same by hand, to keep
+/// the drop's call out of it; both hand a `Held` to the steps.
+pub(crate) struct Locked<'a> {
+    pub shard: MutexGuard<'a, Shard<ShardData>>,
+    rules: Option<Arc<Rules>>,
+    pub peer_hash: u64,
+}
+
+impl<'a> Locked<'a> {
+    /// `current` gives the rules when the shard holds none (only after a panic in the hot path);
+    /// it must not wait for a shard.
+    #[inline]
+    pub fn new(
+        mut shard: MutexGuard<'a, Shard<ShardData>>,
+        peer_hash: u64,
+        current: impl FnOnce() -> Arc<Rules>,
+    ) -> Self {
+        let rules = shard.data.rules.take().unwrap_or_else(current);
+        Self { shard, rules: Some(rules), peer_hash }
+    }
+
+    #[inline]
+    pub fn rules(&self) -> &Rules {
+        self.rules.as_deref().expect("rules are present until drop")
+    }
+
+    /// The shard and its rules, for the steps.
+    #[inline]
+    pub fn held(&mut self) -> Held<'_> {
+        let rules = self.rules.as_deref().expect("rules are present until drop");
+        Held { shard: &mut self.shard, rules, peer_hash: self.peer_hash }
+    }
+
+    /// This lock, for the key of this peer in group `index`.
+    #[inline]
+    pub fn into_key(mut self, index: usize) -> KeyLock<'a> {
+        let key = self.held().key(index);
+        KeyLock { locked: self, key }
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        self.shard.data.rules = self.rules.take();
+    }
+}
+
+/// A locked shard and the rules its keys follow, borrowed for the steps of one call.
+pub(crate) struct Held<'s> {
+    pub shard: &'s mut Shard<ShardData>,
+    pub rules: &'s Rules,
+    pub peer_hash: u64,
+}
+
+impl Held<'_> {
+    /// The key of this peer in group `index`.
+    #[inline]
+    pub fn key(&self, index: usize) -> Key {
+        Key { index, base: Limiter::key(self.peer_hash, self.rules.groups[index].seed) }
+    }
+
+    /// The rules, the group of `key` and the shard, borrowed apart.
+    #[inline]
+    pub fn key_parts(&mut self, key: Key) -> (&Rules, &Group, &mut Shard<ShardData>) {
+        (self.rules, &self.rules.groups[key.index], &mut *self.shard)
+    }
+}
+
+/// One (peer, group) key of a locked shard: its group's index and its base key (its quota record's
+/// key; its states use keys related to it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Key {
+    pub index: usize,
+    pub base: u64,
+}
+
+/// A key with its shard locked, for the calls that lock one key.
+pub(crate) struct KeyLock<'a> {
+    pub locked: Locked<'a>,
+    pub key: Key,
+}
+
+impl KeyLock<'_> {
+    /// The rules, the group and the shard, borrowed apart.
+    #[inline]
+    pub fn parts(&mut self) -> (&Rules, &Group, &mut Shard<ShardData>) {
+        let rules = self.locked.rules.as_deref().expect("rules are present until drop");
+        (rules, &rules.groups[self.key.index], &mut self.locked.shard)
+    }
+
+    #[inline]
+    pub fn group(&self) -> &Group {
+        &self.locked.rules().groups[self.key.index]
+    }
+
+    #[inline]
+    pub fn base(&self) -> u64 {
+        self.key.base
+    }
+}

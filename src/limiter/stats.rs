@@ -1,0 +1,101 @@
+//! What the limiter reports about itself: counters by group, and each group's policy.
+
+use std::sync::Arc;
+
+use super::{Limiter, ShardData};
+use crate::algorithm::Limit;
+use crate::config::Policy;
+use crate::error::Result;
+use crate::metrics::GroupCounters;
+
+/// One group's numbers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupStats {
+    pub name: String,
+    pub limits: Vec<Limit>,
+    pub policy: Policy,
+    pub counters: GroupCounters,
+    /// States the group holds now (one per key and limit).
+    pub keys: u64,
+    pub evictions: u64,
+}
+
+/// A snapshot of the whole limiter.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// In the order of the rules in force.
+    pub groups: Vec<GroupStats>,
+    /// Exempt requests, those routed to a group included.
+    pub exempt: u64,
+    pub keys: usize,
+    pub evictions: u64,
+    pub quota_records: usize,
+}
+
+/// What a `RateLimit-Policy` header says of a group: `quota` requests per `window`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupPolicy {
+    pub group: String,
+    pub quota: u64,
+    /// `None` for a group of concurrency permits only (a quota of concurrent requests).
+    pub window_ns: Option<u64>,
+}
+
+impl Limiter {
+    /// Counters by group, summed over the shards one shard at a time (decisions go on meanwhile).
+    #[must_use]
+    pub fn stats(&self) -> Stats {
+        let rules = Arc::clone(&self.current.lock().rules);
+        let mut stats = Stats {
+            groups: rules
+                .groups
+                .iter()
+                .map(|g| GroupStats {
+                    name: g.name.clone(),
+                    limits: g.limits.clone(),
+                    policy: g.policy,
+                    counters: GroupCounters::default(),
+                    keys: 0,
+                    evictions: 0,
+                })
+                .collect(),
+            ..Stats::default()
+        };
+        for shard in self.store.shards() {
+            let data: &ShardData = &shard.data;
+            for (total, group) in stats.groups.iter_mut().zip(&rules.groups) {
+                if let Some(counters) = data.counted(group.id) {
+                    total.counters.add(counters);
+                }
+                total.keys += shard.group_keys(group.id);
+                total.evictions += shard.group_evictions(group.id);
+            }
+            stats.exempt += data.exempt;
+            stats.keys += shard.len();
+            stats.evictions += shard.evictions;
+            stats.quota_records += data.quotas.len();
+        }
+        stats.exempt += stats.groups.iter().map(|g| g.counters.exempt).sum::<u64>();
+        stats
+    }
+
+    /// The policy of `group` as a `RateLimit-Policy` header states it: its first rate limit's burst and
+    /// window (with `peer`, that peer's quota replacing it), or its permits for a group of permits only.
+    /// No walk over keys: with a peer, one shard is locked.
+    ///
+    /// # Errors
+    /// An unknown group.
+    pub fn group_policy(&self, group: &str, peer: Option<&str>) -> Result<GroupPolicy> {
+        let limit = if let Some(peer) = peer {
+            let mut key = self.lock_group(peer, group)?;
+            let quota = self.quota_of(&mut key.locked.held(), key.key, self.clock.now_ns(), None);
+            let g = key.group();
+            quota.or_else(|| g.primary.map(|p| g.limits[p])).unwrap_or(g.limits[0])
+        } else {
+            let rules = self.rules();
+            let g = &rules.groups[rules.group_index(group)?];
+            g.primary.map_or(g.limits[0], |p| g.limits[p])
+        };
+        Ok(GroupPolicy { group: group.to_owned(), quota: u64::from(limit.burst), window_ns: limit.window_ns() })
+    }
+}

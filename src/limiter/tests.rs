@@ -1,0 +1,310 @@
+use std::sync::Arc;
+
+use super::*;
+use crate::algorithm::{Kind, Limit, Outcome};
+use crate::clock::{Clock, ManualClock};
+use crate::config::{Pattern, Policy, RuleSpec, RulesConfig};
+use crate::metrics::GroupCounters;
+
+/// A decision for `path` as the tests before `Request` wrote it.
+pub(crate) fn decide(
+    lim: &Limiter,
+    peer: &str,
+    path: Option<&str>,
+    cost: u64,
+    max_wait: u64,
+    report: bool,
+) -> Decision {
+    let request = Request { cost, max_wait_ns: max_wait, report, take: Take::Rates };
+    lim.decide(peer, Target::Path(path), request).unwrap()
+}
+
+const S: u64 = 1_000_000_000;
+
+fn limit(rate: &str, kind: Kind) -> Limit {
+    Limit::new(rate.parse().unwrap(), None, kind).unwrap()
+}
+
+fn rule(pattern: &str, group: &str, rate: &str) -> RuleSpec {
+    RuleSpec::single(pattern, group, limit(rate, Kind::Gcra)).unwrap()
+}
+
+fn limiter(rules: Vec<RuleSpec>) -> (Limiter, Arc<ManualClock>) {
+    let clock = Arc::new(ManualClock::new(0));
+    let config = Config {
+        rules: RulesConfig { rules, exempt_peers: vec!["admin".into()], exempt_paths: vec!["^/health".into()] },
+        ..Config::default()
+    };
+    (Limiter::new(config, Clock::Manual(clock.clone())).unwrap(), clock)
+}
+
+fn allowed(lim: &Limiter, peer: &str, path: Option<&str>) -> bool {
+    decide(lim, peer, path, 1, 0, false).outcome.allowed
+}
+
+#[test]
+fn peers_and_groups_are_limited_separately() {
+    let (lim, clock) = limiter(vec![rule("^/api/", "api", "2/s"), rule("", "default", "1/s")]);
+    assert!(allowed(&lim, "a", Some("/api/x")));
+    assert!(allowed(&lim, "a", Some("/api/y")));
+    assert!(!allowed(&lim, "a", Some("/api/z")));
+    assert!(allowed(&lim, "b", Some("/api/z")));
+    assert!(allowed(&lim, "a", Some("/other")));
+    assert!(!allowed(&lim, "a", None));
+    clock.advance_ns(S);
+    assert!(allowed(&lim, "a", None));
+    let stats = lim.stats();
+    assert_eq!(
+        stats.groups[0].counters,
+        GroupCounters { requests: 4, allowed: 3, refused: 1, delayed: 0, ..GroupCounters::default() }
+    );
+    assert_eq!(stats.keys, 3);
+}
+
+#[test]
+fn exempt_and_disabled_requests_touch_no_state() {
+    let (lim, _) = limiter(vec![rule("", "default", "1/min")]);
+    for _ in 0..5 {
+        assert!(allowed(&lim, "admin", Some("/x")));
+        assert!(allowed(&lim, "p", Some("/health")));
+    }
+    assert_eq!(lim.len(), 0);
+    assert_eq!(lim.stats().exempt, 10);
+    lim.set_enabled(false);
+    assert!(allowed(&lim, "p", None) && allowed(&lim, "p", None));
+    assert_eq!(lim.len(), 0);
+    lim.set_enabled(true);
+    assert!(allowed(&lim, "p", None));
+    assert!(!allowed(&lim, "p", None));
+}
+
+#[test]
+fn reset_forgets_one_peer_or_all() {
+    let (lim, _) = limiter(vec![rule("", "default", "1/min")]);
+    assert!(allowed(&lim, "a", None) && allowed(&lim, "b", None));
+    lim.reset(Some("a"));
+    assert!(allowed(&lim, "a", None));
+    assert!(!allowed(&lim, "b", None));
+    lim.reset(None);
+    assert!(lim.is_empty());
+}
+
+#[test]
+fn a_group_defined_twice_must_agree() {
+    let err = Limiter::new(
+        Config {
+            rules: RulesConfig {
+                rules: vec![rule("^/a", "g", "1/s"), rule("^/b", "g", "2/s")],
+                ..RulesConfig::default()
+            },
+            ..Config::default()
+        },
+        Clock::monotonic(),
+    )
+    .unwrap_err();
+    assert_eq!(err.path(), "rules[1].group");
+}
+
+#[test]
+fn refund_returns_a_reserved_slot() {
+    let (lim, _) = limiter(vec![rule("", "default", "1/s")]);
+    assert_eq!(decide(&lim, "a", None, 1, u64::MAX, false).outcome.wait_ns, 0);
+    let second = decide(&lim, "a", None, 1, u64::MAX, false);
+    assert_eq!(second.outcome.wait_ns, S);
+    lim.refund("a", None.into(), 1, second.receipt).unwrap();
+    assert_eq!(decide(&lim, "a", None, 1, u64::MAX, false).outcome.wait_ns, S);
+    // The wait given back is not counted as delayed: only the one still reserved is.
+    assert_eq!(lim.stats().groups[0].counters.delayed, 1);
+}
+
+fn group(limits: Vec<Limit>, policy: Policy) -> (Limiter, Arc<ManualClock>) {
+    limiter(vec![RuleSpec { pattern: Pattern::new("").unwrap(), group: "g".into(), limits, policy, reduction: true }])
+}
+
+#[test]
+fn all_policy_is_all_or_nothing() {
+    // 2/s and 3/min: the per-minute limit refuses the fourth request without the per-second one
+    // spending anything.
+    let (lim, clock) = group(vec![limit("2/s", Kind::Gcra), limit("3/min", Kind::SlidingWindow)], Policy::All);
+    assert!(allowed(&lim, "a", None) && allowed(&lim, "a", None));
+    assert!(!allowed(&lim, "a", None));
+    clock.advance_ns(S);
+    assert!(allowed(&lim, "a", None));
+    let refused = decide(&lim, "a", None, 1, 0, true);
+    assert!(!refused.outcome.allowed);
+    // Refused by the minute limit: the second limit still has both its slots.
+    assert_eq!(refused.report.unwrap().remaining, 0);
+    clock.advance_ns(119 * S);
+    assert!(allowed(&lim, "a", None) && allowed(&lim, "a", None));
+}
+
+#[test]
+fn fallback_policy_tries_the_next_limit() {
+    // Seed 003: a sliding window of 2/s, then a leaky bucket of 3 tokens leaking 3 per 30 s.
+    let (lim, clock) =
+        group(vec![limit("2/s", Kind::SlidingWindow), limit("3/30s", Kind::LeakyBucket)], Policy::Fallback);
+    let admitted = (0..10).filter(|_| allowed(&lim, "a", None)).count();
+    assert_eq!(admitted, 5);
+    clock.advance_ns(S);
+    let report = decide(&lim, "a", None, 1, 0, true).report.unwrap();
+    assert_eq!((report.limit, report.remaining), (5, 0));
+    assert!(lim.reduce("a", None.into(), 2).unwrap());
+    assert!(allowed(&lim, "a", None) && allowed(&lim, "a", None));
+}
+
+#[test]
+fn waiters_reserve_across_all_limits_at_one_instant() {
+    let (lim, _) = group(vec![limit("1/s", Kind::Gcra), limit("2/10s", Kind::FixedWindow)], Policy::All);
+    let waits: Vec<u64> = (0..4).map(|_| decide(&lim, "a", None, 1, u64::MAX, false).outcome.wait_ns).collect();
+    assert_eq!(waits, [0, S, 10 * S, 11 * S]);
+}
+
+fn acquire(lim: &Limiter, peer: &str) -> Decision {
+    lim.decide(peer, Target::Path(None), Request::new(1).taking(Take::RatesAndPermits)).unwrap()
+}
+
+#[test]
+fn concurrency_permits_are_gates_taken_by_acquire() {
+    let (lim, _) = group(vec![limit("100/s", Kind::Gcra), Limit::concurrency(2).unwrap()], Policy::All);
+    assert!(acquire(&lim, "a").outcome.allowed);
+    assert!(acquire(&lim, "a").outcome.allowed);
+    let third = acquire(&lim, "a");
+    assert_eq!((third.outcome, third.refused_by), (Outcome::refused(0), Some(Refusal::Concurrency)));
+    // Plain decisions do not take permits.
+    assert!(allowed(&lim, "a", None));
+    lim.release("a", None.into(), 1).unwrap();
+    assert!(acquire(&lim, "a").outcome.allowed);
+}
+
+#[test]
+fn sliding_log_keys_keep_their_stamps_beside_the_slot() {
+    let (lim, clock) = group(vec![limit("2/10s", Kind::SlidingLog)], Policy::All);
+    assert!(allowed(&lim, "a", None) && allowed(&lim, "a", None));
+    assert_eq!(decide(&lim, "a", None, 1, 0, false).outcome.retry_after_ns, 10 * S);
+    clock.advance_ns(10 * S);
+    assert!(allowed(&lim, "a", None));
+    lim.reset(Some("a"));
+    assert!(allowed(&lim, "a", None) && allowed(&lim, "a", None));
+}
+
+#[test]
+fn reduction_can_be_disabled() {
+    let (lim, _) = limiter(vec![RuleSpec {
+        pattern: Pattern::new("").unwrap(),
+        group: "g".into(),
+        limits: vec![limit("1/min", Kind::LeakyBucket)],
+        policy: Policy::All,
+        reduction: false,
+    }]);
+    assert!(allowed(&lim, "a", None));
+    assert!(!lim.reduce("a", None.into(), 1).unwrap());
+    assert!(!allowed(&lim, "a", None));
+}
+
+#[test]
+fn concurrent_updates_of_different_groups_all_take_effect() {
+    // Before, update_rule read the rules outside the reconfiguration lock: of two concurrent updates
+    // one was often lost. Eight threads, each updating its own group, many rounds.
+    let groups: Vec<String> = (0..8).map(|i| format!("g{i}")).collect();
+    let rules = groups.iter().map(|g| rule(&format!("^/{g}"), g, "1/s")).collect();
+    let (lim, _) = limiter(rules);
+    for round in 2..40u64 {
+        std::thread::scope(|s| {
+            for g in &groups {
+                let lim = &lim;
+                s.spawn(move || lim.update_rule(g, Some(format!("{round}/s").parse().unwrap()), None).unwrap());
+            }
+        });
+        let rules = lim.rules();
+        for g in &rules.groups {
+            assert_eq!(g.limits[0].rate.unwrap().count, round, "{} lost its update in round {round}", g.name);
+        }
+    }
+}
+
+#[test]
+fn a_group_named_by_the_caller_is_decided_without_routing() {
+    let (lim, _) = limiter(vec![rule("^/login$", "login", "2/min"), rule("", "default", "100/min")]);
+    let by_name = |peer| lim.decide(peer, Target::Group("login"), Request::new(1)).unwrap();
+    assert!(by_name("a").outcome.allowed);
+    // The same key as requests routed to the group by path.
+    assert!(allowed(&lim, "a", Some("/login")));
+    assert!(!by_name("a").outcome.allowed);
+    assert_eq!(by_name("admin").route, Route::Exempt(Some(0)));
+    let unknown = lim.decide("a", Target::Group("nope"), Request::new(1)).unwrap_err();
+    assert_eq!(unknown.path(), "group");
+}
+
+#[test]
+fn permits_alone_do_not_charge_the_rate_limits() {
+    let (lim, _) = group(vec![limit("2/min", Kind::Gcra), Limit::concurrency(5).unwrap()], Policy::All);
+    let permits = Request::new(1).taking(Take::Permits).reporting();
+    assert!(allowed(&lim, "a", None));
+    for _ in 0..3 {
+        assert!(lim.decide("a", Target::Path(None), permits).unwrap().outcome.allowed);
+    }
+    // Three permits held, one admission charged: the rate limit still admits its second request.
+    let second = decide(&lim, "a", None, 1, 0, true);
+    assert_eq!((second.outcome.allowed, second.report.unwrap().remaining), (true, 0));
+    let gates = lim.decide("a", Target::Path(None), Request::new(3).taking(Take::Permits)).unwrap();
+    assert_eq!((gates.outcome.allowed, gates.refused_by), (false, Some(Refusal::Concurrency)));
+}
+
+#[test]
+fn usage_is_drained_once_and_absorbed_usage_refuses() {
+    let clock = Arc::new(ManualClock::new(0));
+    let config = Config {
+        rules: RulesConfig { rules: vec![rule("", "g", "5/min")], ..RulesConfig::default() },
+        track_usage: true,
+        ..Config::default()
+    };
+    let lim = Limiter::new(config, Clock::Manual(clock.clone())).unwrap();
+    assert!(decide(&lim, "a", None, 2, 0, false).outcome.allowed);
+    assert!(allowed(&lim, "a", None));
+    assert_eq!(lim.drain_pending().unwrap(), [("a".to_owned(), "g".to_owned(), 3)]);
+    assert!(lim.drain_pending().unwrap().is_empty());
+    // Two used here, three elsewhere: the key is full until they drain at 12 s a request.
+    lim.absorb("a", "g", 2).unwrap();
+    assert!(!allowed(&lim, "a", None));
+    clock.advance_ns(12 * S);
+    assert!(allowed(&lim, "a", None));
+    assert!(lim.drain_pending().unwrap().iter().all(|(_, _, units)| *units == 1));
+}
+
+#[test]
+fn a_reservation_given_back_is_not_counted_as_delayed_nor_as_usage() {
+    let (lim, _) = limiter(vec![rule("", "default", "1/s")]);
+    assert!(allowed(&lim, "a", None));
+    let waiter = decide(&lim, "a", None, 1, u64::MAX, false);
+    assert!(waiter.receipt.waited);
+    assert_eq!(lim.stats().groups[0].counters.delayed, 1);
+    lim.refund("a", Target::Path(None), 1, waiter.receipt).unwrap();
+    assert_eq!(lim.stats().groups[0].counters.delayed, 0);
+}
+
+#[test]
+fn stats_count_keys_evictions_and_exemptions_by_group() {
+    let clock = Arc::new(ManualClock::new(0));
+    let rules = vec![rule("^/a", "a", "1/min"), rule("^/b", "b", "1/min")];
+    let config = Config {
+        rules: RulesConfig { rules, exempt_peers: vec!["admin".into()], ..RulesConfig::default() },
+        max_keys: 256,
+        ..Config::default()
+    };
+    let lim = Limiter::new(config, Clock::Manual(clock)).unwrap();
+    // Used often: the flood of one-shot keys in the other group does not evict it.
+    assert!(allowed(&lim, "b-peer", Some("/b")));
+    for _ in 0..20 {
+        assert!(!allowed(&lim, "b-peer", Some("/b")));
+    }
+    assert!(allowed(&lim, "admin", Some("/b")));
+    for i in 0..600 {
+        allowed(&lim, &format!("peer{i}"), Some("/a"));
+    }
+    let stats = lim.stats();
+    let (a, b) = (&stats.groups[0], &stats.groups[1]);
+    assert!(a.evictions > 300 && a.keys <= 256, "{a:?}");
+    assert_eq!((b.evictions, b.keys, b.counters.exempt), (0, 1, 1));
+    assert_eq!(stats.exempt, 1);
+    assert_eq!(a.keys + b.keys, stats.keys as u64);
+}

@@ -1,0 +1,607 @@
+//! `ratekeeper._core.Limiter`: the core's decisions for Python; the Python subclass adds waiting.
+
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyString};
+
+use super::args::{nanos, optional_text, positive_int, secs, strings, target, text, type_name, Cost};
+use super::fetch::{finish, time_left, PyFetchJob, PyFetchQueue, PyFetchResult};
+use super::values::{
+    limit_arg, PyDecision, PyGroupPolicy, PyManualClock, PyQuotaInfo, PyQuotas, PyRate, PyResolution, PyRule,
+    DEFAULT_QUOTA_TIMEOUT, DEFAULT_QUOTA_TTL, DEFAULT_QUOTA_WORKERS,
+};
+use crate::clock::Clock;
+use crate::config::{Config, RuleSpec, RulesConfig};
+use crate::error::Error;
+use crate::limiter::{self, Limiter, Receipt, Request, Take, Target};
+use crate::quota::QuotaSettings;
+use crate::rules::{Route, MAX_GROUP_NAMES};
+
+const NAMES_PER_CHUNK: usize = 64;
+
+/// Interned group names by group id, filled on first use and never changed (an id keeps its name for
+/// the limiter's life): reading one is two atomic loads, with no lock shared between threads.
+type NameChunk = Box<[OnceLock<Py<PyString>>]>;
+
+struct GroupNames {
+    chunks: Box<[OnceLock<NameChunk>]>,
+}
+
+impl GroupNames {
+    fn new() -> Self {
+        Self { chunks: (0..MAX_GROUP_NAMES / NAMES_PER_CHUNK).map(|_| OnceLock::new()).collect() }
+    }
+
+    #[inline]
+    fn get(&self, py: Python<'_>, id: u32, limiter: &Limiter) -> Py<PyString> {
+        let id = id as usize;
+        let chunk =
+            self.chunks[id / NAMES_PER_CHUNK].get_or_init(|| (0..NAMES_PER_CHUNK).map(|_| OnceLock::new()).collect());
+        let cell = &chunk[id % NAMES_PER_CHUNK];
+        if let Some(name) = cell.get() {
+            return name.clone_ref(py);
+        }
+        // Made outside the cell: another thread may set it first, with the same name.
+        let name = limiter.group_name(u32::try_from(id).unwrap_or(u32::MAX)).unwrap_or_else(|| "?".to_owned());
+        let _ = cell.set(PyString::intern(py, &name).unbind());
+        cell.get().map_or_else(|| PyString::intern(py, &name).unbind(), |n| n.clone_ref(py))
+    }
+}
+
+/// A slot reserved by `throttle` / `athrottle`: how long to wait for it, and what gives it back.
+#[pyclass(frozen, name = "_Reservation", module = "ratekeeper._core")]
+pub struct PyReservation {
+    #[pyo3(get)]
+    decision: Py<PyDecision>,
+    /// Seconds to wait before going ahead.
+    #[pyo3(get)]
+    wait: f64,
+    /// When the wait ends, on the limiter's clock.
+    #[pyo3(get)]
+    deadline_ns: u64,
+    receipt: Receipt,
+}
+
+/// The Rust half of `ratekeeper.Limiter`; the Python subclass adds the waiting methods.
+#[pyclass(frozen, subclass, weakref, name = "Limiter", module = "ratekeeper._core")]
+pub struct PyLimiter {
+    inner: Limiter,
+    names: GroupNames,
+    clock: Option<Py<PyManualClock>>,
+    quotas: Py<PyQuotas>,
+    /// How long the first request of a key waits for its quota (0: not at all).
+    quota_wait: Duration,
+}
+
+impl PyLimiter {
+    /// `quota_wait`: lets the first request of a key wait (without the GIL) for its fetch to land.
+    #[inline]
+    fn wait_first_fetch(&self, py: Python<'_>, peer: &str, target: Target<'_>) {
+        if !self.quota_wait.is_zero() {
+            self.wait_for_quota(py, peer, target);
+        }
+    }
+
+    #[inline(never)]
+    fn wait_for_quota(&self, py: Python<'_>, peer: &str, target: Target<'_>) {
+        if let Some(seen) = self.inner.first_fetch_pending(peer, target) {
+            py.detach(|| self.inner.wait_first_fetch(peer, target, seen, self.quota_wait));
+        }
+    }
+
+    /// The decision of `check` and `allow`. A request routed by path takes the core's infallible hot
+    /// path, with no `Target` built (a value returned through memory there cost a store-forwarding
+    /// stall, measured at 5 ns a call).
+    #[allow(clippy::inline_always)]
+    #[inline(always)]
+    fn decide_now(
+        &self,
+        py: Python<'_>,
+        peer: &Bound<'_, PyAny>,
+        path: Option<&Bound<'_, PyAny>>,
+        group: Option<&Bound<'_, PyAny>>,
+        request: Request,
+    ) -> PyResult<limiter::Decision> {
+        let peer = text("peer", peer)?;
+        if group.is_none_or(PyAnyMethods::is_none) {
+            let path = optional_text("path", path)?;
+            self.wait_first_fetch(py, peer, Target::Path(path));
+            return Ok(self.inner.decide_path(peer, path, request));
+        }
+        let target = target(path, group)?;
+        self.wait_first_fetch(py, peer, target);
+        Ok(self.inner.decide(peer, target, request)?)
+    }
+
+    #[inline]
+    fn decision(&self, py: Python<'_>, d: &limiter::Decision) -> PyDecision {
+        let group = match (d.route, d.group) {
+            (Route::Group(_), Some(id)) => Some(self.names.get(py, id, &self.inner)),
+            _ => None,
+        };
+        PyDecision::new(d, group)
+    }
+
+    fn settings(py: Python<'_>, quotas: &PyQuotas, max_keys: usize) -> Result<QuotaSettings, Error> {
+        let _ = py;
+        Ok(QuotaSettings {
+            provider: quotas.provider.is_some(),
+            failsafe: quotas.failsafe.as_ref().map(|r| r.inner),
+            ttl_ns: nanos("quotas.ttl", Some(quotas.ttl))?,
+            timeout_ns: nanos("quotas.timeout", Some(quotas.timeout))?,
+            // Queued fetches keep their records: an eighth of the bound at most.
+            queue_capacity: (max_keys / 8).clamp(16, 10_000),
+        })
+    }
+}
+
+fn rule_specs(rules: &Bound<'_, PyAny>) -> PyResult<Vec<RuleSpec>> {
+    let iter = rules
+        .try_iter()
+        .map_err(|_| Error::type_error("rules", format!("must be a list of Rule, got {}", type_name(rules))))?;
+    iter.enumerate()
+        .map(|(i, item)| {
+            let item = item?;
+            let rule = item.cast::<PyRule>().map_err(|_| {
+                Error::type_error(format!("rules[{i}]"), format!("must be a Rule, got {}", type_name(&item)))
+            })?;
+            Ok(rule.get().spec.clone())
+        })
+        .collect()
+}
+
+/// The quota settings: `quotas=`, or the keywords that came before it (not both).
+#[allow(clippy::too_many_arguments)]
+fn quota_settings(
+    py: Python<'_>,
+    quotas: Option<&Bound<'_, PyAny>>,
+    provider: Option<&Bound<'_, PyAny>>,
+    failsafe: Option<&Bound<'_, PyAny>>,
+    ttl: Option<f64>,
+    timeout: Option<f64>,
+    workers: Option<i64>,
+    wait: Option<f64>,
+) -> PyResult<Py<PyQuotas>> {
+    let keywords = provider.is_some_and(|p| !p.is_none())
+        || failsafe.is_some_and(|f| !f.is_none())
+        || ttl.is_some()
+        || timeout.is_some()
+        || workers.is_some()
+        || wait.is_some();
+    if let Some(quotas) = quotas.filter(|q| !q.is_none()) {
+        if keywords {
+            let message = "give quotas=Quotas(...) or the quota_* / failsafe keywords, not both";
+            return Err(Error::value("quotas", message).into());
+        }
+        let quotas = quotas.cast::<PyQuotas>().map_err(|_| {
+            Error::type_error("quotas", format!("must be a ratekeeper.Quotas, got {}", type_name(quotas)))
+        })?;
+        return Ok(quotas.clone().unbind());
+    }
+    let settings = (
+        ttl.unwrap_or(DEFAULT_QUOTA_TTL),
+        timeout.unwrap_or(DEFAULT_QUOTA_TIMEOUT),
+        workers.unwrap_or(DEFAULT_QUOTA_WORKERS),
+        wait.unwrap_or(0.0),
+    );
+    Py::new(py, PyQuotas::new(provider, failsafe, settings, "quota_")?)
+}
+
+#[pymethods]
+impl PyLimiter {
+    #[new]
+    #[pyo3(signature = (
+        rate=None, *, rules=None, exempt_peers=None, exempt_paths=None, max_keys=1_000_000, burst=None,
+        algorithm="gcra", clock=None, quotas=None, track_usage=false, quota_provider=None, failsafe=None,
+        quota_ttl=None, quota_timeout=None, quota_workers=None, quota_wait=None
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn py_new(
+        py: Python<'_>,
+        rate: Option<&Bound<'_, PyAny>>,
+        rules: Option<&Bound<'_, PyAny>>,
+        exempt_peers: Option<&Bound<'_, PyAny>>,
+        exempt_paths: Option<&Bound<'_, PyAny>>,
+        max_keys: i64,
+        burst: Option<&Bound<'_, PyAny>>,
+        algorithm: &str,
+        clock: Option<&Bound<'_, PyAny>>,
+        quotas: Option<&Bound<'_, PyAny>>,
+        track_usage: bool,
+        quota_provider: Option<&Bound<'_, PyAny>>,
+        failsafe: Option<&Bound<'_, PyAny>>,
+        quota_ttl: Option<f64>,
+        quota_timeout: Option<f64>,
+        quota_workers: Option<i64>,
+        quota_wait: Option<f64>,
+    ) -> PyResult<Self> {
+        let mut specs = match rules.filter(|r| !r.is_none()) {
+            Some(rules) => rule_specs(rules)?,
+            None => Vec::new(),
+        };
+        match rate.filter(|r| !r.is_none()) {
+            Some(rate) => specs.push(RuleSpec::single("", "default", limit_arg(rate, burst, algorithm)?)?),
+            None if rules.is_none_or(PyAnyMethods::is_none) => {
+                return Err(Error::value("rate", "give a rate (e.g. Limiter('10/min')) or rules=[Rule(...)]").into())
+            }
+            None => {}
+        }
+        let max_keys = usize::try_from(max_keys)
+            .ok()
+            .filter(|&n| n >= 1)
+            .ok_or_else(|| Error::value("max_keys", format!("must be a positive integer, got {max_keys}")))?;
+        let (clock, manual) = match clock.filter(|c| !c.is_none()) {
+            None => (Clock::monotonic(), None),
+            Some(c) => {
+                let manual = c.cast::<PyManualClock>().map_err(|_| {
+                    Error::type_error("clock", format!("must be a ManualClock or None, got {}", type_name(c)))
+                })?;
+                (Clock::Manual(manual.get().inner.clone()), Some(manual.clone().unbind()))
+            }
+        };
+        let quotas =
+            quota_settings(py, quotas, quota_provider, failsafe, quota_ttl, quota_timeout, quota_workers, quota_wait)?;
+        let settings = Self::settings(py, quotas.get(), max_keys)?;
+        let quota_wait = Duration::from_nanos(nanos("quota_wait", Some(quotas.get().wait))?.min(u64::MAX / 2));
+        let rules = RulesConfig {
+            rules: specs,
+            exempt_peers: strings("exempt_peers", exempt_peers)?,
+            exempt_paths: strings("exempt_paths", exempt_paths)?,
+        };
+        let inner = Limiter::new(Config { rules, max_keys, quotas: settings, track_usage }, clock)?;
+        Ok(Self { inner, names: GroupNames::new(), clock: manual, quotas, quota_wait })
+    }
+
+    /// Decides a request now and says why: a `Decision` (truthy when allowed). Never blocks; a refusal
+    /// changes no state. `group=` decides for that group by name instead of routing `path`.
+    #[pyo3(signature = (peer, path=None, *, cost=Cost(1), group=None), text_signature = "(self, peer, path=None, *, cost=1, group=None)")]
+    fn check(
+        &self,
+        py: Python<'_>,
+        peer: &Bound<'_, PyAny>,
+        path: Option<&Bound<'_, PyAny>>,
+        cost: Cost,
+        group: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyDecision> {
+        let decision = self.decide_now(py, peer, path, group, Request::new(cost.0).reporting())?;
+        Ok(self.decision(py, &decision))
+    }
+
+    /// Decides a request now: True when allowed. The fastest call; never blocks.
+    #[pyo3(signature = (peer, path=None, *, cost=Cost(1), group=None), text_signature = "(self, peer, path=None, *, cost=1, group=None)")]
+    fn allow(
+        &self,
+        py: Python<'_>,
+        peer: &Bound<'_, PyAny>,
+        path: Option<&Bound<'_, PyAny>>,
+        cost: Cost,
+        group: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        Ok(self.decide_now(py, peer, path, group, Request::new(cost.0))?.outcome.allowed)
+    }
+
+    /// Admits now or reserves a later slot within `max_wait` seconds (None: any wait).
+    #[pyo3(signature = (peer, path, group, cost, max_wait, wait_quota=true))]
+    #[allow(clippy::too_many_arguments)]
+    fn _reserve(
+        &self,
+        py: Python<'_>,
+        peer: &Bound<'_, PyAny>,
+        path: Option<&Bound<'_, PyAny>>,
+        group: Option<&Bound<'_, PyAny>>,
+        cost: Cost,
+        max_wait: Option<f64>,
+        wait_quota: bool,
+    ) -> PyResult<PyReservation> {
+        let (peer, target) = (text("peer", peer)?, target(path, group)?);
+        if wait_quota {
+            self.wait_first_fetch(py, peer, target);
+        }
+        let request = Request::new(cost.0).reporting().waiting(nanos("timeout", max_wait)?);
+        let decision = self.inner.decide(peer, target, request)?;
+        Ok(PyReservation {
+            decision: Py::new(py, self.decision(py, &decision))?,
+            wait: secs(decision.outcome.wait_ns),
+            deadline_ns: decision.now.saturating_add(decision.outcome.wait_ns),
+            receipt: decision.receipt,
+        })
+    }
+
+    /// Gives back the slot of a reservation whose wait did not end (timeout, cancel, Ctrl-C).
+    #[pyo3(signature = (peer, path, group, cost, reservation))]
+    fn _refund(
+        &self,
+        peer: &Bound<'_, PyAny>,
+        path: Option<&Bound<'_, PyAny>>,
+        group: Option<&Bound<'_, PyAny>>,
+        cost: Cost,
+        reservation: &Bound<'_, PyReservation>,
+    ) -> PyResult<()> {
+        let (peer, target) = (text("peer", peer)?, target(path, group)?);
+        Ok(self.inner.refund(peer, target, cost.0, reservation.get().receipt)?)
+    }
+
+    /// Takes the group's concurrency permits, and with `rates` its rate limits' admission too.
+    #[pyo3(signature = (peer, path, group, cost, rates))]
+    fn _acquire(
+        &self,
+        py: Python<'_>,
+        peer: &Bound<'_, PyAny>,
+        path: Option<&Bound<'_, PyAny>>,
+        group: Option<&Bound<'_, PyAny>>,
+        cost: Cost,
+        rates: bool,
+    ) -> PyResult<PyDecision> {
+        let (peer, target) = (text("peer", peer)?, target(path, group)?);
+        let take = if rates { Take::RatesAndPermits } else { Take::Permits };
+        let decision = self.inner.decide(peer, target, Request::new(cost.0).reporting().taking(take))?;
+        Ok(self.decision(py, &decision))
+    }
+
+    #[pyo3(signature = (peer, path, group, cost))]
+    fn _release(
+        &self,
+        peer: &Bound<'_, PyAny>,
+        path: Option<&Bound<'_, PyAny>>,
+        group: Option<&Bound<'_, PyAny>>,
+        cost: Cost,
+    ) -> PyResult<()> {
+        let (peer, target) = (text("peer", peer)?, target(path, group)?);
+        Ok(self.inner.release(peer, target, cost.0)?)
+    }
+
+    /// Gives `n` tokens back to the key's rate limits (seed 003's manual reduction): every rate limit
+    /// under policy "all", the last one (the fallback) under "fallback". False when nothing limits the
+    /// request or the group disables reduction.
+    #[pyo3(signature = (peer, path=None, n=Cost(1), *, group=None), text_signature = "(self, peer, path=None, n=1, *, group=None)")]
+    fn reduce(
+        &self,
+        peer: &Bound<'_, PyAny>,
+        path: Option<&Bound<'_, PyAny>>,
+        n: Cost,
+        group: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let (peer, target) = (text("peer", peer)?, target(path, group)?);
+        Ok(self.inner.reduce(peer, target, n.0)?)
+    }
+
+    /// Where the request of `peer` goes and what limits it (its per-key quota applied); None when it is
+    /// exempt, routed nowhere, or the limiter is off.
+    #[pyo3(signature = (peer, path=None, *, group=None))]
+    fn resolve(
+        &self,
+        peer: &Bound<'_, PyAny>,
+        path: Option<&Bound<'_, PyAny>>,
+        group: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<PyResolution>> {
+        let (peer, target) = (text("peer", peer)?, target(path, group)?);
+        Ok(self.inner.resolve(peer, target)?.map(PyResolution::from))
+    }
+
+    /// What a `RateLimit-Policy` header says of `group`: quota and window (with `peer`, its quota).
+    #[pyo3(signature = (group, peer=None))]
+    fn group_policy(&self, group: &Bound<'_, PyAny>, peer: Option<&Bound<'_, PyAny>>) -> PyResult<PyGroupPolicy> {
+        let group = text("group", group)?;
+        Ok(self.inner.group_policy(group, optional_text("peer", peer)?)?.into())
+    }
+
+    /// Stops limiting: every request is allowed (and not counted) until `on()`.
+    fn off(&self) {
+        self.inner.set_enabled(false);
+    }
+
+    /// Limits again after `off()`.
+    fn on(&self) {
+        self.inner.set_enabled(true);
+    }
+
+    #[getter]
+    fn enabled(&self) -> bool {
+        self.inner.enabled()
+    }
+
+    #[getter]
+    fn clock(&self, py: Python<'_>) -> Option<Py<PyManualClock>> {
+        self.clock.as_ref().map(|c| c.clone_ref(py))
+    }
+
+    #[getter]
+    fn max_keys(&self) -> usize {
+        self.inner.max_keys()
+    }
+
+    #[getter]
+    fn groups(&self, py: Python<'_>) -> Vec<Py<PyString>> {
+        self.inner.rules().groups.iter().map(|g| self.names.get(py, g.id, &self.inner)).collect()
+    }
+
+    /// The rules in force (after `update_rule` and `reload` too), in routing order.
+    #[getter]
+    fn rules(&self) -> Vec<PyRule> {
+        self.inner.rules().config.rules.iter().map(|spec| PyRule { spec: spec.clone() }).collect()
+    }
+
+    #[getter]
+    fn exempt_peers(&self) -> Vec<String> {
+        self.inner.rules().config.exempt_peers.clone()
+    }
+
+    #[getter]
+    fn exempt_paths(&self) -> Vec<String> {
+        self.inner.rules().config.exempt_paths.clone()
+    }
+
+    /// Forgets the state of `peer` in every group, or of every peer.
+    #[pyo3(signature = (peer=None))]
+    fn reset(&self, peer: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        self.inner.reset(optional_text("peer", peer)?);
+        Ok(())
+    }
+
+    /// Counters and sizes, by group: a `ratekeeper.Stats` dict. Reads one shard at a time.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let stats = self.inner.stats();
+        let groups = PyDict::new(py);
+        for group in &stats.groups {
+            let entry = PyDict::new(py);
+            let limits = group
+                .limits
+                .iter()
+                .map(|limit| {
+                    let item = PyDict::new(py);
+                    item.set_item("rate", limit.rate.map(|r| r.to_string()))?;
+                    item.set_item("burst", limit.burst)?;
+                    item.set_item("algorithm", limit.kind().name())?;
+                    Ok(item)
+                })
+                .collect::<PyResult<Vec<_>>>()?;
+            let c = &group.counters;
+            entry.set_item("limits", limits)?;
+            entry.set_item("policy", group.policy.name())?;
+            entry.set_item("requests", c.requests)?;
+            entry.set_item("allowed", c.allowed)?;
+            entry.set_item("refused", c.refused)?;
+            entry.set_item("delayed", c.delayed)?;
+            entry.set_item("exempt", c.exempt)?;
+            entry.set_item("keys", group.keys)?;
+            entry.set_item("evictions", group.evictions)?;
+            entry.set_item("reductions", c.reductions)?;
+            entry.set_item("quota_fetches", c.quota_fetches)?;
+            entry.set_item("quota_failures", c.quota_failures)?;
+            entry.set_item("quota_unknown", c.quota_unknown)?;
+            groups.set_item(&group.name, entry)?;
+        }
+        let out = PyDict::new(py);
+        out.set_item("enabled", self.inner.enabled())?;
+        out.set_item("keys", stats.keys)?;
+        out.set_item("max_keys", self.inner.max_keys())?;
+        out.set_item("evictions", stats.evictions)?;
+        out.set_item("exempt", stats.exempt)?;
+        out.set_item("memory_bytes", self.inner.allocated_bytes())?;
+        out.set_item("quota_records", stats.quota_records)?;
+        let (queued, running) = self.inner.fetches().load();
+        out.set_item("quota_queue", queued)?;
+        out.set_item("quota_running", running)?;
+        out.set_item("groups", groups)?;
+        Ok(out)
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// Each key's admitted units since the last call, as (peer, group, units); needs `track_usage=True`.
+    fn drain_pending(&self) -> PyResult<Vec<(String, String, u64)>> {
+        Ok(self.inner.drain_pending()?)
+    }
+
+    /// Counts `n` units that `peer` used in `group` elsewhere (another node) as used now.
+    #[pyo3(signature = (peer, group, n))]
+    fn absorb(&self, peer: &Bound<'_, PyAny>, group: &Bound<'_, PyAny>, n: &Bound<'_, PyAny>) -> PyResult<()> {
+        let (peer, group) = (text("peer", peer)?, text("group", group)?);
+        Ok(self.inner.absorb(peer, group, positive_int("n", n)?)?)
+    }
+
+    #[getter]
+    fn track_usage(&self) -> bool {
+        self.inner.tracks_usage()
+    }
+
+    #[pyo3(signature = (peer, group, rate))]
+    fn set_quota(&self, peer: &Bound<'_, PyAny>, group: &Bound<'_, PyAny>, rate: &Bound<'_, PyAny>) -> PyResult<()> {
+        let (peer, group) = (text("peer", peer)?, text("group", group)?);
+        let rate = if rate.is_none() { None } else { Some(PyRate::from_arg("rate", rate)?) };
+        Ok(self.inner.set_quota(peer, group, rate)?)
+    }
+
+    #[pyo3(signature = (peer, group))]
+    fn quota(&self, peer: &Bound<'_, PyAny>, group: &Bound<'_, PyAny>) -> PyResult<PyQuotaInfo> {
+        let (peer, group) = (text("peer", peer)?, text("group", group)?);
+        let (info, rule_rate) = self.inner.quota(peer, group)?;
+        Ok(PyQuotaInfo::new(&info, rule_rate, self.inner.now_ns()))
+    }
+
+    /// Whether the first fetch of `peer`'s key is still running (queued if new).
+    #[pyo3(signature = (peer, path, group))]
+    fn _quota_pending(
+        &self,
+        peer: &Bound<'_, PyAny>,
+        path: Option<&Bound<'_, PyAny>>,
+        group: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let (peer, target) = (text("peer", peer)?, target(path, group)?);
+        Ok(self.inner.first_fetch_pending(peer, target).is_some())
+    }
+
+    #[pyo3(signature = (timeout=None))]
+    fn wait_quotas(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
+        let timeout = Duration::from_nanos(nanos("timeout", timeout)?.min(u64::MAX / 4));
+        let deadline =
+            Instant::now().checked_add(timeout).unwrap_or_else(|| Instant::now() + Duration::from_secs(1 << 32));
+        let queue = Arc::clone(self.inner.fetches());
+        Ok(py.detach(move || queue.wait_idle(deadline)))
+    }
+
+    fn _fetch_queue(&self) -> PyFetchQueue {
+        PyFetchQueue { inner: Arc::clone(self.inner.fetches()) }
+    }
+
+    /// Seconds a worker may still wait for the provider's answer to `job`.
+    fn _fetch_time_left(&self, job: &Bound<'_, PyFetchJob>) -> f64 {
+        time_left(&self.inner, &job.get().job)
+    }
+
+    /// Hands back a fetch: the provider's `answer`, or the exception it raised as `error`.
+    #[pyo3(signature = (job, answer, error=None))]
+    fn _finish_fetch(
+        &self,
+        job: &Bound<'_, PyFetchJob>,
+        answer: &Bound<'_, PyAny>,
+        error: Option<&Bound<'_, PyAny>>,
+    ) -> PyFetchResult {
+        finish(&self.inner, &job.get().job, answer, error)
+    }
+
+    /// The quota settings in force.
+    #[getter]
+    fn quotas(&self, py: Python<'_>) -> Py<PyQuotas> {
+        self.quotas.clone_ref(py)
+    }
+
+    #[getter]
+    fn quota_wait(&self) -> f64 {
+        self.quota_wait.as_secs_f64()
+    }
+
+    /// Changes the rate and/or burst of `group`'s first rate limit, keeping what each key used.
+    #[pyo3(signature = (group, rate=None, burst=None))]
+    fn update_rule(
+        &self,
+        group: &Bound<'_, PyAny>,
+        rate: Option<&Bound<'_, PyAny>>,
+        burst: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let group = text("group", group)?;
+        let rate = rate.filter(|r| !r.is_none()).map(|r| PyRate::from_arg("rate", r)).transpose()?;
+        let burst = burst.filter(|b| !b.is_none()).map(|b| positive_int("burst", b)).transpose()?;
+        Ok(self.inner.update_rule(group, rate, burst)?)
+    }
+
+    /// Replaces the rules and exemptions, keeping the state of groups that keep their name.
+    #[pyo3(signature = (rules, exempt_peers=None, exempt_paths=None))]
+    fn _reconfigure(
+        &self,
+        rules: &Bound<'_, PyAny>,
+        exempt_peers: Option<&Bound<'_, PyAny>>,
+        exempt_paths: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let config = RulesConfig {
+            rules: rule_specs(rules)?,
+            exempt_peers: strings("exempt_peers", exempt_peers)?,
+            exempt_paths: strings("exempt_paths", exempt_paths)?,
+        };
+        Ok(self.inner.reconfigure(config)?)
+    }
+}

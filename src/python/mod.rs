@@ -1,0 +1,31 @@
+//! The Python boundary: the only module that uses pyo3. Docstrings for Python users live in
+//! `python/ratekeeper/_core.pyi` (and, for `help()`, on the methods here).
+
+mod args;
+mod fetch;
+mod limiter;
+mod values;
+
+pub use fetch::{PyFetchJob, PyFetchQueue, PyFetchResult};
+pub use limiter::PyLimiter;
+pub use limiter::PyReservation;
+pub use values::{
+    PyDecision, PyGroupPolicy, PyLimit, PyManualClock, PyQuotaInfo, PyQuotas, PyRate, PyResolution, PyRule,
+};
+
+#[pyo3::pymodule(gil_used = false)]
+mod _core {
+    #[pymodule_export]
+    use super::{
+        PyDecision, PyFetchJob, PyFetchQueue, PyFetchResult, PyGroupPolicy, PyLimit, PyLimiter, PyManualClock,
+        PyQuotaInfo, PyQuotas, PyRate, PyReservation, PyResolution, PyRule,
+    };
+
+    #[pymodule_init]
+    fn init(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
+        use pyo3::types::PyModuleMethods;
+        m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+        m.add("NANOS_PER_SEC", crate::rate::NANOS_PER_SEC)?;
+        Ok(())
+    }
+}

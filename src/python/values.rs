@@ -1,0 +1,639 @@
+//! The value classes of the boundary: rates, limits, rules, the manual clock, quota settings, and what
+//! the limiter answers (decisions, policies, resolutions, quota info).
+
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use pyo3::types::PyString;
+
+use super::args::{nanos, positive_int, positive_seconds, secs, str_arg, type_name};
+use crate::algorithm::Report;
+use crate::algorithm::{Kind, Limit};
+use crate::clock::ManualClock;
+use crate::config::{Pattern, Policy, RuleSpec};
+use crate::error::Error;
+use crate::limiter::{Decision, GroupPolicy, Refusal, Resolution};
+use crate::quota::QuotaInfo;
+use crate::rate;
+
+/// `count` events per `period`: `Rate("10/min")`, `Rate(10, per=60.0)`.
+#[pyclass(frozen, eq, hash, name = "Rate", module = "ratekeeper._core")]
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct PyRate {
+    pub inner: rate::Rate,
+}
+
+impl PyRate {
+    /// A `Rate` from a `Rate` or a rate string.
+    ///
+    /// # Errors
+    /// Not a rate, named `field`.
+    pub fn from_arg(field: &str, obj: &Bound<'_, PyAny>) -> Result<rate::Rate, Error> {
+        if let Ok(rate) = obj.cast::<PyRate>() {
+            return Ok(rate.get().inner);
+        }
+        if let Ok(text) = obj.cast::<PyString>() {
+            let text = text.to_str().map_err(|_| Error::value(field, "must be valid UTF-8"))?;
+            return text.parse::<rate::Rate>().map_err(|e| e.within(field));
+        }
+        Err(Error::type_error(field, format!("must be a rate string like '10/min' or a Rate, got {}", type_name(obj))))
+    }
+}
+
+#[pymethods]
+impl PyRate {
+    #[new]
+    #[pyo3(signature = (spec, per=None))]
+    fn py_new(spec: &Bound<'_, PyAny>, per: Option<f64>) -> PyResult<Self> {
+        match per {
+            None => Ok(Self { inner: Self::from_arg("rate", spec)? }),
+            Some(per) => {
+                let count = spec
+                    .extract::<u64>()
+                    .map_err(|_| Error::type_error("count", format!("must be a positive int with per=, got {spec}")))?;
+                Ok(Self { inner: rate::Rate::per_seconds(count, per)? })
+            }
+        }
+    }
+
+    #[getter]
+    fn count(&self) -> u64 {
+        self.inner.count
+    }
+
+    #[getter]
+    fn period(&self) -> f64 {
+        self.inner.period_secs()
+    }
+
+    fn __str__(&self) -> String {
+        self.inner.to_string()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Rate('{}')", self.inner)
+    }
+}
+
+/// One limit: a rate enforced by an algorithm, or a number of concurrent requests.
+#[pyclass(frozen, eq, name = "Limit", module = "ratekeeper._core")]
+#[derive(Clone, PartialEq)]
+pub struct PyLimit {
+    pub inner: Limit,
+}
+
+impl PyLimit {
+    /// A `Limit` from a `Limit`, a `Rate` or a rate string; errors name `field`.
+    fn from_arg(field: &str, obj: &Bound<'_, PyAny>) -> Result<Limit, Error> {
+        if let Ok(limit) = obj.cast::<PyLimit>() {
+            return Ok(limit.get().inner);
+        }
+        if obj.is_instance_of::<PyString>() || obj.is_instance_of::<PyRate>() {
+            let rate = PyRate::from_arg("rate", obj).map_err(|e| e.within(field))?;
+            return Limit::new(rate, None, Kind::Gcra).map_err(|e| e.within(field));
+        }
+        Err(Error::type_error(field, format!("must be a Limit or a rate string, got {}", type_name(obj))))
+    }
+}
+
+/// A limit of `rate` with an optional `burst`, enforced by `algorithm`.
+pub fn limit_arg(rate: &Bound<'_, PyAny>, burst: Option<&Bound<'_, PyAny>>, algorithm: &str) -> Result<Limit, Error> {
+    let rate = PyRate::from_arg("rate", rate)?;
+    let burst = match burst.filter(|b| !b.is_none()) {
+        None => None,
+        Some(b) => Some(positive_int("burst", b)?),
+    };
+    Limit::new(rate, burst, Kind::parse(algorithm)?)
+}
+
+#[pymethods]
+impl PyLimit {
+    #[new]
+    #[pyo3(signature = (rate=None, *, burst=None, algorithm="gcra", concurrency=None))]
+    fn py_new(
+        rate: Option<&Bound<'_, PyAny>>,
+        burst: Option<&Bound<'_, PyAny>>,
+        algorithm: &str,
+        concurrency: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let rate = rate.filter(|r| !r.is_none());
+        let concurrency = concurrency.filter(|c| !c.is_none());
+        let inner = match (rate, concurrency) {
+            (Some(rate), None) => limit_arg(rate, burst, algorithm)?,
+            (None, Some(permits)) => {
+                if burst.is_some_and(|b| !b.is_none()) {
+                    return Err(Error::value("burst", "a concurrency limit takes no burst").into());
+                }
+                Limit::concurrency(positive_int("concurrency", permits)?)?
+            }
+            (Some(_), Some(_)) => {
+                return Err(Error::value("concurrency", "give either a rate or concurrency=N, not both").into())
+            }
+            (None, None) => return Err(Error::value("rate", "give a rate such as '10/s', or concurrency=N").into()),
+        };
+        Ok(Self { inner })
+    }
+
+    #[getter]
+    fn rate(&self) -> Option<PyRate> {
+        self.inner.rate.map(|inner| PyRate { inner })
+    }
+
+    #[getter]
+    fn burst(&self) -> u32 {
+        self.inner.burst
+    }
+
+    #[getter]
+    fn algorithm(&self) -> &'static str {
+        self.inner.kind().name()
+    }
+
+    #[getter]
+    fn concurrency(&self) -> Option<u32> {
+        self.inner.is_concurrency().then_some(self.inner.burst)
+    }
+
+    #[getter]
+    fn window(&self) -> Option<f64> {
+        self.inner.window_ns().map(secs)
+    }
+
+    fn __repr__(&self) -> String {
+        limit_repr(&self.inner)
+    }
+}
+
+fn limit_repr(limit: &Limit) -> String {
+    match limit.rate {
+        None => format!("Limit(concurrency={})", limit.burst),
+        Some(rate) => format!("Limit('{rate}', burst={}, algorithm='{}')", limit.burst, limit.kind().name()),
+    }
+}
+
+pub fn limits_of(limits: &[Limit]) -> Vec<PyLimit> {
+    limits.iter().map(|&inner| PyLimit { inner }).collect()
+}
+
+/// A routing rule: requests whose path matches `pattern` count against `group`, limited by `rate` or
+/// by several `limits` combined by `policy`.
+#[pyclass(frozen, name = "Rule", module = "ratekeeper._core")]
+pub struct PyRule {
+    pub spec: RuleSpec,
+}
+
+#[pymethods]
+impl PyRule {
+    #[new]
+    #[pyo3(signature = (pattern, group, rate=None, *, burst=None, algorithm="gcra", limits=None, policy="all", reduction=true))]
+    #[allow(clippy::too_many_arguments)]
+    fn py_new(
+        pattern: &Bound<'_, PyAny>,
+        group: &Bound<'_, PyAny>,
+        rate: Option<&Bound<'_, PyAny>>,
+        burst: Option<&Bound<'_, PyAny>>,
+        algorithm: &str,
+        limits: Option<&Bound<'_, PyAny>>,
+        policy: &str,
+        reduction: bool,
+    ) -> PyResult<Self> {
+        let pattern = Pattern::new(&str_arg("pattern", pattern)?)?;
+        let group = str_arg("group", group)?;
+        if group.is_empty() {
+            return Err(Error::value("group", "must be a non-empty name").into());
+        }
+        let limits = match (rate.filter(|r| !r.is_none()), limits.filter(|l| !l.is_none())) {
+            (Some(rate), None) => vec![limit_arg(rate, burst, algorithm)?],
+            (None, Some(limits)) => {
+                if burst.is_some_and(|b| !b.is_none()) || algorithm != "gcra" {
+                    return Err(Error::value("limits", "give burst and algorithm inside each Limit").into());
+                }
+                if limits.is_instance_of::<PyString>() {
+                    return Err(Error::type_error("limits", "must be a list of Limit, not a single str").into());
+                }
+                let iter = limits.try_iter().map_err(|_| {
+                    Error::type_error("limits", format!("must be a list of Limit, got {}", type_name(limits)))
+                })?;
+                let limits = iter
+                    .enumerate()
+                    .map(|(i, item)| Ok(PyLimit::from_arg(&format!("limits[{i}]"), &item?)?))
+                    .collect::<PyResult<Vec<_>>>()?;
+                if limits.is_empty() {
+                    return Err(Error::value("limits", "must hold at least one Limit").into());
+                }
+                if limits.len() > 64 {
+                    return Err(Error::value("limits", format!("at most 64 limits, got {}", limits.len())).into());
+                }
+                limits
+            }
+            (Some(_), Some(_)) => return Err(Error::value("limits", "give either rate or limits, not both").into()),
+            (None, None) => return Err(Error::value("rate", "give a rate such as '10/s', or limits=[...]").into()),
+        };
+        Ok(Self { spec: RuleSpec { pattern, group, limits, policy: Policy::parse(policy)?, reduction } })
+    }
+
+    #[getter]
+    fn pattern(&self) -> &str {
+        self.spec.pattern.as_str()
+    }
+
+    #[getter]
+    fn group(&self) -> &str {
+        &self.spec.group
+    }
+
+    #[getter]
+    fn limits(&self) -> Vec<PyLimit> {
+        limits_of(&self.spec.limits)
+    }
+
+    /// The rate of the first limit (the only one, for a rule made with `rate`).
+    #[getter]
+    fn rate(&self) -> Option<PyRate> {
+        self.spec.limits[0].rate.map(|inner| PyRate { inner })
+    }
+
+    #[getter]
+    fn burst(&self) -> u32 {
+        self.spec.limits[0].burst
+    }
+
+    #[getter]
+    fn algorithm(&self) -> &'static str {
+        self.spec.limits[0].kind().name()
+    }
+
+    #[getter]
+    fn policy(&self) -> &'static str {
+        self.spec.policy.name()
+    }
+
+    #[getter]
+    fn reduction(&self) -> bool {
+        self.spec.reduction
+    }
+
+    fn __repr__(&self) -> String {
+        let limits: Vec<String> = self.spec.limits.iter().map(limit_repr).collect();
+        format!(
+            "Rule({:?}, {:?}, limits=[{}], policy='{}', reduction={})",
+            self.spec.pattern.as_str(),
+            self.spec.group,
+            limits.join(", "),
+            self.spec.policy.name(),
+            if self.spec.reduction { "True" } else { "False" }
+        )
+    }
+}
+
+/// A clock that moves only when told to; waits on it advance it instead of sleeping.
+#[pyclass(frozen, name = "ManualClock", module = "ratekeeper._core")]
+pub struct PyManualClock {
+    pub inner: Arc<ManualClock>,
+}
+
+#[pymethods]
+impl PyManualClock {
+    #[new]
+    #[pyo3(signature = (start=0.0))]
+    fn py_new(start: f64) -> PyResult<Self> {
+        Ok(Self { inner: Arc::new(ManualClock::new(nanos("start", Some(start))?)) })
+    }
+
+    fn now(&self) -> f64 {
+        secs(self.inner.now_ns())
+    }
+
+    fn advance(&self, seconds: f64) -> PyResult<()> {
+        if seconds.is_infinite() {
+            return Err(Error::value("seconds", "must be finite").into());
+        }
+        self.inner.advance_ns(nanos("seconds", Some(seconds))?);
+        Ok(())
+    }
+
+    /// Moves the clock to an instant in nanoseconds unless it is already past it.
+    fn _advance_to_ns(&self, deadline_ns: u64) {
+        self.inner.advance_to_ns(deadline_ns);
+    }
+
+    fn __repr__(&self) -> String {
+        format!("ManualClock({})", secs(self.inner.now_ns()))
+    }
+}
+
+/// How per-key quotas are obtained; see `Limiter(quotas=...)`.
+#[pyclass(frozen, name = "Quotas", module = "ratekeeper._core")]
+pub struct PyQuotas {
+    #[pyo3(get)]
+    pub provider: Option<Py<PyAny>>,
+    #[pyo3(get)]
+    pub failsafe: Option<PyRate>,
+    #[pyo3(get)]
+    pub ttl: f64,
+    #[pyo3(get)]
+    pub timeout: f64,
+    #[pyo3(get)]
+    pub workers: usize,
+    #[pyo3(get)]
+    pub wait: f64,
+}
+
+/// The defaults of the quota keywords that came before `Quotas` (those of `Quotas()` itself).
+pub const DEFAULT_QUOTA_TTL: f64 = 300.0;
+pub const DEFAULT_QUOTA_TIMEOUT: f64 = 5.0;
+pub const DEFAULT_QUOTA_WORKERS: i64 = 4;
+
+impl PyQuotas {
+    /// Checked settings.
+    ///
+    /// # Errors
+    /// A bad setting, named `prefix` + name (`quota_ttl` for the old keywords).
+    pub fn new(
+        provider: Option<&Bound<'_, PyAny>>,
+        failsafe: Option<&Bound<'_, PyAny>>,
+        (ttl, timeout, workers, wait): (f64, f64, i64, f64),
+        prefix: &str,
+    ) -> Result<Self, Error> {
+        let field = |name: &str| format!("{prefix}{name}");
+        let provider = provider.filter(|p| !p.is_none());
+        if let Some(provider) = provider {
+            if !provider.is_callable() {
+                return Err(Error::type_error(
+                    if prefix.is_empty() { "provider".to_owned() } else { "quota_provider".to_owned() },
+                    format!("must be a callable (peer, group) -> Rate | str | None, got {}", type_name(provider)),
+                ));
+            }
+        }
+        positive_seconds(&field("ttl"), ttl)?;
+        positive_seconds(&field("timeout"), timeout)?;
+        nanos(&field("wait"), Some(wait))?;
+        let workers = usize::try_from(workers)
+            .ok()
+            .filter(|&n| (1..=256).contains(&n))
+            .ok_or_else(|| Error::value(field("workers"), format!("must be between 1 and 256, got {workers}")))?;
+        let failsafe = failsafe.filter(|f| !f.is_none()).map(|f| PyRate::from_arg("failsafe", f)).transpose()?;
+        Ok(Self {
+            provider: provider.map(|p| p.clone().unbind()),
+            failsafe: failsafe.map(|inner| PyRate { inner }),
+            ttl,
+            timeout,
+            workers,
+            wait,
+        })
+    }
+}
+
+#[pymethods]
+impl PyQuotas {
+    #[new]
+    // Literals, so that the signature shows them; tests/test_seams.py checks they equal the DEFAULT_*.
+    #[pyo3(signature = (provider=None, *, failsafe=None, ttl=300.0, timeout=5.0, workers=4, wait=0.0))]
+    fn py_new(
+        provider: Option<&Bound<'_, PyAny>>,
+        failsafe: Option<&Bound<'_, PyAny>>,
+        ttl: f64,
+        timeout: f64,
+        workers: i64,
+        wait: f64,
+    ) -> PyResult<Self> {
+        Ok(Self::new(provider, failsafe, (ttl, timeout, workers, wait), "")?)
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let provider = self.provider.as_ref().map_or_else(|| "None".to_owned(), |p| p.bind(py).to_string());
+        let failsafe = self.failsafe.as_ref().map_or_else(|| "None".to_owned(), |r| format!("'{}'", r.inner));
+        format!(
+            "Quotas({provider}, failsafe={failsafe}, ttl={:?}, timeout={:?}, workers={}, wait={:?})",
+            self.ttl, self.timeout, self.workers, self.wait
+        )
+    }
+}
+
+/// What the limiter decided for one request.
+///
+/// Every field is a whole word: a decision is built and then moved into its Python object at once,
+/// and a word read back right after a narrower write to it stalls the store buffer (a `bool` field
+/// measured 20 ns a `check`). Flags and absent values are encoded; the getters decode them.
+#[pyclass(frozen, name = "Decision", module = "ratekeeper._core")]
+pub struct PyDecision {
+    flags: u64,
+    group: Option<Py<PyString>>,
+    limit: u64,
+    remaining: u64,
+    retry_after: f64,
+    reset_after: f64,
+    /// NaN: none.
+    window: f64,
+}
+
+const ALLOWED: u64 = 1;
+const REPORTED: u64 = 2;
+const BY_RATE: u64 = 4;
+const BY_CONCURRENCY: u64 = 8;
+
+impl PyDecision {
+    #[inline]
+    pub fn new(d: &Decision, group: Option<Py<PyString>>) -> Self {
+        let refused_by = match d.refused_by {
+            None => 0,
+            Some(Refusal::Rate) => BY_RATE,
+            Some(Refusal::Concurrency) => BY_CONCURRENCY,
+        };
+        let report = d.report.unwrap_or(Report { limit: 0, remaining: 0, reset_after_ns: 0, window_ns: None });
+        Self {
+            flags: u64::from(d.outcome.allowed) | if d.report.is_some() { REPORTED } else { 0 } | refused_by,
+            group,
+            limit: report.limit,
+            remaining: report.remaining,
+            retry_after: secs(d.outcome.retry_after_ns),
+            reset_after: secs(report.reset_after_ns),
+            window: report.window_ns.map_or(f64::NAN, secs),
+        }
+    }
+
+    #[must_use]
+    pub const fn is_allowed(&self) -> bool {
+        self.flags & ALLOWED != 0
+    }
+
+    fn reported(&self, value: u64) -> Option<u64> {
+        (self.flags & REPORTED != 0).then_some(value)
+    }
+}
+
+#[pymethods]
+impl PyDecision {
+    /// Whether the request may go ahead.
+    #[getter]
+    fn allowed(&self) -> bool {
+        self.is_allowed()
+    }
+
+    /// The group that limits the request; None for exempt or unrouted requests.
+    #[getter]
+    fn group(&self, py: Python<'_>) -> Option<Py<PyString>> {
+        self.group.as_ref().map(|g| g.clone_ref(py))
+    }
+
+    /// The number of requests `remaining` is out of; None unless a group limits the request.
+    #[getter]
+    fn limit(&self) -> Option<u64> {
+        self.reported(self.limit)
+    }
+
+    /// Requests of cost 1 the key could make right now; None unless a group limits the request.
+    #[getter]
+    fn remaining(&self) -> Option<u64> {
+        self.reported(self.remaining)
+    }
+
+    /// Seconds until the same request would be admitted (0.0 when allowed; inf: never).
+    #[getter]
+    fn retry_after(&self) -> f64 {
+        self.retry_after
+    }
+
+    /// Seconds until the key is back to its full limit.
+    #[getter]
+    fn reset_after(&self) -> f64 {
+        self.reset_after
+    }
+
+    /// Seconds of the window `limit` is counted over; None for permits and when no group limits.
+    #[getter]
+    fn window(&self) -> Option<f64> {
+        (!self.window.is_nan()).then_some(self.window)
+    }
+
+    /// "rate" or "concurrency" when refused; None when allowed.
+    #[getter]
+    fn refused_by(&self) -> Option<&'static str> {
+        if self.flags & BY_RATE != 0 {
+            Some("rate")
+        } else if self.flags & BY_CONCURRENCY != 0 {
+            Some("concurrency")
+        } else {
+            None
+        }
+    }
+
+    fn __bool__(&self) -> bool {
+        self.is_allowed()
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let group = self.group.as_ref().map_or_else(|| "None".to_owned(), |g| format!("'{}'", g.bind(py)));
+        let opt = |v: Option<u64>| v.map_or_else(|| "None".to_owned(), |v| v.to_string());
+        let window = self.window().map_or_else(|| "None".to_owned(), |w| format!("{w:?}"));
+        let refused_by = self.refused_by().map_or_else(|| "None".to_owned(), |r| format!("'{r}'"));
+        format!(
+            "Decision(allowed={}, group={group}, limit={}, remaining={}, retry_after={:?}, reset_after={:?}, \
+             window={window}, refused_by={refused_by})",
+            if self.is_allowed() { "True" } else { "False" },
+            opt(self.limit()),
+            opt(self.remaining()),
+            self.retry_after,
+            self.reset_after,
+        )
+    }
+}
+
+/// A group's policy as a `RateLimit-Policy` header states it.
+#[pyclass(frozen, name = "GroupPolicy", module = "ratekeeper._core")]
+pub struct PyGroupPolicy {
+    #[pyo3(get)]
+    group: String,
+    #[pyo3(get)]
+    quota: u64,
+    #[pyo3(get)]
+    window: Option<f64>,
+    #[pyo3(get)]
+    unit: &'static str,
+}
+
+impl From<GroupPolicy> for PyGroupPolicy {
+    fn from(policy: GroupPolicy) -> Self {
+        let unit = if policy.window_ns.is_some() { "requests" } else { "concurrent-requests" };
+        Self { group: policy.group, quota: policy.quota, window: policy.window_ns.map(secs), unit }
+    }
+}
+
+#[pymethods]
+impl PyGroupPolicy {
+    fn __repr__(&self) -> String {
+        let window = self.window.map_or_else(|| "None".to_owned(), |w| format!("{w:?}"));
+        format!("GroupPolicy(group={:?}, quota={}, window={window}, unit='{}')", self.group, self.quota, self.unit)
+    }
+}
+
+/// Where a request goes and what limits it; see `Limiter.resolve`.
+#[pyclass(frozen, name = "Resolution", module = "ratekeeper._core")]
+pub struct PyResolution {
+    #[pyo3(get)]
+    group: String,
+    #[pyo3(get)]
+    policy: &'static str,
+    limits: Vec<Limit>,
+}
+
+impl From<Resolution> for PyResolution {
+    fn from(resolution: Resolution) -> Self {
+        Self { group: resolution.group, policy: resolution.policy.name(), limits: resolution.limits }
+    }
+}
+
+#[pymethods]
+impl PyResolution {
+    #[getter]
+    fn limits(&self) -> Vec<PyLimit> {
+        limits_of(&self.limits)
+    }
+
+    fn __repr__(&self) -> String {
+        let limits: Vec<String> = self.limits.iter().map(limit_repr).collect();
+        format!("Resolution(group={:?}, limits=[{}], policy='{}')", self.group, limits.join(", "), self.policy)
+    }
+}
+
+/// What a key's quota is; see `Limiter.quota`.
+#[pyclass(frozen, name = "QuotaInfo", module = "ratekeeper._core")]
+pub struct PyQuotaInfo {
+    #[pyo3(get)]
+    rate: Option<PyRate>,
+    #[pyo3(get)]
+    source: &'static str,
+    #[pyo3(get)]
+    age: Option<f64>,
+    #[pyo3(get)]
+    fetching: bool,
+    #[pyo3(get)]
+    failures: u32,
+}
+
+impl PyQuotaInfo {
+    #[must_use]
+    pub fn new(info: &QuotaInfo, rule_rate: Option<rate::Rate>, now: u64) -> Self {
+        Self {
+            rate: info.rate.or(rule_rate).map(|inner| PyRate { inner }),
+            source: info.source.name(),
+            age: info.since.map(|since| secs(now.saturating_sub(since))),
+            fetching: info.fetching,
+            failures: info.failures,
+        }
+    }
+}
+
+#[pymethods]
+impl PyQuotaInfo {
+    fn __repr__(&self) -> String {
+        let rate = self.rate.as_ref().map_or_else(|| "None".to_owned(), |r| format!("Rate('{}')", r.inner));
+        let age = self.age.map_or_else(|| "None".to_owned(), |a| format!("{a:?}"));
+        format!(
+            "QuotaInfo(rate={rate}, source='{}', age={age}, fetching={}, failures={})",
+            self.source,
+            if self.fetching { "True" } else { "False" },
+            self.failures
+        )
+    }
+}
