@@ -126,8 +126,8 @@ impl Tagged for QuotaSlot {
     }
 
     #[inline]
-    fn tag_mut(&mut self) -> &mut u64 {
-        &mut self.tag
+    fn set_tag(&mut self, tag: u64) {
+        self.tag = tag;
     }
 }
 

@@ -27,7 +27,7 @@ fn table_hash(identity: u64) -> u64 {
 /// An entry with a tag.
 pub(crate) trait Tagged {
     fn tag(&self) -> u64;
-    fn tag_mut(&mut self) -> &mut u64;
+    fn set_tag(&mut self, tag: u64);
 
     #[inline]
     fn identity(&self) -> u64 {
@@ -45,7 +45,7 @@ pub(crate) trait Tagged {
     #[inline]
     fn touch(&mut self) {
         if self.uses() < u8::MAX {
-            *self.tag_mut() += 1;
+            self.set_tag(self.tag() + 1);
         }
     }
 }
@@ -108,7 +108,7 @@ impl<T: Tagged> BoundedTable<T> {
         if self.count.load(Ordering::Relaxed) >= self.max {
             make_room(self);
         }
-        *entry.tag_mut() = (key >> IDENTITY_SHIFT) << IDENTITY_SHIFT | 1;
+        entry.set_tag((key >> IDENTITY_SHIFT) << IDENTITY_SHIFT | 1);
         self.count.fetch_add(1, Ordering::Relaxed);
         self.room.inserted();
         self.table.insert_unique(table_hash(entry.identity()), entry, |e| table_hash(e.identity())).into_mut()
@@ -200,7 +200,7 @@ impl Room {
             }
             if decay {
                 let tag = entry.tag();
-                *entry.tag_mut() = (tag & !0xFF) | u64::from(entry.uses() / 2);
+                entry.set_tag((tag & !0xFF) | u64::from(entry.uses() / 2));
             }
             true
         });

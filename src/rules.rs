@@ -206,6 +206,7 @@ impl Group {
     }
 
     /// The group's limits for a key whose quota is `quota` (replacing the first rate limit).
+    #[inline]
     #[must_use]
     pub fn limits_with(&self, quota: Option<Limit>) -> Cow<'_, [Limit]> {
         match (quota, self.primary) {

@@ -503,3 +503,11 @@ def test_from_config_of_a_subclass_builds_the_subclass(clock: rk.ManualClock) ->
     assert type(limiter) is MyLimiter
     assert limiter.clock is clock
     assert admitted(limiter, "alice", 5, "/api/x") == 2
+
+
+def test_the_old_quota_keywords_default_to_what_quotas_defaults_to() -> None:
+    # The defaults are written twice in the core (Quotas' signature and the old keywords' fallback).
+    defaults = {name: p.default for name, p in inspect.signature(rk.Quotas).parameters.items() if name != "provider"}
+    settings = rk.Limiter("1/s").quotas
+    assert {name: getattr(settings, name) for name in defaults} == defaults
+    assert defaults == {"failsafe": None, "ttl": 300.0, "timeout": 5.0, "workers": 4, "wait": 0.0}

@@ -84,7 +84,9 @@ impl Gcra {
     ///
     /// # Errors
     /// The wait, in nanoseconds after `at`, until it would be admitted.
-    #[inline]
+    // Always: called out of line, its result came back through memory and stalled the hot path.
+    #[allow(clippy::inline_always)]
+    #[inline(always)]
     pub fn evaluate(&self, state: &State, at: u64, cost: u64) -> Result<State, u64> {
         let new_tat = self.after(self.tat(state, at), cost);
         let wait = self.allowed_at(new_tat).saturating_sub(at);

@@ -69,7 +69,9 @@ impl SlidingWindow {
     ///
     /// # Errors
     /// The wait, in nanoseconds after `at`, until it would be admitted.
-    #[inline]
+    // Always: called out of line, its result came back through memory and stalled the hot path.
+    #[allow(clippy::inline_always)]
+    #[inline(always)]
     pub fn evaluate(&self, state: &State, at: u64, cost: u64) -> Result<State, u64> {
         let view = self.view(state, at);
         let elapsed = at.saturating_sub(view.start);

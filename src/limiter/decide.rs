@@ -210,12 +210,12 @@ impl KeyStates<'_> {
             Admit::State(admitted) => admitted,
             Admit::Log { .. } => unreachable!("a simple group has no sliding log"),
         };
-        if let Some(state) = self.shard.get_mut(key) {
-            *state = simple(limit.evaluate(state, &NO_LOG, self.now, cost)?);
-        } else {
-            let admitted = simple(limit.evaluate(&State::default(), &NO_LOG, self.now, cost)?);
-            self.shard.insert(key, admitted, self.now, self.group.id);
+        let now = self.now;
+        if let Some(decided) = self.shard.update(key, |state| limit.evaluate(state, &NO_LOG, now, cost).map(simple)) {
+            return decided;
         }
+        let admitted = simple(limit.evaluate(&State::default(), &NO_LOG, now, cost)?);
+        self.shard.insert(key, admitted, now, self.group.id);
         Ok(())
     }
 
@@ -324,6 +324,7 @@ impl KeyStates<'_> {
 
     /// What the key has left under the group's rate limits: the tightest under `all`, the sum under
     /// `fallback`; its free permits when a gate refused it or it has no rate limit.
+    #[inline]
     pub fn report(&self, limits: &[Limit], refused_by: Option<Refusal>) -> Report {
         let gates = refused_by == Some(Refusal::Concurrency) || Group::rate_limits(limits).next().is_none();
         let reports = limits.iter().enumerate().filter(|(_, l)| l.is_concurrency() == gates).map(|(index, limit)| {

@@ -34,7 +34,7 @@ impl Limiter {
                 continue;
             }
             let key = group.limit_key(base, i);
-            if let Some(state) = shard.get_mut(key).map(|s| *s) {
+            if let Some(state) = shard.touch(key) {
                 // Only a sliding log has stamps; others must not leave an empty log behind.
                 let changed = if limit.uses_log() {
                     let mut log = std::mem::take(shard.log_mut(key));

@@ -92,7 +92,7 @@ impl Limiter {
         }
         let Some(p) = group.primary else { return };
         let key = group.limit_key(base, p);
-        let Some(state) = shard.get_mut(key).map(|s| *s) else { return };
+        let Some(state) = shard.touch(key) else { return };
         let rescaled = if new.uses_log() {
             let mut log = std::mem::take(shard.log_mut(key));
             let rescaled = new.rescale(old, &state, &mut log, now);

@@ -21,29 +21,42 @@ use crate::rules::{Route, MAX_GROUP_NAMES};
 
 const NAMES_PER_CHUNK: usize = 64;
 
-/// Interned group names by group id, filled on first use and never changed (an id keeps its name for
-/// the limiter's life): reading one is two atomic loads, with no lock shared between threads.
-type NameChunk = Box<[OnceLock<Py<PyString>>]>;
+type NameChunk = [OnceLock<Py<PyString>>; NAMES_PER_CHUNK];
 
+/// Interned group names by group id, filled on first use and never changed (an id keeps its name for
+/// the limiter's life): reading one is an atomic load or two, with no lock shared between threads. The
+/// first 64 ids (most limiters have no more groups) need no chunk to be found first.
 struct GroupNames {
-    chunks: Box<[OnceLock<NameChunk>]>,
+    first: NameChunk,
+    rest: Box<[OnceLock<Box<NameChunk>>]>,
 }
 
 impl GroupNames {
     fn new() -> Self {
-        Self { chunks: (0..MAX_GROUP_NAMES / NAMES_PER_CHUNK).map(|_| OnceLock::new()).collect() }
+        let rest = (1..MAX_GROUP_NAMES / NAMES_PER_CHUNK).map(|_| OnceLock::new()).collect();
+        Self { first: std::array::from_fn(|_| OnceLock::new()), rest }
     }
 
     #[inline]
     fn get(&self, py: Python<'_>, id: u32, limiter: &Limiter) -> Py<PyString> {
         let id = id as usize;
-        let chunk =
-            self.chunks[id / NAMES_PER_CHUNK].get_or_init(|| (0..NAMES_PER_CHUNK).map(|_| OnceLock::new()).collect());
-        let cell = &chunk[id % NAMES_PER_CHUNK];
+        let cell = match id.checked_sub(NAMES_PER_CHUNK) {
+            None => &self.first[id],
+            Some(later) => {
+                let chunk = self.rest[later / NAMES_PER_CHUNK]
+                    .get_or_init(|| Box::new(std::array::from_fn(|_| OnceLock::new())));
+                &chunk[later % NAMES_PER_CHUNK]
+            }
+        };
         if let Some(name) = cell.get() {
             return name.clone_ref(py);
         }
-        // Made outside the cell: another thread may set it first, with the same name.
+        Self::intern(py, cell, id, limiter)
+    }
+
+    /// Made outside the cell: another thread may set it first, with the same name.
+    #[cold]
+    fn intern(py: Python<'_>, cell: &OnceLock<Py<PyString>>, id: usize, limiter: &Limiter) -> Py<PyString> {
         let name = limiter.group_name(u32::try_from(id).unwrap_or(u32::MAX)).unwrap_or_else(|| "?".to_owned());
         let _ = cell.set(PyString::intern(py, &name).unbind());
         cell.get().map_or_else(|| PyString::intern(py, &name).unbind(), |n| n.clone_ref(py))
