@@ -59,6 +59,23 @@ def run_threads(count: int, work: Callable[[int], None]) -> None:
         raise errors[0]
 
 
+def run_threads_while(count: int, work: Callable[[int], None], beside: Callable[[], None]) -> None:
+    """:func:`run_threads`, with ``beside()`` called over and over on one more thread until they end."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            beside()
+
+    other = threading.Thread(target=loop)
+    other.start()
+    try:
+        run_threads(count, work)
+    finally:
+        stop.set()
+        other.join()
+
+
 def admitted(limiter: rk.Limiter, peer: str, times: int, path: str | None = None) -> int:
     """How many of ``times`` requests of ``peer`` the limiter admits, sent at once."""
     return sum(limiter.allow(peer, path) for _ in range(times))

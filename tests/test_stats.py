@@ -7,11 +7,10 @@ cancelled while it waited gave its slot back and is not counted. Every timing ru
 from __future__ import annotations
 
 import asyncio
-import threading
 
 import pytest
 import ratekeeper as rk
-from _support import admitted, run_threads
+from _support import admitted, run_threads_while
 
 STATS_KEYS = {
     "enabled",
@@ -211,12 +210,10 @@ def test_counters_stay_consistent_under_threads(clock: rk.ManualClock) -> None:
     paths = ["/api/x", "/login", "/api/y", "/static"]
     routed = {"/api/x": "api", "/api/y": "api", "/login": "login"}
     sent = [{"api": 0, "login": 0, "exempt": 0} for _ in range(threads)]
-    stop = threading.Event()
     reads: list[int] = []
 
     def read() -> None:  # stats() while the workers decide: one shard at a time, never a deadlock
-        while not stop.is_set():
-            reads.append(len(limiter.stats()["groups"]))
+        reads.append(len(limiter.stats()["groups"]))
 
     def work(i: int) -> None:
         for n in range(rounds):
@@ -227,13 +224,7 @@ def test_counters_stay_consistent_under_threads(clock: rk.ManualClock) -> None:
             if group is not None:
                 sent[i]["exempt" if peer == "admin" else group] += 1
 
-    reader = threading.Thread(target=read)
-    reader.start()
-    try:
-        run_threads(threads, work)
-    finally:
-        stop.set()
-        reader.join()
+    run_threads_while(threads, work, read)
     assert reads
     assert set(reads) == {2}
     stats = limiter.stats()

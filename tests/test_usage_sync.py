@@ -8,12 +8,11 @@ units used elsewhere to the key as used now, so the key may then be refused unti
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections import Counter
 
 import pytest
 import ratekeeper as rk
-from _support import admitted, run_threads
+from _support import admitted, run_threads_while
 
 
 def tracked(clock: rk.ManualClock, **options: object) -> rk.Limiter:
@@ -133,26 +132,17 @@ def test_no_unit_is_lost_or_counted_twice_while_draining_under_threads(clock: rk
     limiter = rk.Limiter("1000000/min", track_usage=True, clock=clock)
     threads, rounds, peers = 8, 2_000, 5
     drained: Counter[tuple[str, str]] = Counter()
-    stop = threading.Event()
 
     def drain() -> None:
-        while not stop.is_set():
-            for peer, group, units in limiter.drain_pending():
-                drained[peer, group] += units
+        for peer, group, units in limiter.drain_pending():
+            drained[peer, group] += units
 
     def work(i: int) -> None:
         for n in range(rounds):
             assert limiter.allow(f"peer-{(i + n) % peers}", cost=1 + n % 3)
 
-    drainer = threading.Thread(target=drain)
-    drainer.start()
-    try:
-        run_threads(threads, work)
-    finally:
-        stop.set()
-        drainer.join()
-    for peer, group, units in limiter.drain_pending():
-        drained[peer, group] += units
+    run_threads_while(threads, work, drain)
+    drain()
     expected: Counter[tuple[str, str]] = Counter()
     for i in range(threads):
         for n in range(rounds):

@@ -61,10 +61,23 @@ class Permit:
 
 
 class Limiter(_CoreLimiter):
-    """A rate limiter. See ``ratekeeper._core.Limiter`` for the constructor and the non-blocking calls.
+    """A rate limiter: ``check``/``allow`` decide at once, ``throttle``/``athrottle`` wait for a slot.
 
-    With a ``quota_provider`` it starts ``quota_workers`` daemon threads that fetch per-key quotas;
-    :meth:`close` (or leaving a ``with`` block) stops them.
+    Args:
+        rate: a catch-all limit (group ``"default"``) for every path no rule matches, e.g. ``"10/min"``.
+        rules: :class:`Rule` objects, tried in order; the first whose pattern matches the path wins.
+        exempt_peers: peers never limited (exact match); exempt_paths: path regexes never limited.
+        max_keys: the most (peer, group) states kept; past it idle ones are dropped, then the least used.
+        burst: the burst of ``rate`` (default: its count); algorithm: the algorithm of ``rate``
+            (``"gcra"``, ``"token_bucket"``, ``"fixed_window"``, ``"sliding_window"``, ``"sliding_log"``,
+            ``"leaky_bucket"``).
+        clock: a :class:`ManualClock` for tests.
+        quotas: per-key quotas, a :class:`Quotas` (the older ``quota_*`` / ``failsafe`` keywords too).
+            With a provider, worker threads fetch quotas; :meth:`close` (or a ``with`` block) stops them.
+        track_usage: record admissions per key for :meth:`drain_pending` (syncing usage between nodes).
+
+    Raises:
+        InvalidValue, InvalidType: a bad argument; ``.loc`` says where (``("rules", 2, "pattern")``).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
