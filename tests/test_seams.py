@@ -511,3 +511,25 @@ def test_the_old_quota_keywords_default_to_what_quotas_defaults_to() -> None:
     settings = rk.Limiter("1/s").quotas
     assert {name: getattr(settings, name) for name in defaults} == defaults
     assert defaults == {"failsafe": None, "ttl": 300.0, "timeout": 5.0, "workers": 4, "wait": 0.0}
+
+
+def test_add_group_makes_a_group_reached_only_by_name(clock: rk.ManualClock) -> None:
+    limiter = rk.Limiter("100/min", clock=clock)
+    limiter.add_group("login", ["2/min"])
+    limiter.add_group("login", ["2/min"])  # the same limits again: nothing changes
+    assert [limiter.allow("alice", group="login") for _ in range(3)] == [True, True, False]
+    # No path routes to it: "/login" goes to the catch-all.
+    assert limiter.check("alice", "/login").group == "default"
+    with pytest.raises(rk.InvalidValue) as other:
+        limiter.add_group("login", ["5/min"])
+    assert other.value.loc == ("name",)
+
+
+def test_next_after_says_when_one_more_request_comes_back(clock: rk.ManualClock) -> None:
+    limiter = rk.Limiter("10/min", clock=clock)
+    assert limiter.check("alice").next_after == 6.0  # the first use comes back after one interval
+    clock.advance(4.0)
+    assert limiter.check("alice").next_after == 2.0
+    clock.advance(60.0)
+    assert limiter.check("bob").next_after == 6.0
+    assert rk.Limiter("10/min", algorithm="fixed_window", clock=clock).check("c").next_after == 60.0

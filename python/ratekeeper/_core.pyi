@@ -200,6 +200,11 @@ class Decision:
         """Seconds of the window ``limit`` is counted over (the ``w`` of a ``RateLimit-Policy`` header):
         for ``"10/min"`` 60.0. ``None`` for exempt or unrouted requests and for concurrency permits."""
     @property
+    def next_after(self) -> float:
+        """Seconds until the key may make one more request than ``remaining`` (the ``t`` of a
+        ``RateLimit`` header): exact for GCRA, the time to the full limit for the other algorithms
+        (when their next unit comes back at the latest); 0.0 at the full limit."""
+    @property
     def refused_by(self) -> Literal["rate", "concurrency"] | None:
         """What refused the request: a rate limit, or concurrency permits all in use (``retry_after``
         is 0.0 then: a permit frees when a request finishes). ``None`` when allowed."""

@@ -12,19 +12,23 @@ import asyncio
 import inspect
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ratekeeper._core import Decision, ManualClock, Rate
+from ratekeeper._core import Decision, Limit, ManualClock, Rate, Rule
 from ratekeeper._core import Limiter as _CoreLimiter
-from ratekeeper._errors import RateLimited
+from ratekeeper._errors import InvalidValue, RateLimited
 from ratekeeper._manual_wait import ManualWaits
 from ratekeeper._quota import QuotaWorkers
+from ratekeeper._stats import PolicyName
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-__all__ = ["Limiter", "Permit"]
+__all__ = ["NAMED_ONLY", "Limiter", "Permit"]
+
+#: The pattern of a group reached only by name (``add_group``): it matches no path.
+NAMED_ONLY = "a^"
 
 
 class Permit:
@@ -104,6 +108,32 @@ class Limiter(_CoreLimiter):
         workers: QuotaWorkers | None = self.__dict__.get("_quota_workers_")
         if workers is not None:
             workers.waiters.wake()
+
+    def add_group(
+        self,
+        name: str,
+        limits: Sequence[Limit | Rate | str],
+        *,
+        policy: PolicyName = "all",
+        reduction: bool = True,
+    ) -> None:
+        """Adds a group that requests reach by name (``group=``), not by path: per-route limits.
+
+        Adding a group that exists with the same limits does nothing, so a route declared twice (or in
+        every worker) is fine. Other groups keep their keys' states.
+
+        Raises:
+            InvalidValue: ``name`` is a group with other limits, or a bad limit.
+        """
+        limits = list(limits)
+        wanted = Rule(NAMED_ONLY, name, limits=limits, policy=policy, reduction=reduction)
+        rules = self.rules
+        for rule in rules:
+            if rule.group == name:
+                if (rule.limits, rule.policy, rule.reduction) != (wanted.limits, wanted.policy, wanted.reduction):
+                    raise InvalidValue("name", f"group {name!r} already exists with other limits: {rule!r}")
+                return
+        self._reconfigure([*rules, wanted], self.exempt_peers, self.exempt_paths)
 
     def reload(self, path: str | os.PathLike[str]) -> None:
         """Re-reads a TOML/YAML config file (the format of :meth:`from_file`) and applies it in place.

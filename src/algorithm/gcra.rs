@@ -155,6 +155,22 @@ impl Gcra {
         let remaining = (slack / u128::from(self.period_ns)) as u64;
         (remaining, (tat.ns - now) + u64::from(tat.rem > 0))
     }
+
+    /// Time until one more request than `remaining` would be admitted: when the slack reaches the next
+    /// multiple of the period (what a `RateLimit` header's `t` says for GCRA). 0 when nothing is used.
+    #[must_use]
+    pub fn next_unit(&self, state: &State, now: u64) -> u64 {
+        let tat = self.tat(state, now);
+        let count = u128::from(self.count);
+        let slack = (u128::from(now) * count + u128::from(self.tau_ns) * count + u128::from(self.tau_rem))
+            .saturating_sub(u128::from(tat.ns) * count + u128::from(tat.rem));
+        let period = u128::from(self.period_ns);
+        if tat.ns <= now {
+            return 0;
+        }
+        let short = (slack / period + 1) * period - slack;
+        u64::try_from(short.div_ceil(count)).unwrap_or(u64::MAX).min(tat.ns - now + u64::from(tat.rem > 0))
+    }
 }
 
 #[cfg(test)]
@@ -170,6 +186,24 @@ mod tests {
 
     /// Seed 004's transcript: 3 per 60 s; the score delta it prints is `reset_after` for an admission
     /// and (score − now) for a refusal, whose retry time is that minus the 60 s tolerance.
+    #[test]
+    fn the_next_unit_comes_back_one_interval_after_the_oldest_use() {
+        let limit =
+            crate::algorithm::Limit::new("10/min".parse().unwrap(), None, crate::algorithm::Kind::Gcra).unwrap();
+        let crate::algorithm::Algorithm::Gcra(g) = limit.algorithm else { unreachable!() };
+        let s = 1_000_000_000;
+        let mut state = crate::algorithm::State::default();
+        assert_eq!(g.next_unit(&state, 0), 0);
+        for _ in 0..3 {
+            state = g.evaluate(&state, 0, 1).unwrap();
+        }
+        // 3 of 10 used at 0: 7 left, an 8th 6 s later, the full 10 after 18 s.
+        assert_eq!(g.report(&state, 0), (7, 18 * s));
+        assert_eq!(g.next_unit(&state, 0), 6 * s);
+        assert_eq!(g.next_unit(&state, 4 * s), 2 * s);
+        assert_eq!(g.next_unit(&state, 18 * s), 0);
+    }
+
     #[test]
     fn seed_004_transcript() {
         let mut h = harness("3/60s", None);

@@ -77,6 +77,9 @@ pub struct Report {
     pub reset_after_ns: u64,
     /// The window `limit` is counted over (`None` for concurrency permits); see [`Limit::window_ns`].
     pub window_ns: Option<u64>,
+    /// Time until the key may make one more request than `remaining` (GCRA: exact; the other
+    /// algorithms: `reset_after_ns`, when their next unit comes back at the latest). 0 when full.
+    pub next_ns: u64,
 }
 
 /// The algorithms a limit can use.
@@ -276,7 +279,11 @@ impl Limit {
             Algorithm::LeakyBucket(l) => l.report(state, now),
             Algorithm::Concurrency(c) => (c.available(state), 0),
         };
-        Report { limit: u64::from(self.burst), remaining, reset_after_ns, window_ns: self.window_ns() }
+        let next_ns = match &self.algorithm {
+            Algorithm::Gcra(g) => g.next_unit(state, now),
+            _ => reset_after_ns,
+        };
+        Report { limit: u64::from(self.burst), remaining, reset_after_ns, window_ns: self.window_ns(), next_ns }
     }
 
     /// The window the limit's burst is counted over, as a `RateLimit-Policy` header states it: the

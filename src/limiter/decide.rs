@@ -344,9 +344,10 @@ impl KeyStates<'_> {
                     remaining: c.remaining + r.remaining,
                     reset_after_ns: c.reset_after_ns.max(r.reset_after_ns),
                     window_ns: c.window_ns.max(r.window_ns),
+                    next_ns: c.next_ns.min(r.next_ns),
                 },
             });
         }
-        combined.unwrap_or(Report { limit: 0, remaining: 0, reset_after_ns: 0, window_ns: None })
+        combined.unwrap_or(Report { limit: 0, remaining: 0, reset_after_ns: 0, window_ns: None, next_ns: 0 })
     }
 }

@@ -425,6 +425,7 @@ pub struct PyDecision {
     reset_after: f64,
     /// NaN: none.
     window: f64,
+    next_after: f64,
 }
 
 const ALLOWED: u64 = 1;
@@ -440,7 +441,8 @@ impl PyDecision {
             Some(Refusal::Rate) => BY_RATE,
             Some(Refusal::Concurrency) => BY_CONCURRENCY,
         };
-        let report = d.report.unwrap_or(Report { limit: 0, remaining: 0, reset_after_ns: 0, window_ns: None });
+        let report =
+            d.report.unwrap_or(Report { limit: 0, remaining: 0, reset_after_ns: 0, window_ns: None, next_ns: 0 });
         Self {
             flags: u64::from(d.outcome.allowed) | if d.report.is_some() { REPORTED } else { 0 } | refused_by,
             group,
@@ -449,6 +451,7 @@ impl PyDecision {
             retry_after: secs(d.outcome.retry_after_ns),
             reset_after: secs(report.reset_after_ns),
             window: report.window_ns.map_or(f64::NAN, secs),
+            next_after: secs(report.next_ns),
         }
     }
 
@@ -498,6 +501,13 @@ impl PyDecision {
     #[getter]
     fn reset_after(&self) -> f64 {
         self.reset_after
+    }
+
+    /// Seconds until the key may make one more request than `remaining` (the `t` of a `RateLimit`
+    /// header); 0.0 when it is at its full limit.
+    #[getter]
+    fn next_after(&self) -> f64 {
+        self.next_after
     }
 
     /// Seconds of the window `limit` is counted over; None for permits and when no group limits.

@@ -1,0 +1,111 @@
+"""What the web integrations answer: the IETF RateLimit fields, ``Retry-After``, the 429 body.
+
+Shared by :mod:`ratekeeper.asgi` and :mod:`ratekeeper.flask`. The fields follow
+draft-ietf-httpapi-ratelimit-headers-10: both are Structured Field Lists whose members are quoted
+policy names with parameters::
+
+    RateLimit-Policy: "api";q=100;w=60
+    RateLimit: "api";r=42;t=18
+
+``q`` is the group's quota (its first rate limit's burst, or its permits with ``qu="concurrent-requests"``),
+``w`` its window in whole seconds, ``r`` what the key has left, and ``t`` the seconds until it may make one
+more request (rounded up; on a refusal, when the refused request would pass). Later drafts rename fields:
+the serializer is chosen by ``draft`` so a new one can be added beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from ratekeeper._core import Decision
+from ratekeeper._errors import InvalidType, InvalidValue
+
+__all__ = ["HeaderOptions", "refusal_body", "response_headers"]
+
+Draft = Literal["draft-10"]
+
+
+@dataclass(frozen=True)
+class HeaderOptions:
+    """Which rate-limit fields a response carries.
+
+    Attributes:
+        ietf: the ``RateLimit-Policy`` and ``RateLimit`` fields.
+        legacy: also ``X-RateLimit-Limit``, ``X-RateLimit-Remaining`` and ``X-RateLimit-Reset``.
+        on_allowed: the fields on allowed responses too, not only on 429s.
+        draft: the version of the IETF draft the fields follow.
+    """
+
+    ietf: bool = True
+    legacy: bool = False
+    on_allowed: bool = True
+    draft: Draft = "draft-10"
+
+    def __post_init__(self) -> None:
+        for name in ("ietf", "legacy", "on_allowed"):
+            if not isinstance(getattr(self, name), bool):
+                raise InvalidType(name, f"must be a bool, got {type(getattr(self, name)).__name__}")
+        if self.draft != "draft-10":
+            raise InvalidValue("draft", f"unknown draft {self.draft!r}; supported: 'draft-10'")
+
+
+def _sf_string(text: str) -> str:
+    """A Structured Field String: printable ASCII in quotes, with ``\\`` and ``"`` escaped."""
+    safe = "".join(c if " " <= c <= "~" else "?" for c in text)
+    return '"' + safe.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _seconds(value: float) -> int:
+    """Whole seconds, rounded up, for a field or Retry-After (a client waiting that long is served)."""
+    return max(0, math.ceil(value))
+
+
+def response_headers(decision: Decision, options: HeaderOptions) -> list[tuple[str, str]]:
+    """The fields for a response to a request the limiter decided (none for exempt or unrouted ones).
+
+    A refusal also carries ``Retry-After`` (never earlier than ``t``), unless it can never pass.
+    """
+    headers: list[tuple[str, str]] = []
+    refused = not decision.allowed
+    if refused and not math.isinf(decision.retry_after):
+        headers.append(("Retry-After", str(_seconds(decision.retry_after))))
+    if decision.group is None or decision.limit is None or decision.remaining is None:
+        return headers
+    if not refused and not options.on_allowed:
+        return headers
+    wait = decision.retry_after if refused else decision.next_after
+    reset = None if math.isinf(wait) else _seconds(wait)
+    if options.ietf:
+        name = _sf_string(decision.group)
+        policy = f"{name};q={decision.limit}"
+        if decision.window is not None:
+            policy += f";w={_seconds(decision.window)}"
+        else:
+            policy += ';qu="concurrent-requests"'
+        headers.append(("RateLimit-Policy", policy))
+        state = f"{name};r={decision.remaining}"
+        if reset is not None:
+            state += f";t={reset}"
+        headers.append(("RateLimit", state))
+    if options.legacy:
+        headers.append(("X-RateLimit-Limit", str(decision.limit)))
+        headers.append(("X-RateLimit-Remaining", str(decision.remaining)))
+        if reset is not None:
+            headers.append(("X-RateLimit-Reset", str(reset)))
+    return headers
+
+
+def refusal_body(decision: Decision) -> bytes:
+    """The JSON body of a 429: ``{"detail": ..., "status": 429, "retry_after": seconds}``
+    (``retry_after`` is ``null`` when the request can never pass, e.g. a cost above the burst)."""
+    if decision.refused_by == "concurrency":
+        detail = "Too many concurrent requests"
+    elif math.isinf(decision.retry_after):
+        detail = "Rate limit exceeded: this request is larger than the limit allows"
+    else:
+        detail = "Rate limit exceeded"
+    retry = None if math.isinf(decision.retry_after) else _seconds(decision.retry_after)
+    return json.dumps({"detail": detail, "status": 429, "retry_after": retry}).encode()

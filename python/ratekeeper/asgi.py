@@ -1,0 +1,228 @@
+"""Rate limiting for any ASGI app (FastAPI, Starlette, ...): pure ASGI middleware, no BaseHTTPMiddleware.
+
+>>> app.add_middleware(RateLimitMiddleware, limiter=lim, key=client_ip(trusted_proxies=["10.0.0.0/8"]))
+
+Every HTTP request and WebSocket connection is routed by the limiter's rules on its path (or on what
+``path=`` makes of the scope) and decided before the app sees it. A refused request gets a 429 with a JSON
+body and the IETF ``RateLimit`` fields; an allowed one gets the fields too (``headers=``). Concurrency
+permits are held until the response body has been sent (streaming included), and given back on errors
+and client disconnects as well. Lifespan and other scope types pass through.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, Literal, Union
+
+from ratekeeper._core import Decision
+from ratekeeper._errors import InvalidType, InvalidValue, RateLimited
+from ratekeeper._http import HeaderOptions, refusal_body, response_headers
+from ratekeeper.keys import KeyFunction, client_ip
+from ratekeeper.limiter import Limiter
+
+__all__ = ["RateLimitMiddleware"]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+KeyCallable = Callable[[Any], Union[str, Awaitable[Union[str, None]], None]]
+
+log = logging.getLogger("ratekeeper")
+
+
+def _encode(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    return [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers]
+
+
+class RateLimitMiddleware:
+    """Decides every request with ``limiter`` before the app sees it.
+
+    Args:
+        app: the ASGI app.
+        limiter: the :class:`~ratekeeper.Limiter`; its rules route on the request's path.
+        key: who is asking: :func:`~ratekeeper.keys.client_ip` (default, no trusted proxies),
+            :func:`~ratekeeper.keys.header`, or any callable of a Starlette ``Request``, sync or async,
+            returning the key or ``None``.
+        mode: ``"refuse"`` answers 429 at once; ``"delay"`` waits for the slot (``athrottle``) up to
+            ``max_delay`` seconds, then answers 429.
+        max_delay: the longest wait in delay mode, in seconds.
+        shadow: decide, count and log what would have been refused, add the fields, refuse nothing.
+        headers: which rate-limit fields responses carry (:class:`~ratekeeper._http.HeaderOptions`).
+        on_missing_key: what a request without a key gets: ``"refuse"`` (``missing_key_status``, 401 or
+            429) or ``"anonymous"`` (decided under the shared ``anonymous_key``).
+        cost: a callable of the request giving its cost (an int >= 1); default 1.
+        refund_when: a predicate on the response status; when true, the request is given back after the
+            response (``lambda status: status < 400`` counts only failures, e.g. of logins).
+        on_refused: an async callable ``(scope, receive, send, decision)`` that answers a refusal instead
+            of the JSON 429 (it should send the ``decision``'s fields itself if it wants them).
+        path: a callable of the scope giving what the rules route on; default ``scope["path"]``.
+
+    Raises:
+        InvalidValue, InvalidType: a bad argument, named by ``loc``.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        limiter: Limiter,
+        key: KeyCallable | None = None,
+        mode: Literal["refuse", "delay"] = "refuse",
+        max_delay: float = 5.0,
+        shadow: bool = False,
+        headers: HeaderOptions | None = None,
+        on_missing_key: Literal["refuse", "anonymous"] = "refuse",
+        missing_key_status: int = 429,
+        anonymous_key: str = "anonymous",
+        cost: Callable[[Any], int] | None = None,
+        refund_when: Callable[[int], bool] | None = None,
+        on_refused: Callable[[Scope, Receive, Send, Decision], Awaitable[None]] | None = None,
+        path: Callable[[Scope], str] | None = None,
+    ) -> None:
+        if not isinstance(limiter, Limiter):
+            raise InvalidType("limiter", f"must be a ratekeeper.Limiter, got {type(limiter).__name__}")
+        if mode not in ("refuse", "delay"):
+            raise InvalidValue("mode", f"must be 'refuse' or 'delay', got {mode!r}")
+        if on_missing_key not in ("refuse", "anonymous"):
+            raise InvalidValue("on_missing_key", f"must be 'refuse' or 'anonymous', got {on_missing_key!r}")
+        if missing_key_status not in (401, 403, 429):
+            raise InvalidValue("missing_key_status", f"must be 401, 403 or 429, got {missing_key_status!r}")
+        if not isinstance(max_delay, (int, float)) or max_delay < 0:
+            raise InvalidValue("max_delay", f"must be a number of seconds >= 0, got {max_delay!r}")
+        for name, value in (("key", key), ("cost", cost), ("refund_when", refund_when), ("path", path)):
+            if value is not None and not callable(value):
+                raise InvalidType(name, f"must be callable, got {type(value).__name__}")
+        self.app = app
+        self.limiter = limiter
+        self.key: KeyCallable = key if key is not None else client_ip()
+        self.mode = mode
+        self.max_delay = float(max_delay)
+        self.shadow = shadow
+        self.headers = headers if headers is not None else HeaderOptions()
+        self.on_missing_key = on_missing_key
+        self.missing_key_status = missing_key_status
+        self.anonymous_key = anonymous_key
+        self.cost = cost
+        self.refund_when = refund_when
+        self.on_refused = on_refused
+        self.path = path
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind not in ("http", "websocket") or not self.limiter.enabled:
+            await self.app(scope, receive, send)
+            return
+        path = self.path(scope) if self.path is not None else scope.get("path", "")
+        peer = await self._peer(scope)
+        if peer is None:
+            if self.limiter.resolve(self.anonymous_key, path) is None:  # exempt or unrouted: no key needed
+                await self.app(scope, receive, send)
+                return
+            if self.on_missing_key == "refuse":
+                status = self.missing_key_status
+                await self._answer(scope, receive, send, status, [], _missing_key_body(status))
+                return
+            peer = self.anonymous_key
+        cost = self._cost(scope) if self.cost is not None else 1
+        decision, held = await self._decide(peer, path, cost)
+        if not decision.allowed and not self.shadow:
+            if self.on_refused is not None:
+                await self.on_refused(scope, receive, send, decision)
+            else:
+                headers = response_headers(decision, self.headers)
+                await self._answer(scope, receive, send, 429, headers, refusal_body(decision))
+            return
+        if not decision.allowed:
+            log.info("ratekeeper shadow mode: would refuse %r on %s (group %r)", peer, path, decision.group)
+        extra = _encode(response_headers(decision, self.headers)) if decision.allowed else []
+        if not decision.allowed:  # shadow: the fields say what the limiter decided, without Retry-After
+            extra = [h for h in _encode(response_headers(decision, self.headers)) if h[0] != b"retry-after"]
+        status = 0
+
+        async def send_with_fields(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                if extra:
+                    message = {**message, "headers": [*message.get("headers", ()), *extra]}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_fields if kind == "http" else send)
+        finally:
+            # The body has been sent, or the app raised, or the client went away: permits go back
+            # either way, never leaked.
+            if held:
+                self.limiter._release(peer, path, None, cost)
+            if self.refund_when is not None and decision.allowed and status and self.refund_when(status):
+                self.limiter.reduce(peer, path, cost)
+
+    async def _peer(self, scope: Scope) -> str | None:
+        if isinstance(self.key, KeyFunction):
+            return self.key.from_scope(scope)
+        from starlette.requests import HTTPConnection
+
+        peer = self.key(HTTPConnection(scope))
+        if inspect.isawaitable(peer):
+            peer = await peer
+        if peer is not None and not isinstance(peer, str):
+            raise InvalidType("key", f"must return a str or None, got {type(peer).__name__}")
+        return peer
+
+    def _cost(self, scope: Scope) -> int:
+        from starlette.requests import HTTPConnection
+
+        assert self.cost is not None
+        return self.cost(HTTPConnection(scope))
+
+    async def _decide(self, peer: str, path: str, cost: int) -> tuple[Decision, bool]:
+        """The decision, and whether concurrency permits are now held (to give back at the end)."""
+        limiter = self.limiter
+        if self.mode == "delay":
+            try:
+                await limiter.athrottle(peer, path, cost=cost, timeout=self.max_delay)
+            except RateLimited as refused:
+                return refused.decision, False
+            # The rate slot is taken; now the permits alone (the rates are not charged twice).
+            decision = limiter._acquire(peer, path, None, cost, False)
+        else:
+            decision = limiter._acquire(peer, path, None, cost, True)
+        return decision, decision.allowed
+
+    async def _answer(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        status: int,
+        headers: list[tuple[str, str]],
+        body: bytes,
+    ) -> None:
+        fields = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            *_encode(headers),
+        ]
+        if scope["type"] == "http":
+            await send({"type": "http.response.start", "status": status, "headers": fields})
+            await send({"type": "http.response.body", "body": body})
+            return
+        # A WebSocket handshake: refused before accept. With the denial-response extension the client
+        # gets the real status; without it, a close before accept reaches it as 403 (code 1008 here).
+        message = await receive()
+        if message["type"] != "websocket.connect":
+            return
+        if "websocket.http.response" in scope.get("extensions", {}):
+            await send({"type": "websocket.http.response.start", "status": status, "headers": fields})
+            await send({"type": "websocket.http.response.body", "body": body})
+        else:
+            await send({"type": "websocket.close", "code": 1008, "reason": "rate limited"})
+
+
+def _missing_key_body(status: int) -> bytes:
+    return json.dumps({"detail": "This request carries no key the rate limiter can use", "status": status}).encode()

@@ -1,0 +1,278 @@
+"""The ASGI middleware on a real server: uvicorn on a free loopback port, driven by httpx.
+
+The rate-limit fields are parsed with an independent Structured Field parser (http_sfv), so they are
+valid, not just present. Timing runs on a ManualClock: a delayed request advances it instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import pytest
+import ratekeeper as rk
+import uvicorn
+from fastapi import FastAPI, WebSocket
+from fastapi.responses import StreamingResponse
+from http_sfv import List
+from ratekeeper.asgi import RateLimitMiddleware
+from ratekeeper.keys import client_ip, header
+
+
+def members(value: str) -> dict[str, dict[str, Any]]:
+    """A RateLimit / RateLimit-Policy field as {policy name: {parameter: value}}, parsed strictly."""
+    parsed = List()
+    parsed.parse(value.encode())
+    return {item.value: dict(item.params) for item in parsed}
+
+
+class Server:
+    """uvicorn serving ``app`` on 127.0.0.1 in a thread, stopped on exit."""
+
+    def __init__(self, app: Any) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        # proxy_headers off: our key function, not uvicorn, reads X-Forwarded-For here.
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off", proxy_headers=False
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> httpx.Client:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            assert time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.01)
+        self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=10)
+        return self.client
+
+    def __exit__(self, *exc: object) -> None:
+        self.client.close()
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+def make_app(limiter: rk.Limiter, **options: Any) -> FastAPI:
+    app = FastAPI()
+
+    @app.get("/api/items")
+    def items() -> dict[str, int]:
+        return {"items": 3}
+
+    @app.get("/health")
+    def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/boom")
+    def boom() -> None:
+        raise RuntimeError("the handler failed")
+
+    @app.get("/stream")
+    def stream() -> StreamingResponse:
+        async def chunks() -> AsyncIterator[bytes]:
+            for _ in range(1000):
+                yield b"x" * 1024
+                await asyncio.sleep(0.001)
+
+        return StreamingResponse(chunks())
+
+    @app.websocket("/ws")
+    async def ws(socket: WebSocket) -> None:
+        await socket.accept()
+        await socket.send_text("hello")
+        await socket.close()
+
+    app.add_middleware(RateLimitMiddleware, limiter=limiter, **options)
+    return app
+
+
+@pytest.fixture
+def limiter(clock: rk.ManualClock) -> rk.Limiter:
+    return rk.Limiter(
+        rules=[
+            rk.Rule("^/api/", "api", "3/min"),
+            rk.Rule("^/(boom|stream|ws)", "held", limits=[rk.Limit("1000/min"), rk.Limit(concurrency=1)]),
+        ],
+        exempt_paths=["^/health$"],
+        clock=clock,
+    )
+
+
+@pytest.fixture
+def served(limiter: rk.Limiter) -> Iterator[httpx.Client]:
+    with Server(make_app(limiter, key=header("X-API-Key"))) as client:
+        yield client
+
+
+KEY = {"X-API-Key": "alice"}
+# The server drops the connection after a handler raised: such requests ask for a connection of their own.
+BOOM = {**KEY, "Connection": "close"}
+
+
+def test_allowed_and_refused_responses_carry_valid_fields(served: httpx.Client) -> None:
+    for remaining in (2, 1, 0):
+        response = served.get("/api/items", headers=KEY)
+        assert response.status_code == 200
+        assert members(response.headers["RateLimit-Policy"]) == {"api": {"q": 3, "w": 60}}
+        # GCRA: one more request comes back 20 s after the first use.
+        assert members(response.headers["RateLimit"]) == {"api": {"r": remaining, "t": 20}}
+        assert "Retry-After" not in response.headers
+    refused = served.get("/api/items", headers=KEY)
+    assert refused.status_code == 429
+    assert refused.json() == {"detail": "Rate limit exceeded", "status": 429, "retry_after": 20}
+    assert refused.headers["Retry-After"] == "20"
+    assert members(refused.headers["RateLimit"]) == {"api": {"r": 0, "t": 20}}
+    # Another key has its own budget; exempt paths carry no fields.
+    assert served.get("/api/items", headers={"X-API-Key": "bob"}).status_code == 200
+    health = served.get("/health")
+    assert health.status_code == 200
+    assert "RateLimit" not in health.headers
+
+
+def test_a_request_without_its_key_is_refused_unless_the_path_is_not_limited(served: httpx.Client) -> None:
+    missing = served.get("/api/items")
+    assert missing.status_code == 429
+    assert missing.json()["status"] == 429
+    assert served.get("/health").status_code == 200
+
+
+def test_anonymous_requests_share_one_key(limiter: rk.Limiter) -> None:
+    app = make_app(limiter, key=header("X-API-Key"), on_missing_key="anonymous")
+    with Server(app) as client:
+        assert [client.get("/api/items").status_code for _ in range(4)] == [200, 200, 200, 429]
+        assert client.get("/api/items", headers=KEY).status_code == 200
+
+
+def test_a_spoofed_forwarded_for_from_an_untrusted_client_is_ignored(limiter: rk.Limiter) -> None:
+    # The test client connects from 127.0.0.1. Trusted: it is the proxy, and the forwarded client counts.
+    with Server(make_app(limiter, key=client_ip(trusted_proxies=["127.0.0.1"]))) as client:
+        spoof = {"X-Forwarded-For": "6.6.6.6, 203.0.113.9"}
+        assert [client.get("/api/items", headers=spoof).status_code for _ in range(4)] == [200, 200, 200, 429]
+        # Another client behind the same proxy is someone else.
+        assert client.get("/api/items", headers={"X-Forwarded-For": "203.0.113.10"}).status_code == 200
+    # Untrusted: the header is anyone's to write, so every request is the peer itself.
+    with Server(make_app(limiter, key=client_ip(trusted_proxies=["10.0.0.0/8"]))) as client:
+        codes = [client.get("/api/items", headers={"X-Forwarded-For": f"198.51.100.{i}"}).status_code for i in range(4)]
+        assert codes == [200, 200, 200, 429]
+
+
+def test_delay_mode_waits_for_the_slot_on_the_manual_clock(limiter: rk.Limiter, clock: rk.ManualClock) -> None:
+    with Server(make_app(limiter, key=header("X-API-Key"), mode="delay", max_delay=30.0)) as client:
+        assert [client.get("/api/items", headers=KEY).status_code for _ in range(3)] == [200, 200, 200]
+        assert clock.now() == 0.0
+        # 3/min: each further request waits for the next 20 s slot (the clock is advanced, not slept on).
+        assert client.get("/api/items", headers=KEY).status_code == 200
+        assert clock.now() == 20.0
+        assert client.get("/api/items", headers=KEY).status_code == 200
+        assert clock.now() == 40.0
+    with Server(make_app(limiter, key=header("X-API-Key"), mode="delay", max_delay=5.0)) as client:
+        for _ in range(3):
+            assert client.get("/api/items", headers={"X-API-Key": "dave"}).status_code == 200
+        # The slot is 20 s away, past max_delay: refused at once, nothing reserved.
+        refused = client.get("/api/items", headers={"X-API-Key": "dave"})
+        assert refused.status_code == 429
+        assert refused.json()["retry_after"] == 20
+        assert clock.now() == 40.0
+
+
+def test_shadow_mode_counts_but_refuses_nothing(limiter: rk.Limiter) -> None:
+    with Server(make_app(limiter, key=header("X-API-Key"), shadow=True)) as client:
+        codes = [client.get("/api/items", headers=KEY).status_code for _ in range(5)]
+        last = client.get("/api/items", headers=KEY)
+    assert codes == [200] * 5
+    assert members(last.headers["RateLimit"])["api"]["r"] == 0
+    assert "Retry-After" not in last.headers
+    assert limiter.stats()["groups"]["api"]["refused"] == 3
+
+
+def test_permits_come_back_after_errors_streams_and_disconnects(served: httpx.Client, limiter: rk.Limiter) -> None:
+    # Concurrency 1: a leaked permit would refuse every later request of the key.
+    for _ in range(3):
+        assert served.get("/boom", headers=BOOM).status_code == 500
+    assert served.get("/stream", headers=KEY).status_code == 200
+    with served.stream("GET", "/stream", headers=KEY) as response:
+        assert response.status_code == 200
+        next(response.iter_bytes())
+        # Held while the body streams: a second request of the key is refused for concurrency.
+
+        with pytest.raises(rk.RateLimited) as refused:
+            limiter.concurrent("alice", "/boom").__enter__()
+        assert refused.value.decision.refused_by == "concurrency"
+    # The client left midway; the server notices and gives the permit back.
+    deadline = time.monotonic() + 5
+    while True:
+        probe = limiter._acquire("alice", "/boom", None, 1, True)
+        if probe.allowed:
+            limiter._release("alice", "/boom", None, 1)
+            break
+        assert time.monotonic() < deadline, "the permit of the abandoned stream was never released"
+        time.sleep(0.01)
+    assert served.get("/boom", headers=BOOM).status_code == 500  # admitted again (and the handler fails)
+
+
+async def handshake(app: Any, extensions: dict[str, Any]) -> list[dict[str, Any]]:
+    """Drives one WebSocket handshake through ``app`` at the ASGI level; returns what it sent."""
+    scope = {
+        "type": "websocket",
+        "asgi": {"version": "3.0"},
+        "scheme": "ws",
+        "server": ("127.0.0.1", 80),
+        "root_path": "",
+        "query_string": b"",
+        "subprotocols": [],
+        "path": "/ws",
+        "headers": [(b"x-api-key", b"alice")],
+        "client": ("127.0.0.1", 5000),
+        "extensions": extensions,
+    }
+    inbox = [{"type": "websocket.connect"}, {"type": "websocket.disconnect", "code": 1000}]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return inbox.pop(0) if inbox else {"type": "websocket.disconnect", "code": 1000}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    return sent
+
+
+@pytest.mark.asyncio
+async def test_a_refused_websocket_is_closed_before_accept_or_answered_429(limiter: rk.Limiter) -> None:
+    app = make_app(limiter, key=header("X-API-Key"))
+    accepted = await handshake(app, {})
+    assert accepted[0]["type"] == "websocket.accept"
+    # Concurrency 1 is held while the first connection lives; here a second one is refused.
+    limiter.concurrent("alice", "/ws").__enter__()
+    refused = await handshake(app, {})
+    assert refused == [{"type": "websocket.close", "code": 1008, "reason": "rate limited"}]
+    # A server with the denial-response extension lets the client see a real 429.
+    answered = await handshake(app, {"websocket.http.response": {}})
+    assert [m["type"] for m in answered] == ["websocket.http.response.start", "websocket.http.response.body"]
+    assert answered[0]["status"] == 429
+
+
+def test_refund_when_counts_only_failures(limiter: rk.Limiter) -> None:
+    app = make_app(limiter, key=header("X-API-Key"), refund_when=lambda status: status < 400)
+    with Server(app) as client:
+        assert [client.get("/api/items", headers=KEY).status_code for _ in range(10)] == [200] * 10
+    assert limiter.check("alice", "/api/items").remaining == 2
+
+
+def test_bad_options_are_named() -> None:
+    limiter = rk.Limiter("1/s")
+    with pytest.raises(rk.InvalidValue) as error:
+        RateLimitMiddleware(FastAPI(), limiter=limiter, mode="wait")  # type: ignore[arg-type]
+    assert error.value.loc == ("mode",)
+    with pytest.raises(rk.InvalidType) as bad_type:
+        RateLimitMiddleware(FastAPI(), limiter="lim")  # type: ignore[arg-type]
+    assert bad_type.value.loc == ("limiter",)
