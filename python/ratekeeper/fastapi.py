@@ -1,0 +1,135 @@
+"""Per-route limits for FastAPI, declared at the route as a dependency.
+
+>>> limits = RouteLimits(app, limiter=lim, key=header("X-API-Key"))
+>>> @app.post("/login", dependencies=[Depends(limits.route("5/min"))])
+... async def login(): ...
+
+Each route gets a group of its own in the limiter (named after its method and path template, or
+``group=`` to share one between routes), decided by name with ``check(key, group=...)``: no regex
+routing, no second limiter. The dependency runs after FastAPI's routing, so the route template is known
+(``/items/{id}``), and included routers are covered like any route. Refusals answer 429 with the same
+JSON body and fields as the middleware (``RouteLimits`` installs the exception handler for it).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Literal, Union
+
+from fastapi import FastAPI, Request, Response
+
+from ratekeeper._core import Decision, Limit, Rate
+from ratekeeper._errors import InvalidType, InvalidValue, RateLimited
+from ratekeeper._http import HeaderOptions, refusal_body, response_headers
+from ratekeeper.keys import KeyFunction, client_ip
+from ratekeeper.limiter import Limiter
+
+__all__ = ["RouteLimits"]
+
+KeyCallable = Callable[[Any], Union[str, Awaitable[Union[str, None]], None]]
+
+
+class RouteLimits:
+    """Route-level limits on ``limiter``; see the module's docstring.
+
+    Args:
+        app: the FastAPI app; gets the handler that turns a refusal into the 429 response.
+        limiter: the :class:`~ratekeeper.Limiter` the route groups are added to.
+        key: who is asking (default :func:`~ratekeeper.keys.client_ip`), or any callable of the
+            ``Request``, sync or async; a route may give its own.
+        mode: ``"refuse"``, or ``"delay"`` to wait for the slot up to ``max_delay`` seconds.
+        headers: which rate-limit fields responses carry.
+        anonymous_key: the key of requests whose key function gives ``None``.
+    """
+
+    def __init__(
+        self,
+        app: FastAPI,
+        *,
+        limiter: Limiter,
+        key: KeyCallable | None = None,
+        mode: Literal["refuse", "delay"] = "refuse",
+        max_delay: float = 5.0,
+        headers: HeaderOptions | None = None,
+        anonymous_key: str = "anonymous",
+    ) -> None:
+        if not isinstance(limiter, Limiter):
+            raise InvalidType("limiter", f"must be a ratekeeper.Limiter, got {type(limiter).__name__}")
+        if mode not in ("refuse", "delay"):
+            raise InvalidValue("mode", f"must be 'refuse' or 'delay', got {mode!r}")
+        self.limiter = limiter
+        self.key: KeyCallable = key if key is not None else client_ip()
+        self.mode = mode
+        self.max_delay = max_delay
+        self.headers = headers if headers is not None else HeaderOptions()
+        self.anonymous_key = anonymous_key
+        app.add_exception_handler(RateLimited, self._refusal)
+
+    async def _refusal(self, request: Request, error: Exception) -> Response:
+        assert isinstance(error, RateLimited)
+        fields = dict(response_headers(error.decision, self.headers))
+        return Response(refusal_body(error.decision), status_code=429, headers=fields, media_type="application/json")
+
+    def route(
+        self,
+        *limits: Limit | Rate | str,
+        group: str | None = None,
+        key: KeyCallable | None = None,
+        cost: Callable[[Request], int] | None = None,
+    ) -> Callable[[Request, Response], Awaitable[Decision]]:
+        """A dependency limiting its route by ``limits`` (combined by policy ``"all"``).
+
+        Args:
+            limits: e.g. ``"5/min"``, or several (``"10/s", "1000/hour"``), or :class:`~ratekeeper.Limit`.
+            group: the group's name, to share it between routes; default ``"<METHOD> <path template>"``.
+            key: this route's key function, instead of the one of :class:`RouteLimits`.
+            cost: a callable of the request giving its cost.
+
+        Returns:
+            The dependency; it returns the :class:`~ratekeeper.Decision` to a route that declares it
+            as a parameter.
+        """
+        if not limits:
+            raise InvalidValue("limits", "give at least one limit, e.g. route('5/min')")
+        wanted: Sequence[Limit | Rate | str] = limits
+        key_function = key if key is not None else self.key
+        added: set[str] = set()
+
+        async def limit_route(request: Request, response: Response) -> Decision:
+            name = group if group is not None else _route_name(request)
+            if name not in added:
+                self.limiter.add_group(name, wanted)
+                added.add(name)
+            peer = await _peer(key_function, request)
+            units = cost(request) if cost is not None else 1
+            if self.mode == "delay":
+                decision = await self.limiter.athrottle(
+                    peer or self.anonymous_key, cost=units, timeout=self.max_delay, group=name
+                )
+            else:
+                decision = self.limiter.check(peer or self.anonymous_key, cost=units, group=name)
+                if not decision.allowed:
+                    raise RateLimited(decision)
+            for field, value in response_headers(decision, self.headers):
+                response.headers[field] = value
+            return decision
+
+        return limit_route
+
+
+def _route_name(request: Request) -> str:
+    route = request.scope.get("route")
+    template = getattr(route, "path", None) or request.url.path
+    return f"{request.method} {template}"
+
+
+async def _peer(key: KeyCallable, request: Request) -> str | None:
+    if isinstance(key, KeyFunction):
+        return key.from_scope(request.scope)
+    peer = key(request)
+    if inspect.isawaitable(peer):
+        peer = await peer
+    if peer is not None and not isinstance(peer, str):
+        raise InvalidType("key", f"must return a str or None, got {type(peer).__name__}")
+    return peer
