@@ -23,7 +23,7 @@ from typing import Literal
 from ratekeeper._core import Decision
 from ratekeeper._errors import InvalidType, InvalidValue
 
-__all__ = ["HeaderOptions", "refusal_body", "response_headers"]
+__all__ = ["HeaderOptions", "check_integration", "refusal_body", "response_headers"]
 
 Draft = Literal["draft-10"]
 
@@ -50,6 +50,23 @@ class HeaderOptions:
                 raise InvalidType(name, f"must be a bool, got {type(getattr(self, name)).__name__}")
         if self.draft != "draft-10":
             raise InvalidValue("draft", f"unknown draft {self.draft!r}; supported: 'draft-10'")
+
+
+def check_integration(limiter: object, mode: str, max_delay: float) -> None:
+    """The options every integration takes, checked alike.
+
+    Raises:
+        InvalidType: ``limiter`` is not a ratekeeper Limiter.
+        InvalidValue: an unknown ``mode`` or a negative ``max_delay``.
+    """
+    from ratekeeper.limiter import Limiter
+
+    if not isinstance(limiter, Limiter):
+        raise InvalidType("limiter", f"must be a ratekeeper.Limiter, got {type(limiter).__name__}")
+    if mode not in ("refuse", "delay"):
+        raise InvalidValue("mode", f"must be 'refuse' or 'delay', got {mode!r}")
+    if isinstance(max_delay, bool) or not isinstance(max_delay, (int, float)) or max_delay < 0:
+        raise InvalidValue("max_delay", f"must be a number of seconds >= 0, got {max_delay!r}")
 
 
 def _sf_string(text: str) -> str:

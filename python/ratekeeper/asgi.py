@@ -11,16 +11,15 @@ and client disconnects as well. Lifespan and other scope types pass through.
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from ratekeeper._core import Decision
 from ratekeeper._errors import InvalidType, InvalidValue, RateLimited
-from ratekeeper._http import HeaderOptions, refusal_body, response_headers
-from ratekeeper.keys import KeyFunction, client_ip
+from ratekeeper._http import HeaderOptions, check_integration, refusal_body, response_headers
+from ratekeeper.keys import KeyCallable, client_ip, key_of
 from ratekeeper.limiter import Limiter
 
 __all__ = ["RateLimitMiddleware"]
@@ -30,7 +29,6 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-KeyCallable = Callable[[Any], Union[str, Awaitable[Union[str, None]], None]]
 
 log = logging.getLogger("ratekeeper")
 
@@ -84,16 +82,11 @@ class RateLimitMiddleware:
         on_refused: Callable[[Scope, Receive, Send, Decision], Awaitable[None]] | None = None,
         path: Callable[[Scope], str] | None = None,
     ) -> None:
-        if not isinstance(limiter, Limiter):
-            raise InvalidType("limiter", f"must be a ratekeeper.Limiter, got {type(limiter).__name__}")
-        if mode not in ("refuse", "delay"):
-            raise InvalidValue("mode", f"must be 'refuse' or 'delay', got {mode!r}")
+        check_integration(limiter, mode, max_delay)
         if on_missing_key not in ("refuse", "anonymous"):
             raise InvalidValue("on_missing_key", f"must be 'refuse' or 'anonymous', got {on_missing_key!r}")
         if missing_key_status not in (401, 403, 429):
             raise InvalidValue("missing_key_status", f"must be 401, 403 or 429, got {missing_key_status!r}")
-        if not isinstance(max_delay, (int, float)) or max_delay < 0:
-            raise InvalidValue("max_delay", f"must be a number of seconds >= 0, got {max_delay!r}")
         for name, value in (("key", key), ("cost", cost), ("refund_when", refund_when), ("path", path)):
             if value is not None and not callable(value):
                 raise InvalidType(name, f"must be callable, got {type(value).__name__}")
@@ -163,16 +156,12 @@ class RateLimitMiddleware:
                 self.limiter.reduce(peer, path, cost)
 
     async def _peer(self, scope: Scope) -> str | None:
-        if isinstance(self.key, KeyFunction):
-            return self.key.from_scope(scope)
-        from starlette.requests import HTTPConnection
+        def request() -> Any:
+            from starlette.requests import HTTPConnection
 
-        peer = self.key(HTTPConnection(scope))
-        if inspect.isawaitable(peer):
-            peer = await peer
-        if peer is not None and not isinstance(peer, str):
-            raise InvalidType("key", f"must return a str or None, got {type(peer).__name__}")
-        return peer
+            return HTTPConnection(scope)
+
+        return await key_of(self.key, scope, request)
 
     def _cost(self, scope: Scope) -> int:
         from starlette.requests import HTTPConnection

@@ -13,21 +13,18 @@ JSON body and fields as the middleware (``RouteLimits`` installs the exception h
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Literal, Union
+from typing import Literal
 
 from fastapi import FastAPI, Request, Response
 
 from ratekeeper._core import Decision, Limit, Rate
-from ratekeeper._errors import InvalidType, InvalidValue, RateLimited
-from ratekeeper._http import HeaderOptions, refusal_body, response_headers
-from ratekeeper.keys import KeyFunction, client_ip
+from ratekeeper._errors import InvalidValue, RateLimited
+from ratekeeper._http import HeaderOptions, check_integration, refusal_body, response_headers
+from ratekeeper.keys import KeyCallable, client_ip, key_of
 from ratekeeper.limiter import Limiter
 
 __all__ = ["RouteLimits"]
-
-KeyCallable = Callable[[Any], Union[str, Awaitable[Union[str, None]], None]]
 
 
 class RouteLimits:
@@ -54,10 +51,7 @@ class RouteLimits:
         headers: HeaderOptions | None = None,
         anonymous_key: str = "anonymous",
     ) -> None:
-        if not isinstance(limiter, Limiter):
-            raise InvalidType("limiter", f"must be a ratekeeper.Limiter, got {type(limiter).__name__}")
-        if mode not in ("refuse", "delay"):
-            raise InvalidValue("mode", f"must be 'refuse' or 'delay', got {mode!r}")
+        check_integration(limiter, mode, max_delay)
         self.limiter = limiter
         self.key: KeyCallable = key if key is not None else client_ip()
         self.mode = mode
@@ -101,7 +95,7 @@ class RouteLimits:
             if name not in added:
                 self.limiter.add_group(name, wanted)
                 added.add(name)
-            peer = await _peer(key_function, request)
+            peer = await key_of(key_function, request.scope, lambda: request)
             units = cost(request) if cost is not None else 1
             if self.mode == "delay":
                 decision = await self.limiter.athrottle(
@@ -122,14 +116,3 @@ def _route_name(request: Request) -> str:
     route = request.scope.get("route")
     template = getattr(route, "path", None) or request.url.path
     return f"{request.method} {template}"
-
-
-async def _peer(key: KeyCallable, request: Request) -> str | None:
-    if isinstance(key, KeyFunction):
-        return key.from_scope(request.scope)
-    peer = key(request)
-    if inspect.isawaitable(peer):
-        peer = await peer
-    if peer is not None and not isinstance(peer, str):
-        raise InvalidType("key", f"must return a str or None, got {type(peer).__name__}")
-    return peer

@@ -13,15 +13,18 @@ for them.
 
 from __future__ import annotations
 
+import inspect
 import ipaddress
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Union
 
 from ratekeeper._errors import InvalidType, InvalidValue
 
-__all__ = ["ClientIP", "Header", "KeyFunction", "client_ip", "header"]
+__all__ = ["ClientIP", "Header", "KeyCallable", "KeyFunction", "client_ip", "header", "key_of"]
 
 _Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
+#: A key function: a callable of the framework's request, sync or async, giving the key or ``None``.
+KeyCallable = Callable[[Any], Union[str, Awaitable[Union[str, None]], None]]
 
 
 class KeyFunction:
@@ -182,3 +185,20 @@ def header(name: str) -> Header:
     """The value of request header ``name`` (case-insensitive) as the key, e.g. ``header("X-API-Key")``.
     A missing or empty header gives ``None``: the middleware's ``on_missing_key`` decides."""
     return Header(name)
+
+
+async def key_of(key: KeyCallable, scope: Mapping[str, Any], request: Callable[[], Any]) -> str | None:
+    """The key of an ASGI request: read from ``scope`` by the key functions here, or the user's
+    callable applied to ``request()`` (made only then), awaited if it is async.
+
+    Raises:
+        InvalidType: the callable returned something that is neither a str nor None.
+    """
+    if isinstance(key, KeyFunction):
+        return key.from_scope(scope)
+    peer = key(request())
+    if inspect.isawaitable(peer):
+        peer = await peer
+    if peer is not None and not isinstance(peer, str):
+        raise InvalidType("key", f"must return a str or None, got {type(peer).__name__}")
+    return peer
