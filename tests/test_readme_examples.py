@@ -1,0 +1,35 @@
+"""The README's complete web examples, run as they are written, on a real server."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from test_asgi import Server, members
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def example(name: str) -> dict[str, Any]:
+    """Runs the README's code block marked ``<!-- example: NAME ... -->`` and returns its namespace."""
+    text = README.read_text(encoding="utf-8")
+    found = re.search(rf"<!-- example: {name}\b.*?-->\n```python\n(.*?)\n```", text, re.DOTALL)
+    assert found, f"README.md has no example {name!r}"
+    namespace: dict[str, Any] = {"__name__": f"readme_{name}"}
+    exec(compile(found.group(1), f"README.md:{name}", "exec"), namespace)
+    return namespace
+
+
+def test_the_fastapi_example_limits_paths_and_routes() -> None:
+    app = example("fastapi")["app"]
+    with Server(app) as client:
+        items = client.get("/api/items")
+        assert items.status_code == 200
+        assert items.json() == [1, 2, 3]
+        assert members(items.headers["RateLimit-Policy"]) == {"api": {"q": 100, "w": 60}}
+        logins = [client.post("/login").status_code for _ in range(6)]
+        assert logins == [200] * 5 + [429]
+        health = client.get("/health")
+        assert health.status_code == 200
+        assert "RateLimit" not in health.headers
