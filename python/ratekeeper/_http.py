@@ -15,6 +15,7 @@ the serializer is chosen by ``draft`` so a new one can be added beside it.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import dataclass
@@ -69,8 +70,10 @@ def check_integration(limiter: object, mode: str, max_delay: float) -> None:
         raise InvalidValue("max_delay", f"must be a number of seconds >= 0, got {max_delay!r}")
 
 
+@functools.lru_cache(maxsize=1024)
 def _sf_string(text: str) -> str:
-    """A Structured Field String: printable ASCII in quotes, with ``\\`` and ``"`` escaped."""
+    """A Structured Field String: printable ASCII in quotes, with ``\\`` and ``"`` escaped (cached: a
+    handful of group names, on every response)."""
     safe = "".join(c if " " <= c <= "~" else "?" for c in text)
     return '"' + safe.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
