@@ -24,7 +24,7 @@ from typing import Literal
 from ratekeeper._core import Decision
 from ratekeeper._errors import InvalidType, InvalidValue
 
-__all__ = ["HeaderOptions", "check_integration", "refusal_body", "response_headers"]
+__all__ = ["HeaderOptions", "check_integration", "missing_key_body", "refusal_body", "response_headers"]
 
 Draft = Literal["draft-10"]
 
@@ -129,3 +129,8 @@ def refusal_body(decision: Decision) -> bytes:
         detail = "Rate limit exceeded"
     retry = None if math.isinf(decision.retry_after) else _seconds(decision.retry_after)
     return json.dumps({"detail": detail, "status": 429, "retry_after": retry}).encode()
+
+
+def missing_key_body(status: int) -> bytes:
+    """The JSON body for a request whose key function found no key."""
+    return json.dumps({"detail": "This request carries no key the rate limiter can use", "status": status}).encode()

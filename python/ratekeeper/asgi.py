@@ -11,14 +11,13 @@ and client disconnects as well. Lifespan and other scope types pass through.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Literal
 
 from ratekeeper._core import Decision
 from ratekeeper._errors import InvalidType, InvalidValue, RateLimited
-from ratekeeper._http import HeaderOptions, check_integration, refusal_body, response_headers
+from ratekeeper._http import HeaderOptions, check_integration, missing_key_body, refusal_body, response_headers
 from ratekeeper.keys import KeyCallable, client_ip, key_of
 from ratekeeper.limiter import Limiter
 
@@ -118,7 +117,7 @@ class RateLimitMiddleware:
                 return
             if self.on_missing_key == "refuse":
                 status = self.missing_key_status
-                await self._answer(scope, receive, send, status, [], _missing_key_body(status))
+                await self._answer(scope, receive, send, status, [], missing_key_body(status))
                 return
             peer = self.anonymous_key
         cost = self._cost(scope) if self.cost is not None else 1
@@ -211,7 +210,3 @@ class RateLimitMiddleware:
             await send({"type": "websocket.http.response.body", "body": body})
         else:
             await send({"type": "websocket.close", "code": 1008, "reason": "rate limited"})
-
-
-def _missing_key_body(status: int) -> bytes:
-    return json.dumps({"detail": "This request carries no key the rate limiter can use", "status": status}).encode()
