@@ -33,3 +33,15 @@ def test_the_fastapi_example_limits_paths_and_routes() -> None:
         health = client.get("/health")
         assert health.status_code == 200
         assert "RateLimit" not in health.headers
+
+
+def test_the_flask_example_limits_paths_and_views() -> None:
+    from test_flask import Served
+
+    app = example("flask")["app"]
+    with Served(app) as client:
+        items = client.get("/api/items", headers={"X-API-Key": "k"})
+        assert items.status_code == 200
+        assert members(items.headers["RateLimit"]) == {"api": {"r": 99, "t": 1}}
+        # No key: the shared anonymous key, limited like any other.
+        assert [client.post("/login").status_code for _ in range(6)] == [200] * 5 + [429]
