@@ -203,3 +203,15 @@ def test_the_extension_is_registered_and_checks_its_options(limiter: rk.Limiter)
     with pytest.raises(rk.InvalidValue) as error:
         RateLimit(limiter=limiter, mode="wait")  # type: ignore[arg-type]
     assert error.value.loc == ("mode",)
+
+
+def test_a_view_that_raises_gives_its_permit_back_before_the_response_is_sent(limiter: rk.Limiter) -> None:
+    # Deterministic twin of the server test: the permit is free as soon as the 500 exists, so a client
+    # that asks again the moment it has read it is not refused (the error page looks like a stream).
+    app, _ = make_app(limiter, key=header("X-API-Key"))
+    client = app.test_client()
+    for _ in range(3):
+        assert client.get("/boom", headers=KEY).status_code == 500
+        probe = limiter._acquire("alice", "/boom", None, 1, True)
+        assert probe.allowed
+        limiter._release("alice", "/boom", None, 1)

@@ -8,13 +8,14 @@
 Every request is decided in ``before_request``: by a per-route limit when its view has one (a group of
 its own in the limiter, decided by name), else by the limiter's rules on the path. Refusals answer 429
 with the JSON body and the IETF ``RateLimit`` fields of the ASGI middleware; allowed responses carry the
-fields too. Concurrency permits are held until the response has been sent (``call_on_close``, so a
-streamed body keeps them to its end) and given back when the view raises.
+fields too. Concurrency permits are held while the view works: until the view returns, or for a streamed
+body until the response is closed (``call_on_close``), and given back when the view raises.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
@@ -207,8 +208,15 @@ class RateLimit:
             if name != "Retry-After":  # a shadow refusal is served: nothing to retry
                 response.headers[name] = value
         if held.permits:
-            held.permits = False  # from here, the response's close gives them back
-            response.call_on_close(lambda: self._release(held))
+            held.permits = False
+            # An error page is built while the view's exception is being handled (and looks streamed).
+            if response.is_streamed and sys.exc_info()[0] is None:
+                # The view's work goes on while the body streams: held until the response is closed.
+                response.call_on_close(lambda: self._release(held))
+            else:
+                # The work is done; holding the permits while the server writes the body would refuse a
+                # client that asks again as soon as it has read it.
+                self._release(held)
         if self.refund_when is not None and decision.allowed and self.refund_when(response.status_code):
             self.limiter.reduce(held.peer, None if held.group else held.path, held.cost, group=held.group)
         return response
