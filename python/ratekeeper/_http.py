@@ -18,13 +18,25 @@ from __future__ import annotations
 import functools
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ratekeeper._core import Decision
 from ratekeeper._errors import InvalidType, InvalidValue
+from ratekeeper.keys import KeyCallable, client_ip
 
-__all__ = ["HeaderOptions", "check_integration", "missing_key_body", "refusal_body", "response_headers"]
+if TYPE_CHECKING:
+    from ratekeeper.limiter import Limiter
+
+__all__ = [
+    "HeaderOptions",
+    "WebOptions",
+    "check_integration",
+    "missing_key_body",
+    "refusal_body",
+    "response_headers",
+]
 
 Draft = Literal["draft-10"]
 
@@ -51,6 +63,55 @@ class HeaderOptions:
                 raise InvalidType(name, f"must be a bool, got {type(getattr(self, name)).__name__}")
         if self.draft != "draft-10":
             raise InvalidValue("draft", f"unknown draft {self.draft!r}; supported: 'draft-10'")
+
+
+@dataclass(frozen=True)
+class WebOptions:
+    """What the ASGI middleware and the Flask extension share: checked and defaulted here, once.
+
+    See :class:`ratekeeper.asgi.RateLimitMiddleware` for what each means.
+
+    Raises:
+        InvalidValue, InvalidType: a bad option, named by ``loc``.
+    """
+
+    limiter: Limiter
+    key: KeyCallable | None = None
+    mode: Literal["refuse", "delay"] = "refuse"
+    max_delay: float = 5.0
+    shadow: bool = False
+    headers: HeaderOptions | None = None
+    on_missing_key: Literal["refuse", "anonymous"] = "refuse"
+    missing_key_status: int = 429
+    anonymous_key: str = "anonymous"
+    cost: Callable[[Any], int] | None = None
+    refund_when: Callable[[int], bool] | None = None
+
+    def __post_init__(self) -> None:
+        check_integration(self.limiter, self.mode, self.max_delay)
+        if self.on_missing_key not in ("refuse", "anonymous"):
+            raise InvalidValue("on_missing_key", f"must be 'refuse' or 'anonymous', got {self.on_missing_key!r}")
+        if self.missing_key_status not in (401, 403, 429):
+            raise InvalidValue("missing_key_status", f"must be 401, 403 or 429, got {self.missing_key_status!r}")
+        for name in ("key", "cost", "refund_when"):
+            value = getattr(self, name)
+            if value is not None and not callable(value):
+                raise InvalidType(name, f"must be callable, got {type(value).__name__}")
+        if self.key is None:
+            object.__setattr__(self, "key", client_ip())
+        if self.headers is None:
+            object.__setattr__(self, "headers", HeaderOptions())
+        object.__setattr__(self, "max_delay", float(self.max_delay))
+
+    @property
+    def fields(self) -> HeaderOptions:
+        assert self.headers is not None
+        return self.headers
+
+    @property
+    def key_function(self) -> KeyCallable:
+        assert self.key is not None
+        return self.key
 
 
 def check_integration(limiter: object, mode: str, max_delay: float) -> None:

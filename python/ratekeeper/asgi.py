@@ -16,9 +16,9 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Literal
 
 from ratekeeper._core import Decision
-from ratekeeper._errors import InvalidType, InvalidValue, RateLimited
-from ratekeeper._http import HeaderOptions, check_integration, missing_key_body, refusal_body, response_headers
-from ratekeeper.keys import KeyCallable, client_ip, key_of
+from ratekeeper._errors import InvalidType, RateLimited
+from ratekeeper._http import HeaderOptions, WebOptions, missing_key_body, refusal_body, response_headers
+from ratekeeper.keys import KeyCallable, key_of
 from ratekeeper.limiter import Limiter
 
 __all__ = ["RateLimitMiddleware"]
@@ -81,26 +81,23 @@ class RateLimitMiddleware:
         on_refused: Callable[[Scope, Receive, Send, Decision], Awaitable[None]] | None = None,
         path: Callable[[Scope], str] | None = None,
     ) -> None:
-        check_integration(limiter, mode, max_delay)
-        if on_missing_key not in ("refuse", "anonymous"):
-            raise InvalidValue("on_missing_key", f"must be 'refuse' or 'anonymous', got {on_missing_key!r}")
-        if missing_key_status not in (401, 403, 429):
-            raise InvalidValue("missing_key_status", f"must be 401, 403 or 429, got {missing_key_status!r}")
-        for name, value in (("key", key), ("cost", cost), ("refund_when", refund_when), ("path", path)):
-            if value is not None and not callable(value):
-                raise InvalidType(name, f"must be callable, got {type(value).__name__}")
+        self.options = WebOptions(
+            limiter=limiter,
+            key=key,
+            mode=mode,
+            max_delay=max_delay,
+            shadow=shadow,
+            headers=headers,
+            on_missing_key=on_missing_key,
+            missing_key_status=missing_key_status,
+            anonymous_key=anonymous_key,
+            cost=cost,
+            refund_when=refund_when,
+        )
+        if path is not None and not callable(path):
+            raise InvalidType("path", f"must be callable, got {type(path).__name__}")
         self.app = app
         self.limiter = limiter
-        self.key: KeyCallable = key if key is not None else client_ip()
-        self.mode = mode
-        self.max_delay = float(max_delay)
-        self.shadow = shadow
-        self.headers = headers if headers is not None else HeaderOptions()
-        self.on_missing_key = on_missing_key
-        self.missing_key_status = missing_key_status
-        self.anonymous_key = anonymous_key
-        self.cost = cost
-        self.refund_when = refund_when
         self.on_refused = on_refused
         self.path = path
 
@@ -112,28 +109,28 @@ class RateLimitMiddleware:
         path = self.path(scope) if self.path is not None else scope.get("path", "")
         peer = await self._peer(scope)
         if peer is None:
-            if self.limiter.resolve(self.anonymous_key, path) is None:  # exempt or unrouted: no key needed
+            if self.limiter.resolve(self.options.anonymous_key, path) is None:  # exempt or unrouted: no key needed
                 await self.app(scope, receive, send)
                 return
-            if self.on_missing_key == "refuse":
-                status = self.missing_key_status
+            if self.options.on_missing_key == "refuse":
+                status = self.options.missing_key_status
                 await self._answer(scope, receive, send, status, [], missing_key_body(status))
                 return
-            peer = self.anonymous_key
-        cost = self._cost(scope) if self.cost is not None else 1
+            peer = self.options.anonymous_key
+        cost = self._cost(scope) if self.options.cost is not None else 1
         decision, held = await self._decide(peer, path, cost)
-        if not decision.allowed and not self.shadow:
+        if not decision.allowed and not self.options.shadow:
             if self.on_refused is not None:
                 await self.on_refused(scope, receive, send, decision)
             else:
-                headers = response_headers(decision, self.headers)
+                headers = response_headers(decision, self.options.fields)
                 await self._answer(scope, receive, send, 429, headers, refusal_body(decision))
             return
         if not decision.allowed:
             log.info("ratekeeper shadow mode: would refuse %r on %s (group %r)", peer, path, decision.group)
-        extra = _encode(response_headers(decision, self.headers)) if decision.allowed else []
+        extra = _encode(response_headers(decision, self.options.fields)) if decision.allowed else []
         if not decision.allowed:  # shadow: the fields say what the limiter decided, without Retry-After
-            extra = [h for h in _encode(response_headers(decision, self.headers)) if h[0] != b"retry-after"]
+            extra = [h for h in _encode(response_headers(decision, self.options.fields)) if h[0] != b"retry-after"]
         status = 0
 
         async def send_with_fields(message: Message) -> None:
@@ -151,7 +148,12 @@ class RateLimitMiddleware:
             # either way, never leaked.
             if held:
                 self.limiter._release(peer, path, None, cost)
-            if self.refund_when is not None and decision.allowed and status and self.refund_when(status):
+            if (
+                self.options.refund_when is not None
+                and decision.allowed
+                and status
+                and self.options.refund_when(status)
+            ):
                 self.limiter.reduce(peer, path, cost)
 
     async def _peer(self, scope: Scope) -> str | None:
@@ -160,20 +162,20 @@ class RateLimitMiddleware:
 
             return HTTPConnection(scope)
 
-        return await key_of(self.key, scope, request)
+        return await key_of(self.options.key_function, scope, request)
 
     def _cost(self, scope: Scope) -> int:
         from starlette.requests import HTTPConnection
 
-        assert self.cost is not None
-        return self.cost(HTTPConnection(scope))
+        assert self.options.cost is not None
+        return self.options.cost(HTTPConnection(scope))
 
     async def _decide(self, peer: str, path: str, cost: int) -> tuple[Decision, bool]:
         """The decision, and whether concurrency permits are now held (to give back at the end)."""
         limiter = self.limiter
-        if self.mode == "delay":
+        if self.options.mode == "delay":
             try:
-                await limiter.athrottle(peer, path, cost=cost, timeout=self.max_delay)
+                await limiter.athrottle(peer, path, cost=cost, timeout=self.options.max_delay)
             except RateLimited as refused:
                 return refused.decision, False
             # The rate slot is taken; now the permits alone (the rates are not charged twice).

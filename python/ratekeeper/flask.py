@@ -23,9 +23,8 @@ import flask
 from werkzeug.wrappers import Response
 
 from ratekeeper._core import Decision, Limit, Rate
-from ratekeeper._errors import InvalidValue, RateLimited
-from ratekeeper._http import HeaderOptions, check_integration, missing_key_body, refusal_body, response_headers
-from ratekeeper.keys import client_ip
+from ratekeeper._errors import InvalidType, InvalidValue, RateLimited
+from ratekeeper._http import HeaderOptions, WebOptions, missing_key_body, refusal_body, response_headers
 from ratekeeper.limiter import Limiter
 
 __all__ = ["RateLimit"]
@@ -81,22 +80,20 @@ class RateLimit:
         refund_when: Callable[[int], bool] | None = None,
         on_refused: Callable[[Decision], Response] | None = None,
     ) -> None:
-        check_integration(limiter, mode, max_delay)
-        if on_missing_key not in ("refuse", "anonymous"):
-            raise InvalidValue("on_missing_key", f"must be 'refuse' or 'anonymous', got {on_missing_key!r}")
-        if missing_key_status not in (401, 403, 429):
-            raise InvalidValue("missing_key_status", f"must be 401, 403 or 429, got {missing_key_status!r}")
+        self.options = WebOptions(
+            limiter=limiter,
+            key=key,
+            mode=mode,
+            max_delay=max_delay,
+            shadow=shadow,
+            headers=headers,
+            on_missing_key=on_missing_key,
+            missing_key_status=missing_key_status,
+            anonymous_key=anonymous_key,
+            cost=cost,
+            refund_when=refund_when,
+        )
         self.limiter = limiter
-        self.key = key if key is not None else client_ip()
-        self.mode = mode
-        self.max_delay = float(max_delay)
-        self.shadow = shadow
-        self.headers = headers if headers is not None else HeaderOptions()
-        self.on_missing_key = on_missing_key
-        self.missing_key_status = missing_key_status
-        self.anonymous_key = anonymous_key
-        self.cost = cost
-        self.refund_when = refund_when
         self.on_refused = on_refused
         self._blueprints: dict[str, str | None] = {}  # blueprint -> group (None: exempt)
         if app is not None:
@@ -163,15 +160,17 @@ class RateLimit:
             return None
         request = flask.request
         path = request.path
-        peer = self.key(request)
+        peer = self.options.key_function(request)
+        if peer is not None and not isinstance(peer, str):
+            raise InvalidType("key", f"must return a str or None (Flask calls it synchronously), got {peer!r}")
         if peer is None:
-            if group is None and self.limiter.resolve(self.anonymous_key, path) is None:
+            if group is None and self.limiter.resolve(self.options.anonymous_key, path) is None:
                 return None
-            if self.on_missing_key == "refuse":
-                body = missing_key_body(self.missing_key_status)
-                return Response(body, status=self.missing_key_status, mimetype="application/json")
-            peer = self.anonymous_key
-        cost = self.cost(request) if self.cost is not None else 1
+            if self.options.on_missing_key == "refuse":
+                body = missing_key_body(self.options.missing_key_status)
+                return Response(body, status=self.options.missing_key_status, mimetype="application/json")
+            peer = self.options.anonymous_key
+        cost = self.options.cost(request) if self.options.cost is not None else 1
         route = (None, group) if group is not None else (path, None)
         decision = self._decide(peer, route, cost)
         held = _Held(peer, path, group, cost, decision, decision.allowed)
@@ -179,19 +178,19 @@ class RateLimit:
         if decision.allowed:
             return None
         held.permits = False
-        if self.shadow:
+        if self.options.shadow:
             log.info("ratekeeper shadow mode: would refuse %r on %s (group %r)", peer, path, decision.group)
             return None
         if self.on_refused is not None:
             return self.on_refused(decision)
-        fields = response_headers(decision, self.headers)
+        fields = response_headers(decision, self.options.fields)
         return Response(refusal_body(decision), status=429, headers=fields, mimetype="application/json")
 
     def _decide(self, peer: str, route: tuple[str | None, str | None], cost: int) -> Decision:
         path, group = route
-        if self.mode == "delay":
+        if self.options.mode == "delay":
             try:
-                self.limiter.throttle(peer, path, cost=cost, timeout=self.max_delay, group=group)
+                self.limiter.throttle(peer, path, cost=cost, timeout=self.options.max_delay, group=group)
             except RateLimited as refused:
                 return refused.decision
             return self.limiter._acquire(peer, path, group, cost, False)
@@ -202,9 +201,9 @@ class RateLimit:
         if held is None:
             return response
         decision = held.decision
-        if not decision.allowed and not self.shadow:
+        if not decision.allowed and not self.options.shadow:
             return response  # the refusal: its fields are set
-        for name, value in response_headers(decision, self.headers):
+        for name, value in response_headers(decision, self.options.fields):
             if name != "Retry-After":  # a shadow refusal is served: nothing to retry
                 response.headers[name] = value
         if held.permits:
@@ -217,7 +216,7 @@ class RateLimit:
                 # The work is done; holding the permits while the server writes the body would refuse a
                 # client that asks again as soon as it has read it.
                 self._release(held)
-        if self.refund_when is not None and decision.allowed and self.refund_when(response.status_code):
+        if self.options.refund_when is not None and decision.allowed and self.options.refund_when(response.status_code):
             self.limiter.reduce(held.peer, None if held.group else held.path, held.cost, group=held.group)
         return response
 
