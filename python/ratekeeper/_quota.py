@@ -93,6 +93,10 @@ class QuotaWorkers:
             loop.call_soon_threadsafe(loop.stop)
             loop_thread.join(max(0.0, deadline - time.monotonic()))
             if not loop_thread.is_alive():
+                # A busy machine may stop the loop before the cancellation ran: finish it here (the loop
+                # no longer runs), so no task or coroutine is left pending at interpreter exit.
+                with contextlib.suppress(Exception):
+                    loop.run_until_complete(_cancel_tasks())
                 loop.close()
         self._waiters.wake()
         _live.discard(self)
