@@ -7,8 +7,6 @@ valid, not just present. Timing runs on a ManualClock: a delayed request advance
 from __future__ import annotations
 
 import asyncio
-import socket
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -16,48 +14,11 @@ from typing import Any
 import httpx
 import pytest
 import ratekeeper as rk
-import uvicorn
+from _web import Server, members
 from fastapi import FastAPI, WebSocket
 from fastapi.responses import StreamingResponse
-from http_sfv import List
 from ratekeeper.asgi import RateLimitMiddleware
 from ratekeeper.keys import client_ip, header
-
-
-def members(value: str) -> dict[str, dict[str, Any]]:
-    """A RateLimit / RateLimit-Policy field as {policy name: {parameter: value}}, parsed strictly."""
-    parsed = List()
-    parsed.parse(value.encode())
-    return {item.value: dict(item.params) for item in parsed}
-
-
-class Server:
-    """uvicorn serving ``app`` on 127.0.0.1 in a thread, stopped on exit."""
-
-    def __init__(self, app: Any) -> None:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        # proxy_headers off: our key function, not uvicorn, reads X-Forwarded-For here.
-        config = uvicorn.Config(
-            app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off", proxy_headers=False
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> httpx.Client:
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.01)
-        self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=10)
-        return self.client
-
-    def __exit__(self, *exc: object) -> None:
-        self.client.close()
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
 
 
 def make_app(limiter: rk.Limiter, **options: Any) -> FastAPI:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import ratekeeper as rk
+from _web import Server, members
 from fastapi import APIRouter, Depends, FastAPI
 from ratekeeper.fastapi import RouteLimits
 from ratekeeper.keys import header
-from test_asgi import Server, members
 
 KEY = {"X-API-Key": "alice"}
 

@@ -11,9 +11,9 @@ import flask
 import httpx
 import pytest
 import ratekeeper as rk
+from _web import members
 from ratekeeper.flask import RateLimit
 from ratekeeper.keys import client_ip, header
-from test_asgi import members
 from werkzeug.serving import make_server
 
 KEY = {"X-API-Key": "alice"}

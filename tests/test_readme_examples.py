@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from test_asgi import Server, members
+from _web import Server, members
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
