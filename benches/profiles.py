@@ -4,10 +4,11 @@ What is measured
     Seed 002 (a Java per-user quota limiter) is tested with wrk: one profile per account in its quota
     table, plus ``invalid`` (an account id with no quota), ``invalidN`` (a new account id on every request:
     a denial-of-service attack on the state map) and ``admin`` (exempt: the control). This script runs the
-    same profiles against one limiter configured like seed 002's server::
+    same profiles against the limiter of ``python -m ratekeeper serve`` (``ratekeeper/_serve.py``), which
+    is configured like seed 002's server::
 
-        rk.Limiter(rate="60/min", exempt_peers=["admin"], quota_provider=<dict lookup>,
-                   failsafe="5/min", max_keys=100_000, quota_workers=4)
+        rk.Limiter(rate="60/min", exempt_peers=["admin@example.com"], max_keys=100_000,
+                   quotas=rk.Quotas(<dict lookup>, failsafe="5/min"))   # 4 quota workers
 
     The provider looks the account up in a dict and raises ``LookupError("no such account")`` for an
     unknown one. Each profile gets its own thread (``--threads`` per profile) calling ``lim.allow(account)``
@@ -68,20 +69,10 @@ from fractions import Fraction
 from typing import Any
 
 import ratekeeper as rk
+from ratekeeper._serve import ADMIN, FAILSAFE, MAX_KEYS, QUOTAS, AccountDirectory, build_limiter
 
-RULE_RATE = "60/min"
-FAILSAFE = "5/min"
-MAX_KEYS = 100_000
-QUOTA_WORKERS = 4
 GROUP = "default"  # the group of a limiter built with rate=...
-ADMIN = "admin@example.com"
 INVALID = "invalid@example.com"
-QUOTAS = {
-    "alice@example.com": "1/min",
-    "bob@example.com": "100/min",
-    "carol@example.com": "1000/min",
-    "dave@example.com": "10/s",
-}
 MEMORY_BOUND = 64 * 2**20  # bytes of RSS growth allowed for a flood at MAX_KEYS states
 BATCH = 256  # allow() calls between two reads of the clock
 CHUNK = 10_000  # new ids made at once in the memory phase
@@ -90,40 +81,8 @@ TIMES = "\N{MULTIPLICATION SIGN}"
 LE = "\N{LESS-THAN OR EQUAL TO}"
 
 
-# ---------------------------------------------------------------------------------------------
-# The quota provider and the limiter
-# ---------------------------------------------------------------------------------------------
-
-
-class AccountDirectory:
-    """Seed 002's quota table: a dict lookup that raises for an account it does not know."""
-
-    def __init__(self, quotas: dict[str, str]) -> None:
-        self.quotas = quotas
-        self.lock = threading.Lock()
-        self.calls = 0
-        self.unknown = 0
-
-    def __call__(self, peer: str, group: str) -> str:
-        with self.lock:
-            self.calls += 1
-        quota = self.quotas.get(peer)
-        if quota is None:
-            with self.lock:
-                self.unknown += 1
-            raise LookupError("no such account")
-        return quota
-
-
-def make_limiter(directory: AccountDirectory) -> rk.Limiter:
-    return rk.Limiter(
-        rate=RULE_RATE,
-        exempt_peers=[ADMIN],
-        quota_provider=directory,
-        failsafe=FAILSAFE,
-        max_keys=MAX_KEYS,
-        quota_workers=QUOTA_WORKERS,
-    )
+# The quota provider and the limiter are the HTTP server's (python -m ratekeeper serve): one configuration.
+make_limiter = build_limiter
 
 
 def new_ids(rng: random.Random, n: int) -> list[str]:
@@ -280,7 +239,7 @@ class MemoryResult:
 
 def run_memory(requests: int, drain_timeout: float) -> MemoryResult:
     """``requests`` new ids on a fresh limiter created after the first RSS reading."""
-    directory = AccountDirectory(QUOTAS)
+    directory = AccountDirectory()
     rng = random.Random(2)
     chunk = new_ids(rng, min(CHUNK, requests))  # built before the reading: later chunks reuse its memory
     gc.collect()
@@ -418,8 +377,8 @@ def render(profiles: ProfilesResult, memory: MemoryResult | None, failed: list[s
         (
             f"Python {platform.python_version()} ({platform.python_implementation()}), {platform.machine()}, "
             f"{os.cpu_count()} CPUs, ratekeeper {rk.__version__}. "
-            f'rk.Limiter(rate="{RULE_RATE}", exempt_peers=["admin"], quota_provider=<dict lookup>, '
-            f'failsafe="{FAILSAFE}", max_keys={MAX_KEYS:,}, quota_workers={QUOTA_WORKERS}). '
+            f"the limiter of `python -m ratekeeper serve` (failsafe {FAILSAFE}, max_keys={MAX_KEYS:,}, "
+            "4 quota workers). "
             f"{len(profiles.profiles)} profiles {TIMES} {profiles.threads} thread(s), "
             f"{profiles.elapsed:.2f} s on the real clock, started cold."
         ),
@@ -476,7 +435,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     with logger_level("ratekeeper", logging.ERROR):
-        directory = AccountDirectory(QUOTAS)
+        directory = AccountDirectory()
         lim = make_limiter(directory)
         print(f"profiles: {args.threads} thread(s) each for {args.seconds:g} s ...", file=sys.stderr)
         profiles = run_profiles(lim, directory, args.seconds, args.threads)
