@@ -184,3 +184,23 @@ def test_threads_never_hold_more_than_the_permits(clock: rk.ManualClock) -> None
     group = limiter.stats()["groups"][GROUP]
     assert (group["requests"], group["allowed"], group["refused"]) == (threads * rounds, sum(entered), sum(refused))
     assert free_permits(limiter) == permits
+
+
+def test_a_decision_says_whether_it_holds_permits_to_give_back(clock: rk.ManualClock) -> None:
+    limiter = rk.Limiter(
+        rules=[
+            rk.Rule("^/api/", GROUP, limits=["100/s", rk.Limit(concurrency=1)]),
+            rk.Rule("^/plain", "plain", "100/s"),
+        ],
+        clock=clock,
+    )
+    with limiter.concurrent(PEER, "/api/a") as held:
+        assert held.permits_held
+        with pytest.raises(rk.RateLimited) as refused, limiter.concurrent(PEER, "/api/b"):
+            pass
+        assert not refused.value.decision.permits_held
+    with limiter.concurrent(PEER, "/plain") as plain:
+        assert plain.allowed
+        assert not plain.permits_held  # a group without permits: nothing to give back
+    assert not limiter.check(PEER, "/api/a").permits_held  # check never takes permits
+    assert free_permits(limiter) == 1

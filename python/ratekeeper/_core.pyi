@@ -208,6 +208,10 @@ class Decision:
     def refused_by(self) -> Literal["rate", "concurrency"] | None:
         """What refused the request: a rate limit, or concurrency permits all in use (``retry_after``
         is 0.0 then: a permit frees when a request finishes). ``None`` when allowed."""
+    @property
+    def permits_held(self) -> bool:
+        """Whether this admission took concurrency permits that must be given back (``concurrent`` and
+        the web integrations do it when the request ends); False for a refusal or a group without them."""
     def __bool__(self) -> bool: ...
 
 @final

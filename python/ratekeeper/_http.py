@@ -132,6 +132,7 @@ def check_integration(limiter: object, mode: str, max_delay: float) -> None:
 
 
 @functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=4096)
 def _sf_string(text: str) -> str:
     """A Structured Field String: printable ASCII in quotes, with ``\\`` and ``"`` escaped (cached: a
     handful of group names, on every response)."""
@@ -142,6 +143,16 @@ def _sf_string(text: str) -> str:
 def _seconds(value: float) -> int:
     """Whole seconds, rounded up, for a field or Retry-After (a client waiting that long is served)."""
     return max(0, math.ceil(value))
+
+
+@functools.lru_cache(maxsize=4096)
+def _policy_field(group: str, limit: int, window: float | None) -> tuple[str, str]:
+    """The group's Structured Field name and its ``RateLimit-Policy`` value (cached: the same few on every
+    response)."""
+    name = _sf_string(group)
+    if window is None:
+        return name, f'{name};q={limit};qu="concurrent-requests"'
+    return name, f"{name};q={limit};w={_seconds(window)}"
 
 
 def response_headers(decision: Decision, options: HeaderOptions) -> list[tuple[str, str]]:
@@ -160,12 +171,7 @@ def response_headers(decision: Decision, options: HeaderOptions) -> list[tuple[s
     wait = decision.retry_after if refused else decision.next_after
     reset = None if math.isinf(wait) else _seconds(wait)
     if options.ietf:
-        name = _sf_string(decision.group)
-        policy = f"{name};q={decision.limit}"
-        if decision.window is not None:
-            policy += f";w={_seconds(decision.window)}"
-        else:
-            policy += ';qu="concurrent-requests"'
+        name, policy = _policy_field(decision.group, decision.limit, decision.window)
         headers.append(("RateLimit-Policy", policy))
         state = f"{name};r={decision.remaining}"
         if reset is not None:

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from ratekeeper._core import Decision
 from ratekeeper._errors import InvalidType, RateLimited
 from ratekeeper._http import HeaderOptions, WebOptions, missing_key_body, refusal_body, response_headers
-from ratekeeper.keys import KeyCallable, key_of
+from ratekeeper.keys import KeyCallable, KeyFunction, key_of
 from ratekeeper.limiter import Limiter
 
 __all__ = ["RateLimitMiddleware"]
@@ -32,8 +32,13 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 log = logging.getLogger("ratekeeper")
 
 
+# The names response_headers() gives, encoded once.
+_FIELD_NAMES = ("Retry-After", "RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining")
+_NAMES = {name: name.lower().encode("latin-1") for name in (*_FIELD_NAMES, "X-RateLimit-Reset")}
+
+
 def _encode(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
-    return [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers]
+    return [(_NAMES.get(name) or name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers]
 
 
 class RateLimitMiddleware:
@@ -107,7 +112,8 @@ class RateLimitMiddleware:
             await self.app(scope, receive, send)
             return
         path = self.path(scope) if self.path is not None else scope.get("path", "")
-        peer = await self._peer(scope)
+        key = self.options.key_function
+        peer = key.from_scope(scope) if isinstance(key, KeyFunction) else await self._peer(scope)
         if peer is None:
             if self.limiter.resolve(self.options.anonymous_key, path) is None:  # exempt or unrouted: no key needed
                 await self.app(scope, receive, send)
@@ -118,7 +124,11 @@ class RateLimitMiddleware:
                 return
             peer = self.options.anonymous_key
         cost = self._cost(scope) if self.options.cost is not None else 1
-        decision, held = await self._decide(peer, path, cost)
+        if self.options.mode == "refuse":
+            decision = self.limiter._acquire(peer, path, None, cost, True)
+            held = decision.permits_held
+        else:
+            decision, held = await self._delay(peer, path, cost)
         if not decision.allowed and not self.options.shadow:
             if self.on_refused is not None:
                 await self.on_refused(scope, receive, send, decision)
@@ -170,19 +180,16 @@ class RateLimitMiddleware:
         assert self.options.cost is not None
         return self.options.cost(HTTPConnection(scope))
 
-    async def _decide(self, peer: str, path: str, cost: int) -> tuple[Decision, bool]:
-        """The decision, and whether concurrency permits are now held (to give back at the end)."""
+    async def _delay(self, peer: str, path: str, cost: int) -> tuple[Decision, bool]:
+        """Delay mode's decision, and whether concurrency permits are now held (to give back at the end)."""
         limiter = self.limiter
-        if self.options.mode == "delay":
-            try:
-                await limiter.athrottle(peer, path, cost=cost, timeout=self.options.max_delay)
-            except RateLimited as refused:
-                return refused.decision, False
-            # The rate slot is taken; now the permits alone (the rates are not charged twice).
-            decision = limiter._acquire(peer, path, None, cost, False)
-        else:
-            decision = limiter._acquire(peer, path, None, cost, True)
-        return decision, decision.allowed
+        try:
+            await limiter.athrottle(peer, path, cost=cost, timeout=self.options.max_delay)
+        except RateLimited as refused:
+            return refused.decision, False
+        # The rate slot is taken; now the permits alone (the rates are not charged twice).
+        decision = limiter._acquire(peer, path, None, cost, False)
+        return decision, decision.permits_held
 
     async def _answer(
         self,

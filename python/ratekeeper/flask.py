@@ -5,11 +5,13 @@
 ... @rate_limit.limit("5/min")
 ... def login(): ...
 
-Every request is decided in ``before_request``: by a per-route limit when its view has one (a group of
-its own in the limiter, decided by name), else by the limiter's rules on the path. Refusals answer 429
-with the JSON body and the IETF ``RateLimit`` fields of the ASGI middleware; allowed responses carry the
-fields too. Concurrency permits are held while the view works: until the view returns, or for a streamed
-body until the response is closed (``call_on_close``), and given back when the view raises.
+A request is decided by a per-route limit when its view has one (a group of its own in the limiter,
+decided by name, in ``before_request``), else by the limiter's rules on the path. While no view has a
+mark, the path decides alone, so the decision is made around ``app.wsgi_app``, before Flask routes, and a
+refusal costs less than serving the view. Refusals answer 429 with the JSON body and the IETF
+``RateLimit`` fields of the ASGI middleware; allowed responses carry the fields too. Concurrency permits
+are held while the view works: until the view returns, or for a streamed body until the response is
+closed (``call_on_close``), and given back when the view raises.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ from typing import Any, Literal, TypeVar
 
 import flask
 from werkzeug.wrappers import Response
+from werkzeug.wsgi import get_path_info
 
 from ratekeeper._core import Decision, Limit, Rate
 from ratekeeper._errors import InvalidType, InvalidValue, RateLimited
 from ratekeeper._http import HeaderOptions, WebOptions, missing_key_body, refusal_body, response_headers
+from ratekeeper.keys import KeyFunction
 from ratekeeper.limiter import Limiter
 
 __all__ = ["RateLimit"]
@@ -34,6 +38,7 @@ log = logging.getLogger("ratekeeper")
 
 _ROUTE_GROUP = "_ratekeeper_group"
 _EXEMPT = "_ratekeeper_exempt"
+_HELD = "ratekeeper.held"  # the request's environ key for what it took
 
 
 class _Held:
@@ -96,15 +101,21 @@ class RateLimit:
         self.limiter = limiter
         self.on_refused = on_refused
         self._blueprints: dict[str, str | None] = {}  # blueprint -> group (None: exempt)
+        # (app, endpoint) -> (exempt, group): the view's marks and blueprints, looked up once per endpoint.
+        self._routes: dict[tuple[flask.Flask, str | None], tuple[bool, str | None]] = {}
+        # Whether any view or blueprint has a mark (@limit, @exempt, limit_blueprint): until one does,
+        # a request's decision does not depend on its view, so the WSGI gate can make it.
+        self._marked = False
         if app is not None:
             self.init_app(app)
 
     def init_app(self, app: flask.Flask) -> None:
-        """Registers the extension's request hooks on ``app`` (``app.extensions["ratekeeper"]``)."""
+        """Registers the extension on ``app`` (``app.extensions["ratekeeper"]``): its request hooks, and a
+        gate around ``app.wsgi_app`` that refuses before Flask builds a request context when it can."""
         app.extensions["ratekeeper"] = self
+        app.wsgi_app = _Gate(app.wsgi_app, self)  # type: ignore[method-assign]
         app.before_request(self._before)
         app.after_request(self._after)
-        app.teardown_request(self._teardown)
 
     def limit(self, *limits: Limit | Rate | str, group: str | None = None) -> Callable[[View], View]:
         """A decorator: the view is limited by ``limits`` in a group of its own (its function's
@@ -116,6 +127,8 @@ class RateLimit:
             name = group if group is not None else f"{view.__module__}.{view.__qualname__}"
             self.limiter.add_group(name, list(limits))
             setattr(view, _ROUTE_GROUP, name)
+            self._marked = True
+            self._routes.clear()
             return view
 
         return decorate
@@ -123,6 +136,8 @@ class RateLimit:
     def exempt(self, view: View) -> View:
         """A decorator: the view is never limited."""
         setattr(view, _EXEMPT, True)
+        self._marked = True
+        self._routes.clear()
         return view
 
     def limit_blueprint(
@@ -130,6 +145,8 @@ class RateLimit:
     ) -> None:
         """Every view of ``blueprint`` (and of the blueprints nested in it) shares ``limits``, unless a
         view has a limit of its own; with no limits the blueprint is exempt."""
+        self._marked = True
+        self._routes.clear()
         if not limits:
             self._blueprints[blueprint.name] = None
             return
@@ -137,47 +154,71 @@ class RateLimit:
         self.limiter.add_group(name, list(limits))
         self._blueprints[blueprint.name] = name
 
-    def _route(self) -> tuple[bool, str | None]:
-        """(exempt, group) of the current request's view; group ``None``: route by path."""
-        request = flask.request
-        view = flask.current_app.view_functions.get(request.endpoint) if request.endpoint else None
-        if view is not None and getattr(view, _EXEMPT, False):
-            return True, None
-        own = getattr(view, _ROUTE_GROUP, None) if view is not None else None
-        if own is not None:
-            return False, own
+    def _route(self, request: flask.Request) -> tuple[bool, str | None]:
+        """(exempt, group) of the request's view; group ``None``: route by path."""
+        app: flask.Flask = flask.current_app._get_current_object()  # type: ignore[attr-defined]
+        endpoint = request.endpoint
+        route = self._routes.get((app, endpoint))
+        if route is None:
+            route = self._routes[app, endpoint] = self._find_route(app, request)
+        return route
+
+    def _find_route(self, app: flask.Flask, request: flask.Request) -> tuple[bool, str | None]:
+        view = app.view_functions.get(request.endpoint) if request.endpoint else None
+        if view is not None:
+            if getattr(view, _EXEMPT, False):
+                return True, None
+            own = getattr(view, _ROUTE_GROUP, None)
+            if own is not None:
+                return False, own
         for name in request.blueprints:  # innermost first
             if name in self._blueprints:
                 group = self._blueprints[name]
                 return group is None, group
         return False, None
 
-    def _before(self) -> Response | None:
+    def _gate(self, environ: dict[str, Any]) -> Response | None:
+        """The decision made from the WSGI environ, before Flask routes (see :class:`_Gate`): the refusal
+        to answer, or ``None`` to go on (what was decided is left in the environ for the hooks)."""
+        key = self.options.key_function
+        if self._marked or self.options.cost is not None or not isinstance(key, KeyFunction):
+            return None
         if not self.limiter.enabled:
             return None
-        exempt, group = self._route()
+        path = "/" + get_path_info(environ).lstrip("/")  # what flask.request.path is
+        return self._admit(environ, path, None, key.from_environ(environ), 1)
+
+    def _before(self) -> Response | None:
+        # The request itself, not the context-local proxy: each attribute read through it costs a lookup.
+        request: flask.Request = flask.request._get_current_object()  # type: ignore[attr-defined]
+        if _HELD in request.environ or not self.limiter.enabled:  # decided at the gate
+            return None
+        exempt, group = self._route(request)
         if exempt:
             return None
-        request = flask.request
-        path = request.path
-        peer = self.options.key_function(request)
+        key = self.options.key_function
+        peer = key.from_environ(request.environ) if isinstance(key, KeyFunction) else key(request)
+        cost = self.options.cost(request) if self.options.cost is not None else 1
+        return self._admit(request.environ, request.path, group, peer, cost)
+
+    def _admit(self, environ: dict[str, Any], path: str, group: str | None, peer: object, cost: int) -> Response | None:
+        """Decides a request of ``peer`` (what the key function gave); the refusal to answer, or ``None``."""
         if peer is not None and not isinstance(peer, str):
             raise InvalidType("key", f"must return a str or None (Flask calls it synchronously), got {peer!r}")
         if peer is None:
             if group is None and self.limiter.resolve(self.options.anonymous_key, path) is None:
+                environ[_HELD] = None
                 return None
             if self.options.on_missing_key == "refuse":
+                environ[_HELD] = None
                 body = missing_key_body(self.options.missing_key_status)
                 return Response(body, status=self.options.missing_key_status, mimetype="application/json")
             peer = self.options.anonymous_key
-        cost = self.options.cost(request) if self.options.cost is not None else 1
         route = (None, group) if group is not None else (path, None)
         decision = self._decide(peer, route, cost)
-        held = _Held(peer, path, group, cost, decision, decision.allowed)
-        flask.g._ratekeeper = held
+        environ[_HELD] = _Held(peer, path, group, cost, decision, decision.permits_held)
         if decision.allowed:
             return None
-        held.permits = False
         if self.options.shadow:
             log.info("ratekeeper shadow mode: would refuse %r on %s (group %r)", peer, path, decision.group)
             return None
@@ -197,35 +238,65 @@ class RateLimit:
         return self.limiter._acquire(peer, path, group, cost, True)
 
     def _after(self, response: Response) -> Response:
-        held: _Held | None = flask.g.pop("_ratekeeper", None)
-        if held is None:
+        held: _Held | None = flask.request.environ.get(_HELD)
+        if held is None or not held.permits:
             return response
-        decision = held.decision
-        if not decision.allowed and not self.options.shadow:
-            return response  # the refusal: its fields are set
-        for name, value in response_headers(decision, self.options.fields):
-            if name != "Retry-After":  # a shadow refusal is served: nothing to retry
-                response.headers[name] = value
-        if held.permits:
-            held.permits = False
-            # An error page is built while the view's exception is being handled (and looks streamed).
-            if response.is_streamed and sys.exc_info()[0] is None:
-                # The view's work goes on while the body streams: held until the response is closed.
-                response.call_on_close(lambda: self._release(held))
-            else:
-                # The work is done; holding the permits while the server writes the body would refuse a
-                # client that asks again as soon as it has read it.
-                self._release(held)
-        if self.options.refund_when is not None and decision.allowed and self.options.refund_when(response.status_code):
-            self.limiter.reduce(held.peer, None if held.group else held.path, held.cost, group=held.group)
+        held.permits = False
+        # An error page is built while the view's exception is being handled (and looks streamed).
+        if response.is_streamed and sys.exc_info()[0] is None:
+            # The view's work goes on while the body streams: held until the response is closed.
+            response.call_on_close(lambda: self._release(held))
+        else:
+            # The work is done; holding the permits while the server writes the body would refuse a
+            # client that asks again as soon as it has read it.
+            self._release(held)
         return response
 
-    def _teardown(self, error: BaseException | None) -> None:
-        # The view raised before a response existed: give the permits back now.
-        held: _Held | None = flask.g.pop("_ratekeeper", None)
-        if held is not None and held.permits:
-            held.permits = False
-            self._release(held)
+    def _settle(self, held: _Held, status: int, headers: list[tuple[str, str]]) -> None:
+        """When the response starts: its fields, and the refund ``refund_when`` asks for."""
+        decision = held.decision
+        if decision.allowed or self.options.shadow:  # a refusal's fields are set already
+            for field in response_headers(decision, self.options.fields):
+                if field[0] != "Retry-After":  # a shadow refusal is served: nothing to retry
+                    headers.append(field)
+        if self.options.refund_when is not None and decision.allowed and self.options.refund_when(status):
+            self.limiter.reduce(held.peer, None if held.group else held.path, held.cost, group=held.group)
 
     def _release(self, held: _Held) -> None:
         self.limiter._release(held.peer, None if held.group else held.path, held.group, held.cost)
+
+
+class _Gate:
+    """``app.wsgi_app`` behind the extension.
+
+    While no view has a mark, a request's decision depends only on its path and key, so it is made here,
+    and a refusal is answered without Flask building a request context, routing, or running the app's
+    hooks (the cheapest 429). Whoever decided (here, or ``before_request`` for a marked view), the fields
+    are added and ``refund_when`` is applied when the response starts, and permits still held when the
+    app raises are given back.
+    """
+
+    def __init__(self, wsgi_app: Callable[[dict[str, Any], Any], Any], extension: RateLimit) -> None:
+        self.wsgi_app = wsgi_app
+        self.extension = extension
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        extension = self.extension
+        refusal = extension._gate(environ)
+        if refusal is not None:
+            return refusal(environ, start_response)
+
+        def start_with_fields(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            held: _Held | None = environ.get(_HELD)
+            if held is not None:
+                extension._settle(held, int(status[:3]), headers)
+            return start_response(status, headers, exc_info)
+
+        try:
+            return self.wsgi_app(environ, start_with_fields)
+        except BaseException:
+            held: _Held | None = environ.get(_HELD)
+            if held is not None and held.permits:  # the app raised through Flask (PROPAGATE_EXCEPTIONS)
+                held.permits = False
+                extension._release(held)
+            raise

@@ -28,12 +28,17 @@ KeyCallable = Callable[[Any], Union[str, Awaitable[Union[str, None]], None]]
 
 
 class KeyFunction:
-    """A key function that can also read an ASGI scope without building a request object."""
+    """A key function that can also read an ASGI scope or a WSGI environ without a request object."""
+
+    __slots__ = ()
 
     def __call__(self, request: Any) -> str | None:
         raise NotImplementedError
 
     def from_scope(self, scope: Mapping[str, Any]) -> str | None:
+        raise NotImplementedError
+
+    def from_environ(self, environ: Mapping[str, Any]) -> str | None:
         raise NotImplementedError
 
 
@@ -111,6 +116,12 @@ class ClientIP(KeyFunction):
             _request_peer(request), _request_header(request, "x-forwarded-for"), _request_header(request, "forwarded")
         )
 
+    def from_environ(self, environ: Mapping[str, Any]) -> str | None:
+        peer = environ.get("REMOTE_ADDR") or None
+        if not self._networks:
+            return peer
+        return self._resolve(peer, environ.get("HTTP_X_FORWARDED_FOR"), environ.get("HTTP_FORWARDED"))
+
     def from_scope(self, scope: Mapping[str, Any]) -> str | None:
         client = scope.get("client")
         peer = str(client[0]) if client else None
@@ -157,7 +168,7 @@ def client_ip(trusted_proxies: Sequence[str] = (), *, forwarded: bool = True) ->
 class Header(KeyFunction):
     """A request header's value; see :func:`header`."""
 
-    __slots__ = ("_name", "_raw")
+    __slots__ = ("_environ_name", "_name", "_raw")
 
     def __init__(self, name: str) -> None:
         if not isinstance(name, str):
@@ -166,9 +177,18 @@ class Header(KeyFunction):
             raise InvalidValue("name", f"{name!r} is not a header name")
         self._name = name.lower()
         self._raw = self._name.encode("latin-1")
+        # PEP 3333: HTTP_ + upper case, "-" as "_"; the two content headers have no prefix.
+        environ_name = self._name.upper().replace("-", "_")
+        self._environ_name = (
+            environ_name if environ_name in ("CONTENT_TYPE", "CONTENT_LENGTH") else "HTTP_" + environ_name
+        )
 
     def __call__(self, request: Any) -> str | None:
         value = _request_header(request, self._name)
+        return value.strip() or None if value is not None else None
+
+    def from_environ(self, environ: Mapping[str, Any]) -> str | None:
+        value = environ.get(self._environ_name)
         return value.strip() or None if value is not None else None
 
     def from_scope(self, scope: Mapping[str, Any]) -> str | None:

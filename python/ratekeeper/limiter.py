@@ -48,7 +48,7 @@ class Permit:
         decision = self._limiter._acquire(self._peer, self._path, self._group, self._cost, self._rates)
         if not decision.allowed:
             raise RateLimited(decision)
-        self._held = True
+        self._held = decision.permits_held
         self.decision = decision
         return decision
 

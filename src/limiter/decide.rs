@@ -54,7 +54,7 @@ impl Verdict {
     const fn refused(retry_ns: u64, by: Refusal) -> Self {
         Self {
             outcome: Outcome::refused(retry_ns),
-            receipt: Receipt { limits: 0, at: 0, waited: false },
+            receipt: Receipt { limits: 0, at: 0, waited: false, permits: false },
             refused_by: Some(by),
         }
     }
@@ -188,7 +188,7 @@ impl KeyStates<'_> {
             let limit = quota.unwrap_or(&self.group.limits[0]);
             match self.decide_simple(limit, request.cost) {
                 Ok(()) => {
-                    let receipt = Receipt { limits: 1, at: self.now, waited: false };
+                    let receipt = Receipt { limits: 1, at: self.now, waited: false, permits: false };
                     return Verdict { outcome: Outcome::admitted(0), receipt, refused_by: None };
                 }
                 // Refused, and the caller cannot wait that long: no second evaluation.
@@ -306,7 +306,7 @@ impl KeyStates<'_> {
 
     /// Writes `admits` (from `evaluate` at `at`); the receipt says what a refund must take back.
     pub fn commit(&mut self, limits: &[Limit], admits: &[(usize, Admit)], at: u64) -> Receipt {
-        let mut receipt = Receipt { limits: 0, at, waited: false };
+        let mut receipt = Receipt { limits: 0, at, waited: false, permits: false };
         for &(index, admit) in admits {
             let key = self.limit_key(index);
             match (admit, &limits[index].algorithm) {
@@ -318,6 +318,7 @@ impl KeyStates<'_> {
                 (Admit::Log { .. }, _) => unreachable!("only a sliding log admits into a log"),
             }
             receipt.limits |= 1 << index;
+            receipt.permits |= limits[index].is_concurrency();
         }
         receipt
     }

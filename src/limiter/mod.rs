@@ -102,6 +102,8 @@ pub struct Receipt {
     pub at: u64,
     /// The admission reserved a later slot (the caller waits): counted as delayed unless given back.
     pub waited: bool,
+    /// The admission took concurrency permits, which `release` must give back.
+    pub permits: bool,
 }
 
 /// What refused a request.
@@ -136,7 +138,7 @@ impl Decision {
             refused_by: None,
             report: None,
             now: 0,
-            receipt: Receipt { limits: 0, at: 0, waited: false },
+            receipt: Receipt { limits: 0, at: 0, waited: false, permits: false },
         }
     }
 }

@@ -432,6 +432,7 @@ const ALLOWED: u64 = 1;
 const REPORTED: u64 = 2;
 const BY_RATE: u64 = 4;
 const BY_CONCURRENCY: u64 = 8;
+const PERMITS_HELD: u64 = 16;
 
 impl PyDecision {
     #[inline]
@@ -444,7 +445,10 @@ impl PyDecision {
         let report =
             d.report.unwrap_or(Report { limit: 0, remaining: 0, reset_after_ns: 0, window_ns: None, next_ns: 0 });
         Self {
-            flags: u64::from(d.outcome.allowed) | if d.report.is_some() { REPORTED } else { 0 } | refused_by,
+            flags: u64::from(d.outcome.allowed)
+                | if d.report.is_some() { REPORTED } else { 0 }
+                | if d.receipt.permits { PERMITS_HELD } else { 0 }
+                | refused_by,
             group,
             limit: report.limit,
             remaining: report.remaining,
@@ -526,6 +530,13 @@ impl PyDecision {
         } else {
             None
         }
+    }
+
+    /// Whether this admission took concurrency permits that must be given back (``concurrent`` and the
+    /// web integrations do it when the request ends); False for a refusal or a group without them.
+    #[getter]
+    fn permits_held(&self) -> bool {
+        self.flags & PERMITS_HELD != 0
     }
 
     fn __bool__(&self) -> bool {

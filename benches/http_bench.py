@@ -1,0 +1,319 @@
+"""What a limiter costs an HTTP service: wrk against FastAPI on uvicorn and Flask on gunicorn, peers side by side.
+
+What is measured
+    One app (``GET /`` answers ``ok``, ``benches/web_apps.py``) served with no limiter, with ratekeeper's
+    middleware or Flask extension, and with the peer every FastAPI or Flask user knows, in its own
+    documented set-up; each keyed by the ``X-Account-ID`` header:
+
+      FastAPI on uvicorn (1 worker):  none | ratekeeper allowed | ratekeeper refused | slowapi allowed | refused
+      Flask on gunicorn (2 sync workers, one per core): none | ratekeeper | flask-limiter, allowed and refused
+
+    "allowed": a limit of 10^9/s, every request is admitted and gets its headers; "refused": 1/hour, every
+    request after a key's first is answered 429 (with gunicorn, each worker has its own in-memory
+    limiter, so two requests are admitted in all). Every case is a fresh server on a free loopback port,
+    checked to answer as expected (200 twice, or 200 then 429), warmed by 1 s of wrk, then measured by
+    ``wrk -t1 -c<connections> -d<seconds>s``. Runs are interleaved (run 1 of every case, then run 2, ...)
+    so drift of a shared machine hits every case alike; the table reports the median of the runs.
+
+Targets (issue 9, the 2-core machine)
+    ratekeeper allowed costs at most 3 % of the no-limiter req/s (slowapi: about -21 %);
+    ratekeeper refused serves at least as many req/s as the no-limiter app (slowapi: about -44 %).
+    Printed as PASS / MISS; with ``--check`` a miss is exit status 1.
+
+Usage
+    python benches/http_bench.py                 # 5 runs of 5 s per case, both frameworks
+    python benches/http_bench.py --quick         # 1 run of 2 s
+    python benches/http_bench.py --only fastapi --runs 7 --seconds 10 --connections 64
+
+Needs ``wrk`` (Debian: ``apt-get install wrk``) and the bench extra (``pip install -e '.[bench]'``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib.metadata
+import os
+import platform
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import httpx
+
+HERE = Path(__file__).resolve().parent
+HEADER = "X-Account-ID: bench"
+MINUS = "\N{MINUS SIGN}"
+WORKERS = 2  # gunicorn sync workers: one per core
+
+
+@dataclass(frozen=True)
+class Case:
+    framework: str  # "fastapi" or "flask"
+    variant: str  # BENCH_VARIANT of web_apps.py
+
+    @property
+    def refused(self) -> bool:
+        return self.variant.endswith("-refused")
+
+    def command(self, port: int) -> list[str]:
+        if self.framework == "fastapi":
+            return [sys.executable, "-m", "uvicorn", "--factory", "web_apps:fastapi_app", "--app-dir", str(HERE)]
+        return [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "--chdir",
+            str(HERE),
+            "-w",
+            str(WORKERS),
+            "-k",
+            "sync",
+            "web_apps:flask_app()",
+        ]
+
+    def argv(self, port: int) -> list[str]:
+        if self.framework == "fastapi":
+            options = ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning", "--no-access-log"]
+        else:
+            options = ["-b", f"127.0.0.1:{port}", "--log-level", "warning"]
+        return [*self.command(port), *options]
+
+
+CASES = (
+    Case("fastapi", "none"),
+    Case("fastapi", "ratekeeper-allowed"),
+    Case("fastapi", "ratekeeper-refused"),
+    Case("fastapi", "slowapi-allowed"),
+    Case("fastapi", "slowapi-refused"),
+    Case("flask", "none"),
+    Case("flask", "ratekeeper-allowed"),
+    Case("flask", "ratekeeper-refused"),
+    Case("flask", "flask-limiter-allowed"),
+    Case("flask", "flask-limiter-refused"),
+)
+
+
+@dataclass
+class Measured:
+    case: Case
+    requests_per_s: list[float] = field(default_factory=list)
+    p50_ms: list[float] = field(default_factory=list)
+    p99_ms: list[float] = field(default_factory=list)
+    non_2xx: list[int] = field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.requests_per_s)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def start(case: Case, port: int, log: IO[bytes]) -> subprocess.Popen[bytes]:
+    """The case's server, once it answers; it must answer 200 twice, or 200 then 429 when refusing."""
+    environment = {**os.environ, "BENCH_VARIANT": case.variant}
+    process = subprocess.Popen(case.argv(port), env=environment, stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}/"
+    headers = dict([HEADER.split(": ")])
+    deadline = time.monotonic() + 30
+    while True:
+        if process.poll() is not None:
+            log.seek(0)
+            raise SystemExit(f"{case.framework} {case.variant} exited:\n{log.read().decode(errors='replace')}")
+        try:
+            first = httpx.get(url, headers=headers).status_code
+            break
+        except httpx.TransportError:
+            if time.monotonic() > deadline:
+                stop(process)
+                raise SystemExit(f"{case.framework} {case.variant} did not answer within 30 s") from None
+            time.sleep(0.05)
+    # gunicorn's two workers each admit their own first request when refusing: at most WORKERS pass.
+    statuses = [first] + [httpx.get(url, headers=headers).status_code for _ in range(9)]
+    admitted = statuses.count(200)
+    expected = admitted <= WORKERS and 429 in statuses if case.refused else admitted == len(statuses)
+    if statuses[0] != 200 or not expected:
+        stop(process)
+        raise SystemExit(f"{case.framework} {case.variant}: unexpected statuses {statuses}")
+    return process
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def wrk(port: int, seconds: int, connections: int) -> tuple[float, float, float, int]:
+    """``(requests/s, p50 ms, p99 ms, non-2xx responses)`` of one wrk run."""
+    command = ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-H", HEADER]
+    out = subprocess.run([*command, f"http://127.0.0.1:{port}/"], capture_output=True, text=True, check=True).stdout
+    rate = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    if rate is None:
+        raise SystemExit(f"wrk printed no Requests/sec:\n{out}")
+    non_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    return float(rate.group(1)), latency(out, "50"), latency(out, "99"), int(non_2xx.group(1)) if non_2xx else 0
+
+
+def latency(out: str, percentile: str) -> float:
+    """wrk's ``--latency`` line for ``percentile``, in ms (it prints us, ms or s)."""
+    found = re.search(rf"^\s+{percentile}%\s+([\d.]+)(us|ms|s)\s*$", out, re.MULTILINE)
+    if found is None:
+        return float("nan")
+    return float(found.group(1)) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[found.group(2)]
+
+
+def measure(cases: list[Case], runs: int, seconds: int, connections: int) -> list[Measured]:
+    results = [Measured(case) for case in cases]
+    for run in range(1, runs + 1):
+        for result in results:
+            port = free_port()
+            with tempfile.TemporaryFile() as log:
+                process = start(result.case, port, log)
+                try:
+                    wrk(port, 1, connections)  # warm-up, discarded
+                    rate, p50, p99, non_2xx = wrk(port, seconds, connections)
+                finally:
+                    stop(process)
+            result.requests_per_s.append(rate)
+            result.p50_ms.append(p50)
+            result.p99_ms.append(p99)
+            result.non_2xx.append(non_2xx)
+            print(
+                f"  run {run}/{runs} {result.case.framework} {result.case.variant}: {rate:,.0f} req/s", file=sys.stderr
+            )
+    return results
+
+
+def baseline(results: list[Measured], framework: str) -> float:
+    return next(
+        result.median for result in results if result.case.framework == framework and result.case.variant == "none"
+    )
+
+
+def change(value: float, base: float) -> str:
+    percent = (value / base - 1) * 100
+    return "—" if value == base else f"{'+' if percent >= 0 else MINUS}{abs(percent):.1f} %"
+
+
+def table(results: list[Measured]) -> list[str]:
+    lines = [
+        "| framework | case | req/s (median) | min | max | vs no limiter | p50 ms | p99 ms | non-2xx |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for result in results:
+        base = baseline(results, result.case.framework)
+        lines.append(
+            f"| {result.case.framework} | {result.case.variant} | {result.median:,.0f} "
+            f"| {min(result.requests_per_s):,.0f} | {max(result.requests_per_s):,.0f} "
+            f"| {change(result.median, base)} | {statistics.median(result.p50_ms):.2f} "
+            f"| {statistics.median(result.p99_ms):.2f} | {int(statistics.median(result.non_2xx)):,} |"
+        )
+    return lines
+
+
+def targets(results: list[Measured]) -> list[tuple[bool, str]]:
+    verdicts = []
+    for framework in sorted({result.case.framework for result in results}):
+        base = baseline(results, framework)
+        for result in results:
+            if result.case.framework != framework or not result.case.variant.startswith("ratekeeper"):
+                continue
+            ratio = result.median / base
+            if result.case.refused:
+                verdicts.append(
+                    (ratio >= 1.0, f"{framework}: ratekeeper refused serves {ratio:.3f}x the no-limiter req/s (>= 1)")
+                )
+            else:
+                verdicts.append(
+                    (
+                        ratio >= 0.97,
+                        f"{framework}: ratekeeper allowed costs {change(result.median, base)} (>= {MINUS}3 %)",
+                    )
+                )
+    return verdicts
+
+
+def write_tsv(path: Path, results: list[Measured]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as out:
+        writer = csv.writer(out, delimiter="\t", lineterminator="\n")
+        writer.writerow(["framework", "case", "run", "requests_per_s", "p50_ms", "p99_ms", "non_2xx"])
+        for result in results:
+            for run, values in enumerate(zip(result.requests_per_s, result.p50_ms, result.p99_ms, result.non_2xx), 1):
+                rate, p50, p99, non_2xx = values
+                writer.writerow(
+                    [
+                        result.case.framework,
+                        result.case.variant,
+                        run,
+                        f"{rate:.2f}",
+                        f"{p50:.3f}",
+                        f"{p99:.3f}",
+                        non_2xx,
+                    ]
+                )
+
+
+def versions() -> str:
+    names = ("ratekeeper", "fastapi", "starlette", "uvicorn", "slowapi", "flask", "flask-limiter", "gunicorn")
+    found = []
+    for name in names:
+        try:
+            found.append(f"{name} {importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            found.append(f"{name} (not installed)")
+    return ", ".join(found)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=5, help="runs per case; the median is reported (default 5)")
+    parser.add_argument("--seconds", type=int, default=5, help="seconds of wrk per run (default 5)")
+    parser.add_argument("--connections", type=int, default=50, help="wrk connections (default 50)")
+    parser.add_argument("--only", choices=("fastapi", "flask"), help="one framework")
+    parser.add_argument("--quick", action="store_true", help="1 run of 2 s")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "http_bench.tsv", help="the TSV of every run")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.runs, args.seconds = 1, 2
+    if shutil.which("wrk") is None:
+        print("wrk is not installed (Debian: apt-get install wrk)", file=sys.stderr)
+        return 2
+    cases = [case for case in CASES if args.only in (None, case.framework)]
+    print(f"{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}", file=sys.stderr)
+    print(versions(), file=sys.stderr)
+    runs = f"{args.runs} run(s) x {args.seconds} s per case, wrk -t1 -c{args.connections}, median reported"
+    print(runs, file=sys.stderr)
+
+    results = measure(cases, args.runs, args.seconds, args.connections)
+    write_tsv(args.out, results)
+    print(f"\n{runs}\n")
+    print("\n".join(table(results)))
+    print()
+    verdicts = targets(results)
+    for passed, text in verdicts:
+        print(f"{'PASS' if passed else 'MISS'} {text}")
+    print(f"\nTSV: {args.out}")
+    return 1 if args.check and not all(passed for passed, _ in verdicts) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

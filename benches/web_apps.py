@@ -1,0 +1,106 @@
+"""The apps ``http_bench.py`` serves: one route ``GET /`` answering ``ok``, with each limiter in front of it.
+
+The variant comes from the ``BENCH_VARIANT`` environment variable, so uvicorn (``--factory
+web_apps:fastapi_app``) and gunicorn (``'web_apps:flask_app()'``) load the same module:
+
+  none                  no limiter
+  ratekeeper-allowed    ratekeeper, a limit of 10^9/s: every request is admitted
+  ratekeeper-refused    ratekeeper, 1/hour: after the first request every request is refused
+  slowapi-allowed       FastAPI only: slowapi's documented set-up, 10^9/second
+  slowapi-refused       FastAPI only: slowapi, 1/hour
+  flask-limiter-allowed Flask only: flask-limiter's documented set-up, 10^9/second, memory storage
+  flask-limiter-refused Flask only: flask-limiter, 1/hour
+
+Every limiter keys requests by the ``X-Account-ID`` header, which wrk sends.
+"""
+
+# No `from __future__ import annotations`: FastAPI must see the route's `Request` annotation as a class.
+import os
+from typing import Any
+
+ALLOWED = "1000000000/second"
+REFUSED = "1/hour"
+HEADER = "X-Account-ID"
+
+
+def variant() -> tuple[str, str | None]:
+    """``(library, limit)`` of ``BENCH_VARIANT``: e.g. ``("slowapi", "1/hour")``; ``("none", None)``."""
+    name = os.environ.get("BENCH_VARIANT", "none")
+    if name == "none":
+        return "none", None
+    library, _, outcome = name.rpartition("-")
+    if outcome not in ("allowed", "refused") or library not in ("ratekeeper", "slowapi", "flask-limiter"):
+        raise ValueError(f"BENCH_VARIANT: unknown variant {name!r}")
+    return library, ALLOWED if outcome == "allowed" else REFUSED
+
+
+def ratekeeper_limiter(limit: str) -> Any:
+    import ratekeeper as rk
+
+    return rk.Limiter(rate=limit.replace("second", "s"))
+
+
+def fastapi_app() -> Any:
+    from fastapi import FastAPI, Request
+    from fastapi.responses import PlainTextResponse
+
+    library, limit = variant()
+    app = FastAPI()
+    if library == "slowapi":
+        # slowapi's README: a Limiter on app.state, its exception handler, a decorated route taking `request`.
+        from slowapi import Limiter, _rate_limit_exceeded_handler
+        from slowapi.errors import RateLimitExceeded
+
+        limiter = Limiter(key_func=lambda request: request.headers.get(HEADER, ""))
+        app.state.limiter = limiter
+        app.add_exception_handler(RateLimitExceeded, _rate_limit_exceeded_handler)  # type: ignore[arg-type]
+
+        @app.get("/", response_class=PlainTextResponse)
+        @limiter.limit(limit or ALLOWED)
+        async def limited(request: Request) -> str:
+            return "ok"
+
+        return app
+    if library == "ratekeeper":
+        from ratekeeper.asgi import RateLimitMiddleware
+        from ratekeeper.keys import header
+
+        app.add_middleware(RateLimitMiddleware, limiter=ratekeeper_limiter(limit or ALLOWED), key=header(HEADER))
+    elif library != "none":
+        raise ValueError(f"BENCH_VARIANT: {library} is not a FastAPI variant")
+
+    @app.get("/", response_class=PlainTextResponse)
+    async def root() -> str:
+        return "ok"
+
+    return app
+
+
+def flask_app() -> Any:
+    import flask
+
+    library, limit = variant()
+    app = flask.Flask(__name__)
+
+    @app.get("/")
+    def root() -> str:
+        return "ok"
+
+    if library == "flask-limiter":
+        # flask-limiter's documented set-up: Limiter(key_func, app=app, default_limits=..., storage_uri=...).
+        from flask_limiter import Limiter
+
+        Limiter(
+            lambda: flask.request.headers.get(HEADER, ""),
+            app=app,
+            default_limits=[limit or ALLOWED],
+            storage_uri="memory://",
+        )
+    elif library == "ratekeeper":
+        from ratekeeper.flask import RateLimit
+        from ratekeeper.keys import header
+
+        RateLimit(app, limiter=ratekeeper_limiter(limit or ALLOWED), key=header(HEADER))
+    elif library != "none":
+        raise ValueError(f"BENCH_VARIANT: {library} is not a Flask variant")
+    return app
