@@ -42,6 +42,12 @@ bench: ## criterion benches of the core, then ratekeeper against peer libraries
 	$(PYTHON) -m pip install --quiet -e '.[bench]'
 	$(PYTHON) benches/compare.py
 
+.PHONY: bench-web
+bench-web: ## wrk: what a limiter costs FastAPI and Flask apps, then the quota server's profiles (needs wrk)
+	$(PYTHON) -m pip install --quiet -e '.[bench]'
+	$(PYTHON) benches/http_bench.py
+	$(PYTHON) benches/http_profiles.py
+
 .PHONY: format
 format: ## apply cargo fmt and ruff format
 	cargo fmt
