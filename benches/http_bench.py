@@ -43,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -92,11 +93,13 @@ CASES = (
     Case("fastapi", "none"),
     Case("fastapi", "ratekeeper-allowed"),
     Case("fastapi", "ratekeeper-refused"),
+    Case("fastapi", "ratekeeper-quiet-allowed"),
     Case("fastapi", "slowapi-allowed"),
     Case("fastapi", "slowapi-refused"),
     Case("flask", "none"),
     Case("flask", "ratekeeper-allowed"),
     Case("flask", "ratekeeper-refused"),
+    Case("flask", "ratekeeper-quiet-allowed"),
     Case("flask", "flask-limiter-allowed"),
     Case("flask", "flask-limiter-refused"),
 )
@@ -122,10 +125,24 @@ def free_port() -> int:
         return port
 
 
+def pinned(cpu: int | None) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that keeps a child (and its workers) on one CPU: the server on one core and wrk on
+    the other stop trading places, which on a 2-core machine halves the spread between runs."""
+    if cpu is None:
+        return None
+    return lambda: os.sched_setaffinity(0, {cpu})
+
+
+# The server's CPU and wrk's, when the machine has two or more (``--no-pin`` turns pinning off).
+CPUS: dict[str, int | None] = {"server": None, "wrk": None}
+
+
 def start(case: Case, port: int, log: IO[bytes]) -> subprocess.Popen[bytes]:
     """The case's server, once it answers; it must answer 200 twice, or 200 then 429 when refusing."""
     environment = {**os.environ, "BENCH_VARIANT": case.variant}
-    process = subprocess.Popen(case.argv(port), env=environment, stdout=log, stderr=log)
+    process = subprocess.Popen(
+        case.argv(port), env=environment, stdout=log, stderr=log, preexec_fn=pinned(CPUS["server"])
+    )
     url = f"http://127.0.0.1:{port}/"
     headers = dict([HEADER.split(": ")])
     deadline = time.monotonic() + 30
@@ -163,7 +180,13 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 def wrk(port: int, seconds: int, connections: int) -> tuple[float, float, float, int]:
     """``(requests/s, p50 ms, p99 ms, non-2xx responses)`` of one wrk run."""
     command = ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-H", HEADER]
-    out = subprocess.run([*command, f"http://127.0.0.1:{port}/"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [*command, f"http://127.0.0.1:{port}/"],
+        capture_output=True,
+        text=True,
+        check=True,
+        preexec_fn=pinned(CPUS["wrk"]),
+    ).stdout
     rate = re.search(r"Requests/sec:\s+([\d.]+)", out)
     if rate is None:
         raise SystemExit(f"wrk printed no Requests/sec:\n{out}")
@@ -244,7 +267,7 @@ def targets(results: list[Measured]) -> list[tuple[bool, str]]:
                 verdicts.append(
                     (
                         ratio >= 0.97,
-                        f"{framework}: ratekeeper allowed costs {change(result.median, base)} (>= {MINUS}3 %)",
+                        f"{framework}: {result.case.variant} costs {change(result.median, base)} (>= {MINUS}3 %)",
                     )
                 )
     return verdicts
@@ -290,10 +313,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=("fastapi", "flask"), help="one framework")
     parser.add_argument("--quick", action="store_true", help="1 run of 2 s")
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
+    parser.add_argument(
+        "--no-pin", dest="pin", action="store_false", help="let the OS place the server and wrk (default: one CPU each)"
+    )
     parser.add_argument("--out", type=Path, default=HERE / "results" / "http_bench.tsv", help="the TSV of every run")
     args = parser.parse_args(argv)
     if args.quick:
         args.runs, args.seconds = 1, 2
+    cpus = sorted(os.sched_getaffinity(0))
+    if args.pin and len(cpus) >= 2:
+        CPUS.update(server=cpus[-1], wrk=cpus[0])
     if shutil.which("wrk") is None:
         print("wrk is not installed (Debian: apt-get install wrk)", file=sys.stderr)
         return 2
@@ -301,6 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}", file=sys.stderr)
     print(versions(), file=sys.stderr)
     runs = f"{args.runs} run(s) x {args.seconds} s per case, wrk -t1 -c{args.connections}, median reported"
+    if CPUS["server"] is not None:
+        runs += f"; server on CPU {CPUS['server']}, wrk on CPU {CPUS['wrk']}"
     print(runs, file=sys.stderr)
 
     results = measure(cases, args.runs, args.seconds, args.connections)

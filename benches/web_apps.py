@@ -6,6 +6,8 @@ web_apps:fastapi_app``) and gunicorn (``'web_apps:flask_app()'``) load the same 
   none                  no limiter
   ratekeeper-allowed    ratekeeper, a limit of 10^9/s: every request is admitted
   ratekeeper-refused    ratekeeper, 1/hour: after the first request every request is refused
+  ratekeeper-quiet-allowed  ratekeeper with the fields on 429s only (HeaderOptions(on_allowed=False)): the
+                        header behaviour slowapi and flask-limiter have by default (headers_enabled=False)
   slowapi-allowed       FastAPI only: slowapi's documented set-up, 10^9/second
   slowapi-refused       FastAPI only: slowapi, 1/hour
   flask-limiter-allowed Flask only: flask-limiter's documented set-up, 10^9/second, memory storage
@@ -21,6 +23,7 @@ from typing import Any
 ALLOWED = "1000000000/second"
 REFUSED = "1/hour"
 HEADER = "X-Account-ID"
+LIBRARIES = ("ratekeeper", "ratekeeper-quiet", "slowapi", "flask-limiter")
 
 
 def variant() -> tuple[str, str | None]:
@@ -29,7 +32,7 @@ def variant() -> tuple[str, str | None]:
     if name == "none":
         return "none", None
     library, _, outcome = name.rpartition("-")
-    if outcome not in ("allowed", "refused") or library not in ("ratekeeper", "slowapi", "flask-limiter"):
+    if outcome not in ("allowed", "refused") or library not in LIBRARIES:
         raise ValueError(f"BENCH_VARIANT: unknown variant {name!r}")
     return library, ALLOWED if outcome == "allowed" else REFUSED
 
@@ -38,6 +41,13 @@ def ratekeeper_limiter(limit: str) -> Any:
     import ratekeeper as rk
 
     return rk.Limiter(rate=limit.replace("second", "s"))
+
+
+def ratekeeper_options(library: str) -> dict[str, Any]:
+    """The integration's options for a ratekeeper variant: its defaults, or fields on 429s only."""
+    from ratekeeper import HeaderOptions
+
+    return {"headers": HeaderOptions(on_allowed=False)} if library == "ratekeeper-quiet" else {}
 
 
 def fastapi_app() -> Any:
@@ -61,11 +71,16 @@ def fastapi_app() -> Any:
             return "ok"
 
         return app
-    if library == "ratekeeper":
+    if library.startswith("ratekeeper"):
         from ratekeeper.asgi import RateLimitMiddleware
         from ratekeeper.keys import header
 
-        app.add_middleware(RateLimitMiddleware, limiter=ratekeeper_limiter(limit or ALLOWED), key=header(HEADER))
+        app.add_middleware(
+            RateLimitMiddleware,
+            limiter=ratekeeper_limiter(limit or ALLOWED),
+            key=header(HEADER),
+            **ratekeeper_options(library),
+        )
     elif library != "none":
         raise ValueError(f"BENCH_VARIANT: {library} is not a FastAPI variant")
 
@@ -96,11 +111,11 @@ def flask_app() -> Any:
             default_limits=[limit or ALLOWED],
             storage_uri="memory://",
         )
-    elif library == "ratekeeper":
+    elif library.startswith("ratekeeper"):
         from ratekeeper.flask import RateLimit
         from ratekeeper.keys import header
 
-        RateLimit(app, limiter=ratekeeper_limiter(limit or ALLOWED), key=header(HEADER))
+        RateLimit(app, limiter=ratekeeper_limiter(limit or ALLOWED), key=header(HEADER), **ratekeeper_options(library))
     elif library != "none":
         raise ValueError(f"BENCH_VARIANT: {library} is not a Flask variant")
     return app

@@ -237,3 +237,7 @@ def test_bad_options_are_named() -> None:
     with pytest.raises(rk.InvalidType) as bad_type:
         RateLimitMiddleware(FastAPI(), limiter="lim")  # type: ignore[arg-type]
     assert bad_type.value.loc == ("limiter",)
+    # A dict where HeaderOptions belongs fails here, not at the first request.
+    with pytest.raises(rk.InvalidType, match="HeaderOptions, got dict") as bad_headers:
+        RateLimitMiddleware(FastAPI(), limiter=limiter, headers={"on_allowed": False})  # type: ignore[arg-type]
+    assert bad_headers.value.loc == ("headers",)

@@ -101,6 +101,10 @@ class WebOptions:
             object.__setattr__(self, "key", client_ip())
         if self.headers is None:
             object.__setattr__(self, "headers", HeaderOptions())
+        elif not isinstance(self.headers, HeaderOptions):
+            raise InvalidType("headers", f"must be a HeaderOptions, got {type(self.headers).__name__}")
+        if not isinstance(self.shadow, bool):
+            raise InvalidType("shadow", f"must be a bool, got {type(self.shadow).__name__}")
         object.__setattr__(self, "max_delay", float(self.max_delay))
 
     @property

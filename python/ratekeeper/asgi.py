@@ -141,6 +141,10 @@ class RateLimitMiddleware:
         extra = _encode(response_headers(decision, self.options.fields)) if decision.allowed else []
         if not decision.allowed:  # shadow: the fields say what the limiter decided, without Retry-After
             extra = [h for h in _encode(response_headers(decision, self.options.fields)) if h[0] != b"retry-after"]
+        if not extra and not held and self.options.refund_when is None:
+            # Nothing to add to the response or do after it: no wrapper on the app's messages.
+            await self.app(scope, receive, send)
+            return
         status = 0
 
         async def send_with_fields(message: Message) -> None:
