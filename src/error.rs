@@ -13,6 +13,9 @@ pub enum ErrorKind {
     Value,
     /// A value of the wrong type (`TypeError`).
     Type,
+    /// A backend (Redis) that cannot answer, when the caller asked to be told (`BackendUnavailable`,
+    /// a `ConnectionError`).
+    Backend,
 }
 
 /// One step of a location: a field name or a list index.
@@ -60,6 +63,11 @@ impl Error {
     /// A `TypeError` at `field`.
     pub fn type_error(field: impl AsRef<str>, message: impl Into<String>) -> Self {
         Self { kind: ErrorKind::Type, loc: parse_path(field.as_ref()), message: message.into() }
+    }
+
+    /// A backend that cannot answer: not the caller's mistake, so no location.
+    pub fn backend(message: impl Into<String>) -> Self {
+        Self { kind: ErrorKind::Backend, loc: Vec::new(), message: message.into() }
     }
 
     /// The same error, placed under an outer location: `rate` inside `rules[2]` is `rules[2].rate`.

@@ -1,6 +1,7 @@
 //! ratekeeper's core: a lock-striped rate limiter in plain Rust. Only `python` uses pyo3.
 
 pub mod algorithm;
+pub mod backend;
 pub mod clock;
 pub mod config;
 pub mod error;

@@ -8,9 +8,11 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
+from collections.abc import Iterator
 
 import pytest
 import ratekeeper as rk
+from _redis import RedisServer
 from hypothesis import settings
 
 # Hypothesis imports its patch writer (libcst, then mypy_extensions) while reporting a failing example, and
@@ -29,3 +31,18 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
 def clock() -> rk.ManualClock:
     """A clock frozen at t=0: it moves only when the test advances it or a limiter waits on it."""
     return rk.ManualClock()
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """One real redis-server for the session (tests keep apart by key prefix)."""
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_prefix(request: pytest.FixtureRequest) -> str:
+    """A key prefix of this test's own, so that tests sharing the server never share a key."""
+    return f"test:{request.node.nodeid}:"

@@ -14,19 +14,23 @@ from ratekeeper._core import (
     QuotaInfo,
     Quotas,
     Rate,
+    Redis,
     Resolution,
     Rule,
     __version__,
 )
-from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue, RateLimited
+from ratekeeper._errors import BackendUnavailable, InvalidArgument, InvalidType, InvalidValue, RateLimited
+from ratekeeper._http import HeaderOptions
 from ratekeeper._stats import Algorithm, GroupStats, LimitStats, PolicyName, Stats
 from ratekeeper.limiter import Limiter, Permit
 
 __all__ = [
     "Algorithm",
+    "BackendUnavailable",
     "Decision",
     "GroupPolicy",
     "GroupStats",
+    "HeaderOptions",
     "InvalidArgument",
     "InvalidType",
     "InvalidValue",
@@ -40,6 +44,7 @@ __all__ = [
     "Quotas",
     "Rate",
     "RateLimited",
+    "Redis",
     "Resolution",
     "Rule",
     "Stats",

@@ -17,6 +17,7 @@ __all__ = [
     "QuotaInfo",
     "Quotas",
     "Rate",
+    "Redis",
     "Resolution",
     "Rule",
     "_FetchJob",
@@ -342,6 +343,56 @@ class _Reservation:
     @property
     def deadline_ns(self) -> int: ...
 
+@final
+class Redis:
+    """Where a limiter keeps its states so that every process using the same Redis shares its limits:
+    ``rk.Limiter(rules=..., backend=rk.Redis("redis://10.0.0.5:6379/0"))``.
+
+    Exact mode: each decision is one ``EVALSHA`` of a Lua script that reads, decides and writes the key's
+    states atomically, on Redis's own clock (``TIME``; Redis >= 5), with the same algorithms and
+    arithmetic as the in-memory core, so it gives the same decisions. A limiter with a
+    :class:`ManualClock` passes the clock's time instead (tests stay deterministic). The client is the
+    Rust ``redis`` crate (one multiplexed, pipelined connection that reconnects with backoff); a
+    decision waits for Redis without the GIL.
+
+    Args:
+        url: ``redis://[user:password@]host[:port][/db]``, ``rediss://`` (TLS), or
+            ``unix:///path/to/redis.sock[?db=N]``.
+        mode: ``"exact"``.
+        timeout: the longest a decision waits for Redis, in seconds, before ``on_error`` decides.
+        prefix: the start of every key ratekeeper writes (keys are ``<prefix>{<group>:<peer>}:<limit>``;
+            long peers are hashed).
+        on_error: while Redis cannot answer: ``"local"`` decides in this process's memory,
+            ``"allow"`` admits, ``"deny"`` refuses (``retry_after`` 1 s), ``"raise"`` raises
+            :class:`BackendUnavailable`. An outage is logged once, when it starts, and counted in
+            ``Limiter.backend_errors``.
+
+    Raises:
+        InvalidValue: a URL that is not a Redis URL, an unknown ``mode`` or ``on_error``, a timeout
+            that is not positive.
+        InvalidType: a URL that is not a str.
+    """
+
+    def __new__(
+        cls,
+        url: str,
+        *,
+        mode: Literal["exact"] = "exact",
+        timeout: float = 0.05,
+        prefix: str = "ratekeeper:",
+        on_error: Literal["local", "allow", "deny", "raise"] = "local",
+    ) -> Redis: ...
+    @property
+    def url(self) -> str: ...
+    @property
+    def mode(self) -> Literal["exact"]: ...
+    @property
+    def timeout(self) -> float: ...
+    @property
+    def prefix(self) -> str: ...
+    @property
+    def on_error(self) -> Literal["local", "allow", "deny", "raise"]: ...
+
 _QuotaProvider: TypeAlias = Callable[[str, str], Rate | str | Awaitable[Rate | str | None] | None]
 
 @disjoint_base
@@ -365,6 +416,8 @@ class Limiter:
             ``quotas``.
         track_usage: record each key's admissions for :meth:`drain_pending` (syncing usage between
             nodes); this keeps the peer strings of keys admitted since the last drain.
+        backend: :class:`Redis` to keep the states in Redis, shared by every process that uses it;
+            default: this process's memory.
 
     Raises:
         InvalidValue: neither ``rate`` nor ``rules``, a bad rate, burst or algorithm, a group defined
@@ -394,7 +447,15 @@ class Limiter:
         quota_timeout: float | None = None,
         quota_workers: int | None = None,
         quota_wait: float | None = None,
+        backend: Redis | None = None,
     ) -> Limiter: ...
+    @property
+    def backend(self) -> Redis | None:
+        """The backend the states live in; ``None``: this process's memory."""
+    @property
+    def backend_errors(self) -> tuple[int, bool]:
+        """Round trips to the backend that failed (each decided by its ``on_error``) and whether the last
+        one did: ``(0, False)`` without a backend."""
     def check(self, peer: str, path: str | None = None, *, cost: int = 1, group: str | None = None) -> Decision:
         """Decides one request without blocking. A refusal changes no state, so retrying is free.
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
     from ratekeeper._core import Decision
 
-__all__ = ["InvalidArgument", "InvalidType", "InvalidValue", "Loc", "RateLimited", "format_loc"]
+__all__ = ["BackendUnavailable", "InvalidArgument", "InvalidType", "InvalidValue", "Loc", "RateLimited", "format_loc"]
 
 Loc = tuple[Union[str, int], ...]
 
@@ -118,3 +118,8 @@ def _refusal_text(decision: Decision) -> str:
     if decision.retry_after == float("inf"):
         return f"rate limited{where}: the cost is above what the limit admits at once, so it is never admitted"
     return f"rate limited{where}: retry after {decision.retry_after:.3f}s"
+
+
+class BackendUnavailable(ConnectionError):
+    """The backend (Redis) did not answer in time, and the limiter's backend was built with
+    ``on_error="raise"``; with the other policies a decision never raises this."""

@@ -44,6 +44,12 @@ impl Gcra {
         }
     }
 
+    /// The constants `src/backend/decide.lua` takes: count, interval (ns, remainder), tau (ns, remainder).
+    #[must_use]
+    pub const fn params(&self) -> [u64; 5] {
+        [self.count, self.interval_ns, self.interval_rem, self.tau_ns, self.tau_rem]
+    }
+
     /// `cost` emission intervals after `at`. `cost <= burst`, so the sum stays within `tau` of `at`.
     #[inline]
     fn after(&self, at: Instant, cost: u64) -> Instant {

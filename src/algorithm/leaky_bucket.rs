@@ -22,6 +22,12 @@ impl LeakyBucket {
         Self { capacity: u64::from(capacity), reduction: rate.count, interval_ns: rate.period_ns }
     }
 
+    /// The constants `src/backend/decide.lua` takes: capacity, reduction per tick, tick interval.
+    #[must_use]
+    pub const fn params(&self) -> [u64; 5] {
+        [self.capacity, self.reduction, self.interval_ns, 0, 0]
+    }
+
     /// (last tick, level) at `at`, after the ticks since; a later base (reserved) is returned as is.
     fn level_at(&self, state: &State, at: u64) -> (u64, u64) {
         let level = u64::from(state.a);

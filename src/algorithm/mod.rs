@@ -232,6 +232,19 @@ impl Limit {
         matches!(self.algorithm, Algorithm::SlidingLog(_))
     }
 
+    /// The name and constants of this limit's algorithm as `src/backend/decide.lua` runs it; `None` for
+    /// the algorithms it does not run (sliding log, concurrency).
+    #[must_use]
+    pub const fn script_params(&self) -> Option<(&'static str, [u64; 5])> {
+        match &self.algorithm {
+            Algorithm::Gcra(g) => Some(("gcra", g.params())),
+            Algorithm::Windows(_, w) => Some(("windows", w.params())),
+            Algorithm::SlidingWindow(s) => Some(("sliding_window", s.params())),
+            Algorithm::LeakyBucket(l) => Some(("leaky_bucket", l.params())),
+            Algorithm::SlidingLog(_) | Algorithm::Concurrency(_) => None,
+        }
+    }
+
     /// Admits `cost` at `at`, or says how long after `at` it would be admitted (`u64::MAX`: never).
     /// `log` is the key's timestamps, for a sliding log only.
     ///

@@ -32,6 +32,12 @@ impl SlidingWindow {
         Self { limit: u64::from(limit), window_ns: rate.period_ns }
     }
 
+    /// The constants `src/backend/decide.lua` takes: limit, window.
+    #[must_use]
+    pub const fn params(&self) -> [u64; 5] {
+        [self.limit, self.window_ns, 0, 0, 0]
+    }
+
     fn view(&self, state: &State, at: u64) -> View {
         let w = self.window_ns;
         let start = at - at % w;

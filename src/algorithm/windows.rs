@@ -32,6 +32,12 @@ impl Windows {
         Self { capacity: u64::from(limit), window_ns: rate.period_ns }
     }
 
+    /// The constants `src/backend/decide.lua` takes: capacity, window.
+    #[must_use]
+    pub const fn params(&self) -> [u64; 5] {
+        [self.capacity, self.window_ns, 0, 0, 0]
+    }
+
     /// The window in force at `at`: (end, permits left). A state may hold a later window (reserved by a
     /// waiter); its permits can only be used once it has started.
     #[inline]

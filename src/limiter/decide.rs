@@ -103,7 +103,14 @@ impl Limiter {
     // Always: as a call of its own it measured 6 ns slower per decision from Python.
     #[allow(clippy::inline_always)]
     #[inline(always)]
-    fn decide_route(&self, held: &mut Held<'_>, route: Route, peer: &str, now: u64, request: Request) -> Decision {
+    pub(super) fn decide_route(
+        &self,
+        held: &mut Held<'_>,
+        route: Route,
+        peer: &str,
+        now: u64,
+        request: Request,
+    ) -> Decision {
         match route {
             Route::Group(index) => {
                 let key = held.key(index);
@@ -332,23 +339,28 @@ impl KeyStates<'_> {
             let key = self.limit_key(index);
             limit.report(&self.shard.load(key), self.shard.log(key), self.now)
         });
-        let mut combined: Option<Report> = None;
-        for r in reports {
-            combined = Some(match (combined, self.group.policy) {
-                (None, _) => r,
-                (Some(c), Policy::All) => {
-                    let tightest = if r.remaining < c.remaining { r } else { c };
-                    Report { reset_after_ns: c.reset_after_ns.max(r.reset_after_ns), ..tightest }
-                }
-                (Some(c), Policy::Fallback) => Report {
-                    limit: c.limit + r.limit,
-                    remaining: c.remaining + r.remaining,
-                    reset_after_ns: c.reset_after_ns.max(r.reset_after_ns),
-                    window_ns: c.window_ns.max(r.window_ns),
-                    next_ns: c.next_ns.min(r.next_ns),
-                },
-            });
-        }
-        combined.unwrap_or(Report { limit: 0, remaining: 0, reset_after_ns: 0, window_ns: None, next_ns: 0 })
+        combine_reports(reports, self.group.policy)
     }
+}
+
+/// One report of several limits' reports: the tightest under `all`, the sum under `fallback`.
+pub fn combine_reports(reports: impl Iterator<Item = Report>, policy: Policy) -> Report {
+    let mut combined: Option<Report> = None;
+    for r in reports {
+        combined = Some(match (combined, policy) {
+            (None, _) => r,
+            (Some(c), Policy::All) => {
+                let tightest = if r.remaining < c.remaining { r } else { c };
+                Report { reset_after_ns: c.reset_after_ns.max(r.reset_after_ns), ..tightest }
+            }
+            (Some(c), Policy::Fallback) => Report {
+                limit: c.limit + r.limit,
+                remaining: c.remaining + r.remaining,
+                reset_after_ns: c.reset_after_ns.max(r.reset_after_ns),
+                window_ns: c.window_ns.max(r.window_ns),
+                next_ns: c.next_ns.min(r.next_ns),
+            },
+        });
+    }
+    combined.unwrap_or(Report { limit: 0, remaining: 0, reset_after_ns: 0, window_ns: None, next_ns: 0 })
 }

@@ -27,11 +27,13 @@ mod migrate;
 mod mutate;
 mod quotas;
 mod reconfigure;
+mod remote;
 mod shard;
 mod stats;
 
 pub use decide::Resolution;
 pub use quotas::Answer;
+pub use remote::{RemoteKey, Routed, Verdict};
 pub use shard::ShardData;
 pub(crate) use shard::{Held, Key, KeyLock, Locked};
 pub use stats::{GroupPolicy, GroupStats, Stats};

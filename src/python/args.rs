@@ -1,6 +1,6 @@
 //! Arguments from Python, and the core's errors as Python exceptions (one place for both).
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyConnectionError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyString, PyTuple, PyType};
@@ -10,6 +10,7 @@ use crate::limiter::Target;
 
 static INVALID_VALUE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static INVALID_TYPE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static BACKEND_UNAVAILABLE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
 /// `ratekeeper.InvalidValue` / `InvalidType` (subclasses of `ValueError` / `TypeError`) carrying the
 /// error's location as `loc`; the builtin classes if the package cannot be imported.
@@ -19,8 +20,12 @@ impl From<Error> for PyErr {
             let (cell, name) = match error.kind {
                 ErrorKind::Value => (&INVALID_VALUE, "InvalidValue"),
                 ErrorKind::Type => (&INVALID_TYPE, "InvalidType"),
+                ErrorKind::Backend => (&BACKEND_UNAVAILABLE, "BackendUnavailable"),
             };
             let raised = cell.import(py, "ratekeeper._errors", name).and_then(|class| {
+                if error.kind == ErrorKind::Backend {
+                    return class.call1((&error.message,));
+                }
                 let loc = error.loc.iter().map(|part| match part {
                     Loc::Key(key) => PyString::new(py, key).into_any(),
                     Loc::Index(index) => {
@@ -36,6 +41,7 @@ impl From<Error> for PyErr {
                 Err(_) => match error.kind {
                     ErrorKind::Value => PyValueError::new_err(error.to_string()),
                     ErrorKind::Type => PyTypeError::new_err(error.to_string()),
+                    ErrorKind::Backend => PyConnectionError::new_err(error.to_string()),
                 },
             }
         })

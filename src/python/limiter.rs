@@ -7,11 +7,13 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
 use super::args::{nanos, optional_text, positive_int, secs, strings, target, text, type_name, Cost};
+use super::backend::PyRedis;
 use super::fetch::{finish, time_left, PyFetchJob, PyFetchQueue, PyFetchResult};
 use super::values::{
     limit_arg, PyDecision, PyGroupPolicy, PyManualClock, PyQuotaInfo, PyQuotas, PyRate, PyResolution, PyRule,
     DEFAULT_QUOTA_TIMEOUT, DEFAULT_QUOTA_TTL, DEFAULT_QUOTA_WORKERS,
 };
+use crate::backend::Backend;
 use crate::clock::Clock;
 use crate::config::{Config, RuleSpec, RulesConfig};
 use crate::error::Error;
@@ -20,6 +22,17 @@ use crate::quota::QuotaSettings;
 use crate::rules::{Route, MAX_GROUP_NAMES};
 
 const NAMES_PER_CHUNK: usize = 64;
+
+/// A message on the `ratekeeper` logger (a failure to log is not the caller's problem).
+fn log(py: Python<'_>, level: &str, message: &str) {
+    let logged = py
+        .import("logging")
+        .and_then(|logging| logging.call_method1("getLogger", ("ratekeeper",)))
+        .and_then(|logger| logger.call_method1(level, (message,)));
+    if let Err(e) = logged {
+        e.write_unraisable(py, None);
+    }
+}
 
 type NameChunk = [OnceLock<Py<PyString>>; NAMES_PER_CHUNK];
 
@@ -86,6 +99,9 @@ pub struct PyLimiter {
     quotas: Py<PyQuotas>,
     /// How long the first request of a key waits for its quota (0: not at all).
     quota_wait: Duration,
+    /// Where the states live when not in this process (`backend=rk.Redis(...)`).
+    backend: Option<Backend>,
+    redis: Option<Py<PyRedis>>,
 }
 
 impl PyLimiter {
@@ -118,6 +134,9 @@ impl PyLimiter {
         request: Request,
     ) -> PyResult<limiter::Decision> {
         let peer = text("peer", peer)?;
+        if let Some(backend) = &self.backend {
+            return self.decide_remote(py, backend, peer, target(path, group)?, request);
+        }
         if group.is_none_or(PyAnyMethods::is_none) {
             let path = optional_text("path", path)?;
             self.wait_first_fetch(py, peer, Target::Path(path));
@@ -126,6 +145,45 @@ impl PyLimiter {
         let target = target(path, group)?;
         self.wait_first_fetch(py, peer, target);
         Ok(self.inner.decide(peer, target, request)?)
+    }
+
+    /// A decision in the backend, waited for without the GIL; an outage is logged when it starts and
+    /// when it ends.
+    #[inline(never)]
+    fn decide_remote(
+        &self,
+        py: Python<'_>,
+        backend: &Backend,
+        peer: &str,
+        target: Target<'_>,
+        request: Request,
+    ) -> PyResult<limiter::Decision> {
+        self.wait_first_fetch(py, peer, target);
+        // A ManualClock limiter decides at its clock's time; otherwise Redis's clock decides.
+        let now = self.clock.as_ref().map(|_| self.inner.now_ns());
+        let outcome = py.detach(|| backend.decide(&self.inner, peer, target, request, now))?;
+        if let Some(reason) = &outcome.outage_began {
+            let policy = backend.settings().on_error.name();
+            log(py, "warning", &format!("ratekeeper: the Redis backend is unavailable ({reason}); on_error='{policy}' decides until it answers again"));
+        }
+        if outcome.recovered {
+            log(py, "warning", "ratekeeper: the Redis backend answers again; decisions are made in Redis");
+        }
+        Ok(outcome.decision)
+    }
+
+    /// A decision where the states live: the backend, else this process.
+    fn decide_anywhere(
+        &self,
+        py: Python<'_>,
+        peer: &str,
+        target: Target<'_>,
+        request: Request,
+    ) -> PyResult<limiter::Decision> {
+        match &self.backend {
+            Some(backend) => self.decide_remote(py, backend, peer, target, request),
+            None => Ok(self.inner.decide(peer, target, request)?),
+        }
     }
 
     #[inline]
@@ -208,7 +266,7 @@ impl PyLimiter {
     #[pyo3(signature = (
         rate=None, *, rules=None, exempt_peers=None, exempt_paths=None, max_keys=1_000_000, burst=None,
         algorithm="gcra", clock=None, quotas=None, track_usage=false, quota_provider=None, failsafe=None,
-        quota_ttl=None, quota_timeout=None, quota_workers=None, quota_wait=None
+        quota_ttl=None, quota_timeout=None, quota_workers=None, quota_wait=None, backend=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn py_new(
@@ -229,6 +287,7 @@ impl PyLimiter {
         quota_timeout: Option<f64>,
         quota_workers: Option<i64>,
         quota_wait: Option<f64>,
+        backend: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let mut specs = match rules.filter(|r| !r.is_none()) {
             Some(rules) => rule_specs(rules)?,
@@ -264,7 +323,28 @@ impl PyLimiter {
             exempt_paths: strings("exempt_paths", exempt_paths)?,
         };
         let inner = Limiter::new(Config { rules, max_keys, quotas: settings, track_usage }, clock)?;
-        Ok(Self { inner, names: GroupNames::new(), clock: manual, quotas, quota_wait })
+        let redis = match backend.filter(|b| !b.is_none()) {
+            None => None,
+            Some(b) => Some(
+                b.cast::<PyRedis>()
+                    .map_err(|_| {
+                        Error::type_error(
+                            "backend",
+                            format!("must be a ratekeeper.Redis or None, got {}", type_name(b)),
+                        )
+                    })?
+                    .clone()
+                    .unbind(),
+            ),
+        };
+        let backend = match &redis {
+            None => None,
+            Some(redis) => {
+                Backend::check(&inner)?;
+                Some(Backend::new(redis.get().settings.clone())?)
+            }
+        };
+        Ok(Self { inner, names: GroupNames::new(), clock: manual, quotas, quota_wait, backend, redis })
     }
 
     /// Decides a request now and says why: a `Decision` (truthy when allowed). Never blocks; a refusal
@@ -313,7 +393,7 @@ impl PyLimiter {
             self.wait_first_fetch(py, peer, target);
         }
         let request = Request::new(cost.0).reporting().waiting(nanos("timeout", max_wait)?);
-        let decision = self.inner.decide(peer, target, request)?;
+        let decision = self.decide_anywhere(py, peer, target, request)?;
         Ok(PyReservation {
             decision: Py::new(py, self.decision(py, &decision))?,
             wait: secs(decision.outcome.wait_ns),
@@ -349,7 +429,7 @@ impl PyLimiter {
     ) -> PyResult<PyDecision> {
         let (peer, target) = (text("peer", peer)?, target(path, group)?);
         let take = if rates { Take::RatesAndPermits } else { Take::Permits };
-        let decision = self.inner.decide(peer, target, Request::new(cost.0).reporting().taking(take))?;
+        let decision = self.decide_anywhere(py, peer, target, Request::new(cost.0).reporting().taking(take))?;
         Ok(self.decision(py, &decision))
     }
 
@@ -377,6 +457,9 @@ impl PyLimiter {
         group: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         let (peer, target) = (text("peer", peer)?, target(path, group)?);
+        if self.backend.is_some() {
+            return Err(Error::value("reduce", "is not available with the Redis backend yet").into());
+        }
         Ok(self.inner.reduce(peer, target, n.0)?)
     }
 
@@ -408,6 +491,18 @@ impl PyLimiter {
     /// Limits again after `off()`.
     fn on(&self) {
         self.inner.set_enabled(true);
+    }
+
+    /// The backend the states live in (`None`: this process).
+    #[getter]
+    fn backend(&self, py: Python<'_>) -> Option<Py<PyRedis>> {
+        self.redis.as_ref().map(|r| r.clone_ref(py))
+    }
+
+    /// Round trips to the backend that failed (each decided by `on_error`), and whether the last did.
+    #[getter]
+    fn backend_errors(&self) -> (u64, bool) {
+        self.backend.as_ref().map_or((0, false), |b| (b.errors(), b.is_down()))
     }
 
     #[getter]

@@ -2,10 +2,12 @@
 //! `python/ratekeeper/_core.pyi` (and, for `help()`, on the methods here).
 
 mod args;
+mod backend;
 mod fetch;
 mod limiter;
 mod values;
 
+pub use backend::PyRedis;
 pub use fetch::{PyFetchJob, PyFetchQueue, PyFetchResult};
 pub use limiter::PyLimiter;
 pub use limiter::PyReservation;
@@ -18,7 +20,7 @@ mod _core {
     #[pymodule_export]
     use super::{
         PyDecision, PyFetchJob, PyFetchQueue, PyFetchResult, PyGroupPolicy, PyLimit, PyLimiter, PyManualClock,
-        PyQuotaInfo, PyQuotas, PyRate, PyReservation, PyResolution, PyRule,
+        PyQuotaInfo, PyQuotas, PyRate, PyRedis, PyReservation, PyResolution, PyRule,
     };
 
     #[pymodule_init]

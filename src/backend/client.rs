@@ -1,0 +1,129 @@
+//! The connection to Redis: the `redis` crate's multiplexed, auto-pipelined `ConnectionManager`
+//! (reconnects with backoff) on a tokio runtime of our own, so that callers (Python threads) wait
+//! for a reply without a runtime of their own.
+
+use std::fmt;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use crate::error::{Error, Result};
+
+/// Why a round trip failed: what `on_error` applies to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure(pub String);
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+pub struct Client {
+    runtime: tokio::runtime::Runtime,
+    connection: ConnectionManager,
+    script: redis::Script,
+    timeout: Duration,
+    /// The address, without a password, for messages.
+    address: String,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client").field("address", &self.address).field("timeout", &self.timeout).finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// A client of the server at `url` (`redis://`, `rediss://`, `unix://`), connecting lazily: a
+    /// server that is down fails decisions (and `on_error` applies), never the construction.
+    ///
+    /// # Errors
+    /// A URL the `redis` crate does not accept, or a runtime that cannot start.
+    pub fn open(url: &str, timeout: Duration, script: &str) -> Result<Self> {
+        let client = redis::Client::open(url)
+            .map_err(|e| Error::value("url", format!("{:?} is not a Redis URL: {e}", redact(url))))?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("ratekeeper-redis")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::value("backend", format!("cannot start the Redis client's runtime: {e}")))?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(timeout.max(Duration::from_millis(100))))
+            .set_response_timeout(Some(timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_secs(2));
+        let connection = {
+            let _entered = runtime.enter();
+            ConnectionManager::new_lazy_with_config(client, config)
+                .map_err(|e| Error::value("url", format!("cannot use {:?}: {e}", redact(url))))?
+        };
+        Ok(Self { runtime, connection, script: redis::Script::new(script), timeout, address: redact(url) })
+    }
+
+    /// Runs the script on `keys` and `args` (`EVALSHA`, loading it again after a `NOSCRIPT`), waiting
+    /// at most the timeout. Call it without the GIL.
+    ///
+    /// # Errors
+    /// The server is unreachable, too slow, or answered with an error.
+    pub fn run(&self, keys: &[String], args: &[String]) -> std::result::Result<Vec<String>, Failure> {
+        let mut invocation = self.script.prepare_invoke();
+        for key in keys {
+            invocation.key(key);
+        }
+        for arg in args {
+            invocation.arg(arg);
+        }
+        let mut connection = self.connection.clone();
+        let call = async move {
+            tokio::time::timeout(self.timeout, invocation.invoke_async::<Vec<String>>(&mut connection)).await
+        };
+        match self.runtime.block_on(call) {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(e)) => Err(Failure(format!("Redis at {}: {e}", self.address))),
+            Err(_) => Err(Failure(format!("Redis at {} did not answer within {:?}", self.address, self.timeout))),
+        }
+    }
+
+    #[must_use]
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+}
+
+/// `url` without its password.
+#[must_use]
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => format!("{}://***@{}", &url[..scheme], &url[at + 1..]),
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_stay_out_of_messages() {
+        assert_eq!(redact("redis://user:secret@10.0.0.5:6379/0"), "redis://***@10.0.0.5:6379/0");
+        assert_eq!(redact("unix:///run/redis.sock"), "unix:///run/redis.sock");
+    }
+
+    #[test]
+    fn bad_urls_are_named_at_construction() {
+        let e = Client::open("http://localhost", Duration::from_millis(50), "return 1").unwrap_err();
+        assert_eq!(e.path(), "url");
+        assert!(e.message.contains("not a Redis URL"), "{e}");
+    }
+
+    #[test]
+    fn an_unreachable_server_fails_within_the_timeout() {
+        // Port 1 on loopback: nothing listens there.
+        let client = Client::open("redis://127.0.0.1:1/0", Duration::from_millis(50), "return 1").unwrap();
+        let started = std::time::Instant::now();
+        assert!(client.run(&[], &[]).is_err());
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
+}

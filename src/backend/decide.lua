@@ -1,0 +1,287 @@
+-- ratekeeper: one decision, atomically. The algorithms of src/algorithm/ (see each file there), with
+-- the same integer arithmetic, in time relative to `now` so that every number stays below 2^53.
+--
+-- KEYS[i]  the state of limit i of one (peer, group); all share one hash tag (one Cluster slot).
+-- ARGV     now_s now_ns (empty: Redis TIME), cost, max_wait_ns, policy ("all" | "fallback"), report (0|1),
+--          limits (count), then 7 fields per limit: kind, burst, p1 .. p5 (see src/backend/script.rs).
+-- State    "s ns a b": the absolute instant t as seconds and nanoseconds, and the fields a and b of
+--          src/algorithm/mod.rs's State. A key expires when its state stops constraining (now >= t).
+-- Reply    { allowed (1 | 0), wait_ns, retry_ns (-1: never), now_s, now_ns, then per limit when asked to
+--            report: remaining, reset_after_ns, next_ns }: numbers as strings (Lua numbers are doubles).
+
+local E9 = 1000000000
+local floor = math.floor
+
+local now_s, now_ns
+if ARGV[1] == '' then
+  local time = redis.call('TIME')
+  now_s, now_ns = tonumber(time[1]), tonumber(time[2]) * 1000
+else
+  now_s, now_ns = tonumber(ARGV[1]), tonumber(ARGV[2])
+end
+local cost = tonumber(ARGV[3])
+local max_wait = tonumber(ARGV[4])
+local policy = ARGV[5]
+local want_report = ARGV[6] == '1'
+local n = tonumber(ARGV[7])
+
+local function str(x)
+  return string.format('%.0f', x)
+end
+
+-- a × b mod m without overflow (a, b, m < 2^52): the phase of `now` in a window aligned to zero.
+local function mulmod(a, b, m)
+  local r = 0
+  a, b = a % m, b % m
+  while b > 0 do
+    if b % 2 == 1 then r = (r + a) % m end
+    a = (a * 2) % m
+    b = floor(b / 2)
+  end
+  return r
+end
+
+local function ceil_div(a, b)
+  return floor((a + b - 1) / b)
+end
+
+-- States: nil (no key) or { t = ns relative to now, a, b }.
+local function load(key)
+  local raw = redis.call('GET', key)
+  if not raw then return nil end
+  local s, ns, a, b = string.match(raw, '^(%-?%d+) (%d+) (%d+) (%d+)$')
+  if not s then return nil end
+  return { t = (tonumber(s) - now_s) * E9 + (tonumber(ns) - now_ns), a = tonumber(a), b = tonumber(b) }
+end
+
+local function store(key, state)
+  local abs_ns = now_ns + state.t
+  local s = now_s + floor(abs_ns / E9)
+  local ttl_ms = ceil_div(state.t, 1000000)
+  if ttl_ms <= 0 then
+    redis.call('DEL', key)
+    return
+  end
+  redis.call('SET', key, str(s) .. ' ' .. str(abs_ns % E9) .. ' ' .. str(state.a) .. ' ' .. str(state.b), 'PX', ttl_ms)
+end
+
+-- Each algorithm: evaluate(limit, state, at) -> new_state | nil, retry (nil: never);
+-- report(limit, state) -> remaining, reset_after, next.
+local algorithms = {}
+
+-- GCRA (src/algorithm/gcra.rs). p: count, interval_ns, interval_rem, tau_ns, tau_rem.
+local function gcra_tat(l, state, at)
+  if state == nil or state.t < at then return at, 0 end
+  if state.a < l.p1 then return state.t, state.a end
+  return state.t + 1, 0
+end
+algorithms.gcra = {
+  evaluate = function(l, state, at)
+    local ns, rem = gcra_tat(l, state, at)
+    rem = rem + cost * l.p3
+    ns = ns + cost * l.p2 + floor(rem / l.p1)
+    rem = rem % l.p1
+    local allowed_at = ns - l.p4
+    if rem > l.p5 then allowed_at = allowed_at + 1 end
+    if allowed_at > at then return nil, allowed_at - at end
+    return { t = ns, a = rem, b = 0 }
+  end,
+  report = function(l, state)
+    local ns, rem = gcra_tat(l, state, 0)
+    local period = l.p1 * l.p2 + l.p3
+    local slack = math.max(0, (l.p4 - ns) * l.p1 + (l.p5 - rem))
+    local remaining = floor(slack / period)
+    local reset = ns
+    if rem > 0 then reset = reset + 1 end
+    local next_ns = 0
+    if ns > 0 then
+      local short = (remaining + 1) * period - slack
+      next_ns = math.min(ceil_div(short, l.p1), reset)
+    end
+    return remaining, reset, next_ns
+  end,
+}
+
+-- Windows aligned to the key's first request (src/algorithm/windows.rs). p: capacity, window_ns.
+local function windows_current(l, state, at)
+  if state == nil then return at + l.p2, l.p1 end
+  if at < state.t then return state.t, math.min(state.a, l.p1) end
+  local started = floor((at - state.t) / l.p2) + 1
+  return state.t + started * l.p2, l.p1
+end
+algorithms.windows = {
+  evaluate = function(l, state, at)
+    local finish, permits = windows_current(l, state, at)
+    if permits < cost then return nil, finish - at end
+    local start = finish - l.p2
+    if at < start then return nil, start - at end
+    return { t = finish, a = permits - cost, b = 0 }
+  end,
+  report = function(l, state)
+    local finish, permits = windows_current(l, state, 0)
+    if permits >= l.p1 then return permits, 0, 0 end
+    return permits, finish, finish
+  end,
+}
+
+-- Sliding window counter aligned to the clock's zero (src/algorithm/sliding_window.rs). p: limit,
+-- window_ns. `phase`: where `now` falls in its window.
+local function sliding_view(l, state, at, phase)
+  local w = l.p2
+  local start = at - (phase + at) % w
+  if state == nil then return start, 0, 0 end
+  local stored = state.t - 2 * w
+  if stored >= start then return stored, state.a, state.b end
+  if stored + w == start then return start, 0, state.a end
+  return start, 0, 0
+end
+local function sliding_earliest(l, current, previous)
+  local room = l.p1 - (current + cost)
+  if room < 0 then return nil end
+  if previous == 0 then return 0 end
+  local offset = math.max(0, l.p2 - floor(room * l.p2 / previous))
+  if offset < l.p2 then return offset end
+  return nil
+end
+algorithms.sliding_window = {
+  evaluate = function(l, state, at)
+    local start, current, previous = sliding_view(l, state, at, l.phase)
+    local elapsed = math.max(0, at - start)
+    local offset = sliding_earliest(l, current, previous)
+    if offset ~= nil and offset <= elapsed and at >= start then
+      return { t = start + 2 * l.p2, a = current + cost, b = previous }
+    end
+    if offset ~= nil then return nil, start + offset - at end
+    local next_offset = sliding_earliest(l, 0, current) or l.p2
+    return nil, start + l.p2 + next_offset - at
+  end,
+  report = function(l, state)
+    local start, current, previous = sliding_view(l, state, 0, l.phase)
+    local w = l.p2
+    local elapsed = math.min(math.max(0, -start), w)
+    local used = current * w + previous * (w - elapsed)
+    local remaining = floor(math.max(0, l.p1 * w - used) / w)
+    local reset = 0
+    if current > 0 then reset = start + 2 * w elseif previous > 0 then reset = start + w end
+    reset = math.max(0, reset)
+    return remaining, reset, reset
+  end,
+}
+
+-- Leaky bucket (src/algorithm/leaky_bucket.rs). p: capacity, reduction, interval_ns.
+local function leaky_level(l, state, at)
+  if state == nil or state.a == 0 or at >= state.t then return at, 0 end
+  local base = state.t - ceil_div(state.a, l.p2) * l.p3
+  if at < base then return base, state.a end
+  local ticks = floor((at - base) / l.p3)
+  return base + ticks * l.p3, state.a - ticks * l.p2
+end
+local function leaky_evaluate(l, state, at)
+  local base, level = leaky_level(l, state, at)
+  if at < base then
+    local _, retry = leaky_evaluate(l, state, base)
+    return nil, base - at + (retry or 0)
+  end
+  if level + cost <= l.p1 then
+    local filled = level + cost
+    return { t = base + ceil_div(filled, l.p2) * l.p3, a = filled, b = 0 }
+  end
+  local ticks = ceil_div(level + cost - l.p1, l.p2)
+  return nil, base + ticks * l.p3 - at
+end
+algorithms.leaky_bucket = {
+  evaluate = leaky_evaluate,
+  report = function(l, state)
+    local _, level = leaky_level(l, state, 0)
+    local reset = 0
+    if level > 0 then reset = math.max(0, state.t) end
+    return math.max(0, l.p1 - level), reset, reset
+  end,
+}
+
+-- The limits, their states, and the phase of `now` for windows aligned to zero.
+local limits, states = {}, {}
+for i = 1, n do
+  local base = 7 + (i - 1) * 7
+  local l = {
+    kind = ARGV[base + 1], burst = tonumber(ARGV[base + 2]),
+    p1 = tonumber(ARGV[base + 3]), p2 = tonumber(ARGV[base + 4]), p3 = tonumber(ARGV[base + 5]),
+    p4 = tonumber(ARGV[base + 6]), p5 = tonumber(ARGV[base + 7]),
+  }
+  l.algorithm = algorithms[l.kind]
+  if l.algorithm == nil then return redis.error_reply('ratekeeper: unknown algorithm ' .. tostring(l.kind)) end
+  if l.kind == 'sliding_window' then
+    l.phase = (mulmod(now_s, E9, l.p2) + now_ns) % l.p2
+  end
+  limits[i] = l
+  states[i] = load(KEYS[i])
+end
+
+-- What limit i says at `at`: its new state, or nil and the retry (nil: never, a cost above its burst).
+local function evaluate_one(i, at)
+  if cost > limits[i].burst then return nil, nil end
+  return limits[i].algorithm.evaluate(limits[i], states[i], at)
+end
+
+-- Every limit at `at` under the policy (src/limiter/decide.rs `evaluate`): the states to write, or
+-- nil and the retry (nil: never).
+local function evaluate(at)
+  if policy == 'fallback' then
+    local retry = nil
+    for i = 1, n do
+      local admitted, r = evaluate_one(i, at)
+      if admitted then return { [i] = admitted } end
+      if r ~= nil and (retry == nil or r < retry) then retry = r end
+    end
+    return nil, retry
+  end
+  local writes, retry, refused, never = {}, 0, false, false
+  for i = 1, n do
+    local admitted, r = evaluate_one(i, at)
+    if admitted then
+      writes[i] = admitted
+    elseif r == nil then
+      never = true
+    else
+      refused = true
+      retry = math.max(retry, r)
+    end
+  end
+  if never then return nil, nil end
+  if refused then return nil, retry end
+  return writes
+end
+
+-- Now, or for a waiter the first instant every limit admits (src/limiter/decide.rs `decide_group`).
+local allowed, wait, retry = false, 0, nil
+for _ = 1, 8 do
+  local writes, r = evaluate(wait)
+  if writes then
+    for i, state in pairs(writes) do
+      store(KEYS[i], state)
+      states[i] = state
+    end
+    allowed = true
+    break
+  end
+  if r == nil then
+    retry = nil
+    break
+  end
+  retry = wait + r
+  if retry > max_wait then break end
+  wait = retry
+end
+
+local reply = { allowed and '1' or '0', str(allowed and wait or 0), retry == nil and '-1' or str(retry),
+  str(now_s), str(now_ns) }
+if allowed then reply[3] = '0' end
+if want_report then
+  for i = 1, n do
+    local remaining, reset, next_ns = limits[i].algorithm.report(limits[i], states[i])
+    reply[#reply + 1] = str(remaining)
+    reply[#reply + 1] = str(reset)
+    reply[#reply + 1] = str(next_ns)
+  end
+end
+return reply

@@ -1,0 +1,265 @@
+//! The Redis backend (issue 10): limits shared by every process that uses the same Redis.
+//!
+//! Exact mode: each decision is one `EVALSHA` of `decide.lua`, which reads, decides and writes the
+//! key's states atomically on Redis's own clock. The limiter still routes the request, finds its
+//! limits (quotas included) and counts the outcome here; only the states live in Redis.
+
+pub mod client;
+pub mod script;
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::error::{Error, Loc, Result};
+use crate::limiter::{Decision, Limiter, RemoteKey, Request, Routed, Target, Verdict};
+use client::{Client, Failure};
+
+/// What a decision does while Redis cannot answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnError {
+    /// Decide in this process's memory until Redis answers again.
+    Local,
+    Allow,
+    Deny,
+    /// Raise the error to the caller.
+    Raise,
+}
+
+impl OnError {
+    /// # Errors
+    /// An unknown policy name.
+    pub fn parse(name: &str) -> Result<Self> {
+        match name {
+            "local" => Ok(Self::Local),
+            "allow" => Ok(Self::Allow),
+            "deny" => Ok(Self::Deny),
+            "raise" => Ok(Self::Raise),
+            _ => Err(Error::value("on_error", format!("must be 'local', 'allow', 'deny' or 'raise', got '{name}'"))),
+        }
+    }
+
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Local => "local",
+            Self::Allow => "allow",
+            Self::Deny => "deny",
+            Self::Raise => "raise",
+        }
+    }
+}
+
+/// How a backend is set up: what `rk.Redis(...)` holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub url: String,
+    pub timeout: Duration,
+    pub prefix: String,
+    pub on_error: OnError,
+}
+
+/// A refusal's retry time while Redis is down and `on_error="deny"`: when to try again.
+const DENY_RETRY_NS: u64 = 1_000_000_000;
+
+/// Longest peer kept readable in a key; longer ones (and any with hash-tag braces) are hashed.
+const MAX_PLAIN_PEER: usize = 64;
+
+pub struct Backend {
+    settings: Settings,
+    client: Client,
+    /// Whether the last round trip failed: an outage is reported once, when it starts.
+    down: AtomicBool,
+    errors: AtomicU64,
+}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backend").field("settings", &self.settings).finish_non_exhaustive()
+    }
+}
+
+/// What one decision came to, and whether it began an outage (to be logged once).
+#[derive(Debug)]
+pub struct Outcome {
+    pub decision: Decision,
+    pub outage_began: Option<String>,
+    pub recovered: bool,
+}
+
+impl Backend {
+    /// # Errors
+    /// A bad URL or option, named by its field.
+    pub fn new(settings: Settings) -> Result<Self> {
+        if settings.timeout.is_zero() {
+            return Err(Error::value("timeout", "must be more than 0 seconds"));
+        }
+        let client = Client::open(&settings.url, settings.timeout, script::DECIDE)?;
+        Ok(Self { settings, client, down: AtomicBool::new(false), errors: AtomicU64::new(0) })
+    }
+
+    #[must_use]
+    pub const fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Round trips that failed since the backend was made.
+    #[must_use]
+    pub fn errors(&self) -> u64 {
+        self.errors.load(Ordering::Relaxed)
+    }
+
+    /// Whether the last round trip failed.
+    #[must_use]
+    pub fn is_down(&self) -> bool {
+        self.down.load(Ordering::Relaxed)
+    }
+
+    /// Checks that the limiter's groups can be decided by the script.
+    ///
+    /// # Errors
+    /// A limit the script cannot decide exactly, located at its group.
+    pub fn check(limiter: &Limiter) -> Result<()> {
+        for group in &limiter.rules().groups {
+            for (i, limit) in group.limits.iter().enumerate() {
+                script::check_limit(limit).map_err(|mut e| {
+                    let mut loc =
+                        vec![Loc::Key("rules".into()), Loc::Key(group.name.clone()), Loc::Key("limits".into())];
+                    loc.push(Loc::Index(i));
+                    loc.append(&mut e.loc);
+                    e.loc = loc;
+                    e
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The Redis keys of `peer`'s states in `key`'s group, one per limit, sharing one hash tag.
+    #[must_use]
+    pub fn keys(&self, peer: &str, key: &RemoteKey) -> Vec<String> {
+        let tag = format!("{}:{peer}", key.group);
+        let mut name = String::with_capacity(self.settings.prefix.len() + tag.len() + 8);
+        name.push_str(&self.settings.prefix);
+        name.push('{');
+        if tag.len() > MAX_PLAIN_PEER || tag.contains(['{', '}']) {
+            name.push('#');
+            name.push_str(&sha1_smol::Sha1::from(tag.as_bytes()).digest().to_string()[..32]);
+        } else {
+            name.push_str(&tag);
+        }
+        name.push('}');
+        (0..key.limits.len())
+            .map(|i| {
+                let mut key = name.clone();
+                let _ = write!(key, ":{i}");
+                key
+            })
+            .collect()
+    }
+
+    /// Decides `peer`'s request in Redis; while Redis cannot answer, as `on_error` says.
+    ///
+    /// # Errors
+    /// A `Target::Group` that names no group; Redis cannot answer and `on_error="raise"`.
+    pub fn decide(
+        &self,
+        limiter: &Limiter,
+        peer: &str,
+        target: Target<'_>,
+        request: Request,
+        now: Option<u64>,
+    ) -> Result<Outcome> {
+        let key = match limiter.route_remote(peer, target)? {
+            Routed::Free(decision) => return Ok(Outcome { decision, outage_began: None, recovered: false }),
+            Routed::Limited(key) => key,
+        };
+        let keys = self.keys(peer, &key);
+        let args = script::arguments(&key, request, now);
+        let reply = self
+            .client
+            .run(&keys, &args)
+            .and_then(|reply| script::parse_reply(&key, &reply).map_err(|e| Failure(e.to_string())));
+        match reply {
+            Ok((verdict, reports)) => {
+                let recovered = self.down.swap(false, Ordering::Relaxed);
+                let decision = limiter.record_remote(peer, &key, verdict, reports, request);
+                Ok(Outcome { decision, outage_began: None, recovered })
+            }
+            Err(failure) => {
+                self.errors.fetch_add(1, Ordering::Relaxed);
+                let began = !self.down.swap(true, Ordering::Relaxed);
+                let outage_began = began.then(|| failure.to_string());
+                let decision = self.fallback(limiter, peer, target, &key, request, failure)?;
+                Ok(Outcome { decision, outage_began, recovered: false })
+            }
+        }
+    }
+
+    fn fallback(
+        &self,
+        limiter: &Limiter,
+        peer: &str,
+        target: Target<'_>,
+        key: &RemoteKey,
+        request: Request,
+        failure: Failure,
+    ) -> Result<Decision> {
+        let local_now = limiter.now_ns();
+        let verdict = |allowed: bool| Verdict {
+            allowed,
+            wait_ns: 0,
+            retry_ns: if allowed { 0 } else { DENY_RETRY_NS },
+            now: local_now,
+        };
+        Ok(match self.settings.on_error {
+            OnError::Local => limiter.decide(peer, target, request)?,
+            OnError::Allow => {
+                limiter.record_remote(peer, key, verdict(true), None, Request { report: false, ..request })
+            }
+            OnError::Deny => {
+                limiter.record_remote(peer, key, verdict(false), None, Request { report: false, ..request })
+            }
+            OnError::Raise => return Err(Error::backend(failure.0)),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::{Kind, Limit};
+    use crate::config::Policy;
+
+    fn backend(prefix: &str) -> Backend {
+        Backend::new(Settings {
+            url: "redis://127.0.0.1:1/0".into(),
+            timeout: Duration::from_millis(20),
+            prefix: prefix.into(),
+            on_error: OnError::Local,
+        })
+        .unwrap()
+    }
+
+    fn key(limits: usize) -> RemoteKey {
+        let limit = Limit::new("1/s".parse().unwrap(), None, Kind::Gcra).unwrap();
+        RemoteKey { group: "api".into(), id: 0, index: 0, limits: vec![limit; limits], policy: Policy::All }
+    }
+
+    #[test]
+    fn keys_of_one_peer_share_a_hash_tag() {
+        let b = backend("rk:");
+        assert_eq!(b.keys("alice", &key(2)), ["rk:{api:alice}:0", "rk:{api:alice}:1"]);
+        let long = "x".repeat(100);
+        let hashed = b.keys(&long, &key(1));
+        assert!(hashed[0].starts_with("rk:{#") && hashed[0].len() < 50, "{hashed:?}");
+        // Braces in a peer cannot move the tag.
+        assert!(b.keys("a}b{c", &key(1))[0].starts_with("rk:{#"));
+    }
+
+    #[test]
+    fn on_error_names_are_checked() {
+        assert_eq!(OnError::parse("deny").unwrap(), OnError::Deny);
+        assert!(OnError::parse("ignore").unwrap_err().to_string().contains("'local', 'allow', 'deny' or 'raise'"));
+    }
+}

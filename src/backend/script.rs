@@ -1,0 +1,149 @@
+//! The decision script's arguments and reply (`decide.lua`): plain data, no I/O.
+
+use crate::algorithm::{Limit, Report};
+use crate::config::Policy;
+use crate::error::{Error, Result};
+use crate::limiter::{RemoteKey, Request, Verdict};
+use crate::rate::NANOS_PER_SEC;
+
+/// The script, loaded once per server (`EVALSHA`, and `SCRIPT LOAD` again after a `NOSCRIPT`).
+pub const DECIDE: &str = include_str!("decide.lua");
+
+/// Lua numbers are doubles: integers are exact below 2^53.
+const EXACT: u64 = 1 << 53;
+
+/// Checks that the script decides `limit` exactly as the in-memory core does.
+///
+/// # Errors
+/// An algorithm the script does not run, or constants beyond what doubles hold exactly.
+pub fn check_limit(limit: &Limit) -> Result<()> {
+    let Some((name, params)) = limit.script_params() else {
+        return Err(Error::value(
+            "algorithm",
+            format!("{:?} is not supported by the Redis backend yet; use gcra, token_bucket, fixed_window, sliding_window or leaky_bucket", limit.kind().name()),
+        ));
+    };
+    let span = limit.horizon_ns().saturating_mul(2);
+    // GCRA adds cost × interval remainders below burst × count; every algorithm spans at most 2 horizons.
+    let products = match name {
+        "gcra" => u64::from(limit.burst).saturating_mul(params[0]),
+        _ => 0,
+    };
+    if span >= EXACT || products >= EXACT {
+        return Err(Error::value(
+            "rate",
+            format!("{} is too large for the Redis backend: its arithmetic must stay below 2^53 (about 104 days in nanoseconds)", limit.rate.map_or_else(String::new, |r| r.to_string())),
+        ));
+    }
+    Ok(())
+}
+
+/// The script's `ARGV` for one request: see the head of `decide.lua`. `now`: the time to decide at
+/// (a `ManualClock`'s reading), or `None` for Redis's own clock.
+#[must_use]
+pub fn arguments(key: &RemoteKey, request: Request, now: Option<u64>) -> Vec<String> {
+    let mut args = Vec::with_capacity(7 + 7 * key.limits.len());
+    match now {
+        Some(now) => {
+            args.push((now / NANOS_PER_SEC).to_string());
+            args.push((now % NANOS_PER_SEC).to_string());
+        }
+        None => args.extend([String::new(), String::new()]),
+    }
+    args.push(request.cost.to_string());
+    args.push(request.max_wait_ns.min(EXACT - 1).to_string());
+    args.push(match key.policy {
+        Policy::All => "all".into(),
+        Policy::Fallback => "fallback".into(),
+    });
+    args.push(if request.report { "1" } else { "0" }.into());
+    args.push(key.limits.len().to_string());
+    for limit in &key.limits {
+        // `check_limit` ran when the limiter was built and when a rule or quota changed.
+        let (name, params) = limit.script_params().unwrap_or(("unsupported", [0; 5]));
+        args.push(name.into());
+        args.push(limit.burst.to_string());
+        args.extend(params.iter().map(u64::to_string));
+    }
+    args
+}
+
+/// The script's reply: the verdict, and when asked, what each limit has left.
+///
+/// # Errors
+/// A reply that is not the script's (a server that runs another script under its name).
+pub fn parse_reply(key: &RemoteKey, reply: &[String]) -> Result<(Verdict, Option<Vec<Report>>)> {
+    let bad = || Error::value("reply", format!("not a ratekeeper script reply: {reply:?}"));
+    let number = |i: usize| -> Result<i128> { reply.get(i).and_then(|s| s.parse::<i128>().ok()).ok_or_else(bad) };
+    let clamp = |n: i128| u64::try_from(n.max(0)).unwrap_or(u64::MAX);
+    let allowed = number(0)? == 1;
+    let retry = number(2)?;
+    let seconds = clamp(number(3)?);
+    let verdict = Verdict {
+        allowed,
+        wait_ns: clamp(number(1)?),
+        retry_ns: if retry < 0 { u64::MAX } else { clamp(retry) },
+        now: seconds.saturating_mul(NANOS_PER_SEC).saturating_add(clamp(number(4)?)),
+    };
+    if reply.len() <= 5 {
+        return Ok((verdict, None));
+    }
+    let mut reports = Vec::with_capacity(key.limits.len());
+    for (i, limit) in key.limits.iter().enumerate() {
+        let at = 5 + 3 * i;
+        reports.push(Report {
+            limit: u64::from(limit.burst),
+            remaining: clamp(number(at)?),
+            reset_after_ns: clamp(number(at + 1)?),
+            window_ns: limit.window_ns(),
+            next_ns: clamp(number(at + 2)?),
+        });
+    }
+    Ok((verdict, Some(reports)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::Kind;
+
+    fn key(kind: Kind) -> RemoteKey {
+        RemoteKey {
+            group: "api".into(),
+            id: 0,
+            index: 0,
+            limits: vec![Limit::new("3/s".parse().unwrap(), None, kind).unwrap()],
+            policy: Policy::All,
+        }
+    }
+
+    #[test]
+    fn arguments_follow_the_script_head() {
+        let args = arguments(&key(Kind::Gcra), Request::new(2).reporting(), Some(5 * NANOS_PER_SEC + 7));
+        assert_eq!(args[..7], ["5", "7", "2", "0", "all", "1", "1"]);
+        // gcra: burst, count, interval ns and remainder, tau ns and remainder.
+        assert_eq!(args[7..], ["gcra", "3", "3", "333333333", "1", "1000000000", "0"]);
+        let args = arguments(&key(Kind::FixedWindow), Request::new(1), None);
+        assert_eq!(args[..2], ["", ""]);
+        assert_eq!(args[7..], ["windows", "3", "3", "1000000000", "0", "0", "0"]);
+    }
+
+    #[test]
+    fn replies_become_verdicts_and_reports() {
+        let reply: Vec<String> = ["0", "0", "-1", "2", "5", "1", "9", "4"].map(String::from).to_vec();
+        let (verdict, reports) = parse_reply(&key(Kind::Gcra), &reply).unwrap();
+        assert_eq!(verdict, Verdict { allowed: false, wait_ns: 0, retry_ns: u64::MAX, now: 2 * NANOS_PER_SEC + 5 });
+        let report = reports.unwrap()[0];
+        assert_eq!((report.limit, report.remaining, report.reset_after_ns, report.next_ns), (3, 1, 9, 4));
+        assert!(parse_reply(&key(Kind::Gcra), &["x".into()]).is_err());
+    }
+
+    #[test]
+    fn what_the_script_cannot_run_exactly_is_refused() {
+        let log = Limit::new("3/s".parse().unwrap(), None, Kind::SlidingLog).unwrap();
+        assert!(check_limit(&log).unwrap_err().to_string().contains("not supported by the Redis backend"));
+        let year = Limit::new("3/365d".parse().unwrap(), None, Kind::Gcra).unwrap();
+        assert!(check_limit(&year).unwrap_err().to_string().contains("2^53"));
+        check_limit(&Limit::new("100/day".parse().unwrap(), None, Kind::SlidingWindow).unwrap()).unwrap();
+    }
+}

@@ -1,0 +1,98 @@
+//! Decisions whose states live elsewhere (the Redis backend): the limiter routes the request and finds
+//! its limits here, the backend decides, and the verdict is counted here. No lock is held while the
+//! backend answers.
+
+use super::{Decision, Limiter, Receipt, Refusal, Request, Target};
+use crate::algorithm::{Limit, Outcome, Report};
+use crate::config::Policy;
+use crate::error::Result;
+use crate::limiter::decide::combine_reports;
+use crate::rules::Route;
+
+/// Where a request goes, for a backend to decide.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Routed {
+    /// Exempt, unrouted, or the limiter is off: decided here (an exemption is counted).
+    Free(Decision),
+    /// Limited by a group: the backend decides.
+    Limited(RemoteKey),
+}
+
+/// What a backend needs to decide one request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RemoteKey {
+    pub group: String,
+    pub id: u32,
+    /// The group's index in the rules in force (the decision's route).
+    pub index: usize,
+    /// The group's limits for this key: its quota, if any, replaces the first rate limit.
+    pub limits: Vec<Limit>,
+    pub policy: Policy,
+}
+
+/// A backend's verdict on one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verdict {
+    pub allowed: bool,
+    /// For an admission: how long the caller must wait (a reserved later slot).
+    pub wait_ns: u64,
+    /// For a refusal: when the same request would be admitted (`u64::MAX`: never).
+    pub retry_ns: u64,
+    /// The instant it was decided at, on the backend's clock.
+    pub now: u64,
+}
+
+impl Limiter {
+    /// Routes `peer`'s request: decided here when nothing limits it, else what a backend needs.
+    ///
+    /// # Errors
+    /// A `Target::Group` that names no group.
+    pub fn route_remote(&self, peer: &str, target: Target<'_>) -> Result<Routed> {
+        if !self.enabled() {
+            return Ok(Routed::Free(Decision::free(Route::Unlimited)));
+        }
+        let now = self.clock.now_ns();
+        let mut locked = self.lock_peer(peer);
+        let route = locked.rules().route(peer, target)?;
+        let Route::Group(index) = route else {
+            // Counted as exempt the way a local decision counts it.
+            return Ok(Routed::Free(self.decide_route(&mut locked.held(), route, peer, now, Request::new(1))));
+        };
+        let mut key = locked.into_key(index);
+        let quota = self.quota_of(&mut key.locked.held(), key.key, now, Some(peer));
+        let group = key.group();
+        Ok(Routed::Limited(RemoteKey {
+            group: group.name.clone(),
+            id: group.id,
+            index,
+            limits: group.limits_with(quota).into_owned(),
+            policy: group.policy,
+        }))
+    }
+
+    /// The decision a backend's `verdict` makes, counted in the group's stats. `reports`: what each
+    /// limit has left after it, when asked for.
+    pub fn record_remote(
+        &self,
+        peer: &str,
+        key: &RemoteKey,
+        verdict: Verdict,
+        reports: Option<Vec<Report>>,
+        request: Request,
+    ) -> Decision {
+        let waited = verdict.allowed && verdict.wait_ns > 0;
+        self.lock_peer(peer).held().shard.data.counters(key.id).record(verdict.allowed, waited);
+        let outcome =
+            if verdict.allowed { Outcome::admitted(verdict.wait_ns) } else { Outcome::refused(verdict.retry_ns) };
+        let report = request.report.then(|| combine_reports(reports.unwrap_or_default().into_iter(), key.policy));
+        Decision {
+            route: Route::Group(key.index),
+            group: Some(key.id),
+            outcome,
+            refused_by: (!verdict.allowed).then_some(Refusal::Rate),
+            report,
+            now: verdict.now,
+            receipt: Receipt { limits: 0, at: verdict.now, waited, permits: false },
+        }
+    }
+}

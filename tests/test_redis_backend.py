@@ -1,0 +1,148 @@
+"""The Redis backend as users meet it: keys and their TTLs in a real redis-server, limits shared by
+several processes, outages under each ``on_error`` policy and recovery, and bad settings."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import ratekeeper as rk
+import redis
+from _redis import RedisServer
+
+S = 1_000_000_000
+
+
+@pytest.fixture
+def client(redis_server: RedisServer) -> Iterator[redis.Redis]:
+    with redis.Redis(port=redis_server.port, decode_responses=True) as connection:
+        yield connection
+
+
+@pytest.fixture
+def outage_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A redis-server of this test's own, to stop and start again."""
+    server = RedisServer(tmp_path)
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_keys_share_a_hash_tag_and_expire_when_idle(
+    redis_server: RedisServer, redis_prefix: str, client: redis.Redis
+) -> None:
+    rules = [rk.Rule(r"^/api", "api", limits=[rk.Limit("2/s"), rk.Limit("100/h", algorithm="fixed_window")])]
+    lim = rk.Limiter(rules=rules, backend=rk.Redis(redis_server.url, prefix=redis_prefix))
+    assert lim.allow("alice", "/api/x")
+    keys = sorted(client.keys(f"{redis_prefix}*"))
+    assert keys == [f"{redis_prefix}{{api:alice}}:0", f"{redis_prefix}{{api:alice}}:1"]
+    # GCRA's state stops constraining within its tolerance (1 s), the hour window at its end.
+    assert 0 < client.pttl(keys[0]) <= 1000
+    assert 3_500_000 < client.pttl(keys[1]) <= 3_600_000
+    # A long peer is hashed into a key of bounded length, in one slot with its other limits.
+    assert lim.allow("x" * 1000, "/api/x")
+    hashed = [k for k in client.keys(f"{redis_prefix}*") if "#" in k]
+    assert len(hashed) == 2
+    assert all(len(k) < len(redis_prefix) + 50 for k in hashed)
+
+
+def test_processes_sharing_one_redis_admit_exactly_the_limit(redis_server: RedisServer, redis_prefix: str) -> None:
+    # Four processes, 40 attempts each, on one key of 60/hour: exactly 60 admitted in all.
+    worker = textwrap.dedent(
+        f"""
+        import ratekeeper as rk
+        lim = rk.Limiter("60/h", backend=rk.Redis({redis_server.url!r}, prefix={redis_prefix!r}, on_error="raise"))
+        print(sum(lim.allow("shared") for _ in range(40)))
+        """
+    )
+    processes = [subprocess.Popen([sys.executable, "-c", worker], stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    admitted = [int(p.communicate(timeout=60)[0]) for p in processes]
+    assert all(p.returncode == 0 for p in processes)
+    assert sum(admitted) == 60
+
+
+def test_a_limit_is_shared_by_two_limiters(redis_server: RedisServer, redis_prefix: str) -> None:
+    first, second = (rk.Limiter("3/min", backend=rk.Redis(redis_server.url, prefix=redis_prefix)) for _ in range(2))
+    assert [first.allow("bob"), second.allow("bob"), first.allow("bob"), second.allow("bob")] == [True] * 3 + [False]
+    refused = second.check("bob")
+    assert not refused
+    assert 0 < refused.retry_after <= 20
+
+
+@pytest.mark.parametrize(
+    ("on_error", "expected"),
+    [("allow", [True, True, True]), ("deny", [False, False, False]), ("local", [True, False, False])],
+)
+def test_an_outage_is_decided_by_on_error_then_redis_decides_again(
+    outage_server: RedisServer, on_error: str, expected: list[bool], caplog: pytest.LogCaptureFixture
+) -> None:
+    lim = rk.Limiter("1/min", backend=rk.Redis(outage_server.url, on_error=on_error, timeout=0.05))  # type: ignore[arg-type]
+    assert lim.allow("carol")
+    outage_server.stop()
+    with caplog.at_level(logging.WARNING, logger="ratekeeper"):
+        assert [lim.allow("dave") for _ in range(3)] == expected
+    assert lim.backend_errors == (3, True)
+    # Logged once, when the outage began.
+    assert [r.getMessage() for r in caplog.records].count(caplog.records[0].getMessage()) == 1
+    assert "unavailable" in caplog.records[0].getMessage()
+    assert f"on_error={on_error!r}" in caplog.records[0].getMessage()
+    outage_server.start()
+    # The restarted server is empty: dave starts afresh in Redis, whatever the outage decided.
+    decisions = [lim.allow("dave") for _ in range(20)]
+    assert decisions[-2:] == [False, False]
+    assert decisions.count(True) >= 1
+    assert lim.backend_errors[1] is False
+    assert any("answers again" in r.getMessage() for r in caplog.records)
+
+
+def test_raise_reports_the_outage_to_the_caller(outage_server: RedisServer) -> None:
+    lim = rk.Limiter("1/min", backend=rk.Redis(outage_server.url, on_error="raise", timeout=0.05))
+    outage_server.stop()
+    with pytest.raises(rk.BackendUnavailable, match=f"127.0.0.1:{outage_server.port}") as error:
+        lim.allow("erin")
+    assert isinstance(error.value, ConnectionError)
+
+
+def test_an_unreachable_server_never_hangs_a_decision() -> None:
+    # Nothing listens on port 1: construction succeeds (the connection is lazy), decisions fall back.
+    lim = rk.Limiter("1/min", backend=rk.Redis("redis://127.0.0.1:1/0", timeout=0.02, on_error="deny"))
+    decision = lim.check("frank")
+    assert not decision
+    assert decision.retry_after == 1.0
+
+
+def test_bad_settings_are_named() -> None:
+    cases: list[tuple[dict[str, object], type[Exception], tuple[object, ...], str]] = [
+        ({"url": "http://localhost"}, rk.InvalidValue, ("url",), "not a Redis URL"),
+        ({"url": 6379}, rk.InvalidType, ("url",), "must be a str"),
+        ({"url": "redis://localhost", "timeout": 0}, rk.InvalidValue, ("timeout",), "positive"),
+        ({"url": "redis://localhost", "on_error": "ignore"}, rk.InvalidValue, ("on_error",), "'ignore'"),
+        ({"url": "redis://localhost", "mode": "cluster"}, rk.InvalidValue, ("mode",), "'cluster'"),
+    ]
+    for kwargs, error, loc, text in cases:
+        url = kwargs.pop("url")
+        with pytest.raises(error, match=text) as raised:
+            rk.Redis(url, **kwargs)  # type: ignore[arg-type]
+        assert raised.value.loc == loc  # type: ignore[attr-defined]
+    with pytest.raises(rk.InvalidType, match=r"must be a ratekeeper\.Redis or None, got str") as wrong:
+        rk.Limiter("1/s", backend="redis://localhost")  # type: ignore[arg-type]
+    assert wrong.value.loc == ("backend",)
+
+
+def test_algorithms_redis_cannot_run_yet_are_refused_at_construction() -> None:
+    rules = [rk.Rule(r"^/", "feed", "10/min", algorithm="sliding_log")]
+    with pytest.raises(rk.InvalidValue, match="not supported by the Redis backend") as error:
+        rk.Limiter(rules=rules, backend=rk.Redis("redis://127.0.0.1:1/0"))
+    assert error.value.loc[:2] == ("rules", "feed")
+
+
+def test_passwords_stay_out_of_repr() -> None:
+    backend = rk.Redis("redis://user:secret@10.0.0.5:6379/0")
+    assert "secret" not in repr(backend)
+    assert backend.url == "redis://user:secret@10.0.0.5:6379/0"
+    assert (backend.mode, backend.timeout, backend.prefix, backend.on_error) == ("exact", 0.05, "ratekeeper:", "local")

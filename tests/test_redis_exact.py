@@ -1,0 +1,143 @@
+"""The Redis backend's exact mode: the same decisions as the in-memory core, on a real redis-server.
+
+Every test here decides the same requests twice, in memory and in Redis, on two ManualClocks moved
+together, and compares every number a caller sees. Each test (and each hypothesis example) keeps its
+keys apart by a prefix of its own.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+import pytest
+import ratekeeper as rk
+from _redis import RedisServer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+ALGORITHMS: list[rk.Algorithm] = ["gcra", "token_bucket", "fixed_window", "sliding_window", "leaky_bucket"]
+S = 1_000_000_000
+examples = itertools.count()
+# `pair` builds fresh limiters, under a fresh key prefix, at every call: safe across examples.
+fresh_per_example = settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def seen(decision: rk.Decision) -> tuple[object, ...]:
+    """What a caller sees of a decision."""
+    return (
+        decision.allowed,
+        decision.group,
+        decision.limit,
+        decision.remaining,
+        decision.retry_after,
+        decision.reset_after,
+        decision.next_after,
+        decision.refused_by,
+    )
+
+
+Build = Callable[..., rk.Limiter]
+
+
+@pytest.fixture
+def pair(
+    redis_server: RedisServer, redis_prefix: str
+) -> Callable[..., tuple[rk.Limiter, rk.Limiter, rk.ManualClock, rk.ManualClock]]:
+    """``pair(**limiter_options)``: a memory limiter and a Redis one, each on a ManualClock at ``start``."""
+
+    def build(start: int = 10 * S, **options: object) -> tuple[rk.Limiter, rk.Limiter, rk.ManualClock, rk.ManualClock]:
+        memory_clock, redis_clock = rk.ManualClock(start / S), rk.ManualClock(start / S)
+        memory = rk.Limiter(clock=memory_clock, **options)  # type: ignore[arg-type]
+        backend = rk.Redis(redis_server.url, prefix=f"{redis_prefix}{next(examples)}:", on_error="raise")
+        redis = rk.Limiter(clock=redis_clock, backend=backend, **options)  # type: ignore[arg-type]
+        return memory, redis, memory_clock, redis_clock
+
+    return build
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_a_burst_then_refusals_match_memory(
+    pair: Callable[..., tuple[rk.Limiter, ...]], algorithm: rk.Algorithm
+) -> None:
+    memory, redis, memory_clock, redis_clock = pair(rate="5/10s", algorithm=algorithm)
+    for step in range(40):
+        assert seen(redis.check("alice")) == seen(memory.check("alice")), f"request {step}"
+        memory_clock.advance(0.7)
+        redis_clock.advance(0.7)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@fresh_per_example
+@given(
+    steps=st.lists(
+        st.tuples(st.integers(0, 3 * S), st.integers(1, 4), st.sampled_from(["alice", "bob"])), min_size=1, max_size=40
+    ),
+    start=st.integers(0, 10**6 * S),
+    rate=st.sampled_from(["3/s", "5/10s", "7/3s", "10/min", "4/250ms"]),
+    burst=st.sampled_from([None, 1, 6]),
+)
+def test_every_decision_matches_memory(
+    pair: Callable[..., tuple[rk.Limiter, ...]],
+    algorithm: rk.Algorithm,
+    steps: list[tuple[int, int, str]],
+    start: int,
+    rate: str,
+    burst: int | None,
+) -> None:
+    memory, redis, memory_clock, redis_clock = pair(start=start, rate=rate, burst=burst, algorithm=algorithm)
+    for advance, cost, peer in steps:
+        memory_clock.advance(advance / S)
+        redis_clock.advance(advance / S)
+        assert seen(redis.check(peer, cost=cost)) == seen(memory.check(peer, cost=cost))
+
+
+@pytest.mark.parametrize("policy", ["all", "fallback"])
+@fresh_per_example
+@given(steps=st.lists(st.tuples(st.integers(0, 2 * S), st.integers(1, 3)), min_size=1, max_size=40))
+def test_policies_over_several_limits_match_memory(
+    pair: Callable[..., tuple[rk.Limiter, ...]], policy: rk.PolicyName, steps: list[tuple[int, int]]
+) -> None:
+    rules = [
+        rk.Rule(
+            r"^/api",
+            "api",
+            limits=[
+                rk.Limit("3/s"),
+                rk.Limit("10/min", algorithm="sliding_window"),
+                rk.Limit("4/2s", algorithm="token_bucket"),
+            ],
+            policy=policy,
+        )
+    ]
+    memory, redis, memory_clock, redis_clock = pair(rules=rules)
+    for advance, cost in steps:
+        memory_clock.advance(advance / S)
+        redis_clock.advance(advance / S)
+        assert seen(redis.check("alice", "/api/x", cost=cost)) == seen(memory.check("alice", "/api/x", cost=cost))
+
+
+def test_waiters_reserve_the_same_slots_as_in_memory(pair: Callable[..., tuple[rk.Limiter, ...]]) -> None:
+    memory, redis, _, _ = pair(rate="2/s")
+    for _ in range(6):
+        assert redis._reserve("alice", None, None, 1, 5.0).wait == memory._reserve("alice", None, None, 1, 5.0).wait
+    # Beyond the longest wait: refused alike, and nothing reserved.
+    assert seen(redis._reserve("alice", None, None, 1, 0.1).decision) == seen(
+        memory._reserve("alice", None, None, 1, 0.1).decision
+    )
+
+
+def test_exempt_and_unrouted_requests_never_reach_redis(pair: Callable[..., tuple[rk.Limiter, ...]]) -> None:
+    rules = [rk.Rule(r"^/api", "api", "1/min")]
+    _, redis, _, _ = pair(rules=rules, exempt_peers=["admin"])
+    assert redis.check("admin", "/api").allowed
+    assert redis.check("admin", "/api").group is None
+    assert redis.check("alice", "/static").group is None
+    assert redis.stats()["exempt"] >= 2  # type: ignore[operator]
+
+
+def test_counts_land_in_stats(pair: Callable[..., tuple[rk.Limiter, ...]]) -> None:
+    _, redis, _, _ = pair(rate="2/min")
+    assert [redis.allow("alice") for _ in range(3)] == [True, True, False]
+    group = redis.stats()["groups"]["default"]  # type: ignore[index]
+    assert (group["requests"], group["allowed"], group["refused"]) == (3, 2, 1)
