@@ -3,6 +3,7 @@ several processes, outages under each ``on_error`` policy and recovery, and bad 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import subprocess
 import sys
@@ -146,3 +147,91 @@ def test_passwords_stay_out_of_repr() -> None:
     assert "secret" not in repr(backend)
     assert backend.url == "redis://user:secret@10.0.0.5:6379/0"
     assert (backend.mode, backend.timeout, backend.prefix, backend.on_error) == ("exact", 0.05, "ratekeeper:", "local")
+
+
+@pytest.mark.asyncio
+async def test_asyncio_callers_share_the_limit_without_blocking_the_loop(
+    redis_server: RedisServer, redis_prefix: str
+) -> None:
+    lim = rk.Limiter("60/h", backend=rk.Redis(redis_server.url, prefix=redis_prefix, on_error="raise"))
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    running = asyncio.create_task(ticker())
+    admitted = await asyncio.gather(*(lim.aallow("shared") for _ in range(100)))
+    running.cancel()
+    assert sum(admitted) == 60
+    # The loop ran other tasks while the decisions were in flight.
+    assert ticks > 0
+    refused = await lim.acheck("shared")
+    assert not refused
+    assert refused.remaining == 0
+    assert 0 < refused.retry_after <= 60
+
+
+@pytest.mark.asyncio
+async def test_async_and_blocking_calls_agree(redis_server: RedisServer, redis_prefix: str) -> None:
+    clock = rk.ManualClock()
+    lim = rk.Limiter("2/s", clock=clock, backend=rk.Redis(redis_server.url, prefix=redis_prefix, on_error="raise"))
+    assert (await lim.acheck("gina")).remaining == 1
+    assert lim.check("gina").remaining == 0
+    assert not await lim.aallow("gina")
+    # athrottle reserves the next slot in Redis and waits for it on the ManualClock.
+    decision = await lim.athrottle("gina", timeout=1.0)
+    assert decision.allowed
+    assert clock.now() == pytest.approx(0.5)
+    with pytest.raises(rk.RateLimited):
+        await lim.athrottle("gina", timeout=0.1)
+
+
+@pytest.mark.asyncio
+async def test_an_async_outage_follows_on_error(outage_server: RedisServer) -> None:
+    lim = rk.Limiter("5/min", backend=rk.Redis(outage_server.url, on_error="raise", timeout=0.05))
+    assert await lim.aallow("hank")
+    outage_server.stop()
+    with pytest.raises(rk.BackendUnavailable):
+        await lim.acheck("hank")
+    local = rk.Limiter("1/min", backend=rk.Redis(outage_server.url, on_error="local", timeout=0.05))
+    assert [await local.aallow("ivan") for _ in range(2)] == [True, False]
+
+
+@pytest.mark.asyncio
+async def test_a_cancelled_call_leaves_the_loop_healthy(redis_server: RedisServer, redis_prefix: str) -> None:
+    lim = rk.Limiter("10/min", backend=rk.Redis(redis_server.url, prefix=redis_prefix))
+    pending = asyncio.ensure_future(lim.acheck("judy"))
+    await asyncio.sleep(0)
+    pending.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await pending
+    # The reply that comes back for the cancelled call is dropped; later calls are answered.
+    assert (await lim.acheck("judy")).allowed
+
+
+def test_two_servers_behind_a_balancer_share_one_limit(redis_server: RedisServer, redis_prefix: str) -> None:
+    from _web import Server
+    from fastapi import FastAPI
+    from ratekeeper.asgi import RateLimitMiddleware
+    from ratekeeper.keys import header
+
+    def app() -> FastAPI:
+        lim = rk.Limiter("3/min", backend=rk.Redis(redis_server.url, prefix=redis_prefix, on_error="raise"))
+        served = FastAPI()
+        served.add_middleware(RateLimitMiddleware, limiter=lim, key=header("X-API-Key"))
+
+        @served.get("/")
+        def root() -> str:
+            return "ok"
+
+        return served
+
+    with Server(app()) as first, Server(app()) as second:
+        statuses = [client.get("/", headers={"X-API-Key": "k"}).status_code for client in (first, second) * 3]
+        refused = second.get("/", headers={"X-API-Key": "k"})
+    assert statuses == [200, 200, 200, 429, 429, 429]
+    assert refused.json()["detail"] == "Rate limit exceeded"
+    assert 0 < int(refused.headers["Retry-After"]) <= 20

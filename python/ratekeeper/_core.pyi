@@ -1,5 +1,6 @@
 """The Rust core of ratekeeper (``ratekeeper._core``). Import the public names from ``ratekeeper``."""
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Literal, final
 
@@ -20,6 +21,7 @@ __all__ = [
     "Redis",
     "Resolution",
     "Rule",
+    "_Completions",
     "_FetchJob",
     "_FetchQueue",
     "_FetchResult",
@@ -335,6 +337,14 @@ class _FetchResult:
     def warning(self) -> str | None: ...
 
 @final
+class _Completions:
+    """One event loop's channel for replies from the Redis client's thread (``loop.add_reader``)."""
+
+    def __new__(cls) -> _Completions: ...
+    def fileno(self) -> int: ...
+    def drain(self) -> None: ...
+
+@final
 class _Reservation:
     @property
     def decision(self) -> Decision: ...
@@ -481,6 +491,16 @@ class Limiter:
         max_wait: float | None,
         wait_quota: bool = True,
     ) -> _Reservation: ...
+    def _reserve_remote(
+        self,
+        peer: str,
+        path: str | None,
+        group: str | None,
+        cost: int,
+        max_wait: float | None,
+        future: asyncio.Future[_Reservation],
+        completions: _Completions,
+    ) -> None: ...
     def _refund(self, peer: str, path: str | None, group: str | None, cost: int, reservation: _Reservation) -> None: ...
     def _acquire(self, peer: str, path: str | None, group: str | None, cost: int, rates: bool) -> Decision: ...
     def _release(self, peer: str, path: str | None, group: str | None, cost: int) -> None: ...

@@ -124,9 +124,12 @@ class RateLimitMiddleware:
                 return
             peer = self.options.anonymous_key
         cost = self._cost(scope) if self.options.cost is not None else 1
-        if self.options.mode == "refuse":
+        if self.options.mode == "refuse" and self.limiter.backend is None:
             decision = self.limiter._acquire(peer, path, None, cost, True)
             held = decision.permits_held
+        elif self.options.mode == "refuse":
+            # Redis answers on the client's thread; the loop serves other requests meanwhile.
+            decision, held = await self.limiter.acheck(peer, path, cost=cost), False
         else:
             decision, held = await self._delay(peer, path, cost)
         if not decision.allowed and not self.options.shadow:

@@ -102,7 +102,7 @@ class RouteLimits:
                     peer or self.anonymous_key, cost=units, timeout=self.max_delay, group=name
                 )
             else:
-                decision = self.limiter.check(peer or self.anonymous_key, cost=units, group=name)
+                decision = await self.limiter.acheck(peer or self.anonymous_key, cost=units, group=name)
                 if not decision.allowed:
                     raise RateLimited(decision)
             for field, value in response_headers(decision, self.headers):

@@ -12,10 +12,11 @@ import asyncio
 import inspect
 import os
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ratekeeper._core import Decision, Limit, ManualClock, Rate, Rule
+from ratekeeper._core import Decision, Limit, ManualClock, Rate, Rule, _Completions, _Reservation
 from ratekeeper._core import Limiter as _CoreLimiter
 from ratekeeper._errors import InvalidValue, RateLimited
 from ratekeeper._manual_wait import ManualWaits
@@ -29,6 +30,19 @@ __all__ = ["NAMED_ONLY", "Limiter", "Permit"]
 
 #: The pattern of a group reached only by name (``add_group``): it matches no path.
 NAMED_ONLY = "a^"
+
+# One channel per event loop through which the Redis client's thread completes futures: the loop
+# watches its pipe and settles every queued reply in one callback (see src/python/aio.rs).
+_channels: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Completions] = weakref.WeakKeyDictionary()
+
+
+def _channel(loop: asyncio.AbstractEventLoop) -> _Completions:
+    channel = _channels.get(loop)
+    if channel is None:
+        channel = _Completions()
+        loop.add_reader(channel.fileno(), channel.drain)
+        _channels[loop] = channel
+    return channel
 
 
 class Permit:
@@ -167,6 +181,28 @@ class Limiter(_CoreLimiter):
 
         return plan_from_file(path).build(cls, clock=clock)
 
+    async def acheck(self, peer: str, path: str | None = None, *, cost: int = 1, group: str | None = None) -> Decision:
+        """The asyncio twin of :meth:`check`. With a Redis backend it awaits the round trip without
+        blocking the event loop (or a thread per call); in memory it is ``check`` itself."""
+        if self.backend is None:
+            return self.check(peer, path, cost=cost, group=group)
+        return (await self._areserve(peer, path, group, cost, 0.0)).decision
+
+    async def aallow(self, peer: str, path: str | None = None, *, cost: int = 1, group: str | None = None) -> bool:
+        """The asyncio twin of :meth:`allow` (see :meth:`acheck`)."""
+        if self.backend is None:
+            return self.allow(peer, path, cost=cost, group=group)
+        return (await self._areserve(peer, path, group, cost, 0.0)).decision.allowed
+
+    async def _areserve(
+        self, peer: str, path: str | None, group: str | None, cost: int, max_wait: float | None
+    ) -> _Reservation:
+        """``_reserve`` in the backend, awaited: the reply completes a future on this loop."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[_Reservation] = loop.create_future()
+        self._reserve_remote(peer, path, group, cost, max_wait, future, _channel(loop))
+        return await future
+
     def throttle(
         self,
         peer: str,
@@ -215,7 +251,10 @@ class Limiter(_CoreLimiter):
         workers: QuotaWorkers | None = self.__dict__.get("_quota_workers_")
         if workers is not None and self.quota_wait > 0:
             await workers.waiters.wait(lambda: self._quota_pending(peer, path, group), self.quota_wait)
-        reservation = self._reserve(peer, path, group, cost, timeout, False)
+        if self.backend is None:
+            reservation = self._reserve(peer, path, group, cost, timeout, False)
+        else:
+            reservation = await self._areserve(peer, path, group, cost, timeout)
         decision = reservation.decision
         if not decision.allowed:
             raise RateLimited(decision)

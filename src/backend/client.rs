@@ -3,6 +3,7 @@
 //! for a reply without a runtime of their own.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -22,10 +23,10 @@ impl fmt::Display for Failure {
 pub struct Client {
     runtime: tokio::runtime::Runtime,
     connection: ConnectionManager,
-    script: redis::Script,
+    script: Arc<redis::Script>,
     timeout: Duration,
     /// The address, without a password, for messages.
-    address: String,
+    address: Arc<str>,
 }
 
 impl fmt::Debug for Client {
@@ -59,7 +60,8 @@ impl Client {
             ConnectionManager::new_lazy_with_config(client, config)
                 .map_err(|e| Error::value("url", format!("cannot use {:?}: {e}", redact(url))))?
         };
-        Ok(Self { runtime, connection, script: redis::Script::new(script), timeout, address: redact(url) })
+        let (script, address) = (Arc::new(redis::Script::new(script)), redact(url).into());
+        Ok(Self { runtime, connection, script, timeout, address })
     }
 
     /// Runs the script on `keys` and `args` (`EVALSHA`, loading it again after a `NOSCRIPT`), waiting
@@ -68,21 +70,41 @@ impl Client {
     /// # Errors
     /// The server is unreachable, too slow, or answered with an error.
     pub fn run(&self, keys: &[String], args: &[String]) -> std::result::Result<Vec<String>, Failure> {
-        let mut invocation = self.script.prepare_invoke();
-        for key in keys {
-            invocation.key(key);
-        }
-        for arg in args {
-            invocation.arg(arg);
-        }
-        let mut connection = self.connection.clone();
-        let call = async move {
-            tokio::time::timeout(self.timeout, invocation.invoke_async::<Vec<String>>(&mut connection)).await
-        };
-        match self.runtime.block_on(call) {
-            Ok(Ok(reply)) => Ok(reply),
-            Ok(Err(e)) => Err(Failure(format!("Redis at {}: {e}", self.address))),
-            Err(_) => Err(Failure(format!("Redis at {} did not answer within {:?}", self.address, self.timeout))),
+        self.runtime.block_on(self.call(keys.to_vec(), args.to_vec()))
+    }
+
+    /// Runs the script as `run` does, on the client's runtime, and hands the reply to `done` there.
+    pub fn spawn(
+        &self,
+        keys: Vec<String>,
+        args: Vec<String>,
+        done: impl FnOnce(std::result::Result<Vec<String>, Failure>) + Send + 'static,
+    ) {
+        let call = self.call(keys, args);
+        self.runtime.spawn(async move { done(call.await) });
+    }
+
+    /// One script call, bounded by the timeout; owns what it needs, so it can run on any thread.
+    fn call(
+        &self,
+        keys: Vec<String>,
+        args: Vec<String>,
+    ) -> impl std::future::Future<Output = std::result::Result<Vec<String>, Failure>> + Send + 'static {
+        let (script, mut connection) = (Arc::clone(&self.script), self.connection.clone());
+        let (timeout, address) = (self.timeout, Arc::clone(&self.address));
+        async move {
+            let mut invocation = script.prepare_invoke();
+            for key in &keys {
+                invocation.key(key);
+            }
+            for arg in &args {
+                invocation.arg(arg);
+            }
+            match tokio::time::timeout(timeout, invocation.invoke_async::<Vec<String>>(&mut connection)).await {
+                Ok(Ok(reply)) => Ok(reply),
+                Ok(Err(e)) => Err(Failure(format!("Redis at {address}: {e}"))),
+                Err(_) => Err(Failure(format!("Redis at {address} did not answer within {timeout:?}"))),
+            }
         }
     }
 

@@ -158,7 +158,8 @@ impl Backend {
             .collect()
     }
 
-    /// Decides `peer`'s request in Redis; while Redis cannot answer, as `on_error` says.
+    /// Decides `peer`'s request in Redis, waiting for the reply (call it without the GIL); while Redis
+    /// cannot answer, as `on_error` says.
     ///
     /// # Errors
     /// A `Target::Group` that names no group; Redis cannot answer and `on_error="raise"`.
@@ -170,41 +171,74 @@ impl Backend {
         request: Request,
         now: Option<u64>,
     ) -> Result<Outcome> {
+        match self.prepare(limiter, peer, target, request, now)? {
+            Prepared::Done(decision) => Ok(Outcome { decision, outage_began: None, recovered: false }),
+            Prepared::Call(call) => {
+                let reply = self.client.run(&call.keys, &call.args);
+                self.finish(limiter, &call, reply)
+            }
+        }
+    }
+
+    /// The first step of a decision, in this process: route the request; what to ask Redis, if anything.
+    ///
+    /// # Errors
+    /// A `Target::Group` that names no group.
+    pub fn prepare(
+        &self,
+        limiter: &Limiter,
+        peer: &str,
+        target: Target<'_>,
+        request: Request,
+        now: Option<u64>,
+    ) -> Result<Prepared> {
         let key = match limiter.route_remote(peer, target)? {
-            Routed::Free(decision) => return Ok(Outcome { decision, outage_began: None, recovered: false }),
+            Routed::Free(decision) => return Ok(Prepared::Done(decision)),
             Routed::Limited(key) => key,
         };
         let keys = self.keys(peer, &key);
         let args = script::arguments(&key, request, now);
-        let reply = self
-            .client
-            .run(&keys, &args)
-            .and_then(|reply| script::parse_reply(&key, &reply).map_err(|e| Failure(e.to_string())));
-        match reply {
+        Ok(Prepared::Call(Call { peer: peer.to_owned(), target: OwnedTarget::from(target), request, key, keys, args }))
+    }
+
+    /// Sends `call` and hands its reply to `done` on the client's runtime, without waiting.
+    pub fn send(
+        &self,
+        call: Call,
+        done: impl FnOnce(Call, std::result::Result<Vec<String>, Failure>) + Send + 'static,
+    ) {
+        let (keys, args) = (call.keys.clone(), call.args.clone());
+        self.client.spawn(keys, args, move |reply| done(call, reply));
+    }
+
+    /// The last step: the decision Redis's `reply` makes, counted here; on a failure, `on_error`'s.
+    ///
+    /// # Errors
+    /// Redis could not answer and `on_error="raise"`.
+    pub fn finish(
+        &self,
+        limiter: &Limiter,
+        call: &Call,
+        reply: std::result::Result<Vec<String>, Failure>,
+    ) -> Result<Outcome> {
+        let parsed = reply.and_then(|reply| script::parse_reply(&call.key, &reply).map_err(|e| Failure(e.to_string())));
+        match parsed {
             Ok((verdict, reports)) => {
                 let recovered = self.down.swap(false, Ordering::Relaxed);
-                let decision = limiter.record_remote(peer, &key, verdict, reports, request);
+                let decision = limiter.record_remote(&call.peer, &call.key, verdict, reports, call.request);
                 Ok(Outcome { decision, outage_began: None, recovered })
             }
             Err(failure) => {
                 self.errors.fetch_add(1, Ordering::Relaxed);
                 let began = !self.down.swap(true, Ordering::Relaxed);
                 let outage_began = began.then(|| failure.to_string());
-                let decision = self.fallback(limiter, peer, target, &key, request, failure)?;
+                let decision = self.fallback(limiter, call, failure)?;
                 Ok(Outcome { decision, outage_began, recovered: false })
             }
         }
     }
 
-    fn fallback(
-        &self,
-        limiter: &Limiter,
-        peer: &str,
-        target: Target<'_>,
-        key: &RemoteKey,
-        request: Request,
-        failure: Failure,
-    ) -> Result<Decision> {
+    fn fallback(&self, limiter: &Limiter, call: &Call, failure: Failure) -> Result<Decision> {
         let local_now = limiter.now_ns();
         let verdict = |allowed: bool| Verdict {
             allowed,
@@ -212,16 +246,59 @@ impl Backend {
             retry_ns: if allowed { 0 } else { DENY_RETRY_NS },
             now: local_now,
         };
+        let unreported = Request { report: false, ..call.request };
         Ok(match self.settings.on_error {
-            OnError::Local => limiter.decide(peer, target, request)?,
-            OnError::Allow => {
-                limiter.record_remote(peer, key, verdict(true), None, Request { report: false, ..request })
-            }
-            OnError::Deny => {
-                limiter.record_remote(peer, key, verdict(false), None, Request { report: false, ..request })
-            }
+            OnError::Local => limiter.decide(&call.peer, call.target.borrow(), call.request)?,
+            OnError::Allow => limiter.record_remote(&call.peer, &call.key, verdict(true), None, unreported),
+            OnError::Deny => limiter.record_remote(&call.peer, &call.key, verdict(false), None, unreported),
             OnError::Raise => return Err(Error::backend(failure.0)),
         })
+    }
+}
+
+/// What the first step of a decision came to.
+#[derive(Debug)]
+pub enum Prepared {
+    /// Nothing limits the request (exempt, unrouted, off): decided here.
+    Done(Decision),
+    /// Redis decides.
+    Call(Call),
+}
+
+/// One decision to ask Redis for, with what its last step needs.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub peer: String,
+    pub target: OwnedTarget,
+    pub request: Request,
+    pub key: RemoteKey,
+    pub keys: Vec<String>,
+    pub args: Vec<String>,
+}
+
+/// A `Target` that outlives the caller's strings (the reply comes back on another thread).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OwnedTarget {
+    Path(Option<String>),
+    Group(String),
+}
+
+impl From<Target<'_>> for OwnedTarget {
+    fn from(target: Target<'_>) -> Self {
+        match target {
+            Target::Path(path) => Self::Path(path.map(str::to_owned)),
+            Target::Group(group) => Self::Group(group.to_owned()),
+        }
+    }
+}
+
+impl OwnedTarget {
+    #[must_use]
+    pub fn borrow(&self) -> Target<'_> {
+        match self {
+            Self::Path(path) => Target::Path(path.as_deref()),
+            Self::Group(group) => Target::Group(group),
+        }
     }
 }
 

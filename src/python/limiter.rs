@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
+use super::aio::{Completion, PyCompletions};
 use super::args::{nanos, optional_text, positive_int, secs, strings, target, text, type_name, Cost};
 use super::backend::PyRedis;
 use super::fetch::{finish, time_left, PyFetchJob, PyFetchQueue, PyFetchResult};
@@ -13,7 +14,7 @@ use super::values::{
     limit_arg, PyDecision, PyGroupPolicy, PyManualClock, PyQuotaInfo, PyQuotas, PyRate, PyResolution, PyRule,
     DEFAULT_QUOTA_TIMEOUT, DEFAULT_QUOTA_TTL, DEFAULT_QUOTA_WORKERS,
 };
-use crate::backend::Backend;
+use crate::backend::{Backend, Outcome, Prepared};
 use crate::clock::Clock;
 use crate::config::{Config, RuleSpec, RulesConfig};
 use crate::error::Error;
@@ -22,6 +23,20 @@ use crate::quota::QuotaSettings;
 use crate::rules::{Route, MAX_GROUP_NAMES};
 
 const NAMES_PER_CHUNK: usize = 64;
+
+/// An outage of the backend, logged when it begins and when it ends (not at every decision).
+fn log_outage(py: Python<'_>, backend: &Backend, outcome: &Outcome) {
+    if let Some(reason) = &outcome.outage_began {
+        let policy = backend.settings().on_error.name();
+        let message = format!(
+            "ratekeeper: the Redis backend is unavailable ({reason}); on_error='{policy}' decides until it answers again"
+        );
+        log(py, "warning", &message);
+    }
+    if outcome.recovered {
+        log(py, "warning", "ratekeeper: the Redis backend answers again; decisions are made in Redis");
+    }
+}
 
 /// A message on the `ratekeeper` logger (a failure to log is not the caller's problem).
 fn log(py: Python<'_>, level: &str, message: &str) {
@@ -162,13 +177,7 @@ impl PyLimiter {
         // A ManualClock limiter decides at its clock's time; otherwise Redis's clock decides.
         let now = self.clock.as_ref().map(|_| self.inner.now_ns());
         let outcome = py.detach(|| backend.decide(&self.inner, peer, target, request, now))?;
-        if let Some(reason) = &outcome.outage_began {
-            let policy = backend.settings().on_error.name();
-            log(py, "warning", &format!("ratekeeper: the Redis backend is unavailable ({reason}); on_error='{policy}' decides until it answers again"));
-        }
-        if outcome.recovered {
-            log(py, "warning", "ratekeeper: the Redis backend answers again; decisions are made in Redis");
-        }
+        log_outage(py, backend, &outcome);
         Ok(outcome.decision)
     }
 
@@ -181,9 +190,38 @@ impl PyLimiter {
         request: Request,
     ) -> PyResult<limiter::Decision> {
         match &self.backend {
-            Some(backend) => self.decide_remote(py, backend, peer, target, request),
-            None => Ok(self.inner.decide(peer, target, request)?),
+            // Permits alone (after a wait for the rate slot) stay here: a backend's groups have none.
+            Some(backend) if request.take != Take::Permits => self.decide_remote(py, backend, peer, target, request),
+            _ => Ok(self.inner.decide(peer, target, request)?),
         }
+    }
+
+    fn reservation(&self, py: Python<'_>, decision: &limiter::Decision) -> PyResult<PyReservation> {
+        Ok(PyReservation {
+            decision: Py::new(py, self.decision(py, decision))?,
+            wait: secs(decision.outcome.wait_ns),
+            deadline_ns: decision.now.saturating_add(decision.outcome.wait_ns),
+            receipt: decision.receipt,
+        })
+    }
+
+    /// Completes an asyncio `future` with a backend's decision (on the loop's thread), unless it was
+    /// cancelled meanwhile; logs an outage's start and end as the blocking path does.
+    ///
+    /// # Errors
+    /// The future's methods raised (a closed loop).
+    pub fn settle(&self, py: Python<'_>, future: &Bound<'_, PyAny>, outcome: Result<Outcome, Error>) -> PyResult<()> {
+        if let (Ok(outcome), Some(backend)) = (&outcome, &self.backend) {
+            log_outage(py, backend, outcome);
+        }
+        if future.call_method0("done")?.is_truthy()? {
+            return Ok(());
+        }
+        match outcome {
+            Ok(outcome) => future.call_method1("set_result", (self.reservation(py, &outcome.decision)?,))?,
+            Err(error) => future.call_method1("set_exception", (PyErr::from(error).into_value(py),))?,
+        };
+        Ok(())
     }
 
     #[inline]
@@ -394,12 +432,50 @@ impl PyLimiter {
         }
         let request = Request::new(cost.0).reporting().waiting(nanos("timeout", max_wait)?);
         let decision = self.decide_anywhere(py, peer, target, request)?;
-        Ok(PyReservation {
-            decision: Py::new(py, self.decision(py, &decision))?,
-            wait: secs(decision.outcome.wait_ns),
-            deadline_ns: decision.now.saturating_add(decision.outcome.wait_ns),
-            receipt: decision.receipt,
-        })
+        self.reservation(py, &decision)
+    }
+
+    /// `_reserve` for asyncio with a backend: completes `future` with the `_Reservation` once Redis
+    /// answers, through `completions` (the running loop's channel), never blocking the loop.
+    #[pyo3(signature = (peer, path, group, cost, max_wait, future, completions))]
+    #[allow(clippy::too_many_arguments)]
+    fn _reserve_remote(
+        slf: &Bound<'_, Self>,
+        peer: &Bound<'_, PyAny>,
+        path: Option<&Bound<'_, PyAny>>,
+        group: Option<&Bound<'_, PyAny>>,
+        cost: Cost,
+        max_wait: Option<f64>,
+        future: &Bound<'_, PyAny>,
+        completions: &Bound<'_, PyCompletions>,
+    ) -> PyResult<()> {
+        let this = slf.get();
+        let py = slf.py();
+        let Some(backend) = &this.backend else {
+            return Err(Error::value("backend", "this limiter has no backend").into());
+        };
+        let (peer, target) = (text("peer", peer)?, target(path, group)?);
+        let request = Request::new(cost.0).reporting().waiting(nanos("timeout", max_wait)?);
+        let now = this.clock.as_ref().map(|_| this.inner.now_ns());
+        let call = match backend.prepare(&this.inner, peer, target, request, now)? {
+            Prepared::Done(decision) => {
+                let outcome = Outcome { decision, outage_began: None, recovered: false };
+                return this.settle(py, future, Ok(outcome));
+            }
+            Prepared::Call(call) => call,
+        };
+        let (owner, future) = (slf.clone().unbind(), future.clone().unbind());
+        let sender = Arc::clone(&completions.get().sender);
+        backend.send(call, move |call, reply| {
+            // On the client's runtime thread, without the GIL: a frozen pyclass is read as is.
+            let limiter = owner.get();
+            let outcome = match &limiter.backend {
+                Some(backend) => backend.finish(&limiter.inner, &call, reply),
+                None => Err(Error::value("backend", "this limiter has no backend")),
+            };
+            sender.send(Completion { limiter: owner, future, outcome });
+        });
+        Ok(())
     }
 
     /// Gives back the slot of a reservation whose wait did not end (timeout, cancel, Ctrl-C).

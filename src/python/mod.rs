@@ -1,12 +1,14 @@
 //! The Python boundary: the only module that uses pyo3. Docstrings for Python users live in
 //! `python/ratekeeper/_core.pyi` (and, for `help()`, on the methods here).
 
+mod aio;
 mod args;
 mod backend;
 mod fetch;
 mod limiter;
 mod values;
 
+pub use aio::PyCompletions;
 pub use backend::PyRedis;
 pub use fetch::{PyFetchJob, PyFetchQueue, PyFetchResult};
 pub use limiter::PyLimiter;
@@ -19,8 +21,8 @@ pub use values::{
 mod _core {
     #[pymodule_export]
     use super::{
-        PyDecision, PyFetchJob, PyFetchQueue, PyFetchResult, PyGroupPolicy, PyLimit, PyLimiter, PyManualClock,
-        PyQuotaInfo, PyQuotas, PyRate, PyRedis, PyReservation, PyResolution, PyRule,
+        PyCompletions, PyDecision, PyFetchJob, PyFetchQueue, PyFetchResult, PyGroupPolicy, PyLimit, PyLimiter,
+        PyManualClock, PyQuotaInfo, PyQuotas, PyRate, PyRedis, PyReservation, PyResolution, PyRule,
     };
 
     #[pymodule_init]
