@@ -24,9 +24,10 @@ pub fn check_limit(limit: &Limit) -> Result<()> {
         ));
     };
     let span = limit.horizon_ns().saturating_mul(2);
-    // GCRA adds cost × interval remainders below burst × count; every algorithm spans at most 2 horizons.
+    // GCRA adds up to burst interval remainders (each below count) to a remainder below count; every
+    // algorithm's instants stay within 2 horizons of now.
     let products = match name {
-        "gcra" => u64::from(limit.burst).saturating_mul(params[0]),
+        "gcra" => u64::from(limit.burst).saturating_mul(params[2]).saturating_add(params[0]),
         _ => 0,
     };
     if span >= EXACT || products >= EXACT {
@@ -143,6 +144,10 @@ mod tests {
         let log = Limit::new("3/s".parse().unwrap(), None, Kind::SlidingLog).unwrap();
         assert!(check_limit(&log).unwrap_err().to_string().contains("not supported by the Redis backend"));
         let year = Limit::new("3/365d".parse().unwrap(), None, Kind::Gcra).unwrap();
+        // 10^9/s: an interval of exactly 1 ns, no remainder to add up.
+        check_limit(&Limit::new("1000000000/s".parse().unwrap(), None, Kind::Gcra).unwrap()).unwrap();
+        let odd = Limit::new("4000000007/s".parse().unwrap(), Some(4_000_000_000), Kind::Gcra).unwrap();
+        assert!(check_limit(&odd).is_err());
         assert!(check_limit(&year).unwrap_err().to_string().contains("2^53"));
         check_limit(&Limit::new("100/day".parse().unwrap(), None, Kind::SlidingWindow).unwrap()).unwrap();
     }
