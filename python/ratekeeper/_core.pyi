@@ -368,7 +368,11 @@ class Redis:
     Args:
         url: ``redis://[user:password@]host[:port][/db]``, ``rediss://`` (TLS), or
             ``unix:///path/to/redis.sock[?db=N]``.
-        mode: ``"exact"``.
+        mode: ``"exact"``, or ``"sync"`` (seed 001): decisions stay in this process's memory at
+            in-memory speed, and every ``sync_interval`` seconds one pipelined round trip pushes each
+            key's usage since the last push to a counter in Redis and charges what the other processes
+            used meanwhile to the local state. Over-admission is bounded (see the README); ``on_error``
+            does not apply (a failed sync keeps its usage for the next).
         timeout: the longest a decision waits for Redis, in seconds, before ``on_error`` decides.
         prefix: the start of every key ratekeeper writes (keys are ``<prefix>{<group>:<peer>}:<limit>``;
             long peers are hashed).
@@ -387,15 +391,19 @@ class Redis:
         cls,
         url: str,
         *,
-        mode: Literal["exact"] = "exact",
+        mode: Literal["exact", "sync"] = "exact",
         timeout: float = 0.05,
         prefix: str = "ratekeeper:",
         on_error: Literal["local", "allow", "deny", "raise"] = "local",
+        sync_interval: float = 1.0,
     ) -> Redis: ...
     @property
     def url(self) -> str: ...
     @property
-    def mode(self) -> Literal["exact"]: ...
+    def mode(self) -> Literal["exact", "sync"]: ...
+    @property
+    def sync_interval(self) -> float | None:
+        """Sync mode's interval in seconds; ``None`` in exact mode."""
     @property
     def timeout(self) -> float: ...
     @property
@@ -462,6 +470,14 @@ class Limiter:
     @property
     def backend(self) -> Redis | None:
         """The backend the states live in; ``None``: this process's memory."""
+    def sync_now(self) -> tuple[int, int]:
+        """Sync mode: pushes this process's usage and absorbs the others' now, without waiting for the
+        timer: ``(keys synced, units the others used that were charged here)``.
+
+        Raises:
+            InvalidValue: the limiter's backend is not in sync mode.
+            BackendUnavailable: Redis did not answer (the usage is kept for the next sync).
+        """
     @property
     def backend_errors(self) -> tuple[int, bool]:
         """Round trips to the backend that failed (each decided by its ``on_error``) and whether the last

@@ -108,6 +108,24 @@ impl Client {
         }
     }
 
+    /// Sends `pipe` in one round trip, bounded by the timeout (sync mode's push and pull).
+    ///
+    /// # Errors
+    /// The server is unreachable, too slow, or answered with an error.
+    pub async fn pipeline<T: redis::FromRedisValue>(&self, pipe: redis::Pipeline) -> std::result::Result<T, Failure> {
+        let mut connection = self.connection.clone();
+        match tokio::time::timeout(self.timeout, pipe.query_async::<T>(&mut connection)).await {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(e)) => Err(Failure(format!("Redis at {}: {e}", self.address))),
+            Err(_) => Err(Failure(format!("Redis at {} did not answer within {:?}", self.address, self.timeout))),
+        }
+    }
+
+    #[must_use]
+    pub const fn runtime(&self) -> &tokio::runtime::Runtime {
+        &self.runtime
+    }
+
     #[must_use]
     pub fn address(&self) -> &str {
         &self.address

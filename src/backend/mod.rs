@@ -6,8 +6,8 @@
 
 pub mod client;
 pub mod script;
+pub mod sync;
 
-use std::fmt::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -57,6 +57,19 @@ pub struct Settings {
     pub timeout: Duration,
     pub prefix: String,
     pub on_error: OnError,
+}
+
+/// `{<group>:<peer>}`: the hash tag every key of one (peer, group) shares, so that a decision touches one
+/// Cluster slot; a long peer (or one with braces, which would move the tag) is hashed.
+#[must_use]
+pub fn hash_tag(group: &str, peer: &str) -> String {
+    let tag = format!("{group}:{peer}");
+    if tag.len() > MAX_PLAIN_PEER || tag.contains(['{', '}']) {
+        let digest = sha1_smol::Sha1::from(tag.as_bytes()).digest().to_string();
+        format!("{{#{}}}", &digest[..32])
+    } else {
+        format!("{{{tag}}}")
+    }
 }
 
 /// A refusal's retry time while Redis is down and `on_error="deny"`: when to try again.
@@ -138,24 +151,8 @@ impl Backend {
     /// The Redis keys of `peer`'s states in `key`'s group, one per limit, sharing one hash tag.
     #[must_use]
     pub fn keys(&self, peer: &str, key: &RemoteKey) -> Vec<String> {
-        let tag = format!("{}:{peer}", key.group);
-        let mut name = String::with_capacity(self.settings.prefix.len() + tag.len() + 8);
-        name.push_str(&self.settings.prefix);
-        name.push('{');
-        if tag.len() > MAX_PLAIN_PEER || tag.contains(['{', '}']) {
-            name.push('#');
-            name.push_str(&sha1_smol::Sha1::from(tag.as_bytes()).digest().to_string()[..32]);
-        } else {
-            name.push_str(&tag);
-        }
-        name.push('}');
-        (0..key.limits.len())
-            .map(|i| {
-                let mut key = name.clone();
-                let _ = write!(key, ":{i}");
-                key
-            })
-            .collect()
+        let name = format!("{}{}", self.settings.prefix, hash_tag(&key.group, peer));
+        (0..key.limits.len()).map(|i| format!("{name}:{i}")).collect()
     }
 
     /// Decides `peer`'s request in Redis, waiting for the reply (call it without the GIL); while Redis

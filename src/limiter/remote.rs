@@ -43,6 +43,22 @@ pub struct Verdict {
 }
 
 impl Limiter {
+    /// Each group's horizon: how long a state written now may constrain its decisions (the longest
+    /// of its rate limits'), by group name.
+    #[must_use]
+    pub fn group_horizons(&self) -> std::collections::HashMap<String, u64> {
+        self.rules()
+            .groups
+            .iter()
+            .map(|g| {
+                (
+                    g.name.clone(),
+                    g.limits.iter().filter(|l| !l.is_concurrency()).map(Limit::horizon_ns).max().unwrap_or(0),
+                )
+            })
+            .collect()
+    }
+
     /// Routes `peer`'s request: decided here when nothing limits it, else what a backend needs.
     ///
     /// # Errors

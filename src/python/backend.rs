@@ -13,28 +13,41 @@ use crate::error::Error;
 pub struct PyRedis {
     pub settings: Settings,
     mode: &'static str,
+    /// Sync mode's interval between pushes of usage (`None` in exact mode).
+    pub sync_interval: Option<Duration>,
 }
 
 #[pymethods]
 impl PyRedis {
     #[new]
-    #[pyo3(signature = (url, *, mode="exact", timeout=0.05, prefix="ratekeeper:", on_error="local"))]
-    fn py_new(url: &Bound<'_, PyAny>, mode: &str, timeout: f64, prefix: &str, on_error: &str) -> PyResult<Self> {
+    #[pyo3(signature = (url, *, mode="exact", timeout=0.05, prefix="ratekeeper:", on_error="local", sync_interval=1.0))]
+    fn py_new(
+        url: &Bound<'_, PyAny>,
+        mode: &str,
+        timeout: f64,
+        prefix: &str,
+        on_error: &str,
+        sync_interval: f64,
+    ) -> PyResult<Self> {
         let url: String = url.extract().map_err(|_| {
             Error::type_error(
                 "url",
                 format!("must be a str such as 'redis://localhost:6379/0', got {}", super::args::type_name(url)),
             )
         })?;
-        if mode != "exact" {
-            return Err(Error::value("mode", format!("must be 'exact', got '{mode}'")).into());
-        }
+        let mode = match mode {
+            "exact" => "exact",
+            "sync" => "sync",
+            _ => return Err(Error::value("mode", format!("must be 'exact' or 'sync', got '{mode}'")).into()),
+        };
+        let sync_interval = Duration::from_nanos(positive_seconds("sync_interval", sync_interval)?);
         let timeout = Duration::from_nanos(positive_seconds("timeout", timeout)?);
         let on_error = OnError::parse(on_error)?;
         // Checked now, so that a typo fails here rather than at the first request.
         redis::Client::open(url.as_str())
             .map_err(|e| Error::value("url", format!("{url:?} is not a Redis URL: {e}")))?;
-        Ok(Self { settings: Settings { url, timeout, prefix: prefix.to_owned(), on_error }, mode: "exact" })
+        let settings = Settings { url, timeout, prefix: prefix.to_owned(), on_error };
+        Ok(Self { settings, mode, sync_interval: (mode == "sync").then_some(sync_interval) })
     }
 
     #[getter]
@@ -45,6 +58,11 @@ impl PyRedis {
     #[getter]
     fn mode(&self) -> &'static str {
         self.mode
+    }
+
+    #[getter]
+    fn sync_interval(&self) -> Option<f64> {
+        self.sync_interval.map(|d| d.as_secs_f64())
     }
 
     #[getter]
@@ -64,12 +82,13 @@ impl PyRedis {
 
     fn __repr__(&self) -> String {
         format!(
-            "Redis({:?}, mode={:?}, timeout={}, prefix={:?}, on_error={:?})",
+            "Redis({:?}, mode={:?}, timeout={}, prefix={:?}, on_error={:?}{})",
             redact(&self.settings.url),
             self.mode,
             self.settings.timeout.as_secs_f64(),
             self.settings.prefix,
-            self.settings.on_error.name()
+            self.settings.on_error.name(),
+            self.sync_interval.map_or_else(String::new, |d| format!(", sync_interval={}", d.as_secs_f64()))
         )
     }
 }

@@ -14,7 +14,9 @@ use super::values::{
     limit_arg, PyDecision, PyGroupPolicy, PyManualClock, PyQuotaInfo, PyQuotas, PyRate, PyResolution, PyRule,
     DEFAULT_QUOTA_TIMEOUT, DEFAULT_QUOTA_TTL, DEFAULT_QUOTA_WORKERS,
 };
-use crate::backend::{Backend, Outcome, Prepared};
+use crate::backend::client::Client;
+use crate::backend::sync::Syncer;
+use crate::backend::{script, Backend, Outcome, Prepared};
 use crate::clock::Clock;
 use crate::config::{Config, RuleSpec, RulesConfig};
 use crate::error::Error;
@@ -108,7 +110,8 @@ pub struct PyReservation {
 /// The Rust half of `ratekeeper.Limiter`; the Python subclass adds the waiting methods.
 #[pyclass(frozen, subclass, weakref, name = "Limiter", module = "ratekeeper._core")]
 pub struct PyLimiter {
-    inner: Limiter,
+    /// Shared with sync mode's timer task (which holds it weakly).
+    inner: Arc<Limiter>,
     names: GroupNames,
     clock: Option<Py<PyManualClock>>,
     quotas: Py<PyQuotas>,
@@ -116,6 +119,8 @@ pub struct PyLimiter {
     quota_wait: Duration,
     /// Where the states live when not in this process (`backend=rk.Redis(...)`).
     backend: Option<Backend>,
+    /// Sync mode's pushes and pulls of usage (`backend=rk.Redis(..., mode="sync")`).
+    syncer: Option<Arc<Syncer>>,
     redis: Option<Py<PyRedis>>,
 }
 
@@ -360,7 +365,6 @@ impl PyLimiter {
             exempt_peers: strings("exempt_peers", exempt_peers)?,
             exempt_paths: strings("exempt_paths", exempt_paths)?,
         };
-        let inner = Limiter::new(Config { rules, max_keys, quotas: settings, track_usage }, clock)?;
         let redis = match backend.filter(|b| !b.is_none()) {
             None => None,
             Some(b) => Some(
@@ -375,14 +379,27 @@ impl PyLimiter {
                     .unbind(),
             ),
         };
-        let backend = match &redis {
-            None => None,
-            Some(redis) => {
-                Backend::check(&inner)?;
-                Some(Backend::new(redis.get().settings.clone())?)
+        let sync_interval = redis.as_ref().and_then(|r| r.get().sync_interval);
+        // Sync mode pushes what each key admitted: the core must track it.
+        let track_usage = track_usage || sync_interval.is_some();
+        let inner = Arc::new(Limiter::new(Config { rules, max_keys, quotas: settings, track_usage }, clock)?);
+        let (mut backend, mut syncer) = (None, None);
+        if let Some(redis) = &redis {
+            let settings = &redis.get().settings;
+            match sync_interval {
+                None => {
+                    Backend::check(&inner)?;
+                    backend = Some(Backend::new(settings.clone())?);
+                }
+                Some(interval) => {
+                    let client = Client::open(&settings.url, settings.timeout, script::DECIDE)?;
+                    let started = Syncer::new(client, settings.prefix.clone());
+                    started.start(Arc::downgrade(&inner), interval);
+                    syncer = Some(started);
+                }
             }
-        };
-        Ok(Self { inner, names: GroupNames::new(), clock: manual, quotas, quota_wait, backend, redis })
+        }
+        Ok(Self { inner, names: GroupNames::new(), clock: manual, quotas, quota_wait, backend, syncer, redis })
     }
 
     /// Decides a request now and says why: a `Decision` (truthy when allowed). Never blocks; a refusal
@@ -578,7 +595,21 @@ impl PyLimiter {
     /// Round trips to the backend that failed (each decided by `on_error`), and whether the last did.
     #[getter]
     fn backend_errors(&self) -> (u64, bool) {
-        self.backend.as_ref().map_or((0, false), |b| (b.errors(), b.is_down()))
+        match (&self.backend, &self.syncer) {
+            (Some(b), _) => (b.errors(), b.is_down()),
+            (None, Some(s)) => s.errors(),
+            (None, None) => (0, false),
+        }
+    }
+
+    /// Sync mode: pushes this node's usage and absorbs the others' now, without waiting for the timer.
+    /// Returns (keys synced, units the other nodes used that were charged here).
+    fn sync_now(&self, py: Python<'_>) -> PyResult<(usize, u64)> {
+        let Some(syncer) = &self.syncer else {
+            return Err(Error::value("backend", "sync_now needs backend=rk.Redis(..., mode='sync')").into());
+        };
+        let done = py.detach(|| syncer.sync_now(&self.inner)).map_err(|f| Error::backend(f.0))?;
+        Ok((done.keys, done.absorbed))
     }
 
     #[getter]

@@ -1,0 +1,155 @@
+//! Sync mode (seed 001): decisions stay in this process's core at in-memory speed; every interval one
+//! pipelined round trip pushes each key's usage since the last push to a counter in Redis and reads
+//! the counter back, and what the other nodes added meanwhile is charged to the local state
+//! (`Limiter::absorb`). Counters expire with their group's horizon, so Redis holds only active keys.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use super::client::{Client, Failure};
+use crate::limiter::Limiter;
+
+/// One key this node tracks: what it has yet to push, and the counter's total when last read.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Tracked {
+    unpushed: u64,
+    last_total: u64,
+    /// The limiter's clock when this node last admitted or absorbed on the key.
+    touched: u64,
+}
+
+/// What one sync did: for tests and `stats`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Synced {
+    pub keys: usize,
+    /// Units the other nodes used, charged here.
+    pub absorbed: u64,
+}
+
+pub struct Syncer {
+    client: Client,
+    prefix: String,
+    /// Keyed by (group, peer).
+    tracked: Mutex<HashMap<(String, String), Tracked>>,
+    /// One sync at a time: the timer's and `sync_now`'s never interleave.
+    running: tokio::sync::Mutex<()>,
+    errors: AtomicU64,
+    down: AtomicBool,
+}
+
+impl std::fmt::Debug for Syncer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Syncer").field("prefix", &self.prefix).finish_non_exhaustive()
+    }
+}
+
+impl Syncer {
+    #[must_use]
+    pub fn new(client: Client, prefix: String) -> Arc<Self> {
+        Arc::new(Self {
+            client,
+            prefix,
+            tracked: Mutex::new(HashMap::new()),
+            running: tokio::sync::Mutex::new(()),
+            errors: AtomicU64::new(0),
+            down: AtomicBool::new(false),
+        })
+    }
+
+    /// Syncs that failed (their usage was kept for the next), and whether the last one did.
+    #[must_use]
+    pub fn errors(&self) -> (u64, bool) {
+        (self.errors.load(Ordering::Relaxed), self.down.load(Ordering::Relaxed))
+    }
+
+    /// Syncs every `interval` on the client's runtime while `limiter` lives.
+    pub fn start(self: &Arc<Self>, limiter: Weak<Limiter>, interval: Duration) {
+        let syncer = Arc::clone(self);
+        self.client.runtime().spawn(async move {
+            let mut timer = tokio::time::interval(interval);
+            timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            timer.tick().await;
+            loop {
+                timer.tick().await;
+                let Some(limiter) = limiter.upgrade() else { break };
+                // A failed sync keeps its usage for the next one; nothing to report here.
+                let _ = syncer.sync(&limiter).await;
+            }
+        });
+    }
+
+    /// One sync now, waited for (call it without the GIL).
+    ///
+    /// # Errors
+    /// Redis did not answer: the usage is kept for the next sync.
+    pub fn sync_now(&self, limiter: &Limiter) -> std::result::Result<Synced, Failure> {
+        self.client.runtime().block_on(self.sync(limiter))
+    }
+
+    fn counter(&self, group: &str, peer: &str) -> String {
+        format!("{}{}:used", self.prefix, super::hash_tag(group, peer))
+    }
+
+    async fn sync(&self, limiter: &Limiter) -> std::result::Result<Synced, Failure> {
+        let result = self.exchange(limiter).await;
+        self.down.store(result.is_err(), Ordering::Relaxed);
+        if result.is_err() {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        result
+    }
+
+    async fn exchange(&self, limiter: &Limiter) -> std::result::Result<Synced, Failure> {
+        let _one = self.running.lock().await;
+        let now = limiter.now_ns();
+        let horizons = limiter.group_horizons();
+        let drained = limiter.drain_pending().map_err(|e| Failure(e.to_string()))?;
+        let batch: Vec<((String, String), Tracked)> = {
+            let mut tracked = self.tracked.lock();
+            for (peer, group, units) in drained {
+                let entry = tracked.entry((group, peer)).or_default();
+                entry.unpushed = entry.unpushed.saturating_add(units);
+                entry.touched = now;
+            }
+            // Keys idle for longer than their group's horizon no longer constrain anything here.
+            tracked.retain(|(group, _), t| {
+                now.saturating_sub(t.touched) <= horizons.get(group.as_str()).copied().unwrap_or(0)
+            });
+            tracked.iter().map(|(k, t)| (k.clone(), *t)).collect()
+        };
+        if batch.is_empty() {
+            return Ok(Synced::default());
+        }
+        let mut pipe = redis::pipe();
+        for ((group, peer), t) in &batch {
+            let key = self.counter(group, peer);
+            let ttl_ms = horizons.get(group.as_str()).copied().unwrap_or(0).div_ceil(1_000_000).max(1);
+            pipe.cmd("INCRBY").arg(&key).arg(t.unpushed).cmd("PEXPIRE").arg(&key).arg(ttl_ms).ignore();
+        }
+        let totals: Vec<u64> = self.client.pipeline(pipe).await?;
+        let mut synced = Synced { keys: batch.len(), absorbed: 0 };
+        let mut tracked = self.tracked.lock();
+        for (((group, peer), sent), total) in batch.into_iter().zip(totals) {
+            // Others' usage since the last read: what the counter grew by, less this node's push. A
+            // counter that expired and restarted counts from zero.
+            let before = if total >= sent.last_total + sent.unpushed { sent.last_total } else { 0 };
+            let others = total.saturating_sub(before).saturating_sub(sent.unpushed);
+            if let Some(t) = tracked.get_mut(&(group.clone(), peer.clone())) {
+                // Only a sync drains usage into `unpushed`, and syncs never overlap.
+                t.unpushed = t.unpushed.saturating_sub(sent.unpushed);
+                t.last_total = total;
+                if others > 0 {
+                    t.touched = now;
+                }
+            }
+            if others > 0 && limiter.absorb(&peer, &group, others).is_ok() {
+                synced.absorbed += others;
+            }
+        }
+        Ok(synced)
+    }
+}

@@ -1,0 +1,156 @@
+"""The Redis backend's sync mode (seed 001): local decisions, usage pushed and pulled in one pipelined
+round trip per interval. Timers are set to an hour and syncs are made by hand (``sync_now``), so every
+test is deterministic on ManualClocks."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+
+import pytest
+import ratekeeper as rk
+from _redis import RedisServer
+
+HOUR = 3600.0
+prefixes = itertools.count()
+
+Nodes = Callable[..., list[tuple[rk.Limiter, rk.ManualClock]]]
+
+
+@pytest.fixture
+def nodes(redis_server: RedisServer, redis_prefix: str) -> Nodes:
+    """``nodes(n, **limiter_options)``: n limiters in sync mode sharing one key space, each on its clock."""
+
+    def build(n: int, **options: object) -> list[tuple[rk.Limiter, rk.ManualClock]]:
+        prefix = f"{redis_prefix}{next(prefixes)}:"
+        built = []
+        for _ in range(n):
+            clock = rk.ManualClock()
+            backend = rk.Redis(redis_server.url, mode="sync", sync_interval=HOUR, prefix=prefix)
+            built.append((rk.Limiter(clock=clock, backend=backend, **options), clock))  # type: ignore[arg-type]
+        return built
+
+    return build
+
+
+@pytest.mark.parametrize("algorithm", ["gcra", "token_bucket", "fixed_window", "sliding_window", "leaky_bucket"])
+def test_after_a_sync_each_node_counts_the_others_usage(nodes: Nodes, algorithm: rk.Algorithm) -> None:
+    (a, _), (b, _) = nodes(2, rate="10/min", algorithm=algorithm)
+    assert sum(a.allow("alice") for _ in range(6)) == 6
+    assert sum(b.allow("alice") for _ in range(4)) == 4
+    assert a.sync_now() == (1, 0)  # A pushes its 6; nobody else had pushed
+    assert b.sync_now() == (1, 6)  # B pushes its 4 and is charged A's 6
+    assert not b.allow("alice")
+    assert a.sync_now() == (1, 4)  # A is charged B's 4
+    assert not a.allow("alice")
+    # Other peers are untouched.
+    assert a.allow("bob")
+    assert b.allow("bob")
+
+
+def test_over_admission_is_at_most_the_other_nodes_limits_before_one_sync(nodes: Nodes) -> None:
+    # The worst case of the bound's first term: three nodes each admit a full limit before any sync.
+    limit = 20
+    cluster = nodes(3, rate=f"{limit}/h")
+    admitted = sum(lim.allow("k") for lim, _ in cluster for _ in range(limit + 5))
+    assert admitted == 3 * limit  # (N - 1) x L over: what a sync interval can let through at most
+    for lim, _ in cluster:
+        lim.sync_now()
+    for lim, _ in cluster:
+        lim.sync_now()  # the first nodes to sync learn of the last ones
+    assert not any(lim.allow("k") for lim, _ in cluster)
+
+
+def test_over_admission_within_a_window_follows_the_rate_bound(nodes: Nodes) -> None:
+    # Two nodes, each offered 1 request/s against a shared GCRA limit of 10/min with a burst of 10,
+    # syncing every 2 s. Alone, a limit admits at most burst + rate x W in any window W. The bound
+    # adds R x 2 x interval (R the offered rate of both, 2/s): at most 10 + 10 + 2 x 2 x 2 = 28 in 60 s.
+    (a, clock_a), (b, clock_b) = nodes(2, rate="10/min")
+    admitted = 0
+    for second in range(60):
+        admitted += a.allow("k") + b.allow("k")
+        clock_a.advance(1.0)
+        clock_b.advance(1.0)
+        if second % 2 == 1:
+            a.sync_now()
+            b.sync_now()
+    assert 10 <= admitted <= 28
+
+
+def reconnected(lim: rk.Limiter) -> tuple[int, int]:
+    """The first sync that succeeds: the client reconnects after the first call that finds the server
+    back (the next calls meet a fresh connection)."""
+    for _ in range(100):
+        try:
+            return lim.sync_now()
+        except rk.BackendUnavailable:
+            continue
+    raise AssertionError("the client never reconnected")
+
+
+def test_a_failed_sync_keeps_its_usage_for_the_next(tmp_path: object) -> None:
+    from pathlib import Path
+
+    server = RedisServer(Path(str(tmp_path)))
+    server.start()
+    try:
+        backend = rk.Redis(server.url, mode="sync", sync_interval=HOUR, timeout=0.05)
+        a, b = (rk.Limiter("5/h", clock=rk.ManualClock(), backend=backend) for _ in range(2))
+        assert sum(a.allow("k") for _ in range(5)) == 5
+        server.stop()
+        with pytest.raises(rk.BackendUnavailable):
+            a.sync_now()
+        assert a.backend_errors == (1, True)
+        server.start()
+        assert reconnected(a) == (1, 0)  # the 5 admitted during the outage reach Redis now
+        assert b.sync_now() == (0, 0)  # b admitted nothing: no key to sync
+        assert b.allow("k")
+        assert b.sync_now() == (1, 5)
+        assert not b.allow("k")
+        assert a.backend_errors[1] is False
+    finally:
+        server.stop()
+
+
+def test_the_timer_syncs_on_its_own(redis_server: RedisServer, redis_prefix: str) -> None:
+    # Real processes on the real clock, with a short interval: each polls (bounded) for what the timer
+    # must do rather than sleeping a fixed time.
+    worker = textwrap.dedent(
+        f"""
+        import sys, time
+        import ratekeeper as rk
+        backend = rk.Redis({redis_server.url!r}, mode="sync", sync_interval=0.02, prefix={redis_prefix!r})
+        lim = rk.Limiter("10/h", backend=backend)
+        if sys.argv[1] == "spend":
+            import redis
+            print(sum(lim.allow("k") for _ in range(10)))
+            counter = redis.Redis.from_url({redis_server.url!r})
+            deadline = time.monotonic() + 10
+            # The timer pushes within an interval or two: wait until Redis has the 10.
+            while counter.get({redis_prefix + "{default:k}:used"!r}) != b"10" and time.monotonic() < deadline:
+                time.sleep(0.01)
+        else:
+            deadline = time.monotonic() + 10
+            lim.allow("k")
+            while lim.check("k") and time.monotonic() < deadline:
+                time.sleep(0.01)
+            print(int(not lim.check("k")))
+        """
+    )
+    spend = subprocess.run([sys.executable, "-c", worker, "spend"], capture_output=True, text=True, timeout=60)
+    assert spend.stdout.strip() == "10", spend.stderr
+    watch = subprocess.run([sys.executable, "-c", worker, "watch"], capture_output=True, text=True, timeout=60)
+    assert watch.stdout.strip() == "1", watch.stderr
+
+
+def test_sync_mode_is_checked() -> None:
+    with pytest.raises(rk.InvalidValue, match="sync_interval") as error:
+        rk.Redis("redis://localhost", mode="sync", sync_interval=0)
+    assert error.value.loc == ("sync_interval",)
+    assert rk.Redis("redis://localhost", mode="sync").sync_interval == 1.0
+    assert rk.Redis("redis://localhost").sync_interval is None
+    with pytest.raises(rk.InvalidValue, match="mode='sync'"):
+        rk.Limiter("1/s").sync_now()
