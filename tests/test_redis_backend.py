@@ -235,3 +235,38 @@ def test_two_servers_behind_a_balancer_share_one_limit(redis_server: RedisServer
     assert statuses == [200, 200, 200, 429, 429, 429]
     assert refused.json()["detail"] == "Rate limit exceeded"
     assert 0 < int(refused.headers["Retry-After"]) <= 20
+
+
+def test_a_config_file_names_the_backend(redis_server: RedisServer, redis_prefix: str, tmp_path: Path) -> None:
+    path = tmp_path / "ratekeeper.toml"
+    path.write_text(
+        textwrap.dedent(
+            f"""
+            default = "2/min"
+
+            [backend]
+            url = "{redis_server.url}"
+            prefix = "{redis_prefix}"
+            timeout = 0.5
+            on_error = "raise"
+            """
+        )
+    )
+    first, second = rk.Limiter.from_file(path), rk.Limiter.from_file(path)
+    assert first.backend is not None
+    assert (first.backend.prefix, first.backend.timeout, first.backend.on_error) == (redis_prefix, 0.5, "raise")
+    assert [first.allow("kim"), second.allow("kim"), first.allow("kim")] == [True, True, False]
+
+
+def test_bad_backend_tables_are_located(tmp_path: Path) -> None:
+    cases: list[tuple[dict[str, object], type[Exception], tuple[object, ...]]] = [
+        ({"mode": "exact"}, rk.InvalidValue, ("backend",)),
+        ({"url": "redis://x", "timeout": "fast"}, rk.InvalidType, ("backend", "timeout")),
+        ({"url": "redis://x", "on_error": "shrug"}, rk.InvalidValue, ("backend", "on_error")),
+        ({"url": "ftp://x"}, rk.InvalidValue, ("backend", "url")),
+        ({"url": "redis://x", "pool": 4}, rk.InvalidValue, ("backend",)),
+    ]
+    for table, error, loc in cases:
+        with pytest.raises(error) as raised:
+            rk.Limiter.from_config({"default": "1/s", "backend": table})
+        assert raised.value.loc == loc, table  # type: ignore[attr-defined]

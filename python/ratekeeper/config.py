@@ -49,6 +49,17 @@ whose ``file`` is the file's name when read from a file; their text names both::
     groups.login: unknown key 'rpm' (known keys: paths, rate, burst, ...)
     max_keys: must be an int, got str
 
+A ``[backend]`` table keeps the limits in Redis (:class:`~ratekeeper.Redis`; ``url`` is required)::
+
+    [backend]
+    url = "redis://10.0.0.5:6379/0"
+    mode = "exact"                      # or "sync", with sync_interval = 1.0
+    timeout = 0.05
+    prefix = "ratekeeper:"
+    on_error = "local"                  # "allow", "deny" or "raise"
+
+It applies when a limiter is built from the file; reloading a file does not change a limiter's backend.
+
 Unknown keys are errors, so a misspelt setting never silently does nothing.
 
 The work is split in two: :func:`plan_from_config` / :func:`plan_from_file` validate a config into a
@@ -70,7 +81,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, Union
 
-from ratekeeper._core import Limit, ManualClock, Rule
+from ratekeeper._core import Limit, ManualClock, Redis, Rule
 from ratekeeper._core import Limiter as _CoreLimiter
 from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue, Loc, format_loc
 
@@ -98,7 +109,8 @@ PathLike = Union[str, "os.PathLike[str]"]
 L = TypeVar("L", bound="Limiter")
 E = TypeVar("E", bound=InvalidArgument)
 
-TOP_KEYS = ("max_keys", "exempt_peers", "exempt_paths", "default", "groups")
+TOP_KEYS = ("max_keys", "exempt_peers", "exempt_paths", "default", "groups", "backend")
+BACKEND_KEYS = ("url", "mode", "timeout", "prefix", "on_error", "sync_interval")
 GROUP_KEYS = ("paths", "rate", "burst", "algorithm", "limits", "policy", "reduction")
 DEFAULT_KEYS = tuple(key for key in GROUP_KEYS if key != "paths")
 LIMIT_KEYS = ("rate", "burst", "algorithm", "concurrency")
@@ -174,6 +186,7 @@ class LimiterPlan:
     exempt_peers: list[str] = field(default_factory=list)
     exempt_paths: list[str] = field(default_factory=list)
     max_keys: int | None = None
+    backend: Redis | None = None
     routes: list[Route] = field(default_factory=list)
     places: list[RulePlaces] = field(default_factory=list)
     file: str | None = None
@@ -185,6 +198,8 @@ class LimiterPlan:
             InvalidValue, InvalidType: what the core refuses, at its place in the config.
         """
         extra: dict[str, Any] = {} if self.max_keys is None else {"max_keys": self.max_keys}
+        if self.backend is not None:
+            extra["backend"] = self.backend
         try:
             return cls(
                 rules=self.rules, exempt_peers=self.exempt_peers, exempt_paths=self.exempt_paths, clock=clock, **extra
@@ -400,7 +415,29 @@ def plan_from_config(config: Mapping[str, Any]) -> LimiterPlan:
         plan.exempt_peers = _str_list(config["exempt_peers"], ("exempt_peers",))
     if "exempt_paths" in config:
         plan.exempt_paths = _str_list(config["exempt_paths"], ("exempt_paths",))
+    if "backend" in config:
+        plan.backend = _backend(_table(config["backend"], ("backend",)))
     return plan
+
+
+def _backend(table: Mapping[str, Any]) -> Redis:
+    """The ``[backend]`` table: ``url`` and :class:`~ratekeeper.Redis`'s keyword options."""
+    _check_keys(table, BACKEND_KEYS, ("backend",))
+    if "url" not in table:
+        raise InvalidValue(("backend",), 'needs url, e.g. url = "redis://10.0.0.5:6379/0"')
+    options: dict[str, Any] = {}
+    for key, value in table.items():
+        loc: Loc = ("backend", key)
+        if key in ("timeout", "sync_interval"):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                _fail_type(loc, "a number of seconds", value)
+            options[key] = float(value)
+        elif key != "url":
+            options[key] = _str(value, loc)
+    try:
+        return Redis(_str(table["url"], ("backend", "url")), **options)
+    except InvalidArgument as error:
+        raise error.at("backend") from None
 
 
 def plan_from_file(path: PathLike) -> LimiterPlan:
