@@ -141,3 +141,45 @@ def test_counts_land_in_stats(pair: Callable[..., tuple[rk.Limiter, ...]]) -> No
     assert [redis.allow("alice") for _ in range(3)] == [True, True, False]
     group = redis.stats()["groups"]["default"]  # type: ignore[index]
     assert (group["requests"], group["allowed"], group["refused"]) == (3, 2, 1)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@fresh_per_example
+@given(
+    steps=st.lists(
+        st.tuples(st.sampled_from(["check", "reduce"]), st.integers(0, 2 * S), st.integers(1, 3)),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_reductions_give_back_what_memory_gives_back(
+    pair: Callable[..., tuple[rk.Limiter, ...]], algorithm: rk.Algorithm, steps: list[tuple[str, int, int]]
+) -> None:
+    memory, redis, memory_clock, redis_clock = pair(rate="5/10s", algorithm=algorithm)
+    for operation, advance, units in steps:
+        memory_clock.advance(advance / S)
+        redis_clock.advance(advance / S)
+        if operation == "reduce":
+            assert redis.reduce("alice", n=units) == memory.reduce("alice", n=units)
+        else:
+            assert seen(redis.check("alice", cost=units)) == seen(memory.check("alice", cost=units))
+    assert redis.stats()["groups"]["default"]["reductions"] == memory.stats()["groups"]["default"]["reductions"]  # type: ignore[index]
+
+
+@pytest.mark.parametrize("policy", ["all", "fallback"])
+def test_a_cancelled_wait_gives_its_slot_back_as_in_memory(
+    pair: Callable[..., tuple[rk.Limiter, ...]], policy: rk.PolicyName
+) -> None:
+    rules = [
+        rk.Rule(r"^/", "api", limits=[rk.Limit("2/s"), rk.Limit("3/s", algorithm="sliding_window")], policy=policy)
+    ]
+    memory, redis, _, _ = pair(rules=rules)
+    for lim in (memory, redis):
+        for _ in range(5):  # every limit spent, under either policy
+            lim.allow("alice", "/")
+    reservations = [(lim, lim._reserve("alice", "/", None, 1, 5.0)) for lim in (memory, redis)]
+    assert reservations[0][1].wait == reservations[1][1].wait > 0
+    for lim, reservation in reservations:
+        lim._refund("alice", "/", None, 1, reservation)
+    assert seen(redis.check("alice", "/")) == seen(memory.check("alice", "/"))
+    assert redis._reserve("alice", "/", None, 1, 5.0).wait == memory._reserve("alice", "/", None, 1, 5.0).wait

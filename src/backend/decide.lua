@@ -2,12 +2,15 @@
 -- the same integer arithmetic, in time relative to `now` so that every number stays below 2^53.
 --
 -- KEYS[i]  the state of limit i of one (peer, group); all share one hash tag (one Cluster slot).
--- ARGV     now_s now_ns (empty: Redis TIME), cost, max_wait_ns, policy ("all" | "fallback"), report (0|1),
---          limits (count), then 7 fields per limit: kind, burst, p1 .. p5 (see src/backend/script.rs).
+-- ARGV     now_s now_ns (empty: Redis TIME), cost, max_wait_ns, policy ("all" | "fallback"), operation
+--          ("0": decide, "1": decide and report, "refund" or "release:<written>": give `cost` back), limits
+--          (count), then 7 fields
+--          per limit: kind, burst, p1 .. p5 (see src/backend/script.rs).
 -- State    "s ns a b": the absolute instant t as seconds and nanoseconds, and the fields a and b of
 --          src/algorithm/mod.rs's State. A key expires when its state stops constraining (now >= t).
--- Reply    { allowed (1 | 0), wait_ns, retry_ns (-1: never), now_s, now_ns, then per limit when asked to
---            report: remaining, reset_after_ns, next_ns }: numbers as strings (Lua numbers are doubles).
+-- Reply    { allowed (1 | 0), wait_ns, retry_ns (-1: never), now_s, now_ns, written (bit i: limit i took
+--            the request), then per limit when asked to report: remaining, reset_after_ns, next_ns }:
+--            numbers as strings (Lua numbers are doubles). A refund replies { "1" }.
 
 local E9 = 1000000000
 local floor = math.floor
@@ -22,7 +25,8 @@ end
 local cost = tonumber(ARGV[3])
 local max_wait = tonumber(ARGV[4])
 local policy = ARGV[5]
-local want_report = ARGV[6] == '1'
+local operation = ARGV[6]
+local want_report = operation == '1'
 local n = tonumber(ARGV[7])
 
 local function str(x)
@@ -100,6 +104,20 @@ algorithms.gcra = {
     end
     return remaining, reset, next_ns
   end,
+  -- Moves the arrival time back by `cost` intervals, never before now.
+  refund = function(l, state)
+    local ns, rem = gcra_tat(l, state, 0)
+    local step_rem = cost * l.p3
+    local step_ns = cost * l.p2 + floor(step_rem / l.p1)
+    step_rem = step_rem % l.p1
+    if rem >= step_rem then
+      ns, rem = ns - step_ns, rem - step_rem
+    else
+      ns, rem = ns - step_ns - 1, rem + l.p1 - step_rem
+    end
+    if ns >= 0 then return { t = ns, a = rem, b = 0 } end
+    return { t = 0, a = 0, b = 0 }
+  end,
 }
 
 -- Windows aligned to the key's first request (src/algorithm/windows.rs). p: capacity, window_ns.
@@ -121,6 +139,9 @@ algorithms.windows = {
     local finish, permits = windows_current(l, state, 0)
     if permits >= l.p1 then return permits, 0, 0 end
     return permits, finish, finish
+  end,
+  refund = function(l, state)
+    return { t = state.t, a = math.min(state.a + cost, l.p1), b = state.b }
   end,
 }
 
@@ -166,6 +187,16 @@ algorithms.sliding_window = {
     reset = math.max(0, reset)
     return remaining, reset, reset
   end,
+  -- Takes `cost` off the window that `at` (the admission's instant) fell in, if still current or previous.
+  refund = function(l, state, at)
+    local stored = state.t - 2 * l.p2
+    if at >= stored then
+      return { t = state.t, a = math.max(0, state.a - cost), b = state.b }
+    elseif at + l.p2 >= stored then
+      return { t = state.t, a = state.a, b = math.max(0, state.b - cost) }
+    end
+    return state
+  end,
 }
 
 -- Leaky bucket (src/algorithm/leaky_bucket.rs). p: capacity, reduction, interval_ns.
@@ -197,6 +228,11 @@ algorithms.leaky_bucket = {
     if level > 0 then reset = math.max(0, state.t) end
     return math.max(0, l.p1 - level), reset, reset
   end,
+  refund = function(l, state)
+    local base, level = leaky_level(l, state, 0)
+    local left = math.max(0, level - cost)
+    return { t = base + ceil_div(left, l.p2) * l.p3, a = left, b = 0 }
+  end,
 }
 
 -- The limits, their states, and the phase of `now` for windows aligned to zero.
@@ -215,6 +251,23 @@ for i = 1, n do
   end
   limits[i] = l
   states[i] = load(KEYS[i])
+end
+
+-- A refund: seed 003's reduction ("refund": every limit under "all", the last one under "fallback"), or
+-- a cancelled wait's slot ("release:<written>": the limits that took it; max_wait_ns then says when the
+-- slot was, after now). A key with no state has nothing to give back.
+local released = string.match(operation, '^release:(%d+)$')
+if operation == 'refund' or released then
+  local written = tonumber(released or '0')
+  for i = 1, n do
+    local bit = floor(written / 2 ^ (i - 1)) % 2 == 1
+    local take
+    if released then take = bit elseif policy == 'fallback' then take = i == n else take = true end
+    if take and states[i] ~= nil then
+      store(KEYS[i], limits[i].algorithm.refund(limits[i], states[i], max_wait))
+    end
+  end
+  return { '1' }
 end
 
 -- What limit i says at `at`: its new state, or nil and the retry (nil: never, a cost above its burst).
@@ -253,13 +306,14 @@ local function evaluate(at)
 end
 
 -- Now, or for a waiter the first instant every limit admits (src/limiter/decide.rs `decide_group`).
-local allowed, wait, retry = false, 0, nil
+local allowed, wait, retry, written = false, 0, nil, 0
 for _ = 1, 8 do
   local writes, r = evaluate(wait)
   if writes then
     for i, state in pairs(writes) do
       store(KEYS[i], state)
       states[i] = state
+      written = written + 2 ^ (i - 1)
     end
     allowed = true
     break
@@ -274,7 +328,7 @@ for _ = 1, 8 do
 end
 
 local reply = { allowed and '1' or '0', str(allowed and wait or 0), retry == nil and '-1' or str(retry),
-  str(now_s), str(now_ns) }
+  str(now_s), str(now_ns), str(written) }
 if allowed then reply[3] = '0' end
 if want_report then
   for i = 1, n do

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::error::{Error, Loc, Result};
-use crate::limiter::{Decision, Limiter, RemoteKey, Request, Routed, Target, Verdict};
+use crate::limiter::{Decision, Limiter, Receipt, RemoteKey, Request, Routed, Target, Verdict};
 use client::{Client, Failure};
 
 /// What a decision does while Redis cannot answer.
@@ -177,6 +177,78 @@ impl Backend {
         }
     }
 
+    /// Gives `tokens` back to `peer`'s limits in Redis (seed 003's reduction); false when nothing limits
+    /// the request or its group disables reduction. While Redis cannot answer: `local` reduces in this
+    /// process's memory, `allow` and `deny` give nothing back (the usage stays: never more admitted).
+    ///
+    /// # Errors
+    /// A `Target::Group` that names no group; Redis cannot answer and `on_error="raise"`.
+    pub fn reduce(
+        &self,
+        limiter: &Limiter,
+        peer: &str,
+        target: Target<'_>,
+        tokens: u64,
+        now: Option<u64>,
+    ) -> Result<bool> {
+        let key = match limiter.route_remote(peer, target)? {
+            Routed::Free(_) => return Ok(false),
+            Routed::Limited(key) if !key.reduction => return Ok(false),
+            Routed::Limited(key) => key,
+        };
+        let given = self.give_back(&key, peer, &script::refund_arguments(&key, tokens, None, now))?;
+        if given {
+            limiter.record_reduction(peer, &key);
+            return Ok(true);
+        }
+        match self.settings.on_error {
+            OnError::Local => limiter.reduce(peer, target, tokens),
+            _ => Ok(false),
+        }
+    }
+
+    /// Gives back the slot of a wait that did not end (timeout, cancel): the limits and instant its
+    /// `receipt` says; while Redis cannot answer the slot stays taken (never more admitted).
+    ///
+    /// # Errors
+    /// A `Target::Group` that names no group; Redis cannot answer and `on_error="raise"`.
+    pub fn release(
+        &self,
+        limiter: &Limiter,
+        peer: &str,
+        target: Target<'_>,
+        cost: u64,
+        receipt: Receipt,
+        now: Option<u64>,
+    ) -> Result<()> {
+        if receipt.limits == 0 {
+            return Ok(());
+        }
+        if let Routed::Limited(key) = limiter.route_remote(peer, target)? {
+            let slot = (receipt.limits, receipt.at.saturating_sub(limiter.now_ns()));
+            self.give_back(&key, peer, &script::refund_arguments(&key, cost, Some(slot), now))?;
+        }
+        Ok(())
+    }
+
+    /// Runs a refund; false when Redis could not answer (and `on_error` is not `raise`).
+    fn give_back(&self, key: &RemoteKey, peer: &str, args: &[String]) -> Result<bool> {
+        match self.client.run(&self.keys(peer, key), args) {
+            Ok(_) => {
+                self.down.store(false, Ordering::Relaxed);
+                Ok(true)
+            }
+            Err(failure) => {
+                self.errors.fetch_add(1, Ordering::Relaxed);
+                self.down.store(true, Ordering::Relaxed);
+                match self.settings.on_error {
+                    OnError::Raise => Err(Error::backend(failure.0)),
+                    _ => Ok(false),
+                }
+            }
+        }
+    }
+
     /// The first step of a decision, in this process: route the request; what to ask Redis, if anything.
     ///
     /// # Errors
@@ -242,6 +314,7 @@ impl Backend {
             wait_ns: 0,
             retry_ns: if allowed { 0 } else { DENY_RETRY_NS },
             now: local_now,
+            written: 0,
         };
         let unreported = Request { report: false, ..call.request };
         Ok(match self.settings.on_error {
@@ -317,7 +390,14 @@ mod tests {
 
     fn key(limits: usize) -> RemoteKey {
         let limit = Limit::new("1/s".parse().unwrap(), None, Kind::Gcra).unwrap();
-        RemoteKey { group: "api".into(), id: 0, index: 0, limits: vec![limit; limits], policy: Policy::All }
+        RemoteKey {
+            group: "api".into(),
+            id: 0,
+            index: 0,
+            limits: vec![limit; limits],
+            policy: Policy::All,
+            reduction: true,
+        }
     }
 
     #[test]

@@ -43,6 +43,21 @@ pub fn check_limit(limit: &Limit) -> Result<()> {
 /// (a `ManualClock`'s reading), or `None` for Redis's own clock.
 #[must_use]
 pub fn arguments(key: &RemoteKey, request: Request, now: Option<u64>) -> Vec<String> {
+    let operation = if request.report { "1" } else { "0" };
+    encode(key, operation, request.cost, request.max_wait_ns, now)
+}
+
+/// The script's `ARGV` to give `tokens` back: a reduction (`slot` None), or the slot of a cancelled wait:
+/// the limits it was written to (a bit each) and its instant's offset after now.
+#[must_use]
+pub fn refund_arguments(key: &RemoteKey, tokens: u64, slot: Option<(u64, u64)>, now: Option<u64>) -> Vec<String> {
+    match slot {
+        None => encode(key, "refund", tokens, 0, now),
+        Some((written, at)) => encode(key, &format!("release:{written}"), tokens, at, now),
+    }
+}
+
+fn encode(key: &RemoteKey, operation: &str, cost: u64, max_wait_ns: u64, now: Option<u64>) -> Vec<String> {
     let mut args = Vec::with_capacity(7 + 7 * key.limits.len());
     match now {
         Some(now) => {
@@ -51,16 +66,16 @@ pub fn arguments(key: &RemoteKey, request: Request, now: Option<u64>) -> Vec<Str
         }
         None => args.extend([String::new(), String::new()]),
     }
-    args.push(request.cost.to_string());
-    args.push(request.max_wait_ns.min(EXACT - 1).to_string());
+    args.push(cost.min(EXACT - 1).to_string());
+    args.push(max_wait_ns.min(EXACT - 1).to_string());
     args.push(match key.policy {
         Policy::All => "all".into(),
         Policy::Fallback => "fallback".into(),
     });
-    args.push(if request.report { "1" } else { "0" }.into());
+    args.push(operation.into());
     args.push(key.limits.len().to_string());
     for limit in &key.limits {
-        // `check_limit` ran when the limiter was built and when a rule or quota changed.
+        // `check_limit` ran when the limiter was built.
         let (name, params) = limit.script_params().unwrap_or(("unsupported", [0; 5]));
         args.push(name.into());
         args.push(limit.burst.to_string());
@@ -85,13 +100,14 @@ pub fn parse_reply(key: &RemoteKey, reply: &[String]) -> Result<(Verdict, Option
         wait_ns: clamp(number(1)?),
         retry_ns: if retry < 0 { u64::MAX } else { clamp(retry) },
         now: seconds.saturating_mul(NANOS_PER_SEC).saturating_add(clamp(number(4)?)),
+        written: clamp(number(5)?),
     };
-    if reply.len() <= 5 {
+    if reply.len() <= 6 {
         return Ok((verdict, None));
     }
     let mut reports = Vec::with_capacity(key.limits.len());
     for (i, limit) in key.limits.iter().enumerate() {
-        let at = 5 + 3 * i;
+        let at = 6 + 3 * i;
         reports.push(Report {
             limit: u64::from(limit.burst),
             remaining: clamp(number(at)?),
@@ -115,6 +131,7 @@ mod tests {
             index: 0,
             limits: vec![Limit::new("3/s".parse().unwrap(), None, kind).unwrap()],
             policy: Policy::All,
+            reduction: true,
         }
     }
 
@@ -131,9 +148,10 @@ mod tests {
 
     #[test]
     fn replies_become_verdicts_and_reports() {
-        let reply: Vec<String> = ["0", "0", "-1", "2", "5", "1", "9", "4"].map(String::from).to_vec();
+        let reply: Vec<String> = ["0", "0", "-1", "2", "5", "0", "1", "9", "4"].map(String::from).to_vec();
         let (verdict, reports) = parse_reply(&key(Kind::Gcra), &reply).unwrap();
-        assert_eq!(verdict, Verdict { allowed: false, wait_ns: 0, retry_ns: u64::MAX, now: 2 * NANOS_PER_SEC + 5 });
+        let now = 2 * NANOS_PER_SEC + 5;
+        assert_eq!(verdict, Verdict { allowed: false, wait_ns: 0, retry_ns: u64::MAX, now, written: 0 });
         let report = reports.unwrap()[0];
         assert_eq!((report.limit, report.remaining, report.reset_after_ns, report.next_ns), (3, 1, 9, 4));
         assert!(parse_reply(&key(Kind::Gcra), &["x".into()]).is_err());

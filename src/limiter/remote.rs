@@ -28,6 +28,8 @@ pub struct RemoteKey {
     /// The group's limits for this key: its quota, if any, replaces the first rate limit.
     pub limits: Vec<Limit>,
     pub policy: Policy,
+    /// Whether the group lets `reduce` give tokens back.
+    pub reduction: bool,
 }
 
 /// A backend's verdict on one request.
@@ -38,8 +40,10 @@ pub struct Verdict {
     pub wait_ns: u64,
     /// For a refusal: when the same request would be admitted (`u64::MAX`: never).
     pub retry_ns: u64,
-    /// The instant it was decided at, on the backend's clock.
+    /// The instant it was decided at, on the backend's clock (Redis `TIME`, or the time it was given).
     pub now: u64,
+    /// The limits the admission was written to, a bit each (what giving it back must undo).
+    pub written: u64,
 }
 
 impl Limiter {
@@ -83,7 +87,13 @@ impl Limiter {
             index,
             limits: group.limits_with(quota).into_owned(),
             policy: group.policy,
+            reduction: group.reduction,
         }))
+    }
+
+    /// Counts a reduction the backend made for `peer` in `key`'s group.
+    pub fn record_reduction(&self, peer: &str, key: &RemoteKey) {
+        self.lock_peer(peer).held().shard.data.counters(key.id).reductions += 1;
     }
 
     /// The decision a backend's `verdict` makes, counted in the group's stats. `reports`: what each
@@ -101,14 +111,22 @@ impl Limiter {
         let outcome =
             if verdict.allowed { Outcome::admitted(verdict.wait_ns) } else { Outcome::refused(verdict.retry_ns) };
         let report = request.report.then(|| combine_reports(reports.unwrap_or_default().into_iter(), key.policy));
+        // `now` on this limiter's clock (the waits and refunds of this process count from it); with a
+        // ManualClock it is the time the backend decided at.
+        let now = self.clock.now_ns();
         Decision {
             route: Route::Group(key.index),
             group: Some(key.id),
             outcome,
             refused_by: (!verdict.allowed).then_some(Refusal::Rate),
             report,
-            now: verdict.now,
-            receipt: Receipt { limits: 0, at: verdict.now, waited, permits: false },
+            now,
+            receipt: Receipt {
+                limits: verdict.written,
+                at: now.saturating_add(verdict.wait_ns),
+                waited,
+                permits: false,
+            },
         }
     }
 }

@@ -499,6 +499,7 @@ impl PyLimiter {
     #[pyo3(signature = (peer, path, group, cost, reservation))]
     fn _refund(
         &self,
+        py: Python<'_>,
         peer: &Bound<'_, PyAny>,
         path: Option<&Bound<'_, PyAny>>,
         group: Option<&Bound<'_, PyAny>>,
@@ -506,7 +507,12 @@ impl PyLimiter {
         reservation: &Bound<'_, PyReservation>,
     ) -> PyResult<()> {
         let (peer, target) = (text("peer", peer)?, target(path, group)?);
-        Ok(self.inner.refund(peer, target, cost.0, reservation.get().receipt)?)
+        let receipt = reservation.get().receipt;
+        if let Some(backend) = &self.backend {
+            let now = self.clock.as_ref().map(|_| self.inner.now_ns());
+            return Ok(py.detach(|| backend.release(&self.inner, peer, target, cost.0, receipt, now))?);
+        }
+        Ok(self.inner.refund(peer, target, cost.0, receipt)?)
     }
 
     /// Takes the group's concurrency permits, and with `rates` its rate limits' admission too.
@@ -544,14 +550,16 @@ impl PyLimiter {
     #[pyo3(signature = (peer, path=None, n=Cost(1), *, group=None), text_signature = "(self, peer, path=None, n=1, *, group=None)")]
     fn reduce(
         &self,
+        py: Python<'_>,
         peer: &Bound<'_, PyAny>,
         path: Option<&Bound<'_, PyAny>>,
         n: Cost,
         group: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         let (peer, target) = (text("peer", peer)?, target(path, group)?);
-        if self.backend.is_some() {
-            return Err(Error::value("reduce", "is not available with the Redis backend yet").into());
+        if let Some(backend) = &self.backend {
+            let now = self.clock.as_ref().map(|_| self.inner.now_ns());
+            return Ok(py.detach(|| backend.reduce(&self.inner, peer, target, n.0, now))?);
         }
         Ok(self.inner.reduce(peer, target, n.0)?)
     }
