@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import shutil
 import socket
 import subprocess
@@ -14,6 +15,20 @@ def free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
+
+
+def free_cluster_port() -> int:
+    """A free port whose cluster bus port (port + 10000) is free too, as Cluster nodes need."""
+    for _ in range(100):
+        port = random.randint(20_000, 55_535)
+        try:
+            with socket.socket() as first, socket.socket() as bus:
+                first.bind(("127.0.0.1", port))
+                bus.bind(("127.0.0.1", port + 10_000))
+        except OSError:
+            continue
+        return port
+    raise AssertionError("no free port pair for a Cluster node")
 
 
 def ping(port: int) -> bool:
@@ -37,6 +52,7 @@ class RedisServer:
         self.directory = directory
         self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
+        self.extra: list[str] = []
 
     @property
     def url(self) -> str:
@@ -46,7 +62,8 @@ class RedisServer:
         command = [self.executable, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
         log = self.directory / f"redis-{self.port}.log"
         with log.open("ab") as output:
-            self.process = subprocess.Popen([*command, "--dir", str(self.directory)], stdout=output, stderr=output)
+            argv = [*command, *self.extra, "--dir", str(self.directory)]
+            self.process = subprocess.Popen(argv, stdout=output, stderr=output)
         deadline = time.monotonic() + 10
         while not ping(self.port):
             assert self.process.poll() is None, f"redis-server exited: {log.read_text()}"
@@ -58,3 +75,54 @@ class RedisServer:
             self.process.kill()
             self.process.wait(timeout=10)
             self.process = None
+
+
+def command(port: int, *args: str) -> bytes:
+    """One command in RESP, its raw reply (enough for CLUSTER INFO)."""
+    payload = f"*{len(args)}\r\n".encode() + b"".join(f"${len(a)}\r\n{a}\r\n".encode() for a in args)
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as connection:
+        connection.sendall(payload)
+        return connection.recv(65536)
+
+
+class RedisCluster:
+    """A real Redis Cluster of three masters on loopback, made with ``redis-cli --cluster create``."""
+
+    def __init__(self, directory: Path) -> None:
+        self.nodes = [RedisServer(directory) for _ in range(3)]
+        for node in self.nodes:
+            node.port = free_cluster_port()
+        self.directory = directory
+
+    @property
+    def url(self) -> str:
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
+
+    def start(self) -> None:
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> None:
+        for node in self.nodes:
+            node.extra = ["--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{node.port}.conf"]
+            node.start()
+        cli = shutil.which("redis-cli")
+        assert cli is not None, "redis-cli is not installed (Debian: apt-get install redis-tools)"
+        addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
+        subprocess.run(
+            [cli, "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        deadline = time.monotonic() + 30
+        while not all(b"cluster_state:ok" in command(node.port, "CLUSTER", "INFO") for node in self.nodes):
+            assert time.monotonic() < deadline, "the cluster did not reach cluster_state:ok within 30 s"
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 import ratekeeper as rk
-from _redis import RedisServer
+from _redis import RedisCluster, RedisServer
 from hypothesis import settings
 
 # Hypothesis imports its patch writer (libcst, then mypy_extensions) while reporting a failing example, and
@@ -46,3 +46,12 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 def redis_prefix(request: pytest.FixtureRequest) -> str:
     """A key prefix of this test's own, so that tests sharing the server never share a key."""
     return f"test:{request.node.nodeid}:"
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
+    """A real three-master Redis Cluster for the session."""
+    cluster = RedisCluster(tmp_path_factory.mktemp("cluster"))
+    cluster.start()
+    yield cluster
+    cluster.stop()

@@ -6,7 +6,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::{ClusterClient, ClusterConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use crate::error::{Error, Result};
 
@@ -20,9 +23,52 @@ impl fmt::Display for Failure {
     }
 }
 
+/// One server through the connection manager, or a Cluster (each key's commands go to its slot's node).
+#[derive(Clone)]
+enum Connection {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Self::Single(c) => c.req_packed_command(cmd),
+            Self::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Self::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Self::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Single(c) => c.get_db(),
+            Self::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// The node URLs of `redis+cluster://[user:password@]host:port,host:port` (or `rediss+cluster://`).
+fn cluster_nodes(url: &str) -> Option<Vec<String>> {
+    let (scheme, rest) = url.split_once("+cluster://")?;
+    let (auth, hosts) = rest.rsplit_once('@').map_or(("", rest), |(auth, hosts)| (auth, hosts));
+    let auth = if auth.is_empty() { String::new() } else { format!("{auth}@") };
+    Some(hosts.split(',').filter(|h| !h.is_empty()).map(|host| format!("{scheme}://{auth}{host}")).collect())
+}
+
 pub struct Client {
     runtime: tokio::runtime::Runtime,
-    connection: ConnectionManager,
+    connection: Connection,
     script: Arc<redis::Script>,
     timeout: Duration,
     /// The address, without a password, for messages.
@@ -42,26 +88,58 @@ impl Client {
     /// # Errors
     /// A URL the `redis` crate does not accept, or a runtime that cannot start.
     pub fn open(url: &str, timeout: Duration, script: &str) -> Result<Self> {
-        let client = redis::Client::open(url)
-            .map_err(|e| Error::value("url", format!("{:?} is not a Redis URL: {e}", redact(url))))?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("ratekeeper-redis")
             .enable_all()
             .build()
             .map_err(|e| Error::value("backend", format!("cannot start the Redis client's runtime: {e}")))?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(timeout.max(Duration::from_millis(100))))
-            .set_response_timeout(Some(timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_secs(2));
+        let connect_timeout = timeout.max(Duration::from_millis(100));
+        let bad_url = |e: redis::RedisError| Error::value("url", format!("{:?} is not a Redis URL: {e}", redact(url)));
         let connection = {
             let _entered = runtime.enter();
-            ConnectionManager::new_lazy_with_config(client, config)
-                .map_err(|e| Error::value("url", format!("cannot use {:?}: {e}", redact(url))))?
+            match cluster_nodes(url) {
+                Some(nodes) if nodes.is_empty() => {
+                    return Err(Error::value("url", format!("{:?} names no node", redact(url))));
+                }
+                Some(nodes) => {
+                    let client = ClusterClient::builder(nodes)
+                        .connection_timeout(connect_timeout)
+                        .response_timeout(timeout)
+                        .retries(1)
+                        .build()
+                        .map_err(bad_url)?;
+                    Connection::Cluster(client.get_pending_async_connection_with_config(ClusterConfig::default()))
+                }
+                None => {
+                    let client = redis::Client::open(url).map_err(bad_url)?;
+                    let config = ConnectionManagerConfig::new()
+                        .set_connection_timeout(Some(connect_timeout))
+                        .set_response_timeout(Some(timeout))
+                        .set_number_of_retries(1)
+                        .set_max_delay(Duration::from_secs(2));
+                    let manager = ConnectionManager::new_lazy_with_config(client, config)
+                        .map_err(|e| Error::value("url", format!("cannot use {:?}: {e}", redact(url))))?;
+                    Connection::Single(manager)
+                }
+            }
         };
         let (script, address) = (Arc::new(redis::Script::new(script)), redact(url).into());
         Ok(Self { runtime, connection, script, timeout, address })
+    }
+
+    /// Checks a URL the way `open` reads it, without connecting.
+    ///
+    /// # Errors
+    /// A URL the `redis` crate does not accept, or a Cluster URL without nodes.
+    pub fn check_url(url: &str) -> Result<()> {
+        let shown = redact(url);
+        let bad_url = |e: redis::RedisError| Error::value("url", format!("{shown:?} is not a Redis URL: {e}"));
+        match cluster_nodes(url) {
+            Some(nodes) if nodes.is_empty() => Err(Error::value("url", format!("{shown:?} names no node"))),
+            Some(nodes) => ClusterClient::new(nodes).map(drop).map_err(bad_url),
+            None => redis::Client::open(url).map(drop).map_err(bad_url),
+        }
     }
 
     /// Runs the script on `keys` and `args` (`EVALSHA`, loading it again after a `NOSCRIPT`), waiting
@@ -144,6 +222,17 @@ pub fn redact(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cluster_urls_name_their_nodes() {
+        assert_eq!(
+            cluster_nodes("redis+cluster://u:p@10.0.0.1:7000,10.0.0.2:7001").unwrap(),
+            ["redis://u:p@10.0.0.1:7000", "redis://u:p@10.0.0.2:7001"]
+        );
+        assert_eq!(cluster_nodes("rediss+cluster://h:1").unwrap(), ["rediss://h:1"]);
+        assert!(cluster_nodes("redis://h:1").is_none());
+        assert!(Client::check_url("redis+cluster://").is_err());
+    }
 
     #[test]
     fn passwords_stay_out_of_messages() {

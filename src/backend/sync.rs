@@ -124,13 +124,17 @@ impl Syncer {
         if batch.is_empty() {
             return Ok(Synced::default());
         }
-        let mut pipe = redis::pipe();
-        for ((group, peer), t) in &batch {
+        // One small pipeline per key (its two commands share the key's slot), all sent at once: the
+        // multiplexed connection writes them together, one round trip in all; a Cluster sends each to
+        // its node.
+        let pushes = batch.iter().map(|((group, peer), t)| {
             let key = self.counter(group, peer);
             let ttl_ms = horizons.get(group.as_str()).copied().unwrap_or(0).div_ceil(1_000_000).max(1);
+            let mut pipe = redis::pipe();
             pipe.cmd("INCRBY").arg(&key).arg(t.unpushed).cmd("PEXPIRE").arg(&key).arg(ttl_ms).ignore();
-        }
-        let totals: Vec<u64> = self.client.pipeline(pipe).await?;
+            self.client.pipeline::<(u64,)>(pipe)
+        });
+        let totals: Vec<u64> = futures_util::future::try_join_all(pushes).await?.into_iter().map(|(t,)| t).collect();
         let mut synced = Synced { keys: batch.len(), absorbed: 0 };
         let mut tracked = self.tracked.lock();
         for (((group, peer), sent), total) in batch.into_iter().zip(totals) {

@@ -5,7 +5,7 @@ use std::time::Duration;
 use pyo3::prelude::*;
 
 use super::args::positive_seconds;
-use crate::backend::client::redact;
+use crate::backend::client::{redact, Client};
 use crate::backend::{OnError, Settings};
 use crate::error::Error;
 
@@ -44,8 +44,7 @@ impl PyRedis {
         let timeout = Duration::from_nanos(positive_seconds("timeout", timeout)?);
         let on_error = OnError::parse(on_error)?;
         // Checked now, so that a typo fails here rather than at the first request.
-        redis::Client::open(url.as_str())
-            .map_err(|e| Error::value("url", format!("{url:?} is not a Redis URL: {e}")))?;
+        Client::check_url(&url)?;
         let settings = Settings { url, timeout, prefix: prefix.to_owned(), on_error };
         Ok(Self { settings, mode, sync_interval: (mode == "sync").then_some(sync_interval) })
     }
