@@ -1,6 +1,7 @@
 """The Rust core of ratekeeper (``ratekeeper._core``). Import the public names from ``ratekeeper``."""
 
 import asyncio
+import os
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Literal, final
 
@@ -377,6 +378,9 @@ class Redis:
         timeout: the longest a decision waits for Redis, in seconds, before ``on_error`` decides.
         prefix: the start of every key ratekeeper writes (keys are ``<prefix>{<group>:<peer>}:<limit>``;
             long peers are hashed).
+        sync_interval: sync mode's interval in seconds.
+        tls_ca_file: for ``rediss://``, a PEM file of the certificates to trust instead of the
+            system's (a private CA).
         on_error: while Redis cannot answer: ``"local"`` decides in this process's memory,
             ``"allow"`` admits, ``"deny"`` refuses (``retry_after`` 1 s), ``"raise"`` raises
             :class:`BackendUnavailable`. An outage is logged once, when it starts, and counted in
@@ -384,7 +388,7 @@ class Redis:
 
     Raises:
         InvalidValue: a URL that is not a Redis URL, an unknown ``mode`` or ``on_error``, a timeout
-            that is not positive.
+            or interval that is not positive, a ``tls_ca_file`` that cannot be read.
         InvalidType: a URL that is not a str.
     """
 
@@ -397,6 +401,7 @@ class Redis:
         prefix: str = "ratekeeper:",
         on_error: Literal["local", "allow", "deny", "raise"] = "local",
         sync_interval: float = 1.0,
+        tls_ca_file: str | os.PathLike[str] | None = None,
     ) -> Redis: ...
     @property
     def url(self) -> str: ...

@@ -110,7 +110,7 @@ L = TypeVar("L", bound="Limiter")
 E = TypeVar("E", bound=InvalidArgument)
 
 TOP_KEYS = ("max_keys", "exempt_peers", "exempt_paths", "default", "groups", "backend")
-BACKEND_KEYS = ("url", "mode", "timeout", "prefix", "on_error", "sync_interval")
+BACKEND_KEYS = ("url", "mode", "timeout", "prefix", "on_error", "sync_interval", "tls_ca_file")
 GROUP_KEYS = ("paths", "rate", "burst", "algorithm", "limits", "policy", "reduction")
 DEFAULT_KEYS = tuple(key for key in GROUP_KEYS if key != "paths")
 LIMIT_KEYS = ("rate", "burst", "algorithm", "concurrency")

@@ -9,8 +9,9 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::{Cmd, Pipeline, RedisFuture, TlsCertificates, Value};
 
+use super::Settings;
 use crate::error::{Error, Result};
 
 /// Why a round trip failed: what `on_error` applies to.
@@ -87,7 +88,9 @@ impl Client {
     ///
     /// # Errors
     /// A URL the `redis` crate does not accept, or a runtime that cannot start.
-    pub fn open(url: &str, timeout: Duration, script: &str) -> Result<Self> {
+    pub fn open(settings: &Settings, script: &str) -> Result<Self> {
+        let (url, timeout) = (settings.url.as_str(), settings.timeout);
+        let certificates = || TlsCertificates { client_tls: None, root_cert: settings.tls_ca.clone() };
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("ratekeeper-redis")
@@ -103,16 +106,22 @@ impl Client {
                     return Err(Error::value("url", format!("{:?} names no node", redact(url))));
                 }
                 Some(nodes) => {
-                    let client = ClusterClient::builder(nodes)
+                    let mut builder = ClusterClient::builder(nodes)
                         .connection_timeout(connect_timeout)
                         .response_timeout(timeout)
-                        .retries(1)
-                        .build()
-                        .map_err(bad_url)?;
+                        .retries(1);
+                    if settings.tls_ca.is_some() {
+                        builder = builder.certs(certificates());
+                    }
+                    let client = builder.build().map_err(bad_url)?;
                     Connection::Cluster(client.get_pending_async_connection_with_config(ClusterConfig::default()))
                 }
                 None => {
-                    let client = redis::Client::open(url).map_err(bad_url)?;
+                    let client = match settings.tls_ca {
+                        Some(_) => redis::Client::build_with_tls(url, certificates()),
+                        None => redis::Client::open(url),
+                    }
+                    .map_err(bad_url)?;
                     let config = ConnectionManagerConfig::new()
                         .set_connection_timeout(Some(connect_timeout))
                         .set_response_timeout(Some(timeout))
@@ -223,6 +232,16 @@ pub fn redact(url: &str) -> String {
 mod tests {
     use super::*;
 
+    fn settings(url: &str) -> Settings {
+        Settings {
+            url: url.into(),
+            tls_ca: None,
+            timeout: Duration::from_millis(50),
+            prefix: String::new(),
+            on_error: super::super::OnError::Local,
+        }
+    }
+
     #[test]
     fn cluster_urls_name_their_nodes() {
         assert_eq!(
@@ -242,7 +261,7 @@ mod tests {
 
     #[test]
     fn bad_urls_are_named_at_construction() {
-        let e = Client::open("http://localhost", Duration::from_millis(50), "return 1").unwrap_err();
+        let e = Client::open(&settings("http://localhost"), "return 1").unwrap_err();
         assert_eq!(e.path(), "url");
         assert!(e.message.contains("not a Redis URL"), "{e}");
     }
@@ -250,7 +269,7 @@ mod tests {
     #[test]
     fn an_unreachable_server_fails_within_the_timeout() {
         // Port 1 on loopback: nothing listens there.
-        let client = Client::open("redis://127.0.0.1:1/0", Duration::from_millis(50), "return 1").unwrap();
+        let client = Client::open(&settings("redis://127.0.0.1:1/0"), "return 1").unwrap();
         let started = std::time::Instant::now();
         assert!(client.run(&[], &[]).is_err());
         assert!(started.elapsed() < Duration::from_secs(2));

@@ -54,6 +54,8 @@ impl OnError {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
     pub url: String,
+    /// PEM certificates to trust for `rediss://` instead of the system's (a private CA).
+    pub tls_ca: Option<Vec<u8>>,
     pub timeout: Duration,
     pub prefix: String,
     pub on_error: OnError,
@@ -107,7 +109,7 @@ impl Backend {
         if settings.timeout.is_zero() {
             return Err(Error::value("timeout", "must be more than 0 seconds"));
         }
-        let client = Client::open(&settings.url, settings.timeout, script::DECIDE)?;
+        let client = Client::open(&settings, script::DECIDE)?;
         Ok(Self { settings, client, down: AtomicBool::new(false), errors: AtomicU64::new(0) })
     }
 
@@ -381,6 +383,7 @@ mod tests {
     fn backend(prefix: &str) -> Backend {
         Backend::new(Settings {
             url: "redis://127.0.0.1:1/0".into(),
+            tls_ca: None,
             timeout: Duration::from_millis(20),
             prefix: prefix.into(),
             on_error: OnError::Local,

@@ -20,7 +20,10 @@ pub struct PyRedis {
 #[pymethods]
 impl PyRedis {
     #[new]
-    #[pyo3(signature = (url, *, mode="exact", timeout=0.05, prefix="ratekeeper:", on_error="local", sync_interval=1.0))]
+    #[pyo3(signature = (
+        url, *, mode="exact", timeout=0.05, prefix="ratekeeper:", on_error="local", sync_interval=1.0, tls_ca_file=None
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn py_new(
         url: &Bound<'_, PyAny>,
         mode: &str,
@@ -28,6 +31,7 @@ impl PyRedis {
         prefix: &str,
         on_error: &str,
         sync_interval: f64,
+        tls_ca_file: Option<std::path::PathBuf>,
     ) -> PyResult<Self> {
         let url: String = url.extract().map_err(|_| {
             Error::type_error(
@@ -45,7 +49,14 @@ impl PyRedis {
         let on_error = OnError::parse(on_error)?;
         // Checked now, so that a typo fails here rather than at the first request.
         Client::check_url(&url)?;
-        let settings = Settings { url, timeout, prefix: prefix.to_owned(), on_error };
+        let tls_ca = match tls_ca_file {
+            None => None,
+            Some(path) => Some(
+                std::fs::read(&path)
+                    .map_err(|e| Error::value("tls_ca_file", format!("cannot read {}: {e}", path.display())))?,
+            ),
+        };
+        let settings = Settings { url, tls_ca, timeout, prefix: prefix.to_owned(), on_error };
         Ok(Self { settings, mode, sync_interval: (mode == "sync").then_some(sync_interval) })
     }
 

@@ -392,7 +392,7 @@ impl PyLimiter {
                     backend = Some(Backend::new(settings.clone())?);
                 }
                 Some(interval) => {
-                    let client = Client::open(&settings.url, settings.timeout, script::DECIDE)?;
+                    let client = Client::open(settings, script::DECIDE)?;
                     let started = Syncer::new(client, settings.prefix.clone());
                     started.start(Arc::downgrade(&inner), interval);
                     syncer = Some(started);
