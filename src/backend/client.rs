@@ -67,9 +67,25 @@ fn cluster_nodes(url: &str) -> Option<Vec<String>> {
     Some(hosts.split(',').filter(|h| !h.is_empty()).map(|host| format!("{scheme}://{auth}{host}")).collect())
 }
 
+/// Blocking connections of one server, for callers that wait (Python threads): the caller's thread
+/// writes the request and reads the reply itself, with no hand-off to the runtime's thread and back
+/// (two thread wake-ups, most of a round trip's client cost here).
+struct Blocking {
+    client: redis::Client,
+    idle: parking_lot::Mutex<Vec<redis::Connection>>,
+    /// After a failure, connecting again waits until then (calls fail at once meanwhile): a server that
+    /// is down costs each decision nothing, not a connection timeout.
+    retry_at: parking_lot::Mutex<Option<std::time::Instant>>,
+}
+
+/// How long a failed server is left alone before a blocking caller connects again.
+const RECONNECT_AFTER: Duration = Duration::from_millis(250);
+
 pub struct Client {
     runtime: tokio::runtime::Runtime,
     connection: Connection,
+    /// `None` for a Cluster (its calls go through the runtime).
+    blocking: Option<Blocking>,
     script: Arc<redis::Script>,
     timeout: Duration,
     /// The address, without a password, for messages.
@@ -99,6 +115,7 @@ impl Client {
             .map_err(|e| Error::value("backend", format!("cannot start the Redis client's runtime: {e}")))?;
         let connect_timeout = timeout.max(Duration::from_millis(100));
         let bad_url = |e: redis::RedisError| Error::value("url", format!("{:?} is not a Redis URL: {e}", redact(url)));
+        let mut blocking = None;
         let connection = {
             let _entered = runtime.enter();
             match cluster_nodes(url) {
@@ -122,6 +139,11 @@ impl Client {
                         None => redis::Client::open(url),
                     }
                     .map_err(bad_url)?;
+                    blocking = Some(Blocking {
+                        client: client.clone(),
+                        idle: parking_lot::Mutex::new(Vec::new()),
+                        retry_at: parking_lot::Mutex::new(None),
+                    });
                     let config = ConnectionManagerConfig::new()
                         .set_connection_timeout(Some(connect_timeout))
                         .set_response_timeout(Some(timeout))
@@ -134,7 +156,7 @@ impl Client {
             }
         };
         let (script, address) = (Arc::new(redis::Script::new(script)), redact(url).into());
-        Ok(Self { runtime, connection, script, timeout, address })
+        Ok(Self { runtime, connection, blocking, script, timeout, address })
     }
 
     /// Checks a URL the way `open` reads it, without connecting.
@@ -157,7 +179,64 @@ impl Client {
     /// # Errors
     /// The server is unreachable, too slow, or answered with an error.
     pub fn run(&self, keys: &[String], args: &[String]) -> std::result::Result<Vec<String>, Failure> {
-        self.runtime.block_on(self.call(keys.to_vec(), args.to_vec()))
+        match &self.blocking {
+            Some(blocking) => self.run_blocking(blocking, keys, args),
+            None => self.runtime.block_on(self.call(keys.to_vec(), args.to_vec())),
+        }
+    }
+
+    fn run_blocking(
+        &self,
+        blocking: &Blocking,
+        keys: &[String],
+        args: &[String],
+    ) -> std::result::Result<Vec<String>, Failure> {
+        let mut connection = match blocking.idle.lock().pop() {
+            Some(connection) => connection,
+            None => self.connect(blocking)?,
+        };
+        let mut invocation = self.script.prepare_invoke();
+        for key in keys {
+            invocation.key(key);
+        }
+        for arg in args {
+            invocation.arg(arg);
+        }
+        match invocation.invoke::<Vec<String>>(&mut connection) {
+            Ok(reply) => {
+                blocking.idle.lock().push(connection);
+                Ok(reply)
+            }
+            // The connection may hold a late reply: dropped, not reused.
+            Err(e) => {
+                if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
+                    *blocking.retry_at.lock() = Some(std::time::Instant::now() + RECONNECT_AFTER);
+                    blocking.idle.lock().clear();
+                }
+                Err(Failure(format!("Redis at {}: {e}", self.address)))
+            }
+        }
+    }
+
+    /// A new blocking connection with the client's timeouts, unless the server failed moments ago.
+    fn connect(&self, blocking: &Blocking) -> std::result::Result<redis::Connection, Failure> {
+        if let Some(at) = *blocking.retry_at.lock() {
+            if std::time::Instant::now() < at {
+                return Err(Failure(format!("Redis at {} is unavailable (failed moments ago)", self.address)));
+            }
+        }
+        let connected = blocking
+            .client
+            .get_connection_with_timeout(self.timeout.max(Duration::from_millis(100)))
+            .and_then(|connection| {
+                connection.set_read_timeout(Some(self.timeout))?;
+                connection.set_write_timeout(Some(self.timeout))?;
+                Ok(connection)
+            });
+        connected.map_err(|e| {
+            *blocking.retry_at.lock() = Some(std::time::Instant::now() + RECONNECT_AFTER);
+            Failure(format!("Redis at {}: {e}", self.address))
+        })
     }
 
     /// Runs the script as `run` does, on the client's runtime, and hands the reply to `done` there.

@@ -1,0 +1,405 @@
+"""What a decision costs with limits kept in Redis: ratekeeper's Redis backend against peers' Redis storages.
+
+What is measured
+    One real ``redis-server`` on a free loopback port (started and stopped here, no persistence); every
+    library on it, each under its own keys, with a limit no call reaches (10**6 per second), checked
+    after each measurement (a refusal fails the run).
+
+    One caller, blocking (microseconds per decision, lower is better):
+      redis-py PING              the yardstick: one round trip of redis-py, the client every peer uses
+      ratekeeper exact           lim.allow(peer): one EVALSHA, from Rust, waited for without the GIL
+      ratekeeper sync            lim.allow(peer) in sync mode: decided in memory, usage pushed every 1 s
+      ratekeeper memory          lim.allow(peer) without a backend: the reference for sync mode
+      limits FixedWindow         limits 5.x, RedisStorage (redis-py)
+      limits MovingWindow        the same, moving window
+      throttled-py GCRA          throttled-py 3.x, RedisStore
+      pyrate-limiter             pyrate-limiter 4.x, RedisBucket (a sliding log in a sorted set)
+
+    64 concurrent asyncio callers on one event loop (decisions per second, higher is better):
+      redis-py PING              redis.asyncio, 64 tasks
+      ratekeeper exact           await lim.aallow(peer)
+      limits FixedWindow         limits.aio, RedisStorage(implementation="redispy")
+      throttled-py GCRA          throttled.asyncio, RedisStore
+
+How it is timed
+    Blocking: N calls in a loop between two perf_counter reads, per run; runs are interleaved (run 1
+    of every case, then run 2, ...) so that a shared machine's drift hits every case alike; the median
+    of the runs is reported, with the minimum. asyncio: 64 tasks each make N/64 calls; the wall time of
+    the whole gather is the run's. A warm-up of 200 calls precedes each run.
+
+Targets (issue 10, the 2-core machine)
+    exact mode, one caller: less time per decision than a redis-py PING;
+    64 asyncio callers: at least 5x the decisions/s of the fastest peer;
+    sync mode: at most 2x the in-memory allow.
+
+Usage
+    python benches/redis_bench.py            # 5 runs of 2,000 calls per case
+    python benches/redis_bench.py --quick    # 1 run of 500 calls
+
+Needs ``redis-server`` (Debian: ``apt-get install redis-server``) and the bench extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import importlib.metadata
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ratekeeper as rk
+
+HERE = Path(__file__).resolve().parent
+LIMIT = "1000000/second"
+PEER = "bench-peer"
+TASKS = 64
+
+Call = Callable[[], Any]
+AsyncCall = Callable[[], Awaitable[Any]]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class Server:
+    """redis-server on a free loopback port, no persistence."""
+
+    def __init__(self) -> None:
+        executable = shutil.which("redis-server")
+        if executable is None:
+            raise SystemExit("redis-server is not installed (Debian: apt-get install redis-server)")
+        self.port = free_port()
+        self.directory = tempfile.TemporaryDirectory()
+        command = [executable, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        self.process = subprocess.Popen(
+            [*command, "--dir", self.directory.name], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        import redis
+
+        client = redis.Redis(port=self.port)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise SystemExit("redis-server did not answer PING within 10 s") from None
+                time.sleep(0.02)
+        client.close()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.wait(timeout=10)
+        self.directory.cleanup()
+
+
+@dataclass
+class Case:
+    name: str
+    setup: Callable[[Server], Any]
+    #: Whether a call's result means "admitted" (PING's does not decide anything).
+    decides: bool = True
+    seconds: list[float] = field(default_factory=list)
+    note: str = ""
+
+
+def admitted(result: Any) -> bool:
+    """Each library's way of saying yes."""
+    if isinstance(result, bool):
+        return result
+    if hasattr(result, "limited"):  # throttled-py
+        return not result.limited
+    return bool(result)
+
+
+# One caller, blocking -------------------------------------------------------------------------------
+
+
+def redis_ping(server: Server) -> Call:
+    import redis
+
+    return redis.Redis(port=server.port).ping
+
+
+def ratekeeper_exact(server: Server) -> Call:
+    lim = rk.Limiter(LIMIT.replace("second", "s"), backend=rk.Redis(server.url, prefix="bench:rk:", on_error="raise"))
+    return lambda: lim.allow(PEER)
+
+
+def ratekeeper_sync(server: Server) -> Call:
+    backend = rk.Redis(server.url, mode="sync", sync_interval=1.0, prefix="bench:rksync:")
+    lim = rk.Limiter(LIMIT.replace("second", "s"), backend=backend)
+    return lambda: lim.allow(PEER)
+
+
+def ratekeeper_memory(server: Server) -> Call:
+    lim = rk.Limiter(LIMIT.replace("second", "s"))
+    return lambda: lim.allow(PEER)
+
+
+def limits_strategy(name: str) -> Callable[[Server], Call]:
+    def setup(server: Server) -> Call:
+        import limits
+        from limits.storage import RedisStorage
+
+        storage = RedisStorage(f"redis://127.0.0.1:{server.port}", key_prefix=f"bench-limits-{name}")
+        strategy = getattr(limits.strategies, f"{name}RateLimiter")(storage)
+        item = limits.parse(LIMIT)
+        return lambda: strategy.hit(item, PEER)
+
+    return setup
+
+
+def throttled_gcra(server: Server) -> Call:
+    from throttled import RateLimiterType, RedisStore, Throttled, per_sec
+
+    store = RedisStore(server=f"{server.url}")
+    throttle = Throttled(
+        key=f"bench-throttled-{PEER}", using=RateLimiterType.GCRA.value, quota=per_sec(10**6), store=store, timeout=-1
+    )
+    return lambda: throttle.limit()
+
+
+def pyrate_redis(server: Server) -> Call:
+    import redis
+    from pyrate_limiter import Duration, Limiter, Rate, RedisBucket
+
+    bucket = RedisBucket.init([Rate(10**6, Duration.SECOND)], redis.Redis(port=server.port), "bench-pyrate")
+    limiter = Limiter(bucket)
+    return lambda: limiter.try_acquire(PEER)
+
+
+BLOCKING = [
+    Case("redis-py PING", redis_ping, decides=False),
+    Case("ratekeeper exact", ratekeeper_exact),
+    Case("ratekeeper sync", ratekeeper_sync),
+    Case("ratekeeper memory", ratekeeper_memory),
+    Case("limits FixedWindow", limits_strategy("FixedWindow")),
+    Case("limits MovingWindow", limits_strategy("MovingWindow")),
+    Case("throttled-py GCRA", throttled_gcra),
+    Case("pyrate-limiter RedisBucket", pyrate_redis),
+]
+
+# 64 asyncio callers ---------------------------------------------------------------------------------
+
+
+def async_redis_ping(server: Server) -> AsyncCall:
+    import redis.asyncio
+
+    client = redis.asyncio.Redis(port=server.port)
+    return client.ping
+
+
+def async_ratekeeper(server: Server) -> AsyncCall:
+    lim = rk.Limiter(LIMIT.replace("second", "s"), backend=rk.Redis(server.url, prefix="bench:rka:", on_error="raise"))
+    return lambda: lim.aallow(PEER)
+
+
+def async_limits(server: Server) -> AsyncCall:
+    import limits
+    from limits.aio.storage import RedisStorage
+    from limits.aio.strategies import FixedWindowRateLimiter
+
+    storage = RedisStorage(
+        f"async+redis://127.0.0.1:{server.port}", implementation="redispy", key_prefix="bench-limits-aio"
+    )
+    strategy = FixedWindowRateLimiter(storage)
+    item = limits.parse(LIMIT)
+    return lambda: strategy.hit(item, PEER)
+
+
+def async_throttled(server: Server) -> AsyncCall:
+    from throttled.asyncio import RateLimiterType, RedisStore, Throttled, per_sec
+
+    store = RedisStore(server=server.url)
+    throttle = Throttled(
+        key=f"bench-throttled-aio-{PEER}",
+        using=RateLimiterType.GCRA.value,
+        quota=per_sec(10**6),
+        store=store,
+        timeout=-1,
+    )
+    return throttle.limit
+
+
+CONCURRENT = [
+    Case("redis-py asyncio PING", async_redis_ping, decides=False),
+    Case("ratekeeper exact", async_ratekeeper),
+    Case("limits FixedWindow (aio)", async_limits),
+    Case("throttled-py GCRA (asyncio)", async_throttled),
+]
+
+# Timing ---------------------------------------------------------------------------------------------
+
+
+def time_blocking(call: Call, calls: int, decides: bool) -> float:
+    for _ in range(200):
+        call()
+    refused = 0
+    start = time.perf_counter()
+    for _ in range(calls):
+        result = call()
+        refused += decides and not admitted(result)
+    elapsed = time.perf_counter() - start
+    if refused:
+        raise SystemExit(f"{refused} of {calls} calls were refused: the bench's limit must admit every call")
+    return elapsed
+
+
+async def time_concurrent(call: AsyncCall, calls: int, decides: bool) -> float:
+    async def worker(n: int) -> int:
+        refused = 0
+        for _ in range(n):
+            result = await call()
+            refused += decides and not admitted(result)
+        return refused
+
+    await asyncio.gather(*(worker(200 // TASKS + 1) for _ in range(TASKS)))
+    start = time.perf_counter()
+    refused = sum(await asyncio.gather(*(worker(calls // TASKS) for _ in range(TASKS))))
+    elapsed = time.perf_counter() - start
+    if refused:
+        raise SystemExit(f"{refused} calls were refused: the bench's limit must admit every call")
+    return elapsed
+
+
+def measure(server: Server, runs: int, calls: int) -> tuple[list[Case], list[Case]]:
+    ready: list[tuple[Case, Call]] = []
+    for case in BLOCKING:
+        try:
+            ready.append((case, case.setup(server)))
+        except Exception as error:  # a peer that cannot be set up is skipped, with the reason
+            case.note = f"skipped: {type(error).__name__}: {error}"
+    loop = asyncio.new_event_loop()
+    ready_async: list[tuple[Case, AsyncCall]] = []
+    for case in CONCURRENT:
+        try:
+            ready_async.append((case, loop.run_until_complete(_made(case, server))))
+        except Exception as error:
+            case.note = f"skipped: {type(error).__name__}: {error}"
+    for run in range(runs):
+        for case, call in ready:
+            case.seconds.append(time_blocking(call, calls, case.decides))
+        for case, acall in ready_async:
+            case.seconds.append(loop.run_until_complete(time_concurrent(acall, calls, case.decides)))
+        print(f"  run {run + 1}/{runs} done", file=sys.stderr)
+    loop.close()
+    return [c for c, _ in ready], [c for c, _ in ready_async]
+
+
+async def _made(case: Case, server: Server) -> AsyncCall:
+    """Async set-ups run inside the loop (some clients bind to the running loop)."""
+    made: AsyncCall = case.setup(server)
+    return made
+
+
+# Report ---------------------------------------------------------------------------------------------
+
+
+def versions() -> str:
+    names = ["ratekeeper", "redis", "limits", "throttled-py", "pyrate-limiter"]
+    found = []
+    for name in names:
+        try:
+            found.append(f"{name} {importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            found.append(f"{name} (not installed)")
+    server = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout.split()[2]
+    return ", ".join(found) + f", redis-server {server.removeprefix('v=')}"
+
+
+def report(blocking: list[Case], concurrent: list[Case], calls: int) -> list[tuple[bool, str]]:
+    per_call = {c.name: [s / calls * 1e6 for s in c.seconds] for c in blocking}
+    ping = statistics.median(per_call["redis-py PING"])
+    print("\n**One caller, blocking** (µs per decision; median of runs, min)\n")
+    print("| library | µs (median) | min | × PING |")
+    print("|---|---:|---:|---:|")
+    for case in blocking:
+        values = per_call[case.name]
+        median = statistics.median(values)
+        print(f"| {case.name} | {median:,.1f} | {min(values):,.1f} | {median / ping:.2f} |")
+    rates = {c.name: [calls // TASKS * TASKS / s for s in c.seconds] for c in concurrent}
+    print(f"\n**{TASKS} asyncio callers** (decisions/s; median of runs, max)\n")
+    print("| library | decisions/s (median) | max |")
+    print("|---|---:|---:|")
+    for case in concurrent:
+        values = rates[case.name]
+        print(f"| {case.name} | {statistics.median(values):,.0f} | {max(values):,.0f} |")
+    for case in [*BLOCKING, *CONCURRENT]:
+        if case.note:
+            print(f"\n{case.name}: {case.note}")
+
+    verdicts = []
+    exact = statistics.median(per_call["ratekeeper exact"])
+    verdicts.append((exact < ping, f"exact mode, one caller: {exact:.1f} µs per decision vs PING {ping:.1f} µs (< 1x)"))
+    if "ratekeeper sync" in per_call and "ratekeeper memory" in per_call:
+        ratio = statistics.median(per_call["ratekeeper sync"]) / statistics.median(per_call["ratekeeper memory"])
+        verdicts.append((ratio <= 2.0, f"sync mode: {ratio:.2f}x the in-memory allow (<= 2x)"))
+    peers = [statistics.median(v) for name, v in rates.items() if "ratekeeper" not in name and "PING" not in name]
+    if peers and "ratekeeper exact" in rates:
+        ratio = statistics.median(rates["ratekeeper exact"]) / max(peers)
+        verdicts.append((ratio >= 5.0, f"{TASKS} asyncio callers: {ratio:.1f}x the fastest peer's decisions/s (>= 5x)"))
+    print()
+    for passed, text in verdicts:
+        print(f"{'PASS' if passed else 'MISS'} {text}")
+    return verdicts
+
+
+def write_tsv(path: Path, blocking: list[Case], concurrent: list[Case], calls: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as out:
+        writer = csv.writer(out, delimiter="\t", lineterminator="\n")
+        writer.writerow(["scenario", "library", "run", "calls", "seconds"])
+        for scenario, cases in (("blocking", blocking), (f"asyncio-{TASKS}", concurrent)):
+            for case in cases:
+                for run, seconds in enumerate(case.seconds, 1):
+                    writer.writerow([scenario, case.name, run, calls, f"{seconds:.6f}"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=5, help="runs per case, interleaved (default 5)")
+    parser.add_argument("--calls", type=int, default=2000, help="calls per run (default 2000)")
+    parser.add_argument("--quick", action="store_true", help="1 run of 500 calls")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "redis_bench.tsv", help="the TSV of every run")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.runs, args.calls = 1, 500
+    print(f"{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}", file=sys.stderr)
+    print(versions(), file=sys.stderr)
+    print(f"{args.runs} run(s) x {args.calls} calls per case, interleaved; medians", file=sys.stderr)
+    server = Server()
+    try:
+        blocking, concurrent = measure(server, args.runs, args.calls)
+    finally:
+        server.stop()
+    verdicts = report(blocking, concurrent, args.calls)
+    write_tsv(args.out, blocking, concurrent, args.calls)
+    print(f"\nTSV: {args.out}")
+    return 1 if args.check and not all(passed for passed, _ in verdicts) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
