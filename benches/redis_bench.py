@@ -333,12 +333,13 @@ def report(blocking: list[Case], concurrent: list[Case], calls: int) -> list[tup
     per_call = {c.name: [s / calls * 1e6 for s in c.seconds] for c in blocking}
     ping = statistics.median(per_call["redis-py PING"])
     print("\n**One caller, blocking** (µs per decision; median of runs, min)\n")
-    print("| library | µs (median) | min | × PING |")
+    print("| library | µs (median) | min | vs PING |")
     print("|---|---:|---:|---:|")
     for case in blocking:
         values = per_call[case.name]
         median = statistics.median(values)
-        print(f"| {case.name} | {median:,.1f} | {min(values):,.1f} | {median / ping:.2f} |")
+        digits = 1 if median >= 1 else 3
+        print(f"| {case.name} | {median:,.{digits}f} | {min(values):,.{digits}f} | {median / ping:.2f}x |")
     rates = {c.name: [calls // TASKS * TASKS / s for s in c.seconds] for c in concurrent}
     print(f"\n**{TASKS} asyncio callers** (decisions/s; median of runs, max)\n")
     print("| library | decisions/s (median) | max |")
