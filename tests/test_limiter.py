@@ -192,6 +192,8 @@ def test_stats_reports_configuration_and_counters(clock: rk.ManualClock) -> None
         "quota_records": 0,
         "quota_queue": 0,
         "quota_running": 0,
+        "backend_errors": 0,
+        "backend_down": False,
         "groups": {
             "api": {
                 "limits": [{"rate": "1/s", "burst": 2, "algorithm": "token_bucket"}],

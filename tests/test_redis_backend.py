@@ -89,6 +89,7 @@ def test_an_outage_is_decided_by_on_error_then_redis_decides_again(
     with caplog.at_level(logging.WARNING, logger="ratekeeper"):
         assert [lim.allow("dave") for _ in range(3)] == expected
     assert lim.backend_errors == (3, True)
+    assert (lim.stats()["backend_errors"], lim.stats()["backend_down"]) == (3, True)
     # Logged once, when the outage began.
     assert [r.getMessage() for r in caplog.records].count(caplog.records[0].getMessage()) == 1
     assert "unavailable" in caplog.records[0].getMessage()

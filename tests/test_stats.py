@@ -22,6 +22,8 @@ STATS_KEYS = {
     "quota_records",
     "quota_queue",
     "quota_running",
+    "backend_errors",
+    "backend_down",
     "groups",
 }
 GROUP_KEYS = {

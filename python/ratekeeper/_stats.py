@@ -60,4 +60,8 @@ class Stats(TypedDict):
     quota_records: int
     quota_queue: int
     quota_running: int
+    #: Round trips to the backend (Redis) that failed, each decided by its ``on_error``; 0 without one.
+    backend_errors: int
+    #: Whether the last round trip to the backend failed (an outage in progress).
+    backend_down: bool
     groups: dict[str, GroupStats]

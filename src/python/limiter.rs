@@ -707,6 +707,9 @@ impl PyLimiter {
         let (queued, running) = self.inner.fetches().load();
         out.set_item("quota_queue", queued)?;
         out.set_item("quota_running", running)?;
+        let (errors, down) = self.backend_errors();
+        out.set_item("backend_errors", errors)?;
+        out.set_item("backend_down", down)?;
         out.set_item("groups", groups)?;
         Ok(out)
     }
