@@ -142,10 +142,10 @@ def test_bad_settings_are_named() -> None:
 
 
 def test_algorithms_redis_cannot_run_yet_are_refused_at_construction() -> None:
-    rules = [rk.Rule(r"^/", "feed", "10/min", algorithm="sliding_log")]
+    rules = [rk.Rule(r"^/", "feed", limits=[rk.Limit("10/min"), rk.Limit(concurrency=2)])]
     with pytest.raises(rk.InvalidValue, match="not supported by the Redis backend") as error:
         rk.Limiter(rules=rules, backend=rk.Redis("redis://127.0.0.1:1/0"))
-    assert error.value.loc[:2] == ("rules", "feed")
+    assert error.value.loc[:4] == ("rules", "feed", "limits", 1)
 
 
 def test_passwords_stay_out_of_repr() -> None:

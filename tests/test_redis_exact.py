@@ -16,7 +16,14 @@ from _redis import RedisServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-ALGORITHMS: list[rk.Algorithm] = ["gcra", "token_bucket", "fixed_window", "sliding_window", "leaky_bucket"]
+ALGORITHMS: list[rk.Algorithm] = [
+    "gcra",
+    "token_bucket",
+    "fixed_window",
+    "sliding_window",
+    "sliding_log",
+    "leaky_bucket",
+]
 S = 1_000_000_000
 examples = itertools.count()
 # `pair` builds fresh limiters, under a fresh key prefix, at every call: safe across examples.
@@ -106,6 +113,7 @@ def test_policies_over_several_limits_match_memory(
                 rk.Limit("3/s"),
                 rk.Limit("10/min", algorithm="sliding_window"),
                 rk.Limit("4/2s", algorithm="token_bucket"),
+                rk.Limit("5/3s", algorithm="sliding_log"),
             ],
             policy=policy,
         )
@@ -170,12 +178,11 @@ def test_reductions_give_back_what_memory_gives_back(
 def test_a_cancelled_wait_gives_its_slot_back_as_in_memory(
     pair: Callable[..., tuple[rk.Limiter, ...]], policy: rk.PolicyName
 ) -> None:
-    rules = [
-        rk.Rule(r"^/", "api", limits=[rk.Limit("2/s"), rk.Limit("3/s", algorithm="sliding_window")], policy=policy)
-    ]
+    limits = [rk.Limit("2/s"), rk.Limit("3/s", algorithm="sliding_window"), rk.Limit("4/s", algorithm="sliding_log")]
+    rules = [rk.Rule(r"^/", "api", limits=limits, policy=policy)]
     memory, redis, _, _ = pair(rules=rules)
     for lim in (memory, redis):
-        for _ in range(5):  # every limit spent, under either policy
+        for _ in range(9):  # every limit spent, under either policy
             lim.allow("alice", "/")
     reservations = [(lim, lim._reserve("alice", "/", None, 1, 5.0)) for lim in (memory, redis)]
     assert reservations[0][1].wait == reservations[1][1].wait > 0

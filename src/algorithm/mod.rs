@@ -233,7 +233,7 @@ impl Limit {
     }
 
     /// The name and constants of this limit's algorithm as `src/backend/decide.lua` runs it; `None` for
-    /// the algorithms it does not run (sliding log, concurrency).
+    /// concurrency permits, which it does not keep.
     #[must_use]
     pub const fn script_params(&self) -> Option<(&'static str, [u64; 5])> {
         match &self.algorithm {
@@ -241,7 +241,8 @@ impl Limit {
             Algorithm::Windows(_, w) => Some(("windows", w.params())),
             Algorithm::SlidingWindow(s) => Some(("sliding_window", s.params())),
             Algorithm::LeakyBucket(l) => Some(("leaky_bucket", l.params())),
-            Algorithm::SlidingLog(_) | Algorithm::Concurrency(_) => None,
+            Algorithm::SlidingLog(s) => Some(("sliding_log", s.params())),
+            Algorithm::Concurrency(_) => None,
         }
     }
 

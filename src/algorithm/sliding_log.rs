@@ -22,6 +22,12 @@ impl SlidingLog {
         Self { limit: u64::from(limit), window_ns: rate.period_ns }
     }
 
+    /// The constants `src/backend/decide.lua` takes: limit, window.
+    #[must_use]
+    pub const fn params(&self) -> [u64; 5] {
+        [self.limit, self.window_ns, 0, 0, 0]
+    }
+
     /// The index of the first stamp still in the window at `at`. Stamps after `at` (reserved by
     /// waiters) count as live: a reservation is never given away.
     fn first_live(&self, log: &VecDeque<u64>, at: u64) -> usize {

@@ -50,7 +50,7 @@ local function ceil_div(a, b)
 end
 
 -- States: nil (no key) or { t = ns relative to now, a, b }.
-local function load(key)
+local function load(_, key)
   local raw = redis.call('GET', key)
   if not raw then return nil end
   local s, ns, a, b = string.match(raw, '^(%-?%d+) (%d+) (%d+) (%d+)$')
@@ -58,7 +58,7 @@ local function load(key)
   return { t = (tonumber(s) - now_s) * E9 + (tonumber(ns) - now_ns), a = tonumber(a), b = tonumber(b) }
 end
 
-local function store(key, state)
+local function store(_, key, state)
   local abs_ns = now_ns + state.t
   local s = now_s + floor(abs_ns / E9)
   local ttl_ms = ceil_div(state.t, 1000000)
@@ -235,6 +235,88 @@ algorithms.leaky_bucket = {
   end,
 }
 
+
+-- Sliding log (src/algorithm/sliding_log.rs): a sorted set of the window's stamps. Scores are
+-- nanoseconds after the log's epoch (kept exact below 2^53; the epoch moves to now whenever the log
+-- empties), members "<score>#<n>"; one member scored -1 holds "~<epoch s> <epoch ns> <n>".
+-- p: limit, window. A state: { key, off (epoch - now), n, meta }; an admission: { at, cost, idle_at }.
+-- The exclusive lower bound of the stamps still live at `at` (t + W > at), never below the meta member.
+local function log_after(l, st, at)
+  return '(' .. str(math.max(at - l.p2 - st.off, -1))
+end
+local function log_live(l, st, at)
+  return redis.call('ZCOUNT', st.key, log_after(l, st, at), '+inf')
+end
+local function log_last(st)
+  local last = redis.call('ZREVRANGEBYSCORE', st.key, '+inf', '0', 'WITHSCORES', 'LIMIT', 0, 1)
+  if last[2] then return tonumber(last[2]) + st.off end
+  return nil
+end
+algorithms.sliding_log = {
+  load = function(_, key)
+    local st = { key = key, off = 0, n = 0, meta = nil }
+    local meta = redis.call('ZRANGEBYSCORE', key, -1, -1)[1]
+    if meta then
+      local s, ns, n = string.match(meta, '^~(%-?%d+) (%d+) (%d+)$')
+      st.off = (tonumber(s) - now_s) * E9 + (tonumber(ns) - now_ns)
+      st.n, st.meta = tonumber(n), meta
+    end
+    return st
+  end,
+  evaluate = function(l, st, at)
+    local live = log_live(l, st, at)
+    if live + cost <= l.p1 then
+      local last = log_last(st)
+      local idle_at = math.max(last or at, at) + l.p2
+      return { at = at, cost = cost, idle_at = idle_at }
+    end
+    -- The stamp whose leaving makes room for `cost`: the (live + cost - limit)-th live one.
+    local index = live + cost - l.p1 - 1
+    local stamp = redis.call('ZRANGEBYSCORE', st.key, log_after(l, st, at), '+inf', 'WITHSCORES', 'LIMIT', index, 1)
+    return nil, tonumber(stamp[2]) + st.off + l.p2 - at
+  end,
+  store = function(l, key, admit)
+    local st = algorithms.sliding_log.load(l, key)
+    -- Stamps that left the window by now go; an empty log takes now as its epoch.
+    redis.call('ZREMRANGEBYSCORE', key, 0, str(-l.p2 - st.off))
+    if st.meta then redis.call('ZREM', key, st.meta) end
+    if admit.remove then
+      for _ = 1, admit.remove do
+        local found = redis.call('ZRANGEBYSCORE', key, str(admit.at - st.off), str(admit.at - st.off), 'LIMIT', 0, 1)[1]
+          or redis.call('ZREVRANGEBYSCORE', key, '+inf', '0', 'LIMIT', 0, 1)[1]
+        if found then redis.call('ZREM', key, found) end
+      end
+    end
+    if redis.call('ZCARD', key) == 0 then st.off = 0 end
+    local epoch = now_ns + st.off
+    local epoch_s = now_s + floor(epoch / E9)
+    for _ = 1, (admit.cost or 0) do
+      st.n = st.n + 1
+      local score = admit.at - st.off
+      redis.call('ZADD', key, str(score), str(score) .. '#' .. str(st.n))
+    end
+    local last = log_last(st)
+    if last == nil then
+      redis.call('DEL', key)
+      return st
+    end
+    st.meta = '~' .. str(epoch_s) .. ' ' .. str(epoch % E9) .. ' ' .. str(st.n)
+    redis.call('ZADD', key, -1, st.meta)
+    redis.call('PEXPIRE', key, math.max(1, ceil_div(last + l.p2, 1000000)))
+    return st
+  end,
+  report = function(l, st)
+    local live = log_live(l, st, 0)
+    if live == 0 then return l.p1, 0, 0 end
+    local reset = math.max(0, log_last(st) + l.p2)
+    return math.max(0, l.p1 - live), reset, reset
+  end,
+  -- Removes `cost` stamps made at `at` (the newest ones when none was).
+  refund = function(_, _, at)
+    return { at = at, cost = 0, remove = cost }
+  end,
+}
+
 -- The limits, their states, and the phase of `now` for windows aligned to zero.
 local limits, states = {}, {}
 for i = 1, n do
@@ -250,7 +332,7 @@ for i = 1, n do
     l.phase = (mulmod(now_s, E9, l.p2) + now_ns) % l.p2
   end
   limits[i] = l
-  states[i] = load(KEYS[i])
+  states[i] = (l.algorithm.load or load)(l, KEYS[i])
 end
 
 -- A refund: seed 003's reduction ("refund": every limit under "all", the last one under "fallback"), or
@@ -264,7 +346,9 @@ if operation == 'refund' or released then
     local take
     if released then take = bit elseif policy == 'fallback' then take = i == n else take = true end
     if take and states[i] ~= nil then
-      store(KEYS[i], limits[i].algorithm.refund(limits[i], states[i], max_wait))
+      local l = limits[i]
+      local refunded = l.algorithm.refund(l, states[i], max_wait)
+      if refunded then (l.algorithm.store or store)(l, KEYS[i], refunded) end
     end
   end
   return { '1' }
@@ -311,8 +395,8 @@ for _ = 1, 8 do
   local writes, r = evaluate(wait)
   if writes then
     for i, state in pairs(writes) do
-      store(KEYS[i], state)
-      states[i] = state
+      local l = limits[i]
+      states[i] = (l.algorithm.store or store)(l, KEYS[i], state) or state
       written = written + 2 ^ (i - 1)
     end
     allowed = true

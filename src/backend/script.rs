@@ -20,7 +20,10 @@ pub fn check_limit(limit: &Limit) -> Result<()> {
     let Some((name, params)) = limit.script_params() else {
         return Err(Error::value(
             "algorithm",
-            format!("{:?} is not supported by the Redis backend yet; use gcra, token_bucket, fixed_window, sliding_window or leaky_bucket", limit.kind().name()),
+            format!(
+                "{:?} is not supported by the Redis backend yet: concurrency permits stay in one process",
+                limit.kind().name()
+            ),
         ));
     };
     let span = limit.horizon_ns().saturating_mul(2);
@@ -159,8 +162,9 @@ mod tests {
 
     #[test]
     fn what_the_script_cannot_run_exactly_is_refused() {
-        let log = Limit::new("3/s".parse().unwrap(), None, Kind::SlidingLog).unwrap();
-        assert!(check_limit(&log).unwrap_err().to_string().contains("not supported by the Redis backend"));
+        let permits = Limit::concurrency(3).unwrap();
+        assert!(check_limit(&permits).unwrap_err().to_string().contains("not supported by the Redis backend"));
+        check_limit(&Limit::new("3/s".parse().unwrap(), None, Kind::SlidingLog).unwrap()).unwrap();
         let year = Limit::new("3/365d".parse().unwrap(), None, Kind::Gcra).unwrap();
         // 10^9/s: an interval of exactly 1 ns, no remainder to add up.
         check_limit(&Limit::new("1000000000/s".parse().unwrap(), None, Kind::Gcra).unwrap()).unwrap();
