@@ -141,11 +141,49 @@ def test_bad_settings_are_named() -> None:
     assert wrong.value.loc == ("backend",)
 
 
-def test_algorithms_redis_cannot_run_yet_are_refused_at_construction() -> None:
-    rules = [rk.Rule(r"^/", "feed", limits=[rk.Limit("10/min"), rk.Limit(concurrency=2)])]
-    with pytest.raises(rk.InvalidValue, match="not supported by the Redis backend") as error:
-        rk.Limiter(rules=rules, backend=rk.Redis("redis://127.0.0.1:1/0"))
-    assert error.value.loc[:4] == ("rules", "feed", "limits", 1)
+def test_concurrency_permits_are_shared_leases(redis_server: RedisServer, redis_prefix: str) -> None:
+    clock = rk.ManualClock()
+    rules = [rk.Rule(r"^/", "api", limits=[rk.Limit("100/s"), rk.Limit(concurrency=2)])]
+
+    def node() -> rk.Limiter:
+        backend = rk.Redis(redis_server.url, prefix=redis_prefix, on_error="raise", lease_ttl=30)
+        return rk.Limiter(rules=rules, clock=clock, backend=backend)
+
+    first, second = node(), node()
+    held = [first._acquire("ann", "/", None, 1, True), second._acquire("ann", "/", None, 1, True)]
+    assert all(d.allowed and d.permits_held for d in held)
+    refused = first._acquire("ann", "/", None, 1, True)
+    assert not refused
+    assert refused.refused_by == "concurrency"
+    assert refused.retry_after == 0.0
+    assert refused.remaining == 0
+    second._release("ann", "/", None, 1)
+    assert first._acquire("ann", "/", None, 1, True).allowed
+    # A process that dies holding permits: its leases expire after lease_ttl and the permits come back.
+    assert not second._acquire("ann", "/", None, 1, True)
+    clock.advance(31)
+    assert second._acquire("ann", "/", None, 1, True).allowed
+
+
+def test_concurrency_decisions_match_memory(redis_server: RedisServer, redis_prefix: str) -> None:
+    rules = [rk.Rule(r"^/", "api", limits=[rk.Limit("3/s"), rk.Limit(concurrency=2)])]
+    memory = rk.Limiter(rules=rules, clock=rk.ManualClock())
+    backend = rk.Redis(redis_server.url, prefix=redis_prefix, on_error="raise")
+    redis_limiter = rk.Limiter(rules=rules, clock=rk.ManualClock(), backend=backend)
+
+    def seen(d: rk.Decision) -> tuple[object, ...]:
+        return (d.allowed, d.refused_by, d.remaining, d.limit, d.retry_after, d.permits_held)
+
+    steps = ["take", "take", "take", "free", "take", "permits", "free", "free", "take", "take"]
+    for step in steps:
+        for lim in (memory, redis_limiter):
+            if step == "free":
+                lim._release("bo", "/", None, 1)
+        if step != "free":
+            rates = step == "take"
+            assert seen(redis_limiter._acquire("bo", "/", None, 1, rates)) == seen(
+                memory._acquire("bo", "/", None, 1, rates)
+            ), step
 
 
 def test_passwords_stay_out_of_repr() -> None:
@@ -276,3 +314,49 @@ def test_bad_backend_tables_are_located(tmp_path: Path) -> None:
         with pytest.raises(error) as raised:
             rk.Limiter.from_config({"default": "1/s", "backend": table})
         assert raised.value.loc == loc, table  # type: ignore[attr-defined]
+
+
+def test_asgi_permits_live_in_redis_for_the_whole_response(redis_server: RedisServer, redis_prefix: str) -> None:
+    import threading
+
+    from _web import Server
+    from fastapi import FastAPI
+    from fastapi.responses import StreamingResponse
+    from ratekeeper.asgi import RateLimitMiddleware
+    from ratekeeper.keys import header
+
+    release = threading.Event()
+    rules = [rk.Rule(r"^/", "api", limits=[rk.Limit("100/s"), rk.Limit(concurrency=1)])]
+    lim = rk.Limiter(rules=rules, backend=rk.Redis(redis_server.url, prefix=redis_prefix, on_error="raise"))
+    app = FastAPI()
+    app.add_middleware(RateLimitMiddleware, limiter=lim, key=header("X-API-Key"))
+
+    @app.get("/slow")
+    def slow() -> StreamingResponse:
+        def body() -> Iterator[bytes]:
+            yield b"first"
+            release.wait(10)
+            yield b"last"
+
+        return StreamingResponse(body())
+
+    @app.get("/fast")
+    def fast() -> str:
+        return "ok"
+
+    key = {"X-API-Key": "k"}
+    with Server(app) as client:
+        assert [client.get("/fast", headers=key).status_code for _ in range(3)] == [200] * 3
+        with client.stream("GET", "/slow", headers=key) as streaming:
+            chunks = streaming.iter_raw()
+            assert next(chunks) == b"first"
+            busy = client.get("/fast", headers=key)
+            release.set()
+            assert b"".join(chunks) == b"last"
+        assert busy.status_code == 429
+        assert busy.json()["detail"] == "Too many concurrent requests"
+        # The stream's permit was given back when its body ended.
+        deadline = time.monotonic() + 5
+        while client.get("/fast", headers=key).status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)

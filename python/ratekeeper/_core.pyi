@@ -381,6 +381,8 @@ class Redis:
         sync_interval: sync mode's interval in seconds.
         tls_ca_file: for ``rediss://``, a PEM file of the certificates to trust instead of the
             system's (a private CA).
+        lease_ttl: concurrency permits are leases in Redis that expire after this many seconds, so
+            that a crashed process's permits come back; a request held longer stops counting.
         on_error: while Redis cannot answer: ``"local"`` decides in this process's memory,
             ``"allow"`` admits, ``"deny"`` refuses (``retry_after`` 1 s), ``"raise"`` raises
             :class:`BackendUnavailable`. An outage is logged once, when it starts, and counted in
@@ -402,7 +404,11 @@ class Redis:
         on_error: Literal["local", "allow", "deny", "raise"] = "local",
         sync_interval: float = 1.0,
         tls_ca_file: str | os.PathLike[str] | None = None,
+        lease_ttl: float = 300.0,
     ) -> Redis: ...
+    @property
+    def lease_ttl(self) -> float:
+        """How long a concurrency permit's lease lives in Redis, in seconds."""
     @property
     def url(self) -> str: ...
     @property
@@ -522,6 +528,7 @@ class Limiter:
         max_wait: float | None,
         future: asyncio.Future[_Reservation],
         completions: _Completions,
+        permits: bool = False,
     ) -> None: ...
     def _refund(self, peer: str, path: str | None, group: str | None, cost: int, reservation: _Reservation) -> None: ...
     def _acquire(self, peer: str, path: str | None, group: str | None, cost: int, rates: bool) -> Decision: ...

@@ -11,6 +11,7 @@ and client disconnects as well. Lifespan and other scope types pass through.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Literal
@@ -129,7 +130,8 @@ class RateLimitMiddleware:
             held = decision.permits_held
         elif self.options.mode == "refuse":
             # Redis answers on the client's thread; the loop serves other requests meanwhile.
-            decision, held = await self.limiter.acheck(peer, path, cost=cost), False
+            decision = (await self.limiter._areserve(peer, path, None, cost, 0.0, permits=True)).decision
+            held = decision.permits_held
         else:
             decision, held = await self._delay(peer, path, cost)
         if not decision.allowed and not self.options.shadow:
@@ -164,7 +166,7 @@ class RateLimitMiddleware:
             # The body has been sent, or the app raised, or the client went away: permits go back
             # either way, never leaked.
             if held:
-                self.limiter._release(peer, path, None, cost)
+                await self._release(peer, path, cost)
             if (
                 self.options.refund_when is not None
                 and decision.allowed
@@ -172,6 +174,13 @@ class RateLimitMiddleware:
                 and self.options.refund_when(status)
             ):
                 self.limiter.reduce(peer, path, cost)
+
+    async def _release(self, peer: str, path: str, cost: int) -> None:
+        """Gives the request's permits back; with a backend, off the event loop (a round trip)."""
+        if self.limiter.backend is None:
+            self.limiter._release(peer, path, None, cost)
+        else:
+            await asyncio.to_thread(self.limiter._release, peer, path, None, cost)
 
     async def _peer(self, scope: Scope) -> str | None:
         def request() -> Any:
@@ -194,8 +203,12 @@ class RateLimitMiddleware:
             await limiter.athrottle(peer, path, cost=cost, timeout=self.options.max_delay)
         except RateLimited as refused:
             return refused.decision, False
-        # The rate slot is taken; now the permits alone (the rates are not charged twice).
-        decision = limiter._acquire(peer, path, None, cost, False)
+        # The rate slot is taken; now the permits alone (the rates are not charged twice); with a
+        # backend, a round trip off the event loop.
+        if limiter.backend is None:
+            decision = limiter._acquire(peer, path, None, cost, False)
+        else:
+            decision = await asyncio.to_thread(limiter._acquire, peer, path, None, cost, False)
         return decision, decision.permits_held
 
     async def _answer(

@@ -110,7 +110,7 @@ L = TypeVar("L", bound="Limiter")
 E = TypeVar("E", bound=InvalidArgument)
 
 TOP_KEYS = ("max_keys", "exempt_peers", "exempt_paths", "default", "groups", "backend")
-BACKEND_KEYS = ("url", "mode", "timeout", "prefix", "on_error", "sync_interval", "tls_ca_file")
+BACKEND_KEYS = ("url", "mode", "timeout", "prefix", "on_error", "sync_interval", "tls_ca_file", "lease_ttl")
 GROUP_KEYS = ("paths", "rate", "burst", "algorithm", "limits", "policy", "reduction")
 DEFAULT_KEYS = tuple(key for key in GROUP_KEYS if key != "paths")
 LIMIT_KEYS = ("rate", "burst", "algorithm", "concurrency")
@@ -428,7 +428,7 @@ def _backend(table: Mapping[str, Any]) -> Redis:
     options: dict[str, Any] = {}
     for key, value in table.items():
         loc: Loc = ("backend", key)
-        if key in ("timeout", "sync_interval"):
+        if key in ("timeout", "sync_interval", "lease_ttl"):
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 _fail_type(loc, "a number of seconds", value)
             options[key] = float(value)

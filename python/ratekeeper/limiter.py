@@ -195,12 +195,13 @@ class Limiter(_CoreLimiter):
         return (await self._areserve(peer, path, group, cost, 0.0)).decision.allowed
 
     async def _areserve(
-        self, peer: str, path: str | None, group: str | None, cost: int, max_wait: float | None
+        self, peer: str, path: str | None, group: str | None, cost: int, max_wait: float | None, permits: bool = False
     ) -> _Reservation:
-        """``_reserve`` in the backend, awaited: the reply completes a future on this loop."""
+        """``_reserve`` in the backend, awaited: the reply completes a future on this loop. With
+        ``permits``, the group's concurrency permits are taken too (``_acquire``'s ``rates=True``)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[_Reservation] = loop.create_future()
-        self._reserve_remote(peer, path, group, cost, max_wait, future, _channel(loop))
+        self._reserve_remote(peer, path, group, cost, max_wait, future, _channel(loop), permits)
         return await future
 
     def throttle(

@@ -10,6 +10,12 @@ pub struct Concurrency {
 }
 
 impl Concurrency {
+    /// The constants `src/backend/decide.lua` takes: permits.
+    #[must_use]
+    pub const fn params(&self) -> [u64; 5] {
+        [self.permits, 0, 0, 0, 0]
+    }
+
     #[must_use]
     pub fn new(permits: u32) -> Self {
         Self { permits: u64::from(permits) }

@@ -232,8 +232,7 @@ impl Limit {
         matches!(self.algorithm, Algorithm::SlidingLog(_))
     }
 
-    /// The name and constants of this limit's algorithm as `src/backend/decide.lua` runs it; `None` for
-    /// concurrency permits, which it does not keep.
+    /// The name and constants of this limit's algorithm as `src/backend/decide.lua` runs it.
     #[must_use]
     pub const fn script_params(&self) -> Option<(&'static str, [u64; 5])> {
         match &self.algorithm {
@@ -242,7 +241,7 @@ impl Limit {
             Algorithm::SlidingWindow(s) => Some(("sliding_window", s.params())),
             Algorithm::LeakyBucket(l) => Some(("leaky_bucket", l.params())),
             Algorithm::SlidingLog(s) => Some(("sliding_log", s.params())),
-            Algorithm::Concurrency(_) => None,
+            Algorithm::Concurrency(c) => Some(("concurrency", c.params())),
         }
     }
 

@@ -318,6 +318,7 @@ mod tests {
             timeout: Duration::from_millis(50),
             prefix: String::new(),
             on_error: super::super::OnError::Local,
+            lease_ttl: Duration::from_secs(1),
         }
     }
 

@@ -3,14 +3,16 @@
 --
 -- KEYS[i]  the state of limit i of one (peer, group); all share one hash tag (one Cluster slot).
 -- ARGV     now_s now_ns (empty: Redis TIME), cost, max_wait_ns, policy ("all" | "fallback"), operation
---          ("0": decide, "1": decide and report, "refund" or "release:<written>": give `cost` back), limits
---          (count), then 7 fields
---          per limit: kind, burst, p1 .. p5 (see src/backend/script.rs).
+--          ("0": decide, "1": decide and report, "refund" or "release:<written>": give `cost` back, "free":
+--          give back concurrency permits), take ("rates" | "both" | "permits": which limits a decision
+--          takes), lease (concurrency leases' member prefix: "<node>:<n>", or "<node>:" to free), lease
+--          ttl ms, limits (count), then 7 fields per limit: kind, burst, p1 .. p5 (src/backend/script.rs).
 -- State    "s ns a b": the absolute instant t as seconds and nanoseconds, and the fields a and b of
 --          src/algorithm/mod.rs's State. A key expires when its state stops constraining (now >= t).
 -- Reply    { allowed (1 | 0), wait_ns, retry_ns (-1: never), now_s, now_ns, written (bit i: limit i took
---            the request), then per limit when asked to report: remaining, reset_after_ns, next_ns }:
---            numbers as strings (Lua numbers are doubles). A refund replies { "1" }.
+--            the request), refused_by ("" | "rate" | "concurrency"), then per limit when asked to report:
+--            remaining, reset_after_ns, next_ns }: numbers as strings (Lua numbers are doubles). A
+--            refund replies { "1" }.
 
 local E9 = 1000000000
 local floor = math.floor
@@ -27,7 +29,10 @@ local max_wait = tonumber(ARGV[4])
 local policy = ARGV[5]
 local operation = ARGV[6]
 local want_report = operation == '1'
-local n = tonumber(ARGV[7])
+local take = ARGV[7]
+local lease = ARGV[8]
+local lease_ttl = tonumber(ARGV[9])
+local n = tonumber(ARGV[10])
 
 local function str(x)
   return string.format('%.0f', x)
@@ -317,10 +322,54 @@ algorithms.sliding_log = {
   end,
 }
 
+-- Concurrency permits as leases (src/algorithm/concurrency.rs): a sorted set of the permits in use,
+-- each a member "<node>:<n>#<j>" scored by the millisecond it expires at, so that a crashed process's
+-- permits come back. p: permits. A state: { key, used }.
+local now_ms = now_s * 1000 + floor(now_ns / 1000000)
+algorithms.concurrency = {
+  load = function(_, key)
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', str(now_ms))
+    return { key = key, used = redis.call('ZCARD', key) }
+  end,
+  evaluate = function(l, st)
+    if st.used + cost <= l.p1 then return { take = cost } end
+    return nil, 0
+  end,
+  store = function(_, key, change)
+    if change.free then
+      local removed = 0
+      for _, member in ipairs(redis.call('ZRANGE', key, 0, -1)) do
+        if removed >= change.free then break end
+        if string.sub(member, 1, #lease) == lease then
+          redis.call('ZREM', key, member)
+          removed = removed + 1
+        end
+      end
+    end
+    for j = 1, (change.take or 0) do
+      redis.call('ZADD', key, str(now_ms + lease_ttl), lease .. '#' .. j)
+    end
+    local used = redis.call('ZCARD', key)
+    if used == 0 then
+      redis.call('DEL', key)
+    else
+      local newest = redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES')
+      redis.call('PEXPIRE', key, math.max(1, tonumber(newest[2]) - now_ms))
+    end
+    return { key = key, used = used }
+  end,
+  report = function(l, st)
+    return math.max(0, l.p1 - st.used), 0, 0
+  end,
+  refund = function()
+    return nil
+  end,
+}
+
 -- The limits, their states, and the phase of `now` for windows aligned to zero.
 local limits, states = {}, {}
 for i = 1, n do
-  local base = 7 + (i - 1) * 7
+  local base = 10 + (i - 1) * 7
   local l = {
     kind = ARGV[base + 1], burst = tonumber(ARGV[base + 2]),
     p1 = tonumber(ARGV[base + 3]), p2 = tonumber(ARGV[base + 4]), p3 = tonumber(ARGV[base + 5]),
@@ -338,14 +387,26 @@ end
 -- A refund: seed 003's reduction ("refund": every limit under "all", the last one under "fallback"), or
 -- a cancelled wait's slot ("release:<written>": the limits that took it; max_wait_ns then says when the
 -- slot was, after now). A key with no state has nothing to give back.
+if operation == 'free' then
+  for i = 1, n do
+    local l = limits[i]
+    if l.kind == 'concurrency' then l.algorithm.store(l, KEYS[i], { free = cost }) end
+  end
+  return { '1' }
+end
 local released = string.match(operation, '^release:(%d+)$')
 if operation == 'refund' or released then
   local written = tonumber(released or '0')
+  local last_rate = 0
+  for i = 1, n do
+    if limits[i].kind ~= 'concurrency' then last_rate = i end
+  end
   for i = 1, n do
     local bit = floor(written / 2 ^ (i - 1)) % 2 == 1
     local take
-    if released then take = bit elseif policy == 'fallback' then take = i == n else take = true end
-    if take and states[i] ~= nil then
+    local gate = limits[i].kind == 'concurrency'
+    if released then take = bit elseif policy == 'fallback' then take = i == last_rate else take = not gate end
+    if take and not gate and states[i] ~= nil then
       local l = limits[i]
       local refunded = l.algorithm.refund(l, states[i], max_wait)
       if refunded then (l.algorithm.store or store)(l, KEYS[i], refunded) end
@@ -360,39 +421,60 @@ local function evaluate_one(i, at)
   return limits[i].algorithm.evaluate(limits[i], states[i], at)
 end
 
--- Every limit at `at` under the policy (src/limiter/decide.rs `evaluate`): the states to write, or
--- nil and the retry (nil: never).
+-- The limits `take` names at `at` (src/limiter/decide.rs `evaluate`): the states to write, or nil, the
+-- retry (nil: never) and what refused ("concurrency": the permits, which waiting does not free).
 local function evaluate(at)
+  local writes, rates = {}, false
+  for i = 1, n do
+    if limits[i].kind == 'concurrency' then
+      if take ~= 'rates' then
+        local admitted, r = evaluate_one(i, at)
+        if not admitted then return nil, r, 'concurrency' end
+        writes[i] = admitted
+      end
+    else
+      rates = true
+    end
+  end
+  if take == 'permits' or not rates then return writes end
   if policy == 'fallback' then
     local retry = nil
     for i = 1, n do
-      local admitted, r = evaluate_one(i, at)
-      if admitted then return { [i] = admitted } end
-      if r ~= nil and (retry == nil or r < retry) then retry = r end
+      if limits[i].kind ~= 'concurrency' then
+        local admitted, r = evaluate_one(i, at)
+        if admitted then
+          writes[i] = admitted
+          return writes
+        end
+        if r ~= nil and (retry == nil or r < retry) then retry = r end
+      end
     end
-    return nil, retry
+    return nil, retry, 'rate'
   end
-  local writes, retry, refused, never = {}, 0, false, false
+  local retry, refused, never = 0, false, false
   for i = 1, n do
-    local admitted, r = evaluate_one(i, at)
-    if admitted then
-      writes[i] = admitted
-    elseif r == nil then
-      never = true
-    else
-      refused = true
-      retry = math.max(retry, r)
+    if limits[i].kind ~= 'concurrency' then
+      local admitted, r = evaluate_one(i, at)
+      if admitted then
+        writes[i] = admitted
+      elseif r == nil then
+        never = true
+      else
+        refused = true
+        retry = math.max(retry, r)
+      end
     end
   end
-  if never then return nil, nil end
-  if refused then return nil, retry end
+  if never then return nil, nil, 'rate' end
+  if refused then return nil, retry, 'rate' end
   return writes
 end
 
 -- Now, or for a waiter the first instant every limit admits (src/limiter/decide.rs `decide_group`).
-local allowed, wait, retry, written = false, 0, nil, 0
+local allowed, wait, retry, written, refused_by = false, 0, nil, 0, ''
 for _ = 1, 8 do
-  local writes, r = evaluate(wait)
+  local writes, r, by = evaluate(wait)
+  refused_by = by or ''
   if writes then
     for i, state in pairs(writes) do
       local l = limits[i]
@@ -402,8 +484,9 @@ for _ = 1, 8 do
     allowed = true
     break
   end
-  if r == nil then
-    retry = nil
+  if r == nil or by == 'concurrency' then
+    -- Never (a cost above a burst), or the permits: waiting does not help.
+    retry = r
     break
   end
   retry = wait + r
@@ -412,7 +495,7 @@ for _ = 1, 8 do
 end
 
 local reply = { allowed and '1' or '0', str(allowed and wait or 0), retry == nil and '-1' or str(retry),
-  str(now_s), str(now_ns), str(written) }
+  str(now_s), str(now_ns), str(written), allowed and '' or refused_by }
 if allowed then reply[3] = '0' end
 if want_report then
   for i = 1, n do

@@ -59,6 +59,8 @@ pub struct Settings {
     pub timeout: Duration,
     pub prefix: String,
     pub on_error: OnError,
+    /// How long a concurrency permit's lease lives in Redis: a crashed process's permits come back then.
+    pub lease_ttl: Duration,
 }
 
 /// `{<group>:<peer>}`: the hash tag every key of one (peer, group) shares, so that a decision touches one
@@ -83,6 +85,9 @@ const MAX_PLAIN_PEER: usize = 64;
 pub struct Backend {
     settings: Settings,
     client: Client,
+    /// This process's name in concurrency leases (random), and the count of leases it took.
+    node: String,
+    leases: AtomicU64,
     /// Whether the last round trip failed: an outage is reported once, when it starts.
     down: AtomicBool,
     errors: AtomicU64,
@@ -110,7 +115,15 @@ impl Backend {
             return Err(Error::value("timeout", "must be more than 0 seconds"));
         }
         let client = Client::open(&settings, script::DECIDE)?;
-        Ok(Self { settings, client, down: AtomicBool::new(false), errors: AtomicU64::new(0) })
+        let node = format!("{:016x}", ahash::RandomState::new().hash_one(std::process::id()));
+        Ok(Self {
+            settings,
+            client,
+            node,
+            leases: AtomicU64::new(0),
+            down: AtomicBool::new(false),
+            errors: AtomicU64::new(0),
+        })
     }
 
     #[must_use]
@@ -233,6 +246,26 @@ impl Backend {
         Ok(())
     }
 
+    /// Gives back `cost` of the concurrency permits this process holds for `peer` (a request ended).
+    /// While Redis cannot answer the leases stay until they expire.
+    ///
+    /// # Errors
+    /// A `Target::Group` that names no group; Redis cannot answer and `on_error="raise"`.
+    pub fn free(&self, limiter: &Limiter, peer: &str, target: Target<'_>, cost: u64, now: Option<u64>) -> Result<()> {
+        if let Routed::Limited(key) = limiter.route_remote(peer, target)? {
+            if key.limits.iter().any(crate::algorithm::Limit::is_concurrency) {
+                let prefix = format!("{}:", self.node);
+                self.give_back(&key, peer, &script::free_arguments(&key, cost, self.leases(&prefix), now))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn leases<'a>(&self, prefix: &'a str) -> script::Leases<'a> {
+        let ttl_ms = u64::try_from(self.settings.lease_ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        script::Leases { prefix, ttl_ms }
+    }
+
     /// Runs a refund; false when Redis could not answer (and `on_error` is not `raise`).
     fn give_back(&self, key: &RemoteKey, peer: &str, args: &[String]) -> Result<bool> {
         match self.client.run(&self.keys(peer, key), args) {
@@ -268,7 +301,8 @@ impl Backend {
             Routed::Limited(key) => key,
         };
         let keys = self.keys(peer, &key);
-        let args = script::arguments(&key, request, now);
+        let prefix = format!("{}:{}", self.node, self.leases.fetch_add(1, Ordering::Relaxed));
+        let args = script::arguments(&key, request, self.leases(&prefix), now);
         Ok(Prepared::Call(Call { peer: peer.to_owned(), target: OwnedTarget::from(target), request, key, keys, args }))
     }
 
@@ -317,6 +351,7 @@ impl Backend {
             retry_ns: if allowed { 0 } else { DENY_RETRY_NS },
             now: local_now,
             written: 0,
+            refused_by: (!allowed).then_some(crate::limiter::Refusal::Rate),
         };
         let unreported = Request { report: false, ..call.request };
         Ok(match self.settings.on_error {
@@ -387,6 +422,7 @@ mod tests {
             timeout: Duration::from_millis(20),
             prefix: prefix.into(),
             on_error: OnError::Local,
+            lease_ttl: Duration::from_mins(5),
         })
         .unwrap()
     }

@@ -3,7 +3,7 @@
 use crate::algorithm::{Limit, Report};
 use crate::config::Policy;
 use crate::error::{Error, Result};
-use crate::limiter::{RemoteKey, Request, Verdict};
+use crate::limiter::{Refusal, RemoteKey, Request, Take, Verdict};
 use crate::rate::NANOS_PER_SEC;
 
 /// The script, loaded once per server (`EVALSHA`, and `SCRIPT LOAD` again after a `NOSCRIPT`).
@@ -20,12 +20,12 @@ pub fn check_limit(limit: &Limit) -> Result<()> {
     let Some((name, params)) = limit.script_params() else {
         return Err(Error::value(
             "algorithm",
-            format!(
-                "{:?} is not supported by the Redis backend yet: concurrency permits stay in one process",
-                limit.kind().name()
-            ),
+            format!("{:?} is not supported by the Redis backend", limit.kind().name()),
         ));
     };
+    if limit.is_concurrency() {
+        return Ok(());
+    }
     let span = limit.horizon_ns().saturating_mul(2);
     // GCRA adds up to burst interval remainders (each below count) to a remainder below count; every
     // algorithm's instants stay within 2 horizons of now.
@@ -42,26 +42,56 @@ pub fn check_limit(limit: &Limit) -> Result<()> {
     Ok(())
 }
 
+/// What a call of the script is about beyond its limits: the lease prefix of concurrency permits and
+/// how long a lease lives.
+#[derive(Debug, Clone, Copy)]
+pub struct Leases<'a> {
+    /// `"<node>:<n>"` for an acquisition, `"<node>:"` to free this node's permits.
+    pub prefix: &'a str,
+    pub ttl_ms: u64,
+}
+
 /// The script's `ARGV` for one request: see the head of `decide.lua`. `now`: the time to decide at
 /// (a `ManualClock`'s reading), or `None` for Redis's own clock.
 #[must_use]
-pub fn arguments(key: &RemoteKey, request: Request, now: Option<u64>) -> Vec<String> {
+pub fn arguments(key: &RemoteKey, request: Request, leases: Leases<'_>, now: Option<u64>) -> Vec<String> {
     let operation = if request.report { "1" } else { "0" };
-    encode(key, operation, request.cost, request.max_wait_ns, now)
+    let take = match request.take {
+        Take::Rates => "rates",
+        Take::RatesAndPermits => "both",
+        Take::Permits => "permits",
+    };
+    encode(key, operation, request.cost, request.max_wait_ns, take, leases, now)
 }
 
 /// The script's `ARGV` to give `tokens` back: a reduction (`slot` None), or the slot of a cancelled wait:
 /// the limits it was written to (a bit each) and its instant's offset after now.
 #[must_use]
 pub fn refund_arguments(key: &RemoteKey, tokens: u64, slot: Option<(u64, u64)>, now: Option<u64>) -> Vec<String> {
+    let none = Leases { prefix: "", ttl_ms: 0 };
     match slot {
-        None => encode(key, "refund", tokens, 0, now),
-        Some((written, at)) => encode(key, &format!("release:{written}"), tokens, at, now),
+        None => encode(key, "refund", tokens, 0, "rates", none, now),
+        Some((written, at)) => encode(key, &format!("release:{written}"), tokens, at, "rates", none, now),
     }
 }
 
-fn encode(key: &RemoteKey, operation: &str, cost: u64, max_wait_ns: u64, now: Option<u64>) -> Vec<String> {
-    let mut args = Vec::with_capacity(7 + 7 * key.limits.len());
+/// The script's `ARGV` to give back `cost` of this node's concurrency permits (`leases.prefix` names
+/// the node).
+#[must_use]
+pub fn free_arguments(key: &RemoteKey, cost: u64, leases: Leases<'_>, now: Option<u64>) -> Vec<String> {
+    encode(key, "free", cost, 0, "permits", leases, now)
+}
+
+fn encode(
+    key: &RemoteKey,
+    operation: &str,
+    cost: u64,
+    max_wait_ns: u64,
+    take: &str,
+    leases: Leases<'_>,
+    now: Option<u64>,
+) -> Vec<String> {
+    let mut args = Vec::with_capacity(10 + 7 * key.limits.len());
     match now {
         Some(now) => {
             args.push((now / NANOS_PER_SEC).to_string());
@@ -76,6 +106,9 @@ fn encode(key: &RemoteKey, operation: &str, cost: u64, max_wait_ns: u64, now: Op
         Policy::Fallback => "fallback".into(),
     });
     args.push(operation.into());
+    args.push(take.into());
+    args.push(leases.prefix.into());
+    args.push(leases.ttl_ms.to_string());
     args.push(key.limits.len().to_string());
     for limit in &key.limits {
         // `check_limit` ran when the limiter was built.
@@ -98,19 +131,29 @@ pub fn parse_reply(key: &RemoteKey, reply: &[String]) -> Result<(Verdict, Option
     let allowed = number(0)? == 1;
     let retry = number(2)?;
     let seconds = clamp(number(3)?);
-    let verdict = Verdict {
+    let mut verdict = Verdict {
         allowed,
         wait_ns: clamp(number(1)?),
         retry_ns: if retry < 0 { u64::MAX } else { clamp(retry) },
         now: seconds.saturating_mul(NANOS_PER_SEC).saturating_add(clamp(number(4)?)),
         written: clamp(number(5)?),
+        refused_by: match reply.get(6).map(String::as_str) {
+            Some("") | None => None,
+            Some("concurrency") => Some(Refusal::Concurrency),
+            Some(_) => Some(Refusal::Rate),
+        },
     };
-    if reply.len() <= 6 {
+    if allowed {
+        verdict.refused_by = None;
+    } else if verdict.refused_by.is_none() {
+        verdict.refused_by = Some(Refusal::Rate);
+    }
+    if reply.len() <= 7 {
         return Ok((verdict, None));
     }
     let mut reports = Vec::with_capacity(key.limits.len());
     for (i, limit) in key.limits.iter().enumerate() {
-        let at = 6 + 3 * i;
+        let at = 7 + 3 * i;
         reports.push(Report {
             limit: u64::from(limit.burst),
             remaining: clamp(number(at)?),
@@ -140,21 +183,23 @@ mod tests {
 
     #[test]
     fn arguments_follow_the_script_head() {
-        let args = arguments(&key(Kind::Gcra), Request::new(2).reporting(), Some(5 * NANOS_PER_SEC + 7));
-        assert_eq!(args[..7], ["5", "7", "2", "0", "all", "1", "1"]);
+        let leases = Leases { prefix: "n1:7", ttl_ms: 300_000 };
+        let args = arguments(&key(Kind::Gcra), Request::new(2).reporting(), leases, Some(5 * NANOS_PER_SEC + 7));
+        assert_eq!(args[..10], ["5", "7", "2", "0", "all", "1", "rates", "n1:7", "300000", "1"]);
         // gcra: burst, count, interval ns and remainder, tau ns and remainder.
-        assert_eq!(args[7..], ["gcra", "3", "3", "333333333", "1", "1000000000", "0"]);
-        let args = arguments(&key(Kind::FixedWindow), Request::new(1), None);
+        assert_eq!(args[10..], ["gcra", "3", "3", "333333333", "1", "1000000000", "0"]);
+        let args = arguments(&key(Kind::FixedWindow), Request::new(1), leases, None);
         assert_eq!(args[..2], ["", ""]);
-        assert_eq!(args[7..], ["windows", "3", "3", "1000000000", "0", "0", "0"]);
+        assert_eq!(args[10..], ["windows", "3", "3", "1000000000", "0", "0", "0"]);
     }
 
     #[test]
     fn replies_become_verdicts_and_reports() {
-        let reply: Vec<String> = ["0", "0", "-1", "2", "5", "0", "1", "9", "4"].map(String::from).to_vec();
+        let reply: Vec<String> = ["0", "0", "-1", "2", "5", "0", "rate", "1", "9", "4"].map(String::from).to_vec();
         let (verdict, reports) = parse_reply(&key(Kind::Gcra), &reply).unwrap();
         let now = 2 * NANOS_PER_SEC + 5;
-        assert_eq!(verdict, Verdict { allowed: false, wait_ns: 0, retry_ns: u64::MAX, now, written: 0 });
+        let refused_by = Some(Refusal::Rate);
+        assert_eq!(verdict, Verdict { allowed: false, wait_ns: 0, retry_ns: u64::MAX, now, written: 0, refused_by });
         let report = reports.unwrap()[0];
         assert_eq!((report.limit, report.remaining, report.reset_after_ns, report.next_ns), (3, 1, 9, 4));
         assert!(parse_reply(&key(Kind::Gcra), &["x".into()]).is_err());
@@ -162,8 +207,7 @@ mod tests {
 
     #[test]
     fn what_the_script_cannot_run_exactly_is_refused() {
-        let permits = Limit::concurrency(3).unwrap();
-        assert!(check_limit(&permits).unwrap_err().to_string().contains("not supported by the Redis backend"));
+        check_limit(&Limit::concurrency(3).unwrap()).unwrap();
         check_limit(&Limit::new("3/s".parse().unwrap(), None, Kind::SlidingLog).unwrap()).unwrap();
         let year = Limit::new("3/365d".parse().unwrap(), None, Kind::Gcra).unwrap();
         // 10^9/s: an interval of exactly 1 ns, no remainder to add up.

@@ -44,6 +44,8 @@ pub struct Verdict {
     pub now: u64,
     /// The limits the admission was written to, a bit each (what giving it back must undo).
     pub written: u64,
+    /// What refused it (`None` when admitted).
+    pub refused_by: Option<Refusal>,
 }
 
 impl Limiter {
@@ -110,7 +112,15 @@ impl Limiter {
         self.lock_peer(peer).held().shard.data.counters(key.id).record(verdict.allowed, waited);
         let outcome =
             if verdict.allowed { Outcome::admitted(verdict.wait_ns) } else { Outcome::refused(verdict.retry_ns) };
-        let report = request.report.then(|| combine_reports(reports.unwrap_or_default().into_iter(), key.policy));
+        // As the core reports: the permits when they refused or the group has no rate limit, else the
+        // rate limits.
+        let gates = verdict.refused_by == Some(Refusal::Concurrency) || key.limits.iter().all(Limit::is_concurrency);
+        let report = request.report.then(|| {
+            let reports = reports.unwrap_or_default().into_iter().zip(&key.limits);
+            combine_reports(reports.filter(|(_, l)| l.is_concurrency() == gates).map(|(r, _)| r), key.policy)
+        });
+        let gate_bits =
+            key.limits.iter().enumerate().filter(|(_, l)| l.is_concurrency()).fold(0u64, |bits, (i, _)| bits | 1 << i);
         // `now` on this limiter's clock (the waits and refunds of this process count from it); with a
         // ManualClock it is the time the backend decided at.
         let now = self.clock.now_ns();
@@ -118,14 +128,14 @@ impl Limiter {
             route: Route::Group(key.index),
             group: Some(key.id),
             outcome,
-            refused_by: (!verdict.allowed).then_some(Refusal::Rate),
+            refused_by: if verdict.allowed { None } else { Some(verdict.refused_by.unwrap_or(Refusal::Rate)) },
             report,
             now,
             receipt: Receipt {
                 limits: verdict.written,
                 at: now.saturating_add(verdict.wait_ns),
                 waited,
-                permits: false,
+                permits: verdict.written & gate_bits != 0,
             },
         }
     }

@@ -21,7 +21,8 @@ pub struct PyRedis {
 impl PyRedis {
     #[new]
     #[pyo3(signature = (
-        url, *, mode="exact", timeout=0.05, prefix="ratekeeper:", on_error="local", sync_interval=1.0, tls_ca_file=None
+        url, *, mode="exact", timeout=0.05, prefix="ratekeeper:", on_error="local", sync_interval=1.0, tls_ca_file=None,
+        lease_ttl=300.0
     ))]
     #[allow(clippy::too_many_arguments)]
     fn py_new(
@@ -32,6 +33,7 @@ impl PyRedis {
         on_error: &str,
         sync_interval: f64,
         tls_ca_file: Option<std::path::PathBuf>,
+        lease_ttl: f64,
     ) -> PyResult<Self> {
         let url: String = url.extract().map_err(|_| {
             Error::type_error(
@@ -56,7 +58,8 @@ impl PyRedis {
                     .map_err(|e| Error::value("tls_ca_file", format!("cannot read {}: {e}", path.display())))?,
             ),
         };
-        let settings = Settings { url, tls_ca, timeout, prefix: prefix.to_owned(), on_error };
+        let lease_ttl = Duration::from_nanos(positive_seconds("lease_ttl", lease_ttl)?);
+        let settings = Settings { url, tls_ca, timeout, prefix: prefix.to_owned(), on_error, lease_ttl };
         Ok(Self { settings, mode, sync_interval: (mode == "sync").then_some(sync_interval) })
     }
 
@@ -73,6 +76,11 @@ impl PyRedis {
     #[getter]
     fn sync_interval(&self) -> Option<f64> {
         self.sync_interval.map(|d| d.as_secs_f64())
+    }
+
+    #[getter]
+    fn lease_ttl(&self) -> f64 {
+        self.settings.lease_ttl.as_secs_f64()
     }
 
     #[getter]

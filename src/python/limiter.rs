@@ -195,9 +195,8 @@ impl PyLimiter {
         request: Request,
     ) -> PyResult<limiter::Decision> {
         match &self.backend {
-            // Permits alone (after a wait for the rate slot) stay here: a backend's groups have none.
-            Some(backend) if request.take != Take::Permits => self.decide_remote(py, backend, peer, target, request),
-            _ => Ok(self.inner.decide(peer, target, request)?),
+            Some(backend) => self.decide_remote(py, backend, peer, target, request),
+            None => Ok(self.inner.decide(peer, target, request)?),
         }
     }
 
@@ -454,7 +453,7 @@ impl PyLimiter {
 
     /// `_reserve` for asyncio with a backend: completes `future` with the `_Reservation` once Redis
     /// answers, through `completions` (the running loop's channel), never blocking the loop.
-    #[pyo3(signature = (peer, path, group, cost, max_wait, future, completions))]
+    #[pyo3(signature = (peer, path, group, cost, max_wait, future, completions, permits=false))]
     #[allow(clippy::too_many_arguments)]
     fn _reserve_remote(
         slf: &Bound<'_, Self>,
@@ -465,6 +464,7 @@ impl PyLimiter {
         max_wait: Option<f64>,
         future: &Bound<'_, PyAny>,
         completions: &Bound<'_, PyCompletions>,
+        permits: bool,
     ) -> PyResult<()> {
         let this = slf.get();
         let py = slf.py();
@@ -472,7 +472,8 @@ impl PyLimiter {
             return Err(Error::value("backend", "this limiter has no backend").into());
         };
         let (peer, target) = (text("peer", peer)?, target(path, group)?);
-        let request = Request::new(cost.0).reporting().waiting(nanos("timeout", max_wait)?);
+        let take = if permits { Take::RatesAndPermits } else { Take::Rates };
+        let request = Request::new(cost.0).reporting().waiting(nanos("timeout", max_wait)?).taking(take);
         let now = this.clock.as_ref().map(|_| this.inner.now_ns());
         let call = match backend.prepare(&this.inner, peer, target, request, now)? {
             Prepared::Done(decision) => {
@@ -535,12 +536,17 @@ impl PyLimiter {
     #[pyo3(signature = (peer, path, group, cost))]
     fn _release(
         &self,
+        py: Python<'_>,
         peer: &Bound<'_, PyAny>,
         path: Option<&Bound<'_, PyAny>>,
         group: Option<&Bound<'_, PyAny>>,
         cost: Cost,
     ) -> PyResult<()> {
         let (peer, target) = (text("peer", peer)?, target(path, group)?);
+        if let Some(backend) = &self.backend {
+            let now = self.clock.as_ref().map(|_| self.inner.now_ns());
+            return Ok(py.detach(|| backend.free(&self.inner, peer, target, cost.0, now))?);
+        }
         Ok(self.inner.release(peer, target, cost.0)?)
     }
 
