@@ -26,6 +26,7 @@ ALGORITHMS: list[rk.Algorithm] = [
 ]
 S = 1_000_000_000
 examples = itertools.count()
+QUOTAS = [None, "2/10s", "20/min", "3/s", "100/min"]
 # `pair` builds fresh limiters, under a fresh key prefix, at every call: safe across examples.
 fresh_per_example = settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -190,3 +191,28 @@ def test_a_cancelled_wait_gives_its_slot_back_as_in_memory(
         lim._refund("alice", "/", None, 1, reservation)
     assert seen(redis.check("alice", "/")) == seen(memory.check("alice", "/"))
     assert redis._reserve("alice", "/", None, 1, 5.0).wait == memory._reserve("alice", "/", None, 1, 5.0).wait
+
+
+@pytest.mark.parametrize("algorithm", [a for a in ALGORITHMS if a != "sliding_log"])
+@fresh_per_example
+@given(
+    steps=st.lists(
+        st.tuples(st.sampled_from(["check", "check", "quota"]), st.integers(0, 2 * S), st.sampled_from(QUOTAS)),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_a_changed_quota_carries_usage_over_as_in_memory(
+    pair: Callable[..., tuple[rk.Limiter, ...]], algorithm: rk.Algorithm, steps: list[tuple[str, int, str | None]]
+) -> None:
+    # Seed 002: a key starts on the failsafe, then its own quota lands; what it used carries over. In
+    # memory the change is applied when the quota is set, in Redis at the key's next decision: a quota
+    # step decides at once, so both apply it at the same instant.
+    memory, redis, memory_clock, redis_clock = pair(rate="5/10s", algorithm=algorithm)
+    for operation, advance, quota in steps:
+        memory_clock.advance(advance / S)
+        redis_clock.advance(advance / S)
+        if operation == "quota":
+            memory.set_quota("alice", "default", quota)
+            redis.set_quota("alice", "default", quota)
+        assert seen(redis.check("alice")) == seen(memory.check("alice"))

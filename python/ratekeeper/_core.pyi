@@ -376,7 +376,7 @@ class Redis:
             used meanwhile to the local state. Over-admission is bounded (see the README); ``on_error``
             does not apply (a failed sync keeps its usage for the next).
         timeout: the longest a decision waits for Redis, in seconds, before ``on_error`` decides.
-        prefix: the start of every key ratekeeper writes (keys are ``<prefix>{<group>:<peer>}:<limit>``;
+        prefix: the start of every key ratekeeper writes (keys are ``<prefix>{<group>:<peer>}:<limit>:<algorithm>``;
             long peers are hashed).
         sync_interval: sync mode's interval in seconds.
         tls_ca_file: for ``rediss://``, a PEM file of the certificates to trust instead of the

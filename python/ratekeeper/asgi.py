@@ -153,18 +153,23 @@ class RateLimitMiddleware:
         status = 0
 
         async def send_with_fields(message: Message) -> None:
-            nonlocal status
+            nonlocal status, held
             if message["type"] == "http.response.start":
                 status = message["status"]
                 if extra:
                     message = {**message, "headers": [*message.get("headers", ()), *extra]}
+            elif held and message["type"] == "http.response.body" and not message.get("more_body", False):
+                # Given back before the last chunk leaves: a client that sends its next request as soon
+                # as this one ends never finds the permit still taken.
+                held = False
+                await self._release(peer, path, cost)
             await send(message)
 
         try:
             await self.app(scope, receive, send_with_fields if kind == "http" else send)
         finally:
-            # The body has been sent, or the app raised, or the client went away: permits go back
-            # either way, never leaked.
+            # The app raised or the client went away before the body ended: permits go back either
+            # way, never leaked.
             if held:
                 await self._release(peer, path, cost)
             if (

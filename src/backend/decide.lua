@@ -58,12 +58,14 @@ end
 local function load(_, key)
   local raw = redis.call('GET', key)
   if not raw then return nil end
-  local s, ns, a, b = string.match(raw, '^(%-?%d+) (%d+) (%d+) (%d+)$')
+  local s, ns, a, b, sig = string.match(raw, '^(%-?%d+) (%d+) (%d+) (%d+) ?(.*)$')
   if not s then return nil end
-  return { t = (tonumber(s) - now_s) * E9 + (tonumber(ns) - now_ns), a = tonumber(a), b = tonumber(b) }
+  local t = (tonumber(s) - now_s) * E9 + (tonumber(ns) - now_ns)
+  return { t = t, a = tonumber(a), b = tonumber(b), sig = sig }
 end
 
-local function store(_, key, state)
+-- The state, and the signature of the limit it was written under (a quota or rule change rescales it).
+local function store(l, key, state)
   local abs_ns = now_ns + state.t
   local s = now_s + floor(abs_ns / E9)
   local ttl_ms = ceil_div(state.t, 1000000)
@@ -71,7 +73,8 @@ local function store(_, key, state)
     redis.call('DEL', key)
     return
   end
-  redis.call('SET', key, str(s) .. ' ' .. str(abs_ns % E9) .. ' ' .. str(state.a) .. ' ' .. str(state.b), 'PX', ttl_ms)
+  local value = str(s) .. ' ' .. str(abs_ns % E9) .. ' ' .. str(state.a) .. ' ' .. str(state.b) .. ' ' .. l.sig
+  redis.call('SET', key, value, 'PX', ttl_ms)
 end
 
 -- Each algorithm: evaluate(limit, state, at) -> new_state | nil, retry (nil: never);
@@ -366,14 +369,47 @@ algorithms.concurrency = {
   end,
 }
 
+-- A state written under another limit of the same algorithm (a per-key quota, a changed rule): what the
+-- key used then, counted in requests, carried over (src/algorithm/mod.rs `rescale`): 2 used of 2/min
+-- leave 98 of 100/min.
+local function rescale(l, state)
+  local burst, p1, p2, p3, p4, p5 = string.match(state.sig, '^(%d+),(%d+),(%d+),(%d+),(%d+),(%d+)$')
+  if not burst then return state end
+  local old = {
+    kind = l.kind, algorithm = l.algorithm, burst = tonumber(burst), phase = l.phase,
+    p1 = tonumber(p1), p2 = tonumber(p2), p3 = tonumber(p3), p4 = tonumber(p4), p5 = tonumber(p5),
+  }
+  if old.kind == 'sliding_window' then old.phase = (mulmod(now_s, E9, old.p2) + now_ns) % old.p2 end
+  local used
+  if l.kind == 'gcra' then
+    local ns, rem = gcra_tat(old, state, 0)
+    used = ceil_div(ns * old.p1 + rem, old.p1 * old.p2 + old.p3)
+  else
+    local remaining = l.algorithm.report(old, state)
+    used = math.max(0, old.burst - remaining)
+  end
+  if used <= 0 then return nil end
+  if l.kind == 'gcra' then
+    local lead = used * (l.p1 * l.p2 + l.p3)
+    return { t = floor(lead / l.p1), a = lead % l.p1, b = 0 }
+  end
+  -- A fresh key admitting what was used (the algorithms read the request's cost from `cost`).
+  local requested = cost
+  cost = math.min(used, l.burst)
+  local fresh = l.algorithm.evaluate(l, nil, 0)
+  cost = requested
+  return fresh
+end
+
 -- The limits, their states, and the phase of `now` for windows aligned to zero.
-local limits, states = {}, {}
+local limits, states, rescaled = {}, {}, {}
 for i = 1, n do
   local base = 10 + (i - 1) * 7
   local l = {
     kind = ARGV[base + 1], burst = tonumber(ARGV[base + 2]),
     p1 = tonumber(ARGV[base + 3]), p2 = tonumber(ARGV[base + 4]), p3 = tonumber(ARGV[base + 5]),
     p4 = tonumber(ARGV[base + 6]), p5 = tonumber(ARGV[base + 7]),
+    sig = table.concat({ ARGV[base + 2], ARGV[base + 3], ARGV[base + 4], ARGV[base + 5], ARGV[base + 6], ARGV[base + 7] }, ','),
   }
   l.algorithm = algorithms[l.kind]
   if l.algorithm == nil then return redis.error_reply('ratekeeper: unknown algorithm ' .. tostring(l.kind)) end
@@ -381,7 +417,12 @@ for i = 1, n do
     l.phase = (mulmod(now_s, E9, l.p2) + now_ns) % l.p2
   end
   limits[i] = l
-  states[i] = (l.algorithm.load or load)(l, KEYS[i])
+  local state = (l.algorithm.load or load)(l, KEYS[i])
+  if state ~= nil and state.sig ~= nil and state.sig ~= '' and state.sig ~= l.sig then
+    state = rescale(l, state)
+    rescaled[i] = true
+  end
+  states[i] = state
 end
 
 -- A refund: seed 003's reduction ("refund": every limit under "all", the last one under "fallback"), or
@@ -492,6 +533,13 @@ for _ = 1, 8 do
   retry = wait + r
   if retry > max_wait then break end
   wait = retry
+end
+
+-- A rescaled state is kept even when nothing was admitted: the change happens once, as in memory.
+for i in pairs(rescaled) do
+  if written % 2 ^ i < 2 ^ (i - 1) then
+    if states[i] == nil then redis.call('DEL', KEYS[i]) else store(limits[i], KEYS[i], states[i]) end
+  end
 end
 
 local reply = { allowed and '1' or '0', str(allowed and wait or 0), retry == nil and '-1' or str(retry),

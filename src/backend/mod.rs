@@ -167,7 +167,8 @@ impl Backend {
     #[must_use]
     pub fn keys(&self, peer: &str, key: &RemoteKey) -> Vec<String> {
         let name = format!("{}{}", self.settings.prefix, hash_tag(&key.group, peer));
-        (0..key.limits.len()).map(|i| format!("{name}:{i}")).collect()
+        // The algorithm in the name: a rule that changes it starts afresh, never reads a key of another type.
+        key.limits.iter().enumerate().map(|(i, limit)| format!("{name}:{i}:{}", limit.kind().name())).collect()
     }
 
     /// Decides `peer`'s request in Redis, waiting for the reply (call it without the GIL); while Redis
@@ -442,7 +443,7 @@ mod tests {
     #[test]
     fn keys_of_one_peer_share_a_hash_tag() {
         let b = backend("rk:");
-        assert_eq!(b.keys("alice", &key(2)), ["rk:{api:alice}:0", "rk:{api:alice}:1"]);
+        assert_eq!(b.keys("alice", &key(2)), ["rk:{api:alice}:0:gcra", "rk:{api:alice}:1:gcra"]);
         let long = "x".repeat(100);
         let hashed = b.keys(&long, &key(1));
         assert!(hashed[0].starts_with("rk:{#") && hashed[0].len() < 50, "{hashed:?}");
