@@ -154,3 +154,32 @@ def test_sync_mode_is_checked() -> None:
     assert rk.Redis("redis://localhost").sync_interval is None
     with pytest.raises(rk.InvalidValue, match="mode='sync'"):
         rk.Limiter("1/s").sync_now()
+
+
+def test_processes_on_real_clocks_stay_within_the_bound(redis_server: RedisServer, redis_prefix: str) -> None:
+    # Three processes offer 100 requests/s each against a shared 30/hour limit, syncing every 20 ms.
+    # Alone, each would admit 30: 90 in all. The bound: E <= min((N - 1) L, R (2 interval + 2 RTT)), with
+    # R = 300/s; checked with twice that excess allowed, for a busy machine's late timers.
+    limit, interval, nodes = 30, 0.02, 3
+    worker = textwrap.dedent(
+        f"""
+        import time
+        import ratekeeper as rk
+        backend = rk.Redis({redis_server.url!r}, mode="sync", sync_interval={interval}, prefix={redis_prefix!r})
+        lim = rk.Limiter("{limit}/h", backend=backend)
+        started, admitted = time.monotonic(), 0
+        for attempt in range(100):
+            admitted += lim.allow("shared")
+            time.sleep(max(0.0, started + (attempt + 1) * 0.01 - time.monotonic()))
+        print(admitted, time.monotonic() - started)
+        """
+    )
+    processes = [
+        subprocess.Popen([sys.executable, "-c", worker], stdout=subprocess.PIPE, text=True) for _ in range(nodes)
+    ]
+    results = [p.communicate(timeout=60)[0].split() for p in processes]
+    admitted = sum(int(r[0]) for r in results)
+    rate = nodes * 100 / max(float(r[1]) for r in results)
+    excess = min((nodes - 1) * limit, rate * (2 * interval + 2 * 0.005))
+    assert limit <= admitted <= limit + 2 * excess, (admitted, excess)
+    assert admitted < nodes * limit  # syncing made a difference: unsynced nodes would admit 90
