@@ -93,10 +93,12 @@ class QuotaWorkers:
             loop.call_soon_threadsafe(loop.stop)
             loop_thread.join(max(0.0, deadline - time.monotonic()))
             if not loop_thread.is_alive():
-                # A busy machine may stop the loop before the cancellation ran: finish it here (the loop
-                # no longer runs), so no task or coroutine is left pending at interpreter exit.
-                with contextlib.suppress(Exception):
-                    loop.run_until_complete(_cancel_tasks())
+                # A busy machine may stop the loop before the cancellation ran: finish that same one here
+                # (the loop no longer runs), so no task or coroutine is left pending at interpreter exit. A
+                # second _cancel_tasks would race the first, which would cancel it.
+                if not shutdown.done():
+                    with contextlib.suppress(Exception, asyncio.CancelledError):
+                        loop.run_until_complete(asyncio.wrap_future(shutdown, loop=loop))
                 loop.close()
         self._waiters.wake()
         _live.discard(self)
