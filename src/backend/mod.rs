@@ -310,10 +310,11 @@ impl Backend {
     /// Sends `call` and hands its reply to `done` on the client's runtime, without waiting.
     pub fn send(
         &self,
-        call: Call,
+        mut call: Call,
         done: impl FnOnce(Call, std::result::Result<Vec<String>, Failure>) + Send + 'static,
     ) {
-        let (keys, args) = (call.keys.clone(), call.args.clone());
+        // The reply needs only the call's key and request, not what was sent.
+        let (keys, args) = (std::mem::take(&mut call.keys), std::mem::take(&mut call.args));
         self.client.spawn(keys, args, move |reply| done(call, reply));
     }
 
