@@ -5,6 +5,7 @@ pub mod backend;
 pub mod clock;
 pub mod config;
 pub mod error;
+pub mod heavy_hitters;
 pub mod limiter;
 pub mod metrics;
 pub mod python;

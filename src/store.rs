@@ -61,6 +61,8 @@ pub struct Shard<C> {
     /// idle state is not an eviction.
     group_keys: Vec<u64>,
     group_evictions: Vec<u64>,
+    /// Idle states dropped to make room, per group id.
+    group_dropped: Vec<u64>,
     pub evictions: u64,
     pub data: C,
 }
@@ -89,10 +91,11 @@ impl<C> Shard<C> {
         if index >= self.group_keys.len() {
             self.group_keys.resize(index + 1, 0);
             self.group_evictions.resize(index + 1, 0);
+            self.group_dropped.resize(index + 1, 0);
         }
-        let Self { table, logs, group_keys, group_evictions, evictions, .. } = self;
+        let Self { table, logs, group_keys, group_evictions, group_dropped, evictions, .. } = self;
         table.insert(key, Slot { tag: 0, state, group }, |table| {
-            *evictions += Self::make_room(table, logs, group_keys, group_evictions, now);
+            *evictions += Self::make_room(table, logs, group_keys, (group_evictions, group_dropped), now);
         });
         group_keys[index] += 1;
     }
@@ -164,13 +167,20 @@ impl<C> Shard<C> {
         self.group_evictions.get(group as usize).copied().unwrap_or(0)
     }
 
+    /// How many idle states of `group` this shard has dropped to make room (a drop never lets a key
+    /// admit more than it could have).
+    #[must_use]
+    pub fn group_dropped(&self, group: u32) -> u64 {
+        self.group_dropped.get(group as usize).copied().unwrap_or(0)
+    }
+
     /// Makes room (see `room`): idle states go first (dropping one never lets a key admit more), then
     /// the least used; no state is pinned. Returns how many were evicted.
     fn make_room(
         table: &mut BoundedTable<Slot>,
         logs: &mut Logs,
         group_keys: &mut [u64],
-        group_evictions: &mut [u64],
+        (group_evictions, group_dropped): (&mut [u64], &mut [u64]),
         now: u64,
     ) -> u64 {
         let Freed { evicted, .. } = table.make_room(
@@ -186,8 +196,9 @@ impl<C> Shard<C> {
                 // Every stored group was seen by `insert`, which sized the counts for it.
                 let index = slot.group as usize;
                 group_keys[index] -= 1;
-                if removal == Removal::Evicted {
-                    group_evictions[index] += 1;
+                match removal {
+                    Removal::Evicted => group_evictions[index] += 1,
+                    Removal::Dropped => group_dropped[index] += 1,
                 }
             },
         );
@@ -198,7 +209,8 @@ impl<C> Shard<C> {
     #[must_use]
     pub fn allocated_bytes(&self) -> usize {
         let logs: usize = self.logs.values().map(|l| l.capacity() * 8 + 48).sum();
-        let groups = (self.group_keys.capacity() + self.group_evictions.capacity()) * std::mem::size_of::<u64>();
+        let groups = (self.group_keys.capacity() + self.group_evictions.capacity() + self.group_dropped.capacity())
+            * std::mem::size_of::<u64>();
         self.table.allocated_bytes() + logs + groups
     }
 }
@@ -230,6 +242,7 @@ impl<C> Store<C> {
                     logs: HashMap::default(),
                     group_keys: Vec::new(),
                     group_evictions: Vec::new(),
+                    group_dropped: Vec::new(),
                     evictions: 0,
                     data: data(),
                 }))

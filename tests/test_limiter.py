@@ -169,6 +169,10 @@ def test_reset_without_peer_forgets_every_key(clock: rk.ManualClock) -> None:
 # --- stats -------------------------------------------------------------------------------------------------------
 
 
+WAIT_BOUNDS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0]
+LATENCY_BOUNDS = [1e-7, 2.5e-7, 5e-7, 1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 1e-3, 1e-2, 1e-1]
+
+
 def test_stats_reports_configuration_and_counters(clock: rk.ManualClock) -> None:
     limiter = rk.Limiter(
         "3/60s",
@@ -183,6 +187,11 @@ def test_stats_reports_configuration_and_counters(clock: rk.ManualClock) -> None
     limiter.check("admin", "/page")
     stats = limiter.stats()
     assert isinstance(stats.pop("memory_bytes"), int)
+    # Sampled: one decision in 64 per thread, wherever this thread's count stands.
+    decisions = stats.pop("decision_seconds")
+    assert decisions["count"] == sum(decisions["counts"]) <= 7
+    assert len(decisions["counts"]) == 15
+    no_waits = {"bounds": WAIT_BOUNDS, "counts": [0] * 15, "sum": 0.0, "count": 0}
     assert stats == {
         "enabled": True,
         "keys": 2,
@@ -194,6 +203,7 @@ def test_stats_reports_configuration_and_counters(clock: rk.ManualClock) -> None
         "quota_running": 0,
         "backend_errors": 0,
         "backend_down": False,
+        "backend_seconds": {"bounds": LATENCY_BOUNDS, "counts": [0] * 15, "sum": 0.0, "count": 0},
         "groups": {
             "api": {
                 "limits": [{"rate": "1/s", "burst": 2, "algorithm": "token_bucket"}],
@@ -209,6 +219,8 @@ def test_stats_reports_configuration_and_counters(clock: rk.ManualClock) -> None
                 "quota_fetches": 0,
                 "quota_failures": 0,
                 "quota_unknown": 0,
+                "dropped": 0,
+                "waits": no_waits,
             },
             "default": {
                 "limits": [{"rate": "3/min", "burst": 3, "algorithm": "gcra"}],
@@ -224,6 +236,8 @@ def test_stats_reports_configuration_and_counters(clock: rk.ManualClock) -> None
                 "quota_fetches": 0,
                 "quota_failures": 0,
                 "quota_unknown": 0,
+                "dropped": 0,
+                "waits": no_waits,
             },
         },
     }

@@ -24,6 +24,8 @@ STATS_KEYS = {
     "quota_running",
     "backend_errors",
     "backend_down",
+    "decision_seconds",
+    "backend_seconds",
     "groups",
 }
 GROUP_KEYS = {
@@ -39,6 +41,8 @@ GROUP_KEYS = {
     "reductions",
     "quota_fetches",
     "quota_failures",
+    "dropped",
+    "waits",
     "quota_unknown",
 }
 
@@ -59,8 +63,9 @@ def test_stats_has_the_documented_keys(clock: rk.ManualClock) -> None:
     assert all(
         stats["groups"][name][counter] == 0
         for name in ("api", "login")
-        for counter in GROUP_KEYS - {"limits", "policy"}
+        for counter in GROUP_KEYS - {"limits", "policy", "waits"}
     )
+    assert all(stats["groups"][name]["waits"]["count"] == 0 for name in ("api", "login"))
 
 
 def test_the_typed_dicts_are_exported() -> None:

@@ -21,7 +21,7 @@ from ratekeeper._core import (
 )
 from ratekeeper._errors import BackendUnavailable, InvalidArgument, InvalidType, InvalidValue, RateLimited
 from ratekeeper._http import HeaderOptions
-from ratekeeper._stats import Algorithm, GroupStats, LimitStats, PolicyName, Stats
+from ratekeeper._stats import Algorithm, GroupStats, Histogram, LimitStats, PolicyName, Stats
 from ratekeeper.limiter import Limiter, Permit
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "GroupPolicy",
     "GroupStats",
     "HeaderOptions",
+    "Histogram",
     "InvalidArgument",
     "InvalidType",
     "InvalidValue",

@@ -583,6 +583,24 @@ class Limiter:
         """Forgets the state of ``peer`` in every group, or of every peer."""
     def stats(self) -> Stats:
         """Counters and sizes (see :class:`ratekeeper.Stats`), summed one shard at a time."""
+    def top_refused(self, n: int = 10, group: str | None = None) -> list[tuple[str, int]]:
+        """The ``n`` peers refused most since the limiter was made, in ``group`` or in every group
+        together, as ``(peer, refusals)``, most first.
+
+        Counted in fixed-size sketches (Space-Saving, 16 counters per shard and group), so memory stays
+        bounded whatever the number of peers: a count is within :meth:`top_refused_error` of the true
+        count (for one group, never below it), and every peer refused more often than that is found.
+
+        Raises:
+            InvalidValue: ``group`` names no group.
+        """
+    def top_refused_error(self, group: str | None = None) -> int:
+        """The most :meth:`top_refused`'s counts may be off by: 0 while every refused peer has a counter,
+        at most the refusals of a shard divided by 16.
+
+        Raises:
+            InvalidValue: ``group`` names no group.
+        """
     def __len__(self) -> int:
         """The number of states tracked: one per (peer, group) and limit."""
     def drain_pending(self) -> list[tuple[str, str, int]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal, TypedDict
 
-__all__ = ["Algorithm", "GroupStats", "LimitStats", "PolicyName", "Stats"]
+__all__ = ["Algorithm", "GroupStats", "Histogram", "LimitStats", "PolicyName", "Stats"]
 
 #: The algorithms a rate limit can use.
 Algorithm = Literal["gcra", "token_bucket", "fixed_window", "sliding_window", "sliding_log", "leaky_bucket"]
@@ -20,6 +20,17 @@ class LimitStats(TypedDict):
     rate: str | None
     burst: int
     algorithm: str
+
+
+class Histogram(TypedDict):
+    """Observations in buckets: ``counts[i]`` are those above ``bounds[i - 1]`` and at most ``bounds[i]``
+    (seconds); the last count, one more than the bounds, is those above every bound (``+Inf``)."""
+
+    bounds: list[float]
+    counts: list[int]
+    #: Of every observation, in seconds.
+    sum: float
+    count: int
 
 
 class GroupStats(TypedDict):
@@ -45,6 +56,10 @@ class GroupStats(TypedDict):
     quota_failures: int
     #: Fetches the provider answered with ``LookupError`` ("no such key"): the key stays on the failsafe.
     quota_unknown: int
+    #: Idle states dropped to make room for new keys (not evictions: a drop never lets a key admit more).
+    dropped: int
+    #: How long each delayed admission waited for its slot (1 ms to 60 s buckets).
+    waits: Histogram
 
 
 class Stats(TypedDict):
@@ -64,4 +79,9 @@ class Stats(TypedDict):
     backend_errors: int
     #: Whether the last round trip to the backend failed (an outage in progress).
     backend_down: bool
+    #: Decision latency in this process, sampled: one decision in 64 per thread, from before its shard is
+    #: locked to after (100 ns to 100 ms buckets).
+    decision_seconds: Histogram
+    #: The backend's round trip per decision, every one (empty without a backend).
+    backend_seconds: Histogram
     groups: dict[str, GroupStats]

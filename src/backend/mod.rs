@@ -9,10 +9,12 @@ pub mod script;
 pub mod sync;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Loc, Result};
 use crate::limiter::{Decision, Limiter, Receipt, RemoteKey, Request, Routed, Target, Verdict};
+use crate::metrics::{LatencyBuckets, LatencyHistogram};
 use client::{Client, Failure};
 
 /// What a decision does while Redis cannot answer.
@@ -91,6 +93,12 @@ pub struct Backend {
     /// Whether the last round trip failed: an outage is reported once, when it starts.
     down: AtomicBool,
     errors: AtomicU64,
+    /// Every decision's round trip (shared with the replies that land on the client's runtime).
+    latency: Arc<LatencyHistogram>,
+}
+
+fn elapsed_ns(started: Instant) -> u64 {
+    u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl std::fmt::Debug for Backend {
@@ -123,12 +131,19 @@ impl Backend {
             leases: AtomicU64::new(0),
             down: AtomicBool::new(false),
             errors: AtomicU64::new(0),
+            latency: Arc::default(),
         })
     }
 
     #[must_use]
     pub const fn settings(&self) -> &Settings {
         &self.settings
+    }
+
+    /// The round trips of decisions (failed ones included) since the backend was made.
+    #[must_use]
+    pub fn latency(&self) -> LatencyBuckets {
+        self.latency.snapshot()
     }
 
     /// Round trips that failed since the backend was made.
@@ -187,7 +202,9 @@ impl Backend {
         match self.prepare(limiter, peer, target, request, now)? {
             Prepared::Done(decision) => Ok(Outcome { decision, outage_began: None, recovered: false }),
             Prepared::Call(call) => {
+                let started = Instant::now();
                 let reply = self.client.run(&call.keys, &call.args);
+                self.latency.record(elapsed_ns(started));
                 self.finish(limiter, &call, reply)
             }
         }
@@ -315,7 +332,11 @@ impl Backend {
     ) {
         // The reply needs only the call's key and request, not what was sent.
         let (keys, args) = (std::mem::take(&mut call.keys), std::mem::take(&mut call.args));
-        self.client.spawn(keys, args, move |reply| done(call, reply));
+        let (latency, started) = (Arc::clone(&self.latency), Instant::now());
+        self.client.spawn(keys, args, move |reply| {
+            latency.record(elapsed_ns(started));
+            done(call, reply);
+        });
     }
 
     /// The last step: the decision Redis's `reply` makes, counted here; on a failure, `on_error`'s.

@@ -18,6 +18,7 @@ use crate::algorithm::{Outcome, Report};
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::metrics::LatencyHistogram;
 use crate::quota::{FetchQueue, QuotaSettings, QuotaTable};
 use crate::rules::{GroupIds, Route, Rules};
 use crate::store::Store;
@@ -102,8 +103,9 @@ impl Request {
 pub struct Receipt {
     pub limits: u64,
     pub at: u64,
-    /// The admission reserved a later slot (the caller waits): counted as delayed unless given back.
-    pub waited: bool,
+    /// How long after the decision the reserved slot is (0: now); a wait is counted as delayed, and in
+    /// the wait histogram, unless given back.
+    pub wait_ns: u64,
     /// The admission took concurrency permits, which `release` must give back.
     pub permits: bool,
 }
@@ -140,7 +142,7 @@ impl Decision {
             refused_by: None,
             report: None,
             now: 0,
-            receipt: Receipt { limits: 0, at: 0, waited: false, permits: false },
+            receipt: Receipt { limits: 0, at: 0, wait_ns: 0, permits: false },
         }
     }
 }
@@ -182,6 +184,8 @@ pub struct Limiter {
     quotas_active: AtomicBool,
     fetches: Arc<FetchQueue>,
     track_usage: bool,
+    /// Sampled decision latencies (one decision in `LATENCY_SAMPLE` per thread).
+    latency: LatencyHistogram,
 }
 
 impl Drop for Limiter {
@@ -217,6 +221,7 @@ impl Limiter {
             quotas_active: AtomicBool::new(config.quotas.provider),
             fetches: Arc::new(FetchQueue::new(config.quotas.queue_capacity)),
             track_usage: config.track_usage,
+            latency: LatencyHistogram::default(),
         })
     }
 
@@ -313,7 +318,7 @@ impl Limiter {
     /// Approximate heap bytes of the state map and the quota records.
     #[must_use]
     pub fn allocated_bytes(&self) -> usize {
-        self.store.shards().map(|s| s.allocated_bytes() + s.data.quotas.allocated_bytes()).sum()
+        self.store.shards().map(|s| s.allocated_bytes() + s.data.quotas.allocated_bytes() + s.data.sketch_bytes()).sum()
     }
 }
 

@@ -63,9 +63,8 @@ impl Limiter {
         );
         let base = key.base();
         let (_, group, shard) = key.parts();
-        if receipt.waited {
-            let counters = shard.data.counters(group.id);
-            counters.delayed = counters.delayed.saturating_sub(1);
+        if receipt.wait_ns > 0 {
+            shard.data.counters(group.id).given_back(receipt.wait_ns);
         }
         // Not admitted after all: not usage to report (unless a drain already took it).
         if let Some(pending) = shard.data.pending.get_mut(&base) {

@@ -108,8 +108,16 @@ impl Limiter {
         reports: Option<Vec<Report>>,
         request: Request,
     ) -> Decision {
-        let waited = verdict.allowed && verdict.wait_ns > 0;
-        self.lock_peer(peer).held().shard.data.counters(key.id).record(verdict.allowed, waited);
+        let wait_ns = if verdict.allowed { verdict.wait_ns } else { 0 };
+        {
+            let mut locked = self.lock_peer(peer);
+            let peer_hash = locked.peer_hash;
+            let data = &mut locked.held().shard.data;
+            data.counters(key.id).record(verdict.allowed, wait_ns);
+            if !verdict.allowed {
+                data.observe_refusal(key.id, peer, peer_hash);
+            }
+        }
         let outcome =
             if verdict.allowed { Outcome::admitted(verdict.wait_ns) } else { Outcome::refused(verdict.retry_ns) };
         // As the core reports: the permits when they refused or the group has no rate limit, else the
@@ -134,7 +142,7 @@ impl Limiter {
             receipt: Receipt {
                 limits: verdict.written,
                 at: now.saturating_add(verdict.wait_ns),
-                waited,
+                wait_ns,
                 permits: verdict.written & gate_bits != 0,
             },
         }

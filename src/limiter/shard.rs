@@ -6,6 +6,7 @@ use std::sync::Arc;
 use parking_lot::MutexGuard;
 
 use super::Limiter;
+use crate::heavy_hitters::TopCounts;
 use crate::metrics::GroupCounters;
 use crate::quota::QuotaTable;
 use crate::rules::{Group, Rules};
@@ -25,6 +26,8 @@ pub struct Pending {
 pub struct ShardData {
     /// By group id (see `GroupIds`), grown when a group is first counted here.
     groups: Vec<GroupCounters>,
+    /// The peers refused most, by group id (grown when a group first refuses here).
+    refused: Vec<TopCounts>,
     /// Requests of exempt peers or paths that route to no group.
     pub exempt: u64,
     pub quotas: QuotaTable,
@@ -37,7 +40,14 @@ pub struct ShardData {
 
 impl ShardData {
     pub(super) fn new(quotas: QuotaTable, rules: &Arc<Rules>) -> Self {
-        Self { groups: Vec::new(), exempt: 0, quotas, pending: HashMap::default(), rules: Some(Arc::clone(rules)) }
+        Self {
+            groups: Vec::new(),
+            refused: Vec::new(),
+            exempt: 0,
+            quotas,
+            pending: HashMap::default(),
+            rules: Some(Arc::clone(rules)),
+        }
     }
 
     /// The counters of group `id`.
@@ -53,6 +63,28 @@ impl ShardData {
     #[cold]
     fn grow(&mut self, id: usize) {
         self.groups.resize(id + 1, GroupCounters::default());
+    }
+
+    /// Counts a refusal of `peer` (hashed `hash`) by group `id` in the sketch of who is refused most.
+    #[cold]
+    pub fn observe_refusal(&mut self, id: u32, peer: &str, hash: u64) {
+        let id = id as usize;
+        if id >= self.refused.len() {
+            self.refused.resize_with(id + 1, TopCounts::default);
+        }
+        self.refused[id].observe(peer, hash);
+    }
+
+    /// The sketch of group `id`'s refused peers, if it refused any here.
+    #[must_use]
+    pub fn refused(&self, id: u32) -> Option<&TopCounts> {
+        self.refused.get(id as usize)
+    }
+
+    /// Approximate heap bytes of the refused peers' sketches.
+    #[must_use]
+    pub fn sketch_bytes(&self) -> usize {
+        self.refused.iter().map(TopCounts::allocated_bytes).sum()
     }
 
     /// The counters of group `id`, if this shard has counted it.

@@ -1,5 +1,6 @@
 //! What the limiter reports about itself: counters by group, and each group's policy.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::{Limiter, ShardData};
@@ -18,6 +19,20 @@ pub struct GroupStats {
     /// States the group holds now (one per key and limit).
     pub keys: u64,
     pub evictions: u64,
+    /// Idle states dropped to make room (not evictions: a drop never lets a key admit more).
+    pub dropped: u64,
+}
+
+/// The peers refused most (see `heavy_hitters`): each with its count, within `error_bound` of the true
+/// count (for one group, never below it); every peer refused more than `error_bound` times is among
+/// the sketches' counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TopRefused {
+    /// Most refused first; ties by peer.
+    pub peers: Vec<(String, u64)>,
+    pub error_bound: u64,
+    /// Refusals the sketches have seen.
+    pub refusals: u64,
 }
 
 /// A snapshot of the whole limiter.
@@ -57,6 +72,7 @@ impl Limiter {
                     counters: GroupCounters::default(),
                     keys: 0,
                     evictions: 0,
+                    dropped: 0,
                 })
                 .collect(),
             ..Stats::default()
@@ -69,6 +85,7 @@ impl Limiter {
                 }
                 total.keys += shard.group_keys(group.id);
                 total.evictions += shard.group_evictions(group.id);
+                total.dropped += shard.group_dropped(group.id);
             }
             stats.exempt += data.exempt;
             stats.keys += shard.len();
@@ -77,6 +94,37 @@ impl Limiter {
         }
         stats.exempt += stats.groups.iter().map(|g| g.counters.exempt).sum::<u64>();
         stats
+    }
+
+    /// The `n` peers refused most, in `group` or (`None`) in every group together, from the sketches
+    /// the shards keep (no walk over keys). A peer's groups share its shard, so the shards' sketches
+    /// count disjoint peers: each shard's counts are summed by peer, then the shards' are merged.
+    ///
+    /// # Errors
+    /// An unknown group.
+    pub fn top_refused(&self, n: usize, group: Option<&str>) -> Result<TopRefused> {
+        let rules = self.rules();
+        let ids: Vec<u32> = match group {
+            Some(name) => vec![rules.groups[rules.group_index(name)?].id],
+            None => rules.groups.iter().map(|g| g.id).collect(),
+        };
+        let mut top = TopRefused::default();
+        for shard in self.store.shards() {
+            let mut by_peer: HashMap<&str, u64> = HashMap::new();
+            let mut shard_error = 0;
+            for sketch in ids.iter().filter_map(|&id| shard.data.refused(id)) {
+                top.refusals += sketch.observed;
+                shard_error += sketch.error_bound();
+                for counted in sketch.counters() {
+                    *by_peer.entry(counted.peer.as_str()).or_default() += counted.count;
+                }
+            }
+            top.error_bound = top.error_bound.max(shard_error);
+            top.peers.extend(by_peer.into_iter().map(|(peer, count)| (peer.to_owned(), count)));
+        }
+        top.peers.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        top.peers.truncate(n);
+        Ok(top)
     }
 
     /// The policy of `group` as a `RateLimit-Policy` header states it: its first rate limit's burst and

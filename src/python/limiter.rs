@@ -21,6 +21,7 @@ use crate::clock::Clock;
 use crate::config::{Config, RuleSpec, RulesConfig};
 use crate::error::Error;
 use crate::limiter::{self, Limiter, Receipt, Request, Take, Target};
+use crate::metrics::{LATENCY_BOUNDS_NS, WAIT_BOUNDS_NS};
 use crate::quota::QuotaSettings;
 use crate::rules::{Route, MAX_GROUP_NAMES};
 
@@ -700,6 +701,8 @@ impl PyLimiter {
             entry.set_item("quota_fetches", c.quota_fetches)?;
             entry.set_item("quota_failures", c.quota_failures)?;
             entry.set_item("quota_unknown", c.quota_unknown)?;
+            entry.set_item("dropped", group.dropped)?;
+            entry.set_item("waits", histogram(py, &WAIT_BOUNDS_NS, &c.waits.counts, c.waits.sum_ns)?)?;
             groups.set_item(&group.name, entry)?;
         }
         let out = PyDict::new(py);
@@ -716,8 +719,24 @@ impl PyLimiter {
         let (errors, down) = self.backend_errors();
         out.set_item("backend_errors", errors)?;
         out.set_item("backend_down", down)?;
+        let latency = self.inner.latency();
+        out.set_item("decision_seconds", histogram(py, &LATENCY_BOUNDS_NS, &latency.counts, latency.sum_ns)?)?;
+        let backend = self.backend.as_ref().map(Backend::latency).unwrap_or_default();
+        out.set_item("backend_seconds", histogram(py, &LATENCY_BOUNDS_NS, &backend.counts, backend.sum_ns)?)?;
         out.set_item("groups", groups)?;
         Ok(out)
+    }
+
+    /// The `n` peers refused most (in `group`, or in every group), most first, from bounded sketches.
+    #[pyo3(signature = (n = 10, group = None))]
+    fn top_refused(&self, n: usize, group: Option<&str>) -> PyResult<Vec<(String, u64)>> {
+        Ok(self.inner.top_refused(n, group)?.peers)
+    }
+
+    /// How far `top_refused`'s counts may be from the true counts (for one group: only above them).
+    #[pyo3(signature = (group = None))]
+    fn top_refused_error(&self, group: Option<&str>) -> PyResult<u64> {
+        Ok(self.inner.top_refused(0, group)?.error_bound)
     }
 
     fn __len__(&self) -> usize {
@@ -836,4 +855,18 @@ impl PyLimiter {
         };
         Ok(self.inner.reconfigure(config)?)
     }
+}
+
+/// A histogram as `stats()` gives it: `bounds` in seconds, `counts` per bucket (the last: above every
+/// bound), `sum` in seconds and `count`.
+fn histogram<'py>(py: Python<'py>, bounds_ns: &[u64], counts: &[u64], sum_ns: u64) -> PyResult<Bound<'py, PyDict>> {
+    let out = PyDict::new(py);
+    #[allow(clippy::cast_precision_loss)] // bounds are round numbers far below 2^53 ns
+    let bounds: Vec<f64> = bounds_ns.iter().map(|&ns| ns as f64 / 1e9).collect();
+    out.set_item("bounds", bounds)?;
+    out.set_item("counts", counts)?;
+    #[allow(clippy::cast_precision_loss)]
+    out.set_item("sum", sum_ns as f64 / 1e9)?;
+    out.set_item("count", counts.iter().sum::<u64>())?;
+    Ok(out)
 }
