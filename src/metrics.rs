@@ -90,7 +90,10 @@ pub struct GroupCounters {
     pub quota_failures: u64,
     /// Fetches the provider answered with "no such key" (`LookupError`): not failures.
     pub quota_unknown: u64,
-    /// The waits of the delayed admissions: how long after its decision each one's slot was.
+    /// Waits given back (a timeout, a cancelled task): no longer counted as delayed.
+    pub abandoned: u64,
+    /// Every wait granted, given back or not: how long after its decision each one's slot was. Never
+    /// decreases, as a Prometheus histogram must not.
     pub waits: WaitBuckets,
 }
 
@@ -116,13 +119,11 @@ impl GroupCounters {
         self.waits.sum_ns = self.waits.sum_ns.saturating_add(wait_ns);
     }
 
-    /// A wait of `wait_ns` given back (a timeout, a cancelled task): it no longer counts as delayed.
-    pub fn given_back(&mut self, wait_ns: u64) {
-        let slot = &mut self.waits.counts[bucket(&WAIT_BOUNDS_NS, wait_ns)];
-        if *slot > 0 {
-            *slot -= 1;
-            self.waits.sum_ns = self.waits.sum_ns.saturating_sub(wait_ns);
-            self.delayed = self.delayed.saturating_sub(1);
+    /// A wait given back (a timeout, a cancelled task): it no longer counts as delayed.
+    pub fn given_back(&mut self) {
+        if self.delayed > 0 {
+            self.delayed -= 1;
+            self.abandoned += 1;
         }
     }
 
@@ -136,6 +137,7 @@ impl GroupCounters {
         self.quota_fetches += other.quota_fetches;
         self.quota_failures += other.quota_failures;
         self.quota_unknown += other.quota_unknown;
+        self.abandoned += other.abandoned;
         self.waits.add(&other.waits);
     }
 }
@@ -198,8 +200,8 @@ mod tests {
             total,
             GroupCounters { requests: 6, allowed: 4, refused: 2, delayed: 2, waits, ..GroupCounters::default() }
         );
-        total.given_back(7_000_000);
-        assert_eq!((total.delayed, total.waits.count(), total.waits.sum_ns), (1, 1, 7_000_000));
+        total.given_back();
+        assert_eq!((total.delayed, total.abandoned, total.waits.count()), (1, 1, 2));
     }
 
     #[test]

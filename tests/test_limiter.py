@@ -203,6 +203,7 @@ def test_stats_reports_configuration_and_counters(clock: rk.ManualClock) -> None
         "quota_running": 0,
         "backend_errors": 0,
         "backend_down": False,
+        "backend_outages": 0,
         "backend_seconds": {"bounds": LATENCY_BOUNDS, "counts": [0] * 15, "sum": 0.0, "count": 0},
         "groups": {
             "api": {
@@ -220,6 +221,7 @@ def test_stats_reports_configuration_and_counters(clock: rk.ManualClock) -> None
                 "quota_failures": 0,
                 "quota_unknown": 0,
                 "dropped": 0,
+                "abandoned": 0,
                 "waits": no_waits,
             },
             "default": {
@@ -237,6 +239,7 @@ def test_stats_reports_configuration_and_counters(clock: rk.ManualClock) -> None
                 "quota_failures": 0,
                 "quota_unknown": 0,
                 "dropped": 0,
+                "abandoned": 0,
                 "waits": no_waits,
             },
         },

@@ -24,6 +24,7 @@ STATS_KEYS = {
     "quota_running",
     "backend_errors",
     "backend_down",
+    "backend_outages",
     "decision_seconds",
     "backend_seconds",
     "groups",
@@ -42,6 +43,7 @@ GROUP_KEYS = {
     "quota_fetches",
     "quota_failures",
     "dropped",
+    "abandoned",
     "waits",
     "quota_unknown",
 }

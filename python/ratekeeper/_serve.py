@@ -31,9 +31,20 @@ from typing import Any
 from ratekeeper._core import ManualClock, Quotas
 from ratekeeper.limiter import Limiter
 
-__all__ = ["ACCOUNT_HEADER", "ADMIN", "ANONYMOUS", "FAILSAFE", "QUOTAS", "AccountDirectory", "build_app", "serve"]
+__all__ = [
+    "ACCOUNT_HEADER",
+    "ADMIN",
+    "ANONYMOUS",
+    "FAILSAFE",
+    "METRICS_PATH",
+    "QUOTAS",
+    "AccountDirectory",
+    "build_app",
+    "serve",
+]
 
 ACCOUNT_HEADER = "X-Account-ID"
+METRICS_PATH = "/metrics"
 ANONYMOUS = "ANONYMOUS"
 ADMIN = "admin@example.com"
 FAILSAFE = "5/min"
@@ -104,14 +115,35 @@ async def _ok(scope: Scope, receive: Receive, send: Send) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def build_app(limiter: Limiter) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
-    """The ASGI app: :func:`_ok` behind the rate-limit middleware, keyed by ``X-Account-ID``."""
+def build_app(limiter: Limiter, *, metrics: bool = True) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
+    """The ASGI app: :func:`_ok` behind the rate-limit middleware, keyed by ``X-Account-ID``; with
+    ``metrics`` and prometheus-client installed, ``GET /metrics`` (not limited) serves the limiter's
+    Prometheus metrics through prometheus-client's own ASGI app."""
     from ratekeeper.asgi import RateLimitMiddleware
     from ratekeeper.keys import header
 
-    return RateLimitMiddleware(
+    limited = RateLimitMiddleware(
         _ok, limiter=limiter, key=header(ACCOUNT_HEADER), on_missing_key="anonymous", anonymous_key=ANONYMOUS
     )
+    if not metrics:
+        return limited
+    try:
+        from prometheus_client import CollectorRegistry, make_asgi_app
+    except ImportError:
+        return limited
+    from ratekeeper.prometheus import RateLimitCollector
+
+    registry = CollectorRegistry()
+    registry.register(RateLimitCollector(limiter, top_refused=10))
+    exposition = make_asgi_app(registry)
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == METRICS_PATH:
+            await exposition(scope, receive, send)
+        else:
+            await limited(scope, receive, send)
+
+    return app
 
 
 def serve(host: str = "127.0.0.1", port: int = 8080) -> None:
@@ -124,4 +156,5 @@ def serve(host: str = "127.0.0.1", port: int = 8080) -> None:
         config = uvicorn.Config(build_app(limiter), host=host, port=port, log_level="warning", access_log=False)
         server = uvicorn.Server(config)
         print(f"serving on http://{host}:{port}/ (keyed by {ACCOUNT_HEADER}; Ctrl-C stops)", flush=True)
+        print(f"metrics on http://{host}:{port}{METRICS_PATH} (with prometheus-client installed)", flush=True)
         server.run()

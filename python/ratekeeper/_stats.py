@@ -58,7 +58,10 @@ class GroupStats(TypedDict):
     quota_unknown: int
     #: Idle states dropped to make room for new keys (not evictions: a drop never lets a key admit more).
     dropped: int
-    #: How long each delayed admission waited for its slot (1 ms to 60 s buckets).
+    #: Waits given back (a timeout, a cancelled task): no longer in ``delayed``.
+    abandoned: int
+    #: How long each wait granted was, given back or not (1 ms to 60 s buckets): ``waits["count"] ==
+    #: delayed + abandoned``.
     waits: Histogram
 
 
@@ -79,6 +82,8 @@ class Stats(TypedDict):
     backend_errors: int
     #: Whether the last round trip to the backend failed (an outage in progress).
     backend_down: bool
+    #: Outages begun: failed round trips after one that succeeded.
+    backend_outages: int
     #: Decision latency in this process, sampled: one decision in 64 per thread, from before its shard is
     #: locked to after (100 ns to 100 ms buckets).
     decision_seconds: Histogram

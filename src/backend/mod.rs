@@ -93,6 +93,8 @@ pub struct Backend {
     /// Whether the last round trip failed: an outage is reported once, when it starts.
     down: AtomicBool,
     errors: AtomicU64,
+    /// Outages begun: round trips that failed after one that did not.
+    outages: AtomicU64,
     /// Every decision's round trip (shared with the replies that land on the client's runtime).
     latency: Arc<LatencyHistogram>,
 }
@@ -131,6 +133,7 @@ impl Backend {
             leases: AtomicU64::new(0),
             down: AtomicBool::new(false),
             errors: AtomicU64::new(0),
+            outages: AtomicU64::new(0),
             latency: Arc::default(),
         })
     }
@@ -150,6 +153,22 @@ impl Backend {
     #[must_use]
     pub fn errors(&self) -> u64 {
         self.errors.load(Ordering::Relaxed)
+    }
+
+    /// Outages begun since the backend was made.
+    #[must_use]
+    pub fn outages(&self) -> u64 {
+        self.outages.load(Ordering::Relaxed)
+    }
+
+    /// Counts a failed round trip; whether it began an outage.
+    fn failed(&self) -> bool {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        let began = !self.down.swap(true, Ordering::Relaxed);
+        if began {
+            self.outages.fetch_add(1, Ordering::Relaxed);
+        }
+        began
     }
 
     /// Whether the last round trip failed.
@@ -292,8 +311,7 @@ impl Backend {
                 Ok(true)
             }
             Err(failure) => {
-                self.errors.fetch_add(1, Ordering::Relaxed);
-                self.down.store(true, Ordering::Relaxed);
+                self.failed();
                 match self.settings.on_error {
                     OnError::Raise => Err(Error::backend(failure.0)),
                     _ => Ok(false),
@@ -357,8 +375,7 @@ impl Backend {
                 Ok(Outcome { decision, outage_began: None, recovered })
             }
             Err(failure) => {
-                self.errors.fetch_add(1, Ordering::Relaxed);
-                let began = !self.down.swap(true, Ordering::Relaxed);
+                let began = self.failed();
                 let outage_began = began.then(|| failure.to_string());
                 let decision = self.fallback(limiter, call, failure)?;
                 Ok(Outcome { decision, outage_began, recovered: false })

@@ -39,6 +39,8 @@ pub struct Syncer {
     running: tokio::sync::Mutex<()>,
     errors: AtomicU64,
     down: AtomicBool,
+    /// Outages begun: syncs that failed after one that did not.
+    outages: AtomicU64,
 }
 
 impl std::fmt::Debug for Syncer {
@@ -57,6 +59,7 @@ impl Syncer {
             running: tokio::sync::Mutex::new(()),
             errors: AtomicU64::new(0),
             down: AtomicBool::new(false),
+            outages: AtomicU64::new(0),
         })
     }
 
@@ -64,6 +67,12 @@ impl Syncer {
     #[must_use]
     pub fn errors(&self) -> (u64, bool) {
         (self.errors.load(Ordering::Relaxed), self.down.load(Ordering::Relaxed))
+    }
+
+    /// Outages begun since the syncer was made.
+    #[must_use]
+    pub fn outages(&self) -> u64 {
+        self.outages.load(Ordering::Relaxed)
     }
 
     /// Syncs every `interval` on the client's runtime while `limiter` lives.
@@ -96,9 +105,12 @@ impl Syncer {
 
     async fn sync(&self, limiter: &Limiter) -> std::result::Result<Synced, Failure> {
         let result = self.exchange(limiter).await;
-        self.down.store(result.is_err(), Ordering::Relaxed);
+        let was_down = self.down.swap(result.is_err(), Ordering::Relaxed);
         if result.is_err() {
             self.errors.fetch_add(1, Ordering::Relaxed);
+            if !was_down {
+                self.outages.fetch_add(1, Ordering::Relaxed);
+            }
         }
         result
     }

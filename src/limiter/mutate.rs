@@ -64,7 +64,7 @@ impl Limiter {
         let base = key.base();
         let (_, group, shard) = key.parts();
         if receipt.wait_ns > 0 {
-            shard.data.counters(group.id).given_back(receipt.wait_ns);
+            shard.data.counters(group.id).given_back();
         }
         // Not admitted after all: not usage to report (unless a drain already took it).
         if let Some(pending) = shard.data.pending.get_mut(&base) {

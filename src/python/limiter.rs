@@ -702,6 +702,7 @@ impl PyLimiter {
             entry.set_item("quota_failures", c.quota_failures)?;
             entry.set_item("quota_unknown", c.quota_unknown)?;
             entry.set_item("dropped", group.dropped)?;
+            entry.set_item("abandoned", c.abandoned)?;
             entry.set_item("waits", histogram(py, &WAIT_BOUNDS_NS, &c.waits.counts, c.waits.sum_ns)?)?;
             groups.set_item(&group.name, entry)?;
         }
@@ -719,6 +720,12 @@ impl PyLimiter {
         let (errors, down) = self.backend_errors();
         out.set_item("backend_errors", errors)?;
         out.set_item("backend_down", down)?;
+        let outages = match (&self.backend, &self.syncer) {
+            (Some(b), _) => b.outages(),
+            (None, Some(s)) => s.outages(),
+            (None, None) => 0,
+        };
+        out.set_item("backend_outages", outages)?;
         let latency = self.inner.latency();
         out.set_item("decision_seconds", histogram(py, &LATENCY_BOUNDS_NS, &latency.counts, latency.sum_ns)?)?;
         let backend = self.backend.as_ref().map(Backend::latency).unwrap_or_default();

@@ -1,0 +1,202 @@
+"""The limiter's numbers as metric families, read from one :meth:`~ratekeeper.Limiter.stats` call: what the
+Prometheus collector and the OpenTelemetry instruments both export, so the two cannot drift apart.
+
+Names are given without the namespace and in Prometheus form (``wait_seconds``; counters without
+``_total``, which the exporters add); :func:`otel_name` gives the OpenTelemetry form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from ratekeeper._stats import Histogram, Stats
+    from ratekeeper.limiter import Limiter
+
+__all__ = ["Family", "families", "otel_name"]
+
+Kind = Literal["counter", "gauge", "histogram"]
+Labels = dict[str, str]
+GroupNumber = Literal[
+    "abandoned", "reductions", "keys", "evictions", "dropped", "quota_fetches", "quota_failures", "quota_unknown"
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """One metric: its samples (counters, gauges) or histograms, each with its labels."""
+
+    name: str
+    kind: Kind
+    help: str
+    #: UCUM, as OpenTelemetry wants it: ``s``, ``By``, ``{request}``.
+    unit: str
+    labels: tuple[str, ...] = ()
+    samples: list[tuple[Labels, float]] = field(default_factory=list)
+    histograms: list[tuple[Labels, Histogram]] = field(default_factory=list)
+
+
+def otel_name(name: str, namespace: str) -> str:
+    """``wait_seconds`` -> ``ratekeeper.wait``: the namespace dotted, the unit left to the instrument's."""
+    for suffix in ("_seconds", "_bytes"):
+        name = name.removesuffix(suffix)
+    return f"{namespace}.{name}"
+
+
+def families(limiter: Limiter, top_refused: int = 0) -> list[Family]:
+    """Every family, read now; ``top_refused`` > 0 adds the peers refused most (at most that many series)."""
+    stats = limiter.stats()
+    groups = stats["groups"]
+
+    def per_group(name: str, kind: Kind, unit: str, help: str, key: GroupNumber) -> Family:
+        samples: list[tuple[Labels, float]] = [
+            ({"group": group}, float(counts[key])) for group, counts in groups.items()
+        ]
+        return Family(name, kind, help, unit, ("group",), samples)
+
+    requests = Family(
+        "requests",
+        "counter",
+        "Requests decided, by group and result: allowed at once, delayed (a wait was granted), refused, or exempt.",
+        "{request}",
+        ("group", "result"),
+    )
+    for group, g in groups.items():
+        granted = g["delayed"] + g["abandoned"]
+        requests.samples.extend(
+            [
+                ({"group": group, "result": "allowed"}, float(g["allowed"] - granted)),
+                ({"group": group, "result": "delayed"}, float(granted)),
+                ({"group": group, "result": "refused"}, float(g["refused"])),
+                ({"group": group, "result": "exempt"}, float(g["exempt"])),
+            ]
+        )
+    out = [
+        requests,
+        per_group(
+            "waits_abandoned",
+            "counter",
+            "{request}",
+            "Waits given back before their slot (a timeout, a cancelled task).",
+            "abandoned",
+        ),
+        per_group("reductions", "counter", "{token}", "Tokens given back by reduce().", "reductions"),
+        per_group("keys", "gauge", "{key}", "States held: one per (peer, group) and limit.", "keys"),
+        per_group(
+            "evictions", "counter", "{key}", "States evicted as least used to stay within max_keys.", "evictions"
+        ),
+        per_group(
+            "idle_dropped",
+            "counter",
+            "{key}",
+            "Idle states dropped to make room (a drop never lets a key admit more).",
+            "dropped",
+        ),
+        per_group("quota_fetches", "counter", "{fetch}", "Quota fetches started.", "quota_fetches"),
+        per_group(
+            "quota_failures",
+            "counter",
+            "{fetch}",
+            "Quota fetches that failed (raised, timed out, answered nonsense).",
+            "quota_failures",
+        ),
+        per_group(
+            "quota_unknown",
+            "counter",
+            "{fetch}",
+            "Quota fetches answered 'no such key' (LookupError).",
+            "quota_unknown",
+        ),
+        Family(
+            "wait_seconds",
+            "histogram",
+            "How long each granted wait was (throttle, athrottle, the middleware's delay mode).",
+            "s",
+            ("group",),
+            histograms=[({"group": group}, g["waits"]) for group, g in groups.items()],
+        ),
+        Family(
+            "decision_seconds",
+            "histogram",
+            "Decision latency in this process, sampled: one decision in 64 per thread.",
+            "s",
+            histograms=[({}, stats["decision_seconds"])],
+        ),
+        *_limiter_gauges(stats),
+    ]
+    if limiter.backend is not None:
+        out += _backend_families(stats)
+    if top_refused > 0:
+        out += _top_refused(limiter, top_refused)
+    return out
+
+
+def _gauge(name: str, unit: str, help: str, value: float) -> Family:
+    return Family(name, "gauge", help, unit, samples=[({}, value)])
+
+
+def _limiter_gauges(stats: Stats) -> list[Family]:
+    return [
+        _gauge("enabled", "1", "1 while the limiter decides, 0 while it is off.", float(stats["enabled"])),
+        _gauge("tracked_keys", "{key}", "States held in every group.", float(stats["keys"])),
+        _gauge("max_keys", "{key}", "The bound on states held.", float(stats["max_keys"])),
+        _gauge(
+            "memory_bytes", "By", "Approximate heap bytes of the states and their tables.", float(stats["memory_bytes"])
+        ),
+        Family(
+            "exempt",
+            "counter",
+            "Requests of exempt peers or paths, those that route to no group included.",
+            "{request}",
+            samples=[({}, float(stats["exempt"]))],
+        ),
+        _gauge("quota_records", "{record}", "Per-key quota records held.", float(stats["quota_records"])),
+        _gauge("quota_queue", "{fetch}", "Quota fetches waiting for a worker.", float(stats["quota_queue"])),
+        _gauge("quota_running", "{fetch}", "Quota fetches in a provider now.", float(stats["quota_running"])),
+    ]
+
+
+def _backend_families(stats: Stats) -> list[Family]:
+    return [
+        Family(
+            "backend_errors",
+            "counter",
+            "Round trips to the backend that failed, each decided by on_error.",
+            "{error}",
+            samples=[({}, float(stats["backend_errors"]))],
+        ),
+        Family(
+            "backend_outages",
+            "counter",
+            "Outages begun: a failed round trip after one that succeeded.",
+            "{outage}",
+            samples=[({}, float(stats["backend_outages"]))],
+        ),
+        _gauge("backend_up", "1", "0 while the backend's last round trip failed.", float(not stats["backend_down"])),
+        Family(
+            "backend_seconds",
+            "histogram",
+            "The backend's round trip per decision.",
+            "s",
+            histograms=[({}, stats["backend_seconds"])],
+        ),
+    ]
+
+
+def _top_refused(limiter: Limiter, n: int) -> list[Family]:
+    top = Family(
+        "top_refused",
+        "gauge",
+        f"Refusals of the {n} peers refused most (estimates; see top_refused_error).",
+        "{request}",
+        ("peer",),
+        [({"peer": peer}, float(count)) for peer, count in limiter.top_refused(n)],
+    )
+    error = _gauge(
+        "top_refused_error",
+        "{request}",
+        "The most a top_refused count may be off by.",
+        float(limiter.top_refused_error()),
+    )
+    return [top, error]
