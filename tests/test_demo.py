@@ -20,3 +20,7 @@ def test_the_demo_prints_its_decisions_the_same_every_run() -> None:
     assert "after it landed mallory 0 2/min failsafe" in lines
     # The cooldown score (GCRA) at 3 per 60 s: the fourth request, at 1 s, is refused.
     assert any(line.startswith("1s REJECT") for line in lines)
+    # The metrics section, read from what the Prometheus collector exports: login's flood is refused
+    # after 3, and the sketch names the peers refused most.
+    assert "login 3 0 197 0 1" in lines
+    assert "refused most: carol (281), mallory (197), dave (31)" in lines

@@ -78,6 +78,23 @@ def test_requests_results_waits_reductions_and_keys_move_as_the_workload_says(cl
     assert not {n for n in names(s) if "backend" in n or "top_refused" in n}
 
 
+def test_a_groups_series_appear_once_they_leave_zero(clock: rk.ManualClock) -> None:
+    lim = rk.Limiter(rules=[rk.Rule("^/a", "a", "1/s"), rk.Rule("^/b", "b", "1/s")], clock=clock)
+    lim.allow("alice", "/a")
+    s = scrape(lim)
+    # Every group has its allowed and refused requests and its keys from the start ...
+    assert value(s, "ratekeeper_requests_total", group="b", result="refused") == 0
+    assert value(s, "ratekeeper_keys", group="b") == 0
+    # ... and the rest once they happen.
+    assert ("ratekeeper_requests_total", (("group", "a"), ("result", "delayed"))) not in s
+    assert not [key for key in s if key[0].startswith("ratekeeper_wait_seconds")]
+    lim.throttle("alice", "/a", timeout=5.0)
+    s = scrape(lim)
+    assert value(s, "ratekeeper_requests_total", group="a", result="delayed") == 1
+    assert value(s, "ratekeeper_wait_seconds_count", group="a") == 1
+    assert ("ratekeeper_wait_seconds_count", (("group", "b"),)) not in s
+
+
 def test_a_wait_given_back_stays_in_the_histogram_and_counts_as_abandoned(clock: rk.ManualClock) -> None:
     lim = rk.Limiter("1/s", clock=clock)
     lim.allow("alice")
@@ -293,10 +310,13 @@ def test_the_otel_instruments_report_the_collectors_numbers(clock: rk.ManualCloc
     instrument(lim, MeterProvider(metric_readers=[reader]).get_meter("test"), top_refused=2)
     points = otel_points(reader)
     s = scrape(lim)
-    for result in ("allowed", "delayed", "refused", "exempt"):
+    for result in ("allowed", "delayed", "refused"):
         assert points["ratekeeper.requests"][(("group", "default"), ("result", result))] == value(
             s, "ratekeeper_requests_total", group="default", result=result
         )
+    # Nothing was exempt: that series has not appeared, in either export.
+    assert (("group", "default"), ("result", "exempt")) not in points["ratekeeper.requests"]
+    assert ("ratekeeper_requests_total", (("group", "default"), ("result", "exempt"))) not in s
     assert points["ratekeeper.wait.time"][(("group", "default"),)] == pytest.approx(0.5)
     assert points["ratekeeper.wait.count"][(("group", "default"),)] == 1
     assert points["ratekeeper.keys"][(("group", "default"),)] == 1

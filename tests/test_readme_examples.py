@@ -45,3 +45,26 @@ def test_the_flask_example_limits_paths_and_views() -> None:
         assert members(items.headers["RateLimit"]) == {"api": {"r": 99, "t": 1}}
         # No key: the shared anonymous key, limited like any other.
         assert [client.post("/login").status_code for _ in range(6)] == [200] * 5 + [429]
+
+
+def test_the_metrics_examples_serve_the_limiters_numbers_beside_the_limits() -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+    from test_flask import Served
+
+    def requests_total(text: str) -> dict[str, float]:
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+        return {s.labels["result"]: s.value for s in families["ratekeeper_requests"].samples}
+
+    fastapi_app = example("metrics_fastapi")["app"]
+    with Server(fastapi_app) as client:
+        assert client.get("/api/items").status_code == 200
+        scraped = [client.get("/metrics", follow_redirects=True) for _ in range(3)]
+        assert [r.status_code for r in scraped] == [200] * 3
+        assert requests_total(scraped[-1].text)["allowed"] == 1
+    flask_app = example("metrics_flask")["app"]
+    with Served(flask_app) as client:
+        assert client.get("/api/items").status_code == 200
+        scraped = [client.get("/metrics") for _ in range(3)]
+        assert [r.status_code for r in scraped] == [200] * 3
+        assert "RateLimit" not in scraped[-1].headers
+        assert requests_total(scraped[-1].text)["allowed"] == 1

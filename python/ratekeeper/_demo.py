@@ -139,7 +139,111 @@ def _quotas() -> str:
     return intro + "\n\n" + _table(["phase", "peer", "allowed", "quota now", "source"], rows)
 
 
+# The live section's traffic: (peer, path, requests per second), the flood first.
+LIVE_TRAFFIC = [
+    ("mallory", "/login", 20.0),  # guessing passwords: 3/min allowed
+    ("carol", "/api/items", 40.0),  # four times over 10/s
+    ("dave", "/api/items", 15.0),  # a little over
+    ("bob", "/api/items", 5.0),  # within
+    ("admin", "/api/items", 10.0),  # exempt
+]
+LIVE_HEADERS = ["group", "allowed", "delayed", "refused", "exempt", "keys"]
+
+
+def _figures(lim: rk.Limiter) -> tuple[list[list[str]], list[tuple[str, int]]]:
+    """The rows of the metrics table and the peers refused most, from what the Prometheus collector exports."""
+    from ratekeeper._metrics import families
+
+    exported = {family.name: family for family in families(lim, top_refused=3)}
+    counts: dict[str, dict[str, str]] = {}
+    for labels, value in exported["requests"].samples:
+        counts.setdefault(labels["group"], {})[labels["result"]] = f"{value:.0f}"
+    for labels, value in exported["keys"].samples:
+        counts[labels["group"]]["keys"] = f"{value:.0f}"
+    rows = [[group, *(c.get(h, "0") for h in LIVE_HEADERS[1:])] for group, c in counts.items()]
+    top = [(labels["peer"], int(value)) for labels, value in exported["top_refused"].samples]
+    return rows, top
+
+
+def _live(pace: float) -> tuple[list[list[str]], list[tuple[str, int]]]:
+    """Runs the live traffic, calling back every simulated half second; ``pace``: real seconds per half second."""
+    clock = rk.ManualClock()
+    lim = rk.Limiter(
+        rules=[rk.Rule(r"^/login$", "login", "3/min"), rk.Rule(r"^/api/", "api", "10/s", burst=20)],
+        exempt_peers=["admin"],
+        clock=clock,
+    )
+    due = {peer: 0.0 for peer, _, _ in LIVE_TRAFFIC}
+    view = _LiveView(pace)
+    with view:
+        for step in range(int(SECONDS / STEP)):
+            now = step * STEP
+            for peer, path, per_second in LIVE_TRAFFIC:
+                while due[peer] <= now + 1e-9:
+                    due[peer] += 1.0 / per_second
+                    lim.allow(peer, path)
+            clock.advance(STEP)
+            if (step + 1) % 50 == 0:
+                view.show(now + STEP, *_figures(lim))
+    return _figures(lim)
+
+
+class _LiveView:
+    """A rich table redrawn in place on a terminal with rich installed; otherwise nothing (the final
+    figures are printed as a plain table, the same every run)."""
+
+    def __init__(self, pace: float) -> None:
+        self.pace = pace
+        self.live: object | None = None
+        if pace > 0:
+            try:
+                from rich.live import Live
+            except ImportError:
+                return
+            self.live = Live(refresh_per_second=20)
+
+    def __enter__(self) -> _LiveView:
+        if self.live is not None:
+            self.live.__enter__()  # type: ignore[attr-defined]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live is not None:
+            self.live.__exit__(*exc)  # type: ignore[attr-defined]
+
+    def show(self, at: float, rows: list[list[str]], top: list[tuple[str, int]]) -> None:
+        if self.live is None:
+            return
+        import time
+
+        from rich.table import Table
+
+        table = Table(title=f"ratekeeper metrics, t = {at:.1f} s (simulated)", caption=_top_line(top))
+        for header in LIVE_HEADERS:
+            table.add_column(header, justify="left" if header == "group" else "right")
+        for row in rows:
+            table.add_row(*row)
+        self.live.update(table)  # type: ignore[attr-defined]
+        time.sleep(self.pace)
+
+
+def _top_line(top: list[tuple[str, int]]) -> str:
+    return "refused most: " + ", ".join(f"{peer} ({count})" for peer, count in top)
+
+
+def _metrics() -> str:
+    import sys
+
+    # On a terminal with rich installed the table is redrawn as the traffic runs (about 2 s).
+    rows, top = _live(pace=0.1 if sys.stdout.isatty() else 0.0)
+    intro = (
+        f"metrics: {SECONDS} s of traffic, read as the Prometheus collector exports them "
+        "(ratekeeper_requests_total by result, ratekeeper_keys, ratekeeper_top_refused)"
+    )
+    return intro + "\n\n" + _table(LIVE_HEADERS, rows) + "\n" + _top_line(top)
+
+
 def run() -> None:
     print(f"ratekeeper {rk.__version__} demo\n")
-    for section in (_traffic(), _waits(), _cooldown(), _quotas()):
-        print(section, end="\n\n")
+    for section in (_traffic, _waits, _cooldown, _quotas, _metrics):
+        print(section(), end="\n\n", flush=True)

@@ -26,8 +26,9 @@ pub struct Pending {
 pub struct ShardData {
     /// By group id (see `GroupIds`), grown when a group is first counted here.
     groups: Vec<GroupCounters>,
-    /// The peers refused most, by group id (grown when a group first refuses here).
+    /// The peers refused most, by group id (grown when a group first refuses here), and in every group.
     refused: Vec<TopCounts>,
+    refused_anywhere: TopCounts,
     /// Requests of exempt peers or paths that route to no group.
     pub exempt: u64,
     pub quotas: QuotaTable,
@@ -43,6 +44,7 @@ impl ShardData {
         Self {
             groups: Vec::new(),
             refused: Vec::new(),
+            refused_anywhere: TopCounts::default(),
             exempt: 0,
             quotas,
             pending: HashMap::default(),
@@ -73,18 +75,22 @@ impl ShardData {
             self.refused.resize_with(id + 1, TopCounts::default);
         }
         self.refused[id].observe(peer, hash);
+        self.refused_anywhere.observe(peer, hash);
     }
 
-    /// The sketch of group `id`'s refused peers, if it refused any here.
+    /// The sketch of group `id`'s refused peers (`None`: of every group's), if it refused any here.
     #[must_use]
-    pub fn refused(&self, id: u32) -> Option<&TopCounts> {
-        self.refused.get(id as usize)
+    pub fn refused(&self, id: Option<u32>) -> Option<&TopCounts> {
+        match id {
+            Some(id) => self.refused.get(id as usize),
+            None => Some(&self.refused_anywhere),
+        }
     }
 
     /// Approximate heap bytes of the refused peers' sketches.
     #[must_use]
     pub fn sketch_bytes(&self) -> usize {
-        self.refused.iter().map(TopCounts::allocated_bytes).sum()
+        self.refused.iter().chain([&self.refused_anywhere]).map(TopCounts::allocated_bytes).sum()
     }
 
     /// The counters of group `id`, if this shard has counted it.

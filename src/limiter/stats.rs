@@ -1,6 +1,5 @@
 //! What the limiter reports about itself: counters by group, and each group's policy.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::{Limiter, ShardData};
@@ -23,9 +22,8 @@ pub struct GroupStats {
     pub dropped: u64,
 }
 
-/// The peers refused most (see `heavy_hitters`): each with its count, within `error_bound` of the true
-/// count (for one group, never below it); every peer refused more than `error_bound` times is among
-/// the sketches' counters.
+/// The peers refused most (see `heavy_hitters`): each count over-estimates the true count by at most
+/// `error_bound`; every peer refused more than `error_bound` times is among the sketches' counters.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TopRefused {
     /// Most refused first; ties by peer.
@@ -97,34 +95,36 @@ impl Limiter {
     }
 
     /// The `n` peers refused most, in `group` or (`None`) in every group together, from the sketches
-    /// the shards keep (no walk over keys). A peer's groups share its shard, so the shards' sketches
-    /// count disjoint peers: each shard's counts are summed by peer, then the shards' are merged.
+    /// the shards keep (no walk over keys). A peer always lands in the same shard, so the shards'
+    /// sketches count disjoint peers and the global top `n` is among the shards' top `n`.
     ///
     /// # Errors
     /// An unknown group.
     pub fn top_refused(&self, n: usize, group: Option<&str>) -> Result<TopRefused> {
-        let rules = self.rules();
-        let ids: Vec<u32> = match group {
-            Some(name) => vec![rules.groups[rules.group_index(name)?].id],
-            None => rules.groups.iter().map(|g| g.id).collect(),
-        };
+        let id = self.refused_sketch(group)?;
+        let most_first = |a: &(&str, u64), b: &(&str, u64)| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0));
         let mut top = TopRefused::default();
         for shard in self.store.shards() {
-            let mut by_peer: HashMap<&str, u64> = HashMap::new();
-            let mut shard_error = 0;
-            for sketch in ids.iter().filter_map(|&id| shard.data.refused(id)) {
-                top.refusals += sketch.observed;
-                shard_error += sketch.error_bound();
-                for counted in sketch.counters() {
-                    *by_peer.entry(counted.peer.as_str()).or_default() += counted.count;
-                }
+            let Some(sketch) = shard.data.refused(id) else { continue };
+            top.refusals += sketch.observed;
+            top.error_bound = top.error_bound.max(sketch.error_bound());
+            let mut ranked: Vec<(&str, u64)> = sketch.counters().map(|(peer, count, _)| (peer, count)).collect();
+            if ranked.len() > n && n > 0 {
+                ranked.select_nth_unstable_by(n - 1, most_first);
             }
-            top.error_bound = top.error_bound.max(shard_error);
-            top.peers.extend(by_peer.into_iter().map(|(peer, count)| (peer.to_owned(), count)));
+            ranked.truncate(n);
+            top.peers.extend(ranked.into_iter().map(|(peer, count)| (peer.to_owned(), count)));
         }
-        top.peers.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        top.peers.sort_unstable_by(|a, b| most_first(&(a.0.as_str(), a.1), &(b.0.as_str(), b.1)));
         top.peers.truncate(n);
         Ok(top)
+    }
+
+    /// The sketch `top_refused` reads: a group's id, or `None` for every group's.
+    fn refused_sketch(&self, group: Option<&str>) -> Result<Option<u32>> {
+        let Some(name) = group else { return Ok(None) };
+        let rules = self.rules();
+        Ok(Some(rules.groups[rules.group_index(name)?].id))
     }
 
     /// The policy of `group` as a `RateLimit-Policy` header states it: its first rate limit's burst and
