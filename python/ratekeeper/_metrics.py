@@ -56,9 +56,7 @@ def families(limiter: Limiter, top_refused: int = 0) -> list[Family]:
 
     def per_group(name: str, kind: Kind, unit: str, help: str, key: GroupNumber) -> Family:
         samples: list[tuple[Labels, float]] = [
-            ({"group": group}, float(counts[key]))
-            for group, counts in groups.items()
-            if counts[key] or kind == "gauge"
+            ({"group": group}, float(counts[key])) for group, counts in groups.items() if counts[key] or kind == "gauge"
         ]
         return Family(name, kind, help, unit, ("group",), samples)
 
