@@ -10,6 +10,7 @@
 //! So a flood of one-shot keys evicts one-shot keys, never a busy key, and the cost of eviction is
 //! amortised to a few slot visits per insert.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -23,8 +24,68 @@ const MAX_SHARDS: usize = 64;
 /// Keys per shard below which a limiter gets fewer shards (tiny `max_keys` values).
 const MIN_KEYS_PER_SHARD: usize = 256;
 
-/// Sliding-log timestamps, by key identity.
-type Logs = HashMap<u64, VecDeque<u64>, ahash::RandomState>;
+/// Sliding-log timestamps, by key identity, and the heap bytes they hold (kept as they change, so that
+/// `stats()` never walks them).
+#[derive(Debug, Default)]
+struct Logs {
+    map: HashMap<u64, VecDeque<u64>, ahash::RandomState>,
+    bytes: usize,
+}
+
+/// A log's heap bytes: its stamps' buffer and its map entry.
+fn log_bytes(log: &VecDeque<u64>) -> usize {
+    log.capacity() * std::mem::size_of::<u64>() + LOG_ENTRY_BYTES
+}
+const LOG_ENTRY_BYTES: usize = 48;
+
+impl Logs {
+    fn get(&self, identity: u64) -> Option<&VecDeque<u64>> {
+        self.map.get(&identity)
+    }
+
+    /// Runs `change` on the log of `identity` (made empty if none), counting what it grows or shrinks.
+    fn with<R>(&mut self, identity: u64, change: impl FnOnce(&mut VecDeque<u64>) -> R) -> R {
+        let (log, before) = match self.map.entry(identity) {
+            Entry::Occupied(entry) => {
+                let log = entry.into_mut();
+                let before = log_bytes(log);
+                (log, before)
+            }
+            Entry::Vacant(entry) => (entry.insert(VecDeque::new()), 0),
+        };
+        let result = change(log);
+        self.bytes = self.bytes + log_bytes(log) - before;
+        result
+    }
+
+    fn take(&mut self, identity: u64) -> VecDeque<u64> {
+        let Some(log) = self.map.remove(&identity) else { return VecDeque::new() };
+        self.bytes -= log_bytes(&log);
+        log
+    }
+
+    fn put(&mut self, identity: u64, log: VecDeque<u64>) {
+        self.bytes += log_bytes(&log);
+        if let Some(old) = self.map.insert(identity, log) {
+            self.bytes -= log_bytes(&old);
+        }
+    }
+
+    fn remove(&mut self, identity: u64) {
+        if let Some(old) = self.map.remove(&identity) {
+            self.bytes -= log_bytes(&old);
+        }
+    }
+
+    fn clear(&mut self) {
+        self.map.clear();
+        self.bytes = 0;
+    }
+
+    fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}
 
 /// Packed to 4 bytes: 28 bytes a slot instead of 32 (the group id would otherwise pad it by 8). Its
 /// fields are read and written by value (a packed field lends no reference).
@@ -103,11 +164,22 @@ impl<C> Shard<C> {
     /// The timestamps of a sliding-log key (empty if none).
     #[must_use]
     pub fn log(&self, key: u64) -> &VecDeque<u64> {
-        self.logs.get(&(key >> IDENTITY_SHIFT)).unwrap_or(&NO_LOG)
+        self.logs.get(key >> IDENTITY_SHIFT).unwrap_or(&NO_LOG)
     }
 
-    pub fn log_mut(&mut self, key: u64) -> &mut VecDeque<u64> {
-        self.logs.entry(key >> IDENTITY_SHIFT).or_default()
+    /// Runs `change` on the timestamps of `key` (empty if none).
+    pub fn with_log<R>(&mut self, key: u64, change: impl FnOnce(&mut VecDeque<u64>) -> R) -> R {
+        self.logs.with(key >> IDENTITY_SHIFT, change)
+    }
+
+    /// Takes the timestamps of `key` out (empty if none), e.g. to move them to another key.
+    pub fn take_log(&mut self, key: u64) -> VecDeque<u64> {
+        self.logs.take(key >> IDENTITY_SHIFT)
+    }
+
+    /// Stores `log` as the timestamps of `key`.
+    pub fn put_log(&mut self, key: u64, log: VecDeque<u64>) {
+        self.logs.put(key >> IDENTITY_SHIFT, log);
     }
 
     /// The state of `key` (a copy, or a fresh state), without counting a use.
@@ -133,7 +205,7 @@ impl<C> Shard<C> {
 
     pub fn remove(&mut self, key: u64) -> bool {
         let Some(slot) = self.table.remove(key) else { return false };
-        self.logs.remove(&slot.identity());
+        self.logs.remove(slot.identity());
         self.group_keys[slot.group as usize] -= 1;
         true
     }
@@ -191,7 +263,7 @@ impl<C> Shard<C> {
             |_| false,
             |slot, removal| {
                 if !logs.is_empty() {
-                    logs.remove(&slot.identity());
+                    logs.remove(slot.identity());
                 }
                 // Every stored group was seen by `insert`, which sized the counts for it.
                 let index = slot.group as usize;
@@ -208,7 +280,7 @@ impl<C> Shard<C> {
     /// Approximate heap bytes held by this shard's table, logs and per-group counts.
     #[must_use]
     pub fn allocated_bytes(&self) -> usize {
-        let logs: usize = self.logs.values().map(|l| l.capacity() * 8 + 48).sum();
+        let logs = self.logs.bytes;
         let groups = (self.group_keys.capacity() + self.group_evictions.capacity() + self.group_dropped.capacity())
             * std::mem::size_of::<u64>();
         self.table.allocated_bytes() + logs + groups
@@ -239,7 +311,7 @@ impl<C> Store<C> {
             .map(|_| {
                 Padded(Mutex::new(Shard {
                     table: BoundedTable::new(Arc::clone(&keys), max_keys, wanted),
-                    logs: HashMap::default(),
+                    logs: Logs::default(),
                     group_keys: Vec::new(),
                     group_evictions: Vec::new(),
                     group_dropped: Vec::new(),
@@ -311,6 +383,25 @@ mod tests {
 
     fn busy(now: u64) -> State {
         State { t: now + 1_000, a: 0, b: 0 }
+    }
+
+    #[test]
+    fn log_bytes_are_kept_as_logs_change_and_equal_a_walk() {
+        let store: Store<()> = Store::new(10_000, || ());
+        let mut shard = store.lock(key(1));
+        let walk = |shard: &Shard<()>| shard.logs.map.values().map(log_bytes).sum::<usize>();
+        for i in 0..50 {
+            shard.insert(key(i), busy(0), 0, 0);
+            shard.with_log(key(i), |log| log.extend(0..i));
+        }
+        assert_eq!(shard.logs.bytes, walk(&shard));
+        let moved = shard.take_log(key(7));
+        shard.put_log(key(60), moved);
+        shard.with_log(key(3), VecDeque::shrink_to_fit);
+        assert!(shard.remove(key(9)));
+        assert_eq!(shard.logs.bytes, walk(&shard));
+        shard.clear();
+        assert_eq!((shard.logs.bytes, walk(&shard)), (0, 0));
     }
 
     #[test]

@@ -347,7 +347,7 @@ impl KeyStates<'_> {
             match (admit, &limits[index].algorithm) {
                 (Admit::State(state), _) => self.shard.store(key, state, self.now, self.group.id),
                 (Admit::Log { at, cost, idle_at }, Algorithm::SlidingLog(log)) => {
-                    log.append(self.shard.log_mut(key), self.now, at, cost);
+                    self.shard.with_log(key, |stamps| log.append(stamps, self.now, at, cost));
                     self.shard.store(key, State { t: idle_at, a: 0, b: 0 }, self.now, self.group.id);
                 }
                 (Admit::Log { .. }, _) => unreachable!("only a sliding log admits into a log"),

@@ -35,7 +35,7 @@ impl KeyStates<'_> {
             let Some(held) = held else { continue };
             let old_key = Store::<ShardData>::related_key(base, group.history[chain[held]].signature);
             let Some(mut state) = shard.find(old_key) else { continue };
-            let mut log = std::mem::take(shard.log_mut(old_key));
+            let mut log = shard.take_log(old_key);
             shard.remove(old_key);
             let new_key = group.limit_key(base, index);
             if shard.find(new_key).is_some() {
@@ -50,7 +50,7 @@ impl KeyStates<'_> {
             }
             shard.store(new_key, state, now, group.id);
             if current.uses_log() && !log.is_empty() {
-                *shard.log_mut(new_key) = log;
+                shard.put_log(new_key, log);
             }
         }
     }

@@ -37,10 +37,7 @@ impl Limiter {
             if let Some(state) = shard.touch(key) {
                 // Only a sliding log has stamps; others must not leave an empty log behind.
                 let changed = if limit.uses_log() {
-                    let mut log = std::mem::take(shard.log_mut(key));
-                    let changed = change(limit, &state, &mut log, now);
-                    *shard.log_mut(key) = log;
-                    changed
+                    shard.with_log(key, |log| change(limit, &state, log, now))
                 } else {
                     change(limit, &state, &mut VecDeque::new(), now)
                 };
@@ -130,12 +127,13 @@ impl Limiter {
         let (_, g, shard) = key.parts();
         for (i, limit) in Group::rate_limits(&g.limits_with(quota)) {
             let state_key = g.limit_key(base, i);
-            let mut log = if limit.uses_log() { std::mem::take(shard.log_mut(state_key)) } else { VecDeque::new() };
-            let charged = limit.charge(&shard.load(state_key), &mut log, now, units);
+            let state = shard.load(state_key);
+            let charged = if limit.uses_log() {
+                shard.with_log(state_key, |log| limit.charge(&state, log, now, units))
+            } else {
+                limit.charge(&state, &mut VecDeque::new(), now, units)
+            };
             shard.store(state_key, charged, now, g.id);
-            if limit.uses_log() {
-                *shard.log_mut(state_key) = log;
-            }
         }
         Ok(())
     }

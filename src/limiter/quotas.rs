@@ -94,10 +94,7 @@ impl Limiter {
         let key = group.limit_key(base, p);
         let Some(state) = shard.touch(key) else { return };
         let rescaled = if new.uses_log() {
-            let mut log = std::mem::take(shard.log_mut(key));
-            let rescaled = new.rescale(old, &state, &mut log, now);
-            *shard.log_mut(key) = log;
-            rescaled
+            shard.with_log(key, |log| new.rescale(old, &state, log, now))
         } else {
             new.rescale(old, &state, &mut VecDeque::new(), now)
         };
