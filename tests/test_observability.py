@@ -355,3 +355,33 @@ def test_the_serve_command_serves_its_metrics_over_http(served: tuple[httpx.Clie
     assert value(s, "ratekeeper_requests_total", group="default", result="allowed") == 8 - refused
     assert value(s, "ratekeeper_top_refused", peer="alice@example.com") == refused
     assert limiter.top_refused(1) == [("alice@example.com", refused)]
+
+
+# --- seed 003's own names ----------------------------------------------------------------------------------------
+
+
+def test_the_node_limiter_collector_exports_seed_003s_names(clock: rk.ManualClock) -> None:
+    from ratekeeper.compat import node_limiter
+    from ratekeeper.prometheus import NodeLimiterCollector
+
+    lim = node_limiter({"metrics.leaky_limit": 2}, {"^/metrics$": "metrics", "": "general"}, clock=clock)
+    for peer in ("a", "b"):
+        for _ in range(3):
+            lim.allow(peer, "/metrics")
+    assert lim.reduce("a", "/metrics")
+    for _ in range(64):  # at least one decision sampled for the response time
+        lim.allow("c", "/info")
+    registry = CollectorRegistry()
+    registry.register(NodeLimiterCollector(lim))
+    s = parse(generate_latest(registry).decode())
+    assert value(s, "ar_limiter_requests_total", limiter_id="metrics") == 6
+    assert value(s, "ar_limiter_rejected_total", limiter_id="metrics") == 2
+    assert value(s, "ar_limiter_reduce_requests_total", limiter_id="metrics") == 1
+    # Two peers, each with one state here (the leaky bucket: no sliding window by default, and the
+    # concurrency gate holds state only while a request is in flight).
+    assert value(s, "ar_limiter_peers", limiter_id="metrics") == 2
+    assert value(s, "ar_limiter_tracked_items_total", limiter_id="metrics") == 2
+    assert ("ar_limiter_response_time_microseconds_bucket", (("le", "0.1"),)) in s  # microseconds: 100 ns
+    assert value(s, "ar_limiter_requests_total", limiter_id="general") == 64
+    assert value(s, "ar_limiter_response_time_microseconds_count") >= 1
+    assert value(s, "ar_limiter_cleanup_tick_expired_sliding_peers_deleted_total", limiter_id="general") == 0

@@ -12,14 +12,15 @@ Names are given without the namespace and in Prometheus form (``wait_seconds``; 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from ratekeeper._stats import Histogram, Stats
+    from ratekeeper._stats import GroupStats, Histogram, Stats
     from ratekeeper.limiter import Limiter
 
-__all__ = ["Family", "families", "otel_name"]
+__all__ = ["Family", "families", "node_limiter_families", "otel_name"]
 
 Kind = Literal["counter", "gauge", "histogram"]
 Labels = dict[str, str]
@@ -203,3 +204,57 @@ def _top_refused(limiter: Limiter, n: int) -> list[Family]:
         float(limiter.top_refused_error()),
     )
     return [top, error]
+
+
+def node_limiter_families(limiter: Limiter) -> list[Family]:
+    """Seed 003's own ``ar_limiter_*`` metrics (without the namespace), labelled ``limiter_id`` (the group),
+    for dashboards built on the Arweave node's limiter (see :func:`ratekeeper.compat.node_limiter`)."""
+    stats = limiter.stats()
+    groups = stats["groups"]
+
+    def per_group(name: str, kind: Kind, help: str, read: Callable[[GroupStats], int]) -> Family:
+        samples = [({"limiter_id": group}, float(read(g))) for group, g in groups.items()]
+        return Family(name, kind, help, "", ("limiter_id",), samples)
+
+    latency = stats["decision_seconds"]
+    in_microseconds: Histogram = {
+        "bounds": [round(bound * 1e6, 6) for bound in latency["bounds"]],
+        "counts": latency["counts"],
+        "sum": latency["sum"] * 1e6,
+        "count": latency["count"],
+    }
+    return [
+        Family(
+            "response_time_microseconds",
+            "histogram",
+            "Time it took for the limiter to respond to requests (sampled: one decision in 64 per thread).",
+            "us",
+            histograms=[({}, in_microseconds)],
+        ),
+        per_group(
+            "requests",
+            "counter",
+            "The number of requests the limiter has processed.",
+            lambda g: g["requests"] + g["exempt"],
+        ),
+        per_group("rejected", "counter", "The number of requests the limiter rejected.", lambda g: g["refused"]),
+        per_group("reduce_requests", "counter", "Tokens given back by reduce().", lambda g: g["reductions"]),
+        per_group(
+            "peers",
+            "gauge",
+            "Peers the limiter tracks now, counted per register as the seed does: states held.",
+            lambda g: g["keys"],
+        ),
+        per_group(
+            "tracked_items_total",
+            "gauge",
+            "States tracked: one per peer and limit.",
+            lambda g: g["keys"],
+        ),
+        per_group(
+            "cleanup_tick_expired_sliding_peers_deleted",
+            "counter",
+            "Idle states dropped to make room (no cleanup timer: dropped when room is needed).",
+            lambda g: g["dropped"],
+        ),
+    ]

@@ -26,13 +26,13 @@ try:
 except ImportError as error:  # pragma: no cover - the message is the point
     raise ImportError("ratekeeper.prometheus needs prometheus-client: pip install 'ratekeeper[prometheus]'") from error
 
-from ratekeeper._metrics import Family, families
+from ratekeeper._metrics import Family, families, node_limiter_families
 
 if TYPE_CHECKING:
     from ratekeeper._stats import Histogram
     from ratekeeper.limiter import Limiter
 
-__all__ = ["RateLimitCollector"]
+__all__ = ["NodeLimiterCollector", "RateLimitCollector"]
 
 
 class RateLimitCollector:
@@ -72,13 +72,16 @@ class RateLimitCollector:
         self._top_refused = top_refused
         self._const_labels = labels
 
+    def _families(self) -> list[Family]:
+        return families(self._limiter, self._top_refused)
+
     def describe(self) -> Iterator[Metric]:
-        """The families' names without reading samples (so registering does not scrape)."""
-        for family in families(self._limiter, self._top_refused):
+        """The families' names without their samples (what a registry checks for duplicates)."""
+        for family in self._families():
             yield self._family(family, with_samples=False)
 
     def collect(self) -> Iterator[Metric]:
-        for family in families(self._limiter, self._top_refused):
+        for family in self._families():
             yield self._family(family, with_samples=True)
 
     def _family(self, family: Family, *, with_samples: bool) -> Metric:
@@ -96,6 +99,22 @@ class RateLimitCollector:
         for labels, value in family.samples if with_samples else ():
             metric.add_metric(const + [labels[k] for k in family.labels], value)
         return metric
+
+
+class NodeLimiterCollector(RateLimitCollector):
+    """Seed 003's own metric names, for dashboards built on the Arweave node's limiter:
+    ``ar_limiter_requests_total{limiter_id}``, ``ar_limiter_rejected_total``,
+    ``ar_limiter_reduce_requests_total``, ``ar_limiter_peers``, ``ar_limiter_tracked_items_total``,
+    ``ar_limiter_cleanup_tick_expired_sliding_peers_deleted_total`` and
+    ``ar_limiter_response_time_microseconds``; ``limiter_id`` is the group. The seed's leaky-tick
+    metrics have no counterpart: the leaky bucket here drains lazily, with no timer to tick.
+    """
+
+    def __init__(self, limiter: Limiter, *, const_labels: dict[str, str] | None = None) -> None:
+        super().__init__(limiter, namespace="ar_limiter", const_labels=const_labels)
+
+    def _families(self) -> list[Family]:
+        return node_limiter_families(self._limiter)
 
 
 def _cumulative(histogram: Histogram) -> list[tuple[str, float]]:
