@@ -22,6 +22,8 @@ Checks (exit status 1 if one fails)
     ``failsafe burst + count(q) + floor(rate(q) * T)``: what the failsafe admitted before the quota landed,
     plus what the quota allows. ``invalid`` at most ``failsafe burst + floor(rate(failsafe) * T)``.
     ``invalidN`` and ``admin`` must have every request admitted. No profile may see socket errors.
+    The server's own ``/metrics`` (the Prometheus collector), scraped at the end, must count what wrk
+    counted: as many decisions and refusals, give or take the requests in flight when wrk stopped.
 
 Output
     A table on stdout; a TSV (``--out``, one row per trial and profile); two charts (``--charts``) drawn
@@ -50,6 +52,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -206,6 +210,57 @@ def check(runs: list[Run], seconds: float) -> list[str]:
     return problems
 
 
+@dataclass
+class ServerView:
+    """What the server's own /metrics says at the end (the Prometheus collector's numbers)."""
+
+    results: dict[str, float]
+    top_refused: list[tuple[str, float]]
+
+    @property
+    def decided(self) -> float:
+        return sum(self.results.values())
+
+
+def scrape_metrics(port: int) -> ServerView | None:
+    """The server's /metrics, parsed with prometheus-client's parser; None if it serves none."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            text = response.read().decode()
+    except urllib.error.HTTPError:
+        return None
+    view = ServerView({}, [])
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "ratekeeper_requests_total":
+                result = sample.labels["result"]
+                view.results[result] = view.results.get(result, 0.0) + sample.value
+            elif sample.name == "ratekeeper_top_refused":
+                view.top_refused.append((sample.labels["peer"], sample.value))
+    view.top_refused.sort(key=lambda item: -item[1])
+    return view
+
+
+def check_server_view(runs: list[Run], view: ServerView, in_flight: int) -> list[str]:
+    """The server counts what wrk counts, give or take the requests in flight when wrk stopped."""
+    problems = []
+    for what, server, client in (
+        ("decisions", view.decided, sum(run.requests for run in runs)),
+        ("refusals", view.results.get("refused", 0.0), sum(run.refused for run in runs)),
+    ):
+        if not 0 <= server - client <= in_flight:
+            problems.append(f"the server's /metrics counts {server:.0f} {what}, wrk {client} (in flight: {in_flight})")
+    return problems
+
+
+def print_server_view(view: ServerView) -> None:
+    results = ", ".join(f"{result} {count:,.0f}" for result, count in sorted(view.results.items()))
+    top = ", ".join(f"{peer} ({count:,.0f})" for peer, count in view.top_refused[:5])
+    print(f"\nthe server's /metrics: {results}\nrefused most: {top}")
+
+
 COLUMNS = ["trial", "profile", "seconds", "requests", "allowed", "denied", "allowed_per_s", "denied_per_s"]
 COLUMNS += ["mean_ms", *(f"p{p}_ms" for p in PERCENTILES), "max_ms", "socket_errors"]
 
@@ -334,15 +389,20 @@ def main(argv: list[str] | None = None) -> int:
         server = start_server(port, log)
         try:
             runs, seconds = run_trials(port, args.trials, args.seconds, args.connections)
+            view = scrape_metrics(port)
         finally:
             stop(server)
     write_tsv(args.out, runs)
     print_summary(runs, seconds)
+    if view is not None:
+        print_server_view(view)
     print(f"\nTSV: {args.out}")
     if not args.no_charts:
         for chart in draw_charts(runs, args.charts):
             print(f"chart: {chart}")
     problems = check(runs, seconds)
+    if view is not None:
+        problems += check_server_view(runs, view, in_flight=len(PROFILES) * args.connections * args.trials)
     for problem in problems:
         print(f"FAIL {problem}")
     if not problems:
