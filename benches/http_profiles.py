@@ -52,15 +52,13 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from typing import IO
 
 import ratekeeper as rk
-from ratekeeper import _serve
+from ratekeeper import _serve, _top
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "wrk" / "profile.lua"
@@ -210,55 +208,28 @@ def check(runs: list[Run], seconds: float) -> list[str]:
     return problems
 
 
-@dataclass
-class ServerView:
-    """What the server's own /metrics says at the end (the Prometheus collector's numbers)."""
-
-    results: dict[str, float]
-    top_refused: list[tuple[str, float]]
-
-    @property
-    def decided(self) -> float:
-        return sum(self.results.values())
-
-
-def scrape_metrics(port: int) -> ServerView | None:
-    """The server's /metrics, parsed with prometheus-client's parser; None if it serves none."""
-    from prometheus_client.parser import text_string_to_metric_families
-
+def scrape_metrics(port: int) -> _top.Scrape | None:
+    """The server's /metrics as ``python -m ratekeeper top`` reads it; None if it serves none."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-            text = response.read().decode()
-    except urllib.error.HTTPError:
+        return _top.scrape(f"http://127.0.0.1:{port}{_serve.METRICS_PATH}")
+    except (_top.ScrapeError, ImportError):
         return None
-    view = ServerView({}, [])
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "ratekeeper_requests_total":
-                result = sample.labels["result"]
-                view.results[result] = view.results.get(result, 0.0) + sample.value
-            elif sample.name == "ratekeeper_top_refused":
-                view.top_refused.append((sample.labels["peer"], sample.value))
-    view.top_refused.sort(key=lambda item: -item[1])
-    return view
 
 
-def check_server_view(runs: list[Run], view: ServerView, in_flight: int) -> list[str]:
+def check_server_view(runs: list[Run], view: _top.Scrape, in_flight: int) -> list[str]:
     """The server counts what wrk counts, give or take the requests in flight when wrk stopped."""
     problems = []
     for what, server, client in (
-        ("decisions", view.decided, sum(run.requests for run in runs)),
-        ("refusals", view.results.get("refused", 0.0), sum(run.refused for run in runs)),
+        ("decisions", sum(view.total(result) for result in _top.RESULTS), sum(run.requests for run in runs)),
+        ("refusals", view.total("refused"), sum(run.refused for run in runs)),
     ):
         if not 0 <= server - client <= in_flight:
             problems.append(f"the server's /metrics counts {server:.0f} {what}, wrk {client} (in flight: {in_flight})")
     return problems
 
 
-def print_server_view(view: ServerView) -> None:
-    results = ", ".join(f"{result} {count:,.0f}" for result, count in sorted(view.results.items()))
-    top = ", ".join(f"{peer} ({count:,.0f})" for peer, count in view.top_refused[:5])
-    print(f"\nthe server's /metrics: {results}\nrefused most: {top}")
+def print_server_view(view: _top.Scrape) -> None:
+    print(f"\nthe server's /metrics (python -m ratekeeper top):\n{_top.render(view)}")
 
 
 COLUMNS = ["trial", "profile", "seconds", "requests", "allowed", "denied", "allowed_per_s", "denied_per_s"]

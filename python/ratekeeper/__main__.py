@@ -1,4 +1,4 @@
-"""Command line: ``python -m ratekeeper demo``, ``check-config FILE`` and ``serve``."""
+"""Command line: ``python -m ratekeeper demo``, ``check-config FILE``, ``serve`` and ``top URL``."""
 
 from __future__ import annotations
 
@@ -23,6 +23,34 @@ def check_config(path: str) -> int:
     return 0
 
 
+def _positive(text: str) -> float:
+    seconds = float(text)
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return seconds
+
+
+def _count(text: str) -> int:
+    try:
+        reads = int(text)
+    except ValueError:
+        reads = 0
+    if reads < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of reads, 1 or more, got {text!r}")
+    return reads
+
+
+def show_top(url: str, namespace: str, every: float | None, count: int | None) -> int:
+    """Prints who the service at ``url`` is limiting: exit 0, or 2 if it cannot be read."""
+    from ratekeeper import _top
+
+    try:
+        return _top.run(url, namespace, every, count)
+    except (_top.ScrapeError, ImportError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ratekeeper", description="ratekeeper rate limiter")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -36,7 +64,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8080, help="the port to listen on (default 8080)")
+    top = commands.add_parser(
+        "top", help="who a running service is limiting: requests by group and the peers refused most, from its /metrics"
+    )
+    top.add_argument("url", help="the service's Prometheus endpoint, e.g. http://127.0.0.1:8080/metrics")
+    top.add_argument("--namespace", default="ratekeeper", help="the collector's namespace (default ratekeeper)")
+    top.add_argument("--every", type=_positive, metavar="SECONDS", help="read again every SECONDS (Ctrl-C stops)")
+    top.add_argument("--count", type=_count, metavar="N", help="with --every: stop after N reads")
     args = parser.parse_args(argv)
+    if args.command == "top":
+        return show_top(args.url, args.namespace, args.every, args.count)
     if args.command == "check-config":
         return check_config(args.file)
     if args.command == "serve":
