@@ -588,8 +588,9 @@ class Limiter:
         together, as ``(peer, refusals)``, most first.
 
         Counted in fixed-size sketches (Space-Saving, 16 counters per shard and group), so memory stays
-        bounded whatever the number of peers: a count is within :meth:`top_refused_error` of the true
-        count (for one group, never below it), and every peer refused more often than that is found.
+        bounded whatever the number of peers: a count is never below the true count and at most
+        :meth:`top_refused_error` above it (a peer is counted in one shard only), and every peer
+        refused more often than that is found.
 
         Raises:
             InvalidValue: ``group`` names no group.
