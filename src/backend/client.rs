@@ -11,6 +11,7 @@ use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, TlsCertificates, Value};
 
+use super::function::Decide;
 use super::Settings;
 use crate::error::{Error, Result};
 
@@ -86,7 +87,7 @@ pub struct Client {
     connection: Connection,
     /// `None` for a Cluster (its calls go through the runtime).
     blocking: Option<Blocking>,
-    script: Arc<redis::Script>,
+    decide: Arc<Decide>,
     timeout: Duration,
     /// The address, without a password, for messages.
     address: Arc<str>,
@@ -155,8 +156,8 @@ impl Client {
                 }
             }
         };
-        let (script, address) = (Arc::new(redis::Script::new(script)), redact(url).into());
-        Ok(Self { runtime, connection, blocking, script, timeout, address })
+        let (decide, address) = (Arc::new(Decide::new(script)), redact(url).into());
+        Ok(Self { runtime, connection, blocking, decide, timeout, address })
     }
 
     /// Checks a URL the way `open` reads it, without connecting.
@@ -173,8 +174,8 @@ impl Client {
         }
     }
 
-    /// Runs the script on `keys` and `args` (`EVALSHA`, loading it again after a `NOSCRIPT`), waiting
-    /// at most the timeout. Call it without the GIL.
+    /// Runs the decision script on `keys` and `args` (`FCALL`, or `EVALSHA` on a server without
+    /// functions: see `function.rs`), waiting at most the timeout. Call it without the GIL.
     ///
     /// # Errors
     /// The server is unreachable, too slow, or answered with an error.
@@ -195,14 +196,7 @@ impl Client {
             Some(connection) => connection,
             None => self.connect(blocking)?,
         };
-        let mut invocation = self.script.prepare_invoke();
-        for key in keys {
-            invocation.key(key);
-        }
-        for arg in args {
-            invocation.arg(arg);
-        }
-        match invocation.invoke::<Vec<String>>(&mut connection) {
+        match self.decide.run(&mut connection, keys, args) {
             Ok(reply) => {
                 blocking.idle.lock().push(connection);
                 Ok(reply)
@@ -256,17 +250,10 @@ impl Client {
         keys: Vec<String>,
         args: Vec<String>,
     ) -> impl std::future::Future<Output = std::result::Result<Vec<String>, Failure>> + Send + 'static {
-        let (script, mut connection) = (Arc::clone(&self.script), self.connection.clone());
+        let (decide, mut connection) = (Arc::clone(&self.decide), self.connection.clone());
         let (timeout, address) = (self.timeout, Arc::clone(&self.address));
         async move {
-            let mut invocation = script.prepare_invoke();
-            for key in &keys {
-                invocation.key(key);
-            }
-            for arg in &args {
-                invocation.arg(arg);
-            }
-            match tokio::time::timeout(timeout, invocation.invoke_async::<Vec<String>>(&mut connection)).await {
+            match tokio::time::timeout(timeout, decide.run_async(&mut connection, &keys, &args)).await {
                 Ok(Ok(reply)) => Ok(reply),
                 Ok(Err(e)) => Err(Failure(format!("Redis at {address}: {e}"))),
                 Err(_) => Err(Failure(format!("Redis at {address} did not answer within {timeout:?}"))),

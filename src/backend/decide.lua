@@ -11,28 +11,18 @@
 --          src/algorithm/mod.rs's State. A key expires when its state stops constraining (now >= t).
 -- Reply    { allowed (1 | 0), wait_ns, retry_ns (-1: never), now_s, now_ns, written (bit i: limit i took
 --            the request), refused_by ("" | "rate" | "concurrency"), then per limit when asked to report:
---            remaining, reset_after_ns, next_ns }: numbers as strings (Lua numbers are doubles). A
+--            remaining, reset_after_ns, next_ns }: whole numbers below 2^53 as integer replies. A
 --            refund replies { "1" }.
+-- Called    this file defines `decide`; src/backend/script.rs makes of it a Redis Function library that
+--           registers it (FCALL, Redis 7+: the definitions below run once, at load) and, for servers
+--           without functions, a script that calls it (EVALSHA: they run on every call).
 
 local E9 = 1000000000
-local floor = math.floor
 
-local now_s, now_ns
-if ARGV[1] == '' then
-  local time = redis.call('TIME')
-  now_s, now_ns = tonumber(time[1]), tonumber(time[2]) * 1000
-else
-  now_s, now_ns = tonumber(ARGV[1]), tonumber(ARGV[2])
-end
-local cost = tonumber(ARGV[3])
-local max_wait = tonumber(ARGV[4])
-local policy = ARGV[5]
-local operation = ARGV[6]
-local want_report = operation == '1'
-local take = ARGV[7]
-local lease = ARGV[8]
-local lease_ttl = tonumber(ARGV[9])
-local n = tonumber(ARGV[10])
+-- One decision's arguments, set by `decide` on each call: upvalues of the algorithms below, which are
+-- made once when the library loads (a Redis Function) rather than on every call. `floor` too: a
+-- library's top level cannot see the standard library (Redis runs it with `redis` alone).
+local floor, now_s, now_ns, now_ms, cost, max_wait, policy, operation, want_report, take, lease, lease_ttl, n
 
 local function str(x)
   return string.format('%.0f', x)
@@ -328,7 +318,6 @@ algorithms.sliding_log = {
 -- Concurrency permits as leases (src/algorithm/concurrency.rs): a sorted set of the permits in use,
 -- each a member "<node>:<n>#<j>" scored by the millisecond it expires at, so that a crashed process's
 -- permits come back. p: permits. A state: { key, used }.
-local now_ms = now_s * 1000 + floor(now_ns / 1000000)
 algorithms.concurrency = {
   load = function(_, key)
     redis.call('ZREMRANGEBYSCORE', key, '-inf', str(now_ms))
@@ -401,156 +390,179 @@ local function rescale(l, state)
   return fresh
 end
 
--- The limits, their states, and the phase of `now` for windows aligned to zero.
-local limits, states, rescaled = {}, {}, {}
-for i = 1, n do
-  local base = 10 + (i - 1) * 7
-  local l = {
-    kind = ARGV[base + 1], burst = tonumber(ARGV[base + 2]),
-    p1 = tonumber(ARGV[base + 3]), p2 = tonumber(ARGV[base + 4]), p3 = tonumber(ARGV[base + 5]),
-    p4 = tonumber(ARGV[base + 6]), p5 = tonumber(ARGV[base + 7]),
-    sig = table.concat({ ARGV[base + 2], ARGV[base + 3], ARGV[base + 4], ARGV[base + 5], ARGV[base + 6], ARGV[base + 7] }, ','),
-  }
-  l.algorithm = algorithms[l.kind]
-  if l.algorithm == nil then return redis.error_reply('ratekeeper: unknown algorithm ' .. tostring(l.kind)) end
-  if l.kind == 'sliding_window' then
-    l.phase = (mulmod(now_s, E9, l.p2) + now_ns) % l.p2
+-- One decision: what `KEYS` and `ARGV` (see the head of this file) ask, atomically.
+local function decide(KEYS, ARGV)
+  floor = math.floor
+  if ARGV[1] == '' then
+    local time = redis.call('TIME')
+    now_s, now_ns = tonumber(time[1]), tonumber(time[2]) * 1000
+  else
+    now_s, now_ns = tonumber(ARGV[1]), tonumber(ARGV[2])
   end
-  limits[i] = l
-  local state = (l.algorithm.load or load)(l, KEYS[i])
-  if state ~= nil and state.sig ~= nil and state.sig ~= '' and state.sig ~= l.sig then
-    state = rescale(l, state)
-    rescaled[i] = true
-  end
-  states[i] = state
-end
+  now_ms = now_s * 1000 + floor(now_ns / 1000000)
+  cost = tonumber(ARGV[3])
+  max_wait = tonumber(ARGV[4])
+  policy = ARGV[5]
+  operation = ARGV[6]
+  want_report = operation == '1'
+  take = ARGV[7]
+  lease = ARGV[8]
+  lease_ttl = tonumber(ARGV[9])
+  n = tonumber(ARGV[10])
 
--- A refund: seed 003's reduction ("refund": every limit under "all", the last one under "fallback"), or
--- a cancelled wait's slot ("release:<written>": the limits that took it; max_wait_ns then says when the
--- slot was, after now). A key with no state has nothing to give back.
-if operation == 'free' then
+  -- The limits, their states, and the phase of `now` for windows aligned to zero.
+  local limits, states, rescaled = {}, {}, {}
   for i = 1, n do
-    local l = limits[i]
-    if l.kind == 'concurrency' then l.algorithm.store(l, KEYS[i], { free = cost }) end
+    local base = 10 + (i - 1) * 7
+    local l = {
+      kind = ARGV[base + 1], burst = tonumber(ARGV[base + 2]),
+      p1 = tonumber(ARGV[base + 3]), p2 = tonumber(ARGV[base + 4]), p3 = tonumber(ARGV[base + 5]),
+      p4 = tonumber(ARGV[base + 6]), p5 = tonumber(ARGV[base + 7]),
+      sig = table.concat({ ARGV[base + 2], ARGV[base + 3], ARGV[base + 4], ARGV[base + 5], ARGV[base + 6], ARGV[base + 7] }, ','),
+    }
+    l.algorithm = algorithms[l.kind]
+    if l.algorithm == nil then return redis.error_reply('ratekeeper: unknown algorithm ' .. tostring(l.kind)) end
+    if l.kind == 'sliding_window' then
+      l.phase = (mulmod(now_s, E9, l.p2) + now_ns) % l.p2
+    end
+    limits[i] = l
+    local state = (l.algorithm.load or load)(l, KEYS[i])
+    if state ~= nil and state.sig ~= nil and state.sig ~= '' and state.sig ~= l.sig then
+      state = rescale(l, state)
+      rescaled[i] = true
+    end
+    states[i] = state
   end
-  return { '1' }
-end
-local released = string.match(operation, '^release:(%d+)$')
-if operation == 'refund' or released then
-  local written = tonumber(released or '0')
-  local last_rate = 0
-  for i = 1, n do
-    if limits[i].kind ~= 'concurrency' then last_rate = i end
-  end
-  for i = 1, n do
-    local bit = floor(written / 2 ^ (i - 1)) % 2 == 1
-    local take
-    local gate = limits[i].kind == 'concurrency'
-    if released then take = bit elseif policy == 'fallback' then take = i == last_rate else take = not gate end
-    if take and not gate and states[i] ~= nil then
+
+  -- A refund: seed 003's reduction ("refund": every limit under "all", the last one under "fallback"), or
+  -- a cancelled wait's slot ("release:<written>": the limits that took it; max_wait_ns then says when the
+  -- slot was, after now). A key with no state has nothing to give back.
+  if operation == 'free' then
+    for i = 1, n do
       local l = limits[i]
-      local refunded = l.algorithm.refund(l, states[i], max_wait)
-      if refunded then (l.algorithm.store or store)(l, KEYS[i], refunded) end
+      if l.kind == 'concurrency' then l.algorithm.store(l, KEYS[i], { free = cost }) end
     end
+    return { '1' }
   end
-  return { '1' }
-end
-
--- What limit i says at `at`: its new state, or nil and the retry (nil: never, a cost above its burst).
-local function evaluate_one(i, at)
-  if cost > limits[i].burst then return nil, nil end
-  return limits[i].algorithm.evaluate(limits[i], states[i], at)
-end
-
--- The limits `take` names at `at` (src/limiter/decide.rs `evaluate`): the states to write, or nil, the
--- retry (nil: never) and what refused ("concurrency": the permits, which waiting does not free).
-local function evaluate(at)
-  local writes, rates = {}, false
-  for i = 1, n do
-    if limits[i].kind == 'concurrency' then
-      if take ~= 'rates' then
-        local admitted, r = evaluate_one(i, at)
-        if not admitted then return nil, r, 'concurrency' end
-        writes[i] = admitted
+  local released = string.match(operation, '^release:(%d+)$')
+  if operation == 'refund' or released then
+    local written = tonumber(released or '0')
+    local last_rate = 0
+    for i = 1, n do
+      if limits[i].kind ~= 'concurrency' then last_rate = i end
+    end
+    for i = 1, n do
+      local bit = floor(written / 2 ^ (i - 1)) % 2 == 1
+      local take
+      local gate = limits[i].kind == 'concurrency'
+      if released then take = bit elseif policy == 'fallback' then take = i == last_rate else take = not gate end
+      if take and not gate and states[i] ~= nil then
+        local l = limits[i]
+        local refunded = l.algorithm.refund(l, states[i], max_wait)
+        if refunded then (l.algorithm.store or store)(l, KEYS[i], refunded) end
       end
-    else
-      rates = true
     end
+    return { '1' }
   end
-  if take == 'permits' or not rates then return writes end
-  if policy == 'fallback' then
-    local retry = nil
+
+  -- What limit i says at `at`: its new state, or nil and the retry (nil: never, a cost above its burst).
+  local function evaluate_one(i, at)
+    if cost > limits[i].burst then return nil, nil end
+    return limits[i].algorithm.evaluate(limits[i], states[i], at)
+  end
+
+  -- The limits `take` names at `at` (src/limiter/decide.rs `evaluate`): the states to write, or nil, the
+  -- retry (nil: never) and what refused ("concurrency": the permits, which waiting does not free).
+  local function evaluate(at)
+    local writes, rates = {}, false
+    for i = 1, n do
+      if limits[i].kind == 'concurrency' then
+        if take ~= 'rates' then
+          local admitted, r = evaluate_one(i, at)
+          if not admitted then return nil, r, 'concurrency' end
+          writes[i] = admitted
+        end
+      else
+        rates = true
+      end
+    end
+    if take == 'permits' or not rates then return writes end
+    if policy == 'fallback' then
+      local retry = nil
+      for i = 1, n do
+        if limits[i].kind ~= 'concurrency' then
+          local admitted, r = evaluate_one(i, at)
+          if admitted then
+            writes[i] = admitted
+            return writes
+          end
+          if r ~= nil and (retry == nil or r < retry) then retry = r end
+        end
+      end
+      return nil, retry, 'rate'
+    end
+    local retry, refused, never = 0, false, false
     for i = 1, n do
       if limits[i].kind ~= 'concurrency' then
         local admitted, r = evaluate_one(i, at)
         if admitted then
           writes[i] = admitted
-          return writes
+        elseif r == nil then
+          never = true
+        else
+          refused = true
+          retry = math.max(retry, r)
         end
-        if r ~= nil and (retry == nil or r < retry) then retry = r end
       end
     end
-    return nil, retry, 'rate'
+    if never then return nil, nil, 'rate' end
+    if refused then return nil, retry, 'rate' end
+    return writes
   end
-  local retry, refused, never = 0, false, false
-  for i = 1, n do
-    if limits[i].kind ~= 'concurrency' then
-      local admitted, r = evaluate_one(i, at)
-      if admitted then
-        writes[i] = admitted
-      elseif r == nil then
-        never = true
-      else
-        refused = true
-        retry = math.max(retry, r)
+
+  -- Now, or for a waiter the first instant every limit admits (src/limiter/decide.rs `decide_group`).
+  local allowed, wait, retry, written, refused_by = false, 0, nil, 0, ''
+  for _ = 1, 8 do
+    local writes, r, by = evaluate(wait)
+    refused_by = by or ''
+    if writes then
+      for i, state in pairs(writes) do
+        local l = limits[i]
+        states[i] = (l.algorithm.store or store)(l, KEYS[i], state) or state
+        written = written + 2 ^ (i - 1)
       end
+      allowed = true
+      break
+    end
+    if r == nil or by == 'concurrency' then
+      -- Never (a cost above a burst), or the permits: waiting does not help.
+      retry = r
+      break
+    end
+    retry = wait + r
+    if retry > max_wait then break end
+    wait = retry
+  end
+
+  -- A rescaled state is kept even when nothing was admitted: the change happens once, as in memory.
+  for i in pairs(rescaled) do
+    if written % 2 ^ i < 2 ^ (i - 1) then
+      if states[i] == nil then redis.call('DEL', KEYS[i]) else store(limits[i], KEYS[i], states[i]) end
     end
   end
-  if never then return nil, nil, 'rate' end
-  if refused then return nil, retry, 'rate' end
-  return writes
-end
 
--- Now, or for a waiter the first instant every limit admits (src/limiter/decide.rs `decide_group`).
-local allowed, wait, retry, written, refused_by = false, 0, nil, 0, ''
-for _ = 1, 8 do
-  local writes, r, by = evaluate(wait)
-  refused_by = by or ''
-  if writes then
-    for i, state in pairs(writes) do
-      local l = limits[i]
-      states[i] = (l.algorithm.store or store)(l, KEYS[i], state) or state
-      written = written + 2 ^ (i - 1)
+  -- Numbers go back as integer replies: exact, as every one is a whole number below 2^53.
+  local reply = { allowed and 1 or 0, allowed and wait or 0, retry or -1, now_s, now_ns, written,
+    allowed and '' or refused_by }
+  if allowed then reply[3] = 0 end
+  if want_report then
+    for i = 1, n do
+      local remaining, reset, next_ns = limits[i].algorithm.report(limits[i], states[i])
+      reply[#reply + 1] = remaining
+      reply[#reply + 1] = reset
+      reply[#reply + 1] = next_ns
     end
-    allowed = true
-    break
   end
-  if r == nil or by == 'concurrency' then
-    -- Never (a cost above a burst), or the permits: waiting does not help.
-    retry = r
-    break
-  end
-  retry = wait + r
-  if retry > max_wait then break end
-  wait = retry
+  return reply
 end
 
--- A rescaled state is kept even when nothing was admitted: the change happens once, as in memory.
-for i in pairs(rescaled) do
-  if written % 2 ^ i < 2 ^ (i - 1) then
-    if states[i] == nil then redis.call('DEL', KEYS[i]) else store(limits[i], KEYS[i], states[i]) end
-  end
-end
-
-local reply = { allowed and '1' or '0', str(allowed and wait or 0), retry == nil and '-1' or str(retry),
-  str(now_s), str(now_ns), str(written), allowed and '' or refused_by }
-if allowed then reply[3] = '0' end
-if want_report then
-  for i = 1, n do
-    local remaining, reset, next_ns = limits[i].algorithm.report(limits[i], states[i])
-    reply[#reply + 1] = str(remaining)
-    reply[#reply + 1] = str(reset)
-    reply[#reply + 1] = str(next_ns)
-  end
-end
-return reply

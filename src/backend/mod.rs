@@ -1,10 +1,12 @@
 //! The Redis backend (issue 10): limits shared by every process that uses the same Redis.
 //!
-//! Exact mode: each decision is one `EVALSHA` of `decide.lua`, which reads, decides and writes the
-//! key's states atomically on Redis's own clock. The limiter still routes the request, finds its
+//! Exact mode: each decision is one call of `decide.lua` (`FCALL`, or `EVALSHA` on a server without
+//! functions: see `function.rs`), which reads, decides and writes the key's states atomically on
+//! Redis's own clock. The limiter still routes the request, finds its
 //! limits (quotas included) and counts the outcome here; only the states live in Redis.
 
 pub mod client;
+pub mod function;
 pub mod script;
 pub mod sync;
 

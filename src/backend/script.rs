@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::limiter::{Refusal, RemoteKey, Request, Take, Verdict};
 use crate::rate::NANOS_PER_SEC;
 
-/// The script, loaded once per server (`EVALSHA`, and `SCRIPT LOAD` again after a `NOSCRIPT`).
+/// The script's source: it defines `decide`, called as a Redis Function or by `EVALSHA` (`function.rs`).
 pub const DECIDE: &str = include_str!("decide.lua");
 
 /// Lua numbers are doubles: integers are exact below 2^53.
