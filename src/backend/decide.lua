@@ -63,7 +63,7 @@ local function store(l, key, state)
     redis.call('DEL', key)
     return
   end
-  local value = str(s) .. ' ' .. str(abs_ns % E9) .. ' ' .. str(state.a) .. ' ' .. str(state.b) .. ' ' .. l.sig
+  local value = string.format('%.0f %.0f %.0f %.0f %s', s, abs_ns % E9, state.a, state.b, l.sig)
   redis.call('SET', key, value, 'PX', ttl_ms)
 end
 
@@ -418,7 +418,8 @@ local function decide(KEYS, ARGV)
       kind = ARGV[base + 1], burst = tonumber(ARGV[base + 2]),
       p1 = tonumber(ARGV[base + 3]), p2 = tonumber(ARGV[base + 4]), p3 = tonumber(ARGV[base + 5]),
       p4 = tonumber(ARGV[base + 6]), p5 = tonumber(ARGV[base + 7]),
-      sig = table.concat({ ARGV[base + 2], ARGV[base + 3], ARGV[base + 4], ARGV[base + 5], ARGV[base + 6], ARGV[base + 7] }, ','),
+      sig = ARGV[base + 2] .. ',' .. ARGV[base + 3] .. ',' .. ARGV[base + 4] .. ',' .. ARGV[base + 5] .. ','
+        .. ARGV[base + 6] .. ',' .. ARGV[base + 7],
     }
     l.algorithm = algorithms[l.kind]
     if l.algorithm == nil then return redis.error_reply('ratekeeper: unknown algorithm ' .. tostring(l.kind)) end
