@@ -183,3 +183,25 @@ def test_processes_on_real_clocks_stay_within_the_bound(redis_server: RedisServe
     excess = min((nodes - 1) * limit, rate * (2 * interval + 2 * 0.005))
     assert limit <= admitted <= limit + 2 * excess, (admitted, excess)
     assert admitted < nodes * limit  # syncing made a difference: unsynced nodes would admit 90
+
+
+def test_a_limiter_dropped_while_its_timer_runs_goes_quietly(redis_server: RedisServer, redis_prefix: str) -> None:
+    # The timer's task may be the last to hold the client once the limiter is gone: the client's
+    # runtime must then stop without a panic (a runtime cannot be dropped from inside itself).
+    worker = textwrap.dedent(
+        f"""
+        import gc, time
+        import ratekeeper as rk
+        for _ in range(3):
+            backend = rk.Redis({redis_server.url!r}, mode="sync", sync_interval=0.01, prefix={redis_prefix!r})
+            lim = rk.Limiter("10/h", backend=backend)
+            lim.allow("k")
+            del lim, backend
+            gc.collect()
+            time.sleep(0.1)  # ten intervals: the timer wakes, finds no limiter and ends
+        print("done")
+        """
+    )
+    run = subprocess.run([sys.executable, "-c", worker], capture_output=True, text=True, timeout=60)
+    assert run.stdout.strip() == "done"
+    assert "panicked" not in run.stderr, run.stderr

@@ -83,7 +83,9 @@ struct Blocking {
 const RECONNECT_AFTER: Duration = Duration::from_millis(250);
 
 pub struct Client {
-    runtime: tokio::runtime::Runtime,
+    /// Where calls run: the runtime below, which is owned only to be shut down with the client.
+    handle: tokio::runtime::Handle,
+    runtime: Option<tokio::runtime::Runtime>,
     connection: Connection,
     /// `None` for a Cluster (its calls go through the runtime).
     blocking: Option<Blocking>,
@@ -96,6 +98,18 @@ pub struct Client {
 impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Client").field("address", &self.address).field("timeout", &self.timeout).finish_non_exhaustive()
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        // The last owner may be a task on a runtime (sync mode's timer outliving its limiter), where
+        // a runtime cannot be dropped, as that blocks until its threads stop: let it stop by itself.
+        if let Some(runtime) = self.runtime.take() {
+            if tokio::runtime::Handle::try_current().is_ok() {
+                runtime.shutdown_background();
+            }
+        }
     }
 }
 
@@ -157,7 +171,8 @@ impl Client {
             }
         };
         let (decide, address) = (Arc::new(Decide::new(script)), redact(url).into());
-        Ok(Self { runtime, connection, blocking, decide, timeout, address })
+        let handle = runtime.handle().clone();
+        Ok(Self { handle, runtime: Some(runtime), connection, blocking, decide, timeout, address })
     }
 
     /// Checks a URL the way `open` reads it, without connecting.
@@ -182,7 +197,7 @@ impl Client {
     pub fn run(&self, keys: &[String], args: &[String]) -> std::result::Result<Vec<String>, Failure> {
         match &self.blocking {
             Some(blocking) => self.run_blocking(blocking, keys, args),
-            None => self.runtime.block_on(self.call(keys.to_vec(), args.to_vec())),
+            None => self.handle.block_on(self.call(keys.to_vec(), args.to_vec())),
         }
     }
 
@@ -241,7 +256,7 @@ impl Client {
         done: impl FnOnce(std::result::Result<Vec<String>, Failure>) + Send + 'static,
     ) {
         let call = self.call(keys, args);
-        self.runtime.spawn(async move { done(call.await) });
+        self.handle.spawn(async move { done(call.await) });
     }
 
     /// One script call, bounded by the timeout; owns what it needs, so it can run on any thread.
@@ -275,8 +290,8 @@ impl Client {
     }
 
     #[must_use]
-    pub const fn runtime(&self) -> &tokio::runtime::Runtime {
-        &self.runtime
+    pub const fn runtime(&self) -> &tokio::runtime::Handle {
+        &self.handle
     }
 
     #[must_use]
