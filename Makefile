@@ -52,7 +52,7 @@ bench-web: ## wrk: what a limiter costs FastAPI and Flask apps, then the quota s
 .PHONY: bench-redis
 bench-redis: ## a decision with limits in Redis: ratekeeper's backend against peers' Redis storages (needs redis-server)
 	$(PYTHON) -m pip install --quiet -e '.[bench]'
-	$(PYTHON) benches/redis_bench.py --runs 7 --calls 5000
+	$(PYTHON) benches/redis_bench.py --runs 7 --calls 20000
 
 .PHONY: format
 format: ## apply cargo fmt and ruff format

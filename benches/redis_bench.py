@@ -7,7 +7,7 @@ What is measured
 
     One caller, blocking (microseconds per decision, lower is better):
       redis-py PING              the yardstick: one round trip of redis-py, the client every peer uses
-      ratekeeper exact           lim.allow(peer): one EVALSHA, from Rust, waited for without the GIL
+      ratekeeper exact           lim.allow(peer): one FCALL, from Rust, waited for without the GIL
       ratekeeper sync            lim.allow(peer) in sync mode: decided in memory, usage pushed every 1 s
       ratekeeper memory          lim.allow(peer) without a backend: the reference for sync mode
       limits FixedWindow         limits 5.x, RedisStorage (redis-py)

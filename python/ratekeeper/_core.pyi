@@ -359,8 +359,9 @@ class Redis:
     """Where a limiter keeps its states so that every process using the same Redis shares its limits:
     ``rk.Limiter(rules=..., backend=rk.Redis("redis://10.0.0.5:6379/0"))``.
 
-    Exact mode: each decision is one ``EVALSHA`` of a Lua script that reads, decides and writes the key's
-    states atomically, on Redis's own clock (``TIME``; Redis >= 5), with the same algorithms and
+    Exact mode: each decision is one call of a Lua script that reads, decides and writes the key's
+    states atomically, on Redis's own clock (``TIME``; Redis >= 5): a Redis Function (``FCALL``,
+    loaded on first use) on Redis >= 7, ``EVALSHA`` before. It runs the same algorithms and
     arithmetic as the in-memory core, so it gives the same decisions. A limiter with a
     :class:`ManualClock` passes the clock's time instead (tests stay deterministic). The client is the
     Rust ``redis`` crate (one multiplexed, pipelined connection that reconnects with backoff); a
