@@ -192,7 +192,12 @@ class Limiter(_CoreLimiter):
         """The asyncio twin of :meth:`allow` (see :meth:`acheck`)."""
         if self.backend is None:
             return self.allow(peer, path, cost=cost, group=group)
-        return (await self._areserve(peer, path, group, cost, 0.0)).decision.allowed
+        # As allow(): no remaining / reset figures asked of Redis; and no coroutine between the caller
+        # and the future (this is the hot path of an asyncio service).
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[_Reservation] = loop.create_future()
+        self._reserve_remote(peer, path, group, cost, 0.0, future, _channel(loop), False, False)
+        return (await future).decision.allowed
 
     async def _areserve(
         self, peer: str, path: str | None, group: str | None, cost: int, max_wait: float | None, permits: bool = False

@@ -3,6 +3,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
@@ -219,12 +220,14 @@ impl PyLimiter {
         if let (Ok(outcome), Some(backend)) = (&outcome, &self.backend) {
             log_outage(py, backend, outcome);
         }
-        if future.call_method0("done")?.is_truthy()? {
+        if future.call_method0(intern!(py, "done"))?.is_truthy()? {
             return Ok(());
         }
         match outcome {
-            Ok(outcome) => future.call_method1("set_result", (self.reservation(py, &outcome.decision)?,))?,
-            Err(error) => future.call_method1("set_exception", (PyErr::from(error).into_value(py),))?,
+            Ok(outcome) => {
+                future.call_method1(intern!(py, "set_result"), (self.reservation(py, &outcome.decision)?,))?
+            }
+            Err(error) => future.call_method1(intern!(py, "set_exception"), (PyErr::from(error).into_value(py),))?,
         };
         Ok(())
     }
@@ -454,7 +457,7 @@ impl PyLimiter {
 
     /// `_reserve` for asyncio with a backend: completes `future` with the `_Reservation` once Redis
     /// answers, through `completions` (the running loop's channel), never blocking the loop.
-    #[pyo3(signature = (peer, path, group, cost, max_wait, future, completions, permits=false))]
+    #[pyo3(signature = (peer, path, group, cost, max_wait, future, completions, permits=false, report=true))]
     #[allow(clippy::too_many_arguments)]
     fn _reserve_remote(
         slf: &Bound<'_, Self>,
@@ -466,6 +469,7 @@ impl PyLimiter {
         future: &Bound<'_, PyAny>,
         completions: &Bound<'_, PyCompletions>,
         permits: bool,
+        report: bool,
     ) -> PyResult<()> {
         let this = slf.get();
         let py = slf.py();
@@ -474,7 +478,10 @@ impl PyLimiter {
         };
         let (peer, target) = (text("peer", peer)?, target(path, group)?);
         let take = if permits { Take::RatesAndPermits } else { Take::Rates };
-        let request = Request::new(cost.0).reporting().waiting(nanos("timeout", max_wait)?).taking(take);
+        let mut request = Request::new(cost.0).waiting(nanos("timeout", max_wait)?).taking(take);
+        if report {
+            request = request.reporting();
+        }
         let now = this.clock.as_ref().map(|_| this.inner.now_ns());
         let call = match backend.prepare(&this.inner, peer, target, request, now)? {
             Prepared::Done(decision) => {
