@@ -86,3 +86,23 @@ def test_a_server_without_functions_is_served_by_evalsha(server_without_function
     refused = lim.check("alice")
     assert not refused.allowed
     assert 0 < refused.retry_after <= 20  # one slot of 3/min
+
+
+def test_concurrent_asyncio_decisions_each_get_their_own_reply(redis_server: RedisServer, redis_prefix: str) -> None:
+    # Many decisions from one loop at once go to Redis together (one call for several): each must
+    # come back to its own caller. Two peers on different limits, interleaved: each peer's allowed
+    # decisions count down its own limit, one `remaining` each.
+    rules = [rk.Rule(r"^/a", "a", "10/min"), rk.Rule(r"^/b", "b", "20/min")]
+    lim = rk.Limiter(rules=rules, backend=rk.Redis(redis_server.url, prefix=redis_prefix, on_error="raise"))
+
+    async def flood() -> list[tuple[str, rk.Decision]]:
+        asks = [("alice", "/a"), ("bob", "/b")] * 60
+        decisions = await asyncio.gather(*(lim.acheck(peer, path) for peer, path in asks))
+        return [(peer, decision) for (peer, _), decision in zip(asks, decisions, strict=True)]
+
+    decided = asyncio.run(flood())
+    for peer, limit in (("alice", 10), ("bob", 20)):
+        allowed = [d for p, d in decided if p == peer and d.allowed]
+        assert sorted(d.remaining for d in allowed) == list(range(limit))
+        assert all(d.group == ("a" if peer == "alice" else "b") for p, d in decided if p == peer)
+    assert asyncio.run(lim.aallow("carol", "/a"))  # a new peer, after the flood
