@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ratekeeper._stats import GroupStats, Histogram, Stats
     from ratekeeper.limiter import Limiter
 
-__all__ = ["Family", "families", "node_limiter_families", "otel_name"]
+__all__ = ["Family", "check_options", "families", "node_limiter_families", "otel_name"]
 
 Kind = Literal["counter", "gauge", "histogram"]
 Labels = dict[str, str]
@@ -41,6 +41,18 @@ class Family:
     labels: tuple[str, ...] = ()
     samples: list[tuple[Labels, float]] = field(default_factory=list)
     histograms: list[tuple[Labels, Histogram]] = field(default_factory=list)
+
+
+def check_options(limiter: object, namespace: object, top_refused: object) -> None:
+    """The options both exporters take, checked alike: a clear error naming the field."""
+    from ratekeeper.limiter import Limiter
+
+    if not isinstance(limiter, Limiter):
+        raise TypeError(f"limiter: must be a ratekeeper.Limiter, got {type(limiter).__name__}")
+    if not isinstance(namespace, str) or not namespace.isidentifier():
+        raise ValueError(f"namespace: must be a name prefix like 'ratekeeper', got {namespace!r}")
+    if isinstance(top_refused, bool) or not isinstance(top_refused, int) or top_refused < 0:
+        raise ValueError(f"top_refused: must be an int of at least 0, got {top_refused!r}")
 
 
 def otel_name(name: str, namespace: str) -> str:

@@ -27,7 +27,7 @@ try:
 except ImportError as error:  # pragma: no cover - the message is the point
     raise ImportError("ratekeeper.otel needs opentelemetry-api: pip install 'ratekeeper[otel]'") from error
 
-from ratekeeper._metrics import Family, families, otel_name
+from ratekeeper._metrics import Family, check_options, families, otel_name
 
 if TYPE_CHECKING:
     from ratekeeper.limiter import Limiter
@@ -66,14 +66,7 @@ def instrument(limiter: Limiter, meter: Meter, *, namespace: str = "ratekeeper",
         top_refused: also observe the peers refused most (``ratekeeper.top_refused``, attribute
             ``peer``), at most this many; 0 (default): none.
     """
-    from ratekeeper.limiter import Limiter
-
-    if not isinstance(limiter, Limiter):
-        raise TypeError(f"limiter: must be a ratekeeper.Limiter, got {type(limiter).__name__}")
-    if not isinstance(namespace, str) or not namespace.isidentifier():
-        raise ValueError(f"namespace: must be a name prefix like 'ratekeeper', got {namespace!r}")
-    if isinstance(top_refused, bool) or not isinstance(top_refused, int) or top_refused < 0:
-        raise ValueError(f"top_refused: must be an int of at least 0, got {top_refused!r}")
+    check_options(limiter, namespace, top_refused)
     snapshot = _Snapshot(limiter, top_refused)
     instruments: list[object] = []
     for family in families(limiter, top_refused):

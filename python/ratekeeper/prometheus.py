@@ -26,7 +26,7 @@ try:
 except ImportError as error:  # pragma: no cover - the message is the point
     raise ImportError("ratekeeper.prometheus needs prometheus-client: pip install 'ratekeeper[prometheus]'") from error
 
-from ratekeeper._metrics import Family, families, node_limiter_families
+from ratekeeper._metrics import Family, check_options, families, node_limiter_families
 
 if TYPE_CHECKING:
     from ratekeeper._stats import Histogram
@@ -56,14 +56,7 @@ class RateLimitCollector:
         top_refused: int = 0,
         const_labels: dict[str, str] | None = None,
     ) -> None:
-        from ratekeeper.limiter import Limiter
-
-        if not isinstance(limiter, Limiter):
-            raise TypeError(f"limiter: must be a ratekeeper.Limiter, got {type(limiter).__name__}")
-        if not isinstance(namespace, str) or not namespace.isidentifier():
-            raise ValueError(f"namespace: must be a metric name prefix like 'ratekeeper', got {namespace!r}")
-        if isinstance(top_refused, bool) or not isinstance(top_refused, int) or top_refused < 0:
-            raise ValueError(f"top_refused: must be an int of at least 0, got {top_refused!r}")
+        check_options(limiter, namespace, top_refused)
         labels = dict(const_labels or {})
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
             raise TypeError(f"const_labels: must map str to str, got {const_labels!r}")

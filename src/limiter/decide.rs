@@ -95,6 +95,8 @@ impl Limiter {
         if !self.enabled.load(Ordering::Relaxed) {
             return Decision::free(Route::Unlimited);
         }
+        // Timed as `decide` times a group's decision, by hand: through a shared closure this path
+        // measured 3-5 ns slower.
         let started = sample_latency().then(Instant::now);
         let peer_hash = self.hasher.hash_one(peer);
         let now = self.clock.now_ns();
@@ -165,10 +167,7 @@ impl Limiter {
         }
         let verdict = states.decide(quota.as_ref(), request);
         let data = &mut states.shard.data;
-        data.counters(group.id).record(verdict.outcome.allowed, verdict.receipt.wait_ns);
-        if !verdict.outcome.allowed {
-            data.observe_refusal(group.id, peer, peer_hash);
-        }
+        data.record_decision(group.id, peer, peer_hash, verdict.outcome.allowed, verdict.receipt.wait_ns);
         if self.track_usage && verdict.outcome.allowed && request.take != Take::Permits {
             let pending =
                 data.pending.entry(base).or_insert_with(|| Pending { peer: peer.into(), group: group.id, units: 0 });

@@ -112,11 +112,7 @@ impl Limiter {
         {
             let mut locked = self.lock_peer(peer);
             let peer_hash = locked.peer_hash;
-            let data = &mut locked.held().shard.data;
-            data.counters(key.id).record(verdict.allowed, wait_ns);
-            if !verdict.allowed {
-                data.observe_refusal(key.id, peer, peer_hash);
-            }
+            locked.held().shard.data.record_decision(key.id, peer, peer_hash, verdict.allowed, wait_ns);
         }
         let outcome =
             if verdict.allowed { Outcome::admitted(verdict.wait_ns) } else { Outcome::refused(verdict.retry_ns) };

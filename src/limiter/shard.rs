@@ -67,9 +67,21 @@ impl ShardData {
         self.groups.resize(id + 1, GroupCounters::default());
     }
 
+    /// Counts one decision of group `id` for `peer` (hashed `hash`), made here or in a backend:
+    /// `wait_ns` is how long an admission waits for its slot; a refusal goes to the refused sketches.
+    // Always: it sits in the decision's hot path, where a call of its own costs a few ns.
+    #[allow(clippy::inline_always)]
+    #[inline(always)]
+    pub fn record_decision(&mut self, id: u32, peer: &str, hash: u64, allowed: bool, wait_ns: u64) {
+        self.counters(id).record(allowed, wait_ns);
+        if !allowed {
+            self.observe_refusal(id, peer, hash);
+        }
+    }
+
     /// Counts a refusal of `peer` (hashed `hash`) by group `id` in the sketch of who is refused most.
     #[cold]
-    pub fn observe_refusal(&mut self, id: u32, peer: &str, hash: u64) {
+    fn observe_refusal(&mut self, id: u32, peer: &str, hash: u64) {
         let id = id as usize;
         if id >= self.refused.len() {
             self.refused.resize_with(id + 1, TopCounts::default);
