@@ -121,6 +121,13 @@ impl<T: Tagged> BoundedTable<T> {
         Some(entry.remove().0)
     }
 
+    /// Keeps the entries `keep` says to (it may change them, but not their tags).
+    pub fn retain(&mut self, keep: impl FnMut(&mut T) -> bool) {
+        let before = self.table.len();
+        self.table.retain(keep);
+        self.count.fetch_sub(before - self.table.len(), Ordering::Relaxed);
+    }
+
     pub fn clear(&mut self) {
         self.count.fetch_sub(self.table.len(), Ordering::Relaxed);
         self.table.clear();

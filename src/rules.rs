@@ -2,7 +2,8 @@
 //! peers and paths) and the groups with their limits, replaced whole by a reconfiguration.
 //!
 //! A group keeps its state keys across reconfigurations: they derive from its name's seed and each
-//! limit's signature, so a limit that changed gets new keys and a history entry its keys move from.
+//! limit's index, so a key's states stay where they are and a reconfiguration rescales them in place
+//! (see `limiter::reconfigure`).
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
@@ -143,11 +144,6 @@ pub struct Group {
     pub(crate) simple: bool,
     /// Mixed with the peer into the key of the group's states and quota record: the name's hash.
     pub(crate) seed: u64,
-    /// Per limit: what tells its state apart from the group's other limits and from its own earlier
-    /// versions (index, algorithm, and the rules version that last changed it).
-    pub(crate) signatures: Vec<u32>,
-    /// Limits a reconfiguration replaced, whose states a key moves from on its next decision.
-    pub(crate) history: Vec<Previous>,
     /// The limit a per-key quota replaces: the first rate limit.
     pub primary: Option<usize>,
     /// `primary` with the failsafe's rate.
@@ -163,46 +159,28 @@ impl Group {
         limits.iter().enumerate().filter(|(_, l)| l.is_concurrency())
     }
 
-    /// Takes over the keys of `old` (the group of the same name before a reconfiguration at `now`): the
-    /// same seed, the same signature for unchanged limits, a new one (and a history entry) for changed
-    /// ones. A group new in `version` gets keys of its own, so one removed and added back starts afresh.
-    fn inherit(&mut self, old: Option<(&Group, u64)>, version: u64, hasher: &ahash::RandomState) {
-        let Some((old, now)) = old else {
-            self.seed = hasher.hash_one((&self.name, version));
-            return;
-        };
-        self.seed = old.seed;
-        self.history = old.history.iter().filter(|p| now < p.until && p.index < self.limits.len()).copied().collect();
-        for (i, limit) in self.limits.iter().enumerate() {
-            match old.limits.get(i) {
-                Some(was) if was == limit => self.signatures[i] = old.signatures[i],
-                was => {
-                    self.signatures[i] = signature(i, limit, version);
-                    if let Some(was) = was {
-                        let previous =
-                            Previous { index: i, signature: old.signatures[i], limit: *was, changed_at: now, until: 0 };
-                        self.history.insert(0, previous);
-                        // A state of any earlier version matters while what it holds (at most the largest
-                        // burst among them) drains at the new rate: the new horizon once per new burst.
-                        let versions = self.history.iter_mut().filter(|p| p.index == i);
-                        let largest = versions.map(|p| p.limit.burst).max().unwrap_or(was.burst);
-                        let rounds = u64::from(largest.div_ceil(limit.burst));
-                        let drain = was.horizon_ns().max(limit.horizon_ns().saturating_mul(rounds));
-                        for p in self.history.iter_mut().filter(|p| p.index == i) {
-                            p.until = p.until.max(now.saturating_add(drain));
-                        }
-                    }
-                }
-            }
-        }
-        self.history.truncate(MAX_HISTORY);
+    /// Takes over the keys of `old` (the group of the same name before a reconfiguration): the same
+    /// seed. A group new in `version` gets keys of its own, so one removed and added back starts afresh.
+    fn inherit(&mut self, old: Option<&Group>, version: u64, hasher: &ahash::RandomState) {
+        self.seed = old.map_or_else(|| hasher.hash_one((&self.name, version)), |old| old.seed);
+    }
+
+    /// What tells the state of limit `index` apart from the group's other limits' (0 for the first, so
+    /// the hot path mixes nothing).
+    #[inline]
+    #[must_use]
+    pub fn signature(index: usize) -> u32 {
+        // index < 64.
+        #[allow(clippy::cast_possible_truncation)]
+        let index = index as u32;
+        index
     }
 
     /// The key of the state of limit `index` for the (peer, group) key `base`: in the same shard.
     #[inline]
     #[must_use]
     pub fn limit_key(&self, base: u64, index: usize) -> u64 {
-        crate::store::Store::<()>::related_key(base, self.signatures[index])
+        crate::store::Store::<()>::related_key(base, Self::signature(index))
     }
 
     /// The group's limits for a key whose quota is `quota` (replacing the first rate limit).
@@ -220,37 +198,8 @@ impl Group {
     }
 }
 
-/// A limit of an earlier version of the rules: keys still holding its state move to the new limit,
-/// keeping what they used, on their next decision; after `until` every such state is idle.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Previous {
-    pub index: usize,
-    pub signature: u32,
-    pub limit: Limit,
-    /// When the limit was replaced: usage is counted then, and drains at the new rate from then on.
-    pub changed_at: u64,
-    pub until: u64,
-}
-
-/// Earlier limits kept per group; a key untouched across more reconfigurations starts afresh.
-pub(crate) const MAX_HISTORY: usize = 8;
-
 /// Distinct group names a limiter may see over its life (each keeps its id).
 pub const MAX_GROUP_NAMES: usize = 4096;
-
-fn signature(index: usize, limit: &Limit, generation: u64) -> u32 {
-    // The first limit as first configured uses the base key itself (its quota record lives in another
-    // table): no mixing on the hot path.
-    if index == 0 && generation == 0 {
-        return 0;
-    }
-    // index < 64 and kind < 16 fit the low 10 bits; never 0.
-    #[allow(clippy::cast_possible_truncation)]
-    let low = ((index as u32 + 1) << 4) | limit.kind() as u32;
-    #[allow(clippy::cast_possible_truncation)]
-    let generation = generation as u32;
-    generation.wrapping_shl(10) | low
-}
 
 /// The ids of every group name a limiter has seen: ids are never reused, so counters kept by id stay
 /// right across reconfigurations.
@@ -308,8 +257,8 @@ pub struct Rules {
 }
 
 impl Rules {
-    /// The rules of `config`; with `previous` (a reconfiguration at `now`), groups that keep their name
-    /// keep their keys, and limits that changed record the old ones for the keys to move from.
+    /// The rules of `config`; with `previous` (a reconfiguration), groups that keep their name keep
+    /// their keys.
     ///
     /// # Errors
     /// A rule without limits or with more than 64, a group defined twice with different limits, a
@@ -320,7 +269,7 @@ impl Rules {
         version: u64,
         hasher: &ahash::RandomState,
         ids: &mut GroupIds,
-        previous: Option<(&Rules, u64)>,
+        previous: Option<&Rules>,
     ) -> Result<Self> {
         let mut groups: Vec<Group> = Vec::new();
         let mut patterns = Vec::with_capacity(config.rules.len());
@@ -343,8 +292,7 @@ impl Rules {
                 index
             } else {
                 let mut group = Self::group(rule, quotas, ids.id(&rule.group).map_err(place)?).map_err(place)?;
-                let old = previous
-                    .and_then(|(rules, now)| rules.groups.iter().find(|g| g.name == group.name).map(|old| (old, now)));
+                let old = previous.and_then(|rules| rules.groups.iter().find(|g| g.name == group.name));
                 group.inherit(old, version, hasher);
                 groups.push(group);
                 groups.len() - 1
@@ -363,7 +311,6 @@ impl Rules {
             (Some(p), Some(rate)) => Some(limits[p].with_rate(rate, None).map_err(|e| e.moved_to("failsafe"))?),
             _ => None,
         };
-        let signatures = limits.iter().enumerate().map(|(i, limit)| signature(i, limit, 0)).collect();
         Ok(Group {
             name: rule.group.clone(),
             id,
@@ -372,8 +319,6 @@ impl Rules {
             reduction: rule.reduction,
             simple,
             seed: 0,
-            signatures,
-            history: Vec::new(),
             primary,
             failsafe,
         })

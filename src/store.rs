@@ -11,16 +11,28 @@
 //! amortised to a few slot visits per insert.
 
 use std::collections::hash_map::Entry;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
 
-use crate::algorithm::{State, NO_LOG};
+use crate::algorithm::{Log, State, NO_LOG};
 use crate::room::{BoundedTable, Freed, Removal, Tagged, IDENTITY_SHIFT};
 
 const MAX_SHARDS: usize = 64;
+/// `related_key`'s multiplier (odd, so invertible modulo 2³²) and its inverse.
+const RELATED_MIX: u32 = 0x85EB_CA6B;
+const RELATED_MIX_INVERSE: u32 = {
+    // Newton's iteration doubles the correct low bits each step: 5 steps reach 32.
+    let mut inverse = RELATED_MIX;
+    let mut step = 0;
+    while step < 5 {
+        inverse = inverse.wrapping_mul(2u32.wrapping_sub(RELATED_MIX.wrapping_mul(inverse)));
+        step += 1;
+    }
+    inverse
+};
 /// Keys per shard below which a limiter gets fewer shards (tiny `max_keys` values).
 const MIN_KEYS_PER_SHARD: usize = 256;
 
@@ -28,43 +40,46 @@ const MIN_KEYS_PER_SHARD: usize = 256;
 /// `stats()` never walks them).
 #[derive(Debug, Default)]
 struct Logs {
-    map: HashMap<u64, VecDeque<u64>, ahash::RandomState>,
+    map: HashMap<u64, Log, ahash::RandomState>,
     bytes: usize,
 }
 
 /// A log's heap bytes: its stamps' buffer and its map entry.
-fn log_bytes(log: &VecDeque<u64>) -> usize {
-    log.capacity() * std::mem::size_of::<u64>() + LOG_ENTRY_BYTES
+fn log_bytes(log: &Log) -> usize {
+    log.heap_bytes() + LOG_ENTRY_BYTES
 }
 const LOG_ENTRY_BYTES: usize = 48;
 
 impl Logs {
-    fn get(&self, identity: u64) -> Option<&VecDeque<u64>> {
+    fn get(&self, identity: u64) -> Option<&Log> {
         self.map.get(&identity)
     }
 
     /// Runs `change` on the log of `identity` (made empty if none), counting what it grows or shrinks.
-    fn with<R>(&mut self, identity: u64, change: impl FnOnce(&mut VecDeque<u64>) -> R) -> R {
+    fn with<R>(&mut self, identity: u64, change: impl FnOnce(&mut Log) -> R) -> R {
         let (log, before) = match self.map.entry(identity) {
             Entry::Occupied(entry) => {
                 let log = entry.into_mut();
                 let before = log_bytes(log);
                 (log, before)
             }
-            Entry::Vacant(entry) => (entry.insert(VecDeque::new()), 0),
+            Entry::Vacant(entry) => (entry.insert(Log::new()), 0),
         };
         let result = change(log);
         self.bytes = self.bytes + log_bytes(log) - before;
         result
     }
 
-    fn take(&mut self, identity: u64) -> VecDeque<u64> {
-        let Some(log) = self.map.remove(&identity) else { return VecDeque::new() };
+    fn take(&mut self, identity: u64) -> Log {
+        if self.map.is_empty() {
+            return Log::new();
+        }
+        let Some(log) = self.map.remove(&identity) else { return Log::new() };
         self.bytes -= log_bytes(&log);
         log
     }
 
-    fn put(&mut self, identity: u64, log: VecDeque<u64>) {
+    fn put(&mut self, identity: u64, log: Log) {
         self.bytes += log_bytes(&log);
         if let Some(old) = self.map.insert(identity, log) {
             self.bytes -= log_bytes(&old);
@@ -95,8 +110,52 @@ struct Slot {
     /// `identity << 8 | uses`; set by the table.
     tag: u64,
     state: State,
-    /// The group the key belongs to: which per-group counts it is part of.
-    group: u32,
+    /// Whose state it is, packed (see [`Owner`]).
+    owner: u32,
+}
+
+/// Whose state a slot holds: the key's group (which per-group counts it is part of) and which of the
+/// group's limits. A slot keeps both, and the low byte of its key that its tag lacks, so that a walk
+/// over the store can name every key (a reconfiguration moves each state to its new limit at once).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Owner {
+    pub group: u32,
+    pub limit: usize,
+}
+
+impl Owner {
+    /// Group ids below 4096 (`rules::MAX_GROUP_NAMES`), limits below 64 (a rule's most).
+    const GROUP_BITS: u32 = 12;
+    const LIMIT_BITS: u32 = 6;
+
+    #[must_use]
+    pub const fn new(group: u32, limit: usize) -> Self {
+        Self { group, limit }
+    }
+
+    #[inline]
+    #[allow(clippy::cast_possible_truncation)]
+    fn pack(self, key: u64) -> u32 {
+        let low_byte = (key & 0xFF) as u32;
+        self.group | (self.limit as u32) << Self::GROUP_BITS | low_byte << (Self::GROUP_BITS + Self::LIMIT_BITS)
+    }
+
+    #[inline]
+    fn unpack(packed: u32) -> Self {
+        Self { group: packed & ((1 << Self::GROUP_BITS) - 1), limit: (packed >> Self::GROUP_BITS & 0x3F) as usize }
+    }
+}
+
+impl Slot {
+    #[inline]
+    fn group(&self) -> u32 {
+        Owner::unpack(self.owner).group
+    }
+
+    /// The slot's whole key: its tag's identity and the low byte kept beside it.
+    fn key(&self) -> u64 {
+        self.identity() << IDENTITY_SHIFT | u64::from(self.owner >> (Owner::GROUP_BITS + Owner::LIMIT_BITS))
+    }
 }
 
 impl Tagged for Slot {
@@ -147,15 +206,16 @@ impl<C> Shard<C> {
 
     /// Stores the state of a key of `group` that `get_mut` did not find, making room first if the store
     /// is full. Group ids index the per-group counts, so they should be small (a group's index).
-    pub fn insert(&mut self, key: u64, state: State, now: u64, group: u32) {
-        let index = group as usize;
+    pub fn insert(&mut self, key: u64, state: State, now: u64, owner: Owner) {
+        debug_assert!(owner.group < 1 << Owner::GROUP_BITS && owner.limit < 1 << Owner::LIMIT_BITS);
+        let index = owner.group as usize;
         if index >= self.group_keys.len() {
             self.group_keys.resize(index + 1, 0);
             self.group_evictions.resize(index + 1, 0);
             self.group_dropped.resize(index + 1, 0);
         }
         let Self { table, logs, group_keys, group_evictions, group_dropped, evictions, .. } = self;
-        table.insert(key, Slot { tag: 0, state, group }, |table| {
+        table.insert(key, Slot { tag: 0, state, owner: owner.pack(key) }, |table| {
             *evictions += Self::make_room(table, logs, group_keys, (group_evictions, group_dropped), now);
         });
         group_keys[index] += 1;
@@ -163,22 +223,22 @@ impl<C> Shard<C> {
 
     /// The timestamps of a sliding-log key (empty if none).
     #[must_use]
-    pub fn log(&self, key: u64) -> &VecDeque<u64> {
+    pub fn log(&self, key: u64) -> &Log {
         self.logs.get(key >> IDENTITY_SHIFT).unwrap_or(&NO_LOG)
     }
 
     /// Runs `change` on the timestamps of `key` (empty if none).
-    pub fn with_log<R>(&mut self, key: u64, change: impl FnOnce(&mut VecDeque<u64>) -> R) -> R {
+    pub fn with_log<R>(&mut self, key: u64, change: impl FnOnce(&mut Log) -> R) -> R {
         self.logs.with(key >> IDENTITY_SHIFT, change)
     }
 
     /// Takes the timestamps of `key` out (empty if none), e.g. to move them to another key.
-    pub fn take_log(&mut self, key: u64) -> VecDeque<u64> {
+    pub fn take_log(&mut self, key: u64) -> Log {
         self.logs.take(key >> IDENTITY_SHIFT)
     }
 
     /// Stores `log` as the timestamps of `key`.
-    pub fn put_log(&mut self, key: u64, log: VecDeque<u64>) {
+    pub fn put_log(&mut self, key: u64, log: Log) {
         self.logs.put(key >> IDENTITY_SHIFT, log);
     }
 
@@ -194,19 +254,48 @@ impl<C> Shard<C> {
         self.table.get(key).map(|s| s.state)
     }
 
-    /// Writes `state` for `key`, inserting it in `group` if needed (a stored key keeps its group).
-    pub fn store(&mut self, key: u64, state: State, now: u64, group: u32) {
+    /// Writes `state` for `key`, inserting it for `owner` if needed (a stored key keeps its owner).
+    pub fn store(&mut self, key: u64, state: State, now: u64, owner: Owner) {
         if let Some(slot) = self.table.get_mut(key) {
             slot.state = state;
         } else {
-            self.insert(key, state, now, group);
+            self.insert(key, state, now, owner);
         }
+    }
+
+    /// Runs `change` on every state of `group` with the shard's data, its key, its limit's index and
+    /// its log (empty for limits that keep none); a state `change` declines (false) is removed.
+    pub fn change_group(
+        &mut self,
+        group: u32,
+        mut change: impl FnMut(&mut C, u64, usize, &mut State, &mut Log) -> bool,
+    ) {
+        let Self { table, logs, group_keys, data, .. } = self;
+        table.retain(|slot| {
+            let owner = Owner::unpack(slot.owner);
+            if owner.group != group {
+                return true;
+            }
+            let identity = slot.identity();
+            let mut log = logs.take(identity);
+            let mut state = slot.state;
+            let keep = change(data, slot.key(), owner.limit, &mut state, &mut log);
+            slot.state = state;
+            if keep {
+                if !log.is_empty() {
+                    logs.put(identity, log);
+                }
+            } else {
+                group_keys[group as usize] -= 1;
+            }
+            keep
+        });
     }
 
     pub fn remove(&mut self, key: u64) -> bool {
         let Some(slot) = self.table.remove(key) else { return false };
         self.logs.remove(slot.identity());
-        self.group_keys[slot.group as usize] -= 1;
+        self.group_keys[slot.group() as usize] -= 1;
         true
     }
 
@@ -266,7 +355,7 @@ impl<C> Shard<C> {
                     logs.remove(slot.identity());
                 }
                 // Every stored group was seen by `insert`, which sized the counts for it.
-                let index = slot.group as usize;
+                let index = slot.group() as usize;
                 group_keys[index] -= 1;
                 match removal {
                     Removal::Evicted => group_evictions[index] += 1,
@@ -348,9 +437,21 @@ impl<C> Store<C> {
             key
         } else {
             #[allow(clippy::cast_possible_truncation)]
-            let low = (key as u32 ^ index.wrapping_mul(0x9E37_79B9)).wrapping_mul(0x85EB_CA6B);
+            let low = (key as u32 ^ index.wrapping_mul(0x9E37_79B9)).wrapping_mul(RELATED_MIX);
             (key & 0xFFFF_FFFF_0000_0000) | u64::from(low.rotate_left(13) ^ index)
         }
+    }
+
+    /// The key `related_key(key, index)` was made from.
+    #[must_use]
+    pub fn unrelated_key(related: u64, index: u32) -> u64 {
+        if index == 0 {
+            return related;
+        }
+        #[allow(clippy::cast_possible_truncation)]
+        let low = (related as u32 ^ index).rotate_right(13).wrapping_mul(RELATED_MIX_INVERSE)
+            ^ index.wrapping_mul(0x9E37_79B9);
+        (related & 0xFFFF_FFFF_0000_0000) | u64::from(low)
     }
 
     pub fn shards(&self) -> impl Iterator<Item = MutexGuard<'_, Shard<C>>> {
@@ -391,13 +492,13 @@ mod tests {
         let mut shard = store.lock(key(1));
         let walk = |shard: &Shard<()>| shard.logs.map.values().map(log_bytes).sum::<usize>();
         for i in 0..50 {
-            shard.insert(key(i), busy(0), 0, 0);
-            shard.with_log(key(i), |log| log.extend(0..i));
+            shard.insert(key(i), busy(0), 0, Owner::new(0, 0));
+            shard.with_log(key(i), |log| (0..i).for_each(|at| log.insert(at, 1)));
         }
         assert_eq!(shard.logs.bytes, walk(&shard));
         let moved = shard.take_log(key(7));
         shard.put_log(key(60), moved);
-        shard.with_log(key(3), VecDeque::shrink_to_fit);
+        shard.with_log(key(3), Log::shrink_to_fit);
         assert!(shard.remove(key(9)));
         assert_eq!(shard.logs.bytes, walk(&shard));
         shard.clear();
@@ -410,7 +511,7 @@ mod tests {
         for i in 0..100_000 {
             let mut shard = store.lock(key(i));
             if shard.touch(key(i)).is_none() {
-                shard.insert(key(i), busy(0), 0, 0);
+                shard.insert(key(i), busy(0), 0, Owner::new(0, 0));
             }
         }
         assert!(store.len() <= 1_000, "{}", store.len());
@@ -431,12 +532,12 @@ mod tests {
                 let key = |i: u64| hasher.hash_one(i);
                 let store: Store<()> = Store::new(2_000, || ());
                 let hot = key(u64::MAX);
-                store.lock(hot).insert(hot, busy(0), 0, 0);
+                store.lock(hot).insert(hot, busy(0), 0, Owner::new(0, 0));
                 for i in 0..100_000 {
                     if i % every == 0 {
                         assert!(store.lock(hot).touch(hot).is_some(), "seed {seed}, 1 use per {every}: evicted at {i}");
                     }
-                    store.lock(key(i)).insert(key(i), busy(0), 0, 0);
+                    store.lock(key(i)).insert(key(i), busy(0), 0, Owner::new(0, 0));
                 }
                 let evictions: u64 = store.shards().map(|s| s.evictions).sum();
                 assert!(evictions > 95_000 && store.len() <= 2_000);
@@ -448,10 +549,10 @@ mod tests {
     fn idle_states_are_dropped_before_anything_is_evicted() {
         let store: Store<()> = Store::new(256, || ());
         for i in 0..256 {
-            store.lock(key(i)).insert(key(i), State { t: 10, a: 0, b: 0 }, 0, 0);
+            store.lock(key(i)).insert(key(i), State { t: 10, a: 0, b: 0 }, 0, Owner::new(0, 0));
         }
         // At time 10 every state is idle: making room drops them without counting evictions.
-        store.lock(key(1_000)).insert(key(1_000), busy(10), 10, 0);
+        store.lock(key(1_000)).insert(key(1_000), busy(10), 10, Owner::new(0, 0));
         assert_eq!(store.shards().map(|s| s.evictions).sum::<u64>(), 0);
         assert_eq!(store.len(), 1);
     }
@@ -464,7 +565,7 @@ mod tests {
         assert_ne!(k >> IDENTITY_SHIFT, r >> IDENTITY_SHIFT);
         assert_eq!(k >> store.shard_shift, r >> store.shard_shift);
         let mut shard = store.lock(k);
-        shard.store(k, busy(0), 0, 0);
+        shard.store(k, busy(0), 0, Owner::new(0, 0));
         assert_eq!(shard.load(r), State::default());
         assert!(shard.remove(k));
         assert!(!shard.remove(k));
@@ -480,13 +581,13 @@ mod tests {
         let store: Store<()> = Store::new(1_000_000, || ());
         for i in 0..30 {
             let group = u32::from(i % 3 == 0);
-            store.lock(key(i)).insert(key(i), busy(0), 0, group);
+            store.lock(key(i)).insert(key(i), busy(0), 0, Owner::new(group, 0));
         }
         assert_eq!(group_counts(&store, 0), (20, 0));
         assert_eq!(group_counts(&store, 1), (10, 0));
         assert_eq!(group_counts(&store, 7), (0, 0));
         // Writing an existing state keeps its group.
-        store.lock(key(0)).store(key(0), busy(5), 5, 0);
+        store.lock(key(0)).store(key(0), busy(5), 5, Owner::new(0, 0));
         assert_eq!(group_counts(&store, 1), (10, 0));
 
         assert!(store.lock(key(0)).remove(key(0)));
@@ -498,7 +599,7 @@ mod tests {
         store.shards().for_each(|mut s| s.clear());
         assert_eq!(group_counts(&store, 0), (0, 0));
         assert_eq!(group_counts(&store, 1), (0, 0));
-        store.lock(key(3)).insert(key(3), busy(0), 0, 1);
+        store.lock(key(3)).insert(key(3), busy(0), 0, Owner::new(1, 0));
         assert_eq!(group_counts(&store, 1), (1, 0));
     }
 
@@ -506,12 +607,12 @@ mod tests {
     fn a_flood_counts_evictions_per_group_and_drops_as_none() {
         let store: Store<()> = Store::new(1_000, || ());
         for i in 0..1_000 {
-            store.lock(key(i)).insert(key(i), State { t: 10, a: 0, b: 0 }, 0, 2);
+            store.lock(key(i)).insert(key(i), State { t: 10, a: 0, b: 0 }, 0, Owner::new(2, 0));
         }
         // At time 10 every state of group 2 is idle: dropped, not evicted.
         for i in 1_000..20_000 {
             let group = u32::try_from(i % 2).unwrap();
-            store.lock(key(i)).insert(key(i), busy(10), 10, group);
+            store.lock(key(i)).insert(key(i), busy(10), 10, Owner::new(group, 0));
         }
         assert_eq!(group_counts(&store, 2), (0, 0));
         let (keys_0, evicted_0) = group_counts(&store, 0);
@@ -528,5 +629,37 @@ mod tests {
     #[test]
     fn slots_are_28_bytes() {
         assert_eq!(std::mem::size_of::<Slot>(), 28);
+    }
+
+    #[test]
+    fn unrelated_key_undoes_related_key() {
+        for key in [0u64, 1, 0xDEAD_BEEF_1234_5678, u64::MAX] {
+            for index in [0u32, 1, 17, 0x3FF, u32::MAX] {
+                assert_eq!(Store::<()>::unrelated_key(Store::<()>::related_key(key, index), index), key);
+            }
+        }
+    }
+
+    #[test]
+    fn a_group_walk_names_each_key_and_limit_and_removes_what_it_declines() {
+        let store: Store<()> = Store::new(1_000, || ());
+        let mut shard = store.lock(0);
+        for i in 0..10u64 {
+            shard.insert(i << 8 | 0xAB, busy(0), 0, Owner::new(3, usize::try_from(i % 4).unwrap()));
+        }
+        shard.insert(99 << 8, busy(0), 0, Owner::new(4, 0));
+        let mut seen = Vec::new();
+        shard.change_group(3, |(), key, limit, state, _| {
+            seen.push((key, limit));
+            state.a = 7;
+            limit != 3
+        });
+        seen.sort_unstable();
+        let expected: Vec<(u64, usize)> =
+            (0..10u64).map(|i| (i << 8 | 0xAB, usize::try_from(i % 4).unwrap())).collect();
+        assert_eq!(seen, expected);
+        assert_eq!((shard.group_keys(3), shard.group_keys(4)), (8, 1));
+        assert_eq!(shard.find(0xAB).map(|s| s.a), Some(7));
+        assert_eq!(store.len(), 9);
     }
 }

@@ -392,3 +392,19 @@ def test_a_cost_above_the_limit_can_never_pass(algorithm: str, clock: rk.ManualC
     with pytest.raises(rk.RateLimited):
         limiter.throttle(PEER, cost=4)
     assert limiter.check(PEER, cost=3).allowed
+
+
+def test_a_sliding_log_holds_a_huge_cost_as_one_run() -> None:
+    # One stamp per unit of cost took 32 GiB here and aborted the process.
+    limiter = rk.Limiter(rules=[rk.Rule("", "g", "4294967295/s", algorithm="sliding_log")])
+    assert limiter.check("alice", cost=2**32 - 1).allowed
+    assert not limiter.allow("alice")
+    assert limiter.stats()["memory_bytes"] < 10_000_000
+
+
+def test_reducing_a_sliding_log_by_any_amount_returns_at_once(clock: rk.ManualClock) -> None:
+    # A loop per unit under the shard's lock never returned for 2**63 - 1.
+    limiter = rk.Limiter(rules=[rk.Rule("", "g", "5/min", algorithm="sliding_log")], clock=clock)
+    assert sum(limiter.allow("alice") for _ in range(5)) == 5
+    assert limiter.reduce("alice", n=2**63 - 1)
+    assert limiter.check("alice").remaining == 4

@@ -323,3 +323,92 @@ def test_admissions_never_exceed_the_limits_in_force_across_updates(actions: lis
         else:
             admissions[now_us] = admissions.get(now_us, 0) + admitted(limiter, "alice", value)
     assert_within_limits_in_force({t: n for t, n in admissions.items() if n}, changes)
+
+
+# --- every algorithm: no sequence of changes admits more than the largest burst in force ---------------------
+
+ALGORITHMS = ["gcra", "token_bucket", "fixed_window", "sliding_window", "sliding_log", "leaky_bucket"]
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_toggling_between_two_rates_on_a_frozen_clock_admits_the_larger_burst_once(
+    clock: rk.ManualClock, algorithm: str
+) -> None:
+    # Each change used to count the usage only up to the smaller burst and forget the rest: 70-110
+    # admitted where 20 is the most ever in force.
+    limiter = rk.Limiter(rules=[rk.Rule("^/", "g", "20/s", algorithm=algorithm)], clock=clock)
+    total = admitted(limiter, "alice", 50, "/x")
+    for i in range(10):
+        limiter.update_rule("g", ["10/min", "20/s"][i % 2])
+        total += admitted(limiter, "alice", 50, "/x")
+    assert total == 20
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_many_changes_between_two_decisions_keep_the_usage(clock: rk.ManualClock, algorithm: str) -> None:
+    # A key untouched across more than a few changes used to start afresh: a full burst again.
+    limiter = rk.Limiter(rules=[rk.Rule("^/", "g", "100/s", algorithm=algorithm)], clock=clock)
+    assert admitted(limiter, "alice", 200, "/x") == 100
+    for i in range(30):
+        limiter.update_rule("g", f"{50 + i}/s", burst=50 + i)
+    assert admitted(limiter, "alice", 200, "/x") == 0
+    assert admitted(limiter, "bob", 200, "/x") == 79
+
+
+RULE_CHANGES = st.tuples(st.integers(1, 100), st.sampled_from(["s", "min", "hour"]), st.integers(1, 100))
+
+
+@given(
+    algorithm=st.sampled_from(ALGORITHMS),
+    steps=st.lists(
+        st.one_of(
+            st.tuples(st.just("update"), RULE_CHANGES),
+            st.tuples(st.just("requests"), st.integers(1, 60)),
+            st.tuples(st.just("quota"), st.one_of(st.none(), st.integers(1, 100))),
+        ),
+        max_size=30,
+    ),
+)
+def test_on_a_frozen_clock_no_sequence_of_changes_admits_more_than_the_largest_burst_in_force(
+    algorithm: str, steps: list[tuple[str, Any]]
+) -> None:
+    limiter = rk.Limiter(rules=[rk.Rule("^/", "g", "10/s", algorithm=algorithm)], clock=rk.ManualClock(5.0))
+    largest, total = 10, 0
+    for action, value in steps:
+        if action == "update":
+            count, unit, burst = value
+            limiter.update_rule("g", f"{count}/{unit}", burst=burst)
+            largest = max(largest, burst)
+        elif action == "quota":
+            # A quota keeps the rule's burst when one was given, else its own count.
+            limiter.set_quota("alice", "g", None if value is None else f"{value}/min")
+            largest = max(largest, limiter.group_policy("g", "alice").quota)
+        else:
+            total += admitted(limiter, "alice", value, "/x")
+        assert total <= largest
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_threads_deciding_while_rules_change_never_pass_the_largest_burst(algorithm: str) -> None:
+    import random
+    import threading
+
+    limiter = rk.Limiter(rules=[rk.Rule("^/", "g", "100/s", algorithm=algorithm)], clock=rk.ManualClock(1.0))
+    stop = threading.Event()
+    counts = [0] * 4
+
+    def decide(i: int) -> None:
+        while not stop.is_set():
+            counts[i] += limiter.allow("alice", "/x")
+
+    threads = [threading.Thread(target=decide, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    choose = random.Random(7)
+    for _ in range(2_000):
+        unit = choose.choice(["s", "min", "hour"])
+        limiter.update_rule("g", f"{choose.randint(1, 100)}/{unit}", burst=choose.randint(1, 100))
+    stop.set()
+    for thread in threads:
+        thread.join()
+    assert sum(counts) <= 100

@@ -12,9 +12,12 @@ import math
 import signal
 import threading
 import time
+from typing import Any
 
 import pytest
 import ratekeeper as rk
+from hypothesis import given
+from hypothesis import strategies as st
 
 
 def test_throttle_admits_at_once_when_there_is_room(clock: rk.ManualClock) -> None:
@@ -173,3 +176,48 @@ def test_ctrl_c_interrupts_throttle_and_gives_its_slot_back() -> None:
     helper.join()
     assert time.monotonic() - started < 30.0
     assert limiter.check("alice").retry_after <= 60.0
+
+
+@pytest.mark.asyncio
+async def test_a_cancelled_waiter_under_later_ones_gives_nobody_a_promised_slot(clock: rk.ManualClock) -> None:
+    # 10/s, burst 1: waiters at 0.1, 0.2 and 0.3; the one at 0.2 is cancelled, then a fourth arrives.
+    # Moving the key's arrival time back gave the fourth the 0.3 slot the third already held.
+    limiter = rk.Limiter("10/s", burst=1, clock=clock)
+    assert limiter.allow("alice")
+    served: list[float] = []
+
+    async def waiter() -> None:
+        await limiter.athrottle("alice")
+        served.append(clock.now())
+
+    first, second, third = (asyncio.create_task(waiter()) for _ in range(3))
+    await asyncio.sleep(0)
+    second.cancel()
+    fourth = asyncio.create_task(waiter())
+    await asyncio.gather(first, third, fourth)
+    assert second.cancelled()
+    assert sorted(served) == pytest.approx([0.1, 0.3, 0.4])
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.booleans()), min_size=1, max_size=60),
+    st.sampled_from(["gcra", "sliding_log"]),
+)
+def test_random_cancellations_never_put_two_admissions_in_one_slot(
+    steps: list[tuple[int, bool]], algorithm: str
+) -> None:
+    # 1 per 100 ms: wherever waiters are cancelled before their slot, no two admissions (the slots kept)
+    # are closer than 100 ms. (Window algorithms are checked window by window in the Rust tests.)
+    clock = rk.ManualClock()
+    limiter = rk.Limiter(rules=[rk.Rule("", "g", "1/100ms", algorithm=algorithm)], clock=clock)
+    held: list[tuple[int, Any]] = []
+    for advance_ms, cancel in steps:
+        clock._advance_to_ns(round(clock.now() * 1e9) + advance_ms * 20_000_000)
+        reservation = limiter._reserve("alice", None, None, 1, None, False)
+        held.append((reservation.deadline_ns, reservation))
+        waiting = [i for i, (deadline, _) in enumerate(held) if deadline > round(clock.now() * 1e9)]
+        if cancel and waiting:
+            _, victim = held.pop(waiting[len(waiting) // 2])
+            limiter._refund("alice", None, None, 1, victim)
+    slots = sorted(deadline for deadline, _ in held)
+    assert all(later - earlier >= 100_000_000 for earlier, later in zip(slots, slots[1:]))

@@ -104,10 +104,17 @@ impl Gcra {
         Ok(State { t: new_tat.ns, a: new_tat.rem as u32, b: 0 })
     }
 
-    /// Moves the arrival time back by `cost` intervals, never before `now`.
+    /// Moves the arrival time back by `cost` intervals, never before `now`, for an admission whose slot
+    /// was at `at`. While the newest slot is now or later (a waiter holds it, or the key is at its limit),
+    /// only the newest slot can be given back: moving the arrival time back under it would give a new
+    /// arrival a slot already promised.
     #[must_use]
-    pub fn refund(&self, state: &State, now: u64, cost: u64) -> State {
+    pub fn refund(&self, state: &State, now: u64, at: u64, cost: u64) -> State {
         let tat = self.tat(state, now);
+        let newest = self.allowed_at(tat);
+        if newest >= now && newest != at {
+            return *state;
+        }
         let step = self.after(Instant { ns: 0, rem: 0 }, cost);
         let (ns, rem) = if tat.rem >= step.rem {
             (tat.ns.checked_sub(step.ns), tat.rem - step.rem)
@@ -251,6 +258,23 @@ mod tests {
         assert_eq!(h.reserve(0, 1), Some(2 * S));
         h.refund(0, 2 * S, 1);
         assert_eq!(h.reserve(0, 1), Some(2 * S));
+    }
+
+    #[test]
+    fn a_cancelled_slot_under_a_later_one_is_not_given_to_a_new_arrival() {
+        // 10/s, burst 1: slots at 0, 0.1, 0.2, 0.3; the one at 0.2 is cancelled.
+        let ms = S / 1000;
+        let mut h = harness("10/s", Some(1));
+        let slots: Vec<Option<u64>> = (0..4).map(|_| h.reserve(0, 1)).collect();
+        assert_eq!(slots, [0, 100 * ms, 200 * ms, 300 * ms].map(Some));
+        h.refund(0, 200 * ms, 1);
+        assert_eq!(h.reserve(0, 1), Some(400 * ms));
+        // Nor once its time has passed while the newest slot is still to come, or is now.
+        h.refund(300 * ms, 100 * ms, 1);
+        assert_eq!(h.reserve(300 * ms, 1), Some(200 * ms));
+        // The newest slot can be given back.
+        h.refund(300 * ms, 500 * ms, 1);
+        assert_eq!(h.reserve(300 * ms, 1), Some(200 * ms));
     }
 
     #[test]

@@ -43,8 +43,24 @@ impl LeakyBucket {
     }
 
     fn state(&self, base: u64, level: u64) -> State {
+        let drained = level.div_ceil(self.reduction).saturating_mul(self.interval_ns);
         #[allow(clippy::cast_possible_truncation)]
-        State { t: base + level.div_ceil(self.reduction) * self.interval_ns, a: level as u32, b: 0 }
+        State { t: base.saturating_add(drained), a: level as u32, b: 0 }
+    }
+
+    /// Tokens in the bucket at `now` (reserved ones too).
+    #[must_use]
+    pub fn used(&self, state: &State, now: u64) -> u64 {
+        self.level_at(state, now).1
+    }
+
+    /// The state of a key that used `used` at `now`: that many tokens (beyond the capacity too).
+    #[must_use]
+    pub fn with_used(&self, used: u64, now: u64) -> State {
+        if used == 0 {
+            return State::default();
+        }
+        self.state(now, used.min(u64::from(u32::MAX)))
     }
 
     /// The state after admitting `cost` at `at`.

@@ -14,13 +14,13 @@ pub mod sliding_log;
 pub mod sliding_window;
 pub mod windows;
 
-use std::collections::VecDeque;
-
 use crate::error::{Error, Result};
 use crate::rate::Rate;
 
+pub use sliding_log::Log;
+
 /// The log of a key whose limit keeps none.
-pub static NO_LOG: VecDeque<u64> = VecDeque::new();
+pub static NO_LOG: Log = Log::new();
 
 /// Per-key state. The meaning of the fields depends on the algorithm, with one rule shared by all so
 /// that the store can drop stale entries without knowing their algorithm: once `now >= t`, the state no
@@ -254,7 +254,7 @@ impl Limit {
     // measured 8 ns slower per decision.
     #[allow(clippy::inline_always)]
     #[inline(always)]
-    pub fn evaluate(&self, state: &State, log: &VecDeque<u64>, at: u64, cost: u64) -> std::result::Result<Admit, u64> {
+    pub fn evaluate(&self, state: &State, log: &Log, at: u64, cost: u64) -> std::result::Result<Admit, u64> {
         if cost > u64::from(self.burst) {
             return Err(u64::MAX);
         }
@@ -271,10 +271,10 @@ impl Limit {
     /// Gives back `cost` admitted at `at` but not used (a cancelled wait, a manual reduction, the end of
     /// a concurrent request). Returns the new state; a sliding log removes its own timestamps.
     #[must_use]
-    pub fn refund(&self, state: &State, log: &mut VecDeque<u64>, now: u64, at: u64, cost: u64) -> State {
+    pub fn refund(&self, state: &State, log: &mut Log, now: u64, at: u64, cost: u64) -> State {
         match &self.algorithm {
-            Algorithm::Gcra(g) => g.refund(state, now, cost),
-            Algorithm::Windows(_, w) => w.refund(state, cost),
+            Algorithm::Gcra(g) => g.refund(state, now, at, cost),
+            Algorithm::Windows(_, w) => w.refund(state, at, cost),
             Algorithm::SlidingWindow(s) => s.refund(state, at, cost),
             Algorithm::SlidingLog(s) => s.refund(state, log, at, cost),
             Algorithm::LeakyBucket(l) => l.refund(state, now, cost),
@@ -283,7 +283,7 @@ impl Limit {
     }
 
     #[must_use]
-    pub fn report(&self, state: &State, log: &VecDeque<u64>, now: u64) -> Report {
+    pub fn report(&self, state: &State, log: &Log, now: u64) -> Report {
         let (remaining, reset_after_ns) = match &self.algorithm {
             Algorithm::Gcra(g) => g.report(state, now),
             Algorithm::Windows(_, w) => w.report(state, now),
@@ -337,46 +337,71 @@ impl Limit {
         }
     }
 
-    /// Requests the key has used under this limit at `now`: what a quota change carries over.
+    /// Requests the key has used under this limit at `now`, reservations included, however many: what
+    /// a change of limit carries over. Exact for every algorithm (a sliding window counts its previous
+    /// window by its overlap, rounded up), and never capped at the burst, so usage is never forgotten.
     #[must_use]
-    pub fn used(&self, state: &State, log: &VecDeque<u64>, now: u64) -> u64 {
+    pub fn used(&self, state: &State, log: &Log, now: u64) -> u64 {
         match &self.algorithm {
-            // Exact, and beyond the burst when waiters reserved later slots.
             Algorithm::Gcra(g) => g.used(state, now),
-            _ => u64::from(self.burst).saturating_sub(self.report(state, log, now).remaining),
+            Algorithm::Windows(_, w) => w.used(state, now),
+            Algorithm::SlidingWindow(s) => s.used(state, now),
+            Algorithm::SlidingLog(s) => s.live(log, now),
+            Algorithm::LeakyBucket(l) => l.used(state, now),
+            Algorithm::Concurrency(_) => u64::from(state.a),
         }
     }
 
-    /// The state of a key that moves from limit `old` to this one at `now` (its quota changed), keeping
-    /// what it has used, counted in requests: 2 used of a 2/min limit leave 98 under 100/min, and a key
-    /// that used more than the new burst is refused until its usage drains at the new rate. A sliding
-    /// log keeps its stamps; windowed algorithms count the usage in a window starting now.
+    /// The state of a key that has used `used` at `now` under this limit (beyond its burst too: the key
+    /// is then refused until the excess drains). A sliding log gets one run of `used` stamped `now`.
     #[must_use]
-    pub fn rescale(&self, old: &Limit, state: &State, log: &mut VecDeque<u64>, now: u64) -> State {
+    pub fn with_used(&self, used: u64, log: &mut Log, now: u64) -> State {
+        match &self.algorithm {
+            Algorithm::Gcra(g) => g.with_used(used, now),
+            Algorithm::Windows(_, w) => w.with_used(used, now),
+            Algorithm::SlidingWindow(s) => s.with_used(used, now),
+            Algorithm::SlidingLog(s) => {
+                *log = Log::new();
+                log.insert(now, used);
+                s.state_of(log)
+            }
+            Algorithm::LeakyBucket(l) => l.with_used(used, now),
+            #[allow(clippy::cast_possible_truncation)]
+            Algorithm::Concurrency(_) => {
+                let in_use = used.min(u64::from(u32::MAX)) as u32;
+                State { t: if in_use == 0 { 0 } else { u64::MAX }, a: in_use, b: 0 }
+            }
+        }
+    }
+
+    /// The state of a key that moves from limit `old` to this one at `now` (its quota or its rule
+    /// changed), keeping what it has used, counted in requests and never capped: 2 used of a 2/min limit
+    /// leave 98 under 100/min, and 20 used of 20/s leave a key under 10/min refused until 10 drain, so
+    /// no sequence of changes admits more than the largest burst in force at one instant. A sliding log
+    /// keeps its stamps; permits in use stay in use.
+    #[must_use]
+    pub fn rescale(&self, old: &Limit, state: &State, log: &mut Log, now: u64) -> State {
         if self == old {
             return *state;
         }
-        let used = old.used(state, log, now);
         match &self.algorithm {
-            Algorithm::Gcra(g) => g.with_used(used, now),
-            Algorithm::SlidingLog(sliding) => {
-                if !old.uses_log() {
-                    log.clear();
-                    sliding.append(log, now, now, used.min(u64::from(self.burst)));
-                }
-                let last = log.back().copied().unwrap_or(0);
-                let window = self.rate.map_or(0, |r| r.period_ns);
-                State { t: if log.is_empty() { 0 } else { last.saturating_add(window) }, a: 0, b: 0 }
-            }
-            _ if used == 0 => State::default(),
+            Algorithm::SlidingLog(sliding) if old.uses_log() => sliding.state_of(log),
+            Algorithm::Concurrency(_) if old.is_concurrency() => *state,
             _ => {
-                let used = used.min(u64::from(self.burst));
-                match self.evaluate(&State::default(), &NO_LOG, now, used) {
-                    Ok(Admit::State(fresh)) => fresh,
-                    // A fresh key admits up to its burst; a concurrency limit has no rate to change.
-                    _ => *state,
-                }
+                let used = old.used(state, log, now);
+                self.with_used(used, log, now)
             }
+        }
+    }
+
+    /// Gives back `units` of the newest usage (seed 003's manual reduction), in O(1) or O(log runs)
+    /// whatever `units`.
+    #[must_use]
+    pub fn reduce(&self, state: &State, log: &mut Log, now: u64, units: u64) -> State {
+        match &self.algorithm {
+            Algorithm::SlidingLog(s) => s.reduce(state, log, units),
+            Algorithm::Windows(_, w) => w.refund(state, state.t.saturating_sub(1), units),
+            _ => self.refund(state, log, now, now, units),
         }
     }
 }
@@ -386,21 +411,16 @@ impl Limit {
     /// now, whatever the limit allows, so the key may be refused until they drain. A concurrency
     /// limit is not a rate: unchanged.
     #[must_use]
-    pub fn charge(&self, state: &State, log: &mut VecDeque<u64>, now: u64, units: u64) -> State {
+    pub fn charge(&self, state: &State, log: &mut Log, now: u64, units: u64) -> State {
         match &self.algorithm {
             Algorithm::Concurrency(_) => *state,
-            Algorithm::Gcra(g) => g.with_used(g.used(state, now).saturating_add(units), now),
             Algorithm::SlidingLog(sliding) => {
-                sliding.append(log, now, now, units.min(u64::from(self.burst)));
-                let window = self.rate.map_or(0, |r| r.period_ns);
-                State { t: now.saturating_add(window).max(state.t), a: 0, b: 0 }
+                sliding.append(log, now, now, units);
+                sliding.state_of(log)
             }
             _ => {
-                let used = self.used(state, log, now).saturating_add(units).min(u64::from(self.burst));
-                match self.evaluate(&State::default(), &NO_LOG, now, used) {
-                    Ok(Admit::State(charged)) => charged,
-                    _ => *state,
-                }
+                let used = self.used(state, log, now).saturating_add(units);
+                self.with_used(used, log, now)
             }
         }
     }
@@ -415,21 +435,19 @@ fn checked_burst(burst: u64) -> Result<u32> {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use std::collections::VecDeque;
-
-    use super::{Admit, Kind, Limit, Outcome, Report, State};
+    use super::{Admit, Kind, Limit, Log, Outcome, Report, State};
 
     /// One key under one limit, with the commit the store does.
     pub struct Harness {
         pub limit: Limit,
         pub state: State,
-        pub log: VecDeque<u64>,
+        pub log: Log,
     }
 
     impl Harness {
         pub fn new(rate: &str, burst: Option<u64>, kind: Kind) -> Self {
             let limit = Limit::new(rate.parse().unwrap(), burst, kind).unwrap();
-            Self { limit, state: State::default(), log: VecDeque::new() }
+            Self { limit, state: State::default(), log: Log::new() }
         }
 
         fn commit(&mut self, admit: Admit, now: u64) {
@@ -476,6 +494,11 @@ pub(crate) mod tests {
 
         pub fn report(&self, now: u64) -> Report {
             self.limit.report(&self.state, &self.log, now)
+        }
+
+        pub fn limit_windows(&self) -> super::windows::Windows {
+            let super::Algorithm::Windows(_, w) = self.limit.algorithm else { panic!("not a window limit") };
+            w
         }
     }
 }

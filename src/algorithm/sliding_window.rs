@@ -123,6 +123,29 @@ impl SlidingWindow {
         state
     }
 
+    /// Requests used at `now`: the current count and the previous window's by its overlap, rounded up
+    /// (a reserved later window counts whole).
+    #[must_use]
+    pub fn used(&self, state: &State, now: u64) -> u64 {
+        let view = self.view(state, now);
+        let w = u128::from(self.window_ns);
+        let elapsed = u128::from(now.saturating_sub(view.start)).min(w);
+        let weighted = u128::from(view.current) * w + u128::from(view.previous) * (w - elapsed);
+        u64::try_from(weighted.div_ceil(w)).unwrap_or(u64::MAX)
+    }
+
+    /// The state of a key that used `used` at `now`, all counted in the current window (beyond the
+    /// limit too: refused until it slides out).
+    #[must_use]
+    pub fn with_used(&self, used: u64, now: u64) -> State {
+        if used == 0 {
+            return State::default();
+        }
+        let start = now - now % self.window_ns;
+        #[allow(clippy::cast_possible_truncation)]
+        State { t: start + 2 * self.window_ns, a: used.min(u64::from(u32::MAX)) as u32, b: 0 }
+    }
+
     /// (remaining, `reset_after_ns`).
     #[must_use]
     pub fn report(&self, state: &State, now: u64) -> (u64, u64) {

@@ -80,21 +80,55 @@ impl Windows {
         self.window_ns
     }
 
+    /// Gives `cost` back to the window that `at` fell in, if it is the key's newest: permits of a window
+    /// that ended, or of one before a later reserved window, are not given to another window.
     #[must_use]
-    pub fn refund(&self, state: &State, cost: u64) -> State {
-        if state.t == 0 {
+    pub fn refund(&self, state: &State, at: u64, cost: u64) -> State {
+        if state.t == 0 || at >= state.t || at < state.t.saturating_sub(self.window_ns) {
             return *state;
         }
         #[allow(clippy::cast_possible_truncation)]
-        let a = (u64::from(state.a) + cost).min(self.capacity) as u32;
+        let a = (u64::from(state.a).saturating_add(cost)).min(self.capacity) as u32;
         State { a, ..*state }
+    }
+
+    /// Permits used at `now`: in the current window, and every permit of the later windows reserved.
+    #[must_use]
+    pub fn used(&self, state: &State, now: u64) -> u64 {
+        if state.t == 0 || now >= state.t {
+            return 0;
+        }
+        let (end, permits) = self.current(state, now);
+        let ahead = (end - now - 1) / self.window_ns;
+        ahead.saturating_mul(self.capacity).saturating_add(self.capacity - permits)
+    }
+
+    /// The state of a key that used `used` permits at `now`: a window starting now, and as many later
+    /// windows as the permits beyond the first fill (as waiters reserving them would).
+    #[must_use]
+    pub fn with_used(&self, used: u64, now: u64) -> State {
+        if used == 0 {
+            return State::default();
+        }
+        let windows = used.div_ceil(self.capacity);
+        let span = u128::from(windows) * u128::from(self.window_ns);
+        let end = u64::try_from(u128::from(now) + span).unwrap_or(u64::MAX).min(u64::MAX / 2);
+        // Below the capacity, a u32.
+        #[allow(clippy::cast_possible_truncation)]
+        let left = (u128::from(windows) * u128::from(self.capacity) - u128::from(used)) as u32;
+        State { t: end, a: left, b: 0 }
     }
 
     /// (remaining, `reset_after_ns`).
     #[must_use]
     pub fn report(&self, state: &State, now: u64) -> (u64, u64) {
         let (end, permits) = self.current(state, now);
-        (permits, if permits >= self.capacity { 0 } else { end.saturating_sub(now) })
+        if permits >= self.capacity {
+            return (permits, 0);
+        }
+        // A reserved later window's permits are not there yet.
+        let usable = if now < end - self.window_ns { 0 } else { permits };
+        (usable, end.saturating_sub(now))
     }
 }
 
@@ -143,5 +177,26 @@ mod tests {
         assert!(h.decide(65 * S, 4).allowed);
         h.refund(65 * S, 65 * S, 2);
         assert_eq!(h.report(65 * S).remaining, 2);
+    }
+
+    #[test]
+    fn usage_beyond_the_capacity_fills_later_windows() {
+        let h = Harness::new("10/min", None, Kind::FixedWindow);
+        let state = h.limit_windows().with_used(25, 0);
+        assert_eq!(h.limit_windows().used(&state, 0), 25);
+        // Windows of 60 s from 0: two full, the third has 5 left.
+        assert_eq!(h.limit.evaluate(&state, &super::super::NO_LOG, 0, 1), Err(120 * S));
+        assert!(h.limit.evaluate(&state, &super::super::NO_LOG, 120 * S, 5).is_ok());
+        assert!(h.limit.evaluate(&state, &super::super::NO_LOG, 120 * S, 6).is_err());
+    }
+
+    #[test]
+    fn a_cancelled_reservation_of_an_earlier_window_is_not_given_to_a_later_one() {
+        let mut h = Harness::new("1/10s", None, Kind::TokenBucket);
+        let waits: Vec<Option<u64>> = (0..3).map(|_| h.reserve(0, 1)).collect();
+        assert_eq!(waits, [0, 10 * S, 20 * S].map(Some));
+        // The wait for 10 s is cancelled: the window of 20 s keeps one permit, not two.
+        h.refund(0, 10 * S, 1);
+        assert_eq!(h.reserve(0, 1), Some(30 * S));
     }
 }

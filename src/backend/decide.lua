@@ -102,9 +102,13 @@ algorithms.gcra = {
     end
     return remaining, reset, next_ns
   end,
-  -- Moves the arrival time back by `cost` intervals, never before now.
-  refund = function(l, state)
+  -- Moves the arrival time back by `cost` intervals, never before now; while the newest slot is now or
+  -- later, only the newest (at `at`) can be given back, or a new arrival would get a promised slot.
+  refund = function(l, state, at)
     local ns, rem = gcra_tat(l, state, 0)
+    local newest = ns - l.p4
+    if rem > l.p5 then newest = newest + 1 end
+    if newest >= 0 and newest ~= at then return state end
     local step_rem = cost * l.p3
     local step_ns = cost * l.p2 + floor(step_rem / l.p1)
     step_rem = step_rem % l.p1
@@ -136,9 +140,13 @@ algorithms.windows = {
   report = function(l, state)
     local finish, permits = windows_current(l, state, 0)
     if permits >= l.p1 then return permits, 0, 0 end
+    -- A reserved later window's permits are not there yet.
+    if finish - l.p2 > 0 then permits = 0 end
     return permits, finish, finish
   end,
-  refund = function(l, state)
+  -- Gives `cost` back to the window `at` fell in, if it is the key's newest.
+  refund = function(l, state, at)
+    if at >= state.t or at < state.t - l.p2 then return state end
     return { t = state.t, a = math.min(state.a + cost, l.p1), b = state.b }
   end,
 }
@@ -369,25 +377,39 @@ local function rescale(l, state)
     p1 = tonumber(p1), p2 = tonumber(p2), p3 = tonumber(p3), p4 = tonumber(p4), p5 = tonumber(p5),
   }
   if old.kind == 'sliding_window' then old.phase = (mulmod(now_s, E9, old.p2) + now_ns) % old.p2 end
+  -- What was used, reservations included and never capped at a burst (src/algorithm/mod.rs `used`).
   local used
   if l.kind == 'gcra' then
     local ns, rem = gcra_tat(old, state, 0)
     used = ceil_div(ns * old.p1 + rem, old.p1 * old.p2 + old.p3)
+  elseif l.kind == 'windows' then
+    used = 0
+    if state.t > 0 then
+      local finish, permits = windows_current(old, state, 0)
+      used = floor((finish - 1) / old.p2) * old.p1 + old.p1 - permits
+    end
+  elseif l.kind == 'sliding_window' then
+    local start, current, previous = sliding_view(old, state, 0, old.phase)
+    local w = old.p2
+    local elapsed = math.min(math.max(0, -start), w)
+    used = ceil_div(current * w + previous * (w - elapsed), w)
   else
-    local remaining = l.algorithm.report(old, state)
-    used = math.max(0, old.burst - remaining)
+    local _, level = leaky_level(old, state, 0)
+    used = level
   end
   if used <= 0 then return nil end
+  -- The state of a key that used that much under the new limit (`with_used`).
   if l.kind == 'gcra' then
     local lead = used * (l.p1 * l.p2 + l.p3)
     return { t = floor(lead / l.p1), a = lead % l.p1, b = 0 }
+  elseif l.kind == 'windows' then
+    local windows = ceil_div(used, l.p1)
+    return { t = windows * l.p2, a = windows * l.p1 - used, b = 0 }
+  elseif l.kind == 'sliding_window' then
+    local start = -(l.phase % l.p2)
+    return { t = start + 2 * l.p2, a = used, b = 0 }
   end
-  -- A fresh key admitting what was used (the algorithms read the request's cost from `cost`).
-  local requested = cost
-  cost = math.min(used, l.burst)
-  local fresh = l.algorithm.evaluate(l, nil, 0)
-  cost = requested
-  return fresh
+  return { t = ceil_div(used, l.p2) * l.p3, a = used, b = 0 }
 end
 
 -- One decision: what `KEYS` and `ARGV` (see the head of this file) ask, atomically.
@@ -459,7 +481,10 @@ local function decide(KEYS, ARGV)
       if released then take = bit elseif policy == 'fallback' then take = i == last_rate else take = not gate end
       if take and not gate and states[i] ~= nil then
         local l = limits[i]
-        local refunded = l.algorithm.refund(l, states[i], max_wait)
+        -- A reduction gives back to the key's newest window (src/algorithm/mod.rs `reduce`).
+        local at = max_wait
+        if not released and l.kind == 'windows' then at = states[i].t - 1 end
+        local refunded = l.algorithm.refund(l, states[i], at)
         if refunded then (l.algorithm.store or store)(l, KEYS[i], refunded) end
       end
     end

@@ -10,7 +10,7 @@ use crate::config::Policy;
 use crate::error::Result;
 use crate::metrics::{sample_latency, LatencyBuckets};
 use crate::rules::{Group, Route};
-use crate::store::Shard;
+use crate::store::{Owner, Shard};
 
 use super::ShardData;
 
@@ -162,9 +162,6 @@ impl Limiter {
         let (index, base, peer_hash) = (key.index, key.base, held.peer_hash);
         let (_, group, shard) = held.key_parts(key);
         let mut states = KeyStates { shard, group, base, now };
-        if !group.history.is_empty() {
-            states.migrate(quota.as_ref());
-        }
         let verdict = states.decide(quota.as_ref(), request);
         let data = &mut states.shard.data;
         data.record_decision(group.id, peer, peer_hash, verdict.outcome.allowed, verdict.receipt.wait_ns);
@@ -249,7 +246,7 @@ impl KeyStates<'_> {
             return decided;
         }
         let admitted = simple(limit.evaluate(&State::default(), &NO_LOG, now, cost)?);
-        self.shard.insert(key, admitted, now, self.group.id);
+        self.shard.insert(key, admitted, now, Owner::new(self.group.id, 0));
         Ok(())
     }
 
@@ -344,10 +341,10 @@ impl KeyStates<'_> {
         for &(index, admit) in admits {
             let key = self.limit_key(index);
             match (admit, &limits[index].algorithm) {
-                (Admit::State(state), _) => self.shard.store(key, state, self.now, self.group.id),
+                (Admit::State(state), _) => self.shard.store(key, state, self.now, Owner::new(self.group.id, index)),
                 (Admit::Log { at, cost, idle_at }, Algorithm::SlidingLog(log)) => {
                     self.shard.with_log(key, |stamps| log.append(stamps, self.now, at, cost));
-                    self.shard.store(key, State { t: idle_at, a: 0, b: 0 }, self.now, self.group.id);
+                    self.shard.store(key, State { t: idle_at, a: 0, b: 0 }, self.now, Owner::new(self.group.id, index));
                 }
                 (Admit::Log { .. }, _) => unreachable!("only a sliding log admits into a log"),
             }

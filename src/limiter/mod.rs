@@ -24,7 +24,6 @@ use crate::rules::{GroupIds, Route, Rules};
 use crate::store::Store;
 
 mod decide;
-mod migrate;
 mod mutate;
 mod quotas;
 mod reconfigure;

@@ -1,17 +1,12 @@
 //! Changes to a key's states outside decisions: refunds, permits given back, manual reduction, usage
 //! seen elsewhere, and forgetting keys.
 
-use std::collections::VecDeque;
-
-use super::decide::KeyStates;
 use super::{Held, KeyLock, Limiter, Receipt, Target};
-use crate::algorithm::{Limit, State};
+use crate::algorithm::{Limit, Log, State};
 use crate::config::Policy;
 use crate::error::{Error, Result};
 use crate::rules::Group;
-use crate::store::Store;
-
-use super::ShardData;
+use crate::store::Owner;
 
 impl Limiter {
     /// Applies `change` to the states of the key's limits that `select` picks (by index), after moving
@@ -20,15 +15,12 @@ impl Limiter {
         &self,
         key: &mut KeyLock<'_>,
         select: impl Fn(&Group, usize, &Limit) -> bool,
-        change: impl Fn(&Limit, &State, &mut VecDeque<u64>, u64) -> State,
+        change: impl Fn(&Limit, &State, &mut Log, u64) -> State,
     ) {
         let now = self.clock.now_ns();
         let quota = self.quota_of(&mut key.locked.held(), key.key, now, None);
         let base = key.base();
         let (_, group, shard) = key.parts();
-        if !group.history.is_empty() {
-            KeyStates { shard: &mut *shard, group, base, now }.migrate(quota.as_ref());
-        }
         for (i, limit) in group.limits_with(quota).iter().enumerate() {
             if !select(group, i, limit) {
                 continue;
@@ -39,9 +31,9 @@ impl Limiter {
                 let changed = if limit.uses_log() {
                     shard.with_log(key, |log| change(limit, &state, log, now))
                 } else {
-                    change(limit, &state, &mut VecDeque::new(), now)
+                    change(limit, &state, &mut Log::new(), now)
                 };
-                shard.store(key, changed, now, group.id);
+                shard.store(key, changed, now, Owner::new(group.id, i));
             }
         }
     }
@@ -106,7 +98,7 @@ impl Limiter {
         self.change(
             &mut key,
             |_, i, l| !l.is_concurrency() && (policy == Policy::All || Some(i) == last),
-            |limit, state, log, now| limit.refund(state, log, now, now, tokens),
+            |limit, state, log, now| limit.reduce(state, log, now, tokens),
         );
         let (_, group, shard) = key.parts();
         shard.data.counters(group.id).reductions += 1;
@@ -131,9 +123,9 @@ impl Limiter {
             let charged = if limit.uses_log() {
                 shard.with_log(state_key, |log| limit.charge(&state, log, now, units))
             } else {
-                limit.charge(&state, &mut VecDeque::new(), now, units)
+                limit.charge(&state, &mut Log::new(), now, units)
             };
-            shard.store(state_key, charged, now, g.id);
+            shard.store(state_key, charged, now, Owner::new(g.id, i));
         }
         Ok(())
     }
@@ -168,9 +160,6 @@ impl Limiter {
                     let base = Self::key(peer_hash, group.seed);
                     for i in 0..group.limits.len() {
                         shard.remove(group.limit_key(base, i));
-                    }
-                    for previous in &group.history {
-                        shard.remove(Store::<ShardData>::related_key(base, previous.signature));
                     }
                     shard.data.quotas.remove(base);
                     shard.data.pending.remove(&base);

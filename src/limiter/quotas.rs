@@ -1,17 +1,16 @@
 //! Per-key quotas in the limiter: which quota a decision uses, fetch jobs, and answers landing.
 
-use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{Held, Key, KeyLock, Landing, Limiter, ShardData, Target};
-use crate::algorithm::Limit;
+use crate::algorithm::{Limit, Log};
 use crate::error::{Error, Result};
 use crate::quota::{FetchJob, FetchQueue, QuotaInfo, QuotaSlot, Source};
 use crate::rate::Rate;
 use crate::rules::Group;
-use crate::store::Shard;
+use crate::store::{Owner, Shard};
 
 /// What a quota provider answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,6 +74,16 @@ impl Limiter {
         slot.quota
     }
 
+    /// The limit a record stands for under `group` of rules `version` (re-derived if it is older).
+    pub(super) fn quota_in(slot: &QuotaSlot, group: &Group, version: u64) -> Option<Limit> {
+        if slot.version == version {
+            return slot.quota;
+        }
+        let mut again = *slot;
+        Self::rederive(&mut again, group, version);
+        again.quota
+    }
+
     /// Re-derives a record's limit after a reconfiguration changed the group's first rate limit.
     fn rederive(slot: &mut QuotaSlot, group: &Group, version: u64) {
         slot.version = version;
@@ -96,20 +105,20 @@ impl Limiter {
         let rescaled = if new.uses_log() {
             shard.with_log(key, |log| new.rescale(old, &state, log, now))
         } else {
-            new.rescale(old, &state, &mut VecDeque::new(), now)
+            new.rescale(old, &state, &mut Log::new(), now)
         };
-        shard.store(key, rescaled, now, group.id);
+        shard.store(key, rescaled, now, Owner::new(group.id, p));
     }
 
     /// Installs `quota` for the key (provider answers and `set_quota`), rescaling its state.
     fn install(key: &mut KeyLock<'_>, quota: Option<Limit>, now: u64) {
         let base = key.base();
-        let (_, group, shard) = key.parts();
+        let (rules, group, shard) = key.parts();
         let Some(p) = group.primary else { return };
-        let (current, adopted) = shard.data.quotas.get(base).map_or((None, false), |s| (s.quota, s.adopted));
-        if !group.history.is_empty() {
-            super::decide::KeyStates { shard: &mut *shard, group, base, now }.migrate(current.as_ref());
-        }
+        // The record as the rules in force derive it: a reconfiguration moved the key's state to that.
+        let version = rules.version();
+        let (current, adopted) =
+            shard.data.quotas.get(base).map_or((None, false), |s| (Self::quota_in(s, group, version), s.adopted));
         if adopted {
             return;
         }

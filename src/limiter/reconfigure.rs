@@ -2,17 +2,19 @@
 
 use std::sync::Arc;
 
-use super::{Current, Limiter};
-use crate::algorithm::Limit;
+use super::{Current, Limiter, ShardData};
+use crate::algorithm::{Limit, Log, State};
 use crate::config::RulesConfig;
 use crate::error::{Error, Result};
 use crate::rate::Rate;
-use crate::rules::Rules;
+use crate::rules::{Group, Rules};
+use crate::store::Store;
 
 impl Limiter {
     /// Replaces the rules, keeping every key's state: groups that keep their name keep their counters,
-    /// and each key moves its states to the new limits on its next decision, keeping what it used
-    /// (counted in requests), so nobody gets extra admissions. Quota records follow the new limits.
+    /// and every key's states move to the new limits at once, keeping what they used (counted in
+    /// requests, never capped), so no sequence of changes gives anybody extra admissions. Quota records
+    /// follow the new limits. A change of limits costs one pass over the tracked states.
     ///
     /// # Errors
     /// As [`Limiter::new`]; the limiter is then unchanged.
@@ -21,24 +23,77 @@ impl Limiter {
         self.install_rules(config)
     }
 
-    /// Builds the rules of `config` from those in force and hands them to every shard. The caller holds
-    /// `reconfiguring` throughout; `current` is held only while building, never while waiting for a
-    /// shard (a shard's holder may need `current`).
+    /// Builds the rules of `config` from those in force and hands them to every shard, moving each
+    /// state of a limit that changed to the new limit as it goes. The caller holds `reconfiguring`
+    /// throughout; `current` is held only while building, never while waiting for a shard (a shard's
+    /// holder may need `current`).
     fn install_rules(&self, config: RulesConfig) -> Result<()> {
-        let rules = {
+        let (old, rules) = {
             let mut current = self.current.lock();
             let Current { rules, ids } = &mut *current;
-            let now = self.clock.now_ns();
             let version = rules.version() + 1;
-            let built = Rules::build(config, &self.quotas, version, &self.hasher, ids, Some((rules, now)))?;
-            *rules = Arc::new(built);
-            Arc::clone(rules)
+            let built = Rules::build(config, &self.quotas, version, &self.hasher, ids, Some(rules))?;
+            let old = std::mem::replace(rules, Arc::new(built));
+            (old, Arc::clone(rules))
         };
-        // Shard by shard: counters are kept by group id, so they need no moving.
+        let changed: Vec<(&Group, &Group)> = rules
+            .groups
+            .iter()
+            .filter_map(|new| old.groups.iter().find(|g| g.id == new.id && g.seed == new.seed).map(|old| (old, new)))
+            .filter(|(old, new)| old.limits != new.limits || old.failsafe != new.failsafe)
+            .collect();
+        // Shard by shard, under its lock: its decisions see the old rules and states, or the new rules
+        // and states moved at one instant, never a mix. Counters are kept by group id: nothing to move.
+        let now = self.clock.now_ns();
         for mut shard in self.store.shards() {
+            for &(old_group, new_group) in &changed {
+                shard.change_group(new_group.id, |data, key, index, state, log| {
+                    Self::move_state(
+                        (old_group, old.version()),
+                        (new_group, rules.version()),
+                        data,
+                        key,
+                        index,
+                        state,
+                        log,
+                        now,
+                    )
+                });
+            }
             shard.data.rules = Some(Arc::clone(&rules));
         }
         Ok(())
+    }
+
+    /// Moves the state of limit `index` of a key from the old group's limit to the new one's at `now`,
+    /// keeping what it used (each through the key's quota, where one replaces the limit); false: the
+    /// limit is gone.
+    #[allow(clippy::too_many_arguments)]
+    fn move_state(
+        (old, old_version): (&Group, u64),
+        (new, new_version): (&Group, u64),
+        data: &mut ShardData,
+        key: u64,
+        index: usize,
+        state: &mut State,
+        log: &mut Log,
+        now: u64,
+    ) -> bool {
+        let (Some(was), Some(is)) = (old.limits.get(index), new.limits.get(index)) else { return false };
+        let base = Store::<ShardData>::unrelated_key(key, Group::signature(index));
+        let record = data.quotas.get(base);
+        let effective = |group: &Group, version: u64, limit: &Limit| match record {
+            Some(record) if group.primary == Some(index) => Self::quota_in(record, group, version).unwrap_or(*limit),
+            _ => *limit,
+        };
+        let (from, to) = (effective(old, old_version, was), effective(new, new_version, is));
+        if from != to {
+            *state = to.rescale(&from, state, log, now);
+            if !to.uses_log() {
+                *log = Log::new();
+            }
+        }
+        true
     }
 
     /// Changes the rate and/or burst of `group`'s first rate limit in place. Reads and replaces the
