@@ -25,13 +25,14 @@ def gated(clock: rk.ManualClock, *limits: rk.Limit | str, policy: str = "all") -
 
 
 def free_permits(limiter: rk.Limiter, peer: str = PEER) -> int:
-    """How many permits ``peer`` can take now: acquisitions until one is refused, all given back after."""
+    """How many permits ``peer`` can take now: acquisitions until one is refused, all given back after.
+    Only permits are taken (``rates=False``), so probing charges no rate limit."""
     retry_after = None
     taken = 0
     with contextlib.ExitStack() as held:
         while retry_after is None and taken < 1_000:
             try:
-                held.enter_context(limiter.concurrent(peer, "/api/x"))
+                held.enter_context(limiter.concurrent(peer, "/api/x", rates=False))
                 taken += 1
             except rk.RateLimited as refused:
                 retry_after = refused.retry_after
@@ -204,3 +205,114 @@ def test_a_decision_says_whether_it_holds_permits_to_give_back(clock: rk.ManualC
         assert not plain.permits_held  # a group without permits: nothing to give back
     assert not limiter.check(PEER, "/api/a").permits_held  # check never takes permits
     assert free_permits(limiter) == 1
+
+
+# --- one Permit object entered more than once --------------------------------------------------------------------
+# A Permit is reusable one entry at a time, like a lock: each `with` is a new admission (rates charged,
+# permits taken) and leaving gives its permits back. Entering it while it is entered (nested, another
+# thread, another task) raises RuntimeError and takes nothing, so no entry's permits can be lost.
+
+
+def test_a_permit_entered_again_inside_its_block_is_refused_and_leaks_nothing(clock: rk.ManualClock) -> None:
+    limiter = gated(clock, rk.Limit(concurrency=5))
+    permit = limiter.concurrent(PEER, "/api/x")
+    with permit as decision:
+        with pytest.raises(RuntimeError, match="already entered"), permit:
+            pytest.fail("the permit was entered twice")
+        assert permit.decision is decision  # the refused entry did not replace the holder's decision
+        assert free_permits(limiter) == 4  # the outer entry still holds its permit
+    assert free_permits(limiter) == 5
+
+
+def test_a_permit_can_be_reused_after_leaving_and_each_entry_is_a_new_admission(clock: rk.ManualClock) -> None:
+    limiter = gated(clock, "2/s", rk.Limit(concurrency=5))
+    permit = limiter.concurrent(PEER, "/api/x")
+    with permit as first:
+        assert free_permits(limiter) == 4
+    with permit as second:  # a fresh admission, with its own decision
+        assert second is not first
+        assert permit.decision is second
+        assert second.remaining == 0  # the rate was charged again: 2 admissions of "2/s"
+    with pytest.raises(rk.RateLimited) as refused, permit:  # a third entry in the same second: refused
+        pytest.fail("admitted past the rate")
+    assert refused.value.decision.refused_by == "rate"
+    clock.advance(1.0)
+    with permit:  # a refusal leaves the permit reusable
+        pass
+    assert free_permits(limiter) == 5
+
+
+def test_a_permit_refused_for_lack_of_permits_can_be_entered_once_one_frees(clock: rk.ManualClock) -> None:
+    limiter = gated(clock, rk.Limit(concurrency=1))
+    permit = limiter.concurrent(PEER, "/api/x")
+    with limiter.concurrent(PEER, "/api/x"), pytest.raises(rk.RateLimited), permit:
+        pytest.fail("entered with no permit free")
+    with permit as decision:  # the refusal did not leave it marked as entered
+        assert decision.allowed
+        assert free_permits(limiter) == 0
+    assert free_permits(limiter) == 1
+
+
+@pytest.mark.asyncio
+async def test_two_tasks_entering_one_permit_leak_nothing(clock: rk.ManualClock) -> None:
+    limiter = gated(clock, rk.Limit(concurrency=5))
+    permit = limiter.concurrent(PEER, "/api/x")
+    entered, leave = asyncio.Event(), asyncio.Event()
+
+    async def holder() -> None:
+        async with permit:
+            entered.set()
+            await leave.wait()
+
+    task = asyncio.create_task(holder())
+    await entered.wait()
+    with pytest.raises(RuntimeError, match="already entered"):
+        async with permit:  # a second task on the same object, while the first holds it
+            pytest.fail("the permit was entered twice")
+    assert free_permits(limiter) == 4
+    leave.set()
+    await task
+    assert free_permits(limiter) == 5
+    async with permit:  # reusable once the first task left
+        assert free_permits(limiter) == 4
+    assert free_permits(limiter) == 5
+
+
+def test_two_threads_entering_one_permit_at_once_leak_nothing(clock: rk.ManualClock) -> None:
+    limiter = gated(clock, rk.Limit(concurrency=5))
+    outcomes: list[str] = []
+    both_tried = threading.Barrier(2)
+    for _ in range(50):
+        permit = limiter.concurrent(PEER, "/api/x")
+        outcomes.clear()
+
+        def enter(_: int, permit: rk.Permit = permit) -> None:
+            try:
+                with permit:
+                    outcomes.append("entered")
+                    both_tried.wait(timeout=10)  # hold the permit until the other thread has tried
+            except RuntimeError:
+                outcomes.append("refused")
+                both_tried.wait(timeout=10)
+
+        run_threads(2, enter)  # released together by a barrier
+        assert sorted(outcomes) == ["entered", "refused"]
+        assert free_permits(limiter) == 5
+
+
+def test_threads_hammering_one_shared_permit_leak_nothing(clock: rk.ManualClock) -> None:
+    threads, rounds = 8, 500
+    limiter = gated(clock, rk.Limit(concurrency=5))
+    permit = limiter.concurrent(PEER, "/api/x")
+    entered = [0] * threads
+
+    def work(i: int) -> None:
+        for _ in range(rounds):
+            with contextlib.suppress(RuntimeError), permit:
+                entered[i] += 1
+                time.sleep(0)  # let another thread try while this one holds it
+
+    run_threads(threads, work)
+    assert sum(entered) > 0
+    assert limiter.stats()["groups"][GROUP]["allowed"] == sum(entered)  # a refused re-entry decides nothing
+    assert free_permits(limiter) == 5

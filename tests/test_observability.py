@@ -213,8 +213,109 @@ def test_bad_collector_options_name_the_field(options: dict[str, object], error:
 
 
 def test_a_collector_needs_a_limiter() -> None:
-    with pytest.raises(TypeError, match=r"limiter: must be a ratekeeper\.Limiter, got str"):
+    with pytest.raises(
+        TypeError, match=r"limiter: must be a ratekeeper\.Limiter or a mapping of names to them, got str"
+    ):
         RateLimitCollector("1/s")  # type: ignore[arg-type]
+
+
+def two_limiters(clock: rk.ManualClock) -> tuple[rk.Limiter, rk.Limiter]:
+    """Two limiters with a group of the same name and different numbers: edge refuses 3 of alice's 5 and
+    waits once; api refuses 1 of bob's 2 and 1 of carol's 2."""
+    edge = rk.Limiter("2/s", clock=clock)
+    api = rk.Limiter("1/s", clock=clock)
+    for _ in range(5):
+        edge.allow("alice")
+    edge.throttle("alice", timeout=5.0)  # waits 0.5 s on the manual clock
+    for peer in ("bob", "carol"):
+        api.allow(peer)
+        api.allow(peer)
+    return edge, api
+
+
+def test_two_collectors_in_one_registry_clash_whatever_their_const_labels(clock: rk.ManualClock) -> None:
+    # Why several limiters go through one collector: the registry refuses a second collector of the same
+    # names (it checks names, not labels).
+    edge, api = two_limiters(clock)
+    registry = CollectorRegistry()
+    registry.register(RateLimitCollector(edge, const_labels={"limiter": "edge"}))
+    with pytest.raises(ValueError, match="Duplicated timeseries"):
+        registry.register(RateLimitCollector(api, const_labels={"limiter": "api"}))
+
+
+def test_one_collector_exports_several_limiters_each_labelled(clock: rk.ManualClock) -> None:
+    edge, api = two_limiters(clock)
+    registry = CollectorRegistry()
+    registry.register(
+        RateLimitCollector({"edge": edge, "api": api}, label="limiter", top_refused=2, const_labels={"dc": "eu"})
+    )
+    s = parse(generate_latest(registry).decode())
+    for limiter, allowed, delayed, refused in (("edge", 2, 1, 3), ("api", 2, None, 2)):
+        for result, expected in (("allowed", allowed), ("delayed", delayed), ("refused", refused)):
+            key = (
+                "ratekeeper_requests_total",
+                (("dc", "eu"), ("group", "default"), ("limiter", limiter), ("result", result)),
+            )
+            assert s.get(key) == expected, key
+    assert value(s, "ratekeeper_keys", dc="eu", limiter="edge", group="default") == 1
+    assert value(s, "ratekeeper_keys", dc="eu", limiter="api", group="default") == 2
+    assert value(s, "ratekeeper_tracked_keys", dc="eu", limiter="edge") == 1
+    assert value(s, "ratekeeper_tracked_keys", dc="eu", limiter="api") == 2
+    assert value(s, "ratekeeper_wait_seconds_sum", dc="eu", limiter="edge", group="default") == pytest.approx(0.5)
+    assert value(s, "ratekeeper_wait_seconds_bucket", dc="eu", limiter="edge", group="default", le="0.5") == 1
+    assert not any(n == "ratekeeper_wait_seconds_count" and ("limiter", "api") in labels for n, labels in s)
+    assert value(s, "ratekeeper_top_refused", dc="eu", limiter="edge", peer="alice") == 3
+    assert value(s, "ratekeeper_top_refused", dc="eu", limiter="api", peer="bob") == 1
+    assert value(s, "ratekeeper_top_refused", dc="eu", limiter="api", peer="carol") == 1
+    # Every series of the collector carries the limiter's name: none is left unlabelled or merged.
+    assert all(("limiter", "edge") in labels or ("limiter", "api") in labels for _, labels in s)
+
+
+def test_a_limiter_added_to_a_collector_appears_at_the_next_scrape(clock: rk.ManualClock) -> None:
+    edge, api = two_limiters(clock)
+    collector = RateLimitCollector({"edge": edge})
+    registry = CollectorRegistry()
+    registry.register(collector)
+    assert not any(("limiter", "api") in labels for _, labels in parse(generate_latest(registry).decode()))
+    collector.add("api", api)
+    s = parse(generate_latest(registry).decode())
+    assert value(s, "ratekeeper_requests_total", limiter="api", group="default", result="refused") == 2
+    assert value(s, "ratekeeper_requests_total", limiter="edge", group="default", result="refused") == 3
+    with pytest.raises(ValueError, match="name: 'api' is already exported"):
+        collector.add("api", edge)
+    with pytest.raises(ValueError, match="built for one limiter"):
+        RateLimitCollector(edge).add("api", api)
+
+
+def test_the_node_limiter_collector_labels_several_limiters_too(clock: rk.ManualClock) -> None:
+    from ratekeeper.prometheus import NodeLimiterCollector
+
+    edge, api = two_limiters(clock)
+    registry = CollectorRegistry()
+    registry.register(NodeLimiterCollector({"edge": edge, "api": api}, label="node"))
+    s = parse(generate_latest(registry).decode())
+    assert value(s, "ar_limiter_rejected_total", node="edge", limiter_id="default") == 3
+    assert value(s, "ar_limiter_rejected_total", node="api", limiter_id="default") == 2
+
+
+@pytest.mark.parametrize(
+    ("limiters", "options", "error", "message"),
+    [
+        ({"edge": None}, {}, TypeError, r"limiter\['edge'\]: must be a ratekeeper\.Limiter, got NoneType"),
+        ({1: "lim"}, {}, TypeError, r"limiter: the names must be str, got 1"),
+        ({"": "lim"}, {}, ValueError, r"limiter: a name must not be empty"),
+        ({"edge": "lim"}, {"label": "group"}, ValueError, r"label: 'group' is a label of the metrics themselves"),
+        ({"edge": "lim"}, {"label": "two words"}, ValueError, r"label: must be a label name"),
+        ({"edge": "lim"}, {"const_labels": {"limiter": "x"}}, ValueError, r"const_labels: 'limiter' is"),
+    ],
+)
+def test_bad_limiter_mappings_name_the_field(
+    limiters: dict[object, object], options: dict[str, object], error: type[Exception], message: str
+) -> None:
+    lim = rk.Limiter("1/s")
+    limiters = {name: lim if given == "lim" else given for name, given in limiters.items()}
+    with pytest.raises(error, match=message):
+        RateLimitCollector(limiters, **options)  # type: ignore[arg-type]
 
 
 # --- consistency under threads -----------------------------------------------------------------------------------
@@ -329,6 +430,40 @@ def test_instrument_checks_its_arguments() -> None:
         instrument("nope", meter)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="top_refused"):
         instrument(rk.Limiter("1/s"), meter, top_refused=-2)
+
+
+def test_two_limiters_on_one_meter_are_told_apart_by_an_attribute(clock: rk.ManualClock) -> None:
+    edge, api = two_limiters(clock)
+    reader = InMemoryMetricReader()
+    instrument({"edge": edge, "api": api}, MeterProvider(metric_readers=[reader]).get_meter("test"), top_refused=2)
+    points = otel_points(reader)
+    requests = points["ratekeeper.requests"]
+    for limiter, allowed, refused in (("edge", 2, 3), ("api", 2, 2)):
+        assert requests[(("group", "default"), ("limiter", limiter), ("result", "allowed"))] == allowed
+        assert requests[(("group", "default"), ("limiter", limiter), ("result", "refused"))] == refused
+    assert points["ratekeeper.tracked_keys"] == {(("limiter", "edge"),): 1, (("limiter", "api"),): 2}
+    assert points["ratekeeper.wait.time"] == {(("group", "default"), ("limiter", "edge")): pytest.approx(0.5)}
+    assert points["ratekeeper.top_refused"][(("limiter", "api"), ("peer", "carol"))] == 1
+
+
+def test_instrumenting_a_meter_twice_is_refused_as_the_second_would_be_dropped(clock: rk.ManualClock) -> None:
+    # The SDK keeps the first instruments of a name and drops the second call's callbacks (with a
+    # warning): the second limiter's numbers would never be exported.
+    edge, api = two_limiters(clock)
+    meter = MeterProvider().get_meter("test")
+    instrument(edge, meter)
+    with pytest.raises(ValueError, match=r"meter: already instrumented with namespace 'ratekeeper'"):
+        instrument(api, meter)
+    instrument(api, meter, namespace="api")  # other names: no clash
+    instrument(api, MeterProvider().get_meter("test"))  # another meter
+
+
+def test_instrument_checks_its_limiter_mapping() -> None:
+    meter = MeterProvider().get_meter("test")
+    with pytest.raises(ValueError, match="limiter: no limiter to instrument"):
+        instrument({}, meter)
+    with pytest.raises(ValueError, match="attribute: 'peer' is a label of the metrics themselves"):
+        instrument({"edge": rk.Limiter("1/s")}, meter, attribute="peer")
 
 
 # --- a real scrape -----------------------------------------------------------------------------------------------

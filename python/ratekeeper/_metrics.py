@@ -12,7 +12,7 @@ Names are given without the namespace and in Prometheus form (``wait_seconds``; 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -20,7 +20,19 @@ if TYPE_CHECKING:
     from ratekeeper._stats import GroupStats, Histogram, Stats
     from ratekeeper.limiter import Limiter
 
-__all__ = ["Family", "check_options", "families", "node_limiter_families", "otel_name"]
+__all__ = [
+    "FAMILY_LABELS",
+    "Family",
+    "Source",
+    "check_label",
+    "check_limiter",
+    "check_options",
+    "families",
+    "labelled",
+    "node_limiter_families",
+    "otel_name",
+    "source",
+]
 
 Kind = Literal["counter", "gauge", "histogram"]
 Labels = dict[str, str]
@@ -43,16 +55,68 @@ class Family:
     histograms: list[tuple[Labels, Histogram]] = field(default_factory=list)
 
 
-def check_options(limiter: object, namespace: object, top_refused: object) -> None:
-    """The options both exporters take, checked alike: a clear error naming the field."""
-    from ratekeeper.limiter import Limiter
+#: Labels of the families themselves: the label telling limiters apart must be another.
+FAMILY_LABELS = frozenset({"group", "result", "peer", "le", "limiter_id"})
 
-    if not isinstance(limiter, Limiter):
-        raise TypeError(f"limiter: must be a ratekeeper.Limiter, got {type(limiter).__name__}")
+#: A limiter to read, with the labels added to each of its samples.
+Source = tuple[Labels, "Limiter"]
+
+
+def check_options(
+    limiter: object, namespace: object, top_refused: object, label: object, label_field: str
+) -> list[Source]:
+    """The options both exporters take, checked alike: a clear error naming the field. Returns the
+    limiters to read: a limiter alone, unlabelled; or each of a mapping's, labelled ``{label: name}``."""
     if not isinstance(namespace, str) or not namespace.isidentifier():
         raise ValueError(f"namespace: must be a name prefix like 'ratekeeper', got {namespace!r}")
     if isinstance(top_refused, bool) or not isinstance(top_refused, int) or top_refused < 0:
         raise ValueError(f"top_refused: must be an int of at least 0, got {top_refused!r}")
+    label = check_label(label, label_field)
+    if not isinstance(limiter, Mapping):
+        return [({}, check_limiter(limiter, "limiter", " or a mapping of names to them"))]
+    return [source(label, name, named) for name, named in limiter.items()]
+
+
+def check_label(label: object, field: str) -> str:
+    if not isinstance(label, str) or not label.isidentifier() or not label.isascii() or label.startswith("__"):
+        raise ValueError(f"{field}: must be a label name like 'limiter', got {label!r}")
+    if label in FAMILY_LABELS:
+        raise ValueError(f"{field}: {label!r} is a label of the metrics themselves; choose another, like 'limiter'")
+    return label
+
+
+def check_limiter(limiter: object, field: str, alternative: str = "") -> Limiter:
+    from ratekeeper.limiter import Limiter
+
+    if not isinstance(limiter, Limiter):
+        raise TypeError(f"{field}: must be a ratekeeper.Limiter{alternative}, got {type(limiter).__name__}")
+    return limiter
+
+
+def source(label: str, name: object, limiter: object) -> Source:
+    """One limiter of a mapping, labelled with its name; the name and the limiter checked."""
+    if not isinstance(name, str):
+        raise TypeError(f"limiter: the names must be str, got {name!r}")
+    if not name:
+        raise ValueError("limiter: a name must not be empty (Prometheus reads an empty label as no label)")
+    return {label: name}, check_limiter(limiter, f"limiter[{name!r}]")
+
+
+def labelled(sources: Sequence[Source], read: Callable[[Limiter], list[Family]]) -> list[Family]:
+    """Every source's families, one family per name holding each limiter's samples with its labels: a
+    name must come once in an exposition (or on a meter), so limiters share families, told apart by label."""
+    if len(sources) == 1 and not sources[0][0]:
+        return read(sources[0][1])  # a limiter alone: its families as they are
+    out: dict[str, Family] = {}
+    for labels, limiter in sources:
+        for family in read(limiter):
+            merged = out.get(family.name)
+            if merged is None:
+                merged = Family(family.name, family.kind, family.help, family.unit, (*labels, *family.labels))
+                out[family.name] = merged
+            merged.samples.extend(({**labels, **own}, value) for own, value in family.samples)
+            merged.histograms.extend(({**labels, **own}, histogram) for own, histogram in family.histograms)
+    return list(out.values())
 
 
 def otel_name(name: str, namespace: str) -> str:

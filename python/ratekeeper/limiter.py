@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
+import threading
 import time
 import weakref
 from collections.abc import Mapping, Sequence
@@ -46,30 +47,60 @@ def _channel(loop: asyncio.AbstractEventLoop) -> _Completions:
 
 
 class Permit:
-    """Concurrency permits held for one request; see :meth:`Limiter.concurrent`."""
+    """Concurrency permits held for one request; see :meth:`Limiter.concurrent`.
 
-    __slots__ = ("_cost", "_group", "_held", "_limiter", "_path", "_peer", "_rates", "decision")
+    A Permit is entered one block at a time, like a lock, and may be reused after it is left: each
+    ``with`` / ``async with`` is a new admission (the rate limits are charged and the permits taken
+    again, and :attr:`decision` is that entry's), and leaving gives that entry's permits back.
+
+    Entering a Permit that is already entered (a nested block, or another thread or task using the same
+    object) raises ``RuntimeError`` and takes nothing: one object holds one entry's permits, so a second
+    entry could not be told apart when leaving and its permits would never be given back. It is a
+    ``RuntimeError``, as for re-entering any single-entry context manager, rather than an
+    :class:`InvalidValue`: no argument is wrong, the object is misused, and ``except ValueError`` around
+    a decision must not hide it. Call :meth:`Limiter.concurrent` once per request instead.
+    """
+
+    __slots__ = ("_cost", "_entered", "_group", "_held", "_limiter", "_path", "_peer", "_rates", "decision")
 
     def __init__(
         self, limiter: _CoreLimiter, peer: str, path: str | None, group: str | None, cost: int, rates: bool
     ) -> None:
         self._limiter, self._peer, self._path, self._group = limiter, peer, path, group
         self._cost, self._rates = cost, rates
+        # Locked from entering to leaving: testing and setting it is one atomic step, so two threads
+        # entering at once cannot both get in (a plain flag could be read by both before either sets it).
+        self._entered = threading.Lock()
         self._held = False
         self.decision: Decision | None = None
 
     def __enter__(self) -> Decision:
-        decision = self._limiter._acquire(self._peer, self._path, self._group, self._cost, self._rates)
+        if not self._entered.acquire(blocking=False):
+            raise RuntimeError(
+                "this Permit is already entered (a nested block, or another thread or task using the same "
+                "object); call limiter.concurrent(...) once per request"
+            )
+        try:
+            decision = self._limiter._acquire(self._peer, self._path, self._group, self._cost, self._rates)
+        except BaseException:
+            self._entered.release()
+            raise
         if not decision.allowed:
+            self._entered.release()  # a refusal holds nothing: the Permit may be entered again
             raise RateLimited(decision)
         self._held = decision.permits_held
         self.decision = decision
         return decision
 
     def __exit__(self, *exc_info: object) -> None:
-        if self._held:
-            self._held = False
-            self._limiter._release(self._peer, self._path, self._group, self._cost)
+        if not self._entered.locked():
+            return  # not entered: nothing to give back
+        try:
+            if self._held:
+                self._held = False
+                self._limiter._release(self._peer, self._path, self._group, self._cost)
+        finally:
+            self._entered.release()
 
     async def __aenter__(self) -> Decision:
         return self.__enter__()
@@ -290,6 +321,8 @@ class Limiter(_CoreLimiter):
             RateLimited: on entering, when a rate limit refuses or every permit is in use
                 (``retry_after`` is 0.0 and ``decision.refused_by`` is ``"concurrency"`` then: a permit
                 frees when a request finishes).
+            RuntimeError: on entering a :class:`Permit` that is already entered (nested, or by another
+                thread or task); one Permit may be reused after its block ends.
         """
         return Permit(self, peer, path, group, cost, rates)
 

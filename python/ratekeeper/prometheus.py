@@ -7,13 +7,19 @@
 
     REGISTRY.register(RateLimitCollector(lim))
 
+Several limiters go through one collector, each labelled with its name (``limiter="edge"``)::
+
+    REGISTRY.register(RateLimitCollector({"edge": edge, "api": api}))
+
 Needs ``prometheus-client`` (``pip install 'ratekeeper[prometheus]'``). Labels are bounded: ``group``,
-``result``; never the peer or the path, except ``top_refused``'s at most ``top_refused`` series.
+``result``, and ``limiter`` naming each of several limiters; never the peer or the path, except
+``top_refused``'s at most ``top_refused`` series per limiter.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 try:
@@ -26,7 +32,15 @@ try:
 except ImportError as error:  # pragma: no cover - the message is the point
     raise ImportError("ratekeeper.prometheus needs prometheus-client: pip install 'ratekeeper[prometheus]'") from error
 
-from ratekeeper._metrics import Family, check_options, families, node_limiter_families
+from ratekeeper._metrics import (
+    FAMILY_LABELS,
+    Family,
+    check_options,
+    families,
+    labelled,
+    node_limiter_families,
+    source,
+)
 
 if TYPE_CHECKING:
     from ratekeeper._stats import Histogram
@@ -36,37 +50,78 @@ __all__ = ["NodeLimiterCollector", "RateLimitCollector"]
 
 
 class RateLimitCollector:
-    """Exports ``limiter``'s numbers at each scrape, from one ``stats()`` call (which locks one shard at a
-    time and never walks the keys).
+    """Exports limiters' numbers at each scrape, from one ``stats()`` call per limiter (which locks one
+    shard at a time and never walks the keys).
+
+    A registry takes one collector of these names: several limiters go through one collector, each
+    labelled with its name, as ``RateLimitCollector({"edge": edge, "api": api})`` exports
+    ``ratekeeper_requests_total{limiter="edge", group=..., result=...}`` and its ``limiter="api"``
+    twin. (Two collectors in one registry clash whatever their ``const_labels``: prometheus-client
+    checks names, not labels.)
 
     Args:
-        limiter: the limiter to read.
+        limiter: the limiter to read, exported without a label; or a mapping of names to limiters,
+            each limiter's series labelled ``label=<name>``. More can be added with :meth:`add`.
+        label: the label naming each limiter of a mapping (``"limiter"``); not ``group``, ``result``,
+            ``peer``, ``le``, which the metrics use.
         namespace: the metric names' prefix (``ratekeeper_requests_total``).
         top_refused: also export the peers refused most (``<namespace>_top_refused{peer=...}``), at most
-            this many series; 0 (default) exports none.
-        const_labels: labels added to every series, e.g. ``{"limiter": "api"}`` to tell two limiters
-            apart in one registry.
+            this many series per limiter; 0 (default) exports none.
+        const_labels: labels added to every series, e.g. ``{"worker": str(os.getpid())}`` to tell
+            processes apart when each is scraped on its own.
+
+    Raises:
+        TypeError, ValueError: a bad option, naming it (``limiter['api']: must be a ratekeeper.Limiter``).
     """
 
     def __init__(
         self,
-        limiter: Limiter,
+        limiter: Limiter | Mapping[str, Limiter],
         *,
+        label: str = "limiter",
         namespace: str = "ratekeeper",
         top_refused: int = 0,
-        const_labels: dict[str, str] | None = None,
+        const_labels: Mapping[str, str] | None = None,
     ) -> None:
-        check_options(limiter, namespace, top_refused)
+        sources = check_options(limiter, namespace, top_refused, label, "label")
         labels = dict(const_labels or {})
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
             raise TypeError(f"const_labels: must map str to str, got {const_labels!r}")
-        self._limiter = limiter
+        for name in labels:
+            if name in FAMILY_LABELS or (name == label and isinstance(limiter, Mapping)):
+                raise ValueError(f"const_labels: {name!r} is a label the collector sets itself; choose another")
+        self._sources = sources
+        # None: built for one limiter, whose series have no label to tell another limiter's apart.
+        self._label = label if isinstance(limiter, Mapping) else None
+        self._adding = threading.Lock()
         self._namespace = namespace
         self._top_refused = top_refused
         self._const_labels = labels
 
+    def add(self, name: str, limiter: Limiter) -> None:
+        """Exports ``limiter`` too, labelled ``label=name``, from the next scrape on.
+
+        Raises:
+            ValueError: ``name`` is exported already, or the collector was built for one limiter.
+            TypeError: ``limiter`` is not a Limiter.
+        """
+        if self._label is None:
+            raise ValueError(
+                "add: this collector was built for one limiter, without a label; build it from a mapping "
+                "(RateLimitCollector({'edge': limiter})) to add others"
+            )
+        added = source(self._label, name, limiter)
+        with self._adding:
+            if any(labels.get(self._label) == name for labels, _ in self._sources):
+                raise ValueError(f"name: {name!r} is already exported by this collector")
+            # A new list, not an append: a scrape running now keeps reading the list it took.
+            self._sources = [*self._sources, added]
+
+    def _read(self, limiter: Limiter) -> list[Family]:
+        return families(limiter, self._top_refused)
+
     def _families(self) -> list[Family]:
-        return families(self._limiter, self._top_refused)
+        return labelled(self._sources, self._read)
 
     def describe(self) -> Iterator[Metric]:
         """The families' names without their samples (what a registry checks for duplicates)."""
@@ -101,13 +156,20 @@ class NodeLimiterCollector(RateLimitCollector):
     ``ar_limiter_cleanup_tick_expired_sliding_peers_deleted_total`` and
     ``ar_limiter_response_time_microseconds``; ``limiter_id`` is the group. The seed's leaky-tick
     metrics have no counterpart: the leaky bucket here drains lazily, with no timer to tick.
+    ``limiter`` and ``label`` work as in :class:`RateLimitCollector`: a mapping labels each limiter.
     """
 
-    def __init__(self, limiter: Limiter, *, const_labels: dict[str, str] | None = None) -> None:
-        super().__init__(limiter, namespace="ar_limiter", const_labels=const_labels)
+    def __init__(
+        self,
+        limiter: Limiter | Mapping[str, Limiter],
+        *,
+        label: str = "limiter",
+        const_labels: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(limiter, label=label, namespace="ar_limiter", const_labels=const_labels)
 
-    def _families(self) -> list[Family]:
-        return node_limiter_families(self._limiter)
+    def _read(self, limiter: Limiter) -> list[Family]:
+        return node_limiter_families(limiter)
 
 
 def _cumulative(histogram: Histogram) -> list[tuple[str, float]]:
