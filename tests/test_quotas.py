@@ -326,6 +326,49 @@ def test_an_async_provider_that_raises_is_a_failure(limiters: Callable[..., rk.L
     assert group_stats(limiter) == (1, 1)
 
 
+class ProviderAbort(BaseException):
+    """An exception outside ``Exception``, as a provider's own code might define."""
+
+
+@pytest.mark.parametrize("raised", [SystemExit, KeyboardInterrupt, GeneratorExit, ProviderAbort])
+def test_a_provider_raising_outside_exception_is_a_failure_and_the_worker_serves_on(
+    limiters: Callable[..., rk.Limiter], raised: type[BaseException]
+) -> None:
+    # Issue 18, item 7: such an exception ended the only worker: the failure went uncounted, the key stayed
+    # "fetching" and every later fetch waited in the queue for ever.
+    provider = Provider(raised, "5/min")
+    limiter = limiters(quota_provider=provider, failsafe="2/min", quota_workers=1)
+    limiter.check("alice")
+    assert limiter.wait_quotas(timeout=5.0)
+    source, rate, _, fetching, failures = info_of(limiter)
+    assert (source, rate, fetching, failures) == ("failsafe", rk.Rate("2/min"), False, 1)
+    assert group_stats(limiter) == (1, 1)
+    limiter.check("bob")
+    assert limiter.wait_quotas(timeout=5.0)
+    assert limiter.quota("bob", "default").source == "provider"
+    assert limiter.check("bob").limit == 5
+
+
+@pytest.mark.parametrize("raised", [SystemExit, KeyboardInterrupt, ProviderAbort])
+def test_an_async_provider_raising_outside_exception_is_a_failure_and_later_fetches_still_run(
+    limiters: Callable[..., rk.Limiter], raised: type[BaseException]
+) -> None:
+    # SystemExit and KeyboardInterrupt escaping a task also stop asyncio's loop, which every async fetch needs.
+    async def provider(peer: str, group: str) -> str:
+        if peer == "alice":
+            raise raised("quota service unavailable")
+        return "5/min"
+
+    limiter = limiters(quota_provider=provider, failsafe="2/min", quota_workers=1)
+    limiter.check("alice")
+    assert limiter.wait_quotas(timeout=5.0)
+    assert limiter.quota("alice", "default").failures == 1
+    assert group_stats(limiter) == (1, 1)
+    limiter.check("bob")
+    assert limiter.wait_quotas(timeout=5.0)
+    assert limiter.quota("bob", "default").source == "provider"
+
+
 # --- timeouts ----------------------------------------------------------------------------------------------------
 
 
