@@ -23,6 +23,9 @@ use crate::room::{BoundedTable, Tagged};
 pub const FIRST_BACKOFF_NS: u64 = NANOS_PER_SEC;
 pub const MAX_BACKOFF_NS: u64 = 300 * NANOS_PER_SEC;
 
+/// `next_at` of a record whose fetch waits for a worker: never due, so no use fails or repeats it.
+pub const QUEUED: u64 = u64::MAX;
+
 /// How quotas are obtained, fixed at construction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QuotaSettings {
@@ -110,12 +113,14 @@ pub struct QuotaSlot {
     /// The key had state before this record (its earlier record was evicted): what limit made that
     /// state is unknown, so the first quota to land reads it as it is instead of rescaling it.
     pub adopted: bool,
+    /// A fetch is queued or running (single flight).
     pub fetching: bool,
     /// Identifies the running fetch; an answer with another token is late and ignored.
     pub token: u32,
     pub failures: u32,
     pub since: u64,
-    /// When to fetch next (TTL or backoff); while fetching, the fetch's deadline.
+    /// When to fetch next (TTL or backoff); while a worker runs the fetch, its deadline; while the fetch
+    /// waits in the queue, [`QUEUED`]: `quota_timeout` counts from when a worker starts it.
     pub next_at: u64,
 }
 

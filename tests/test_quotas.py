@@ -416,6 +416,46 @@ def test_an_async_fetch_is_timed_out_in_real_time_by_the_worker(limiters: Callab
     assert group_stats(limiter) == (1, 1)
 
 
+def test_a_fetch_waiting_for_a_worker_is_never_failed_nor_queued_twice(
+    limiters: Callable[..., rk.Limiter], clock: rk.ManualClock, gate: threading.Event
+) -> None:
+    # Issue 18, item 8: quota_timeout counted from when the fetch was queued, so a fetch still waiting behind
+    # others was failed at the key's next use, and a retry queued on top while the first still ran later.
+    provider = Provider("5/min", gate=gate)
+    limiter = limiters(quota_provider=provider, failsafe="2/min", quota_timeout=2.0, quota_workers=1)
+    limiter.check("alice")
+    provider.wait_for_calls(1)  # the only worker is held by alice's fetch
+    limiter.check("bob")
+    # Bob's fetch waits far past quota_timeout, through uses that would retry a failed fetch after its backoff.
+    for _ in range(10):
+        clock.advance(5.0)
+        limiter.check("bob")
+    assert limiter.stats()["quota_queue"] == 1
+    source, rate, _, fetching, failures = info_of(limiter, "bob")
+    assert (source, rate, fetching, failures) == ("failsafe", rk.Rate("2/min"), True, 0)
+    assert group_stats(limiter) == (2, 0)
+    gate.set()
+    assert limiter.wait_quotas(timeout=5.0)
+    assert provider.calls == [("alice", "default"), ("bob", "default")]
+    assert limiter.quota("bob", "default").source == "provider"
+    assert group_stats(limiter) == (2, 0)
+
+
+def test_a_queued_fetch_superseded_by_set_quota_never_calls_the_provider(
+    limiters: Callable[..., rk.Limiter], gate: threading.Event
+) -> None:
+    provider = Provider("5/min", gate=gate)
+    limiter = limiters(quota_provider=provider, failsafe="2/min", quota_workers=1)
+    limiter.check("alice")
+    provider.wait_for_calls(1)
+    limiter.check("bob")
+    limiter.set_quota("bob", "default", "3/min")
+    gate.set()
+    assert limiter.wait_quotas(timeout=5.0)
+    assert provider.calls == [("alice", "default")]
+    assert limiter.quota("bob", "default").source == "set"
+
+
 # --- single flight, TTL, backoff ---------------------------------------------------------------------------------
 
 

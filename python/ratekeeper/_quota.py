@@ -115,6 +115,8 @@ class QuotaWorkers:
                 self._queue.done()
                 return
             try:
+                if not limiter._start_fetch(job):  # superseded while it waited: nobody wants its answer
+                    continue
                 answer, error = self._fetch(limiter, job)
                 result = limiter._finish_fetch(job, answer, error)
                 # A fetch cut short by close() is not the provider's failure.
