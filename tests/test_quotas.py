@@ -687,6 +687,53 @@ async def test_athrottle_waits_for_the_first_fetch_without_blocking_the_loop(
     assert (decision.allowed, decision.limit, decision.remaining) == (True, 5, 4)
 
 
+# --- bounded records ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flood_known", [False, True])
+def test_busy_accounts_keep_their_quotas_through_a_flood_of_many_times_max_keys_new_accounts(
+    limiters: Callable[..., rk.Limiter], flood_known: bool
+) -> None:
+    # Issue 18, item 9: records were evicted by use counts alone, halved once per max_keys of new keys. A flood
+    # thread holding the GIL inserts several times max_keys between two turns of the threads serving busy
+    # accounts: their counts fell to 0, below a new key's 1, and they were evicted onto the failsafe. Here each
+    # busy account is used 50 times, then 10 x max_keys one-shot accounts arrive, five times over.
+    def provider(peer: str, group: str) -> str:
+        if flood_known:
+            return "1/min"
+        raise LookupError(peer)
+
+    max_keys = 1_000
+    limiter = limiters("60/min", quota_provider=provider, failsafe="5/min", max_keys=max_keys)
+    busy = [f"account-{i}" for i in range(12)]
+    for peer in busy:
+        limiter.set_quota(peer, "default", "10/s")
+    new = 0
+    for _ in range(5):
+        for _ in range(50):
+            for peer in busy:
+                limiter.allow(peer)
+        for _ in range(10 * max_keys):
+            assert limiter.allow(f"new-{new}")
+            new += 1
+        assert limiter.wait_quotas(timeout=5.0)
+    assert {peer: limiter.quota(peer, "default").source for peer in busy} == dict.fromkeys(busy, "set")
+    assert limiter.check(busy[0]).limit == 10
+    assert limiter.stats()["quota_records"] <= max_keys
+
+
+def test_records_stay_bounded_when_every_key_is_used_again(limiters: Callable[..., rk.Limiter]) -> None:
+    # Keys used more than once are evicted last, but still evicted when nothing else is left.
+    limiter = limiters("60/min", quota_provider=Provider("5/min"), failsafe="5/min", max_keys=1_000)
+    for i in range(5_000):
+        limiter.allow(f"peer-{i}")
+        limiter.allow(f"peer-{i}")
+        if i % 100 == 0:
+            assert limiter.wait_quotas(timeout=5.0)
+    assert limiter.wait_quotas(timeout=5.0)
+    assert limiter.stats()["quota_records"] <= 1_000
+
+
 # --- quota() and set_quota ---------------------------------------------------------------------------------------
 
 

@@ -39,7 +39,10 @@ impl Limiter {
         let settings = &self.quotas;
         let fetch_for = fetch_for.filter(|_| settings.provider);
         let slot = match shard.data.quotas.get_mut(base) {
-            Some(slot) => slot,
+            Some(slot) => {
+                slot.reused = true;
+                slot
+            }
             None if fetch_for.is_some() => {
                 let source = if group.failsafe.is_some() { Source::Failsafe } else { Source::Rule };
                 let adopted = group.primary.is_some_and(|p| shard.find(group.limit_key(base, p)).is_some());
