@@ -6,7 +6,8 @@
 //! [`FetchQueue`], call the provider and hand the answer back. A fetch that fails or overruns its
 //! deadline keeps the last good quota and is retried with exponential backoff; after the TTL the next
 //! use re-fetches while the old quota keeps serving. Records are bounded like states: past `max_keys`,
-//! expired records go first, then the least used.
+//! records with nothing to lose go first (no quota landed, due for a fetch), then the least used of
+//! the records used only once or due for a re-fetch, and only then the least used of the rest.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -17,11 +18,14 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::algorithm::Limit;
 use crate::rate::{Rate, NANOS_PER_SEC};
-use crate::room::{BoundedTable, Tagged};
+use crate::room::{BoundedTable, Freed, Tagged};
 
 /// The first retry after a failed fetch; each further failure doubles it, up to `MAX_BACKOFF_NS`.
 pub const FIRST_BACKOFF_NS: u64 = NANOS_PER_SEC;
 pub const MAX_BACKOFF_NS: u64 = 300 * NANOS_PER_SEC;
+
+/// `next_at` of a record whose fetch waits for a worker: never due, so no use fails or repeats it.
+pub const QUEUED: u64 = u64::MAX;
 
 /// How quotas are obtained, fixed at construction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,6 +100,8 @@ pub struct QuotaInfo {
 }
 
 /// One key's quota record.
+// Its flags are independent facts, each read on its own, not the states of one machine.
+#[allow(clippy::struct_excessive_bools)]
 #[derive(Debug, Clone, Copy)]
 pub struct QuotaSlot {
     /// `identity << 8 | uses`, as in the state map; set by the table.
@@ -110,12 +116,17 @@ pub struct QuotaSlot {
     /// The key had state before this record (its earlier record was evicted): what limit made that
     /// state is unknown, so the first quota to land reads it as it is instead of rescaling it.
     pub adopted: bool,
+    /// A fetch is queued or running (single flight).
     pub fetching: bool,
+    /// The key was used again after its record was made: a key worth keeping, unlike a flood's one-shot
+    /// keys. Kept apart from the use count, which a long enough flood decays to nothing.
+    pub reused: bool,
     /// Identifies the running fetch; an answer with another token is late and ignored.
     pub token: u32,
     pub failures: u32,
     pub since: u64,
-    /// When to fetch next (TTL or backoff); while fetching, the fetch's deadline.
+    /// When to fetch next (TTL or backoff); while a worker runs the fetch, its deadline; while the fetch
+    /// waits in the queue, [`QUEUED`]: `quota_timeout` counts from when a worker starts it.
     pub next_at: u64,
 }
 
@@ -200,9 +211,13 @@ impl QuotaTable {
         self.table.get_mut(key)
     }
 
-    /// A new record for `key` (which `get_mut` did not find), made room for first: records due for a
-    /// re-fetch go first (the next use fetches again anyway), then the least used. A record whose
-    /// fetch is queued or running stays: its answer must find it.
+    /// A new record for `key` (which `get_mut` did not find), made room for first. Records without a
+    /// good quota that are due for a fetch go first (the next use fetches anyway: nothing is lost).
+    /// Then the least used of the expendable ones: used once (a flood of one-shot keys evicts its own
+    /// records) or due for a re-fetch. Only if that frees too little, the least used of any. A busy
+    /// key's use count alone would not protect it: a flood of several times the bound between two of
+    /// its uses halves the count to nothing, below a new key's one use. A record whose fetch is queued
+    /// or running stays: its answer must find it.
     pub fn insert(&mut self, key: u64, quota: Option<Limit>, source: Source, version: u64, now: u64) -> &mut QuotaSlot {
         let slot = QuotaSlot {
             tag: 0,
@@ -212,13 +227,23 @@ impl QuotaTable {
             good: false,
             adopted: false,
             fetching: false,
+            reused: false,
             token: 0,
             failures: 0,
             since: now,
             next_at: now,
         };
         self.table.insert(key, slot, |table| {
-            table.make_room(|slot| !slot.fetching && now >= slot.next_at, |slot| slot.fetching, |_, _| ());
+            let due = |slot: &QuotaSlot| now >= slot.next_at;
+            let want = (table.len() / 8).max(1);
+            let Freed { dropped, evicted } = table.make_room(
+                |slot| !slot.fetching && !slot.good && due(slot),
+                |slot| slot.fetching || (slot.reused && !due(slot)),
+                |_, _| (),
+            );
+            if dropped + evicted < want {
+                table.make_room(|_| false, |slot| slot.fetching, |_, _| ());
+            }
         })
     }
 
@@ -425,6 +450,31 @@ mod tests {
         assert!(queue.wait_idle(Instant::now()));
         queue.close();
         assert_eq!(queue.take(Duration::from_secs(5)), None);
+    }
+
+    #[test]
+    fn one_shot_records_make_room_for_each_other_and_reused_ones_stay() {
+        let records = Arc::new(AtomicUsize::new(0));
+        let mut table = QuotaTable::new(Arc::clone(&records), 64, 1);
+        let hasher = ahash::RandomState::with_seeds(1, 2, 3, 4);
+        let busy: Vec<u64> = (0..8u64).map(|i| hasher.hash_one(("busy", i))).collect();
+        for &key in &busy {
+            let slot = table.insert(key, None, Source::Set, 0, 0);
+            (slot.good, slot.reused, slot.next_at) = (true, true, u64::MAX);
+        }
+        // Never used again: their use counts decay to nothing, yet the flood evicts only its own records.
+        for i in 0..10_000u64 {
+            table.insert(hasher.hash_one(i), None, Source::Failsafe, 0, 0).next_at = 1;
+        }
+        assert!(busy.iter().all(|&key| table.get(key).is_some()));
+        assert!(table.len() <= 64, "{}", table.len());
+        // With only reused records left to evict, the least used of them go: the bound holds.
+        for i in 0..10_000u64 {
+            let slot = table.insert(hasher.hash_one(("reused", i)), None, Source::Set, 0, 0);
+            (slot.good, slot.reused, slot.next_at) = (true, true, u64::MAX);
+        }
+        assert!(table.len() <= 64, "{}", table.len());
+        assert_eq!(records.load(Ordering::Relaxed), table.len());
     }
 
     #[test]

@@ -326,6 +326,49 @@ def test_an_async_provider_that_raises_is_a_failure(limiters: Callable[..., rk.L
     assert group_stats(limiter) == (1, 1)
 
 
+class ProviderAbort(BaseException):
+    """An exception outside ``Exception``, as a provider's own code might define."""
+
+
+@pytest.mark.parametrize("raised", [SystemExit, KeyboardInterrupt, GeneratorExit, ProviderAbort])
+def test_a_provider_raising_outside_exception_is_a_failure_and_the_worker_serves_on(
+    limiters: Callable[..., rk.Limiter], raised: type[BaseException]
+) -> None:
+    # Issue 18, item 7: such an exception ended the only worker: the failure went uncounted, the key stayed
+    # "fetching" and every later fetch waited in the queue for ever.
+    provider = Provider(raised, "5/min")
+    limiter = limiters(quota_provider=provider, failsafe="2/min", quota_workers=1)
+    limiter.check("alice")
+    assert limiter.wait_quotas(timeout=5.0)
+    source, rate, _, fetching, failures = info_of(limiter)
+    assert (source, rate, fetching, failures) == ("failsafe", rk.Rate("2/min"), False, 1)
+    assert group_stats(limiter) == (1, 1)
+    limiter.check("bob")
+    assert limiter.wait_quotas(timeout=5.0)
+    assert limiter.quota("bob", "default").source == "provider"
+    assert limiter.check("bob").limit == 5
+
+
+@pytest.mark.parametrize("raised", [SystemExit, KeyboardInterrupt, ProviderAbort])
+def test_an_async_provider_raising_outside_exception_is_a_failure_and_later_fetches_still_run(
+    limiters: Callable[..., rk.Limiter], raised: type[BaseException]
+) -> None:
+    # SystemExit and KeyboardInterrupt escaping a task also stop asyncio's loop, which every async fetch needs.
+    async def provider(peer: str, group: str) -> str:
+        if peer == "alice":
+            raise raised("quota service unavailable")
+        return "5/min"
+
+    limiter = limiters(quota_provider=provider, failsafe="2/min", quota_workers=1)
+    limiter.check("alice")
+    assert limiter.wait_quotas(timeout=5.0)
+    assert limiter.quota("alice", "default").failures == 1
+    assert group_stats(limiter) == (1, 1)
+    limiter.check("bob")
+    assert limiter.wait_quotas(timeout=5.0)
+    assert limiter.quota("bob", "default").source == "provider"
+
+
 # --- timeouts ----------------------------------------------------------------------------------------------------
 
 
@@ -371,6 +414,46 @@ def test_an_async_fetch_is_timed_out_in_real_time_by_the_worker(limiters: Callab
     source, rate, _, fetching, failures = info_of(limiter)
     assert (source, rate, fetching, failures) == ("failsafe", rk.Rate("2/min"), False, 1)
     assert group_stats(limiter) == (1, 1)
+
+
+def test_a_fetch_waiting_for_a_worker_is_never_failed_nor_queued_twice(
+    limiters: Callable[..., rk.Limiter], clock: rk.ManualClock, gate: threading.Event
+) -> None:
+    # Issue 18, item 8: quota_timeout counted from when the fetch was queued, so a fetch still waiting behind
+    # others was failed at the key's next use, and a retry queued on top while the first still ran later.
+    provider = Provider("5/min", gate=gate)
+    limiter = limiters(quota_provider=provider, failsafe="2/min", quota_timeout=2.0, quota_workers=1)
+    limiter.check("alice")
+    provider.wait_for_calls(1)  # the only worker is held by alice's fetch
+    limiter.check("bob")
+    # Bob's fetch waits far past quota_timeout, through uses that would retry a failed fetch after its backoff.
+    for _ in range(10):
+        clock.advance(5.0)
+        limiter.check("bob")
+    assert limiter.stats()["quota_queue"] == 1
+    source, rate, _, fetching, failures = info_of(limiter, "bob")
+    assert (source, rate, fetching, failures) == ("failsafe", rk.Rate("2/min"), True, 0)
+    assert group_stats(limiter) == (2, 0)
+    gate.set()
+    assert limiter.wait_quotas(timeout=5.0)
+    assert provider.calls == [("alice", "default"), ("bob", "default")]
+    assert limiter.quota("bob", "default").source == "provider"
+    assert group_stats(limiter) == (2, 0)
+
+
+def test_a_queued_fetch_superseded_by_set_quota_never_calls_the_provider(
+    limiters: Callable[..., rk.Limiter], gate: threading.Event
+) -> None:
+    provider = Provider("5/min", gate=gate)
+    limiter = limiters(quota_provider=provider, failsafe="2/min", quota_workers=1)
+    limiter.check("alice")
+    provider.wait_for_calls(1)
+    limiter.check("bob")
+    limiter.set_quota("bob", "default", "3/min")
+    gate.set()
+    assert limiter.wait_quotas(timeout=5.0)
+    assert provider.calls == [("alice", "default")]
+    assert limiter.quota("bob", "default").source == "set"
 
 
 # --- single flight, TTL, backoff ---------------------------------------------------------------------------------
@@ -602,6 +685,53 @@ async def test_athrottle_waits_for_the_first_fetch_without_blocking_the_loop(
     decision, _ = await asyncio.gather(first_request(), other_work())
     assert order == ["other", "athrottle"]
     assert (decision.allowed, decision.limit, decision.remaining) == (True, 5, 4)
+
+
+# --- bounded records ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flood_known", [False, True])
+def test_busy_accounts_keep_their_quotas_through_a_flood_of_many_times_max_keys_new_accounts(
+    limiters: Callable[..., rk.Limiter], flood_known: bool
+) -> None:
+    # Issue 18, item 9: records were evicted by use counts alone, halved once per max_keys of new keys. A flood
+    # thread holding the GIL inserts several times max_keys between two turns of the threads serving busy
+    # accounts: their counts fell to 0, below a new key's 1, and they were evicted onto the failsafe. Here each
+    # busy account is used 50 times, then 10 x max_keys one-shot accounts arrive, five times over.
+    def provider(peer: str, group: str) -> str:
+        if flood_known:
+            return "1/min"
+        raise LookupError(peer)
+
+    max_keys = 1_000
+    limiter = limiters("60/min", quota_provider=provider, failsafe="5/min", max_keys=max_keys)
+    busy = [f"account-{i}" for i in range(12)]
+    for peer in busy:
+        limiter.set_quota(peer, "default", "10/s")
+    new = 0
+    for _ in range(5):
+        for _ in range(50):
+            for peer in busy:
+                limiter.allow(peer)
+        for _ in range(10 * max_keys):
+            assert limiter.allow(f"new-{new}")
+            new += 1
+        assert limiter.wait_quotas(timeout=5.0)
+    assert {peer: limiter.quota(peer, "default").source for peer in busy} == dict.fromkeys(busy, "set")
+    assert limiter.check(busy[0]).limit == 10
+    assert limiter.stats()["quota_records"] <= max_keys
+
+
+def test_records_stay_bounded_when_every_key_is_used_again(limiters: Callable[..., rk.Limiter]) -> None:
+    # Keys used more than once are evicted last, but still evicted when nothing else is left.
+    limiter = limiters("60/min", quota_provider=Provider("5/min"), failsafe="5/min", max_keys=1_000)
+    for i in range(5_000):
+        limiter.allow(f"peer-{i}")
+        limiter.allow(f"peer-{i}")
+        if i % 100 == 0:
+            assert limiter.wait_quotas(timeout=5.0)
+    assert limiter.wait_quotas(timeout=5.0)
+    assert limiter.stats()["quota_records"] <= 1_000
 
 
 # --- quota() and set_quota ---------------------------------------------------------------------------------------

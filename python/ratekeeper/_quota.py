@@ -115,6 +115,8 @@ class QuotaWorkers:
                 self._queue.done()
                 return
             try:
+                if not limiter._start_fetch(job):  # superseded while it waited: nobody wants its answer
+                    continue
                 answer, error = self._fetch(limiter, job)
                 result = limiter._finish_fetch(job, answer, error)
                 # A fetch cut short by close() is not the provider's failure.
@@ -135,25 +137,38 @@ class QuotaWorkers:
             answer = self._provider(job.peer, job.group)
             if inspect.isawaitable(answer):
                 answer = self._run_async(answer, limiter._fetch_time_left(job))
-        except Exception as error:
+        # Anything, SystemExit and KeyboardInterrupt too: in a worker thread they can only come from the
+        # provider itself (signals reach the main thread), and letting one through would end the worker
+        # and strand every queued fetch. It is the provider's failure, counted and logged like any other.
+        except BaseException as error:
             return None, error
         return answer, None
 
     def _run_async(self, awaitable: Awaitable[Any], timeout: float) -> Any:
-        async def wait() -> Any:
-            return await awaitable
+        async def wait() -> tuple[Any, BaseException | None]:
+            try:
+                return await awaitable, None
+            except asyncio.CancelledError:
+                raise  # our own cancellation (timeout, close): the future reports it
+            # SystemExit or KeyboardInterrupt escaping a task would stop the loop for every later fetch;
+            # handed to the worker instead, which counts it as a failure.
+            except BaseException as error:
+                return None, error
 
         future = asyncio.run_coroutine_threadsafe(wait(), self._event_loop())
         with self._loop_lock:
             self._running.add(future)
         try:
-            return future.result(timeout)
+            answer, error = future.result(timeout)
         except concurrent.futures.TimeoutError:
             future.cancel()
             raise
         finally:
             with self._loop_lock:
                 self._running.discard(future)
+        if error is not None:
+            raise error
+        return answer
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:
         with self._loop_lock:

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use super::{Held, Key, KeyLock, Landing, Limiter, ShardData, Target};
 use crate::algorithm::{Limit, Log};
 use crate::error::{Error, Result};
-use crate::quota::{FetchJob, FetchQueue, QuotaInfo, QuotaSlot, Source};
+use crate::quota::{FetchJob, FetchQueue, QuotaInfo, QuotaSlot, Source, QUEUED};
 use crate::rate::Rate;
 use crate::rules::Group;
 use crate::store::{Owner, Shard};
@@ -25,8 +25,8 @@ pub enum Answer {
 
 impl Limiter {
     /// The quota in force for `key` (`None`: the rule's own limit). With `fetch_for` (the key's peer), a
-    /// key that needs one (new, expired, backed off long enough) gets a fetch queued, and a fetch past
-    /// its deadline is failed.
+    /// key that needs one (new, expired, backed off long enough) gets a fetch queued, and a fetch that a
+    /// worker started longer than `quota_timeout` ago is failed (a queued one has no deadline yet).
     #[inline]
     pub(super) fn quota_of(&self, held: &mut Held<'_>, key: Key, now: u64, fetch_for: Option<&str>) -> Option<Limit> {
         if !self.quotas_active.load(Ordering::Relaxed) {
@@ -38,7 +38,10 @@ impl Limiter {
         let settings = &self.quotas;
         let fetch_for = fetch_for.filter(|_| settings.provider);
         let slot = match shard.data.quotas.get_mut(base) {
-            Some(slot) => slot,
+            Some(slot) => {
+                slot.reused = true;
+                slot
+            }
             None if fetch_for.is_some() => {
                 let source = if group.failsafe.is_some() { Source::Failsafe } else { Source::Rule };
                 let adopted = group.primary.is_some_and(|p| shard.find(group.limit_key(base, p)).is_some());
@@ -63,7 +66,9 @@ impl Limiter {
             let job = FetchJob::new(peer.to_owned(), group.name.clone(), slot.token);
             if self.fetches.push(job) {
                 slot.fetching = true;
-                slot.next_at = now.saturating_add(settings.timeout_ns);
+                // No deadline until a worker starts it (`start_fetch`): the wait in the queue is no
+                // fault of the provider's.
+                slot.next_at = QUEUED;
                 let quota = slot.quota;
                 shard.data.counters(group.id).quota_fetches += 1;
                 return quota;
@@ -196,6 +201,23 @@ impl Limiter {
         &self.fetches
     }
 
+    /// A worker starts `job`: its `quota_timeout` counts from now, on the limiter's clock for the
+    /// key's next uses (as the worker counts it in real time). False when the job is no longer wanted
+    /// (`set_quota` superseded it, the key was reset): the worker skips the provider.
+    pub fn start_fetch(&self, job: &FetchJob) -> bool {
+        let Ok(mut key) = self.lock_group(&job.peer, &job.group) else { return false };
+        let now = self.clock.now_ns();
+        let base = key.base();
+        let (_, _, shard) = key.parts();
+        match shard.data.quotas.get_mut(base) {
+            Some(slot) if slot.fetching && slot.token == job.token => {
+                slot.next_at = now.saturating_add(self.quotas.timeout_ns);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Hands back the answer to `job`. An answer that comes after `quota_timeout` (counted from when a
     /// worker took the job) is a failure. The worker then calls `fetches().done()`, once it has logged
     /// what it must: `wait_quotas` returns when every job is done.
@@ -319,8 +341,11 @@ mod tests {
         decide(lim, peer, None, 1, 0, true).report.unwrap().remaining
     }
 
+    /// The next job, started as a worker starts it.
     fn take(lim: &Limiter) -> Option<FetchJob> {
-        lim.fetches().take(Duration::ZERO)
+        let job = lim.fetches().take(Duration::ZERO)?;
+        assert!(lim.start_fetch(&job));
+        Some(job)
     }
 
     #[test]
@@ -369,6 +394,38 @@ mod tests {
         clock.advance_ns(S);
         decide(&lim, "a", None, 1, 0, false);
         assert!(take(&lim).is_some());
+    }
+
+    #[test]
+    fn a_queued_fetch_has_no_deadline_until_a_worker_starts_it() {
+        let (lim, clock) = limiter("60/min", Some("5/min"));
+        decide(&lim, "a", None, 1, 0, false);
+        // Long past quota_timeout and any backoff, the job still waits: no failure, no second job.
+        for _ in 0..5 {
+            clock.advance_ns(10 * S);
+            decide(&lim, "a", None, 1, 0, false);
+        }
+        let (info, _) = lim.quota("a", "g").unwrap();
+        assert_eq!((info.fetching, info.failures), (true, 0));
+        assert_eq!(lim.fetches().load(), (1, 0));
+        // Started now: its deadline is quota_timeout from here.
+        let job = take(&lim).unwrap();
+        clock.advance_ns(5 * S - 1);
+        decide(&lim, "a", None, 1, 0, false);
+        assert_eq!(lim.quota("a", "g").unwrap().0.failures, 0);
+        clock.advance_ns(1);
+        decide(&lim, "a", None, 1, 0, false);
+        assert_eq!(lim.quota("a", "g").unwrap().0.failures, 1);
+        assert_eq!(lim.finish_fetch(&job, Answer::Quota(None)), Landing::Late);
+    }
+
+    #[test]
+    fn a_job_superseded_while_queued_is_not_started() {
+        let (lim, _) = limiter("60/min", Some("5/min"));
+        decide(&lim, "a", None, 1, 0, false);
+        lim.set_quota("a", "g", Some("10/min".parse().unwrap())).unwrap();
+        let job = lim.fetches().take(Duration::ZERO).unwrap();
+        assert!(!lim.start_fetch(&job));
     }
 
     #[test]

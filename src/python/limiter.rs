@@ -813,6 +813,11 @@ impl PyLimiter {
         PyFetchQueue { inner: Arc::clone(self.inner.fetches()) }
     }
 
+    /// A worker starts `job` (its `quota_timeout` counts from now); False: no longer wanted, skip it.
+    fn _start_fetch(&self, job: &Bound<'_, PyFetchJob>) -> bool {
+        self.inner.start_fetch(&job.get().job)
+    }
+
     /// Seconds a worker may still wait for the provider's answer to `job`.
     fn _fetch_time_left(&self, job: &Bound<'_, PyFetchJob>) -> f64 {
         time_left(&self.inner, &job.get().job)
