@@ -22,6 +22,7 @@ NAN, INF = float("nan"), float("inf")
 HUGE = 2**70
 LONE = "\ud800"
 BIG = "a" * 10_000_000  # 10 MB
+URL = "redis://127.0.0.1:6379/0"  # only parsed: Redis(...) connects at the first request
 
 Call = Callable[[rk.Limiter], object]
 
@@ -95,6 +96,9 @@ DURATIONS: dict[str, tuple[str, Callable[[rk.Limiter, object], object]]] = {
     "Limiter.quota_ttl": ("quota_ttl", lambda lim, v: rk.Limiter("1/s", quota_ttl=v)),
     "Limiter.quota_timeout": ("quota_timeout", lambda lim, v: rk.Limiter("1/s", quota_timeout=v)),
     "Limiter.quota_wait": ("quota_wait", lambda lim, v: rk.Limiter("1/s", quota_wait=v)),
+    "Redis.timeout": ("timeout", lambda lim, v: rk.Redis(URL, timeout=v)),
+    "Redis.sync_interval": ("sync_interval", lambda lim, v: rk.Redis(URL, sync_interval=v)),
+    "Redis.lease_ttl": ("lease_ttl", lambda lim, v: rk.Redis(URL, lease_ttl=v)),
 }
 DURATION_VALUES: list[tuple[str, object, type[Exception]]] = [
     ("str", "1", rk.InvalidType),
@@ -107,12 +111,14 @@ DURATION_VALUES: list[tuple[str, object, type[Exception]]] = [
 ]
 # +inf means "for ever" where waiting for ever is meaningful; elsewhere it is refused.
 INF_REFUSED = {"Rate.per", "ManualClock.start", "ManualClock.advance", "Quotas.ttl", "Quotas.timeout"}
-INF_REFUSED |= {"Limiter.quota_ttl", "Limiter.quota_timeout"}
+INF_REFUSED |= {"Limiter.quota_ttl", "Limiter.quota_timeout", "Redis.timeout", "Redis.sync_interval", "Redis.lease_ttl"}
 # Zero is refused where a positive duration is needed.
 ZERO_REFUSED = {"Rate.per", "Quotas.ttl", "Quotas.timeout", "Limiter.quota_ttl", "Limiter.quota_timeout"}
+ZERO_REFUSED |= {"Redis.timeout", "Redis.sync_interval", "Redis.lease_ttl"}
 # A huge finite value: what can hold 2**70 seconds (a timeout) takes it; a clock or a period cannot.
 HUGE_ACCEPTED = {"throttle.timeout", "athrottle.timeout", "wait_quotas.timeout", "Quotas.wait", "Limiter.quota_wait"}
 HUGE_ACCEPTED |= {"Quotas.ttl", "Quotas.timeout", "Limiter.quota_ttl", "Limiter.quota_timeout"}
+HUGE_ACCEPTED |= {"Redis.timeout", "Redis.sync_interval", "Redis.lease_ttl"}
 
 # Each entry point that takes a str, called with `value` for it.
 TEXTS: dict[str, tuple[str, Callable[[rk.Limiter, object], object]]] = {
@@ -146,6 +152,11 @@ TEXTS: dict[str, tuple[str, Callable[[rk.Limiter, object], object]]] = {
     "add_group.name": ("name", lambda lim, v: add_group(lim, v, ["1/s"])),
     "Rule.pattern": ("pattern", lambda lim, v: rk.Rule(v, "g", "1/s")),
     "Rule.group": ("group", lambda lim, v: rk.Rule("", v, "1/s")),
+    "Redis.url": ("url", lambda lim, v: rk.Redis(v)),
+    "Redis.mode": ("mode", lambda lim, v: rk.Redis(URL, mode=v)),
+    "Redis.prefix": ("prefix", lambda lim, v: rk.Redis(URL, prefix=v)),
+    "Redis.on_error": ("on_error", lambda lim, v: rk.Redis(URL, on_error=v)),
+    "Redis.tls_ca_file": ("tls_ca_file", lambda lim, v: rk.Redis(URL, tls_ca_file=v)),
     "Limiter.exempt_peers": ("exempt_peers", lambda lim, v: rk.Limiter("1/s", exempt_peers=[v])),
     "Limiter.exempt_paths": ("exempt_paths", lambda lim, v: rk.Limiter("1/s", exempt_paths=[v])),
     "from_config.exempt_peers": (
@@ -163,10 +174,12 @@ TEXT_VALUES: list[tuple[str, object, type[Exception]]] = [
 # Optional str arguments take None; the others refuse it.
 NONE_ACCEPTED = {k for k in TEXTS if k.endswith((".path", ".group"))} - {"Rule.group", "set_quota.group"}
 NONE_ACCEPTED |= {"reset.peer", "group_policy.peer", "top_refused.group", "top_refused_error.group"}
+NONE_ACCEPTED |= {"Redis.tls_ca_file"}
 NONE_ACCEPTED -= {"group_policy.group", "quota.group", "absorb.group", "update_rule.group"}
 # Where a 10 MB str is a valid value (a key or a name); elsewhere it names nothing or is too big a regex.
 BIG_ACCEPTED = {k for k in TEXTS if k.endswith(".peer")} | {k for k in TEXTS if k.endswith(".path")}
 BIG_ACCEPTED |= {"Rule.group", "add_group.name", "Limiter.exempt_peers", "from_config.exempt_peers"}
+BIG_ACCEPTED |= {"Redis.prefix"}  # a key prefix: long, but a str like another
 
 # Rates, policies, algorithms and other one-off arguments.
 RATES: dict[str, tuple[str, Callable[[rk.Limiter, object], object]]] = {

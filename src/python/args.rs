@@ -238,6 +238,8 @@ pub mod field {
         /// A timeout that may be None (no limit): `throttle`'s, `wait_quotas`'s.
         optional_timeout -> Option<f64> = |o| optional(o, |o| seconds("timeout", o))?;
         wait -> f64 = |o| seconds("wait", o)?;
+        sync_interval -> f64 = |o| seconds("sync_interval", o)?;
+        lease_ttl -> f64 = |o| seconds("lease_ttl", o)?;
         per -> Option<f64> = |o| optional(o, |o| seconds("per", o))?;
         start -> f64 = |o| seconds("start", o)?;
         /// `seconds` of `ManualClock.advance`.
@@ -247,12 +249,39 @@ pub mod field {
         rates -> bool = |o| flag("rates", o)?;
     }
 
+    /// `tls_ca_file` of `Redis`: a path, or None.
+    pub fn tls_ca_file(obj: &Bound<'_, PyAny>) -> PyResult<Option<std::path::PathBuf>> {
+        if obj.is_none() {
+            return Ok(None);
+        }
+        obj.extract::<std::path::PathBuf>().map(Some).map_err(|_| {
+            if obj.is_instance_of::<pyo3::types::PyString>() {
+                Error::value("tls_ca_file", "must be a path the file system can encode").into()
+            } else {
+                let message = format!("must be a str or os.PathLike, got {}", super::type_name(obj));
+                Error::type_error("tls_ca_file", message).into()
+            }
+        })
+    }
+
     pub fn algorithm<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<&'a str> {
         text("algorithm", obj)
     }
 
     pub fn policy<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<&'a str> {
         text("policy", obj)
+    }
+
+    pub fn mode<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<&'a str> {
+        text("mode", obj)
+    }
+
+    pub fn prefix<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<&'a str> {
+        text("prefix", obj)
+    }
+
+    pub fn on_error<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<&'a str> {
+        text("on_error", obj)
     }
 }
 
