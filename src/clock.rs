@@ -3,6 +3,14 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+/// The latest instant a manual clock may be set or moved to: 2**62 ns, about 146 years. Past 2**64 ns
+/// the time would saturate (and read as infinity, where every request is admitted); the margin keeps
+/// deadlines (an instant plus a wait) and the algorithms' sums far from it.
+pub const MAX_MANUAL_NS: u64 = 1 << 62;
+
+/// The latest deadline a wait may move a manual clock to: `MAX_MANUAL_NS` plus more than any wait.
+pub const MAX_DEADLINE_NS: u64 = 1 << 63;
+
 /// A clock advanced by hand: tests move time instead of sleeping (as governor's `FakeRelativeClock`).
 #[derive(Debug, Default)]
 pub struct ManualClock {
@@ -21,6 +29,13 @@ impl ManualClock {
 
     pub fn advance_ns(&self, by: u64) {
         self.nanos.fetch_add(by, Ordering::AcqRel);
+    }
+
+    /// Moves the clock `by` nanoseconds forward unless that would carry it past `MAX_MANUAL_NS`;
+    /// returns the new time, or `None` (and leaves the clock) if it would.
+    pub fn try_advance_ns(&self, by: u64) -> Option<u64> {
+        let moved = |now: u64| now.checked_add(by).filter(|&t| t <= MAX_MANUAL_NS);
+        self.nanos.fetch_update(Ordering::AcqRel, Ordering::Acquire, moved).ok().and_then(moved)
     }
 
     /// Moves the clock to `deadline` unless it is already past it; what a wait on this clock does,
@@ -80,6 +95,15 @@ mod tests {
         assert_eq!(clock.now_ns(), 15);
         clock.advance_to_ns(40);
         assert_eq!(clock.now_ns(), 40);
+    }
+
+    #[test]
+    fn manual_clock_stops_short_of_its_end() {
+        let clock = ManualClock::new(MAX_MANUAL_NS - 10);
+        assert_eq!(clock.try_advance_ns(10), Some(MAX_MANUAL_NS));
+        assert_eq!(clock.try_advance_ns(1), None);
+        assert_eq!(clock.try_advance_ns(u64::MAX), None);
+        assert_eq!(clock.now_ns(), MAX_MANUAL_NS);
     }
 
     #[test]

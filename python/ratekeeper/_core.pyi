@@ -161,7 +161,11 @@ class ManualClock:
     """A clock that moves only when told to, for tests. Waits on it advance it instead of sleeping.
 
     Args:
-        start: the initial reading in seconds.
+        start: the initial reading in seconds, from 0 to 2**62 ns (about 146 years).
+
+    Raises:
+        InvalidValue: a ``start`` that is negative, NaN, infinite or past 2**62 ns.
+        InvalidType: a ``start`` that is not a number (a bool included).
     """
 
     def __new__(cls, start: float = 0.0) -> ManualClock: ...
@@ -171,7 +175,10 @@ class ManualClock:
         """Moves the clock forward.
 
         Raises:
-            InvalidValue: a negative, NaN or infinite number of seconds.
+            InvalidValue: a negative, NaN or infinite number of seconds, or a move that would carry the
+                clock past 2**62 ns (about 146 years; the clock is then unchanged). Past 2**64 ns time
+                would saturate and every request be admitted.
+            InvalidType: ``seconds`` that is not a number (a bool included).
         """
     def _advance_to_ns(self, deadline_ns: int) -> None: ...
 
@@ -517,7 +524,7 @@ class Limiter:
         path: str | None,
         group: str | None,
         cost: int,
-        max_wait: float | None,
+        timeout: float | None,
         wait_quota: bool = True,
     ) -> _Reservation: ...
     def _reserve_remote(
@@ -526,7 +533,7 @@ class Limiter:
         path: str | None,
         group: str | None,
         cost: int,
-        max_wait: float | None,
+        timeout: float | None,
         future: asyncio.Future[_Reservation],
         completions: _Completions,
         permits: bool = False,

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ratekeeper._core import Decision, Limit, ManualClock, Rate, Rule, _Completions, _Reservation
 from ratekeeper._core import Limiter as _CoreLimiter
-from ratekeeper._errors import InvalidValue, RateLimited
+from ratekeeper._errors import InvalidArgument, InvalidValue, RateLimited
 from ratekeeper._manual_wait import ManualWaits
 from ratekeeper._quota import QuotaWorkers
 from ratekeeper._stats import PolicyName
@@ -169,9 +169,13 @@ class Limiter(_CoreLimiter):
 
         Raises:
             InvalidValue: ``name`` is a group with other limits, or a bad limit.
+            InvalidType: ``name`` is not a str, ``limits`` not a list of limits.
         """
-        limits = list(limits)
-        wanted = Rule(NAMED_ONLY, name, limits=limits, policy=policy, reduction=reduction)
+        try:
+            # Rule takes any iterable of limits and refuses a single str (list() would split it up).
+            wanted = Rule(NAMED_ONLY, name, limits=limits, policy=policy, reduction=reduction)
+        except InvalidArgument as error:
+            raise (error.at("name", drop=1) if error.loc[:1] == ("group",) else error) from None
         rules = self.rules
         for rule in rules:
             if rule.group == name:

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 
-use super::args::positive_seconds;
+use super::args::{field, positive_seconds, str_arg, type_name};
 use crate::backend::client::{redact, Client};
 use crate::backend::{OnError, Settings};
 use crate::error::Error;
@@ -27,20 +27,19 @@ impl PyRedis {
     #[allow(clippy::too_many_arguments)]
     fn py_new(
         url: &Bound<'_, PyAny>,
-        mode: &str,
-        timeout: f64,
-        prefix: &str,
-        on_error: &str,
-        sync_interval: f64,
-        tls_ca_file: Option<std::path::PathBuf>,
-        lease_ttl: f64,
+        #[pyo3(from_py_with = field::mode)] mode: &str,
+        #[pyo3(from_py_with = field::timeout)] timeout: f64,
+        #[pyo3(from_py_with = field::prefix)] prefix: &str,
+        #[pyo3(from_py_with = field::on_error)] on_error: &str,
+        #[pyo3(from_py_with = field::sync_interval)] sync_interval: f64,
+        #[pyo3(from_py_with = field::tls_ca_file)] tls_ca_file: Option<std::path::PathBuf>,
+        #[pyo3(from_py_with = field::lease_ttl)] lease_ttl: f64,
     ) -> PyResult<Self> {
-        let url: String = url.extract().map_err(|_| {
-            Error::type_error(
-                "url",
-                format!("must be a str such as 'redis://localhost:6379/0', got {}", super::args::type_name(url)),
-            )
-        })?;
+        if !url.is_instance_of::<pyo3::types::PyString>() {
+            let message = format!("must be a str such as 'redis://localhost:6379/0', got {}", type_name(url));
+            return Err(Error::type_error("url", message).into());
+        }
+        let url = str_arg("url", url)?;
         let mode = match mode {
             "exact" => "exact",
             "sync" => "sync",

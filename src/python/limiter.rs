@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 
 use super::aio::{Completion, PyCompletions};
-use super::args::{nanos, optional_text, positive_int, secs, strings, target, text, type_name, Cost};
+use super::args::{field, nanos, optional_text, positive_int, secs, strings, target, text, type_name, Cost};
 use super::backend::PyRedis;
 use super::fetch::{finish, time_left, PyFetchJob, PyFetchQueue, PyFetchResult};
 use super::values::{
@@ -278,7 +278,7 @@ fn quota_settings(
     failsafe: Option<&Bound<'_, PyAny>>,
     ttl: Option<f64>,
     timeout: Option<f64>,
-    workers: Option<i64>,
+    workers: Option<u64>,
     wait: Option<f64>,
 ) -> PyResult<Py<PyQuotas>> {
     let keywords = provider.is_some_and(|p| !p.is_none())
@@ -321,18 +321,18 @@ impl PyLimiter {
         rules: Option<&Bound<'_, PyAny>>,
         exempt_peers: Option<&Bound<'_, PyAny>>,
         exempt_paths: Option<&Bound<'_, PyAny>>,
-        max_keys: i64,
+        #[pyo3(from_py_with = field::max_keys)] max_keys: usize,
         burst: Option<&Bound<'_, PyAny>>,
-        algorithm: &str,
+        #[pyo3(from_py_with = field::algorithm)] algorithm: &str,
         clock: Option<&Bound<'_, PyAny>>,
         quotas: Option<&Bound<'_, PyAny>>,
-        track_usage: bool,
+        #[pyo3(from_py_with = field::track_usage)] track_usage: bool,
         quota_provider: Option<&Bound<'_, PyAny>>,
         failsafe: Option<&Bound<'_, PyAny>>,
-        quota_ttl: Option<f64>,
-        quota_timeout: Option<f64>,
-        quota_workers: Option<i64>,
-        quota_wait: Option<f64>,
+        #[pyo3(from_py_with = field::quota_ttl)] quota_ttl: Option<f64>,
+        #[pyo3(from_py_with = field::quota_timeout)] quota_timeout: Option<f64>,
+        #[pyo3(from_py_with = field::quota_workers)] quota_workers: Option<u64>,
+        #[pyo3(from_py_with = field::quota_wait)] quota_wait: Option<f64>,
         backend: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let mut specs = match rules.filter(|r| !r.is_none()) {
@@ -346,10 +346,6 @@ impl PyLimiter {
             }
             None => {}
         }
-        let max_keys = usize::try_from(max_keys)
-            .ok()
-            .filter(|&n| n >= 1)
-            .ok_or_else(|| Error::value("max_keys", format!("must be a positive integer, got {max_keys}")))?;
         let (clock, manual) = match clock.filter(|c| !c.is_none()) {
             None => (Clock::monotonic(), None),
             Some(c) => {
@@ -433,8 +429,8 @@ impl PyLimiter {
         Ok(self.decide_now(py, peer, path, group, Request::new(cost.0))?.outcome.allowed)
     }
 
-    /// Admits now or reserves a later slot within `max_wait` seconds (None: any wait).
-    #[pyo3(signature = (peer, path, group, cost, max_wait, wait_quota=true))]
+    /// Admits now or reserves a later slot within `timeout` seconds (None: any wait).
+    #[pyo3(signature = (peer, path, group, cost, timeout, wait_quota=true))]
     #[allow(clippy::too_many_arguments)]
     fn _reserve(
         &self,
@@ -443,21 +439,21 @@ impl PyLimiter {
         path: Option<&Bound<'_, PyAny>>,
         group: Option<&Bound<'_, PyAny>>,
         cost: Cost,
-        max_wait: Option<f64>,
+        #[pyo3(from_py_with = field::optional_timeout)] timeout: Option<f64>,
         wait_quota: bool,
     ) -> PyResult<PyReservation> {
         let (peer, target) = (text("peer", peer)?, target(path, group)?);
         if wait_quota {
             self.wait_first_fetch(py, peer, target);
         }
-        let request = Request::new(cost.0).reporting().waiting(nanos("timeout", max_wait)?);
+        let request = Request::new(cost.0).reporting().waiting(nanos("timeout", timeout)?);
         let decision = self.decide_anywhere(py, peer, target, request)?;
         self.reservation(py, &decision)
     }
 
     /// `_reserve` for asyncio with a backend: completes `future` with the `_Reservation` once Redis
     /// answers, through `completions` (the running loop's channel), never blocking the loop.
-    #[pyo3(signature = (peer, path, group, cost, max_wait, future, completions, permits=false, report=true))]
+    #[pyo3(signature = (peer, path, group, cost, timeout, future, completions, permits=false, report=true))]
     #[allow(clippy::too_many_arguments)]
     fn _reserve_remote(
         slf: &Bound<'_, Self>,
@@ -465,7 +461,7 @@ impl PyLimiter {
         path: Option<&Bound<'_, PyAny>>,
         group: Option<&Bound<'_, PyAny>>,
         cost: Cost,
-        max_wait: Option<f64>,
+        #[pyo3(from_py_with = field::optional_timeout)] timeout: Option<f64>,
         future: &Bound<'_, PyAny>,
         completions: &Bound<'_, PyCompletions>,
         permits: bool,
@@ -478,7 +474,7 @@ impl PyLimiter {
         };
         let (peer, target) = (text("peer", peer)?, target(path, group)?);
         let take = if permits { Take::RatesAndPermits } else { Take::Rates };
-        let mut request = Request::new(cost.0).waiting(nanos("timeout", max_wait)?).taking(take);
+        let mut request = Request::new(cost.0).waiting(nanos("timeout", timeout)?).taking(take);
         if report {
             request = request.reporting();
         }
@@ -533,7 +529,7 @@ impl PyLimiter {
         path: Option<&Bound<'_, PyAny>>,
         group: Option<&Bound<'_, PyAny>>,
         cost: Cost,
-        rates: bool,
+        #[pyo3(from_py_with = field::rates)] rates: bool,
     ) -> PyResult<PyDecision> {
         let (peer, target) = (text("peer", peer)?, target(path, group)?);
         let take = if rates { Take::RatesAndPermits } else { Take::Permits };
@@ -561,21 +557,21 @@ impl PyLimiter {
     /// Gives `n` tokens back to the key's rate limits (seed 003's manual reduction): every rate limit
     /// under policy "all", the last one (the fallback) under "fallback". False when nothing limits the
     /// request or the group disables reduction.
-    #[pyo3(signature = (peer, path=None, n=Cost(1), *, group=None), text_signature = "(self, peer, path=None, n=1, *, group=None)")]
+    #[pyo3(signature = (peer, path=None, n=1, *, group=None))]
     fn reduce(
         &self,
         py: Python<'_>,
         peer: &Bound<'_, PyAny>,
         path: Option<&Bound<'_, PyAny>>,
-        n: Cost,
+        #[pyo3(from_py_with = field::n)] n: u64,
         group: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         let (peer, target) = (text("peer", peer)?, target(path, group)?);
         if let Some(backend) = &self.backend {
             let now = self.clock.as_ref().map(|_| self.inner.now_ns());
-            return Ok(py.detach(|| backend.reduce(&self.inner, peer, target, n.0, now))?);
+            return Ok(py.detach(|| backend.reduce(&self.inner, peer, target, n, now))?);
         }
-        Ok(self.inner.reduce(peer, target, n.0)?)
+        Ok(self.inner.reduce(peer, target, n)?)
     }
 
     /// Where the request of `peer` goes and what limits it (its per-key quota applied); None when it is
@@ -743,14 +739,18 @@ impl PyLimiter {
 
     /// The `n` peers refused most (in `group`, or in every group), most first, from bounded sketches.
     #[pyo3(signature = (n = 10, group = None))]
-    fn top_refused(&self, n: usize, group: Option<&str>) -> PyResult<Vec<(String, u64)>> {
-        Ok(self.inner.top_refused(n, group)?.peers)
+    fn top_refused(
+        &self,
+        #[pyo3(from_py_with = field::top_n)] n: usize,
+        group: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Vec<(String, u64)>> {
+        Ok(self.inner.top_refused(n, optional_text("group", group)?)?.peers)
     }
 
     /// How far `top_refused`'s counts may be from the true counts (for one group: only above them).
     #[pyo3(signature = (group = None))]
-    fn top_refused_error(&self, group: Option<&str>) -> PyResult<u64> {
-        Ok(self.inner.top_refused(0, group)?.error_bound)
+    fn top_refused_error(&self, group: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {
+        Ok(self.inner.top_refused(0, optional_text("group", group)?)?.error_bound)
     }
 
     fn __len__(&self) -> usize {
@@ -801,7 +801,11 @@ impl PyLimiter {
     }
 
     #[pyo3(signature = (timeout=None))]
-    fn wait_quotas(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
+    fn wait_quotas(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = field::optional_timeout)] timeout: Option<f64>,
+    ) -> PyResult<bool> {
         let timeout = Duration::from_nanos(nanos("timeout", timeout)?.min(u64::MAX / 4));
         let deadline =
             Instant::now().checked_add(timeout).unwrap_or_else(|| Instant::now() + Duration::from_secs(1 << 32));

@@ -6,10 +6,12 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
-use super::args::{nanos, positive_int, positive_seconds, secs, str_arg, type_name};
+use super::args::{
+    clock_nanos, field, nanos, not_unicode, positive_int, positive_seconds, secs, str_arg, type_name, MAX_MANUAL_SECS,
+};
 use crate::algorithm::Report;
 use crate::algorithm::{Kind, Limit};
-use crate::clock::ManualClock;
+use crate::clock::{ManualClock, MAX_DEADLINE_NS};
 use crate::config::{Pattern, Policy, RuleSpec};
 use crate::error::Error;
 use crate::limiter::{Decision, GroupPolicy, Refusal, Resolution};
@@ -33,7 +35,7 @@ impl PyRate {
             return Ok(rate.get().inner);
         }
         if let Ok(text) = obj.cast::<PyString>() {
-            let text = text.to_str().map_err(|_| Error::value(field, "must be valid UTF-8"))?;
+            let text = text.to_str().map_err(|_| not_unicode(field))?;
             return text.parse::<rate::Rate>().map_err(|e| e.within(field));
         }
         Err(Error::type_error(field, format!("must be a rate string like '10/min' or a Rate, got {}", type_name(obj))))
@@ -44,13 +46,11 @@ impl PyRate {
 impl PyRate {
     #[new]
     #[pyo3(signature = (spec, per=None))]
-    fn py_new(spec: &Bound<'_, PyAny>, per: Option<f64>) -> PyResult<Self> {
+    fn py_new(spec: &Bound<'_, PyAny>, #[pyo3(from_py_with = field::per)] per: Option<f64>) -> PyResult<Self> {
         match per {
             None => Ok(Self { inner: Self::from_arg("rate", spec)? }),
             Some(per) => {
-                let count = spec
-                    .extract::<u64>()
-                    .map_err(|_| Error::type_error("count", format!("must be a positive int with per=, got {spec}")))?;
+                let count = positive_int("count", spec)?;
                 Ok(Self { inner: rate::Rate::per_seconds(count, per)? })
             }
         }
@@ -113,7 +113,7 @@ impl PyLimit {
     fn py_new(
         rate: Option<&Bound<'_, PyAny>>,
         burst: Option<&Bound<'_, PyAny>>,
-        algorithm: &str,
+        #[pyo3(from_py_with = field::algorithm)] algorithm: &str,
         concurrency: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let rate = rate.filter(|r| !r.is_none());
@@ -192,10 +192,10 @@ impl PyRule {
         group: &Bound<'_, PyAny>,
         rate: Option<&Bound<'_, PyAny>>,
         burst: Option<&Bound<'_, PyAny>>,
-        algorithm: &str,
+        #[pyo3(from_py_with = field::algorithm)] algorithm: &str,
         limits: Option<&Bound<'_, PyAny>>,
-        policy: &str,
-        reduction: bool,
+        #[pyo3(from_py_with = field::policy)] policy: &str,
+        #[pyo3(from_py_with = field::reduction)] reduction: bool,
     ) -> PyResult<Self> {
         let pattern = Pattern::new(&str_arg("pattern", pattern)?)?;
         let group = str_arg("group", group)?;
@@ -296,25 +296,33 @@ pub struct PyManualClock {
 impl PyManualClock {
     #[new]
     #[pyo3(signature = (start=0.0))]
-    fn py_new(start: f64) -> PyResult<Self> {
-        Ok(Self { inner: Arc::new(ManualClock::new(nanos("start", Some(start))?)) })
+    fn py_new(#[pyo3(from_py_with = field::start)] start: f64) -> PyResult<Self> {
+        Ok(Self { inner: Arc::new(ManualClock::new(clock_nanos("start", start)?)) })
     }
 
     fn now(&self) -> f64 {
         secs(self.inner.now_ns())
     }
 
-    fn advance(&self, seconds: f64) -> PyResult<()> {
-        if seconds.is_infinite() {
-            return Err(Error::value("seconds", "must be finite").into());
+    /// Refuses a move that would carry the clock past 2**62 ns (about 146 years), where time would
+    /// soon saturate and every request be admitted.
+    fn advance(&self, #[pyo3(from_py_with = field::advance_by)] seconds: f64) -> PyResult<()> {
+        let by = clock_nanos("seconds", seconds)?;
+        if self.inner.try_advance_ns(by).is_none() {
+            let now = secs(self.inner.now_ns());
+            let message = format!("would carry the clock from {now} past {MAX_MANUAL_SECS} seconds, got {seconds:?}");
+            return Err(Error::value("seconds", message).into());
         }
-        self.inner.advance_ns(nanos("seconds", Some(seconds))?);
         Ok(())
     }
 
-    /// Moves the clock to an instant in nanoseconds unless it is already past it.
-    fn _advance_to_ns(&self, deadline_ns: u64) {
+    /// Moves the clock to an instant in nanoseconds unless it is already past it (a wait's deadline).
+    fn _advance_to_ns(&self, deadline_ns: u64) -> PyResult<()> {
+        if deadline_ns > MAX_DEADLINE_NS {
+            return Err(Error::value("deadline_ns", format!("must be at most 2**63, got {deadline_ns}")).into());
+        }
         self.inner.advance_to_ns(deadline_ns);
+        Ok(())
     }
 
     fn __repr__(&self) -> String {
@@ -342,7 +350,7 @@ pub struct PyQuotas {
 /// The defaults of the quota keywords that came before `Quotas` (those of `Quotas()` itself).
 pub const DEFAULT_QUOTA_TTL: f64 = 300.0;
 pub const DEFAULT_QUOTA_TIMEOUT: f64 = 5.0;
-pub const DEFAULT_QUOTA_WORKERS: i64 = 4;
+pub const DEFAULT_QUOTA_WORKERS: u64 = 4;
 
 impl PyQuotas {
     /// Checked settings.
@@ -352,7 +360,7 @@ impl PyQuotas {
     pub fn new(
         provider: Option<&Bound<'_, PyAny>>,
         failsafe: Option<&Bound<'_, PyAny>>,
-        (ttl, timeout, workers, wait): (f64, f64, i64, f64),
+        (ttl, timeout, workers, wait): (f64, f64, u64, f64),
         prefix: &str,
     ) -> Result<Self, Error> {
         let field = |name: &str| format!("{prefix}{name}");
@@ -392,10 +400,10 @@ impl PyQuotas {
     fn py_new(
         provider: Option<&Bound<'_, PyAny>>,
         failsafe: Option<&Bound<'_, PyAny>>,
-        ttl: f64,
-        timeout: f64,
-        workers: i64,
-        wait: f64,
+        #[pyo3(from_py_with = field::ttl)] ttl: f64,
+        #[pyo3(from_py_with = field::timeout)] timeout: f64,
+        #[pyo3(from_py_with = field::workers)] workers: u64,
+        #[pyo3(from_py_with = field::wait)] wait: f64,
     ) -> PyResult<Self> {
         Ok(Self::new(provider, failsafe, (ttl, timeout, workers, wait), "")?)
     }
