@@ -216,3 +216,41 @@ def test_a_changed_quota_carries_usage_over_as_in_memory(
             memory.set_quota("alice", "default", quota)
             redis.set_quota("alice", "default", quota)
         assert seen(redis.check("alice")) == seen(memory.check("alice"))
+
+
+@pytest.mark.parametrize("algorithm", [a for a in ALGORITHMS if a != "sliding_log"])
+def test_toggling_a_quota_between_two_rates_on_a_frozen_clock_admits_the_larger_burst_once(
+    pair: Callable[..., tuple[rk.Limiter, ...]], algorithm: rk.Algorithm
+) -> None:
+    # The script's rescale used to count usage only up to the smaller burst and forget the rest.
+    memory, redis, _, _ = pair(rate="20/s", algorithm=algorithm)
+    for lim in (memory, redis):
+        total = sum(lim.allow("alice") for _ in range(50))
+        for i in range(10):
+            lim.set_quota("alice", "default", ["10/min", "20/s"][i % 2])
+            total += sum(lim.allow("alice") for _ in range(50))
+        assert total == 20
+    assert seen(redis.check("alice")) == seen(memory.check("alice"))
+
+
+@pytest.mark.parametrize("algorithm", ["gcra", "token_bucket"])
+def test_a_cancelled_wait_under_a_later_one_gives_nothing_back_as_in_memory(
+    pair: Callable[..., tuple[rk.Limiter, ...]], algorithm: rk.Algorithm
+) -> None:
+    memory, redis, _, _ = pair(rate="10/s", burst=1, algorithm=algorithm)
+    waits = []
+    for lim in (memory, redis):
+        assert lim.allow("alice")
+        held = [lim._reserve("alice", None, None, 1, 5.0) for _ in range(3)]
+        lim._refund("alice", None, None, 1, held[1])
+        waits.append(lim._reserve("alice", None, None, 1, 5.0).wait)
+    # Slots at 0.1, 0.2 (cancelled) and 0.3: the newcomer goes after the last one held.
+    assert waits == [pytest.approx(0.4), pytest.approx(0.4)]
+
+
+def test_a_huge_reduction_of_a_sliding_log_returns_at_once(pair: Callable[..., tuple[rk.Limiter, ...]]) -> None:
+    memory, redis, _, _ = pair(rate="5/min", algorithm="sliding_log")
+    for lim in (memory, redis):
+        assert sum(lim.allow("alice") for _ in range(5)) == 5
+        assert lim.reduce("alice", n=2**63 - 1)
+    assert seen(redis.check("alice")) == seen(memory.check("alice"))

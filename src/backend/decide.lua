@@ -287,7 +287,8 @@ algorithms.sliding_log = {
     redis.call('ZREMRANGEBYSCORE', key, 0, str(-l.p2 - st.off))
     if st.meta then redis.call('ZREM', key, st.meta) end
     if admit.remove then
-      for _ = 1, admit.remove do
+      -- Never more rounds than stamps (a reduction may ask for 2^63 - 1).
+      for _ = 1, math.min(admit.remove, redis.call('ZCARD', key)) do
         local found = redis.call('ZRANGEBYSCORE', key, str(admit.at - st.off), str(admit.at - st.off), 'LIMIT', 0, 1)[1]
           or redis.call('ZREVRANGEBYSCORE', key, '+inf', '0', 'LIMIT', 0, 1)[1]
         if found then redis.call('ZREM', key, found) end
