@@ -101,6 +101,23 @@ impl Log {
         if units == 0 {
             return;
         }
+        // Stamps mostly come in order: then the new run goes last, with nothing after it to move.
+        match self.runs.back_mut() {
+            Some(last) if last.at == at => {
+                last.end = last.end.saturating_add(units);
+                return;
+            }
+            Some(last) if last.at < at => {
+                let end = last.end.saturating_add(units);
+                self.runs.push_back(Run { at, end });
+                return;
+            }
+            None => {
+                self.runs.push_back(Run { at, end: self.start.saturating_add(units) });
+                return;
+            }
+            Some(_) => {}
+        }
         let position = self.first_where(|t| t <= at);
         let shift_from = if position > 0 && self.runs[position - 1].at == at {
             position - 1
