@@ -117,3 +117,22 @@ def test_top_refuses_bad_options_naming_them(option: str, value: str, capsys: py
         main(["top", "http://127.0.0.1:9/metrics", option, value])
     assert exit_.value.code == 2
     assert f"argument {option}" in capsys.readouterr().err
+
+
+def test_top_keeps_several_limiters_of_one_endpoint_apart(capsys: pytest.CaptureFixture[str]) -> None:
+    edge = rk.Limiter(rules=[rk.Rule("^/", "api", "2/min")])
+    admin = rk.Limiter(rules=[rk.Rule("^/", "api", "1/min")])
+    registry = CollectorRegistry()
+    registry.register(RateLimitCollector({"edge": edge, "admin": admin}, top_refused=5))
+    for _ in range(5):
+        edge.allow("mallory", "/x")
+    for _ in range(3):
+        admin.allow("trudy", "/x")
+    with Server(make_asgi_app(registry)) as client:
+        assert main(["top", f"{client.base_url}/"]) == 0
+    printed = capsys.readouterr().out
+    rows = table(printed)
+    assert (rows["edge/api"]["allowed"], rows["edge/api"]["refused"]) == ("2", "3")
+    assert (rows["admin/api"]["allowed"], rows["admin/api"]["refused"]) == ("1", "2")
+    assert "edge:mallory (3)" in printed
+    assert "admin:trudy (2)" in printed

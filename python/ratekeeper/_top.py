@@ -32,6 +32,13 @@ class Scrape:
         return sum(results.get(result, 0.0) for results in self.requests.values())
 
 
+def _row(labels: dict[str, str], *known: str) -> str:
+    """A series' row name: its group, behind the limiter's name when one endpoint exports several
+    (``RateLimitCollector({"edge": a, "api": b})`` labels each series with its limiter: ``edge/login``)."""
+    others = [value for name, value in sorted(labels.items()) if name not in known]
+    return "/".join([*others, labels["group"]]) if "group" in labels else "/".join(others)
+
+
 def scrape(url: str, namespace: str = "ratekeeper", timeout: float = 10.0) -> Scrape:
     """Reads ``url`` once; raises :class:`ScrapeError` naming the URL if it cannot."""
     try:
@@ -53,12 +60,14 @@ def scrape(url: str, namespace: str = "ratekeeper", timeout: float = 10.0) -> Sc
         for sample in family.samples:
             name = sample.name.removeprefix(prefix)
             if name == "requests_total":
-                group = read.requests.setdefault(sample.labels["group"], {})
+                group = read.requests.setdefault(_row(sample.labels, "group", "result"), {})
                 group[sample.labels["result"]] = sample.value
             elif name == "keys":
-                read.keys[sample.labels["group"]] = sample.value
+                read.keys[_row(sample.labels, "group")] = sample.value
             elif name == "top_refused":
-                read.top_refused.append((sample.labels["peer"], sample.value))
+                owner = _row(sample.labels, "peer")
+                peer = f"{owner}:{sample.labels['peer']}" if owner else sample.labels["peer"]
+                read.top_refused.append((peer, sample.value))
             elif name == "top_refused_error":
                 read.top_refused_error = sample.value
     if not read.requests:
