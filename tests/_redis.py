@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
 import shutil
+import signal
 import socket
 import subprocess
+import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 
@@ -72,9 +77,17 @@ class RedisServer:
 
     def stop(self) -> None:
         if self.process is not None:
+            # A paused server (SIGSTOP) is resumed first, so that nothing is left stopped behind a test.
+            os.kill(self.process.pid, signal.SIGCONT)
             self.process.kill()
             self.process.wait(timeout=10)
             self.process = None
+
+    def restart(self) -> None:
+        """Killed and started again on the same port, empty (no persistence): connections to the old
+        process are dead."""
+        self.stop()
+        self.start()
 
 
 def command(port: int, *args: str) -> bytes:
@@ -126,3 +139,92 @@ class RedisCluster:
     def stop(self) -> None:
         for node in self.nodes:
             node.stop()
+
+
+def paused(server: RedisServer) -> contextlib.AbstractContextManager[None]:
+    """``redis-server`` stopped by SIGSTOP for the block: it keeps accepting TCP connections (the kernel
+    does) and never answers, like a stalled server. SIGCONT always follows, even when the block fails."""
+
+    @contextlib.contextmanager
+    def stalled() -> Iterator[None]:
+        assert server.process is not None
+        os.kill(server.process.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(server.process.pid, signal.SIGCONT)
+
+    return stalled()
+
+
+class FakeServer:
+    """A loopback listener that is not a working Redis, on a thread of its own until ``stop()``.
+
+    ``answer(data)`` is what to send back for bytes received on a connection (``None``: nothing, like a
+    server that accepts and never answers). ``delay`` seconds pass before each answer, like a slow server.
+    """
+
+    def __init__(self, answer: Callable[[bytes], bytes | None], delay: float = 0.0) -> None:
+        self.answer = answer
+        self.delay = delay
+        self.listener = socket.create_server(("127.0.0.1", 0), backlog=64)
+        self.listener.settimeout(0.05)
+        self.port: int = self.listener.getsockname()[1]
+        self.stopping = threading.Event()
+        self.threads = [threading.Thread(target=self._accept, daemon=True)]
+        self.threads[0].start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def _accept(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                connection, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            worker = threading.Thread(target=self._serve, args=(connection,), daemon=True)
+            self.threads.append(worker)
+            worker.start()
+
+    def _serve(self, connection: socket.socket) -> None:
+        connection.settimeout(0.05)
+        with connection:
+            while not self.stopping.is_set():
+                try:
+                    data = connection.recv(65536)
+                except TimeoutError:
+                    continue
+                except OSError:
+                    return
+                if not data:
+                    return
+                reply = self.answer(data)
+                if reply is not None and not self.stopping.wait(self.delay):
+                    with contextlib.suppress(OSError):
+                        connection.sendall(reply)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.listener.close()
+        for thread in self.threads:
+            thread.join(timeout=5)
+
+
+def http_answer(data: bytes) -> bytes:
+    """What a web server (or an HTTP proxy) on the port answers to bytes it cannot read as HTTP."""
+    head = b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: 11\r\nConnection: close\r\n"
+    return head + b"\r\nBad Request"
+
+
+def functions_not_loaded_answer(data: bytes) -> bytes:
+    """Redis as a server that has lost its functions answers: ``FCALL`` says the function is missing (a
+    decision then loads the library and calls again), everything else is ``+OK``; one reply per command
+    in ``data`` (a pipeline sends several at once)."""
+    commands = data.count(b"\r\n*") + data.startswith(b"*")
+    if b"FCALL" in data:
+        return b"-ERR Function not found\r\n"
+    return b"+OK\r\n" * commands

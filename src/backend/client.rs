@@ -3,8 +3,9 @@
 //! for a reply without a runtime of their own.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterConfig};
@@ -72,11 +73,173 @@ fn cluster_nodes(url: &str) -> Option<Vec<String>> {
 /// writes the request and reads the reply itself, with no hand-off to the runtime's thread and back
 /// (two thread wake-ups, most of a round trip's client cost here).
 struct Blocking {
-    client: redis::Client,
-    idle: parking_lot::Mutex<Vec<redis::Connection>>,
-    /// After a failure, connecting again waits until then (calls fail at once meanwhile): a server that
-    /// is down costs each decision nothing, not a connection timeout.
-    retry_at: parking_lot::Mutex<Option<std::time::Instant>>,
+    /// Connects without the crate's setup pipeline (see `Setup`).
+    bare: redis::Client,
+    setup: Setup,
+    idle: parking_lot::Mutex<Vec<Pooled>>,
+    /// Shared with the asyncio calls, whose answers lift it.
+    gate: Arc<ReconnectGate>,
+}
+
+/// After a failure, blocking callers connect again only once `RECONNECT_AFTER` has passed (calls fail
+/// at once meanwhile): a server that is down costs each decision nothing, not a connection timeout.
+/// Any answer from the server lifts it (an asyncio call's included): a gate that outlived its outage
+/// would fail blocking calls on a server that answers, and begin a second outage.
+struct ReconnectGate {
+    since: Instant,
+    /// Nanoseconds after `since` until which connecting waits; 0 when open.
+    closed_until_ns: AtomicU64,
+}
+
+impl ReconnectGate {
+    fn new() -> Self {
+        Self { since: Instant::now(), closed_until_ns: AtomicU64::new(0) }
+    }
+
+    fn close(&self) {
+        let until = (Instant::now() + RECONNECT_AFTER).duration_since(self.since);
+        self.closed_until_ns.store(u64::try_from(until.as_nanos()).unwrap_or(u64::MAX), Ordering::Release);
+    }
+
+    fn is_closed(&self) -> bool {
+        let until = self.closed_until_ns.load(Ordering::Acquire);
+        until != 0 && u128::from(until) > self.since.elapsed().as_nanos()
+    }
+
+    /// Lifts the gate; on the hot path a load, and a store only when it was closed.
+    fn open(&self) {
+        if self.closed_until_ns.load(Ordering::Relaxed) != 0 {
+            self.closed_until_ns.store(0, Ordering::Release);
+        }
+    }
+}
+
+/// What a new blocking connection sends before its first decision, one command at a time under the
+/// decision's deadline. The crate's own setup pipelines AUTH, SELECT and two CLIENT SETINFO and reads
+/// every reply with the whole read timeout, even after the first timed out: 2-4 timeouts against a
+/// server that accepts and never answers.
+struct Setup {
+    /// `AUTH [username] password` (RESP2; over RESP3 the crate's `HELLO` carries them, its one command).
+    auth: Option<(Option<String>, String)>,
+    db: i64,
+}
+
+impl Blocking {
+    fn new(client: &redis::Client) -> redis::RedisResult<Self> {
+        let info = client.get_connection_info().clone();
+        let wanted = info.redis_settings().clone();
+        let resp3 = wanted.protocol().supports_resp3();
+        // CLIENT SETINFO is left out (it names the client library in CLIENT LIST, nothing more).
+        let mut bare = redis::RedisConnectionInfo::default().set_protocol(wanted.protocol()).set_skip_set_lib_name();
+        let mut auth = None;
+        if let Some(password) = wanted.password() {
+            if resp3 {
+                bare = bare.set_password(password);
+                if let Some(username) = wanted.username() {
+                    bare = bare.set_username(username);
+                }
+            } else {
+                auth = Some((wanted.username().map(str::to_owned), password.to_owned()));
+            }
+        }
+        Ok(Self {
+            bare: redis::Client::open(info.set_redis_settings(bare))?,
+            setup: Setup { auth, db: wanted.db() },
+            idle: parking_lot::Mutex::new(Vec::new()),
+            gate: Arc::new(ReconnectGate::new()),
+        })
+    }
+
+    /// A connection set up by `deadline`.
+    fn connect(&self, deadline: Instant) -> redis::RedisResult<Pooled> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the decision's deadline has passed").into());
+        }
+        // The TCP (and TLS) connection, and over RESP3 its one HELLO, within what is left.
+        let connection = self.bare.get_connection_with_timeout(left)?;
+        let mut pooled = Pooled { connection, socket_timeout: None };
+        let mut bounded = Deadlined { pooled: &mut pooled, deadline };
+        if let Some((username, password)) = &self.setup.auth {
+            let mut auth = redis::cmd("AUTH");
+            auth.arg(username.as_deref()).arg(password);
+            match auth.query::<()>(&mut bounded) {
+                // A server before Redis 6 knows no users: the password alone, as the crate does.
+                Err(e) if username.is_some() && e.to_string().contains("wrong number of arguments") => {
+                    redis::cmd("AUTH").arg(password).query::<()>(&mut bounded)?;
+                }
+                authenticated => authenticated?,
+            }
+        }
+        if self.setup.db != 0 {
+            redis::cmd("SELECT").arg(self.setup.db).query::<()>(&mut bounded)?;
+        }
+        Ok(pooled)
+    }
+}
+
+/// A blocking connection, with the read and write timeouts its socket has now.
+struct Pooled {
+    connection: redis::Connection,
+    socket_timeout: Option<Duration>,
+}
+
+/// How far a socket's timeout may be from the time a call has left before it is set again: a call's
+/// first command on a pooled connection makes no system call (its socket already has the timeout).
+const TIMEOUT_SLACK: Duration = Duration::from_millis(1);
+
+impl Pooled {
+    /// Gives the next command's reply until `deadline`, or fails at once when it has passed.
+    fn bound(&mut self, deadline: Instant) -> redis::RedisResult<()> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the decision's deadline has passed").into());
+        }
+        if self.socket_timeout.is_none_or(|set| set.abs_diff(left) > TIMEOUT_SLACK) {
+            self.connection.set_read_timeout(Some(left))?;
+            self.connection.set_write_timeout(Some(left))?;
+            self.socket_timeout = Some(left);
+        }
+        Ok(())
+    }
+}
+
+/// A pooled connection whose every command (the decision's, and the library or script it loads on the
+/// way) must be answered by one deadline.
+struct Deadlined<'a> {
+    pooled: &'a mut Pooled,
+    deadline: Instant,
+}
+
+impl redis::ConnectionLike for Deadlined<'_> {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> redis::RedisResult<Value> {
+        self.pooled.bound(self.deadline)?;
+        self.pooled.connection.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands(&mut self, cmd: &[u8], offset: usize, count: usize) -> redis::RedisResult<Vec<Value>> {
+        self.pooled.bound(self.deadline)?;
+        self.pooled.connection.req_packed_commands(cmd, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.pooled.connection.get_db()
+    }
+
+    fn check_connection(&mut self) -> bool {
+        self.pooled.bound(self.deadline).is_ok() && self.pooled.connection.check_connection()
+    }
+
+    fn is_open(&self) -> bool {
+        self.pooled.connection.is_open()
+    }
+}
+
+/// Whether `e` says the connection was dead (closed by the server, reset, a broken pipe), as a pooled
+/// connection is after a restart, an idle timeout or a proxy's reconnection; not a timeout (a slow
+/// server may be running the command: sending it again could count it twice).
+fn found_dead(e: &redis::RedisError) -> bool {
+    e.is_connection_dropped() && !e.is_timeout()
 }
 
 /// How long a failed server is left alone before a blocking caller connects again.
@@ -154,11 +317,7 @@ impl Client {
                         None => redis::Client::open(url),
                     }
                     .map_err(bad_url)?;
-                    blocking = Some(Blocking {
-                        client: client.clone(),
-                        idle: parking_lot::Mutex::new(Vec::new()),
-                        retry_at: parking_lot::Mutex::new(None),
-                    });
+                    blocking = Some(Blocking::new(&client).map_err(bad_url)?);
                     let config = ConnectionManagerConfig::new()
                         .set_connection_timeout(Some(connect_timeout))
                         .set_response_timeout(Some(timeout))
@@ -207,45 +366,54 @@ impl Client {
         keys: &[String],
         args: &[String],
     ) -> std::result::Result<Vec<String>, Failure> {
-        let mut connection = match blocking.idle.lock().pop() {
-            Some(connection) => connection,
-            None => self.connect(blocking)?,
+        // One deadline for the whole call: connecting, setting up, loading the library, the decision.
+        let deadline = Instant::now() + self.timeout;
+        let pooled = blocking.idle.lock().pop();
+        let reused = pooled.is_some();
+        let mut pooled = match pooled {
+            Some(pooled) => pooled,
+            None => self.connect(blocking, deadline)?,
         };
-        match self.decide.run(&mut connection, keys, args) {
+        let mut reply = self.decide.run(&mut Deadlined { pooled: &mut pooled, deadline }, keys, args);
+        if reused && reply.as_ref().is_err_and(found_dead) {
+            // The connection died while idle in the pool (those idle with it most likely too): sent
+            // again once on a new one. If the server had run it before its reply was lost, the key
+            // counts it twice: at most one extra per dropped connection (the README says so).
+            blocking.idle.lock().clear();
+            pooled = self.connect(blocking, deadline)?;
+            reply = self.decide.run(&mut Deadlined { pooled: &mut pooled, deadline }, keys, args);
+        }
+        match reply {
             Ok(reply) => {
-                blocking.idle.lock().push(connection);
+                blocking.gate.open();
+                blocking.idle.lock().push(pooled);
                 Ok(reply)
             }
             // The connection may hold a late reply: dropped, not reused.
             Err(e) => {
                 if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() {
-                    *blocking.retry_at.lock() = Some(std::time::Instant::now() + RECONNECT_AFTER);
+                    blocking.gate.close();
                     blocking.idle.lock().clear();
                 }
-                Err(Failure(format!("Redis at {}: {e}", self.address)))
+                Err(self.failure(&e))
             }
         }
     }
 
-    /// A new blocking connection with the client's timeouts, unless the server failed moments ago.
-    fn connect(&self, blocking: &Blocking) -> std::result::Result<redis::Connection, Failure> {
-        if let Some(at) = *blocking.retry_at.lock() {
-            if std::time::Instant::now() < at {
-                return Err(Failure(format!("Redis at {} is unavailable (failed moments ago)", self.address)));
-            }
+    /// A new blocking connection, set up by `deadline`, unless the server failed moments ago.
+    fn connect(&self, blocking: &Blocking, deadline: Instant) -> std::result::Result<Pooled, Failure> {
+        if blocking.gate.is_closed() {
+            return Err(Failure(format!("Redis at {} is unavailable (failed moments ago)", self.address)));
         }
-        let connected = blocking
-            .client
-            .get_connection_with_timeout(self.timeout.max(Duration::from_millis(100)))
-            .and_then(|connection| {
-                connection.set_read_timeout(Some(self.timeout))?;
-                connection.set_write_timeout(Some(self.timeout))?;
-                Ok(connection)
-            });
+        let connected = blocking.connect(deadline);
         connected.map_err(|e| {
-            *blocking.retry_at.lock() = Some(std::time::Instant::now() + RECONNECT_AFTER);
-            Failure(format!("Redis at {}: {e}", self.address))
+            blocking.gate.close();
+            self.failure(&e)
         })
+    }
+
+    fn failure(&self, e: &redis::RedisError) -> Failure {
+        describe(&self.address, self.timeout, e)
     }
 
     /// Runs the script as `run` does, on the client's runtime, and hands the reply to `done` there.
@@ -267,10 +435,25 @@ impl Client {
     ) -> impl std::future::Future<Output = std::result::Result<Vec<String>, Failure>> + Send + 'static {
         let (decide, mut connection) = (Arc::clone(&self.decide), self.connection.clone());
         let (timeout, address) = (self.timeout, Arc::clone(&self.address));
+        let gate = self.blocking.as_ref().map(|blocking| Arc::clone(&blocking.gate));
         async move {
-            match tokio::time::timeout(timeout, decide.run_async(&mut connection, &keys, &args)).await {
-                Ok(Ok(reply)) => Ok(reply),
-                Ok(Err(e)) => Err(Failure(format!("Redis at {address}: {e}"))),
+            let attempts = async {
+                match decide.run_async(&mut connection, &keys, &args).await {
+                    // The connection died while idle (a restart): the manager reconnects after this
+                    // failure, and the call is sent once more on the new connection, within the same
+                    // timeout. As for blocking calls, at most one extra count per dropped connection.
+                    Err(e) if found_dead(&e) => decide.run_async(&mut connection, &keys, &args).await,
+                    reply => reply,
+                }
+            };
+            match tokio::time::timeout(timeout, attempts).await {
+                Ok(Ok(reply)) => {
+                    if let Some(gate) = gate {
+                        gate.open();
+                    }
+                    Ok(reply)
+                }
+                Ok(Err(e)) => Err(describe(&address, timeout, &e)),
                 Err(_) => Err(Failure(format!("Redis at {address} did not answer within {timeout:?}"))),
             }
         }
@@ -284,7 +467,7 @@ impl Client {
         let mut connection = self.connection.clone();
         match tokio::time::timeout(self.timeout, pipe.query_async::<T>(&mut connection)).await {
             Ok(Ok(reply)) => Ok(reply),
-            Ok(Err(e)) => Err(Failure(format!("Redis at {}: {e}", self.address))),
+            Ok(Err(e)) => Err(self.failure(&e)),
             Err(_) => Err(Failure(format!("Redis at {} did not answer within {:?}", self.address, self.timeout))),
         }
     }
@@ -298,6 +481,21 @@ impl Client {
     pub fn address(&self) -> &str {
         &self.address
     }
+}
+
+/// What the caller (and the log) is told about `e`, on one line, naming the cause.
+fn describe(address: &str, timeout: Duration, e: &redis::RedisError) -> Failure {
+    if e.is_timeout() {
+        return Failure(format!("Redis at {address} did not answer within {timeout:?}"));
+    }
+    if e.kind() == redis::ErrorKind::Parse {
+        // The crate's parse errors span lines ("Unexpected `84`" for each byte it could not read).
+        let detail = e.to_string().split_whitespace().collect::<Vec<_>>().join(" ");
+        return Failure(format!(
+            "Redis at {address} answered with something that is not the Redis protocol (another kind of server, or a proxy, on that port?): {detail}"
+        ));
+    }
+    Failure(format!("Redis at {address}: {e}"))
 }
 
 /// `url` without its password.

@@ -1,0 +1,164 @@
+"""The Redis client when the server misbehaves: restarted while the limiter is idle, stalled (SIGSTOP, or
+a listener that never answers), slow through setup, not Redis at all (an HTTP server on the port), and
+restarted under many callers at once. Each against a real ``redis-server`` or a loopback fake."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import ratekeeper as rk
+from _redis import FakeServer, RedisServer, functions_not_loaded_answer, http_answer, paused
+
+# The promise under test: a decision ends within `timeout`. The margin covers a loaded 2-core machine
+# (thread wake-ups, the GIL), not a second wait: the old client took 2-4x the timeout.
+TIMEOUT = 0.2
+BOUND = TIMEOUT + 0.15
+
+
+@pytest.fixture
+def own_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A redis-server of this test's own, to restart, stop or pause."""
+    server = RedisServer(tmp_path)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def fake_server() -> Iterator[Callable[..., FakeServer]]:
+    """Starts loopback fakes for the test and always stops them."""
+    started: list[FakeServer] = []
+
+    def start(answer: Callable[[bytes], bytes | None], delay: float = 0.0) -> FakeServer:
+        server = FakeServer(answer, delay)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+def elapsed(call: Callable[[], object]) -> tuple[float, object]:
+    started = time.monotonic()
+    result = call()
+    return time.monotonic() - started, result
+
+
+def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "ratekeeper" and r.levelno >= logging.WARNING]
+
+
+# A restart while idle -------------------------------------------------------------------------------
+
+
+def test_a_restart_while_idle_costs_blocking_callers_nothing(
+    own_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    lim = rk.Limiter("1000/s", backend=rk.Redis(own_server.url, on_error="raise", timeout=1.0))
+    # Four threads at once leave four connections in the pool, all dead after the restart.
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(lambda _: lim.allow("warm"), range(40)))
+    own_server.restart()
+    with caplog.at_level(logging.WARNING, logger="ratekeeper"), ThreadPoolExecutor(4) as pool:
+        # A dead pooled connection is replaced and the decision sent again, not failed.
+        assert all(pool.map(lambda _: lim.allow("after"), range(40)))
+    stats = lim.stats()
+    assert (stats["backend_errors"], stats["backend_outages"], stats["backend_down"]) == (0, 0, False)
+    assert warnings_of(caplog) == []
+
+
+@pytest.mark.asyncio
+async def test_a_restart_while_idle_costs_asyncio_callers_nothing(
+    own_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    lim = rk.Limiter("1000/s", backend=rk.Redis(own_server.url, on_error="raise", timeout=1.0))
+    assert all(await asyncio.gather(*(lim.aallow("warm") for _ in range(64))))
+    own_server.restart()
+    with caplog.at_level(logging.WARNING, logger="ratekeeper"):
+        assert all(await asyncio.gather(*(lim.aallow("after") for _ in range(64))))
+    stats = lim.stats()
+    assert (stats["backend_errors"], stats["backend_outages"], stats["backend_down"]) == (0, 0, False)
+    assert warnings_of(caplog) == []
+
+
+# A stalled server: one deadline over connect, setup and the command -------------------------------
+
+
+def test_a_stalled_server_fails_blocking_decisions_within_the_timeout(own_server: RedisServer) -> None:
+    warm = rk.Limiter("100/s", backend=rk.Redis(own_server.url, on_error="deny", timeout=TIMEOUT))
+    assert warm.allow("a")
+    with paused(own_server):
+        # A pooled connection: the command's reply never comes.
+        took, allowed = elapsed(lambda: warm.allow("a"))
+        assert (allowed, took < BOUND) == (False, True), took
+        # A new connection: the TCP handshake succeeds (the kernel answers), then nothing.
+        fresh = rk.Limiter("100/s", backend=rk.Redis(own_server.url, on_error="deny", timeout=TIMEOUT))
+        took, allowed = elapsed(lambda: fresh.allow("a"))
+        assert (allowed, took < BOUND) == (False, True), took
+        raising = rk.Limiter("100/s", backend=rk.Redis(own_server.url, on_error="raise", timeout=TIMEOUT))
+        started = time.monotonic()
+        with pytest.raises(rk.BackendUnavailable, match="did not answer within"):
+            raising.allow("a")
+        assert time.monotonic() - started < BOUND
+
+
+@pytest.mark.asyncio
+async def test_a_stalled_server_fails_asyncio_decisions_within_the_timeout(own_server: RedisServer) -> None:
+    warm = rk.Limiter("100/s", backend=rk.Redis(own_server.url, on_error="deny", timeout=TIMEOUT))
+    assert await warm.aallow("a")
+    with paused(own_server):
+        fresh = rk.Limiter("100/s", backend=rk.Redis(own_server.url, on_error="deny", timeout=TIMEOUT))
+        for lim in (warm, fresh):
+            started = time.monotonic()
+            assert not await lim.aallow("a")
+            assert time.monotonic() - started < BOUND
+
+
+def test_a_listener_that_never_answers_fails_within_the_timeout(fake_server: Callable[..., FakeServer]) -> None:
+    silent = fake_server(lambda _: None)
+    lim = rk.Limiter("100/s", backend=rk.Redis(silent.url, on_error="deny", timeout=TIMEOUT))
+    for _ in range(2):
+        took, allowed = elapsed(lambda: lim.allow("a"))
+        assert (allowed, took < BOUND) == (False, True), took
+
+
+def test_setup_commands_share_the_decisions_deadline(fake_server: Callable[..., FakeServer]) -> None:
+    # Each answer comes within the timeout, but a decision on a server without the library takes
+    # FCALL, FUNCTION LOAD and FCALL again (and the connection's own setup): one deadline for them all.
+    slow = fake_server(functions_not_loaded_answer, delay=TIMEOUT * 0.6)
+    lim = rk.Limiter("100/s", backend=rk.Redis(slow.url, on_error="raise", timeout=TIMEOUT))
+    started = time.monotonic()
+    with pytest.raises(rk.BackendUnavailable, match="did not answer within"):
+        lim.allow("a")
+    assert time.monotonic() - started < BOUND
+
+
+# Not Redis at all --------------------------------------------------------------------------------
+
+
+def test_an_http_server_on_the_port_is_named_as_the_cause(
+    fake_server: Callable[..., FakeServer], caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    http = fake_server(http_answer)
+    raising = rk.Limiter("1/min", backend=rk.Redis(http.url, on_error="raise", timeout=1.0))
+    with pytest.raises(rk.BackendUnavailable) as raised:
+        raising.allow("a")
+    message = str(raised.value)
+    assert "not the Redis protocol" in message
+    assert "\n" not in message
+    denying = rk.Limiter("1/min", backend=rk.Redis(http.url, on_error="deny", timeout=1.0))
+    with caplog.at_level(logging.WARNING, logger="ratekeeper"):
+        assert not denying.allow("a")
+        assert not asyncio.run(denying.aallow("a"))
+    # The cause is logged once, on one line; nothing was written to the process's stderr.
+    (warning,) = warnings_of(caplog)
+    assert "not the Redis protocol" in warning
+    assert "\n" not in warning
+    assert capfd.readouterr().err == ""
