@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import subprocess
+import sys
+import textwrap
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -161,4 +164,24 @@ def test_an_http_server_on_the_port_is_named_as_the_cause(
     (warning,) = warnings_of(caplog)
     assert "not the Redis protocol" in warning
     assert "\n" not in warning
+    assert capfd.readouterr().err == ""
+
+
+def test_an_application_without_logging_set_up_gets_nothing_on_stderr(
+    fake_server: Callable[..., FakeServer], capfd: pytest.CaptureFixture[str]
+) -> None:
+    # Without a handler of the application's, Python writes a library's warnings to stderr (logging's
+    # "last resort"): the package's logger must have a handler of its own that drops them.
+    http = fake_server(http_answer)
+    program = textwrap.dedent(
+        f"""
+        import asyncio
+        import ratekeeper as rk
+        lim = rk.Limiter("1/min", backend=rk.Redis({http.url!r}, on_error="deny", timeout=1.0))
+        print(lim.allow("a"), asyncio.run(lim.aallow("a")))
+        """
+    )
+    # stderr is inherited: capfd sees whatever the child writes to it.
+    out = subprocess.run([sys.executable, "-c", program], stdout=subprocess.PIPE, text=True, timeout=60, check=True)
+    assert out.stdout.split() == ["False", "False"]
     assert capfd.readouterr().err == ""

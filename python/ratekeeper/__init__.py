@@ -6,6 +6,8 @@
 [True, True, True, False]
 """
 
+import logging
+
 from ratekeeper._core import (
     Decision,
     GroupPolicy,
@@ -23,6 +25,11 @@ from ratekeeper._errors import BackendUnavailable, InvalidArgument, InvalidType,
 from ratekeeper._http import HeaderOptions
 from ratekeeper._stats import Algorithm, GroupStats, Histogram, LimitStats, PolicyName, Stats
 from ratekeeper.limiter import Limiter, Permit
+
+# A library's logger gets a handler that drops records: without one, an application that has not set up
+# logging would get the package's warnings (a Redis outage) on stderr from logging's "last resort".
+# An application's own handlers (on the root logger or on "ratekeeper") still receive every record.
+logging.getLogger("ratekeeper").addHandler(logging.NullHandler())
 
 __all__ = [
     "Algorithm",
