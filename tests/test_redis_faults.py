@@ -9,6 +9,7 @@ import logging
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -185,3 +186,64 @@ def test_an_application_without_logging_set_up_gets_nothing_on_stderr(
     out = subprocess.run([sys.executable, "-c", program], stdout=subprocess.PIPE, text=True, timeout=60, check=True)
     assert out.stdout.split() == ["False", "False"]
     assert capfd.readouterr().err == ""
+
+
+# Outages counted once -----------------------------------------------------------------------------
+
+
+def test_each_restart_under_load_is_one_outage_and_one_pair_of_warnings(
+    own_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    lim = rk.Limiter("1000000/s", backend=rk.Redis(own_server.url, on_error="local", timeout=TIMEOUT))
+    stopping = threading.Event()
+    decided = [0]
+
+    def blocking_caller(n: int) -> None:
+        while not stopping.is_set():
+            lim.allow(f"thread-{n}")
+            decided[0] += 1
+
+    async def asyncio_callers() -> None:
+        async def caller(n: int) -> None:
+            while not stopping.is_set():
+                await lim.aallow(f"task-{n}")
+                decided[0] += 1
+
+        await asyncio.gather(*(caller(n) for n in range(64)))
+
+    def wait_for(condition: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + 15
+        while not condition():
+            assert time.monotonic() < deadline, what
+            time.sleep(0.01)
+
+    def decisions_flow() -> bool:
+        # Decisions made in Redis since the check began: the callers are busy on a healthy server.
+        seen = decided[0]
+        wait_for(lambda: decided[0] > seen + 100, "the callers stopped deciding")
+        return not lim.stats()["backend_down"]
+
+    restarts = 3
+    callers = [threading.Thread(target=blocking_caller, args=(n,)) for n in range(4)]
+    callers.append(threading.Thread(target=asyncio.run, args=(asyncio_callers(),)))
+    with caplog.at_level(logging.WARNING, logger="ratekeeper"):
+        for thread in callers:
+            thread.start()
+        try:
+            wait_for(decisions_flow, "decisions never flowed")
+            for _ in range(restarts):
+                own_server.stop()
+                wait_for(lambda: lim.stats()["backend_down"], "the outage was never noticed")
+                own_server.start()
+                wait_for(decisions_flow, "decisions never went back to Redis")
+        finally:
+            stopping.set()
+            for thread in callers:
+                thread.join(timeout=30)
+    assert lim.stats()["backend_outages"] == restarts
+    warnings = warnings_of(caplog)
+    # Down, up, down, up...: one pair per restart, in order.
+    began = [w.startswith("ratekeeper: the Redis backend is unavailable") for w in warnings]
+    ended = [w.startswith("ratekeeper: the Redis backend answers again") for w in warnings]
+    assert began == [True, False] * restarts, warnings
+    assert ended == [False, True] * restarts, warnings

@@ -10,7 +10,7 @@ pub mod function;
 pub mod script;
 pub mod sync;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -92,10 +92,14 @@ pub struct Backend {
     /// This process's name in concurrency leases (random), and the count of leases it took.
     node: String,
     leases: AtomicU64,
-    /// Whether the last round trip failed: an outage is reported once, when it starts.
-    down: AtomicBool,
+    /// Up or down, counted in transitions: even while Redis answers, odd during an outage. A round trip
+    /// reads it when it starts and moves it only from that reading (compare-exchange): a reply that
+    /// lands after the state moved on (a call in flight when an outage began or ended, on a connection
+    /// that died with the old server) is counted as an error or not, and changes nothing. So one outage
+    /// is one transition down and one up, logged once each, however many callers were in flight.
+    health: AtomicU64,
     errors: AtomicU64,
-    /// Outages begun: round trips that failed after one that did not.
+    /// Outages begun: transitions from up to down.
     outages: AtomicU64,
     /// Every decision's round trip (shared with the replies that land on the client's runtime).
     latency: Arc<LatencyHistogram>,
@@ -133,7 +137,7 @@ impl Backend {
             client,
             node,
             leases: AtomicU64::new(0),
-            down: AtomicBool::new(false),
+            health: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             outages: AtomicU64::new(0),
             latency: Arc::default(),
@@ -163,20 +167,34 @@ impl Backend {
         self.outages.load(Ordering::Relaxed)
     }
 
-    /// Counts a failed round trip; whether it began an outage.
-    fn failed(&self) -> bool {
+    /// The health a round trip starts from (see `health`).
+    fn health(&self) -> u64 {
+        self.health.load(Ordering::Acquire)
+    }
+
+    /// Counts a failed round trip that started at health `seen`; whether it began an outage (only the
+    /// first failure of round trips started while up does).
+    fn failed(&self, seen: u64) -> bool {
         self.errors.fetch_add(1, Ordering::Relaxed);
-        let began = !self.down.swap(true, Ordering::Relaxed);
+        let began = seen.is_multiple_of(2)
+            && self.health.compare_exchange(seen, seen + 1, Ordering::AcqRel, Ordering::Acquire).is_ok();
         if began {
             self.outages.fetch_add(1, Ordering::Relaxed);
         }
         began
     }
 
-    /// Whether the last round trip failed.
+    /// Notes an answer to a round trip that started at health `seen`; whether it ended an outage (only
+    /// the first answer to round trips started while down does).
+    fn answered(&self, seen: u64) -> bool {
+        !seen.is_multiple_of(2)
+            && self.health.compare_exchange(seen, seen + 1, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
+    /// Whether Redis is in an outage: a round trip failed and none has been answered since.
     #[must_use]
     pub fn is_down(&self) -> bool {
-        self.down.load(Ordering::Relaxed)
+        !self.health().is_multiple_of(2)
     }
 
     /// Checks that the limiter's groups can be decided by the script.
@@ -306,14 +324,14 @@ impl Backend {
     }
 
     /// Runs a refund; false when Redis could not answer (and `on_error` is not `raise`).
+    ///
+    /// A refund's failure is counted as an error but moves no health: its callers have no outcome to log
+    /// an outage with, and the decisions around it begin and end the outage (logged once each).
     fn give_back(&self, key: &RemoteKey, peer: &str, args: &[String]) -> Result<bool> {
         match self.client.run(&self.keys(peer, key), args) {
-            Ok(_) => {
-                self.down.store(false, Ordering::Relaxed);
-                Ok(true)
-            }
+            Ok(_) => Ok(true),
             Err(failure) => {
-                self.failed();
+                self.errors.fetch_add(1, Ordering::Relaxed);
                 match self.settings.on_error {
                     OnError::Raise => Err(Error::backend(failure.0)),
                     _ => Ok(false),
@@ -341,7 +359,8 @@ impl Backend {
         let keys = self.keys(peer, &key);
         let prefix = format!("{}:{}", self.node, self.leases.fetch_add(1, Ordering::Relaxed));
         let args = script::arguments(&key, request, self.leases(&prefix), now);
-        Ok(Prepared::Call(Call { peer: peer.to_owned(), target: OwnedTarget::from(target), request, key, keys, args }))
+        let (target, health) = (OwnedTarget::from(target), self.health());
+        Ok(Prepared::Call(Call { peer: peer.to_owned(), target, request, key, keys, args, health }))
     }
 
     /// Sends `call` and hands its reply to `done` on the client's runtime, without waiting.
@@ -372,12 +391,12 @@ impl Backend {
         let parsed = reply.and_then(|reply| script::parse_reply(&call.key, &reply).map_err(|e| Failure(e.to_string())));
         match parsed {
             Ok((verdict, reports)) => {
-                let recovered = self.down.swap(false, Ordering::Relaxed);
+                let recovered = self.answered(call.health);
                 let decision = limiter.record_remote(&call.peer, &call.key, verdict, reports, call.request);
                 Ok(Outcome { decision, outage_began: None, recovered })
             }
             Err(failure) => {
-                let began = self.failed();
+                let began = self.failed(call.health);
                 let outage_began = began.then(|| failure.to_string());
                 let decision = self.fallback(limiter, call, failure)?;
                 Ok(Outcome { decision, outage_began, recovered: false })
@@ -423,6 +442,8 @@ pub struct Call {
     pub key: RemoteKey,
     pub keys: Vec<String>,
     pub args: Vec<String>,
+    /// The backend's health when the call was prepared: what its reply may move it from.
+    pub health: u64,
 }
 
 /// A `Target` that outlives the caller's strings (the reply comes back on another thread).
