@@ -441,7 +441,8 @@ impl Client {
                 match decide.run_async(&mut connection, &keys, &args).await {
                     // The connection died while idle (a restart): the manager reconnects after this
                     // failure, and the call is sent once more on the new connection, within the same
-                    // timeout. As for blocking calls, at most one extra count per dropped connection.
+                    // timeout. If the server had run it, it counts twice: at most once more per call
+                    // in flight on the dropped connection (the README says so).
                     Err(e) if found_dead(&e) => decide.run_async(&mut connection, &keys, &args).await,
                     reply => reply,
                 }
