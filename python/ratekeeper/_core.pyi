@@ -490,6 +490,8 @@ class Limiter:
     @property
     def backend(self) -> Redis | None:
         """The backend the states live in; ``None``: this process's memory."""
+    @property
+    def _decides_in_backend(self) -> bool: ...
     def sync_now(self) -> tuple[int, int]:
         """Sync mode: pushes this process's usage and absorbs the others' now, without waiting for the
         timer: ``(keys synced, units the others used that were charged here)``.

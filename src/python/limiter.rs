@@ -469,15 +469,17 @@ impl PyLimiter {
     ) -> PyResult<()> {
         let this = slf.get();
         let py = slf.py();
-        let Some(backend) = &this.backend else {
-            return Err(Error::value("backend", "this limiter has no backend").into());
-        };
         let (peer, target) = (text("peer", peer)?, target(path, group)?);
         let take = if permits { Take::RatesAndPermits } else { Take::Rates };
         let mut request = Request::new(cost.0).waiting(nanos("timeout", timeout)?).taking(take);
         if report {
             request = request.reporting();
         }
+        let Some(backend) = &this.backend else {
+            // Decided here (no backend, or sync mode's local decisions): no I/O, the future completes now.
+            let decision = this.inner.decide(peer, target, request)?;
+            return this.settle(py, future, Ok(Outcome { decision, outage_began: None, recovered: false }));
+        };
         let now = this.clock.as_ref().map(|_| this.inner.now_ns());
         let call = match backend.prepare(&this.inner, peer, target, request, now)? {
             Prepared::Done(decision) => {
@@ -602,6 +604,13 @@ impl PyLimiter {
     /// Limits again after `off()`.
     fn on(&self) {
         self.inner.set_enabled(true);
+    }
+
+    /// Whether decisions are made in the backend (exact mode), so that the asyncio twins await Redis;
+    /// false in memory and in sync mode, whose decisions are this process's.
+    #[getter]
+    fn _decides_in_backend(&self) -> bool {
+        self.backend.is_some()
     }
 
     /// The backend the states live in (`None`: this process).
