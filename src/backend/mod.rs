@@ -67,24 +67,8 @@ pub struct Settings {
     pub lease_ttl: Duration,
 }
 
-/// `{<group>:<peer>}`: the hash tag every key of one (peer, group) shares, so that a decision touches one
-/// Cluster slot; a long peer (or one with braces, which would move the tag) is hashed.
-#[must_use]
-pub fn hash_tag(group: &str, peer: &str) -> String {
-    let tag = format!("{group}:{peer}");
-    if tag.len() > MAX_PLAIN_PEER || tag.contains(['{', '}']) {
-        let digest = sha1_smol::Sha1::from(tag.as_bytes()).digest().to_string();
-        format!("{{#{}}}", &digest[..32])
-    } else {
-        format!("{{{tag}}}")
-    }
-}
-
 /// A refusal's retry time while Redis is down and `on_error="deny"`: when to try again.
 const DENY_RETRY_NS: u64 = 1_000_000_000;
-
-/// Longest peer kept readable in a key; longer ones (and any with hash-tag braces) are hashed.
-const MAX_PLAIN_PEER: usize = 64;
 
 pub struct Backend {
     settings: Settings,
@@ -202,9 +186,7 @@ impl Backend {
     /// The Redis keys of `peer`'s states in `key`'s group, one per limit, sharing one hash tag.
     #[must_use]
     pub fn keys(&self, peer: &str, key: &RemoteKey) -> Vec<String> {
-        let name = format!("{}{}", self.settings.prefix, hash_tag(&key.group, peer));
-        // The algorithm in the name: a rule that changes it starts afresh, never reads a key of another type.
-        key.limits.iter().enumerate().map(|(i, limit)| format!("{name}:{i}:{}", limit.kind().name())).collect()
+        script::state_keys(&self.settings.prefix, &key.group, peer, &key.limits)
     }
 
     /// Decides `peer`'s request in Redis, waiting for the reply (call it without the GIL); while Redis
@@ -484,7 +466,7 @@ mod tests {
     #[test]
     fn keys_of_one_peer_share_a_hash_tag() {
         let b = backend("rk:");
-        assert_eq!(b.keys("alice", &key(2)), ["rk:{api:alice}:0:gcra", "rk:{api:alice}:1:gcra"]);
+        assert_eq!(b.keys("alice", &key(2)), ["rk:{3:api:alice}:0:gcra", "rk:{3:api:alice}:1:gcra"]);
         let long = "x".repeat(100);
         let hashed = b.keys(&long, &key(1));
         assert!(hashed[0].starts_with("rk:{#") && hashed[0].len() < 50, "{hashed:?}");

@@ -100,7 +100,7 @@ impl Syncer {
     }
 
     fn counter(&self, group: &str, peer: &str) -> String {
-        format!("{}{}:used", self.prefix, super::hash_tag(group, peer))
+        super::script::usage_key(&self.prefix, group, peer)
     }
 
     async fn sync(&self, limiter: &Limiter) -> std::result::Result<Synced, Failure> {
