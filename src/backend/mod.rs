@@ -387,6 +387,85 @@ impl Backend {
     }
 }
 
+/// Keys `SCAN` asks for in one step, and so removed by one `UNLINK`.
+const RESET_BATCH: usize = 1000;
+
+/// `reset`: what the limiter owns in Redis is removed.
+impl Backend {
+    /// Forgets `peer`'s usage in Redis, in every group of the rules in force (call it without the GIL).
+    ///
+    /// # Errors
+    /// Redis could not answer (whatever `on_error` says: a reset that did not happen must not pass for
+    /// one).
+    pub fn reset(&self, limiter: &Limiter, peer: Option<&str>) -> Result<()> {
+        let (client, prefix) = (&self.client, self.settings.prefix.as_str());
+        let removed = match peer {
+            Some(peer) => client.runtime().block_on(unlink_peer(client, prefix, limiter, peer)),
+            None => client.runtime().block_on(unlink_owned(client, prefix)),
+        };
+        removed.map_err(|failure| reset_failed(&failure))
+    }
+}
+
+/// The error of a reset that Redis did not carry out.
+#[must_use]
+pub fn reset_failed(failure: &Failure) -> Error {
+    Error::backend(format!(
+        "reset: the limiter's state here was reset, but its keys in Redis were not removed ({failure}); call reset again"
+    ))
+}
+
+/// Removes `peer`'s keys in every group: its states' keys and its sync counter, which follow from the
+/// rules, so no scan is needed. One `UNLINK` per group (its keys share a slot), all sent at once.
+///
+/// # Errors
+/// Redis could not answer.
+pub async fn unlink_peer(
+    client: &Client,
+    prefix: &str,
+    limiter: &Limiter,
+    peer: &str,
+) -> std::result::Result<(), Failure> {
+    let rules = limiter.rules();
+    let unlinks = rules.groups.iter().map(|group| {
+        let mut unlink = redis::cmd("UNLINK");
+        unlink.arg(script::state_keys(prefix, &group.name, peer, &group.limits));
+        unlink.arg(script::usage_key(prefix, &group.name, peer));
+        client.query_on(unlink, None)
+    });
+    futures_util::future::try_join_all(unlinks).await.map(drop)
+}
+
+/// Removes every key under `prefix` (`SCAN MATCH <prefix>{*`, `UNLINK` each batch), on every primary
+/// of a Cluster. Keys written while the scan runs may stay (`SCAN` promises only the keys present
+/// throughout).
+///
+/// # Errors
+/// Redis could not answer.
+pub async fn unlink_owned(client: &Client, prefix: &str) -> std::result::Result<(), Failure> {
+    let pattern = script::owned_pattern(prefix);
+    for node in client.primaries().await? {
+        let mut cursor = 0_u64;
+        loop {
+            let mut scan = redis::cmd("SCAN");
+            scan.arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(RESET_BATCH);
+            let reply = client.query_on(scan, node.as_deref()).await?;
+            let (next, keys): (u64, Vec<Vec<u8>>) = redis::from_redis_value(reply)
+                .map_err(|e| Failure(format!("Redis at {}: not a SCAN reply: {e}", client.address())))?;
+            if !keys.is_empty() {
+                let mut unlink = redis::cmd("UNLINK");
+                unlink.arg(keys);
+                client.query_on(unlink, None).await?;
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+    }
+    Ok(())
+}
+
 /// What the first step of a decision came to.
 #[derive(Debug)]
 pub enum Prepared {

@@ -46,6 +46,22 @@ pub fn usage_key(prefix: &str, group: &str, peer: &str) -> String {
     format!("{prefix}{}:used", hash_tag(group, peer))
 }
 
+/// A `SCAN MATCH` pattern for every key under `prefix` (the prefix taken literally, then a tag): what
+/// `reset()` removes. A prefix that begins another's (`rk:` and `rk:eu:`) does not match the other's
+/// keys, whose tag comes later.
+#[must_use]
+pub fn owned_pattern(prefix: &str) -> String {
+    let mut pattern = String::with_capacity(prefix.len() + 2);
+    for c in prefix.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern.push_str("{*");
+    pattern
+}
+
 /// Checks that the script decides `limit` exactly as the in-memory core does.
 ///
 /// # Errors
@@ -236,6 +252,8 @@ mod tests {
             ["rk:{3:api:alice}:0:gcra", "rk:{3:api:alice}:1:concurrency"]
         );
         assert_eq!(usage_key("rk:", "api", "alice"), "rk:{3:api:alice}:used");
+        assert_eq!(owned_pattern("rk:"), "rk:{*");
+        assert_eq!(owned_pattern(r"t[1]*?\:"), r"t\[1\]\*\?\\:{*");
     }
 
     #[test]

@@ -17,7 +17,7 @@ use super::values::{
 };
 use crate::backend::client::Client;
 use crate::backend::sync::Syncer;
-use crate::backend::{script, Backend, Outcome, Prepared};
+use crate::backend::{reset_failed, script, Backend, Outcome, Prepared};
 use crate::clock::Clock;
 use crate::config::{Config, RuleSpec, RulesConfig};
 use crate::error::Error;
@@ -675,10 +675,19 @@ impl PyLimiter {
         self.inner.rules().config.exempt_paths.clone()
     }
 
-    /// Forgets the state of `peer` in every group, or of every peer.
+    /// Forgets the state of `peer` in every group, or of every peer; with a backend, in Redis too (the
+    /// limiter's keys there), raising `BackendUnavailable` when Redis cannot answer.
     #[pyo3(signature = (peer=None))]
-    fn reset(&self, peer: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
-        self.inner.reset(optional_text("peer", peer)?);
+    fn reset(&self, py: Python<'_>, peer: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let peer = optional_text("peer", peer)?;
+        // Here first (the states `on_error="local"` decides with, quota records), then Redis.
+        self.inner.reset(peer);
+        if let Some(backend) = &self.backend {
+            py.detach(|| backend.reset(&self.inner, peer))?;
+        }
+        if let Some(syncer) = &self.syncer {
+            py.detach(|| syncer.reset(&self.inner, peer)).map_err(|failure| reset_failed(&failure))?;
+        }
         Ok(())
     }
 
