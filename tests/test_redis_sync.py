@@ -4,12 +4,14 @@ test is deterministic on ManualClocks."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import subprocess
 import sys
 import textwrap
 from collections.abc import Callable
 
+import httpx
 import pytest
 import ratekeeper as rk
 from _redis import RedisServer
@@ -130,7 +132,7 @@ def test_the_timer_syncs_on_its_own(redis_server: RedisServer, redis_prefix: str
             counter = redis.Redis.from_url({redis_server.url!r})
             deadline = time.monotonic() + 10
             # The timer pushes within an interval or two: wait until Redis has the 10.
-            while counter.get({redis_prefix + "{default:k}:used"!r}) != b"10" and time.monotonic() < deadline:
+            while counter.get({redis_prefix + "{7:default:k}:used"!r}) != b"10" and time.monotonic() < deadline:
                 time.sleep(0.01)
         else:
             deadline = time.monotonic() + 10
@@ -205,3 +207,73 @@ def test_a_limiter_dropped_while_its_timer_runs_goes_quietly(redis_server: Redis
     run = subprocess.run([sys.executable, "-c", worker], capture_output=True, text=True, timeout=60)
     assert run.stdout.strip() == "done"
     assert "panicked" not in run.stderr, run.stderr
+
+
+# The asyncio twins in sync mode (issue 19): decisions are local there, so the twins decide at once,
+# with no round trip, and agree with the blocking calls.
+
+
+@pytest.mark.asyncio
+async def test_the_asyncio_twins_decide_locally_in_sync_mode(nodes: Nodes) -> None:
+    (lim, _), (other, _) = nodes(2, rate="3/h")
+    assert await lim.aallow("alice")
+    decision = await lim.acheck("alice")
+    assert decision.allowed
+    assert decision.remaining == 1
+    assert (await lim.athrottle("alice", timeout=0)).allowed
+    assert not await lim.aallow("alice")
+    assert not (await lim.acheck("alice")).allowed
+    with pytest.raises(rk.RateLimited):
+        await lim.athrottle("alice", timeout=0)
+    # The usage they admitted is this node's, pushed at the next sync like any other.
+    assert lim.sync_now() == (1, 0)
+    assert other.sync_now() == (0, 0)
+    assert other.allow("alice")
+    assert other.sync_now() == (1, 3)
+    assert not other.allow("alice")
+
+
+@pytest.mark.asyncio
+async def test_athrottle_waits_for_its_slot_in_sync_mode(nodes: Nodes) -> None:
+    ((lim, clock),) = nodes(1, rate="1/s")
+    assert (await lim.athrottle("alice")).allowed
+    # The second waits a second of the ManualClock (advanced by the wait, not slept).
+    started = clock.now()
+    assert (await lim.athrottle("alice", timeout=5)).allowed
+    assert clock.now() - started == pytest.approx(1.0)
+
+
+def test_permits_and_reductions_work_in_sync_mode(nodes: Nodes) -> None:
+    rules = [rk.Rule(r"^/", "api", limits=[rk.Limit("2/h"), rk.Limit(concurrency=1)])]
+    ((lim, _),) = nodes(1, rules=rules)
+    with lim.concurrent("alice", "/"):
+        with pytest.raises(rk.RateLimited) as refused, lim.concurrent("alice", "/"):
+            pass
+        assert refused.value.decision.refused_by == "concurrency"
+    assert lim.reduce("alice", "/")  # the first admission given back: two more fit
+    with lim.concurrent("alice", "/"):
+        pass
+    with lim.concurrent("alice", "/"):
+        pass
+    assert not lim.allow("alice", "/")
+
+
+def test_the_asgi_middleware_limits_a_sync_mode_limiter(nodes: Nodes) -> None:
+    from ratekeeper.asgi import RateLimitMiddleware
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    async def items(_: object) -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    async def run(mode: str) -> list[int]:
+        ((lim, _),) = nodes(1, rate="2/h")
+        app = Starlette(routes=[Route("/api/items", items)])
+        app.add_middleware(RateLimitMiddleware, limiter=lim, mode=mode)  # type: ignore[arg-type]
+        transport = httpx.ASGITransport(app=app, client=("10.0.0.1", 1234))
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            return [(await client.get("/api/items")).status_code for _ in range(3)]
+
+    assert asyncio.run(run("refuse")) == [200, 200, 429]
+    assert asyncio.run(run("delay")) == [200, 200, 429]

@@ -490,6 +490,8 @@ class Limiter:
     @property
     def backend(self) -> Redis | None:
         """The backend the states live in; ``None``: this process's memory."""
+    @property
+    def _decides_in_backend(self) -> bool: ...
     def sync_now(self) -> tuple[int, int]:
         """Sync mode: pushes this process's usage and absorbs the others' now, without waiting for the
         timer: ``(keys synced, units the others used that were charged here)``.
@@ -589,7 +591,16 @@ class Limiter:
     @property
     def track_usage(self) -> bool: ...
     def reset(self, peer: str | None = None) -> None:
-        """Forgets the state of ``peer`` in every group, or of every peer."""
+        """Forgets the state of ``peer`` in every group, or of every peer.
+
+        With a Redis backend, in Redis too: ``reset(peer)`` removes the peer's keys in every group of
+        the rules in force, ``reset()`` every key under the backend's prefix (``SCAN`` and ``UNLINK``
+        in batches, on every primary of a Cluster); in sync mode also the usage not yet pushed.
+
+        Raises:
+            BackendUnavailable: Redis could not answer (whatever ``on_error`` says); this process's state
+                was reset, the keys in Redis were not: call it again.
+        """
     def stats(self) -> Stats:
         """Counters and sizes (see :class:`ratekeeper.Stats`), summed one shard at a time."""
     def top_refused(self, n: int = 10, group: str | None = None) -> list[tuple[str, int]]:

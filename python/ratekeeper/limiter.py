@@ -217,15 +217,16 @@ class Limiter(_CoreLimiter):
         return plan_from_file(path).build(cls, clock=clock)
 
     async def acheck(self, peer: str, path: str | None = None, *, cost: int = 1, group: str | None = None) -> Decision:
-        """The asyncio twin of :meth:`check`. With a Redis backend it awaits the round trip without
-        blocking the event loop (or a thread per call); in memory it is ``check`` itself."""
-        if self.backend is None:
+        """The asyncio twin of :meth:`check`. With a Redis backend in exact mode it awaits the round trip
+        without blocking the event loop (or a thread per call); in memory and in sync mode (whose
+        decisions are local) it is ``check`` itself."""
+        if not self._decides_in_backend:
             return self.check(peer, path, cost=cost, group=group)
         return (await self._areserve(peer, path, group, cost, 0.0)).decision
 
     async def aallow(self, peer: str, path: str | None = None, *, cost: int = 1, group: str | None = None) -> bool:
         """The asyncio twin of :meth:`allow` (see :meth:`acheck`)."""
-        if self.backend is None:
+        if not self._decides_in_backend:
             return self.allow(peer, path, cost=cost, group=group)
         # As allow(): no remaining / reset figures asked of Redis; and no coroutine between the caller
         # and the future (this is the hot path of an asyncio service).
@@ -238,7 +239,8 @@ class Limiter(_CoreLimiter):
         self, peer: str, path: str | None, group: str | None, cost: int, max_wait: float | None, permits: bool = False
     ) -> _Reservation:
         """``_reserve`` in the backend, awaited: the reply completes a future on this loop. With
-        ``permits``, the group's concurrency permits are taken too (``_acquire``'s ``rates=True``)."""
+        ``permits``, the group's concurrency permits are taken too (``_acquire``'s ``rates=True``).
+        Without a backend in exact mode the future is completed at once with a local decision."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[_Reservation] = loop.create_future()
         self._reserve_remote(peer, path, group, cost, max_wait, future, _channel(loop), permits)
@@ -292,7 +294,7 @@ class Limiter(_CoreLimiter):
         workers: QuotaWorkers | None = self.__dict__.get("_quota_workers_")
         if workers is not None and self.quota_wait > 0:
             await workers.waiters.wait(lambda: self._quota_pending(peer, path, group), self.quota_wait)
-        if self.backend is None:
+        if not self._decides_in_backend:
             reservation = self._reserve(peer, path, group, cost, timeout, False)
         else:
             reservation = await self._areserve(peer, path, group, cost, timeout)

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, Pipeline, RedisFuture, TlsCertificates, Value};
 
 use super::function::Decide;
@@ -497,6 +498,64 @@ fn describe(address: &str, timeout: Duration, e: &redis::RedisError) -> Failure 
         ));
     }
     Failure(format!("Redis at {address}: {e}"))
+}
+
+/// Key maintenance (`reset`): commands beside the decisions, on the same connection.
+impl Client {
+    /// Where a `SCAN` must run to see every key: the server (`None`), or each primary of a Cluster by
+    /// address (a cursor walks one node's keys).
+    ///
+    /// # Errors
+    /// The server or Cluster is unreachable, too slow, or answered with an error.
+    pub async fn primaries(&self) -> std::result::Result<Vec<Option<String>>, Failure> {
+        let Connection::Cluster(cluster) = &self.connection else {
+            return Ok(vec![None]);
+        };
+        let every_primary = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+        let reply = self.bounded(cluster.clone().route_command(redis::cmd("PING"), every_primary)).await?;
+        // Without a response policy the Cluster answers with a map of node address to reply.
+        match reply {
+            Value::Map(nodes) => {
+                Ok(nodes.into_iter().filter_map(|(node, _)| redis::from_redis_value(node).ok()).collect())
+            }
+            other => {
+                Err(Failure(format!("Redis at {}: unexpected reply listing the primaries: {other:?}", self.address)))
+            }
+        }
+    }
+
+    /// Runs `cmd` on `node` (an address from `primaries`), or where its keys route (`None`), bounded by
+    /// the timeout.
+    ///
+    /// # Errors
+    /// The server is unreachable, too slow, or answered with an error.
+    pub async fn query_on(&self, cmd: Cmd, node: Option<&str>) -> std::result::Result<Value, Failure> {
+        match (&self.connection, node) {
+            (Connection::Cluster(cluster), Some(address)) => {
+                let (host, port) = address
+                    .rsplit_once(':')
+                    .and_then(|(host, port)| Some((host.to_owned(), port.parse().ok()?)))
+                    .ok_or_else(|| Failure(format!("Redis at {}: not a node address: {address:?}", self.address)))?;
+                let node = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port });
+                self.bounded(cluster.clone().route_command(cmd, node)).await
+            }
+            (connection, _) => {
+                let mut connection = connection.clone();
+                self.bounded(async move { cmd.query_async::<Value>(&mut connection).await }).await
+            }
+        }
+    }
+
+    async fn bounded(
+        &self,
+        request: impl std::future::Future<Output = redis::RedisResult<Value>>,
+    ) -> std::result::Result<Value, Failure> {
+        match tokio::time::timeout(self.timeout, request).await {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(e)) => Err(describe(&self.address, self.timeout, &e)),
+            Err(_) => Err(Failure(format!("Redis at {} did not answer within {:?}", self.address, self.timeout))),
+        }
+    }
 }
 
 /// `url` without its password.

@@ -67,24 +67,8 @@ pub struct Settings {
     pub lease_ttl: Duration,
 }
 
-/// `{<group>:<peer>}`: the hash tag every key of one (peer, group) shares, so that a decision touches one
-/// Cluster slot; a long peer (or one with braces, which would move the tag) is hashed.
-#[must_use]
-pub fn hash_tag(group: &str, peer: &str) -> String {
-    let tag = format!("{group}:{peer}");
-    if tag.len() > MAX_PLAIN_PEER || tag.contains(['{', '}']) {
-        let digest = sha1_smol::Sha1::from(tag.as_bytes()).digest().to_string();
-        format!("{{#{}}}", &digest[..32])
-    } else {
-        format!("{{{tag}}}")
-    }
-}
-
 /// A refusal's retry time while Redis is down and `on_error="deny"`: when to try again.
 const DENY_RETRY_NS: u64 = 1_000_000_000;
-
-/// Longest peer kept readable in a key; longer ones (and any with hash-tag braces) are hashed.
-const MAX_PLAIN_PEER: usize = 64;
 
 pub struct Backend {
     settings: Settings,
@@ -220,9 +204,7 @@ impl Backend {
     /// The Redis keys of `peer`'s states in `key`'s group, one per limit, sharing one hash tag.
     #[must_use]
     pub fn keys(&self, peer: &str, key: &RemoteKey) -> Vec<String> {
-        let name = format!("{}{}", self.settings.prefix, hash_tag(&key.group, peer));
-        // The algorithm in the name: a rule that changes it starts afresh, never reads a key of another type.
-        key.limits.iter().enumerate().map(|(i, limit)| format!("{name}:{i}:{}", limit.kind().name())).collect()
+        script::state_keys(&self.settings.prefix, &key.group, peer, &key.limits)
     }
 
     /// Decides `peer`'s request in Redis, waiting for the reply (call it without the GIL); while Redis
@@ -424,6 +406,85 @@ impl Backend {
     }
 }
 
+/// Keys `SCAN` asks for in one step, and so removed by one `UNLINK`.
+const RESET_BATCH: usize = 1000;
+
+/// `reset`: what the limiter owns in Redis is removed.
+impl Backend {
+    /// Forgets `peer`'s usage in Redis, in every group of the rules in force (call it without the GIL).
+    ///
+    /// # Errors
+    /// Redis could not answer (whatever `on_error` says: a reset that did not happen must not pass for
+    /// one).
+    pub fn reset(&self, limiter: &Limiter, peer: Option<&str>) -> Result<()> {
+        let (client, prefix) = (&self.client, self.settings.prefix.as_str());
+        let removed = match peer {
+            Some(peer) => client.runtime().block_on(unlink_peer(client, prefix, limiter, peer)),
+            None => client.runtime().block_on(unlink_owned(client, prefix)),
+        };
+        removed.map_err(|failure| reset_failed(&failure))
+    }
+}
+
+/// The error of a reset that Redis did not carry out.
+#[must_use]
+pub fn reset_failed(failure: &Failure) -> Error {
+    Error::backend(format!(
+        "reset: the limiter's state here was reset, but its keys in Redis were not removed ({failure}); call reset again"
+    ))
+}
+
+/// Removes `peer`'s keys in every group: its states' keys and its sync counter, which follow from the
+/// rules, so no scan is needed. One `UNLINK` per group (its keys share a slot), all sent at once.
+///
+/// # Errors
+/// Redis could not answer.
+pub async fn unlink_peer(
+    client: &Client,
+    prefix: &str,
+    limiter: &Limiter,
+    peer: &str,
+) -> std::result::Result<(), Failure> {
+    let rules = limiter.rules();
+    let unlinks = rules.groups.iter().map(|group| {
+        let mut unlink = redis::cmd("UNLINK");
+        unlink.arg(script::state_keys(prefix, &group.name, peer, &group.limits));
+        unlink.arg(script::usage_key(prefix, &group.name, peer));
+        client.query_on(unlink, None)
+    });
+    futures_util::future::try_join_all(unlinks).await.map(drop)
+}
+
+/// Removes every key under `prefix` (`SCAN MATCH <prefix>{*`, `UNLINK` each batch), on every primary
+/// of a Cluster. Keys written while the scan runs may stay (`SCAN` promises only the keys present
+/// throughout).
+///
+/// # Errors
+/// Redis could not answer.
+pub async fn unlink_owned(client: &Client, prefix: &str) -> std::result::Result<(), Failure> {
+    let pattern = script::owned_pattern(prefix);
+    for node in client.primaries().await? {
+        let mut cursor = 0_u64;
+        loop {
+            let mut scan = redis::cmd("SCAN");
+            scan.arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(RESET_BATCH);
+            let reply = client.query_on(scan, node.as_deref()).await?;
+            let (next, keys): (u64, Vec<Vec<u8>>) = redis::from_redis_value(reply)
+                .map_err(|e| Failure(format!("Redis at {}: not a SCAN reply: {e}", client.address())))?;
+            if !keys.is_empty() {
+                let mut unlink = redis::cmd("UNLINK");
+                unlink.arg(keys);
+                client.query_on(unlink, None).await?;
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+    }
+    Ok(())
+}
+
 /// What the first step of a decision came to.
 #[derive(Debug)]
 pub enum Prepared {
@@ -505,7 +566,7 @@ mod tests {
     #[test]
     fn keys_of_one_peer_share_a_hash_tag() {
         let b = backend("rk:");
-        assert_eq!(b.keys("alice", &key(2)), ["rk:{api:alice}:0:gcra", "rk:{api:alice}:1:gcra"]);
+        assert_eq!(b.keys("alice", &key(2)), ["rk:{3:api:alice}:0:gcra", "rk:{3:api:alice}:1:gcra"]);
         let long = "x".repeat(100);
         let hashed = b.keys(&long, &key(1));
         assert!(hashed[0].starts_with("rk:{#") && hashed[0].len() < 50, "{hashed:?}");

@@ -12,6 +12,56 @@ pub const DECIDE: &str = include_str!("decide.lua");
 /// Lua numbers are doubles: integers are exact below 2^53.
 const EXACT: u64 = 1 << 53;
 
+/// Longest `<len>:<group>:<peer>` kept readable in a key; longer ones (and any with braces) are hashed.
+const MAX_PLAIN_TAG: usize = 64;
+
+/// `{<len(group)>:<group>:<peer>}`: the hash tag every key of one (peer, group) shares, so that a
+/// decision touches one Cluster slot. The group's length in bytes comes first because a `:` may be in
+/// either name: `x` with peer `a:b` and `x:a` with peer `b` would otherwise be one tag, one budget. A
+/// long pair, or one with braces (which would move the tag), is hashed: `{#<SHA-1 of the same text>}`,
+/// which no readable tag can equal (those start with a digit).
+#[must_use]
+pub fn hash_tag(group: &str, peer: &str) -> String {
+    let pair = format!("{}:{group}:{peer}", group.len());
+    if pair.len() > MAX_PLAIN_TAG || pair.contains(['{', '}']) {
+        let digest = sha1_smol::Sha1::from(pair.as_bytes()).digest().to_string();
+        format!("{{#{}}}", &digest[..32])
+    } else {
+        format!("{{{pair}}}")
+    }
+}
+
+/// The keys of `peer`'s states in `group`, one per limit: `<prefix><tag>:<limit index>:<algorithm>`.
+/// The algorithm is in the name so that a rule that changes it starts afresh, never reading a key of
+/// another type.
+#[must_use]
+pub fn state_keys(prefix: &str, group: &str, peer: &str, limits: &[Limit]) -> Vec<String> {
+    let name = format!("{prefix}{}", hash_tag(group, peer));
+    limits.iter().enumerate().map(|(i, limit)| format!("{name}:{i}:{}", limit.kind().name())).collect()
+}
+
+/// Sync mode's counter of `peer`'s usage in `group`, summed over the nodes: `<prefix><tag>:used`.
+#[must_use]
+pub fn usage_key(prefix: &str, group: &str, peer: &str) -> String {
+    format!("{prefix}{}:used", hash_tag(group, peer))
+}
+
+/// A `SCAN MATCH` pattern for every key under `prefix` (the prefix taken literally, then a tag): what
+/// `reset()` removes. A prefix that begins another's (`rk:` and `rk:eu:`) does not match the other's
+/// keys, whose tag comes later.
+#[must_use]
+pub fn owned_pattern(prefix: &str) -> String {
+    let mut pattern = String::with_capacity(prefix.len() + 2);
+    for c in prefix.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern.push_str("{*");
+    pattern
+}
+
 /// Checks that the script decides `limit` exactly as the in-memory core does.
 ///
 /// # Errors
@@ -179,6 +229,31 @@ mod tests {
             policy: Policy::All,
             reduction: true,
         }
+    }
+
+    #[test]
+    fn names_with_colons_make_distinct_tags() {
+        assert_eq!(hash_tag("x", "a:b"), "{1:x:a:b}");
+        assert_eq!(hash_tag("x:a", "b"), "{3:x:a:b}");
+        assert_eq!(hash_tag("", ":"), "{0:::}");
+        // Hashed pairs too: the hash covers the same unambiguous text.
+        let long = "p".repeat(100);
+        assert_ne!(hash_tag("x", &format!("a:{long}")), hash_tag("x:a", &long));
+        assert_ne!(hash_tag("x", "a:{b}"), hash_tag("x:a", "{b}"));
+        assert!(hash_tag("g", "a}b{c").starts_with("{#"));
+        assert!(hash_tag("g{", "a").starts_with("{#"));
+    }
+
+    #[test]
+    fn keys_of_one_pair_share_its_tag() {
+        let limits = [Limit::new("1/s".parse().unwrap(), None, Kind::Gcra).unwrap(), Limit::concurrency(2).unwrap()];
+        assert_eq!(
+            state_keys("rk:", "api", "alice", &limits),
+            ["rk:{3:api:alice}:0:gcra", "rk:{3:api:alice}:1:concurrency"]
+        );
+        assert_eq!(usage_key("rk:", "api", "alice"), "rk:{3:api:alice}:used");
+        assert_eq!(owned_pattern("rk:"), "rk:{*");
+        assert_eq!(owned_pattern(r"t[1]*?\:"), r"t\[1\]\*\?\\:{*");
     }
 
     #[test]

@@ -99,8 +99,29 @@ impl Syncer {
         self.client.runtime().block_on(self.sync(limiter))
     }
 
+    /// Forgets `peer`'s usage (every peer's with `None`): in this process (states and usage not yet
+    /// pushed) and in Redis (the counters), between two syncs, so that a push in flight cannot bring a
+    /// counter back. Call it without the GIL.
+    ///
+    /// # Errors
+    /// Redis did not answer: the counters stay (this process's usage is forgotten all the same).
+    pub fn reset(&self, limiter: &Limiter, peer: Option<&str>) -> std::result::Result<(), Failure> {
+        self.client.runtime().block_on(async {
+            let _one = self.running.lock().await;
+            limiter.reset(peer);
+            match peer {
+                Some(peer) => self.tracked.lock().retain(|(_, tracked), _| tracked != peer),
+                None => self.tracked.lock().clear(),
+            }
+            match peer {
+                Some(peer) => super::unlink_peer(&self.client, &self.prefix, limiter, peer).await,
+                None => super::unlink_owned(&self.client, &self.prefix).await,
+            }
+        })
+    }
+
     fn counter(&self, group: &str, peer: &str) -> String {
-        format!("{}{}:used", self.prefix, super::hash_tag(group, peer))
+        super::script::usage_key(&self.prefix, group, peer)
     }
 
     async fn sync(&self, limiter: &Limiter) -> std::result::Result<Synced, Failure> {

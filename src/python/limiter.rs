@@ -17,7 +17,7 @@ use super::values::{
 };
 use crate::backend::client::Client;
 use crate::backend::sync::Syncer;
-use crate::backend::{script, Backend, Outcome, Prepared};
+use crate::backend::{reset_failed, script, Backend, Outcome, Prepared};
 use crate::clock::Clock;
 use crate::config::{Config, RuleSpec, RulesConfig};
 use crate::error::Error;
@@ -469,15 +469,17 @@ impl PyLimiter {
     ) -> PyResult<()> {
         let this = slf.get();
         let py = slf.py();
-        let Some(backend) = &this.backend else {
-            return Err(Error::value("backend", "this limiter has no backend").into());
-        };
         let (peer, target) = (text("peer", peer)?, target(path, group)?);
         let take = if permits { Take::RatesAndPermits } else { Take::Rates };
         let mut request = Request::new(cost.0).waiting(nanos("timeout", timeout)?).taking(take);
         if report {
             request = request.reporting();
         }
+        let Some(backend) = &this.backend else {
+            // Decided here (no backend, or sync mode's local decisions): no I/O, the future completes now.
+            let decision = this.inner.decide(peer, target, request)?;
+            return this.settle(py, future, Ok(Outcome { decision, outage_began: None, recovered: false }));
+        };
         let now = this.clock.as_ref().map(|_| this.inner.now_ns());
         let call = match backend.prepare(&this.inner, peer, target, request, now)? {
             Prepared::Done(decision) => {
@@ -604,6 +606,13 @@ impl PyLimiter {
         self.inner.set_enabled(true);
     }
 
+    /// Whether decisions are made in the backend (exact mode), so that the asyncio twins await Redis;
+    /// false in memory and in sync mode, whose decisions are this process's.
+    #[getter]
+    fn _decides_in_backend(&self) -> bool {
+        self.backend.is_some()
+    }
+
     /// The backend the states live in (`None`: this process).
     #[getter]
     fn backend(&self, py: Python<'_>) -> Option<Py<PyRedis>> {
@@ -666,10 +675,19 @@ impl PyLimiter {
         self.inner.rules().config.exempt_paths.clone()
     }
 
-    /// Forgets the state of `peer` in every group, or of every peer.
+    /// Forgets the state of `peer` in every group, or of every peer; with a backend, in Redis too (the
+    /// limiter's keys there), raising `BackendUnavailable` when Redis cannot answer.
     #[pyo3(signature = (peer=None))]
-    fn reset(&self, peer: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
-        self.inner.reset(optional_text("peer", peer)?);
+    fn reset(&self, py: Python<'_>, peer: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let peer = optional_text("peer", peer)?;
+        // Here first (the states `on_error="local"` decides with, quota records), then Redis.
+        self.inner.reset(peer);
+        if let Some(backend) = &self.backend {
+            py.detach(|| backend.reset(&self.inner, peer))?;
+        }
+        if let Some(syncer) = &self.syncer {
+            py.detach(|| syncer.reset(&self.inner, peer)).map_err(|failure| reset_failed(&failure))?;
+        }
         Ok(())
     }
 
