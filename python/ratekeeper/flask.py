@@ -231,10 +231,9 @@ class RateLimit:
         path, group = route
         if self.options.mode == "delay":
             try:
-                self.limiter.throttle(peer, path, cost=cost, timeout=self.options.max_delay, group=group)
+                return self.limiter._throttle_permits(peer, path, group, cost, self.options.max_delay)
             except RateLimited as refused:
                 return refused.decision
-            return self.limiter._acquire(peer, path, group, cost, False)
         return self.limiter._acquire(peer, path, group, cost, True)
 
     def _after(self, response: Response) -> Response:
