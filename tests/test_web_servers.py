@@ -1,4 +1,4 @@
-"""The web integrations behind the servers they meet in production: nginx in front of uvicorn.
+"""The web integrations behind the servers they meet in production: nginx in front of uvicorn, gunicorn.
 
 Each server is started on free loopback ports by a fixture and stopped in teardown; nginx with a config
 written to the test's tmp directory (``daemon off``, its pid, logs and temp files there). The proxy test
@@ -13,6 +13,7 @@ import pwd
 import shutil
 import socket
 import subprocess
+import sys
 import textwrap
 import time
 from collections.abc import Iterator
@@ -135,3 +136,114 @@ def test_behind_nginx_a_client_cannot_pick_its_key_with_forwarded(nginx: tuple[h
     ]
     assert codes == [200, 200, 429, 429]
     assert limiter.top_refused(5) == [(CLIENT, 2)]
+
+
+# --- gunicorn: a streamed Flask response gives its permit back before the client has the last byte -------------
+
+STREAM_APP = """
+import time
+
+import flask
+import ratekeeper as rk
+from ratekeeper.flask import RateLimit
+from ratekeeper.keys import header
+
+limiter = rk.Limiter(
+    rules=[rk.Rule("^/stream", "held", limits=[rk.Limit("1000000/min"), rk.Limit(concurrency=1)])]
+)
+app = flask.Flask(__name__)
+RateLimit(app, limiter=limiter, key=header("X-API-Key"))
+
+
+@app.get("/stream")
+def stream() -> flask.Response:
+    chunks = int(flask.request.args.get("chunks", "4"))
+
+    def body():
+        for _ in range(chunks):
+            yield b"x" * 1024
+
+    return flask.Response(body(), mimetype="application/octet-stream")
+
+
+@app.after_request
+def log_on_close(response: flask.Response) -> flask.Response:
+    # Work of the app's own when the response is closed (an access log written, a span ended): gunicorn
+    # closes the body after the client has its last byte, so whatever waits for the close waits for this.
+    response.call_on_close(lambda: time.sleep(0.002))
+    return response
+
+
+@app.get("/counters")
+def counters() -> dict[str, int]:
+    held = limiter.stats()["groups"]["held"]
+    return {name: held[name] for name in ("requests", "allowed", "refused")}
+"""
+
+
+@pytest.fixture
+def gunicorn(tmp_path: Path) -> Iterator[httpx.Client]:
+    """gunicorn serving the streaming Flask app: one worker of four threads (gthread)."""
+    pytest.importorskip("gunicorn")
+    (tmp_path / "stream_app.py").write_text(STREAM_APP)
+    port = free_port()
+    log = tmp_path / "gunicorn.log"
+    with log.open("wb") as output:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "--chdir",
+                str(tmp_path),
+                "--bind",
+                f"127.0.0.1:{port}",
+                "--workers",
+                "1",
+                "--threads",
+                "4",
+                "--log-level",
+                "warning",
+                "stream_app:app",
+            ],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_for_port(port, process, log)
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+            yield client
+    finally:
+        stop(process)
+
+
+KEY = {"X-API-Key": "alice"}
+
+
+def test_sequential_streamed_requests_on_gunicorn_are_never_refused(gunicorn: httpx.Client) -> None:
+    # Each request starts once the previous one's body has been read to its end: never two in flight.
+    # A connection each: on a kept-alive one, gunicorn reads the next request only after the last has
+    # been cleaned up, while a new connection is served by another thread at once.
+    codes = []
+    for _ in range(300):
+        with gunicorn.stream("GET", "/stream", headers={**KEY, "Connection": "close"}) as response:
+            response.read()
+            codes.append(response.status_code)
+    assert codes.count(429) == 0
+    assert gunicorn.get("/counters").json() == {"requests": 300, "allowed": 300, "refused": 0}
+
+
+def test_a_client_leaving_mid_stream_gives_the_permit_back_on_gunicorn(gunicorn: httpx.Client) -> None:
+    with gunicorn.stream("GET", "/stream", params={"chunks": 100_000}, headers=KEY) as response:
+        chunks = response.iter_raw()  # kept: dropping the iterator would close the stream now
+        next(chunks)  # the body has started and goes on (more than the sockets hold): the permit is held
+        assert gunicorn.get("/stream", headers=KEY).status_code == 429
+    # The connection is closed: the server's next write fails and it closes the body's iterator. It
+    # notices on its own time, so ask (a bounded number of times) until the permit is back.
+    codes = []
+    for _ in range(200):
+        codes.append(gunicorn.get("/stream", headers=KEY).status_code)
+        if codes[-1] == 200:
+            break
+        time.sleep(0.05)
+    assert codes[-1] == 200, codes
