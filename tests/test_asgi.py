@@ -144,6 +144,37 @@ def test_delay_mode_waits_for_the_slot_on_the_manual_clock(limiter: rk.Limiter, 
         assert clock.now() == 40.0
 
 
+@pytest.fixture
+def gated(clock: rk.ManualClock) -> rk.Limiter:
+    """Two requests a minute and one in flight per key, on /api/."""
+    return rk.Limiter(
+        rules=[rk.Rule("^/api/", "api", limits=[rk.Limit("2/min"), rk.Limit(concurrency=1)])], clock=clock
+    )
+
+
+def test_delay_mode_counts_each_request_once(gated: rk.Limiter, clock: rk.ManualClock) -> None:
+    with Server(make_app(gated, key=header("X-API-Key"), mode="delay", max_delay=60.0)) as client:
+        assert [client.get("/api/items", headers=KEY).status_code for _ in range(3)] == [200] * 3
+    assert clock.now() == 30.0  # the third waited for its slot
+    api = gated.stats()["groups"]["api"]
+    assert (api["requests"], api["allowed"], api["refused"], api["delayed"]) == (3, 3, 0, 1)
+
+
+def test_delay_mode_refused_a_permit_spends_no_rate_slot(gated: rk.Limiter, clock: rk.ManualClock) -> None:
+    with Server(make_app(gated, key=header("X-API-Key"), mode="delay", max_delay=60.0)) as client:
+        # Another request of alice's is in flight (it took the permit and the first of two slots).
+        with gated.concurrent("alice", "/api/items"):
+            refused = client.get("/api/items", headers=KEY)
+            assert refused.status_code == 429
+            assert refused.json()["detail"] == "Too many concurrent requests"
+        # The refusal took nothing: the second slot is still free, no wait.
+        assert client.get("/api/items", headers=KEY).status_code == 200
+    assert clock.now() == 0.0
+    api = gated.stats()["groups"]["api"]
+    assert (api["requests"], api["allowed"], api["refused"], api["delayed"]) == (3, 2, 1, 0)
+    assert gated.top_refused(1) == [("alice", 1)]
+
+
 def test_shadow_mode_counts_but_refuses_nothing(limiter: rk.Limiter) -> None:
     with Server(make_app(limiter, key=header("X-API-Key"), shadow=True)) as client:
         codes = [client.get("/api/items", headers=KEY).status_code for _ in range(5)]

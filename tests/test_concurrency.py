@@ -112,6 +112,50 @@ def test_a_gate_refusal_spends_no_rate_and_a_rate_refusal_takes_no_permit(clock:
         pass
 
 
+def test_max_wait_waits_for_the_rate_then_takes_a_permit_as_one_request(clock: rk.ManualClock) -> None:
+    limiter = gated(clock, "2/min", rk.Limit(concurrency=1))
+    for _ in range(3):
+        with limiter.concurrent(PEER, "/api/x", max_wait=60.0):
+            pass
+    assert clock.now() == 30.0  # the third waited for its slot
+    counters = limiter.stats()["groups"][GROUP]
+    assert (counters["requests"], counters["allowed"], counters["refused"], counters["delayed"]) == (3, 3, 0, 1)
+
+
+def test_max_wait_refused_a_permit_gives_its_rate_slot_back(clock: rk.ManualClock) -> None:
+    limiter = gated(clock, "2/min", rk.Limit(concurrency=1))
+    with limiter.concurrent(PEER, "/api/x"):  # in flight: the permit and slot 1 of 2
+        with pytest.raises(rk.RateLimited) as refused, limiter.concurrent(PEER, "/api/x", max_wait=60.0):
+            pytest.fail("entered without a permit")
+        assert refused.value.decision.refused_by == "concurrency"
+    with limiter.concurrent(PEER, "/api/x", max_wait=60.0):  # slot 2 is still free: no wait
+        pass
+    assert clock.now() == 0.0
+    counters = limiter.stats()["groups"][GROUP]
+    assert (counters["requests"], counters["allowed"], counters["refused"]) == (3, 2, 1)
+
+
+@pytest.mark.asyncio
+async def test_async_max_wait_after_a_wait_refused_a_permit_gives_everything_back(clock: rk.ManualClock) -> None:
+    limiter = gated(clock, "1/min", rk.Limit(concurrency=1))
+    async with limiter.concurrent(PEER, "/api/x"):  # in flight: the permit and the minute's slot
+        with pytest.raises(rk.RateLimited):
+            async with limiter.concurrent(PEER, "/api/x", max_wait=60.0):  # waits 60 s, then no permit
+                pytest.fail("entered without a permit")
+    assert clock.now() == 60.0
+    counters = limiter.stats()["groups"][GROUP]
+    # The wait was given back with the slot: not delayed; the next minute's slot is free now.
+    assert (counters["requests"], counters["refused"], counters["delayed"], counters["abandoned"]) == (2, 1, 0, 1)
+    assert limiter.allow(PEER, "/api/x")
+
+
+def test_max_wait_cannot_go_with_rates_false(clock: rk.ManualClock) -> None:
+    limiter = gated(clock, "2/min", rk.Limit(concurrency=1))
+    with pytest.raises(rk.InvalidValue) as error:
+        limiter.concurrent(PEER, "/api/x", rates=False, max_wait=1.0)
+    assert error.value.loc == ("max_wait",)
+
+
 @pytest.mark.asyncio
 async def test_async_with_gives_permits_back_on_exit_and_on_exceptions(clock: rk.ManualClock) -> None:
     limiter = gated(clock, rk.Limit(concurrency=1))

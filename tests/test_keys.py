@@ -10,6 +10,7 @@ import io
 from typing import Any
 
 import pytest
+from ratekeeper import InvalidValue
 from ratekeeper.keys import KeyFunction, client_ip, header
 from starlette.requests import HTTPConnection
 from werkzeug.wrappers import Request
@@ -71,10 +72,54 @@ TRUSTED = ["10.0.0.0/8"]
         ("192.0.2.1", {"X-Forwarded-For": "198.51.100.7"}, "192.0.2.1"),
         # Behind a trusted proxy: the rightmost address that is not a trusted proxy, never the spoofable first.
         ("10.0.0.5", {"X-Forwarded-For": "1.2.3.4, 198.51.100.7, 10.0.0.9"}, "198.51.100.7"),
-        ("10.0.0.5", {"Forwarded": 'for=1.2.3.4, for="198.51.100.8:4711"'}, "198.51.100.8"),
-        ("10.0.0.5", {"Forwarded": 'for="[2001:db8::1]:4711"', "X-Forwarded-For": "203.0.113.1"}, "2001:db8::1"),
+        # Only X-Forwarded-For, the header the proxies write: a Forwarded header passes through them as
+        # the client wrote it, so it is never read (by default).
+        ("10.0.0.5", {"Forwarded": "for=1.2.3.4", "X-Forwarded-For": "203.0.113.1"}, "203.0.113.1"),
+        ("10.0.0.5", {"Forwarded": "for=1.2.3.4"}, "10.0.0.5"),
+        # Ports, brackets and the canonical form of an address.
+        ("10.0.0.5", {"X-Forwarded-For": "198.51.100.7:4711"}, "198.51.100.7"),
+        ("10.0.0.5", {"X-Forwarded-For": "[2001:DB8::1]:4711, 10.0.0.9"}, "2001:db8::1"),
+        ("10.0.0.5", {"X-Forwarded-For": "2001:db8:0::1"}, "2001:db8::1"),
+        # A trusted hop that wrote no address: its clients share its key, none picks its own.
+        ("10.0.0.5", {"X-Forwarded-For": "1.2.3.4, unknown, 10.0.0.9"}, "10.0.0.9"),
+        ("10.0.0.5", {"X-Forwarded-For": "1.2.3.4, not-an-address"}, "10.0.0.5"),
+        # Every hop a trusted proxy: the leftmost, which a trusted proxy wrote.
+        ("10.0.0.5", {"X-Forwarded-For": "10.0.0.7, 10.0.0.9"}, "10.0.0.7"),
         ("10.0.0.5", {}, "10.0.0.5"),
     ],
 )
 def test_the_client_ip_is_the_same_from_every_source(peer: str, headers: dict[str, str], expected: str) -> None:
     assert keys_of(client_ip(trusted_proxies=TRUSTED), peer, headers) == {expected}
+
+
+@pytest.mark.parametrize(
+    ("forwarded", "expected"),
+    [
+        ('for=1.2.3.4, for="198.51.100.8:4711"', "198.51.100.8"),
+        ('for="[2001:db8:cafe::17]:4711"', "2001:db8:cafe::17"),
+        ("For=198.51.100.8;proto=https;by=10.0.0.9", "198.51.100.8"),
+        ('for=1.2.3.4;host="a,b;c", for=198.51.100.8', "198.51.100.8"),  # separators inside a quoted value
+        ('for=1.2.3.4, for="_hidden"', "_hidden"),  # an obfuscated identifier: the proxy's name for its client
+        ('for="_hidden:_port"', "_hidden"),
+        ("for=1.2.3.4, for=unknown", "10.0.0.5"),  # unknown to a trusted proxy: that proxy's key
+        ("for=1.2.3.4, proto=https", "10.0.0.5"),  # an element without for=: unknown too
+        ("for=198.51.100.8, for=10.0.0.9", "198.51.100.8"),
+    ],
+)
+def test_forwarded_is_read_only_when_asked_for(forwarded: str, expected: str) -> None:
+    key = client_ip(trusted_proxies=TRUSTED, header="forwarded")
+    # X-Forwarded-For is not the header these proxies write: ignored.
+    assert keys_of(key, "10.0.0.5", {"Forwarded": forwarded, "X-Forwarded-For": "203.0.113.1"}) == {expected}
+
+
+def test_forwarded_split_over_header_lines_is_one_list() -> None:
+    key = client_ip(trusted_proxies=TRUSTED, header="forwarded")
+    scope = {"type": "http", "headers": [(b"forwarded", b"for=1.2.3.4"), (b"forwarded", b"for=198.51.100.8")]}
+    scope["client"] = ("10.0.0.5", 50000)
+    assert key.from_scope(scope) == "198.51.100.8"
+
+
+def test_an_unknown_forwarding_header_is_refused() -> None:
+    with pytest.raises(InvalidValue) as error:
+        client_ip(trusted_proxies=TRUSTED, header="x-real-ip")  # type: ignore[arg-type]
+    assert error.value.loc == ("header",)

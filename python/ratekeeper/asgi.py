@@ -203,17 +203,10 @@ class RateLimitMiddleware:
 
     async def _delay(self, peer: str, path: str, cost: int) -> tuple[Decision, bool]:
         """Delay mode's decision, and whether concurrency permits are now held (to give back at the end)."""
-        limiter = self.limiter
         try:
-            await limiter.athrottle(peer, path, cost=cost, timeout=self.options.max_delay)
+            decision = await self.limiter._athrottle_permits(peer, path, None, cost, self.options.max_delay)
         except RateLimited as refused:
             return refused.decision, False
-        # The rate slot is taken; now the permits alone (the rates are not charged twice); with a
-        # backend, a round trip off the event loop.
-        if limiter.backend is None:
-            decision = limiter._acquire(peer, path, None, cost, False)
-        else:
-            decision = await asyncio.to_thread(limiter._acquire, peer, path, None, cost, False)
         return decision, decision.permits_held
 
     async def _answer(

@@ -10,15 +10,17 @@ decided by name, in ``before_request``), else by the limiter's rules on the path
 mark, the path decides alone, so the decision is made around ``app.wsgi_app``, before Flask routes, and a
 refusal costs less than serving the view. Refusals answer 429 with the JSON body and the IETF
 ``RateLimit`` fields of the ASGI middleware; allowed responses carry the fields too. Concurrency permits
-are held while the view works: until the view returns, or for a streamed body until the response is
-closed (``call_on_close``), and given back when the view raises.
+are held while the view works: until the view returns, or for a streamed body until its iterator is
+exhausted or closed (whichever comes first: before the server ends the response, or when the client
+leaves), and given back when the view raises.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal, TypeVar
 
 import flask
@@ -231,25 +233,28 @@ class RateLimit:
         path, group = route
         if self.options.mode == "delay":
             try:
-                self.limiter.throttle(peer, path, cost=cost, timeout=self.options.max_delay, group=group)
+                return self.limiter._throttle_permits(peer, path, group, cost, self.options.max_delay)
             except RateLimited as refused:
                 return refused.decision
-            return self.limiter._acquire(peer, path, group, cost, False)
         return self.limiter._acquire(peer, path, group, cost, True)
 
     def _after(self, response: Response) -> Response:
         held: _Held | None = flask.request.environ.get(_HELD)
         if held is None or not held.permits:
             return response
-        held.permits = False
         # An error page is built while the view's exception is being handled (and looks streamed).
         if response.is_streamed and sys.exc_info()[0] is None:
-            # The view's work goes on while the body streams: held until the response is closed.
-            response.call_on_close(lambda: self._release(held))
+            # The view's work goes on while the body streams: held until the body's iterator is exhausted
+            # (before the server ends the response) or closed (the client left), whichever comes first.
+            # Not at the response's close: the server closes it after the client has the last byte, so a
+            # client asking again at once would find the permit still taken.
+            release = functools.partial(self._release_once, held)
+            response.response = _ReleasingBody(response.response, release)
+            response.call_on_close(release)  # a server that never iterates the body still closes it
         else:
             # The work is done; holding the permits while the server writes the body would refuse a
             # client that asks again as soon as it has read it.
-            self._release(held)
+            self._release_once(held)
         return response
 
     def _settle(self, held: _Held, status: int, headers: list[tuple[str, str]]) -> None:
@@ -264,6 +269,43 @@ class RateLimit:
 
     def _release(self, held: _Held) -> None:
         self.limiter._release(held.peer, None if held.group else held.path, held.group, held.cost)
+
+    def _release_once(self, held: _Held) -> None:
+        """Gives the permits back unless that was done already (the body's end and its close both ask)."""
+        if held.permits:
+            held.permits = False
+            self._release(held)
+
+
+class _ReleasingBody:
+    """A streamed body that calls ``release`` once its iterator is exhausted, raises, or is closed."""
+
+    __slots__ = ("_body", "_iterator", "_release")
+
+    def __init__(self, body: Iterable[str] | Iterable[bytes], release: Callable[[], None]) -> None:
+        self._body = body
+        self._iterator: Iterator[Any] | None = None  # made on first use, as the server would
+        self._release = release
+
+    def __iter__(self) -> _ReleasingBody:
+        return self
+
+    def __next__(self) -> Any:  # the chunks of Werkzeug's body: str or bytes
+        if self._iterator is None:
+            self._iterator = iter(self._body)
+        try:
+            return next(self._iterator)
+        except BaseException:  # StopIteration included: the last chunk has been handed to the server
+            self._release()
+            raise
+
+    def close(self) -> None:
+        try:
+            close = getattr(self._body, "close", None)
+            if close is not None:
+                close()
+        finally:
+            self._release()
 
 
 class _Gate:
@@ -296,7 +338,6 @@ class _Gate:
             return self.wsgi_app(environ, start_with_fields)
         except BaseException:
             held: _Held | None = environ.get(_HELD)
-            if held is not None and held.permits:  # the app raised through Flask (PROPAGATE_EXCEPTIONS)
-                held.permits = False
-                extension._release(held)
+            if held is not None:  # the app raised through Flask (PROPAGATE_EXCEPTIONS)
+                extension._release_once(held)
             raise

@@ -6,7 +6,7 @@ happens then is the middleware's ``on_missing_key``). Any callable does, sync or
 also read an ASGI scope directly (``from_scope``), so the ASGI middleware needs no ``Request`` object
 for them.
 
-- :func:`client_ip` — the client's address, behind trusted proxies: ``X-Forwarded-For`` (or
+- :func:`client_ip` — the client's address, behind trusted proxies: ``X-Forwarded-For`` (or, when told,
   ``Forwarded``) walked from the right, skipping trusted hops; never the leftmost, spoofable one.
 - :func:`header` — a request header, such as ``X-API-Key`` or ``X-Account-ID``.
 """
@@ -16,11 +16,11 @@ from __future__ import annotations
 import inspect
 import ipaddress
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, Union
+from typing import Any, Literal, Union
 
 from ratekeeper._errors import InvalidType, InvalidValue
 
-__all__ = ["ClientIP", "Header", "KeyCallable", "KeyFunction", "client_ip", "header", "key_of"]
+__all__ = ["ClientIP", "ForwardingHeader", "Header", "KeyCallable", "KeyFunction", "client_ip", "header", "key_of"]
 
 _Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
 #: A key function: a callable of the framework's request, sync or async, giving the key or ``None``.
@@ -69,12 +69,17 @@ def _request_peer(request: Any) -> str | None:
     return str(remote) if remote else None
 
 
+#: The forwarding headers :func:`client_ip` can read, by their lower-case names.
+ForwardingHeader = Literal["x-forwarded-for", "forwarded"]
+_FORWARDING_HEADERS = ("x-forwarded-for", "forwarded")
+
+
 class ClientIP(KeyFunction):
     """The client's IP address; see :func:`client_ip`."""
 
-    __slots__ = ("_forwarded", "_networks")
+    __slots__ = ("_environ_name", "_header", "_networks", "_raw")
 
-    def __init__(self, trusted_proxies: Iterable[str], forwarded: bool) -> None:
+    def __init__(self, trusted_proxies: Iterable[str], header: str) -> None:
         if isinstance(trusted_proxies, str):
             raise InvalidType("trusted_proxies", "must be a list of addresses or networks, not a single str")
         networks: list[_Network] = []
@@ -85,8 +90,14 @@ class ClientIP(KeyFunction):
                 networks.append(ipaddress.ip_network(proxy, strict=False))
             except ValueError:
                 raise InvalidValue(("trusted_proxies", index), f"{proxy!r} is not an IP address or network") from None
+        if not isinstance(header, str):
+            raise InvalidType("header", f"must be a str, got {type(header).__name__}")
+        if header.lower() not in _FORWARDING_HEADERS:
+            raise InvalidValue("header", f"must be 'x-forwarded-for' or 'forwarded', got {header!r}")
         self._networks: tuple[_Network, ...] = tuple(networks)
-        self._forwarded = forwarded
+        self._header = header.lower()
+        self._raw = self._header.encode("latin-1")
+        self._environ_name = "HTTP_" + self._header.upper().replace("-", "_")
 
     def _trusted(self, address: str) -> bool:
         try:
@@ -95,74 +106,136 @@ class ClientIP(KeyFunction):
             return False
         return any(ip in network for network in self._networks)
 
-    def _resolve(self, peer: str | None, forwarded_for: str | None, forwarded: str | None) -> str | None:
-        # Only a request that reached us from a trusted proxy may say who it was forwarded for.
-        if peer is None or not self._networks or not self._trusted(peer):
+    def _resolve(self, peer: str | None, value: str | None) -> str | None:
+        # Only a request that reached us from a trusted proxy may say who it was forwarded for, and only
+        # in the header the proxies write: another header passes through them as the client wrote it.
+        if peer is None or value is None or not self._networks or not self._trusted(peer):
             return peer
-        hops = _hops(forwarded) if self._forwarded and forwarded is not None else None
-        if hops is None and forwarded_for is not None:
-            hops = [hop.strip() for hop in forwarded_for.split(",") if hop.strip()]
-        if not hops:
-            return peer
-        # From the right: the first address not in the trusted set is the client; a proxy to the left
-        # of it could have been written by anyone.
+        hops = _forwarded_hops(value) if self._header == "forwarded" else _x_forwarded_hops(value)
+        # From the right: each entry was appended by the hop to its right. While that hop is a trusted
+        # proxy, the entry is what it saw; the first that is not a trusted proxy is the client. Anything
+        # to its left could have been written by anyone.
+        nearest = peer
         for hop in reversed(hops):
+            if hop is None:
+                # A trusted proxy that did not know its client ("unknown", or no address at all): its
+                # clients share the proxy's key rather than pick their own.
+                return nearest
             if not self._trusted(hop):
                 return hop
-        return hops[0]
+            nearest = hop
+        return nearest
 
     def __call__(self, request: Any) -> str | None:
-        return self._resolve(
-            _request_peer(request), _request_header(request, "x-forwarded-for"), _request_header(request, "forwarded")
-        )
+        return self._resolve(_request_peer(request), _request_header(request, self._header))
 
     def from_environ(self, environ: Mapping[str, Any]) -> str | None:
         peer = environ.get("REMOTE_ADDR") or None
         if not self._networks:
             return peer
-        return self._resolve(peer, environ.get("HTTP_X_FORWARDED_FOR"), environ.get("HTTP_FORWARDED"))
+        return self._resolve(peer, environ.get(self._environ_name))
 
     def from_scope(self, scope: Mapping[str, Any]) -> str | None:
         client = scope.get("client")
         peer = str(client[0]) if client else None
         if not self._networks:  # the common case: no proxy, no header to read
             return peer
-        return self._resolve(peer, _scope_header(scope, b"x-forwarded-for"), _scope_header(scope, b"forwarded"))
+        return self._resolve(peer, _scope_header(scope, self._raw))
 
     def __repr__(self) -> str:
-        return f"client_ip(trusted_proxies={[str(n) for n in self._networks]!r})"
+        return f"client_ip(trusted_proxies={[str(n) for n in self._networks]!r}, header={self._header!r})"
 
 
-def _hops(forwarded: str) -> list[str] | None:
-    """The ``for=`` addresses of an RFC 7239 ``Forwarded`` header, in order; ``None`` if it has none."""
-    hops = []
-    for element in forwarded.split(","):
-        for pair in element.split(";"):
-            name, _, value = pair.strip().partition("=")
-            if name.strip().lower() == "for" and value:
-                value = value.strip().strip('"')
-                if value.startswith("["):  # "[2001:db8::1]:4711"
-                    value = value[1 : value.find("]")]
-                elif value.count(":") == 1:  # "192.0.2.60:4711"
-                    value = value.split(":", 1)[0]
-                hops.append(value)
-    return hops or None
+def _node(text: str) -> str | None:
+    """One hop's address: an IP without port or brackets (in its canonical form), an RFC 7239 obfuscated
+    identifier (``_hidden``, a proxy's stable name for its client), or ``None`` (``unknown``, or not an
+    address at all)."""
+    text = text.strip()
+    if text.startswith("["):  # "[2001:db8::1]:4711"
+        end = text.find("]")
+        text = text[1:end] if end > 0 else ""
+    elif text.count(":") == 1:  # "192.0.2.60:4711", "_hidden:_port"
+        text = text.split(":", 1)[0]
+    if text.startswith("_") and len(text) > 1 and all(c.isalnum() or c in "._-" for c in text[1:]):
+        return text
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        return None
 
 
-def client_ip(trusted_proxies: Sequence[str] = (), *, forwarded: bool = True) -> ClientIP:
+def _x_forwarded_hops(value: str) -> list[str | None]:
+    """The addresses of an ``X-Forwarded-For`` value (lines joined by ``,``), left to right."""
+    return [_node(hop) for hop in value.split(",") if hop.strip()]
+
+
+def _split_unquoted(text: str, separator: str) -> list[str]:
+    """``text`` split at ``separator`` outside RFC 7230 quoted strings (which may hold it, escaped or not)."""
+    parts, start, quoted, escaped = [], 0, False, False
+    for index, char in enumerate(text):
+        if escaped:
+            escaped = False
+        elif quoted and char == "\\":
+            escaped = True
+        elif char == '"':
+            quoted = not quoted
+        elif char == separator and not quoted:
+            parts.append(text[start:index])
+            start = index + 1
+    parts.append(text[start:])
+    return parts
+
+
+def _unquote(value: str) -> str:
+    value = value.strip()
+    if len(value) >= 2 and value[0] == value[-1] == '"':
+        value = value[1:-1]
+        out, escaped = [], False
+        for char in value:
+            if char == "\\" and not escaped:
+                escaped = True
+                continue
+            out.append(char)
+            escaped = False
+        return "".join(out)
+    return value
+
+
+def _forwarded_hops(value: str) -> list[str | None]:
+    """The ``for=`` addresses of an RFC 7239 ``Forwarded`` value, one per element, left to right (``None``
+    for an element without one: that hop's client is unknown)."""
+    hops: list[str | None] = []
+    for element in _split_unquoted(value, ","):
+        if not element.strip():
+            continue
+        hop = None
+        for pair in _split_unquoted(element, ";"):
+            name, _, raw = pair.partition("=")
+            if name.strip().lower() == "for":
+                hop = _node(_unquote(raw))
+        hops.append(hop)
+    return hops
+
+
+def client_ip(trusted_proxies: Sequence[str] = (), *, header: ForwardingHeader = "x-forwarded-for") -> ClientIP:
     """The client's IP address as the key.
 
     Args:
         trusted_proxies: addresses or networks (``"10.0.0.0/8"``, ``"127.0.0.1"``) of the proxies in front
-            of the service. Only a request whose peer is one of them may name its client in
-            ``X-Forwarded-For`` / ``Forwarded``; the client is then the rightmost address that is not a
-            trusted proxy. Empty (the default): the peer address itself, headers ignored.
-        forwarded: read the standard ``Forwarded`` header before ``X-Forwarded-For``.
+            of the service. Only a request whose peer is one of them may name its client, in ``header``;
+            the client is then the rightmost address there that is not a trusted proxy (an entry a
+            trusted proxy wrote as ``unknown``: that proxy's address). Empty (the default): the peer
+            address itself, headers ignored.
+        header: the one header the trusted proxies write: ``"x-forwarded-for"`` (default; nginx's
+            ``$proxy_add_x_forwarded_for``, HAProxy's ``option forwardfor``, most load balancers) or
+            ``"forwarded"`` (RFC 7239), only if they set it. The other is never read: a proxy passes a
+            header it does not write through unchanged, so there it is the client's own word.
 
     Raises:
-        InvalidValue: an entry that is not an address or network (``loc`` ``("trusted_proxies", i)``).
+        InvalidValue: an entry that is not an address or network (``loc`` ``("trusted_proxies", i)``), or
+            another ``header``.
     """
-    return ClientIP(trusted_proxies, forwarded)
+    return ClientIP(trusted_proxies, header)
 
 
 class Header(KeyFunction):

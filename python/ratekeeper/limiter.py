@@ -61,36 +61,64 @@ class Permit:
     a decision must not hide it. Call :meth:`Limiter.concurrent` once per request instead.
     """
 
-    __slots__ = ("_cost", "_entered", "_group", "_held", "_limiter", "_path", "_peer", "_rates", "decision")
+    __slots__ = (
+        "_cost",
+        "_entered",
+        "_group",
+        "_held",
+        "_limiter",
+        "_max_wait",
+        "_path",
+        "_peer",
+        "_rates",
+        "decision",
+    )
 
     def __init__(
-        self, limiter: _CoreLimiter, peer: str, path: str | None, group: str | None, cost: int, rates: bool
+        self,
+        limiter: Limiter,
+        peer: str,
+        path: str | None,
+        group: str | None,
+        cost: int,
+        rates: bool,
+        max_wait: float | None = None,
     ) -> None:
         self._limiter, self._peer, self._path, self._group = limiter, peer, path, group
-        self._cost, self._rates = cost, rates
+        self._cost, self._rates, self._max_wait = cost, rates, max_wait
         # Locked from entering to leaving: testing and setting it is one atomic step, so two threads
         # entering at once cannot both get in (a plain flag could be read by both before either sets it).
         self._entered = threading.Lock()
         self._held = False
         self.decision: Decision | None = None
 
-    def __enter__(self) -> Decision:
+    def _enter(self) -> None:
         if not self._entered.acquire(blocking=False):
             raise RuntimeError(
                 "this Permit is already entered (a nested block, or another thread or task using the same "
                 "object); call limiter.concurrent(...) once per request"
             )
-        try:
-            decision = self._limiter._acquire(self._peer, self._path, self._group, self._cost, self._rates)
-        except BaseException:
-            self._entered.release()
-            raise
+
+    def _entered_with(self, decision: Decision) -> Decision:
         if not decision.allowed:
             self._entered.release()  # a refusal holds nothing: the Permit may be entered again
             raise RateLimited(decision)
         self._held = decision.permits_held
         self.decision = decision
         return decision
+
+    def __enter__(self) -> Decision:
+        self._enter()
+        limiter = self._limiter
+        try:
+            if self._max_wait is None:
+                decision = limiter._acquire(self._peer, self._path, self._group, self._cost, self._rates)
+            else:
+                decision = limiter._throttle_permits(self._peer, self._path, self._group, self._cost, self._max_wait)
+        except BaseException:
+            self._entered.release()
+            raise
+        return self._entered_with(decision)
 
     def __exit__(self, *exc_info: object) -> None:
         if not self._entered.locked():
@@ -103,7 +131,17 @@ class Permit:
             self._entered.release()
 
     async def __aenter__(self) -> Decision:
-        return self.__enter__()
+        if self._max_wait is None:
+            return self.__enter__()
+        self._enter()
+        try:
+            decision = await self._limiter._athrottle_permits(
+                self._peer, self._path, self._group, self._cost, self._max_wait
+            )
+        except BaseException:
+            self._entered.release()
+            raise
+        return self._entered_with(decision)
 
     async def __aexit__(self, *exc_info: object) -> None:
         self.__exit__()
@@ -263,16 +301,63 @@ class Limiter(_CoreLimiter):
         Raises:
             RateLimited: the wait would last longer than ``timeout`` seconds (nothing is reserved).
         """
+        return self._throttled(peer, path, group, cost, timeout).decision
+
+    def _throttled(
+        self, peer: str, path: str | None, group: str | None, cost: int, timeout: float | None
+    ) -> _Reservation:
+        """``throttle``'s reservation, its wait done (so a caller may still give it back with ``_refund``)."""
         reservation = self._reserve(peer, path, group, cost, timeout)
-        decision = reservation.decision
-        if not decision.allowed:
-            raise RateLimited(decision)
+        if not reservation.decision.allowed:
+            raise RateLimited(reservation.decision)
         if reservation.wait > 0:
             try:
                 self._wait(reservation.wait, reservation.deadline_ns)
             except BaseException:
                 self._refund(peer, path, group, cost, reservation)
                 raise
+        return reservation
+
+    def _throttle_permits(
+        self, peer: str, path: str | None, group: str | None, cost: int, timeout: float | None
+    ) -> Decision:
+        """Waits for the rate slot (``throttle``), then takes the group's concurrency permits alone: how
+        ``concurrent(max_wait=...)`` and the web integrations' delay mode admit a request.
+
+        One request, whatever the order of the gates: the permits' decision is counted as part of the
+        rate admission (not as a second request), and a refused permit gives the rate slot back, so a
+        refusal consumes nothing. The permits are taken after the wait, not held through it: a waiting
+        request is not in flight.
+
+        Raises:
+            RateLimited: the wait would pass ``timeout``, or every permit is in use.
+        """
+        reservation = self._throttled(peer, path, group, cost, timeout)
+        try:
+            decision = self._acquire(peer, path, group, cost, False)
+        except BaseException:
+            self._refund(peer, path, group, cost, reservation)
+            raise
+        if not decision.allowed:
+            self._refund(peer, path, group, cost, reservation)
+            raise RateLimited(decision)
+        return decision
+
+    async def _athrottle_permits(
+        self, peer: str, path: str | None, group: str | None, cost: int, timeout: float | None
+    ) -> Decision:
+        """The asyncio twin of :meth:`_throttle_permits` (a backend's round trips off the event loop)."""
+        reservation = await self._athrottled(peer, path, group, cost, timeout)
+        if self.backend is None:
+            decision = self._acquire(peer, path, group, cost, False)
+            if not decision.allowed:
+                self._refund(peer, path, group, cost, reservation)
+        else:
+            decision = await asyncio.to_thread(self._acquire, peer, path, group, cost, False)
+            if not decision.allowed:
+                await asyncio.to_thread(self._refund, peer, path, group, cost, reservation)
+        if not decision.allowed:
+            raise RateLimited(decision)
         return decision
 
     async def athrottle(
@@ -291,6 +376,12 @@ class Limiter(_CoreLimiter):
         Raises:
             RateLimited: the wait would last longer than ``timeout`` seconds (nothing is reserved).
         """
+        return (await self._athrottled(peer, path, group, cost, timeout)).decision
+
+    async def _athrottled(
+        self, peer: str, path: str | None, group: str | None, cost: int, timeout: float | None
+    ) -> _Reservation:
+        """``athrottle``'s reservation, its wait done (so a caller may still give it back with ``_refund``)."""
         workers: QuotaWorkers | None = self.__dict__.get("_quota_workers_")
         if workers is not None and self.quota_wait > 0:
             await workers.waiters.wait(lambda: self._quota_pending(peer, path, group), self.quota_wait)
@@ -298,9 +389,8 @@ class Limiter(_CoreLimiter):
             reservation = self._reserve(peer, path, group, cost, timeout, False)
         else:
             reservation = await self._areserve(peer, path, group, cost, timeout)
-        decision = reservation.decision
-        if not decision.allowed:
-            raise RateLimited(decision)
+        if not reservation.decision.allowed:
+            raise RateLimited(reservation.decision)
         if reservation.wait > 0:
             try:
                 if self.clock is None:
@@ -310,27 +400,43 @@ class Limiter(_CoreLimiter):
             except BaseException:
                 self._refund(peer, path, group, cost, reservation)
                 raise
-        return decision
+        return reservation
 
     def concurrent(
-        self, peer: str, path: str | None = None, *, cost: int = 1, group: str | None = None, rates: bool = True
+        self,
+        peer: str,
+        path: str | None = None,
+        *,
+        cost: int = 1,
+        group: str | None = None,
+        rates: bool = True,
+        max_wait: float | None = None,
     ) -> Permit:
         """A context manager (``with`` or ``async with``) holding the group's concurrency permits.
 
         Entering admits the request like :meth:`check` and also takes the permits of the group's
-        concurrency limits; leaving gives the permits back, also on exceptions and cancellation. With
-        ``rates=False`` only the permits are taken: for a request that already has its rate admission
-        (it waited for it with :meth:`throttle` or :meth:`athrottle`), so its rate limits are not
-        charged twice.
+        concurrency limits; leaving gives the permits back, also on exceptions and cancellation.
+
+        With ``max_wait`` (seconds), entering first waits for the rate slot up to that long, as
+        :meth:`throttle` / :meth:`athrottle` with ``timeout`` do, then takes the permits: one request in
+        the counters, and a refused permit gives the slot back (a refusal consumes nothing).
+
+        With ``rates=False`` only the permits are taken: for a request that already has its rate
+        admission, so its rate limits are not charged twice; its permit decision is counted as part of
+        that request (refused, the request counts as refused). Its rate slot is not given back when the
+        permit is refused: prefer ``max_wait``.
 
         Raises:
-            RateLimited: on entering, when a rate limit refuses or every permit is in use
-                (``retry_after`` is 0.0 and ``decision.refused_by`` is ``"concurrency"`` then: a permit
-                frees when a request finishes).
+            RateLimited: on entering, when a rate limit refuses (or, with ``max_wait``, its slot is
+                further away) or every permit is in use (``retry_after`` is 0.0 and
+                ``decision.refused_by`` is ``"concurrency"`` then: a permit frees when a request
+                finishes).
             RuntimeError: on entering a :class:`Permit` that is already entered (nested, or by another
                 thread or task); one Permit may be reused after its block ends.
         """
-        return Permit(self, peer, path, group, cost, rates)
+        if max_wait is not None and not rates:
+            raise InvalidValue("max_wait", "waits for the rate slot: it cannot go with rates=False")
+        return Permit(self, peer, path, group, cost, rates, max_wait)
 
     def _manual_waits(self) -> ManualWaits:
         waits: ManualWaits | None = self.__dict__.get("_manual_waits_")

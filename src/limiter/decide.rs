@@ -164,7 +164,11 @@ impl Limiter {
         let mut states = KeyStates { shard, group, base, now };
         let verdict = states.decide(quota.as_ref(), request);
         let data = &mut states.shard.data;
-        data.record_decision(group.id, peer, peer_hash, verdict.outcome.allowed, verdict.receipt.wait_ns);
+        if request.take == Take::Permits {
+            data.record_permits(group.id, peer, peer_hash, verdict.outcome.allowed);
+        } else {
+            data.record_decision(group.id, peer, peer_hash, verdict.outcome.allowed, verdict.receipt.wait_ns);
+        }
         if self.track_usage && verdict.outcome.allowed && request.take != Take::Permits {
             let pending =
                 data.pending.entry(base).or_insert_with(|| Pending { peer: peer.into(), group: group.id, units: 0 });

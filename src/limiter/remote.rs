@@ -2,7 +2,7 @@
 //! its limits here, the backend decides, and the verdict is counted here. No lock is held while the
 //! backend answers.
 
-use super::{Decision, Limiter, Receipt, Refusal, Request, Target};
+use super::{Decision, Limiter, Receipt, Refusal, Request, Take, Target};
 use crate::algorithm::{Limit, Outcome, Report};
 use crate::config::Policy;
 use crate::error::Result;
@@ -112,7 +112,12 @@ impl Limiter {
         {
             let mut locked = self.lock_peer(peer);
             let peer_hash = locked.peer_hash;
-            locked.held().shard.data.record_decision(key.id, peer, peer_hash, verdict.allowed, wait_ns);
+            let data = &mut locked.held().shard.data;
+            if request.take == Take::Permits {
+                data.record_permits(key.id, peer, peer_hash, verdict.allowed);
+            } else {
+                data.record_decision(key.id, peer, peer_hash, verdict.allowed, wait_ns);
+            }
         }
         let outcome =
             if verdict.allowed { Outcome::admitted(verdict.wait_ns) } else { Outcome::refused(verdict.retry_ns) };

@@ -79,6 +79,25 @@ impl ShardData {
         }
     }
 
+    /// Counts a decision that took only concurrency permits (`Take::Permits`): the second step of a
+    /// request whose rate admission was counted already (it waited for its slot), so not a new request.
+    /// Admitted, it adds nothing; refused, that request is refused after all: one request, one count.
+    #[cold]
+    pub fn record_permits(&mut self, id: u32, peer: &str, hash: u64, allowed: bool) {
+        if allowed {
+            return;
+        }
+        let counters = self.counters(id);
+        if counters.allowed > 0 {
+            counters.allowed -= 1;
+        } else {
+            // No admission counted before it (permits taken alone): a request of its own.
+            counters.requests += 1;
+        }
+        counters.refused += 1;
+        self.observe_refusal(id, peer, hash);
+    }
+
     /// Counts a refusal of `peer` (hashed `hash`) by group `id` in the sketch of who is refused most.
     #[cold]
     fn observe_refusal(&mut self, id: u32, peer: &str, hash: u64) {

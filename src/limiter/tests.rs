@@ -251,6 +251,21 @@ fn permits_alone_do_not_charge_the_rate_limits() {
 }
 
 #[test]
+fn permits_after_a_rate_admission_are_the_same_request_in_the_counters() {
+    let (lim, _) = group(vec![limit("10/min", Kind::Gcra), Limit::concurrency(1).unwrap()], Policy::All);
+    let permits = Request::new(1).taking(Take::Permits);
+    // Admitted at its rate, then its permit: one request.
+    assert!(allowed(&lim, "a", None));
+    assert!(lim.decide("a", Target::Path(None), permits).unwrap().outcome.allowed);
+    // Admitted at its rate, then refused its permit (the first holds it): one request, refused.
+    assert!(allowed(&lim, "a", None));
+    assert!(!lim.decide("a", Target::Path(None), permits).unwrap().outcome.allowed);
+    let counters = lim.stats().groups[0].counters;
+    assert_eq!((counters.requests, counters.allowed, counters.refused), (2, 1, 1));
+    assert_eq!(lim.top_refused(1, None).unwrap().peers, [("a".to_owned(), 1)]);
+}
+
+#[test]
 fn usage_is_drained_once_and_absorbed_usage_refuses() {
     let clock = Arc::new(ManualClock::new(0));
     let config = Config {
