@@ -125,7 +125,7 @@ class RateLimitMiddleware:
                 return
             peer = self.options.anonymous_key
         cost = self._cost(scope) if self.options.cost is not None else 1
-        if self.options.mode == "refuse" and self.limiter.backend is None:
+        if self.options.mode == "refuse" and not self.limiter._decides_in_backend:
             decision = self.limiter._acquire(peer, path, None, cost, True)
             held = decision.permits_held
         elif self.options.mode == "refuse":
@@ -181,8 +181,8 @@ class RateLimitMiddleware:
                 self.limiter.reduce(peer, path, cost)
 
     async def _release(self, peer: str, path: str, cost: int) -> None:
-        """Gives the request's permits back; with a backend, off the event loop (a round trip)."""
-        if self.limiter.backend is None:
+        """Gives the request's permits back; with a backend deciding in Redis, off the event loop (a round trip)."""
+        if not self.limiter._decides_in_backend:
             self.limiter._release(peer, path, None, cost)
         else:
             await asyncio.to_thread(self.limiter._release, peer, path, None, cost)

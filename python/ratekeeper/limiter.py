@@ -348,7 +348,7 @@ class Limiter(_CoreLimiter):
     ) -> Decision:
         """The asyncio twin of :meth:`_throttle_permits` (a backend's round trips off the event loop)."""
         reservation = await self._athrottled(peer, path, group, cost, timeout)
-        if self.backend is None:
+        if not self._decides_in_backend:
             decision = self._acquire(peer, path, group, cost, False)
             if not decision.allowed:
                 self._refund(peer, path, group, cost, reservation)
