@@ -254,3 +254,10 @@ def test_a_huge_reduction_of_a_sliding_log_returns_at_once(pair: Callable[..., t
         assert sum(lim.allow("alice") for _ in range(5)) == 5
         assert lim.reduce("alice", n=2**63 - 1)
     assert seen(redis.check("alice")) == seen(memory.check("alice"))
+
+
+@pytest.mark.parametrize("limit", [rk.Limit("4294967295/s", algorithm="sliding_log"), rk.Limit(concurrency=100_001)])
+def test_limits_kept_as_a_member_per_unit_are_bounded_in_exact_mode(redis_server: RedisServer, limit: rk.Limit) -> None:
+    # A cost of 2**32 - 1 would have the script add that many members, blocking Redis.
+    with pytest.raises(rk.InvalidValue, match="100000"):
+        rk.Limiter(rules=[rk.Rule("^/", "g", limits=[limit])], backend=rk.Redis(redis_server.url))

@@ -62,10 +62,14 @@ pub fn owned_pattern(prefix: &str) -> String {
     pattern
 }
 
+/// The most sorted-set members a key's sliding log or permits may hold in Redis.
+pub const MAX_MEMBERS: u64 = 100_000;
+
 /// Checks that the script decides `limit` exactly as the in-memory core does.
 ///
 /// # Errors
-/// An algorithm the script does not run, or constants beyond what doubles hold exactly.
+/// An algorithm the script does not run, constants beyond what doubles hold exactly, or a sliding log
+/// or permits of more than `MAX_MEMBERS`.
 pub fn check_limit(limit: &Limit) -> Result<()> {
     let Some((name, params)) = limit.script_params() else {
         return Err(Error::value(
@@ -73,6 +77,17 @@ pub fn check_limit(limit: &Limit) -> Result<()> {
             format!("{:?} is not supported by the Redis backend", limit.kind().name()),
         ));
     };
+    // A sliding log keeps a sorted-set member per unit in its window, permits one per permit in use, and
+    // the script adds or removes them one by one: a larger limit would block Redis for seconds.
+    if matches!(name, "sliding_log" | "concurrency") && u64::from(limit.burst) > MAX_MEMBERS {
+        return Err(Error::value(
+            "burst",
+            format!(
+                "{} {name} units are too many for the Redis backend, which keeps one sorted-set member per unit: at most {MAX_MEMBERS} (a sliding_window limit counts any number in two integers)",
+                limit.burst
+            ),
+        ));
+    }
     if limit.is_concurrency() {
         return Ok(());
     }
@@ -284,6 +299,10 @@ mod tests {
     fn what_the_script_cannot_run_exactly_is_refused() {
         check_limit(&Limit::concurrency(3).unwrap()).unwrap();
         check_limit(&Limit::new("3/s".parse().unwrap(), None, Kind::SlidingLog).unwrap()).unwrap();
+        // One member per unit: a sliding log of 2^32 - 1 would block Redis adding them.
+        let huge_log = Limit::new("4294967295/s".parse().unwrap(), None, Kind::SlidingLog).unwrap();
+        assert!(check_limit(&huge_log).unwrap_err().to_string().contains("100000"));
+        assert!(check_limit(&Limit::concurrency(100_001).unwrap()).is_err());
         let year = Limit::new("3/365d".parse().unwrap(), None, Kind::Gcra).unwrap();
         // 10^9/s: an interval of exactly 1 ns, no remainder to add up.
         check_limit(&Limit::new("1000000000/s".parse().unwrap(), None, Kind::Gcra).unwrap()).unwrap();
