@@ -1,9 +1,9 @@
 """Build a :class:`~ratekeeper.Limiter` from a mapping or a TOML / YAML file.
 
-``limiter_from_config(mapping)`` takes a mapping (from ``tomllib``, ``yaml.safe_load``, JSON or a dict
-literal); ``limiter_from_file(path)`` reads a ``.toml`` (``tomllib``, or ``tomli`` before Python 3.11)
-or a ``.yaml`` / ``.yml`` file (PyYAML, imported only then). ``python -m ratekeeper check-config FILE``
-validates a file and prints its routing table.
+``Limiter.from_config(mapping)`` takes a mapping (from ``tomllib``, ``yaml.safe_load``, JSON or a dict
+literal); ``Limiter.from_file(path)`` reads a ``.toml`` (``tomllib``, or ``tomli`` before Python 3.11)
+or a ``.yaml`` / ``.yml`` file (PyYAML, imported only then); both are built on this module.
+``python -m ratekeeper check-config FILE`` validates a file and prints its routing table.
 
 The format, in TOML::
 
@@ -94,8 +94,6 @@ __all__ = [
     "Route",
     "RulePlaces",
     "describe_limit",
-    "limiter_from_config",
-    "limiter_from_file",
     "load_file",
     "plan_from_config",
     "plan_from_file",
@@ -467,31 +465,6 @@ def _limiter_class() -> type[Limiter]:
     return Limiter
 
 
-def limiter_from_config(config: Mapping[str, Any], *, clock: ManualClock | None = None) -> Limiter:
-    """Builds a Limiter from a config mapping (the format is in this module's docstring).
-
-    Args:
-        config: the parsed config, e.g. ``tomllib.load(f)``.
-        clock: a :class:`~ratekeeper.ManualClock` for tests; default: the monotonic clock.
-
-    Raises:
-        InvalidValue: a bad value or an unknown key; ``loc`` is its place (``groups.api.rate: ...``).
-        InvalidType: a value of the wrong type (``max_keys: must be an int, got str``).
-    """
-    return plan_from_config(config).build(_limiter_class(), clock=clock)
-
-
-def limiter_from_file(path: PathLike, *, clock: ManualClock | None = None) -> Limiter:
-    """Reads a TOML or YAML config file and builds its Limiter; errors carry the file's name.
-
-    Raises:
-        InvalidValue, InvalidType: as :func:`limiter_from_config` and :func:`load_file`, in the file.
-        ImportError: a YAML file without PyYAML installed.
-        OSError: the file cannot be read.
-    """
-    return plan_from_file(path).build(_limiter_class(), clock=clock)
-
-
 def reconfigure_from_config(limiter: _CoreLimiter, config: Mapping[str, Any]) -> None:
     """Replaces the rules and exemptions of ``limiter`` with those of ``config``, keeping its state.
 
@@ -499,7 +472,7 @@ def reconfigure_from_config(limiter: _CoreLimiter, config: Mapping[str, Any]) ->
     empty. ``max_keys`` is fixed at construction: a different value in ``config`` is logged and ignored.
 
     Raises:
-        InvalidValue, InvalidType: as :func:`limiter_from_config`; the limiter is then unchanged.
+        InvalidValue, InvalidType: as :func:`plan_from_config`; the limiter is then unchanged.
     """
     plan_from_config(config).apply(limiter)
 
@@ -561,7 +534,7 @@ def _route(rule: Rule) -> Route:
 def routes_of(limiter_or_config: _CoreLimiter | Mapping[str, Any]) -> tuple[Route, ...]:
     """The routes in routing order: those in force in a limiter (read from :attr:`Limiter.rules`, so
     after ``update_rule`` or ``reload`` too; ``place`` is ``None``), or those of a config mapping
-    (validated like :func:`limiter_from_config`, with their places in the config)."""
+    (validated like :func:`plan_from_config`, with their places in the config)."""
     if isinstance(limiter_or_config, _CoreLimiter):
         return tuple(_route(rule) for rule in limiter_or_config.rules)
     plan = plan_from_config(limiter_or_config)
@@ -582,7 +555,7 @@ def routing_table(limiter_or_config: _CoreLimiter | Mapping[str, Any]) -> str:
     """A readable table of the routing: order, pattern, group, limits, policy, plus exemptions.
 
     Takes any limiter (the table shows what is in force now), or a config mapping (validated first, so
-    it raises like :func:`limiter_from_config`).
+    it raises like :func:`plan_from_config`).
     """
     if isinstance(limiter_or_config, _CoreLimiter):
         limiter = limiter_or_config
