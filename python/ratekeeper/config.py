@@ -95,6 +95,7 @@ __all__ = [
     "RulePlaces",
     "describe_limit",
     "load_file",
+    "move_rule_error",
     "plan_from_config",
     "plan_from_file",
     "reconfigure_from_config",
@@ -147,6 +148,12 @@ class RulePlaces:
     pattern: Loc
     limits: tuple[tuple[Loc, bool], ...]
 
+    @classmethod
+    def of_option(cls, loc: Loc) -> RulePlaces:
+        """A rule given whole by one option (a preset's ``routes['^/api/']``, whose key is the pattern):
+        errors about its group or pattern are at ``loc``, those about its limits under it (``loc.limits[0]``)."""
+        return cls(loc, loc, ())
+
     def move(self, error: E, start: int) -> E:
         """``error``, whose ``loc`` from index ``start`` on is relative to the rule, at its config place."""
         rest = error.loc[start:]
@@ -158,6 +165,15 @@ class RulePlaces:
             place, bare = self.limits[rest[1]]
             return _limit_error(error, place, bare, start + 2)
         return error.at(*self.group, drop=start)
+
+
+def move_rule_error(error: E, places: Sequence[RulePlaces]) -> E:
+    """A core error about a limiter's ``rules[i]`` at the place that gave rule ``i`` (``places[i]``); an
+    error about anything else as it is."""
+    loc = error.loc
+    if len(loc) >= 2 and loc[0] == "rules" and isinstance(loc[1], int) and 0 <= loc[1] < len(places):
+        return places[loc[1]].move(error, 2)
+    return error
 
 
 def _limit_error(error: E, place: Loc, bare: bool, start: int) -> E:
@@ -227,9 +243,7 @@ class LimiterPlan:
         """A core error about the plan's limiter (``rules[3].limits[0].rate``) at its place in the config
         (``groups.api.limits[0].rate``), in the plan's file. Exemptions and ``max_keys`` have the same
         names in the config and in the limiter, so they stay where they are."""
-        loc = error.loc
-        if len(loc) >= 2 and loc[0] == "rules" and isinstance(loc[1], int) and 0 <= loc[1] < len(self.places):
-            error = self.places[loc[1]].move(error, 2)
+        error = move_rule_error(error, self.places)
         return error.in_file(self.file) if self.file is not None else error
 
 
