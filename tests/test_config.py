@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import inspect
 import logging
 import sys
 from pathlib import Path
@@ -655,3 +656,15 @@ def test_check_config_reports_a_missing_file(capsys: pytest.CaptureFixture[str])
 def test_check_config_reports_bad_toml(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check-config", str(write(tmp_path, "rk.toml", "max_keys = \n"))]) == 2
     assert "rk.toml: not valid TOML" in capsys.readouterr().err
+
+
+def test_the_backend_table_takes_every_option_of_redis() -> None:
+    # The keys are read from Redis's signature: an option added to Redis is a key of the file with no other change.
+    parameters = inspect.signature(rk.Redis).parameters
+    options = {name: p.default for name, p in parameters.items() if p.default not in (p.empty, None)}
+    assert set(options) | {"url", "tls_ca_file"} == set(config.BACKEND_KEYS) == set(parameters)
+    plan = config.plan_from_config({"default": "1/s", "backend": {"url": "redis://localhost:6379/0", **options}})
+    assert isinstance(plan.backend, rk.Redis)
+    with pytest.raises(InvalidValue, match=r"unknown key 'lease_tll'.*did you mean 'lease_ttl'") as info:
+        config.plan_from_config({"backend": {"url": "redis://localhost", "lease_tll": 60.0}})
+    assert info.value.loc == ("backend",)

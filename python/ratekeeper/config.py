@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
 import json
 import logging
 import os
@@ -109,7 +110,11 @@ L = TypeVar("L", bound="Limiter")
 E = TypeVar("E", bound=InvalidArgument)
 
 TOP_KEYS = ("max_keys", "exempt_peers", "exempt_paths", "default", "groups", "backend")
-BACKEND_KEYS = ("url", "mode", "timeout", "prefix", "on_error", "sync_interval", "tls_ca_file", "lease_ttl")
+# The [backend] table is Redis's parameters, read from its signature so that a new option of Redis is a
+# key of the file at once. Those whose default is a float are durations in seconds (timeout, lease_ttl).
+_REDIS_PARAMETERS = inspect.signature(Redis).parameters
+BACKEND_KEYS = tuple(_REDIS_PARAMETERS)
+BACKEND_SECONDS_KEYS = tuple(name for name, parameter in _REDIS_PARAMETERS.items() if type(parameter.default) is float)
 GROUP_KEYS = ("paths", "rate", "burst", "algorithm", "limits", "policy", "reduction")
 DEFAULT_KEYS = tuple(key for key in GROUP_KEYS if key != "paths")
 LIMIT_KEYS = ("rate", "burst", "algorithm", "concurrency")
@@ -440,7 +445,7 @@ def _backend(table: Mapping[str, Any]) -> Redis:
     options: dict[str, Any] = {}
     for key, value in table.items():
         loc: Loc = ("backend", key)
-        if key in ("timeout", "sync_interval", "lease_ttl"):
+        if key in BACKEND_SECONDS_KEYS:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 _fail_type(loc, "a number of seconds", value)
             options[key] = float(value)
