@@ -668,3 +668,10 @@ def test_the_backend_table_takes_every_option_of_redis() -> None:
     with pytest.raises(InvalidValue, match=r"unknown key 'lease_tll'.*did you mean 'lease_ttl'") as info:
         config.plan_from_config({"backend": {"url": "redis://localhost", "lease_tll": 60.0}})
     assert info.value.loc == ("backend",)
+
+
+def test_a_backend_url_of_the_wrong_type_is_named_once() -> None:
+    with pytest.raises(InvalidType) as info:
+        config.plan_from_config({"backend": {"url": 5}})
+    assert info.value.loc == ("backend", "url")
+    assert str(info.value).startswith("backend.url: must be a str, got int")

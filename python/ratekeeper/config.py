@@ -451,8 +451,9 @@ def _backend(table: Mapping[str, Any]) -> Redis:
             options[key] = float(value)
         elif key != "url":
             options[key] = _str(value, loc)
+    url = _str(table["url"], ("backend", "url"))  # outside the try: its loc is already in the config
     try:
-        return Redis(_str(table["url"], ("backend", "url")), **options)
+        return Redis(url, **options)
     except InvalidArgument as error:
         raise error.at("backend") from None
 
