@@ -6,11 +6,15 @@ import math
 import threading
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Callable
+from typing import Callable, get_args
 
 import ratekeeper as rk
 
 NS_PER_US = 1_000
+
+#: Every algorithm of a rate limit, read from the public type, so that a new one is tested everywhere at
+#: once. ``"concurrency"`` is not among them: it is a kind of limit (``Limit(concurrency=5)``), not an algorithm.
+ALGORITHMS: tuple[rk.Algorithm, ...] = get_args(rk.Algorithm)
 
 
 def ns(seconds: float) -> float:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 import ratekeeper as rk
-from _support import NS_PER_US, Admission, ns, run
+from _support import ALGORITHMS, NS_PER_US, Admission, ns, run
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -24,7 +24,6 @@ GROUP = "g"
 PEER = "peer"
 
 WINDOWED = ["fixed_window", "sliding_window", "sliding_log", "leaky_bucket"]
-EVERY_ALGORITHM = ["gcra", "token_bucket", *WINDOWED]
 
 # Where the clock starts, in microseconds: zero (ManualClock's default) or anywhere in the first hour.
 starts = st.one_of(st.just(0), st.integers(1, 3_600_000_000))
@@ -253,7 +252,7 @@ def test_leaky_bucket_never_refuses_a_sender_of_r_per_t_spaced_t_over_r(
 
 @st.composite
 def any_traffic(draw: st.DrawFn) -> tuple[Spec, Requests]:
-    return draw(traffic(draw(st.sampled_from(EVERY_ALGORITHM))))
+    return draw(traffic(draw(st.sampled_from(ALGORITHMS))))
 
 
 def fields(decision: rk.Decision) -> tuple[bool, int | None, float, float]:
@@ -280,7 +279,7 @@ def test_a_refusal_changes_no_state(traffic: tuple[Spec, Requests], start_us: in
 @st.composite
 def probed_traffic(draw: st.DrawFn) -> tuple[Spec, list[tuple[int, int, bool]]]:
     """As ``any_traffic``, each request with a flag: if refused, wait out its ``retry_after`` and retry."""
-    spec = draw(specs(draw(st.sampled_from(EVERY_ALGORITHM))))
+    spec = draw(specs(draw(st.sampled_from(ALGORITHMS))))
     request = st.tuples(st.integers(0, 2 * spec.interval_us), st.integers(1, spec.burst + 1), st.booleans())
     return spec, draw(st.lists(request, min_size=1, max_size=40))
 
@@ -318,7 +317,7 @@ def test_retry_after_is_exact(traffic: tuple[Spec, list[tuple[int, int, bool]]],
 @st.composite
 def waiting_traffic(draw: st.DrawFn) -> tuple[Spec, Requests]:
     """A limit and ``(gap_us, cost)`` requests of at most the burst, which a waiter can always get through."""
-    spec = draw(specs(draw(st.sampled_from(EVERY_ALGORITHM))))
+    spec = draw(specs(draw(st.sampled_from(ALGORITHMS))))
     request = st.tuples(st.one_of(st.just(0), st.integers(0, 2 * spec.interval_us)), st.integers(1, spec.burst))
     return spec, draw(st.lists(request, min_size=1, max_size=30))
 
@@ -383,7 +382,7 @@ def test_athrottle_tasks_started_together_finish_in_order_when_checks_would_pass
     assert limiter.stats()["groups"][GROUP]["requests"] == len(costs)
 
 
-@pytest.mark.parametrize("algorithm", EVERY_ALGORITHM)
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_a_cost_above_the_limit_can_never_pass(algorithm: str, clock: rk.ManualClock) -> None:
     limiter = Spec(algorithm, 3, 1_000, 3).limiter_on(clock)
     decision = limiter.check(PEER, cost=4)

@@ -58,7 +58,6 @@ COUNTS: dict[str, tuple[str, Callable[[rk.Limiter, object], object]]] = {
     "update_rule": ("burst", lambda lim, v: lim.update_rule("default", burst=v)),
     "Limiter.burst": ("burst", lambda lim, v: rk.Limiter("1/s", burst=v)),
     "Limiter.max_keys": ("max_keys", lambda lim, v: rk.Limiter("1/s", max_keys=v)),
-    "Limiter.quota_workers": ("quota_workers", lambda lim, v: rk.Limiter("1/s", quota_workers=v)),
     "Limit.burst": ("burst", lambda lim, v: rk.Limit("1/s", burst=v)),
     "Limit.concurrency": ("concurrency", lambda lim, v: rk.Limit(concurrency=v)),
     "Rule.burst": ("burst", lambda lim, v: rk.Rule("", "g", "1/s", burst=v)),
@@ -93,9 +92,6 @@ DURATIONS: dict[str, tuple[str, Callable[[rk.Limiter, object], object]]] = {
     "Quotas.ttl": ("ttl", lambda lim, v: rk.Quotas(ttl=v)),
     "Quotas.timeout": ("timeout", lambda lim, v: rk.Quotas(timeout=v)),
     "Quotas.wait": ("wait", lambda lim, v: rk.Quotas(wait=v)),
-    "Limiter.quota_ttl": ("quota_ttl", lambda lim, v: rk.Limiter("1/s", quota_ttl=v)),
-    "Limiter.quota_timeout": ("quota_timeout", lambda lim, v: rk.Limiter("1/s", quota_timeout=v)),
-    "Limiter.quota_wait": ("quota_wait", lambda lim, v: rk.Limiter("1/s", quota_wait=v)),
     "Redis.timeout": ("timeout", lambda lim, v: rk.Redis(URL, timeout=v)),
     "Redis.sync_interval": ("sync_interval", lambda lim, v: rk.Redis(URL, sync_interval=v)),
     "Redis.lease_ttl": ("lease_ttl", lambda lim, v: rk.Redis(URL, lease_ttl=v)),
@@ -111,13 +107,13 @@ DURATION_VALUES: list[tuple[str, object, type[Exception]]] = [
 ]
 # +inf means "for ever" where waiting for ever is meaningful; elsewhere it is refused.
 INF_REFUSED = {"Rate.per", "ManualClock.start", "ManualClock.advance", "Quotas.ttl", "Quotas.timeout"}
-INF_REFUSED |= {"Limiter.quota_ttl", "Limiter.quota_timeout", "Redis.timeout", "Redis.sync_interval", "Redis.lease_ttl"}
+INF_REFUSED |= {"Redis.timeout", "Redis.sync_interval", "Redis.lease_ttl"}
 # Zero is refused where a positive duration is needed.
-ZERO_REFUSED = {"Rate.per", "Quotas.ttl", "Quotas.timeout", "Limiter.quota_ttl", "Limiter.quota_timeout"}
+ZERO_REFUSED = {"Rate.per", "Quotas.ttl", "Quotas.timeout"}
 ZERO_REFUSED |= {"Redis.timeout", "Redis.sync_interval", "Redis.lease_ttl"}
 # A huge finite value: what can hold 2**70 seconds (a timeout) takes it; a clock or a period cannot.
-HUGE_ACCEPTED = {"throttle.timeout", "athrottle.timeout", "wait_quotas.timeout", "Quotas.wait", "Limiter.quota_wait"}
-HUGE_ACCEPTED |= {"Quotas.ttl", "Quotas.timeout", "Limiter.quota_ttl", "Limiter.quota_timeout"}
+HUGE_ACCEPTED = {"throttle.timeout", "athrottle.timeout", "wait_quotas.timeout", "Quotas.wait"}
+HUGE_ACCEPTED |= {"Quotas.ttl", "Quotas.timeout"}
 HUGE_ACCEPTED |= {"Redis.timeout", "Redis.sync_interval", "Redis.lease_ttl"}
 
 # Each entry point that takes a str, called with `value` for it.
@@ -188,7 +184,6 @@ RATES: dict[str, tuple[str, Callable[[rk.Limiter, object], object]]] = {
     "Rule.rate": ("rate", lambda lim, v: rk.Rule("", "g", v)),
     "Rule.limits": ("limits[0]", lambda lim, v: rk.Rule("", "g", limits=[v])),
     "Limiter.rate": ("rate", lambda lim, v: rk.Limiter(v)),
-    "Limiter.failsafe": ("failsafe", lambda lim, v: rk.Limiter("1/s", failsafe=v)),
     "Quotas.failsafe": ("failsafe", lambda lim, v: rk.Quotas(failsafe=v)),
     "set_quota.rate": ("rate", lambda lim, v: lim.set_quota("a", "api", v)),
     "update_rule.rate": ("rate", lambda lim, v: lim.update_rule("api", rate=v)),
@@ -240,7 +235,6 @@ ONE_OFFS: list[tuple[str, Call, type[Exception], str]] = [
     ("Limiter.backend-int", lambda lim: rk.Limiter("1/s", backend=5), rk.InvalidType, "backend"),
     ("Limiter.track_usage-str", lambda lim: rk.Limiter("1/s", track_usage="yes"), rk.InvalidType, "track_usage"),
     ("Limiter.track_usage-int", lambda lim: rk.Limiter("1/s", track_usage=1), rk.InvalidType, "track_usage"),
-    ("Limiter.provider-int", lambda lim: rk.Limiter("1/s", quota_provider=5), rk.InvalidType, "quota_provider"),
     ("Limiter.neither", lambda lim: rk.Limiter(), rk.InvalidValue, "rate"),
     ("Quotas.provider-int", lambda lim: rk.Quotas(5), rk.InvalidType, "provider"),
     ("Quotas.workers-many", lambda lim: rk.Quotas(workers=257), rk.InvalidValue, "workers"),

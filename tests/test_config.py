@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import inspect
 import logging
 import sys
 from pathlib import Path
@@ -32,7 +33,7 @@ limits = [{ rate = "10/fortnight" }]
 
 
 def build(mapping: dict[str, Any], clock: rk.ManualClock) -> rk.Limiter:
-    return config.limiter_from_config(mapping, clock=clock)
+    return rk.Limiter.from_config(mapping, clock=clock)
 
 
 def admitted(lim: rk.Limiter, peer: str, path: str | None, n: int) -> int:
@@ -255,7 +256,7 @@ BAD_CONFIGS: list[tuple[str, dict[str, Any], type[Exception], str]] = [
 )
 def test_errors_name_their_place(mapping: dict[str, Any], kind: type[Exception], message: str) -> None:
     with pytest.raises(kind) as info:
-        config.limiter_from_config(mapping)
+        rk.Limiter.from_config(mapping)
     assert type(info.value) is (InvalidValue if kind is ValueError else InvalidType)
     assert str(info.value).startswith(message), str(info.value)
 
@@ -264,27 +265,25 @@ def test_unknown_keys_suggest_a_close_match() -> None:
     with pytest.raises(
         ValueError, match=r"^groups\.g: unknown key 'brust' \(known keys: .*\); did you mean 'burst'\?$"
     ):
-        config.limiter_from_config(group(rate="3/min", brust=3))
+        rk.Limiter.from_config(group(rate="3/min", brust=3))
 
 
 def test_bad_rate_error_quotes_the_value() -> None:
     with pytest.raises(ValueError, match=r"^groups\.api\.limits\[1\]\.rate: ") as info:
-        config.limiter_from_config(
-            {"groups": {"api": {"paths": ["^/api/"], "limits": ["1/s", {"rate": "10/fortnight"}]}}}
-        )
+        rk.Limiter.from_config({"groups": {"api": {"paths": ["^/api/"], "limits": ["1/s", {"rate": "10/fortnight"}]}}})
     assert "10/fortnight" in str(info.value)
 
 
 def test_bad_regex_error_quotes_the_pattern() -> None:
     with pytest.raises(ValueError, match=r"^groups\.api\.paths\[0\]: ") as info:
-        config.limiter_from_config({"groups": {"api": {"paths": ["^/api/(v1"], "rate": "1/s"}}})
+        rk.Limiter.from_config({"groups": {"api": {"paths": ["^/api/(v1"], "rate": "1/s"}}})
     assert "^/api/(v1" in str(info.value)
     assert "regex" in str(info.value)
 
 
 def test_the_config_must_be_a_mapping() -> None:
     with pytest.raises(TypeError, match="must be a table, got list"):
-        config.limiter_from_config([])  # type: ignore[arg-type]
+        rk.Limiter.from_config([])  # type: ignore[arg-type]
 
 
 # --- files ----------------------------------------------------------------------------------------
@@ -298,7 +297,7 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
 
 def test_toml_file(tmp_path: Path, clock: rk.ManualClock) -> None:
     path = write(tmp_path, "rk.toml", API_TOML.replace("10/fortnight", "2/s"))
-    lim = config.limiter_from_file(path, clock=clock)
+    lim = rk.Limiter.from_file(path, clock=clock)
     assert lim.max_keys == 1000
     assert admitted(lim, "alice", "/login", 5) == 3
     assert admitted(lim, "alice", "/api/x", 5) == 2
@@ -310,14 +309,14 @@ def test_toml_file(tmp_path: Path, clock: rk.ManualClock) -> None:
 def test_file_errors_start_with_the_file_name(tmp_path: Path) -> None:
     path = write(tmp_path, "ratekeeper.toml", API_TOML)
     with pytest.raises(ValueError, match=r"ratekeeper\.toml: groups\.api\.limits\[0\]\.rate: ") as info:
-        config.limiter_from_file(path)
+        rk.Limiter.from_file(path)
     assert str(info.value).startswith(f"{path}: groups.api.limits[0].rate: ")
 
 
 def test_file_type_errors_keep_their_type(tmp_path: Path) -> None:
     path = write(tmp_path, "rk.toml", 'max_keys = "many"\n')
     with pytest.raises(TypeError, match=r"rk\.toml: max_keys: must be an int, got str"):
-        config.limiter_from_file(path)
+        rk.Limiter.from_file(path)
 
 
 def test_invalid_toml(tmp_path: Path) -> None:
@@ -349,7 +348,7 @@ groups:
 
 @pytest.mark.parametrize("suffix", [".yaml", ".yml"])
 def test_yaml_file(tmp_path: Path, clock: rk.ManualClock, suffix: str) -> None:
-    lim = config.limiter_from_file(write(tmp_path, "rk" + suffix, YAML), clock=clock)
+    lim = rk.Limiter.from_file(write(tmp_path, "rk" + suffix, YAML), clock=clock)
     assert admitted(lim, "a", "/login", 3) == 1
     assert admitted(lim, "a", "/x", 3) == 2
     assert admitted(lim, "a", "/health", 3) == 3
@@ -361,7 +360,7 @@ def test_yaml_errors(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"rk\.yaml: not valid YAML"):
         config.load_file(write(tmp_path, "rk.yaml", "groups: [\n"))
     with pytest.raises(ValueError, match=r"^.*rk\.yaml: groups\.login\.rate: "):
-        config.limiter_from_file(write(tmp_path, "rk.yaml", YAML.replace("1/min", "1/fortnight")))
+        rk.Limiter.from_file(write(tmp_path, "rk.yaml", YAML.replace("1/min", "1/fortnight")))
     assert config.load_file(write(tmp_path, "empty.yaml", "")) == {}
 
 
@@ -375,7 +374,7 @@ def test_yaml_without_pyyaml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_example_file_builds_the_documented_limiter(clock: rk.ManualClock) -> None:
-    lim = config.limiter_from_file(EXAMPLE, clock=clock)
+    lim = rk.Limiter.from_file(EXAMPLE, clock=clock)
     assert lim.max_keys == 100_000
     assert lim.check("a", "/login").group == "login"
     assert lim.check("a", "/password-reset").group == "login"  # shares the login budget
@@ -390,7 +389,7 @@ def test_example_file_builds_the_documented_limiter(clock: rk.ManualClock) -> No
 
 
 def test_routing_table_of_the_example() -> None:
-    table = config.routing_table(config.limiter_from_file(EXAMPLE))
+    table = config.routing_table(rk.Limiter.from_file(EXAMPLE))
     lines = table.splitlines()
     assert lines[0].split() == ["#", "pattern", "group", "limits", "policy"]
     rows = [line.split()[:3] for line in lines[2:9]]
@@ -440,7 +439,7 @@ def test_routing_table_of_a_limiter_not_built_from_a_config() -> None:
 
 def test_routing_table_shows_the_rate_in_force_after_update_rule() -> None:
     # Defect 3 of issue 8: the table was the config's, kept aside, so it went on showing 10/s.
-    lim = config.limiter_from_config({"groups": {"api": {"paths": ["^/api/"], "rate": "10/s"}}})
+    lim = rk.Limiter.from_config({"groups": {"api": {"paths": ["^/api/"], "rate": "10/s"}}})
     lim.update_rule("api", rate="20/s")
     table = config.routing_table(lim)
     assert "20/s burst 20 gcra" in table
@@ -449,7 +448,7 @@ def test_routing_table_shows_the_rate_in_force_after_update_rule() -> None:
 
 
 def test_routing_table_follows_a_reload(tmp_path: Path) -> None:
-    lim = config.limiter_from_file(write(tmp_path, "rk.toml", API_TOML.replace("10/fortnight", "2/s")))
+    lim = rk.Limiter.from_file(write(tmp_path, "rk.toml", API_TOML.replace("10/fortnight", "2/s")))
     config.reconfigure_from_file(lim, write(tmp_path, "rk.toml", 'exempt_peers = ["ops"]\ndefault = "5/min"\n'))
     lines = config.routing_table(lim).splitlines()
     assert [line.split()[:3] for line in lines[2:3]] == [["1", "(any", "other"]]
@@ -529,7 +528,7 @@ def test_plan_moves_a_core_error_about_a_rule_to_its_place_in_the_config() -> No
 def test_plan_apply_reconfigures_and_logs_a_different_max_keys(
     clock: rk.ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    lim = config.limiter_from_config({"max_keys": 100, "default": "1/min"}, clock=clock)
+    lim = rk.Limiter.from_config({"max_keys": 100, "default": "1/min"}, clock=clock)
     assert lim.allow("a", "/x")
     with caplog.at_level(logging.WARNING, logger="ratekeeper"):
         config.plan_from_config({"max_keys": 5, "default": "3/min", "exempt_paths": ["^/ok"]}).apply(lim)
@@ -540,7 +539,7 @@ def test_plan_apply_reconfigures_and_logs_a_different_max_keys(
 
 
 def test_plan_apply_of_a_bad_exempt_path_leaves_the_limiter_unchanged(clock: rk.ManualClock) -> None:
-    lim = config.limiter_from_config({"exempt_paths": ["^/ok$"], "default": "1/min"}, clock=clock)
+    lim = rk.Limiter.from_config({"exempt_paths": ["^/ok$"], "default": "1/min"}, clock=clock)
     with pytest.raises(InvalidValue) as info:
         config.reconfigure_from_config(lim, {"exempt_paths": ["^/a", "("], "default": "9/min"})
     assert info.value.loc == ("exempt_paths", 1)
@@ -566,46 +565,46 @@ def test_config_does_not_import_the_limiter_module_at_import_time() -> None:
 
 def test_unknown_key_error_has_a_structured_loc() -> None:
     with pytest.raises(InvalidValue) as info:
-        config.limiter_from_config({"groups": {"login": {"paths": ["^/login$"], "rate": "3/min", "rpm": 3}}})
+        rk.Limiter.from_config({"groups": {"login": {"paths": ["^/login$"], "rate": "3/min", "rpm": 3}}})
     assert info.value.loc == ("groups", "login")
     assert info.value.msg.startswith("unknown key 'rpm' (known keys: paths, rate, burst")
     assert info.value.file is None
     with pytest.raises(InvalidValue) as top:
-        config.limiter_from_config({"rpm": 1})
+        rk.Limiter.from_config({"rpm": 1})
     assert top.value.loc == ()
 
 
 def test_bad_rate_inside_limits_has_a_structured_loc() -> None:
     with pytest.raises(InvalidValue) as info:
-        config.limiter_from_config({"groups": {"api": {"paths": ["^/"], "limits": ["1/s", {"rate": "10/fortnight"}]}}})
+        rk.Limiter.from_config({"groups": {"api": {"paths": ["^/"], "limits": ["1/s", {"rate": "10/fortnight"}]}}})
     assert info.value.loc == ("groups", "api", "limits", 1, "rate")
     assert "10/fortnight" in info.value.msg
     with pytest.raises(InvalidValue) as bare:
-        config.limiter_from_config({"groups": {"api": {"paths": ["^/"], "limits": ["1/s", "10/fortnight"]}}})
+        rk.Limiter.from_config({"groups": {"api": {"paths": ["^/"], "limits": ["1/s", "10/fortnight"]}}})
     assert bare.value.loc == ("groups", "api", "limits", 1)
     with pytest.raises(InvalidType) as kind:
-        config.limiter_from_config({"groups": {"api": {"paths": ["^/"], "limits": [{"concurrency": "5"}]}}})
+        rk.Limiter.from_config({"groups": {"api": {"paths": ["^/"], "limits": [{"concurrency": "5"}]}}})
     assert kind.value.loc == ("groups", "api", "limits", 0, "concurrency")
 
 
 def test_bad_regex_in_paths_has_a_structured_loc() -> None:
     with pytest.raises(InvalidValue) as info:
-        config.limiter_from_config({"groups": {"api": {"paths": ["^/a", "^/api/(v1"], "rate": "1/s"}}})
+        rk.Limiter.from_config({"groups": {"api": {"paths": ["^/a", "^/api/(v1"], "rate": "1/s"}}})
     assert info.value.loc == ("groups", "api", "paths", 1)
     assert "^/api/(v1" in info.value.msg
     with pytest.raises(InvalidValue) as exempt:
-        config.limiter_from_config({"exempt_paths": ["("]})
+        rk.Limiter.from_config({"exempt_paths": ["("]})
     assert exempt.value.loc == ("exempt_paths", 0)
 
 
 def test_errors_from_a_file_carry_the_file(tmp_path: Path) -> None:
     path = write(tmp_path, "ratekeeper.toml", API_TOML)
     with pytest.raises(InvalidValue) as info:
-        config.limiter_from_file(path)
+        rk.Limiter.from_file(path)
     assert info.value.file == str(path)
     assert info.value.loc == ("groups", "api", "limits", 0, "rate")
     with pytest.raises(InvalidValue) as core:  # raised by the core when the limiter is built
-        config.limiter_from_file(write(tmp_path, "core.toml", 'exempt_paths = ["("]\n'))
+        rk.Limiter.from_file(write(tmp_path, "core.toml", 'exempt_paths = ["("]\n'))
     assert (core.value.file, core.value.loc) == (str(tmp_path / "core.toml"), ("exempt_paths", 0))
     with pytest.raises(InvalidValue) as bad_toml:
         config.plan_from_file(write(tmp_path, "bad.toml", "[groups.api\n"))
@@ -620,7 +619,7 @@ def test_errors_from_a_file_carry_the_file(tmp_path: Path) -> None:
 
 
 def test_reload_errors_carry_the_file(tmp_path: Path, clock: rk.ManualClock) -> None:
-    lim = config.limiter_from_file(write(tmp_path, "rk.toml", 'default = "1/min"\n'), clock=clock)
+    lim = rk.Limiter.from_file(write(tmp_path, "rk.toml", 'default = "1/min"\n'), clock=clock)
     path = write(tmp_path, "rk.toml", 'default = "1/min"\nexempt_paths = ["^/ok", "("]\n')
     with pytest.raises(InvalidValue) as info:
         lim.reload(path)
@@ -637,7 +636,7 @@ def test_check_config_prints_the_routing_table(capsys: pytest.CaptureFixture[str
     out, err = capsys.readouterr()
     assert err == ""
     assert out.startswith(f"{EXAMPLE}: valid\n")
-    assert config.routing_table(config.limiter_from_file(EXAMPLE)) in out
+    assert config.routing_table(rk.Limiter.from_file(EXAMPLE)) in out
 
 
 def test_check_config_reports_an_invalid_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -657,3 +656,22 @@ def test_check_config_reports_a_missing_file(capsys: pytest.CaptureFixture[str])
 def test_check_config_reports_bad_toml(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check-config", str(write(tmp_path, "rk.toml", "max_keys = \n"))]) == 2
     assert "rk.toml: not valid TOML" in capsys.readouterr().err
+
+
+def test_the_backend_table_takes_every_option_of_redis() -> None:
+    # The keys are read from Redis's signature: an option added to Redis is a key of the file with no other change.
+    parameters = inspect.signature(rk.Redis).parameters
+    options = {name: p.default for name, p in parameters.items() if p.default not in (p.empty, None)}
+    assert set(options) | {"url", "tls_ca_file"} == set(config.BACKEND_KEYS) == set(parameters)
+    plan = config.plan_from_config({"default": "1/s", "backend": {"url": "redis://localhost:6379/0", **options}})
+    assert isinstance(plan.backend, rk.Redis)
+    with pytest.raises(InvalidValue, match=r"unknown key 'lease_tll'.*did you mean 'lease_ttl'") as info:
+        config.plan_from_config({"backend": {"url": "redis://localhost", "lease_tll": 60.0}})
+    assert info.value.loc == ("backend",)
+
+
+def test_a_backend_url_of_the_wrong_type_is_named_once() -> None:
+    with pytest.raises(InvalidType) as info:
+        config.plan_from_config({"backend": {"url": 5}})
+    assert info.value.loc == ("backend", "url")
+    assert str(info.value).startswith("backend.url: must be a str, got int")

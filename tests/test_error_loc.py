@@ -62,7 +62,7 @@ def test_a_bad_rule_pattern_names_the_pattern() -> None:
         (lambda: rk.Limiter("1/s", exempt_peers=["a", 3]), rk.InvalidType, ("exempt_peers", 1)),
         (lambda: rk.Limiter("1/s", exempt_peers="admin"), rk.InvalidType, ("exempt_peers",)),
         (lambda: rk.Limiter("1/s", clock=1.0), rk.InvalidType, ("clock",)),
-        (lambda: rk.Limiter("1/s", quota_provider=42), rk.InvalidType, ("quota_provider",)),
+        (lambda: rk.Limiter("1/s", quotas=rk.Quotas(42)), rk.InvalidType, ("provider",)),
         (lambda: rk.Limit("1/s", concurrency=2), rk.InvalidValue, ()),
     ],
 )

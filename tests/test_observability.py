@@ -146,7 +146,7 @@ def test_quota_fetches_and_failures_are_counted(clock: rk.ManualClock) -> None:
             raise RuntimeError("the quota service is down")
         raise LookupError(peer)
 
-    with rk.Limiter("10/min", quota_provider=provider, failsafe="5/min", clock=clock) as lim:
+    with rk.Limiter("10/min", quotas=rk.Quotas(provider, failsafe="5/min"), clock=clock) as lim:
         lim.allow("broken")
         lim.allow("stranger")
         assert lim.wait_quotas(timeout=10)

@@ -14,14 +14,13 @@ from dataclasses import dataclass, field
 
 import pytest
 import ratekeeper as rk
-from _support import ns, run_threads
+from _support import ALGORITHMS, ns, run_threads
 from hypothesis import given
 from hypothesis import strategies as st
 
 NS_PER_US = 1_000
 GROUP = "g"
 PEER = "peer"
-ALGORITHMS = ["gcra", "token_bucket", "fixed_window", "sliding_window", "sliding_log", "leaky_bucket"]
 
 starts = st.one_of(st.just(0), st.integers(1, 3_600_000_000))
 

@@ -76,15 +76,12 @@ class Accounts:
 
 
 def limiter(accounts: Accounts, clock: rk.ManualClock, max_keys: int) -> rk.Limiter:
-    # quota_ttl past the run: no re-fetch of a landed quota, whose landing time would depend on the threads.
+    # ttl past the run: no re-fetch of a landed quota, whose landing time would depend on the threads.
     return rk.Limiter(
         rate=RULE_RATE,
         exempt_peers=[ADMIN],
-        quota_provider=accounts,
-        failsafe=FAILSAFE,
+        quotas=rk.Quotas(accounts, failsafe=FAILSAFE, ttl=3_600.0, workers=4),
         max_keys=max_keys,
-        quota_workers=4,
-        quota_ttl=3_600.0,
         clock=clock,
     )
 

@@ -1,7 +1,7 @@
 """Per-key quotas: a provider's rate replaces the group's first rate for one (peer, group) key.
 
 The first request of a key is decided on the failsafe and starts one background fetch; requests never wait
-for it unless ``quota_wait`` says so. Failures keep the last good quota (or the failsafe), are counted, logged
+for it unless ``Quotas(wait=...)`` says so. Failures keep the last good quota (or the failsafe), are counted, logged
 once per run of failures and retried with exponential backoff on the limiter clock. Every timing here runs on
 a ``ManualClock``: the tests wait for background fetches with ``wait_quotas``, never by sleeping. Providers
 that must stay in flight block on the ``gate`` fixture, which is released before their limiter is closed.
@@ -116,7 +116,7 @@ def test_first_request_runs_on_the_failsafe_and_the_fetched_quota_decides_the_ne
     limiters: Callable[..., rk.Limiter], gate: threading.Event
 ) -> None:
     provider = Provider("5/min", gate=gate)
-    limiter = limiters(quota_provider=provider, failsafe="1/min")
+    limiter = limiters(quotas=rk.Quotas(provider, failsafe="1/min"))
     first = limiter.check("alice")
     assert (first.allowed, first.group, first.limit, first.remaining) == (True, "default", 1, 0)
     gate.set()
@@ -142,7 +142,7 @@ def test_each_peer_and_group_gets_its_own_quota(limiters: Callable[..., rk.Limit
     limiter = limiters(
         None,
         rules=[rk.Rule("^/login", "login", "10/min"), rk.Rule("^/api", "api", "10/min")],
-        quota_provider=provider,
+        quotas=rk.Quotas(provider),
     )
     for peer, path in (("alice", "/api"), ("alice", "/login"), ("bob", "/api")):
         limiter.check(peer, path)
@@ -160,7 +160,7 @@ def test_each_peer_and_group_gets_its_own_quota(limiters: Callable[..., rk.Limit
 
 def test_requests_never_wait_for_a_slow_provider(limiters: Callable[..., rk.Limiter], gate: threading.Event) -> None:
     provider = Provider("100/min", gate=gate)
-    limiter = limiters(quota_provider=provider, failsafe="2/min")
+    limiter = limiters(quotas=rk.Quotas(provider, failsafe="2/min"))
     decisions = [limiter.check("alice") for _ in range(5)]
     # Had a check waited for the provider, only the safety timer could have released it.
     assert not gate.is_set()
@@ -178,7 +178,7 @@ def test_requests_never_wait_for_a_slow_provider(limiters: Callable[..., rk.Limi
 
 @pytest.mark.parametrize("answer", ["100/min", rk.Rate("100/min"), rk.Rate(100, per=60.0)])
 def test_provider_may_answer_a_rate_string_or_a_rate(limiters: Callable[..., rk.Limiter], answer: object) -> None:
-    limiter = limiters(quota_provider=Provider(answer), failsafe="1/min")
+    limiter = limiters(quotas=rk.Quotas(Provider(answer), failsafe="1/min"))
     limiter.check("alice")
     assert limiter.wait_quotas(timeout=5.0)
     info = limiter.quota("alice", "default")
@@ -187,7 +187,7 @@ def test_provider_may_answer_a_rate_string_or_a_rate(limiters: Callable[..., rk.
 
 
 def test_provider_answering_none_puts_the_key_on_the_rules_rate(limiters: Callable[..., rk.Limiter]) -> None:
-    limiter = limiters("3/min", quota_provider=Provider(None), failsafe="1/min")
+    limiter = limiters("3/min", quotas=rk.Quotas(Provider(None), failsafe="1/min"))
     assert limiter.check("alice").limit == 1
     assert limiter.wait_quotas(timeout=5.0)
     source, rate, _, fetching, failures = info_of(limiter)
@@ -206,7 +206,7 @@ def test_async_provider_is_awaited(limiters: Callable[..., rk.Limiter]) -> None:
         calls.append((peer, group))
         return "7/min"
 
-    limiter = limiters(quota_provider=provider, failsafe="1/min")
+    limiter = limiters(quotas=rk.Quotas(provider, failsafe="1/min"))
     limiter.check("alice")
     assert limiter.wait_quotas(timeout=5.0)
     assert calls == [("alice", "default")]
@@ -217,7 +217,7 @@ def test_async_provider_is_awaited(limiters: Callable[..., rk.Limiter]) -> None:
 def test_failsafe_none_runs_a_new_key_on_the_rules_rate(
     limiters: Callable[..., rk.Limiter], gate: threading.Event
 ) -> None:
-    limiter = limiters("3/min", quota_provider=Provider("100/min", gate=gate))
+    limiter = limiters("3/min", quotas=rk.Quotas(Provider("100/min", gate=gate)))
     assert admitted(limiter, "alice", 5) == 3
     assert limiter.check("alice").limit == 3
     assert limiter.quota("alice", "default").rate == rk.Rate("3/min")
@@ -234,7 +234,7 @@ def test_a_raising_provider_is_counted_logged_once_and_never_raised(
 ) -> None:
     caplog.set_level(logging.WARNING, logger="ratekeeper")
     provider = Provider(RuntimeError)
-    limiter = limiters(quota_provider=provider, failsafe="2/min")
+    limiter = limiters(quotas=rk.Quotas(provider, failsafe="2/min"))
     assert limiter.check("alice").allowed
     assert limiter.wait_quotas(timeout=5.0)
     source, rate, _, fetching, failures = info_of(limiter)
@@ -262,7 +262,7 @@ def test_a_failure_after_a_good_fetch_keeps_the_quota_as_stale(
     limiters: Callable[..., rk.Limiter], clock: rk.ManualClock
 ) -> None:
     provider = Provider("5/min", RuntimeError)
-    limiter = limiters(quota_provider=provider, failsafe="1/min", quota_ttl=60.0)
+    limiter = limiters(quotas=rk.Quotas(provider, failsafe="1/min", ttl=60.0))
     limiter.check("alice")
     assert limiter.wait_quotas(timeout=5.0)
     assert info_of(limiter) == ("provider", rk.Rate("5/min"), 0.0, False, 0)
@@ -282,7 +282,7 @@ def test_a_new_run_of_failures_after_a_success_is_logged_again(
 ) -> None:
     caplog.set_level(logging.WARNING, logger="ratekeeper")
     provider = Provider(RuntimeError, "5/min", RuntimeError)
-    limiter = limiters(quota_provider=provider, failsafe="1/min", quota_ttl=60.0)
+    limiter = limiters(quotas=rk.Quotas(provider, failsafe="1/min", ttl=60.0))
     limiter.check("alice")
     assert limiter.wait_quotas(timeout=5.0)
     assert len(warnings_logged(caplog)) == 1
@@ -304,7 +304,7 @@ def test_a_provider_answering_anything_else_is_a_failure(
     limiters: Callable[..., rk.Limiter], caplog: pytest.LogCaptureFixture, answer: object
 ) -> None:
     caplog.set_level(logging.WARNING, logger="ratekeeper")
-    limiter = limiters(quota_provider=Provider(answer), failsafe="2/min")
+    limiter = limiters(quotas=rk.Quotas(Provider(answer), failsafe="2/min"))
     assert limiter.check("alice").allowed
     assert limiter.wait_quotas(timeout=5.0)
     source, rate, _, fetching, failures = info_of(limiter)
@@ -318,7 +318,7 @@ def test_an_async_provider_that_raises_is_a_failure(limiters: Callable[..., rk.L
     async def provider(peer: str, group: str) -> str:
         raise ConnectionError("quota service unavailable")
 
-    limiter = limiters(quota_provider=provider, failsafe="2/min")
+    limiter = limiters(quotas=rk.Quotas(provider, failsafe="2/min"))
     limiter.check("alice")
     assert limiter.wait_quotas(timeout=5.0)
     assert limiter.quota("alice", "default").failures == 1
@@ -337,7 +337,7 @@ def test_a_provider_raising_outside_exception_is_a_failure_and_the_worker_serves
     # Issue 18, item 7: such an exception ended the only worker: the failure went uncounted, the key stayed
     # "fetching" and every later fetch waited in the queue for ever.
     provider = Provider(raised, "5/min")
-    limiter = limiters(quota_provider=provider, failsafe="2/min", quota_workers=1)
+    limiter = limiters(quotas=rk.Quotas(provider, failsafe="2/min", workers=1))
     limiter.check("alice")
     assert limiter.wait_quotas(timeout=5.0)
     source, rate, _, fetching, failures = info_of(limiter)
@@ -359,7 +359,7 @@ def test_an_async_provider_raising_outside_exception_is_a_failure_and_later_fetc
             raise raised("quota service unavailable")
         return "5/min"
 
-    limiter = limiters(quota_provider=provider, failsafe="2/min", quota_workers=1)
+    limiter = limiters(quotas=rk.Quotas(provider, failsafe="2/min", workers=1))
     limiter.check("alice")
     assert limiter.wait_quotas(timeout=5.0)
     assert limiter.quota("alice", "default").failures == 1
@@ -376,7 +376,7 @@ def test_a_fetch_running_past_quota_timeout_fails_on_the_next_use_and_its_late_r
     limiters: Callable[..., rk.Limiter], clock: rk.ManualClock, gate: threading.Event
 ) -> None:
     provider = Provider("100/min", gate=gate)
-    limiter = limiters(quota_provider=provider, failsafe="2/min", quota_timeout=5.0)
+    limiter = limiters(quotas=rk.Quotas(provider, failsafe="2/min", timeout=5.0))
     limiter.check("alice")
     provider.wait_for_calls(1)
     clock.advance(4.9)
@@ -407,7 +407,7 @@ def test_an_async_fetch_is_timed_out_in_real_time_by_the_worker(limiters: Callab
         await asyncio.sleep(3600)
         return "100/min"
 
-    limiter = limiters(quota_provider=provider, failsafe="2/min", quota_timeout=0.2)
+    limiter = limiters(quotas=rk.Quotas(provider, failsafe="2/min", timeout=0.2))
     limiter.check("alice")
     # The limiter clock never moves: only the worker's real-time timeout can end this fetch.
     assert limiter.wait_quotas(timeout=5.0)
@@ -419,14 +419,14 @@ def test_an_async_fetch_is_timed_out_in_real_time_by_the_worker(limiters: Callab
 def test_a_fetch_waiting_for_a_worker_is_never_failed_nor_queued_twice(
     limiters: Callable[..., rk.Limiter], clock: rk.ManualClock, gate: threading.Event
 ) -> None:
-    # Issue 18, item 8: quota_timeout counted from when the fetch was queued, so a fetch still waiting behind
+    # Issue 18, item 8: the timeout counted from when the fetch was queued, so a fetch still waiting behind
     # others was failed at the key's next use, and a retry queued on top while the first still ran later.
     provider = Provider("5/min", gate=gate)
-    limiter = limiters(quota_provider=provider, failsafe="2/min", quota_timeout=2.0, quota_workers=1)
+    limiter = limiters(quotas=rk.Quotas(provider, failsafe="2/min", timeout=2.0, workers=1))
     limiter.check("alice")
     provider.wait_for_calls(1)  # the only worker is held by alice's fetch
     limiter.check("bob")
-    # Bob's fetch waits far past quota_timeout, through uses that would retry a failed fetch after its backoff.
+    # Bob's fetch waits far past the timeout, through uses that would retry a failed fetch after its backoff.
     for _ in range(10):
         clock.advance(5.0)
         limiter.check("bob")
@@ -445,7 +445,7 @@ def test_a_queued_fetch_superseded_by_set_quota_never_calls_the_provider(
     limiters: Callable[..., rk.Limiter], gate: threading.Event
 ) -> None:
     provider = Provider("5/min", gate=gate)
-    limiter = limiters(quota_provider=provider, failsafe="2/min", quota_workers=1)
+    limiter = limiters(quotas=rk.Quotas(provider, failsafe="2/min", workers=1))
     limiter.check("alice")
     provider.wait_for_calls(1)
     limiter.check("bob")
@@ -463,7 +463,7 @@ def test_concurrent_first_requests_of_a_key_start_a_single_fetch(
     limiters: Callable[..., rk.Limiter], gate: threading.Event
 ) -> None:
     provider = Provider("100/min", gate=gate)
-    limiter = limiters(quota_provider=provider, failsafe="10/min")
+    limiter = limiters(quotas=rk.Quotas(provider, failsafe="10/min"))
     decisions: list[rk.Decision | None] = [None] * 50
 
     def work(i: int) -> None:
@@ -482,7 +482,7 @@ def test_a_quota_is_refetched_on_the_first_use_after_its_ttl_and_serves_until_th
     limiters: Callable[..., rk.Limiter], clock: rk.ManualClock, gate: threading.Event
 ) -> None:
     provider = Provider("5/min", "7/min")
-    limiter = limiters(quota_provider=provider, failsafe="1/min", quota_ttl=300.0)
+    limiter = limiters(quotas=rk.Quotas(provider, failsafe="1/min", ttl=300.0))
     limiter.check("alice")
     assert limiter.wait_quotas(timeout=5.0)
     clock.advance(299)
@@ -512,7 +512,7 @@ def test_a_quota_is_refetched_on_the_first_use_after_its_ttl_and_serves_until_th
 
 def test_no_fetch_happens_without_a_use(limiters: Callable[..., rk.Limiter], clock: rk.ManualClock) -> None:
     provider = Provider("5/min")
-    limiter = limiters(quota_provider=provider, quota_ttl=10.0)
+    limiter = limiters(quotas=rk.Quotas(provider, ttl=10.0))
     limiter.check("alice")
     assert limiter.wait_quotas(timeout=5.0)
     clock.advance(1_000)
@@ -522,7 +522,7 @@ def test_no_fetch_happens_without_a_use(limiters: Callable[..., rk.Limiter], clo
 
 
 BACKOFFS = {
-    # quota_ttl: the waits after the 1st, 2nd, ... consecutive failures, in ms: doubling, capped at min(ttl, 300 s).
+    # Quotas' ttl: the waits after the 1st, 2nd, ... consecutive failures, in ms: doubling, capped at min(ttl, 300 s).
     300.0: [1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 64_000, 128_000, 256_000, 300_000, 300_000],
     10_000.0: [1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 64_000, 128_000, 256_000, 300_000],
     2.5: [1_000, 2_000, 2_500, 2_500, 2_500],
@@ -534,7 +534,7 @@ def test_failed_fetches_are_retried_with_exponential_backoff_on_the_next_use(
     limiters: Callable[..., rk.Limiter], clock: rk.ManualClock, ttl: float
 ) -> None:
     provider = Provider(RuntimeError)
-    limiter = limiters(quota_provider=provider, failsafe="100/min", quota_ttl=ttl)
+    limiter = limiters(quotas=rk.Quotas(provider, failsafe="100/min", ttl=ttl))
     now_ms = 0
 
     def use_at(at_ms: int) -> int:
@@ -557,7 +557,7 @@ def test_failed_fetches_are_retried_with_exponential_backoff_on_the_next_use(
 
 def test_retries_wait_for_a_use_of_the_key(limiters: Callable[..., rk.Limiter], clock: rk.ManualClock) -> None:
     provider = Provider(RuntimeError, "5/min")
-    limiter = limiters(quota_provider=provider, failsafe="1/min")
+    limiter = limiters(quotas=rk.Quotas(provider, failsafe="1/min"))
     limiter.check("alice")
     assert limiter.wait_quotas(timeout=5.0)
     clock.advance(30)
@@ -574,7 +574,7 @@ def test_retries_wait_for_a_use_of_the_key(limiters: Callable[..., rk.Limiter], 
 
 def test_close_stops_the_workers(clock: rk.ManualClock) -> None:
     before = set(threading.enumerate())
-    limiter = rk.Limiter("10/min", quota_provider=Provider("5/min"), quota_workers=3, clock=clock)
+    limiter = rk.Limiter("10/min", quotas=rk.Quotas(Provider("5/min"), workers=3), clock=clock)
     try:
         for peer in ("alice", "bob", "carol", "dave"):
             limiter.check(peer)
@@ -594,7 +594,7 @@ def test_close_stops_the_workers(clock: rk.ManualClock) -> None:
 def test_with_statement_closes_the_limiter(clock: rk.ManualClock) -> None:
     before = set(threading.enumerate())
     provider = Provider("5/min")
-    with rk.Limiter("10/min", quota_provider=provider, clock=clock) as limiter:
+    with rk.Limiter("10/min", quotas=rk.Quotas(provider), clock=clock) as limiter:
         assert isinstance(limiter, rk.Limiter)
         limiter.check("alice")
         assert limiter.wait_quotas(timeout=5.0)
@@ -614,8 +614,8 @@ def stuck(peer, group):
     hang.wait()  # a provider that never answers
 async def stuck_async(peer, group):
     await asyncio.Event().wait()
-a = rk.Limiter("10/min", quota_provider=stuck, quota_workers=2)
-b = rk.Limiter("10/min", quota_provider=stuck_async, quota_timeout=60.0)
+a = rk.Limiter("10/min", quotas=rk.Quotas(stuck, workers=2))
+b = rk.Limiter("10/min", quotas=rk.Quotas(stuck_async, timeout=60.0))
 assert a.allow("alice") and b.allow("bob")
 print("decided")
 """
@@ -630,12 +630,12 @@ def test_the_interpreter_exits_with_workers_running_and_providers_stuck(collect:
     assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "decided", "")
 
 
-# --- quota_wait --------------------------------------------------------------------------------------------------
+# --- Quotas(wait=...) --------------------------------------------------------------------------------------------
 
 
 def test_quota_wait_decides_the_first_request_on_the_fetched_quota(limiters: Callable[..., rk.Limiter]) -> None:
     provider = Provider("5/min")
-    limiter = limiters(quota_provider=provider, failsafe="1/min", quota_wait=5.0)
+    limiter = limiters(quotas=rk.Quotas(provider, failsafe="1/min", wait=5.0))
     first = limiter.check("alice")
     assert (first.allowed, first.limit, first.remaining) == (True, 5, 4)
     assert limiter.quota("alice", "default").source == "provider"
@@ -647,7 +647,7 @@ def test_quota_wait_gives_up_after_its_time_and_decides_on_the_failsafe(
     limiters: Callable[..., rk.Limiter], gate: threading.Event
 ) -> None:
     provider = Provider("5/min", gate=gate)
-    limiter = limiters(quota_provider=provider, failsafe="1/min", quota_wait=0.2)
+    limiter = limiters(quotas=rk.Quotas(provider, failsafe="1/min", wait=0.2))
     started = time.monotonic()
     first = limiter.check("alice")
     waited = time.monotonic() - started
@@ -666,7 +666,7 @@ async def test_athrottle_waits_for_the_first_fetch_without_blocking_the_loop(
     limiters: Callable[..., rk.Limiter], gate: threading.Event
 ) -> None:
     provider = Provider("5/min", gate=gate)
-    limiter = limiters(quota_provider=provider, failsafe="1/min", quota_wait=5.0)
+    limiter = limiters(quotas=rk.Quotas(provider, failsafe="1/min", wait=5.0))
     order: list[str] = []
 
     async def first_request() -> rk.Decision:
@@ -704,7 +704,7 @@ def test_busy_accounts_keep_their_quotas_through_a_flood_of_many_times_max_keys_
         raise LookupError(peer)
 
     max_keys = 1_000
-    limiter = limiters("60/min", quota_provider=provider, failsafe="5/min", max_keys=max_keys)
+    limiter = limiters("60/min", quotas=rk.Quotas(provider, failsafe="5/min"), max_keys=max_keys)
     busy = [f"account-{i}" for i in range(12)]
     for peer in busy:
         limiter.set_quota(peer, "default", "10/s")
@@ -724,7 +724,7 @@ def test_busy_accounts_keep_their_quotas_through_a_flood_of_many_times_max_keys_
 
 def test_records_stay_bounded_when_every_key_is_used_again(limiters: Callable[..., rk.Limiter]) -> None:
     # Keys used more than once are evicted last, but still evicted when nothing else is left.
-    limiter = limiters("60/min", quota_provider=Provider("5/min"), failsafe="5/min", max_keys=1_000)
+    limiter = limiters("60/min", quotas=rk.Quotas(Provider("5/min"), failsafe="5/min"), max_keys=1_000)
     for i in range(5_000):
         limiter.allow(f"peer-{i}")
         limiter.allow(f"peer-{i}")
@@ -739,7 +739,7 @@ def test_records_stay_bounded_when_every_key_is_used_again(limiters: Callable[..
 
 def test_quota_of_an_unseen_key_reports_the_failsafe_and_starts_no_fetch(limiters: Callable[..., rk.Limiter]) -> None:
     provider = Provider("5/min")
-    limiter = limiters(quota_provider=provider, failsafe="2/min")
+    limiter = limiters(quotas=rk.Quotas(provider, failsafe="2/min"))
     info = limiter.quota("alice", "default")
     assert isinstance(info, rk.QuotaInfo)
     assert info_of(limiter) == ("failsafe", rk.Rate("2/min"), None, False, 0)
@@ -753,7 +753,7 @@ def test_quota_of_an_unseen_key_reports_the_failsafe_and_starts_no_fetch(limiter
 def test_quota_of_an_unseen_key_without_failsafe_reports_the_rule(
     limiters: Callable[..., rk.Limiter], with_provider: bool
 ) -> None:
-    options: dict[str, Any] = {"quota_provider": Provider("5/min")} if with_provider else {}
+    options: dict[str, Any] = {"quotas": rk.Quotas(Provider("5/min"))} if with_provider else {}
     limiter = limiters(None, rules=[rk.Rule("^/api", "api", "3/min")], **options)
     assert info_of(limiter, "alice", "api") == ("rule", rk.Rate("3/min"), None, False, 0)
 
@@ -794,7 +794,7 @@ def test_set_quota_cancels_the_result_of_an_in_flight_fetch(
     limiters: Callable[..., rk.Limiter], gate: threading.Event
 ) -> None:
     provider = Provider("100/min", gate=gate)
-    limiter = limiters(quota_provider=provider, failsafe="1/min")
+    limiter = limiters(quotas=rk.Quotas(provider, failsafe="1/min"))
     limiter.check("alice")
     provider.wait_for_calls(1)
     limiter.set_quota("alice", "default", "3/min")
@@ -846,7 +846,7 @@ def test_a_quotas_burst_is_its_count_unless_the_rule_set_one(limiters: Callable[
 def test_two_used_of_a_2_per_min_failsafe_leave_98_under_a_100_per_min_quota(
     limiters: Callable[..., rk.Limiter], gate: threading.Event
 ) -> None:
-    limiter = limiters(quota_provider=Provider("100/min", gate=gate), failsafe="2/min")
+    limiter = limiters(quotas=rk.Quotas(Provider("100/min", gate=gate), failsafe="2/min"))
     assert admitted(limiter, "alice", 5) == 2
     gate.set()
     assert limiter.wait_quotas(timeout=5.0)
@@ -858,7 +858,7 @@ def test_two_used_of_a_2_per_min_failsafe_leave_98_under_a_100_per_min_quota(
 def test_five_used_of_5_per_min_leave_5_under_10_per_min(
     limiters: Callable[..., rk.Limiter], gate: threading.Event
 ) -> None:
-    limiter = limiters(quota_provider=Provider("10/min", gate=gate), failsafe="5/min")
+    limiter = limiters(quotas=rk.Quotas(Provider("10/min", gate=gate), failsafe="5/min"))
     assert admitted(limiter, "alice", 10) == 5
     gate.set()
     assert limiter.wait_quotas(timeout=5.0)
@@ -891,27 +891,25 @@ def test_lowering_a_quota_takes_effect_at_once_and_the_usage_drains_at_the_new_r
     [
         ("failsafe", "10/fortnight"),
         ("failsafe", "0/min"),
-        ("quota_ttl", -1.0),
-        ("quota_ttl", math.nan),
-        ("quota_timeout", -0.5),
-        ("quota_timeout", math.nan),
-        ("quota_wait", -0.1),
-        ("quota_wait", math.nan),
-        ("quota_workers", 0),
-        ("quota_workers", -2),
+        ("ttl", -1.0),
+        ("ttl", math.nan),
+        ("timeout", -0.5),
+        ("timeout", math.nan),
+        ("wait", -0.1),
+        ("wait", math.nan),
+        ("workers", 0),
+        ("workers", -2),
     ],
 )
-def test_bad_quota_settings_raise_value_error_naming_the_field(
-    clock: rk.ManualClock, field: str, value: object
-) -> None:
+def test_bad_quota_settings_raise_value_error_naming_the_field(field: str, value: object) -> None:
     with pytest.raises(ValueError, match=rf"\b{field}\b"):
-        rk.Limiter("10/min", quota_provider=Provider("5/min"), clock=clock, **{field: value})
+        rk.Quotas(Provider("5/min"), **{field: value})
 
 
 @pytest.mark.parametrize("provider", [42, "https://quotas.example/"])
-def test_a_provider_that_is_not_callable_raises_type_error(clock: rk.ManualClock, provider: object) -> None:
-    with pytest.raises(TypeError, match=r"\bquota_provider\b"):
-        rk.Limiter("10/min", quota_provider=provider, clock=clock)
+def test_a_provider_that_is_not_callable_raises_type_error(provider: object) -> None:
+    with pytest.raises(TypeError, match=r"\bprovider\b"):
+        rk.Quotas(provider)
 
 
 # --- property ----------------------------------------------------------------------------------------------------
@@ -959,7 +957,7 @@ def test_a_provider_saying_no_such_key_is_not_a_failure_and_logs_no_warning(
     # to log a WARNING for every unknown key and count as a failure, retried with backoff every few seconds.
     caplog.set_level(logging.DEBUG, logger="ratekeeper")
     provider = Provider(LookupError)
-    limiter = limiters(quota_provider=provider, failsafe="2/min", quota_ttl=60.0)
+    limiter = limiters(quotas=rk.Quotas(provider, failsafe="2/min", ttl=60.0))
     for peer in ("ghost-1", "ghost-2", "ghost-3"):
         assert limiter.allow(peer)
     assert limiter.wait_quotas(timeout=5.0)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import ratekeeper as rk
-from _support import admitted, assert_within_limits_in_force
+from _support import ALGORITHMS, admitted, assert_within_limits_in_force
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -326,8 +326,6 @@ def test_admissions_never_exceed_the_limits_in_force_across_updates(actions: lis
 
 
 # --- every algorithm: no sequence of changes admits more than the largest burst in force ---------------------
-
-ALGORITHMS = ["gcra", "token_bucket", "fixed_window", "sliding_window", "sliding_log", "leaky_bucket"]
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)

@@ -13,17 +13,10 @@ from collections.abc import Callable
 import pytest
 import ratekeeper as rk
 from _redis import RedisServer
+from _support import ALGORITHMS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-ALGORITHMS: list[rk.Algorithm] = [
-    "gcra",
-    "token_bucket",
-    "fixed_window",
-    "sliding_window",
-    "sliding_log",
-    "leaky_bucket",
-]
 S = 1_000_000_000
 examples = itertools.count()
 QUOTAS = [None, "2/10s", "20/min", "3/s", "100/min"]

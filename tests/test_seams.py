@@ -395,21 +395,28 @@ def test_quotas_object_works_like_the_keywords(clock: rk.ManualClock) -> None:
         assert admitted(limiter, "alice", 10) == 4  # 5/min, one used on the failsafe
 
 
-def test_old_quota_keywords_show_in_quotas(clock: rk.ManualClock) -> None:
-    with rk.Limiter(
-        "10/s", quota_provider=lambda peer, group: None, quota_timeout=2.0, quota_ttl=60.0, clock=clock
-    ) as limiter:
+def test_the_settings_of_quotas_show_on_the_limiter(clock: rk.ManualClock) -> None:
+    with rk.Limiter("10/s", quotas=rk.Quotas(lambda peer, group: None, ttl=60.0, timeout=2.0), clock=clock) as limiter:
         assert (limiter.quotas.timeout, limiter.quotas.ttl, limiter.quotas.workers) == (2.0, 60.0, 4)
 
 
 @pytest.mark.parametrize(
-    "old", [{"quota_ttl": 60.0}, {"failsafe": "1/min"}, {"quota_timeout": 1.0}, {"quota_wait": 0.5}]
+    ("old", "setting"),
+    [
+        ("quota_provider", "provider"),
+        ("failsafe", "failsafe"),
+        ("quota_ttl", "ttl"),
+        ("quota_timeout", "timeout"),
+        ("quota_workers", "workers"),
+        ("quota_wait", "wait"),
+    ],
 )
-def test_quotas_with_an_old_keyword_is_an_invalid_value(clock: rk.ManualClock, old: dict[str, Any]) -> None:
-    with pytest.raises(rk.InvalidValue) as info:
-        rk.Limiter("10/s", quotas=rk.Quotas(), clock=clock, **old)
-    assert isinstance(info.value, ValueError)
-    assert info.value.loc == ("quotas",)
+def test_a_removed_quota_keyword_is_refused_naming_its_place_in_quotas(
+    clock: rk.ManualClock, old: str, setting: str
+) -> None:
+    # The keywords that came before Quotas were removed in 0.1.0; the error says what replaced each.
+    with pytest.raises(TypeError, match=rf"no longer takes {old}: give quotas=ratekeeper\.Quotas\({setting}=\.\.\.\)"):
+        rk.Limiter("10/s", clock=clock, **{old: None})
 
 
 # --- the signature and the docs ------------------------------------------------------------------------------
@@ -505,8 +512,8 @@ def test_from_config_of_a_subclass_builds_the_subclass(clock: rk.ManualClock) ->
     assert admitted(limiter, "alice", 5, "/api/x") == 2
 
 
-def test_the_old_quota_keywords_default_to_what_quotas_defaults_to() -> None:
-    # The defaults are written twice in the core (Quotas' signature and the old keywords' fallback).
+def test_a_limiter_without_quotas_has_the_defaults_of_quotas() -> None:
+    # The defaults are written twice in the core (Quotas' signature and a limiter's fallback without quotas=).
     defaults = {name: p.default for name, p in inspect.signature(rk.Quotas).parameters.items() if name != "provider"}
     settings = rk.Limiter("1/s").quotas
     assert {name: getattr(settings, name) for name in defaults} == defaults

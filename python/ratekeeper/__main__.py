@@ -8,10 +8,10 @@ import sys
 
 def check_config(path: str) -> int:
     """Validates a TOML / YAML config file and prints its routing table: exit 0, or 2 with the error."""
-    from ratekeeper import config
+    from ratekeeper import Limiter, config
 
     try:
-        limiter = config.limiter_from_file(path)
+        limiter = Limiter.from_file(path)
     except (ValueError, TypeError, ImportError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

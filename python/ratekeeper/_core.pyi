@@ -448,10 +448,7 @@ class Limiter:
         burst: the burst of ``rate`` (default: its count).
         algorithm: the algorithm of ``rate`` (see :class:`Limit`).
         clock: a :class:`ManualClock` for tests; default: the monotonic clock.
-        quotas: per-key quotas, see :class:`Quotas`. The keywords ``quota_provider``, ``failsafe``,
-            ``quota_ttl``, ``quota_timeout``, ``quota_workers`` and ``quota_wait`` are the same settings
-            (``Quotas``' ``provider``, ``failsafe``, ``ttl`` ...), kept for existing code; not with
-            ``quotas``.
+        quotas: per-key quotas, see :class:`Quotas`; default: none (each key runs on its rule's rate).
         track_usage: record each key's admissions for :meth:`drain_pending` (syncing usage between
             nodes); this keeps the peer strings of keys admitted since the last drain.
         backend: :class:`Redis` to keep the states in Redis, shared by every process that uses it;
@@ -460,10 +457,9 @@ class Limiter:
     Raises:
         InvalidValue: neither ``rate`` nor ``rules``, a bad rate, burst or algorithm, a group defined
             twice with different limits (``loc`` ``("rules", 1, "group")``), a bad exempt path
-            (``("exempt_paths", 0)``), ``max_keys`` below 1, bad quota settings, ``quotas`` together
-            with the quota keywords.
-        InvalidType: a rule that is not a :class:`Rule`, a str where a list of str is expected, a
-            quota provider that is not callable.
+            (``("exempt_paths", 0)``), ``max_keys`` below 1, ``max_keys`` below 1.
+        InvalidType: a rule that is not a :class:`Rule`, a str where a list of str is expected,
+            ``quotas`` that is not a :class:`Quotas`.
     """
 
     def __new__(
@@ -479,12 +475,6 @@ class Limiter:
         clock: ManualClock | None = None,
         quotas: Quotas | None = None,
         track_usage: bool = False,
-        quota_provider: _QuotaProvider | None = None,
-        failsafe: str | Rate | None = None,
-        quota_ttl: float | None = None,
-        quota_timeout: float | None = None,
-        quota_workers: int | None = None,
-        quota_wait: float | None = None,
         backend: Redis | None = None,
     ) -> Limiter: ...
     @property

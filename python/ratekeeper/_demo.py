@@ -123,7 +123,7 @@ def _quotas() -> str:
     clock = rk.ManualClock()
     rows = []
     logging.getLogger("ratekeeper").setLevel(logging.ERROR)  # mallory's failed fetch is the point here
-    with rk.Limiter("60/min", quota_provider=_plan_of, failsafe="2/min", clock=clock) as lim:
+    with rk.Limiter("60/min", quotas=rk.Quotas(_plan_of, failsafe="2/min"), clock=clock) as lim:
         for phase in ("before the fetch lands", "after it landed"):
             for peer in ("alice", "bob", "mallory"):
                 allowed = sum(lim.allow(peer) for _ in range(150))

@@ -18,6 +18,7 @@ from typing import Any
 
 from ratekeeper._core import Limit, ManualClock, Rule
 from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue, Loc, format_loc
+from ratekeeper.config import RulePlaces, move_rule_error
 from ratekeeper.limiter import Limiter
 
 __all__ = [
@@ -38,21 +39,12 @@ def _keyed(name: str, key: object) -> Loc:
     return (f"{name}[{key!r}]",)
 
 
-def _rule_error(error: InvalidArgument, loc: Loc, start: int = 0) -> InvalidArgument:
-    """A core error about a rule (its ``loc`` from ``start`` on: ``pattern``, ``group`` ...) at ``loc``,
-    the option that gave the rule: the pattern is the option's key, so ``pattern`` is dropped."""
-    return error.at(*loc, drop=start + 1 if error.loc[start : start + 1] == ("pattern",) else start)
-
-
-def _limiter_error(error: InvalidArgument, rule_locs: list[Loc], prefix: str = "") -> InvalidArgument:
+def _limiter_error(error: InvalidArgument, rule_places: list[RulePlaces], prefix: str = "") -> InvalidArgument:
     """A core error of ``Limiter(rules=..., exempt_...=...)``: one about ``rules[i]`` at the option that
     gave rule ``i``; one about an exemption at ``prefix`` + its name (``throttle_exempt_paths[0]``)."""
-    loc = error.loc
-    if len(loc) >= 2 and loc[0] == "rules" and isinstance(loc[1], int) and 0 <= loc[1] < len(rule_locs):
-        return _rule_error(error, rule_locs[loc[1]], 2)
-    if loc and loc[0] in ("exempt_peers", "exempt_paths"):
-        return error.at(f"{prefix}{loc[0]}", drop=1)
-    return error
+    if error.loc and error.loc[0] in ("exempt_peers", "exempt_paths"):
+        return error.at(f"{prefix}{error.loc[0]}", drop=1)
+    return move_rule_error(error, rule_places)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -165,13 +157,13 @@ def peer_throttle(opts: Mapping[Any, Any], *, clock: ManualClock | None = None) 
         try:
             rules.append(Rule(pattern, kind, limits=[limit]))
         except InvalidArgument as error:
-            raise _rule_error(error, loc) from None
+            raise RulePlaces.of_option(loc).move(error, 0) from None
     exempt_peers = _text_list(options.get("throttle_exempt_peers", []), ("throttle_exempt_peers",))
     exempt_paths = _text_list(options.get("throttle_exempt_paths", []), ("throttle_exempt_paths",))
     try:
         return Limiter(rules=rules, exempt_peers=exempt_peers, exempt_paths=exempt_paths, clock=clock)
     except InvalidArgument as error:
-        raise _limiter_error(error, [loc for *_, loc in routes], "throttle_") from None
+        raise _limiter_error(error, [RulePlaces.of_option(loc) for *_, loc in routes], "throttle_") from None
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -296,12 +288,12 @@ def node_limiter(
         try:
             rules.append(Rule(raw_pattern, group, limits=limits, policy="fallback", reduction=reduction))
         except InvalidArgument as error:
-            raise _rule_error(error, loc) from None
+            raise RulePlaces.of_option(loc).move(error, 0) from None
         rule_locs.append(loc)
     try:
         return Limiter(rules=rules, exempt_peers=exempt_peers, clock=clock)
     except InvalidArgument as error:
-        raise _limiter_error(error, rule_locs) from None
+        raise _limiter_error(error, [RulePlaces.of_option(loc) for loc in rule_locs]) from None
 
 
 # The setting a field of a node limit comes from: (the limit's kind, the field of the core's error).

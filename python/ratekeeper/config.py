@@ -1,9 +1,9 @@
 """Build a :class:`~ratekeeper.Limiter` from a mapping or a TOML / YAML file.
 
-``limiter_from_config(mapping)`` takes a mapping (from ``tomllib``, ``yaml.safe_load``, JSON or a dict
-literal); ``limiter_from_file(path)`` reads a ``.toml`` (``tomllib``, or ``tomli`` before Python 3.11)
-or a ``.yaml`` / ``.yml`` file (PyYAML, imported only then). ``python -m ratekeeper check-config FILE``
-validates a file and prints its routing table.
+``Limiter.from_config(mapping)`` takes a mapping (from ``tomllib``, ``yaml.safe_load``, JSON or a dict
+literal); ``Limiter.from_file(path)`` reads a ``.toml`` (``tomllib``, or ``tomli`` before Python 3.11)
+or a ``.yaml`` / ``.yml`` file (PyYAML, imported only then); both are built on this module.
+``python -m ratekeeper check-config FILE`` validates a file and prints its routing table.
 
 The format, in TOML::
 
@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
 import json
 import logging
 import os
@@ -94,9 +95,8 @@ __all__ = [
     "Route",
     "RulePlaces",
     "describe_limit",
-    "limiter_from_config",
-    "limiter_from_file",
     "load_file",
+    "move_rule_error",
     "plan_from_config",
     "plan_from_file",
     "reconfigure_from_config",
@@ -110,7 +110,11 @@ L = TypeVar("L", bound="Limiter")
 E = TypeVar("E", bound=InvalidArgument)
 
 TOP_KEYS = ("max_keys", "exempt_peers", "exempt_paths", "default", "groups", "backend")
-BACKEND_KEYS = ("url", "mode", "timeout", "prefix", "on_error", "sync_interval", "tls_ca_file", "lease_ttl")
+# The [backend] table is Redis's parameters, read from its signature so that a new option of Redis is a
+# key of the file at once. Those whose default is a float are durations in seconds (timeout, lease_ttl).
+_REDIS_PARAMETERS = inspect.signature(Redis).parameters
+BACKEND_KEYS = tuple(_REDIS_PARAMETERS)
+BACKEND_SECONDS_KEYS = tuple(name for name, parameter in _REDIS_PARAMETERS.items() if type(parameter.default) is float)
 GROUP_KEYS = ("paths", "rate", "burst", "algorithm", "limits", "policy", "reduction")
 DEFAULT_KEYS = tuple(key for key in GROUP_KEYS if key != "paths")
 LIMIT_KEYS = ("rate", "burst", "algorithm", "concurrency")
@@ -149,6 +153,12 @@ class RulePlaces:
     pattern: Loc
     limits: tuple[tuple[Loc, bool], ...]
 
+    @classmethod
+    def of_option(cls, loc: Loc) -> RulePlaces:
+        """A rule given whole by one option (a preset's ``routes['^/api/']``, whose key is the pattern):
+        errors about its group or pattern are at ``loc``, those about its limits under it (``loc.limits[0]``)."""
+        return cls(loc, loc, ())
+
     def move(self, error: E, start: int) -> E:
         """``error``, whose ``loc`` from index ``start`` on is relative to the rule, at its config place."""
         rest = error.loc[start:]
@@ -160,6 +170,15 @@ class RulePlaces:
             place, bare = self.limits[rest[1]]
             return _limit_error(error, place, bare, start + 2)
         return error.at(*self.group, drop=start)
+
+
+def move_rule_error(error: E, places: Sequence[RulePlaces]) -> E:
+    """A core error about a limiter's ``rules[i]`` at the place that gave rule ``i`` (``places[i]``); an
+    error about anything else as it is."""
+    loc = error.loc
+    if len(loc) >= 2 and loc[0] == "rules" and isinstance(loc[1], int) and 0 <= loc[1] < len(places):
+        return places[loc[1]].move(error, 2)
+    return error
 
 
 def _limit_error(error: E, place: Loc, bare: bool, start: int) -> E:
@@ -229,9 +248,7 @@ class LimiterPlan:
         """A core error about the plan's limiter (``rules[3].limits[0].rate``) at its place in the config
         (``groups.api.limits[0].rate``), in the plan's file. Exemptions and ``max_keys`` have the same
         names in the config and in the limiter, so they stay where they are."""
-        loc = error.loc
-        if len(loc) >= 2 and loc[0] == "rules" and isinstance(loc[1], int) and 0 <= loc[1] < len(self.places):
-            error = self.places[loc[1]].move(error, 2)
+        error = move_rule_error(error, self.places)
         return error.in_file(self.file) if self.file is not None else error
 
 
@@ -428,14 +445,15 @@ def _backend(table: Mapping[str, Any]) -> Redis:
     options: dict[str, Any] = {}
     for key, value in table.items():
         loc: Loc = ("backend", key)
-        if key in ("timeout", "sync_interval", "lease_ttl"):
+        if key in BACKEND_SECONDS_KEYS:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 _fail_type(loc, "a number of seconds", value)
             options[key] = float(value)
         elif key != "url":
             options[key] = _str(value, loc)
+    url = _str(table["url"], ("backend", "url"))  # outside the try: its loc is already in the config
     try:
-        return Redis(_str(table["url"], ("backend", "url")), **options)
+        return Redis(url, **options)
     except InvalidArgument as error:
         raise error.at("backend") from None
 
@@ -467,31 +485,6 @@ def _limiter_class() -> type[Limiter]:
     return Limiter
 
 
-def limiter_from_config(config: Mapping[str, Any], *, clock: ManualClock | None = None) -> Limiter:
-    """Builds a Limiter from a config mapping (the format is in this module's docstring).
-
-    Args:
-        config: the parsed config, e.g. ``tomllib.load(f)``.
-        clock: a :class:`~ratekeeper.ManualClock` for tests; default: the monotonic clock.
-
-    Raises:
-        InvalidValue: a bad value or an unknown key; ``loc`` is its place (``groups.api.rate: ...``).
-        InvalidType: a value of the wrong type (``max_keys: must be an int, got str``).
-    """
-    return plan_from_config(config).build(_limiter_class(), clock=clock)
-
-
-def limiter_from_file(path: PathLike, *, clock: ManualClock | None = None) -> Limiter:
-    """Reads a TOML or YAML config file and builds its Limiter; errors carry the file's name.
-
-    Raises:
-        InvalidValue, InvalidType: as :func:`limiter_from_config` and :func:`load_file`, in the file.
-        ImportError: a YAML file without PyYAML installed.
-        OSError: the file cannot be read.
-    """
-    return plan_from_file(path).build(_limiter_class(), clock=clock)
-
-
 def reconfigure_from_config(limiter: _CoreLimiter, config: Mapping[str, Any]) -> None:
     """Replaces the rules and exemptions of ``limiter`` with those of ``config``, keeping its state.
 
@@ -499,7 +492,7 @@ def reconfigure_from_config(limiter: _CoreLimiter, config: Mapping[str, Any]) ->
     empty. ``max_keys`` is fixed at construction: a different value in ``config`` is logged and ignored.
 
     Raises:
-        InvalidValue, InvalidType: as :func:`limiter_from_config`; the limiter is then unchanged.
+        InvalidValue, InvalidType: as :func:`plan_from_config`; the limiter is then unchanged.
     """
     plan_from_config(config).apply(limiter)
 
@@ -561,7 +554,7 @@ def _route(rule: Rule) -> Route:
 def routes_of(limiter_or_config: _CoreLimiter | Mapping[str, Any]) -> tuple[Route, ...]:
     """The routes in routing order: those in force in a limiter (read from :attr:`Limiter.rules`, so
     after ``update_rule`` or ``reload`` too; ``place`` is ``None``), or those of a config mapping
-    (validated like :func:`limiter_from_config`, with their places in the config)."""
+    (validated like :func:`plan_from_config`, with their places in the config)."""
     if isinstance(limiter_or_config, _CoreLimiter):
         return tuple(_route(rule) for rule in limiter_or_config.rules)
     plan = plan_from_config(limiter_or_config)
@@ -582,7 +575,7 @@ def routing_table(limiter_or_config: _CoreLimiter | Mapping[str, Any]) -> str:
     """A readable table of the routing: order, pattern, group, limits, policy, plus exemptions.
 
     Takes any limiter (the table shows what is in force now), or a config mapping (validated first, so
-    it raises like :func:`limiter_from_config`).
+    it raises like :func:`plan_from_config`).
     """
     if isinstance(limiter_or_config, _CoreLimiter):
         limiter = limiter_or_config

@@ -15,7 +15,7 @@ import threading
 import time
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ratekeeper._core import Decision, Limit, ManualClock, Rate, Rule, _Completions, _Reservation
 from ratekeeper._core import Limiter as _CoreLimiter
@@ -147,6 +147,17 @@ class Permit:
         self.__exit__()
 
 
+# The quota keywords Limiter took before Quotas, and the setting of Quotas that replaced each one.
+_REMOVED_QUOTA_KEYWORDS = {
+    "quota_provider": "provider",
+    "failsafe": "failsafe",
+    "quota_ttl": "ttl",
+    "quota_timeout": "timeout",
+    "quota_workers": "workers",
+    "quota_wait": "wait",
+}
+
+
 class Limiter(_CoreLimiter):
     """A rate limiter: ``check``/``allow`` decide at once, ``throttle``/``athrottle`` wait for a slot.
 
@@ -159,13 +170,22 @@ class Limiter(_CoreLimiter):
             (``"gcra"``, ``"token_bucket"``, ``"fixed_window"``, ``"sliding_window"``, ``"sliding_log"``,
             ``"leaky_bucket"``).
         clock: a :class:`ManualClock` for tests.
-        quotas: per-key quotas, a :class:`Quotas` (the older ``quota_*`` / ``failsafe`` keywords too).
-            With a provider, worker threads fetch quotas; :meth:`close` (or a ``with`` block) stops them.
+        quotas: per-key quotas, a :class:`Quotas`. With a provider, worker threads fetch quotas;
+            :meth:`close` (or a ``with`` block) stops them.
         track_usage: record admissions per key for :meth:`drain_pending` (syncing usage between nodes).
 
     Raises:
         InvalidValue, InvalidType: a bad argument; ``.loc`` says where (``("rules", 2, "pattern")``).
     """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
+        old = [name for name in kwargs if name in _REMOVED_QUOTA_KEYWORDS]
+        if old:
+            # The core would refuse them as unknown keywords; this says what replaced them.
+            settings = ", ".join(f"{_REMOVED_QUOTA_KEYWORDS[name]}=..." for name in old)
+            raise TypeError(f"Limiter() no longer takes {', '.join(old)}: give quotas=ratekeeper.Quotas({settings})")
+        # The core builds an instance of cls, a subclass too (its stub can only say _core.Limiter).
+        return cast("Self", super().__new__(cls, *args, **kwargs))
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         # The Rust constructor validated the arguments and holds the settings; only the workers start here.

@@ -224,15 +224,11 @@ pub mod field {
 
     converters! {
         max_keys -> usize = |o| usize::try_from(positive_int("max_keys", o)?).unwrap_or(usize::MAX);
-        quota_workers -> Option<u64> = |o| optional(o, |o| positive_int("quota_workers", o))?;
         workers -> u64 = |o| positive_int("workers", o)?;
         /// `n` of `reduce`: tokens given back.
         n -> u64 = |o| positive_int("n", o)?;
         /// `n` of `top_refused`: how many peers (0: none).
         top_n -> usize = |o| usize::try_from(int_at_least("n", o, 0)?).unwrap_or(usize::MAX);
-        quota_ttl -> Option<f64> = |o| optional(o, |o| seconds("quota_ttl", o))?;
-        quota_timeout -> Option<f64> = |o| optional(o, |o| seconds("quota_timeout", o))?;
-        quota_wait -> Option<f64> = |o| optional(o, |o| seconds("quota_wait", o))?;
         ttl -> f64 = |o| seconds("ttl", o)?;
         timeout -> f64 = |o| seconds("timeout", o)?;
         /// A timeout that may be None (no limit): `throttle`'s, `wait_quotas`'s.

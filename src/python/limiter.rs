@@ -269,41 +269,21 @@ fn rule_specs(rules: &Bound<'_, PyAny>) -> PyResult<Vec<RuleSpec>> {
         .collect()
 }
 
-/// The quota settings: `quotas=`, or the keywords that came before it (not both).
-#[allow(clippy::too_many_arguments)]
-fn quota_settings(
-    py: Python<'_>,
-    quotas: Option<&Bound<'_, PyAny>>,
-    provider: Option<&Bound<'_, PyAny>>,
-    failsafe: Option<&Bound<'_, PyAny>>,
-    ttl: Option<f64>,
-    timeout: Option<f64>,
-    workers: Option<u64>,
-    wait: Option<f64>,
-) -> PyResult<Py<PyQuotas>> {
-    let keywords = provider.is_some_and(|p| !p.is_none())
-        || failsafe.is_some_and(|f| !f.is_none())
-        || ttl.is_some()
-        || timeout.is_some()
-        || workers.is_some()
-        || wait.is_some();
-    if let Some(quotas) = quotas.filter(|q| !q.is_none()) {
-        if keywords {
-            let message = "give quotas=Quotas(...) or the quota_* / failsafe keywords, not both";
-            return Err(Error::value("quotas", message).into());
-        }
-        let quotas = quotas.cast::<PyQuotas>().map_err(|_| {
-            Error::type_error("quotas", format!("must be a ratekeeper.Quotas, got {}", type_name(quotas)))
-        })?;
-        return Ok(quotas.clone().unbind());
+/// The quota settings of `quotas=` (`None`: no quotas, the defaults of `Quotas()`).
+fn quota_settings(py: Python<'_>, quotas: Option<&Bound<'_, PyAny>>) -> PyResult<Py<PyQuotas>> {
+    match quotas.filter(|q| !q.is_none()) {
+        Some(quotas) => Ok(quotas
+            .cast::<PyQuotas>()
+            .map_err(|_| {
+                Error::type_error("quotas", format!("must be a ratekeeper.Quotas, got {}", type_name(quotas)))
+            })?
+            .clone()
+            .unbind()),
+        None => Py::new(
+            py,
+            PyQuotas::new(None, None, (DEFAULT_QUOTA_TTL, DEFAULT_QUOTA_TIMEOUT, DEFAULT_QUOTA_WORKERS, 0.0))?,
+        ),
     }
-    let settings = (
-        ttl.unwrap_or(DEFAULT_QUOTA_TTL),
-        timeout.unwrap_or(DEFAULT_QUOTA_TIMEOUT),
-        workers.unwrap_or(DEFAULT_QUOTA_WORKERS),
-        wait.unwrap_or(0.0),
-    );
-    Py::new(py, PyQuotas::new(provider, failsafe, settings, "quota_")?)
 }
 
 #[pymethods]
@@ -311,8 +291,7 @@ impl PyLimiter {
     #[new]
     #[pyo3(signature = (
         rate=None, *, rules=None, exempt_peers=None, exempt_paths=None, max_keys=1_000_000, burst=None,
-        algorithm="gcra", clock=None, quotas=None, track_usage=false, quota_provider=None, failsafe=None,
-        quota_ttl=None, quota_timeout=None, quota_workers=None, quota_wait=None, backend=None
+        algorithm="gcra", clock=None, quotas=None, track_usage=false, backend=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn py_new(
@@ -327,12 +306,6 @@ impl PyLimiter {
         clock: Option<&Bound<'_, PyAny>>,
         quotas: Option<&Bound<'_, PyAny>>,
         #[pyo3(from_py_with = field::track_usage)] track_usage: bool,
-        quota_provider: Option<&Bound<'_, PyAny>>,
-        failsafe: Option<&Bound<'_, PyAny>>,
-        #[pyo3(from_py_with = field::quota_ttl)] quota_ttl: Option<f64>,
-        #[pyo3(from_py_with = field::quota_timeout)] quota_timeout: Option<f64>,
-        #[pyo3(from_py_with = field::quota_workers)] quota_workers: Option<u64>,
-        #[pyo3(from_py_with = field::quota_wait)] quota_wait: Option<f64>,
         backend: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let mut specs = match rules.filter(|r| !r.is_none()) {
@@ -355,8 +328,7 @@ impl PyLimiter {
                 (Clock::Manual(manual.get().inner.clone()), Some(manual.clone().unbind()))
             }
         };
-        let quotas =
-            quota_settings(py, quotas, quota_provider, failsafe, quota_ttl, quota_timeout, quota_workers, quota_wait)?;
+        let quotas = quota_settings(py, quotas)?;
         let settings = Self::settings(py, quotas.get(), max_keys)?;
         let quota_wait = Duration::from_nanos(nanos("quota_wait", Some(quotas.get().wait))?.min(u64::MAX / 2));
         let rules = RulesConfig {

@@ -347,7 +347,7 @@ pub struct PyQuotas {
     pub wait: f64,
 }
 
-/// The defaults of the quota keywords that came before `Quotas` (those of `Quotas()` itself).
+/// The defaults of `Quotas()`: a limiter without `quotas=` has these settings.
 pub const DEFAULT_QUOTA_TTL: f64 = 300.0;
 pub const DEFAULT_QUOTA_TIMEOUT: f64 = 5.0;
 pub const DEFAULT_QUOTA_WORKERS: u64 = 4;
@@ -356,30 +356,28 @@ impl PyQuotas {
     /// Checked settings.
     ///
     /// # Errors
-    /// A bad setting, named `prefix` + name (`quota_ttl` for the old keywords).
+    /// A bad setting, named as the keyword of `Quotas(...)` that gave it (`ttl`).
     pub fn new(
         provider: Option<&Bound<'_, PyAny>>,
         failsafe: Option<&Bound<'_, PyAny>>,
         (ttl, timeout, workers, wait): (f64, f64, u64, f64),
-        prefix: &str,
     ) -> Result<Self, Error> {
-        let field = |name: &str| format!("{prefix}{name}");
         let provider = provider.filter(|p| !p.is_none());
         if let Some(provider) = provider {
             if !provider.is_callable() {
                 return Err(Error::type_error(
-                    if prefix.is_empty() { "provider".to_owned() } else { "quota_provider".to_owned() },
+                    "provider",
                     format!("must be a callable (peer, group) -> Rate | str | None, got {}", type_name(provider)),
                 ));
             }
         }
-        positive_seconds(&field("ttl"), ttl)?;
-        positive_seconds(&field("timeout"), timeout)?;
-        nanos(&field("wait"), Some(wait))?;
+        positive_seconds("ttl", ttl)?;
+        positive_seconds("timeout", timeout)?;
+        nanos("wait", Some(wait))?;
         let workers = usize::try_from(workers)
             .ok()
             .filter(|&n| (1..=256).contains(&n))
-            .ok_or_else(|| Error::value(field("workers"), format!("must be between 1 and 256, got {workers}")))?;
+            .ok_or_else(|| Error::value("workers", format!("must be between 1 and 256, got {workers}")))?;
         let failsafe = failsafe.filter(|f| !f.is_none()).map(|f| PyRate::from_arg("failsafe", f)).transpose()?;
         Ok(Self {
             provider: provider.map(|p| p.clone().unbind()),
@@ -405,7 +403,7 @@ impl PyQuotas {
         #[pyo3(from_py_with = field::workers)] workers: u64,
         #[pyo3(from_py_with = field::wait)] wait: f64,
     ) -> PyResult<Self> {
-        Ok(Self::new(provider, failsafe, (ttl, timeout, workers, wait), "")?)
+        Ok(Self::new(provider, failsafe, (ttl, timeout, workers, wait))?)
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {
