@@ -7,6 +7,7 @@ valid, not just present. Timing runs on a ManualClock: a delayed request advance
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 import ratekeeper as rk
+from _redis import RedisServer
 from _web import Server, members
 from fastapi import FastAPI, WebSocket
 from fastapi.responses import StreamingResponse
@@ -258,6 +260,38 @@ def test_refund_when_counts_only_failures(limiter: rk.Limiter) -> None:
     with Server(app) as client:
         assert [client.get("/api/items", headers=KEY).status_code for _ in range(10)] == [200] * 10
     assert limiter.check("alice", "/api/items").remaining == 2
+
+
+def test_a_refund_in_redis_is_not_made_on_the_event_loop(redis_server: RedisServer, redis_prefix: str) -> None:
+    backend = rk.Redis(redis_server.url, prefix=redis_prefix, on_error="raise")
+    limiter = rk.Limiter(rules=[rk.Rule("^/api/", "api", "3/min")], backend=backend)
+    refunded_on: list[int] = []
+    reduce = limiter.reduce
+
+    def recording_reduce(*args: Any, **kwargs: Any) -> bool:
+        refunded_on.append(threading.get_ident())
+        return reduce(*args, **kwargs)
+
+    limiter.reduce = recording_reduce  # type: ignore[method-assign]
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 500, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    middleware = RateLimitMiddleware(app, limiter=limiter, key=header("X-API-Key"), refund_when=lambda s: s >= 500)
+    scope = {"type": "http", "path": "/api/items", "headers": [(b"x-api-key", b"alice")], "client": ("1.2.3.4", 1)}
+
+    async def request() -> int:
+        async def send(message: Any) -> None:
+            pass
+
+        await middleware(scope, None, send)  # type: ignore[arg-type]
+        return threading.get_ident()
+
+    loop_threads = [asyncio.run(request()) for _ in range(5)]
+    assert len(refunded_on) == 5
+    assert not set(refunded_on) & set(loop_threads)  # a Redis round trip never blocks the loop
+    assert limiter.check("alice", "/api/items").remaining == 2  # every failure was given back
 
 
 def test_bad_options_are_named() -> None:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 import ratekeeper as rk
 from _web import Server, members
 from fastapi import APIRouter, Depends, FastAPI
+from fastapi.responses import StreamingResponse
 from ratekeeper.fastapi import RouteLimits
 from ratekeeper.keys import header
 
@@ -67,3 +72,35 @@ def test_a_route_limit_with_no_limits_is_refused_at_declaration() -> None:
     with pytest.raises(rk.InvalidValue) as error:
         RouteLimits(FastAPI(), limiter=rk.Limiter("1/s")).route()
     assert error.value.loc == ("limits",)
+
+
+def test_a_route_concurrency_limit_holds_its_permit_until_the_response_is_sent(limiter: rk.Limiter) -> None:
+    app = FastAPI()
+    limits = RouteLimits(app, limiter=limiter, key=header("X-API-Key"))
+    inside = threading.Semaphore(0)  # one release per request that reached the route
+    finish = threading.Event()  # lets the admitted request's body end
+
+    def body() -> Iterator[bytes]:
+        yield b"started "
+        finish.wait(10)
+        yield b"done"
+
+    @app.get("/slow", dependencies=[Depends(limits.route(rk.Limit(concurrency=1)))])
+    def slow() -> StreamingResponse:
+        inside.release()
+        return StreamingResponse(body())
+
+    with Server(app) as client, ThreadPoolExecutor(3) as pool:
+        requests = [pool.submit(client.get, "/slow", headers=KEY) for _ in range(3)]
+        assert inside.acquire(timeout=10)  # the first one is in the route, its body streaming
+        # Every other request is answered while the first one's body is still being sent, or reaches
+        # the route too (a limit ignored): 3 events in all, then the first response may end.
+        for request in requests:
+            request.add_done_callback(lambda _: inside.release())
+        for _ in range(2):
+            assert inside.acquire(timeout=10)
+        finish.set()
+        statuses = sorted(request.result().status_code for request in requests)
+        assert statuses == [200, 429, 429]
+        refused = next(request.result() for request in requests if request.result().status_code == 429)
+        assert refused.json()["detail"] == "Too many concurrent requests"

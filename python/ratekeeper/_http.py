@@ -1,6 +1,8 @@
 """What the web integrations answer: the IETF RateLimit fields, ``Retry-After``, the 429 body.
 
-Shared by :mod:`ratekeeper.asgi` and :mod:`ratekeeper.flask`. The fields follow
+Shared by :mod:`ratekeeper.asgi`, :mod:`ratekeeper.flask` and :mod:`ratekeeper.fastapi`, with the one
+decision path they all take (:class:`Gatekeeper`): the adapters read the request (key, path, cost) and
+write the response; what is decided, and what is owed when the response ends, is decided here. The fields follow
 draft-ietf-httpapi-ratelimit-headers-10: both are Structured Field Lists whose members are quoted
 policy names with parameters::
 
@@ -15,23 +17,28 @@ the serializer is chosen by ``draft`` so a new one can be added beside it.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from ratekeeper._core import Decision
-from ratekeeper._errors import InvalidType, InvalidValue
+from ratekeeper._errors import InvalidType, InvalidValue, RateLimited
 from ratekeeper.keys import KeyCallable, client_ip
 
 if TYPE_CHECKING:
     from ratekeeper.limiter import Limiter
 
 __all__ = [
+    "Admission",
+    "Gatekeeper",
     "HeaderOptions",
     "WebOptions",
+    "WebSettings",
     "check_integration",
     "missing_key_body",
     "refusal_body",
@@ -39,6 +46,8 @@ __all__ = [
 ]
 
 Draft = Literal["draft-10"]
+
+log = logging.getLogger("ratekeeper")
 
 
 @dataclass(frozen=True)
@@ -63,6 +72,22 @@ class HeaderOptions:
                 raise InvalidType(name, f"must be a bool, got {type(getattr(self, name)).__name__}")
         if self.draft != "draft-10":
             raise InvalidValue("draft", f"unknown draft {self.draft!r}; supported: 'draft-10'")
+
+
+class WebSettings(TypedDict, total=False):
+    """The keyword arguments the ASGI middleware and the Flask extension share; :class:`WebOptions` checks
+    them and gives the defaults."""
+
+    key: KeyCallable | None
+    mode: Literal["refuse", "delay"]
+    max_delay: float
+    shadow: bool
+    headers: HeaderOptions | None
+    on_missing_key: Literal["refuse", "anonymous"]
+    missing_key_status: int
+    anonymous_key: str
+    cost: Callable[[Any], int] | None
+    refund_when: Callable[[int], bool] | None
 
 
 @dataclass(frozen=True)
@@ -205,3 +230,147 @@ def refusal_body(decision: Decision) -> bytes:
 def missing_key_body(status: int) -> bytes:
     """The JSON body for a request whose key function found no key."""
     return json.dumps({"detail": "This request carries no key the rate limiter can use", "status": status}).encode()
+
+
+class Admission:
+    """What :class:`Gatekeeper` decided for one request, and what is owed when its response ends.
+
+    Attributes:
+        status: 0 to serve the request; else the status to answer it with (429, or the missing key's).
+        fields: the headers of that answer, or, when served, the rate-limit fields to add to the response.
+        body: the JSON body of the answer (empty when served).
+        decision: the limiter's decision; ``None`` when nothing was decided (no key: unrouted or refused).
+        permits: whether concurrency permits are held (:meth:`Gatekeeper.release` gives them back once).
+    """
+
+    __slots__ = ("body", "cost", "decision", "fields", "group", "path", "peer", "permits", "status")
+
+    def __init__(
+        self,
+        status: int,
+        fields: list[tuple[str, str]],
+        body: bytes = b"",
+        decision: Decision | None = None,
+        route: tuple[str, str | None, str | None, int] = ("", None, None, 0),
+    ) -> None:
+        self.status, self.fields, self.body, self.decision = status, fields, body, decision
+        self.peer, self.path, self.group, self.cost = route
+        self.permits = decision is not None and decision.permits_held
+
+    @property
+    def refused_by_limit(self) -> bool:
+        """Refused by the limiter's decision (not for a missing key): what an ``on_refused`` hook answers."""
+        return self.status != 0 and self.decision is not None
+
+
+class Gatekeeper:
+    """The web decision path every adapter takes: :meth:`admit` before the app, :meth:`release` of the
+    permits when the work is done, :meth:`settle` (``refund_when``) once the response's status is known.
+
+    The ``a``-prefixed twins are for an event loop: a backend deciding in Redis is awaited, or called on a
+    thread, never on the loop. This is the one place the web integrations call the limiter's private
+    methods.
+    """
+
+    __slots__ = ("limiter", "options")
+
+    def __init__(self, options: WebOptions) -> None:
+        self.options = options
+        self.limiter = options.limiter
+
+    def admit(self, peer: str | None, path: str, group: str | None = None, cost: int = 1) -> Admission:
+        """Decides a request of ``peer`` (``None``: its key function found none) on ``path``, or in the
+        per-route ``group`` when given."""
+        who = peer if peer is not None else self._without_key(path, group)
+        if isinstance(who, Admission):
+            return who
+        route = None if group is not None else path
+        if self.options.mode == "refuse":
+            decision = self.limiter._acquire(who, route, group, cost, True)
+        else:
+            try:
+                decision = self.limiter._throttle_permits(who, route, group, cost, self.options.max_delay)
+            except RateLimited as refused:
+                decision = refused.decision
+        return self._admission(decision, (who, route, group, cost))
+
+    async def aadmit(self, peer: str | None, path: str, group: str | None = None, cost: int = 1) -> Admission:
+        """:meth:`admit` on an event loop: Redis answers while the loop serves other requests."""
+        who = peer if peer is not None else self._without_key(path, group)
+        if isinstance(who, Admission):
+            return who
+        route = None if group is not None else path
+        limiter = self.limiter
+        if self.options.mode == "delay":
+            try:
+                decision = await limiter._athrottle_permits(who, route, group, cost, self.options.max_delay)
+            except RateLimited as refused:
+                decision = refused.decision
+        elif not limiter._decides_in_backend:  # a local decision: no coroutine, no thread hop
+            decision = limiter._acquire(who, route, group, cost, True)
+        else:
+            decision = (await limiter._areserve(who, route, group, cost, 0.0, permits=True)).decision
+        return self._admission(decision, (who, route, group, cost))
+
+    def _without_key(self, path: str, group: str | None) -> Admission | str:
+        """The admission of a request without a key, or the anonymous key to decide it under."""
+        if group is None and self.limiter.resolve(self.options.anonymous_key, path) is None:
+            return _NOT_LIMITED  # exempt or unrouted: no key needed
+        if self.options.on_missing_key == "anonymous":
+            return self.options.anonymous_key
+        status = self.options.missing_key_status
+        return Admission(status, [], missing_key_body(status))
+
+    def _admission(self, decision: Decision, route: tuple[str, str | None, str | None, int]) -> Admission:
+        fields = response_headers(decision, self.options.fields)
+        if decision.allowed:
+            return Admission(0, fields, decision=decision, route=route)
+        if not self.options.shadow:
+            return Admission(429, fields, refusal_body(decision), decision, route)
+        log.info("ratekeeper shadow mode: would refuse %r on %s (group %r)", route[0], route[1], decision.group)
+        # Served: the fields say what the limiter decided, without a Retry-After (nothing to retry).
+        served = [field for field in fields if field[0] != "Retry-After"]
+        return Admission(0, served, decision=decision, route=route)
+
+    def release(self, admission: Admission) -> None:
+        """Gives the request's concurrency permits back, unless that was done already."""
+        if admission.permits:
+            admission.permits = False
+            self.limiter._release(admission.peer, admission.path, admission.group, admission.cost)
+
+    async def arelease(self, admission: Admission) -> None:
+        """:meth:`release` on an event loop: a backend deciding in Redis is called on a thread."""
+        if not admission.permits:
+            return
+        if not self.limiter._decides_in_backend:
+            self.release(admission)
+            return
+        admission.permits = False
+        limiter = self.limiter
+        await asyncio.to_thread(limiter._release, admission.peer, admission.path, admission.group, admission.cost)
+
+    def _refunds(self, admission: Admission, status: int) -> bool:
+        refund_when = self.options.refund_when
+        decision = admission.decision
+        return refund_when is not None and decision is not None and decision.allowed and refund_when(status)
+
+    def settle(self, admission: Admission, status: int) -> None:
+        """Gives the request back when ``refund_when`` says its response's ``status`` should not count."""
+        if self._refunds(admission, status):
+            self.limiter.reduce(admission.peer, admission.path, admission.cost, group=admission.group)
+
+    async def asettle(self, admission: Admission, status: int) -> None:
+        """:meth:`settle` on an event loop: a backend deciding in Redis is called on a thread."""
+        if not self._refunds(admission, status):
+            return
+        limiter = self.limiter
+        if not limiter._decides_in_backend:
+            limiter.reduce(admission.peer, admission.path, admission.cost, group=admission.group)
+        else:
+            await asyncio.to_thread(
+                limiter.reduce, admission.peer, admission.path, admission.cost, group=admission.group
+            )
+
+
+# A request needing no decision (no key, on a path no rule limits): served as it is.
+_NOT_LIMITED = Admission(0, [])

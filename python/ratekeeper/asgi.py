@@ -11,16 +11,17 @@ and client disconnects as well. Lifespan and other scope types pass through.
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from ratekeeper._core import Decision
-from ratekeeper._errors import InvalidType, RateLimited
-from ratekeeper._http import HeaderOptions, WebOptions, missing_key_body, refusal_body, response_headers
-from ratekeeper.keys import KeyCallable, KeyFunction, key_of
+from ratekeeper._errors import InvalidType
+from ratekeeper._http import Gatekeeper, WebOptions, WebSettings
+from ratekeeper.keys import KeyFunction, key_of
 from ratekeeper.limiter import Limiter
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["RateLimitMiddleware"]
 
@@ -29,9 +30,6 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-log = logging.getLogger("ratekeeper")
-
 
 # The names response_headers() gives, encoded once.
 _FIELD_NAMES = ("Retry-After", "RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining")
@@ -74,36 +72,16 @@ class RateLimitMiddleware:
         app: ASGIApp,
         *,
         limiter: Limiter,
-        key: KeyCallable | None = None,
-        mode: Literal["refuse", "delay"] = "refuse",
-        max_delay: float = 5.0,
-        shadow: bool = False,
-        headers: HeaderOptions | None = None,
-        on_missing_key: Literal["refuse", "anonymous"] = "refuse",
-        missing_key_status: int = 429,
-        anonymous_key: str = "anonymous",
-        cost: Callable[[Any], int] | None = None,
-        refund_when: Callable[[int], bool] | None = None,
         on_refused: Callable[[Scope, Receive, Send, Decision], Awaitable[None]] | None = None,
         path: Callable[[Scope], str] | None = None,
+        **options: Unpack[WebSettings],
     ) -> None:
-        self.options = WebOptions(
-            limiter=limiter,
-            key=key,
-            mode=mode,
-            max_delay=max_delay,
-            shadow=shadow,
-            headers=headers,
-            on_missing_key=on_missing_key,
-            missing_key_status=missing_key_status,
-            anonymous_key=anonymous_key,
-            cost=cost,
-            refund_when=refund_when,
-        )
+        self.options = WebOptions(limiter, **options)
         if path is not None and not callable(path):
             raise InvalidType("path", f"must be callable, got {type(path).__name__}")
         self.app = app
         self.limiter = limiter
+        self.gatekeeper = Gatekeeper(self.options)
         self.on_refused = on_refused
         self.path = path
 
@@ -115,54 +93,32 @@ class RateLimitMiddleware:
         path = self.path(scope) if self.path is not None else scope.get("path", "")
         key = self.options.key_function
         peer = key.from_scope(scope) if isinstance(key, KeyFunction) else await self._peer(scope)
-        if peer is None:
-            if self.limiter.resolve(self.options.anonymous_key, path) is None:  # exempt or unrouted: no key needed
-                await self.app(scope, receive, send)
-                return
-            if self.options.on_missing_key == "refuse":
-                status = self.options.missing_key_status
-                await self._answer(scope, receive, send, status, [], missing_key_body(status))
-                return
-            peer = self.options.anonymous_key
         cost = self._cost(scope) if self.options.cost is not None else 1
-        if self.options.mode == "refuse" and not self.limiter._decides_in_backend:
-            decision = self.limiter._acquire(peer, path, None, cost, True)
-            held = decision.permits_held
-        elif self.options.mode == "refuse":
-            # Redis answers on the client's thread; the loop serves other requests meanwhile.
-            decision = (await self.limiter._areserve(peer, path, None, cost, 0.0, permits=True)).decision
-            held = decision.permits_held
-        else:
-            decision, held = await self._delay(peer, path, cost)
-        if not decision.allowed and not self.options.shadow:
-            if self.on_refused is not None:
-                await self.on_refused(scope, receive, send, decision)
+        admission = await self.gatekeeper.aadmit(peer, path, None, cost)
+        if admission.status:
+            if admission.refused_by_limit and self.on_refused is not None:
+                assert admission.decision is not None
+                await self.on_refused(scope, receive, send, admission.decision)
             else:
-                headers = response_headers(decision, self.options.fields)
-                await self._answer(scope, receive, send, 429, headers, refusal_body(decision))
+                await self._answer(scope, receive, send, admission.status, admission.fields, admission.body)
             return
-        if not decision.allowed:
-            log.info("ratekeeper shadow mode: would refuse %r on %s (group %r)", peer, path, decision.group)
-        extra = _encode(response_headers(decision, self.options.fields)) if decision.allowed else []
-        if not decision.allowed:  # shadow: the fields say what the limiter decided, without Retry-After
-            extra = [h for h in _encode(response_headers(decision, self.options.fields)) if h[0] != b"retry-after"]
-        if not extra and not held and self.options.refund_when is None:
+        if not admission.fields and not admission.permits and self.options.refund_when is None:
             # Nothing to add to the response or do after it: no wrapper on the app's messages.
             await self.app(scope, receive, send)
             return
+        extra = _encode(admission.fields)
         status = 0
 
         async def send_with_fields(message: Message) -> None:
-            nonlocal status, held
+            nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
                 if extra:
                     message = {**message, "headers": [*message.get("headers", ()), *extra]}
-            elif held and message["type"] == "http.response.body" and not message.get("more_body", False):
+            elif admission.permits and message["type"] == "http.response.body" and not message.get("more_body", False):
                 # Given back before the last chunk leaves: a client that sends its next request as soon
                 # as this one ends never finds the permit still taken.
-                held = False
-                await self._release(peer, path, cost)
+                await self.gatekeeper.arelease(admission)
             await send(message)
 
         try:
@@ -170,22 +126,9 @@ class RateLimitMiddleware:
         finally:
             # The app raised or the client went away before the body ended: permits go back either
             # way, never leaked.
-            if held:
-                await self._release(peer, path, cost)
-            if (
-                self.options.refund_when is not None
-                and decision.allowed
-                and status
-                and self.options.refund_when(status)
-            ):
-                self.limiter.reduce(peer, path, cost)
-
-    async def _release(self, peer: str, path: str, cost: int) -> None:
-        """Gives the request's permits back; with a backend deciding in Redis, off the event loop (a round trip)."""
-        if not self.limiter._decides_in_backend:
-            self.limiter._release(peer, path, None, cost)
-        else:
-            await asyncio.to_thread(self.limiter._release, peer, path, None, cost)
+            await self.gatekeeper.arelease(admission)
+            if status:
+                await self.gatekeeper.asettle(admission, status)
 
     async def _peer(self, scope: Scope) -> str | None:
         def request() -> Any:
@@ -200,14 +143,6 @@ class RateLimitMiddleware:
 
         assert self.options.cost is not None
         return self.options.cost(HTTPConnection(scope))
-
-    async def _delay(self, peer: str, path: str, cost: int) -> tuple[Decision, bool]:
-        """Delay mode's decision, and whether concurrency permits are now held (to give back at the end)."""
-        try:
-            decision = await self.limiter._athrottle_permits(peer, path, None, cost, self.options.max_delay)
-        except RateLimited as refused:
-            return refused.decision, False
-        return decision, decision.permits_held
 
     async def _answer(
         self,

@@ -9,19 +9,24 @@ Each route gets a group of its own in the limiter (named after its method and pa
 routing, no second limiter. The dependency runs after FastAPI's routing, so the route template is known
 (``/items/{id}``), and included routers are covered like any route. Refusals answer 429 with the same
 JSON body and fields as the middleware (``RouteLimits`` installs the exception handler for it).
+
+A route's concurrency limits (``Limit(concurrency=...)``) hold their permits until the response has
+been sent, streamed bodies included: the dependency gives them back in its exit code, which FastAPI
+runs after the response (the default ``Depends(scope="request")``; with ``scope="function"`` they go
+back when the route function returns).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Literal
 
 from fastapi import FastAPI, Request, Response
 
 from ratekeeper._core import Decision, Limit, Rate
 from ratekeeper._errors import InvalidValue, RateLimited
-from ratekeeper._http import HeaderOptions, check_integration, refusal_body, response_headers
-from ratekeeper.keys import KeyCallable, client_ip, key_of
+from ratekeeper._http import Gatekeeper, HeaderOptions, WebOptions, refusal_body, response_headers
+from ratekeeper.keys import KeyCallable, key_of
 from ratekeeper.limiter import Limiter
 
 __all__ = ["RouteLimits"]
@@ -51,13 +56,14 @@ class RouteLimits:
         headers: HeaderOptions | None = None,
         anonymous_key: str = "anonymous",
     ) -> None:
-        check_integration(limiter, mode, max_delay)
+        # A route's requests are decided by group name, so one without a key is decided as anonymous.
+        options = WebOptions(
+            limiter, key, mode, max_delay, headers=headers, on_missing_key="anonymous", anonymous_key=anonymous_key
+        )
         self.limiter = limiter
-        self.key: KeyCallable = key if key is not None else client_ip()
-        self.mode = mode
-        self.max_delay = max_delay
-        self.headers = headers if headers is not None else HeaderOptions()
-        self.anonymous_key = anonymous_key
+        self.key = options.key_function
+        self.headers = options.fields
+        self.gatekeeper = Gatekeeper(options)
         app.add_exception_handler(RateLimited, self._refusal)
 
     async def _refusal(self, request: Request, error: Exception) -> Response:
@@ -71,7 +77,7 @@ class RouteLimits:
         group: str | None = None,
         key: KeyCallable | None = None,
         cost: Callable[[Request], int] | None = None,
-    ) -> Callable[[Request, Response], Awaitable[Decision]]:
+    ) -> Callable[[Request, Response], AsyncIterator[Decision]]:
         """A dependency limiting its route by ``limits`` (combined by policy ``"all"``).
 
         Args:
@@ -81,8 +87,8 @@ class RouteLimits:
             cost: a callable of the request giving its cost.
 
         Returns:
-            The dependency; it returns the :class:`~ratekeeper.Decision` to a route that declares it
-            as a parameter.
+            The dependency; it gives the :class:`~ratekeeper.Decision` to a route that declares it
+            as a parameter, and the route's concurrency permits back once the response is sent.
         """
         if not limits:
             raise InvalidValue("limits", "give at least one limit, e.g. route('5/min')")
@@ -90,24 +96,23 @@ class RouteLimits:
         key_function = key if key is not None else self.key
         added: set[str] = set()
 
-        async def limit_route(request: Request, response: Response) -> Decision:
+        async def limit_route(request: Request, response: Response) -> AsyncIterator[Decision]:
             name = group if group is not None else _route_name(request)
             if name not in added:
                 self.limiter.add_group(name, wanted)
                 added.add(name)
             peer = await key_of(key_function, request.scope, lambda: request)
             units = cost(request) if cost is not None else 1
-            if self.mode == "delay":
-                decision = await self.limiter.athrottle(
-                    peer or self.anonymous_key, cost=units, timeout=self.max_delay, group=name
-                )
-            else:
-                decision = await self.limiter.acheck(peer or self.anonymous_key, cost=units, group=name)
-                if not decision.allowed:
-                    raise RateLimited(decision)
-            for field, value in response_headers(decision, self.headers):
+            admission = await self.gatekeeper.aadmit(peer, request.url.path, name, units)
+            assert admission.decision is not None  # decided by group name, a missing key as anonymous
+            if admission.status:
+                raise RateLimited(admission.decision)
+            for field, value in admission.fields:
                 response.headers[field] = value
-            return decision
+            try:
+                yield admission.decision
+            finally:
+                await self.gatekeeper.arelease(admission)
 
         return limit_route
 

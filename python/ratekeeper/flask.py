@@ -18,39 +18,30 @@ leaves), and given back when the view raises.
 from __future__ import annotations
 
 import functools
-import logging
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import flask
 from werkzeug.wrappers import Response
 from werkzeug.wsgi import get_path_info
 
 from ratekeeper._core import Decision, Limit, Rate
-from ratekeeper._errors import InvalidType, InvalidValue, RateLimited
-from ratekeeper._http import HeaderOptions, WebOptions, missing_key_body, refusal_body, response_headers
+from ratekeeper._errors import InvalidType, InvalidValue
+from ratekeeper._http import Admission, Gatekeeper, WebOptions, WebSettings
 from ratekeeper.keys import KeyFunction
 from ratekeeper.limiter import Limiter
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["RateLimit"]
 
 View = TypeVar("View", bound=Callable[..., Any])
-log = logging.getLogger("ratekeeper")
 
 _ROUTE_GROUP = "_ratekeeper_group"
 _EXEMPT = "_ratekeeper_exempt"
-_HELD = "ratekeeper.held"  # the request's environ key for what it took
-
-
-class _Held:
-    """What a request took, to settle when it ends."""
-
-    __slots__ = ("cost", "decision", "group", "path", "peer", "permits")
-
-    def __init__(self, peer: str, path: str, group: str | None, cost: int, decision: Decision, permits: bool) -> None:
-        self.peer, self.path, self.group, self.cost = peer, path, group, cost
-        self.decision, self.permits = decision, permits
+_ADMISSION = "ratekeeper.admission"  # the request's environ key for what was decided and is owed
 
 
 class RateLimit:
@@ -75,32 +66,12 @@ class RateLimit:
         app: flask.Flask | None = None,
         *,
         limiter: Limiter,
-        key: Callable[[Any], str | None] | None = None,
-        mode: Literal["refuse", "delay"] = "refuse",
-        max_delay: float = 5.0,
-        shadow: bool = False,
-        headers: HeaderOptions | None = None,
-        on_missing_key: Literal["refuse", "anonymous"] = "refuse",
-        missing_key_status: int = 429,
-        anonymous_key: str = "anonymous",
-        cost: Callable[[Any], int] | None = None,
-        refund_when: Callable[[int], bool] | None = None,
         on_refused: Callable[[Decision], Response] | None = None,
+        **options: Unpack[WebSettings],
     ) -> None:
-        self.options = WebOptions(
-            limiter=limiter,
-            key=key,
-            mode=mode,
-            max_delay=max_delay,
-            shadow=shadow,
-            headers=headers,
-            on_missing_key=on_missing_key,
-            missing_key_status=missing_key_status,
-            anonymous_key=anonymous_key,
-            cost=cost,
-            refund_when=refund_when,
-        )
+        self.options = WebOptions(limiter, **options)
         self.limiter = limiter
+        self.gatekeeper = Gatekeeper(self.options)
         self.on_refused = on_refused
         self._blueprints: dict[str, str | None] = {}  # blueprint -> group (None: exempt)
         # (app, endpoint) -> (exempt, group): the view's marks and blueprints, looked up once per endpoint.
@@ -193,7 +164,7 @@ class RateLimit:
     def _before(self) -> Response | None:
         # The request itself, not the context-local proxy: each attribute read through it costs a lookup.
         request: flask.Request = flask.request._get_current_object()  # type: ignore[attr-defined]
-        if _HELD in request.environ or not self.limiter.enabled:  # decided at the gate
+        if _ADMISSION in request.environ or not self.limiter.enabled:  # decided at the gate
             return None
         exempt, group = self._route(request)
         if exempt:
@@ -207,40 +178,17 @@ class RateLimit:
         """Decides a request of ``peer`` (what the key function gave); the refusal to answer, or ``None``."""
         if peer is not None and not isinstance(peer, str):
             raise InvalidType("key", f"must return a str or None (Flask calls it synchronously), got {peer!r}")
-        if peer is None:
-            if group is None and self.limiter.resolve(self.options.anonymous_key, path) is None:
-                environ[_HELD] = None
-                return None
-            if self.options.on_missing_key == "refuse":
-                environ[_HELD] = None
-                body = missing_key_body(self.options.missing_key_status)
-                return Response(body, status=self.options.missing_key_status, mimetype="application/json")
-            peer = self.options.anonymous_key
-        route = (None, group) if group is not None else (path, None)
-        decision = self._decide(peer, route, cost)
-        environ[_HELD] = _Held(peer, path, group, cost, decision, decision.permits_held)
-        if decision.allowed:
+        admission = environ[_ADMISSION] = self.gatekeeper.admit(peer, path, group, cost)
+        if not admission.status:
             return None
-        if self.options.shadow:
-            log.info("ratekeeper shadow mode: would refuse %r on %s (group %r)", peer, path, decision.group)
-            return None
-        if self.on_refused is not None:
-            return self.on_refused(decision)
-        fields = response_headers(decision, self.options.fields)
-        return Response(refusal_body(decision), status=429, headers=fields, mimetype="application/json")
-
-    def _decide(self, peer: str, route: tuple[str | None, str | None], cost: int) -> Decision:
-        path, group = route
-        if self.options.mode == "delay":
-            try:
-                return self.limiter._throttle_permits(peer, path, group, cost, self.options.max_delay)
-            except RateLimited as refused:
-                return refused.decision
-        return self.limiter._acquire(peer, path, group, cost, True)
+        if admission.refused_by_limit and self.on_refused is not None:
+            assert admission.decision is not None
+            return self.on_refused(admission.decision)
+        return Response(admission.body, status=admission.status, headers=admission.fields, mimetype="application/json")
 
     def _after(self, response: Response) -> Response:
-        held: _Held | None = flask.request.environ.get(_HELD)
-        if held is None or not held.permits:
+        admission: Admission | None = flask.request.environ.get(_ADMISSION)
+        if admission is None or not admission.permits:
             return response
         # An error page is built while the view's exception is being handled (and looks streamed).
         if response.is_streamed and sys.exc_info()[0] is None:
@@ -248,33 +196,14 @@ class RateLimit:
             # (before the server ends the response) or closed (the client left), whichever comes first.
             # Not at the response's close: the server closes it after the client has the last byte, so a
             # client asking again at once would find the permit still taken.
-            release = functools.partial(self._release_once, held)
+            release = functools.partial(self.gatekeeper.release, admission)
             response.response = _ReleasingBody(response.response, release)
             response.call_on_close(release)  # a server that never iterates the body still closes it
         else:
             # The work is done; holding the permits while the server writes the body would refuse a
             # client that asks again as soon as it has read it.
-            self._release_once(held)
+            self.gatekeeper.release(admission)
         return response
-
-    def _settle(self, held: _Held, status: int, headers: list[tuple[str, str]]) -> None:
-        """When the response starts: its fields, and the refund ``refund_when`` asks for."""
-        decision = held.decision
-        if decision.allowed or self.options.shadow:  # a refusal's fields are set already
-            for field in response_headers(decision, self.options.fields):
-                if field[0] != "Retry-After":  # a shadow refusal is served: nothing to retry
-                    headers.append(field)
-        if self.options.refund_when is not None and decision.allowed and self.options.refund_when(status):
-            self.limiter.reduce(held.peer, None if held.group else held.path, held.cost, group=held.group)
-
-    def _release(self, held: _Held) -> None:
-        self.limiter._release(held.peer, None if held.group else held.path, held.group, held.cost)
-
-    def _release_once(self, held: _Held) -> None:
-        """Gives the permits back unless that was done already (the body's end and its close both ask)."""
-        if held.permits:
-            held.permits = False
-            self._release(held)
 
 
 class _ReleasingBody:
@@ -329,15 +258,16 @@ class _Gate:
             return refusal(environ, start_response)
 
         def start_with_fields(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
-            held: _Held | None = environ.get(_HELD)
-            if held is not None:
-                extension._settle(held, int(status[:3]), headers)
+            admission: Admission | None = environ.get(_ADMISSION)
+            if admission is not None and not admission.status:  # a refusal's fields are set already
+                headers.extend(admission.fields)
+                extension.gatekeeper.settle(admission, int(status[:3]))
             return start_response(status, headers, exc_info)
 
         try:
             return self.wsgi_app(environ, start_with_fields)
         except BaseException:
-            held: _Held | None = environ.get(_HELD)
-            if held is not None:  # the app raised through Flask (PROPAGATE_EXCEPTIONS)
-                extension._release_once(held)
+            admission: Admission | None = environ.get(_ADMISSION)
+            if admission is not None:  # the app raised through Flask (PROPAGATE_EXCEPTIONS)
+                extension.gatekeeper.release(admission)
             raise
