@@ -254,3 +254,18 @@ def test_limits_kept_as_a_member_per_unit_are_bounded_in_exact_mode(redis_server
     # A cost of 2**32 - 1 would have the script add that many members, blocking Redis.
     with pytest.raises(rk.InvalidValue, match="100000"):
         rk.Limiter(rules=[rk.Rule("^/", "g", limits=[limit])], backend=rk.Redis(redis_server.url))
+
+
+def test_limits_installed_later_are_held_to_the_scripts_bounds(redis_server: RedisServer, redis_prefix: str) -> None:
+    # The bound was checked at construction only: update_rule, add_group and set_quota slipped past it.
+    backend = rk.Redis(redis_server.url, prefix=f"{redis_prefix}later:")
+    limiter = rk.Limiter(rules=[rk.Rule("^/", "g", "10/s", algorithm="sliding_log")], backend=backend)
+    with pytest.raises(rk.InvalidValue, match="100000"):
+        limiter.update_rule("g", "4294967295/s")
+    with pytest.raises(rk.InvalidValue, match="100000"):
+        limiter.add_group("huge", [rk.Limit(concurrency=100_001)])
+    with pytest.raises(rk.InvalidValue, match="100000"):
+        limiter.set_quota("alice", "g", "1000000/s")
+    # Nothing was installed: the limits in force are the ones that fit.
+    assert [str(rule.limits[0]) for rule in limiter.rules] == ["Limit('10/s', burst=10, algorithm='sliding_log')"]
+    assert limiter.quota("alice", "g").source != "set"

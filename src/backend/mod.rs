@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, Loc, Result};
+use crate::error::{Error, Result};
 use crate::limiter::{Decision, Limiter, Receipt, RemoteKey, Request, Routed, Target, Verdict};
 use crate::metrics::{LatencyBuckets, LatencyHistogram};
 use client::{Client, Failure};
@@ -181,24 +181,13 @@ impl Backend {
         !self.health().is_multiple_of(2)
     }
 
-    /// Checks that the limiter's groups can be decided by the script.
+    /// Checks that the limiter's groups can be decided by the script, now and whenever limits are
+    /// installed later (`update_rule`, `reload`, `add_group`, quotas).
     ///
     /// # Errors
     /// A limit the script cannot decide exactly, located at its group.
     pub fn check(limiter: &Limiter) -> Result<()> {
-        for group in &limiter.rules().groups {
-            for (i, limit) in group.limits.iter().enumerate() {
-                script::check_limit(limit).map_err(|mut e| {
-                    let mut loc =
-                        vec![Loc::Key("rules".into()), Loc::Key(group.name.clone()), Loc::Key("limits".into())];
-                    loc.push(Loc::Index(i));
-                    loc.append(&mut e.loc);
-                    e.loc = loc;
-                    e
-                })?;
-            }
-        }
-        Ok(())
+        limiter.bound_limits(script::check_limit)
     }
 
     /// The Redis keys of `peer`'s states in `key`'s group, one per limit, sharing one hash tag.

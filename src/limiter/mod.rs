@@ -14,10 +14,11 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use crate::algorithm::Limit;
 use crate::algorithm::{Outcome, Report};
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::error::{Error, Result};
+use crate::error::{Error, Loc, Result};
 use crate::metrics::LatencyHistogram;
 use crate::quota::{FetchQueue, QuotaSettings, QuotaTable};
 use crate::rules::{GroupIds, Route, Rules};
@@ -185,7 +186,13 @@ pub struct Limiter {
     track_usage: bool,
     /// Sampled decision latencies (one decision in `LATENCY_SAMPLE` per thread).
     latency: LatencyHistogram,
+    /// What every limit must satisfy where the states live (a Redis script's exact arithmetic): checked
+    /// for the rules at construction and for every limit installed later (reconfigurations, quotas).
+    limit_bound: std::sync::OnceLock<LimitBound>,
 }
+
+/// A check of one limit against what a store can hold.
+pub type LimitBound = fn(&Limit) -> Result<()>;
 
 impl Drop for Limiter {
     fn drop(&mut self) {
@@ -221,7 +228,43 @@ impl Limiter {
             fetches: Arc::new(FetchQueue::new(config.quotas.queue_capacity)),
             track_usage: config.track_usage,
             latency: LatencyHistogram::default(),
+            limit_bound: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Holds every limit, now and installed later, to `bound` (once; a second bound is ignored).
+    ///
+    /// # Errors
+    /// A limit of the rules in force that `bound` refuses, located at its group.
+    pub fn bound_limits(&self, bound: LimitBound) -> Result<()> {
+        Self::check_limits(&self.rules(), bound)?;
+        // Only the first bound counts: a limiter's store is chosen once, at construction.
+        let _ = self.limit_bound.set(bound);
+        Ok(())
+    }
+
+    /// Every limit of `rules` (failsafes too) against `bound`, an error located at its group.
+    fn check_limits(rules: &Rules, bound: LimitBound) -> Result<()> {
+        for group in &rules.groups {
+            let place = |e: Error, last: Loc| {
+                let mut loc =
+                    vec![Loc::Key("rules".into()), Loc::Key(group.name.clone()), Loc::Key("limits".into()), last];
+                loc.extend(e.loc.iter().cloned());
+                Error { loc, ..e }
+            };
+            for (i, limit) in group.limits.iter().enumerate() {
+                bound(limit).map_err(|e| place(e, Loc::Index(i)))?;
+            }
+            if let Some(failsafe) = &group.failsafe {
+                bound(failsafe).map_err(|e| e.within("failsafe"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `limit` against the store's bound, if any.
+    fn check_bound(&self, limit: &Limit) -> Result<()> {
+        self.limit_bound.get().map_or(Ok(()), |bound| bound(limit))
     }
 
     /// The base key of (peer, group) from the peer's hash: its quota record's key; its states use

@@ -133,9 +133,13 @@ impl Limiter {
     }
 
     /// The quota limit for `rate` in `group` (`None` rate: the rule's own).
-    fn derive(group: &Group, rate: Option<Rate>) -> Result<Option<Limit>> {
+    fn derive(&self, group: &Group, rate: Option<Rate>) -> Result<Option<Limit>> {
         match (rate, group.primary) {
-            (Some(rate), Some(p)) => group.limits[p].with_rate(rate, None).map(Some),
+            (Some(rate), Some(p)) => {
+                let limit = group.limits[p].with_rate(rate, None)?;
+                self.check_bound(&limit)?;
+                Ok(Some(limit))
+            }
             _ => Ok(None),
         }
     }
@@ -151,7 +155,7 @@ impl Limiter {
         if g.primary.is_none() {
             return Err(Error::value("group", format!("group {group:?} has no rate limit to set a quota for")));
         }
-        let quota = Self::derive(g, rate).map_err(|e| e.within("rate"))?;
+        let quota = self.derive(g, rate).map_err(|e| e.within("rate"))?;
         let now = self.clock.now_ns();
         self.quotas_active.store(true, Ordering::Relaxed);
         Self::install(&mut key, quota, now);
@@ -246,7 +250,7 @@ impl Limiter {
             }
         }
         let derived = match answer {
-            Answer::Quota(rate) => Self::derive(key.group(), rate).map_err(|e| Some(e.within("quota").to_string())),
+            Answer::Quota(rate) => self.derive(key.group(), rate).map_err(|e| Some(e.within("quota").to_string())),
             Answer::Unknown => {
                 let (_, g, shard) = key.parts();
                 if let Some(slot) = shard.data.quotas.get_mut(base) {

@@ -33,6 +33,9 @@ impl Limiter {
             let Current { rules, ids } = &mut *current;
             let version = rules.version() + 1;
             let built = Rules::build(config, &self.quotas, version, &self.hasher, ids, Some(rules))?;
+            if let Some(bound) = self.limit_bound.get() {
+                Self::check_limits(&built, *bound)?;
+            }
             let old = std::mem::replace(rules, Arc::new(built));
             (old, Arc::clone(rules))
         };
