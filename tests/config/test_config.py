@@ -15,7 +15,7 @@ from ratekeeper import config
 from ratekeeper.__main__ import main
 from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "ratekeeper.toml"
+EXAMPLE = Path(__file__).resolve().parent.parent.parent / "examples" / "ratekeeper.toml"
 
 API_TOML = """\
 max_keys = 1000
