@@ -190,6 +190,16 @@ def test_empty_config_limits_nothing(clock: rk.ManualClock) -> None:
     assert lim.groups == []
 
 
+def test_from_config_of_a_subclass_builds_the_subclass(clock: rk.ManualClock) -> None:
+    class MyLimiter(rk.Limiter):
+        pass
+
+    limiter = MyLimiter.from_config({"groups": {"api": {"paths": ["^/api"], "rate": "2/min"}}}, clock=clock)
+    assert type(limiter) is MyLimiter
+    assert limiter.clock is clock
+    assert admitted(limiter, "alice", "/api/x", 5) == 2
+
+
 # --- errors ---------------------------------------------------------------------------------------
 
 
