@@ -393,7 +393,7 @@ impl PyQuotas {
 #[pymethods]
 impl PyQuotas {
     #[new]
-    // Literals, so that the signature shows them; tests/test_seams.py checks they equal the DEFAULT_*.
+    // Literals, so that the signature shows them; tests/core/test_quotas.py checks they equal the DEFAULT_*.
     #[pyo3(signature = (provider=None, *, failsafe=None, ttl=300.0, timeout=5.0, workers=4, wait=0.0))]
     fn py_new(
         provider: Option<&Bound<'_, PyAny>>,

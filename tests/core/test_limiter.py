@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import math
+from typing import Any
 
 import pytest
 import ratekeeper as rk
@@ -426,3 +428,59 @@ def test_token_bucket_decision_reports_remaining_and_window_end(clock: rk.Manual
 def test_first_request_on_a_fresh_manual_clock_is_admitted(clock: rk.ManualClock, rate: str, algorithm: str) -> None:
     decision = rk.Limiter(rate, algorithm=algorithm, clock=clock).check("alice")
     assert (decision.allowed, decision.retry_after) == (True, 0.0)
+
+
+# --- the signature and the docs ------------------------------------------------------------------------------
+
+
+def test_limiter_signature_shows_the_real_parameters() -> None:
+    parameters = inspect.signature(rk.Limiter).parameters
+    assert list(parameters)[:3] == ["rate", "rules", "exempt_peers"]
+    expected = ["exempt_paths", "max_keys", "burst", "algorithm", "clock", "quotas", "track_usage"]
+    assert set(expected) <= set(parameters)
+    assert not any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in parameters.values())
+    assert parameters["rate"].default is None
+    assert parameters["max_keys"].default == 1_000_000
+    assert parameters["algorithm"].default == "gcra"
+    assert parameters["track_usage"].default is False
+    assert parameters["quotas"].kind is inspect.Parameter.KEYWORD_ONLY
+
+
+@pytest.mark.parametrize("method", ["check", "allow", "throttle", "athrottle", "concurrent", "reduce", "resolve"])
+def test_methods_taking_a_group_show_it_in_their_signature(method: str) -> None:
+    parameters = inspect.signature(getattr(rk.Limiter, method)).parameters
+    assert parameters["group"].default is None
+    assert parameters["group"].kind is inspect.Parameter.KEYWORD_ONLY
+
+
+@pytest.mark.parametrize(
+    "documented",
+    [
+        rk.Limiter.check,
+        rk.Limiter.allow,
+        rk.Limiter.stats,
+        rk.Limiter.reduce,
+        rk.Limiter.group_policy,
+        rk.Limiter.resolve,
+        rk.Limiter.drain_pending,
+        rk.Limiter.absorb,
+    ],
+    ids=lambda f: getattr(f, "__name__", "?"),
+)
+def test_methods_have_docstrings(documented: Any) -> None:
+    assert (documented.__doc__ or "").strip()
+
+
+@pytest.mark.parametrize("field", ["allowed", "group", "limit", "remaining", "retry_after", "window", "refused_by"])
+def test_decision_fields_have_docstrings(field: str) -> None:
+    assert (getattr(rk.Decision, field).__doc__ or "").strip()
+
+
+def test_next_after_says_when_one_more_request_comes_back(clock: rk.ManualClock) -> None:
+    limiter = rk.Limiter("10/min", clock=clock)
+    assert limiter.check("alice").next_after == 6.0  # the first use comes back after one interval
+    clock.advance(4.0)
+    assert limiter.check("alice").next_after == 2.0
+    clock.advance(60.0)
+    assert limiter.check("bob").next_after == 6.0
+    assert rk.Limiter("10/min", algorithm="fixed_window", clock=clock).check("c").next_after == 60.0

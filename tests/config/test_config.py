@@ -15,7 +15,7 @@ from ratekeeper import config
 from ratekeeper.__main__ import main
 from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "ratekeeper.toml"
+EXAMPLE = Path(__file__).resolve().parent.parent.parent / "examples" / "ratekeeper.toml"
 
 API_TOML = """\
 max_keys = 1000
@@ -188,6 +188,16 @@ def test_empty_config_limits_nothing(clock: rk.ManualClock) -> None:
     assert admitted(lim, "a", "/x", 100) == 100
     assert lim.check("a", "/x").group is None
     assert lim.groups == []
+
+
+def test_from_config_of_a_subclass_builds_the_subclass(clock: rk.ManualClock) -> None:
+    class MyLimiter(rk.Limiter):
+        pass
+
+    limiter = MyLimiter.from_config({"groups": {"api": {"paths": ["^/api"], "rate": "2/min"}}}, clock=clock)
+    assert type(limiter) is MyLimiter
+    assert limiter.clock is clock
+    assert admitted(limiter, "alice", "/api/x", 5) == 2
 
 
 # --- errors ---------------------------------------------------------------------------------------

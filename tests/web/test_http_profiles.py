@@ -15,7 +15,7 @@ from types import ModuleType
 import pytest
 from ratekeeper import _top
 
-SCRIPT = Path(__file__).resolve().parent.parent / "benches" / "http_profiles.py"
+SCRIPT = Path(__file__).resolve().parent.parent.parent / "benches" / "http_profiles.py"
 
 
 @pytest.fixture(scope="module")

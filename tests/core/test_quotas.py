@@ -10,6 +10,7 @@ that must stay in flight block on the ``gate`` fixture, which is released before
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import math
 import subprocess
@@ -1000,3 +1001,79 @@ async def test_first_fetch_waiters_stop_on_asyncio_timeout_as_older_pythons_rais
     monkeypatch.setattr(asyncio, "wait_for", wait_for)
     # Returns (the wait is over) instead of raising into athrottle.
     await FirstFetchWaiters().wait(lambda: True, timeout=5.0)
+
+
+# --- rk.Quotas -------------------------------------------------------------------------------------------------
+
+
+def test_quotas_defaults_and_frozen() -> None:
+    quotas = rk.Quotas()
+    assert (quotas.provider, quotas.failsafe, quotas.ttl, quotas.timeout, quotas.workers, quotas.wait) == (
+        None,
+        None,
+        300.0,
+        5.0,
+        4,
+        0.0,
+    )
+    with pytest.raises(AttributeError):
+        quotas.timeout = 1.0  # type: ignore[misc]
+    assert rk.Limiter("1/s").quotas.timeout == 5.0
+
+
+def test_quotas_object_works_like_the_keywords(clock: rk.ManualClock) -> None:
+    gate = threading.Event()
+    calls: list[tuple[str, str]] = []
+
+    def provider(peer: str, group: str) -> str:
+        calls.append((peer, group))
+        gate.wait(timeout=10.0)
+        return "5/min"
+
+    quotas = rk.Quotas(provider=provider, failsafe="1/min", timeout=1.0)
+    with rk.Limiter("10/s", quotas=quotas, clock=clock) as limiter:
+        try:
+            assert limiter.quotas.timeout == 1.0
+            assert limiter.quotas.provider is provider
+            first = limiter.check("alice")
+            assert (first.allowed, first.limit) == (True, 1)  # on the failsafe
+            assert not limiter.allow("alice")
+        finally:
+            gate.set()
+        assert limiter.wait_quotas(timeout=5.0)
+        assert calls == [("alice", "default")]
+        info = limiter.quota("alice", "default")
+        assert (info.source, info.rate) == ("provider", rk.Rate("5/min"))
+        assert admitted(limiter, "alice", 10) == 4  # 5/min, one used on the failsafe
+
+
+def test_the_settings_of_quotas_show_on_the_limiter(clock: rk.ManualClock) -> None:
+    with rk.Limiter("10/s", quotas=rk.Quotas(lambda peer, group: None, ttl=60.0, timeout=2.0), clock=clock) as limiter:
+        assert (limiter.quotas.timeout, limiter.quotas.ttl, limiter.quotas.workers) == (2.0, 60.0, 4)
+
+
+@pytest.mark.parametrize(
+    ("old", "setting"),
+    [
+        ("quota_provider", "provider"),
+        ("failsafe", "failsafe"),
+        ("quota_ttl", "ttl"),
+        ("quota_timeout", "timeout"),
+        ("quota_workers", "workers"),
+        ("quota_wait", "wait"),
+    ],
+)
+def test_a_removed_quota_keyword_is_refused_naming_its_place_in_quotas(
+    clock: rk.ManualClock, old: str, setting: str
+) -> None:
+    # The keywords that came before Quotas were removed in 0.1.0; the error says what replaced each.
+    with pytest.raises(TypeError, match=rf"no longer takes {old}: give quotas=ratekeeper\.Quotas\({setting}=\.\.\.\)"):
+        rk.Limiter("10/s", clock=clock, **{old: None})
+
+
+def test_a_limiter_without_quotas_has_the_defaults_of_quotas() -> None:
+    # The defaults are written twice in the core (Quotas' signature and a limiter's fallback without quotas=).
+    defaults = {name: p.default for name, p in inspect.signature(rk.Quotas).parameters.items() if name != "provider"}
+    settings = rk.Limiter("1/s").quotas
+    assert {name: getattr(settings, name) for name in defaults} == defaults
+    assert defaults == {"failsafe": None, "ttl": 300.0, "timeout": 5.0, "workers": 4, "wait": 0.0}

@@ -1,22 +1,20 @@
-"""The seams of the core: ``group=``, ``group_policy``, ``Decision.window`` / ``refused_by``, ``resolve``,
-``concurrent(rates=False)``, ``rk.Quotas`` and the introspectable signature.
+"""Groups by name: ``group=``, ``group_policy``, ``Decision.window`` / ``refused_by``, ``resolve`` and ``add_group``.
 
 ``group="login"`` decides for a group by name, without regex routing, on the same state as the requests
 whose path routes there. ``group_policy`` is what a ``RateLimit-Policy`` header needs (quota and window in
 seconds); a Decision carries the window of the limit that decided and says whether a rate or the
-concurrency permits refused it. ``resolve`` routes without deciding.
+concurrency permits refused it. ``resolve`` routes without deciding. ``add_group`` makes a group that only
+``group=`` reaches.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
-import threading
 from typing import Any, Callable
 
 import pytest
 import ratekeeper as rk
-from _support import admitted, run_threads
+from _support import admitted
 
 NEVER = "^/this-path-is-never-requested$"
 
@@ -311,213 +309,7 @@ def test_resolve_rejects_what_check_rejects(clock: rk.ManualClock) -> None:
     assert peer.value.loc == ("peer",)
 
 
-# --- concurrent(rates=False) -----------------------------------------------------------------------------------
-
-
-def gated(clock: rk.ManualClock, permits: int) -> rk.Limiter:
-    return rk.Limiter(rules=[rk.Rule("^/api/", "g", limits=["2/min", rk.Limit(concurrency=permits)])], clock=clock)
-
-
-def test_permits_without_rates_charge_no_rate_limit(clock: rk.ManualClock) -> None:
-    limiter = gated(clock, permits=5)
-    assert limiter.throttle("alice", "/api/x").remaining == 1
-    with limiter.concurrent("alice", "/api/x", rates=False), limiter.concurrent("alice", "/api/x", rates=False):
-        pass
-    decisions = [limiter.check("alice", "/api/x") for _ in range(2)]
-    assert [(d.allowed, d.remaining) for d in decisions] == [(True, 0), (False, 0)]
-
-
-def test_permits_without_rates_are_still_bounded(clock: rk.ManualClock) -> None:
-    limiter = gated(clock, permits=2)
-    with limiter.concurrent("alice", "/api/x", rates=False), limiter.concurrent("alice", "/api/x", rates=False):
-        with pytest.raises(rk.RateLimited) as info, limiter.concurrent("alice", "/api/x", rates=False):
-            pytest.fail("a third permit was taken")
-        assert info.value.decision.refused_by == "concurrency"
-    with limiter.concurrent("alice", "/api/x", rates=False), limiter.concurrent("alice", "/api/x", rates=False):
-        pass  # both were given back
-
-
-def test_a_request_that_waited_for_its_rate_slot_gets_its_permit(clock: rk.ManualClock) -> None:
-    limiter = gated(clock, permits=1)
-    limiter.throttle("alice", "/api/x")
-    limiter.throttle("alice", "/api/x")
-    limiter.throttle("alice", "/api/x")  # waited: the rate is used up right now
-    assert clock.now() == 30.0
-    assert not limiter.allow("alice", "/api/x")
-    with limiter.concurrent("alice", "/api/x", rates=False) as decision:
-        assert decision.allowed
-    with pytest.raises(rk.RateLimited) as info, limiter.concurrent("alice", "/api/x"):
-        pytest.fail("the rate admitted a request while used up")
-    assert info.value.decision.refused_by == "rate"
-
-
-# --- rk.Quotas -------------------------------------------------------------------------------------------------
-
-
-def test_quotas_defaults_and_frozen() -> None:
-    quotas = rk.Quotas()
-    assert (quotas.provider, quotas.failsafe, quotas.ttl, quotas.timeout, quotas.workers, quotas.wait) == (
-        None,
-        None,
-        300.0,
-        5.0,
-        4,
-        0.0,
-    )
-    with pytest.raises(AttributeError):
-        quotas.timeout = 1.0  # type: ignore[misc]
-    assert rk.Limiter("1/s").quotas.timeout == 5.0
-
-
-def test_quotas_object_works_like_the_keywords(clock: rk.ManualClock) -> None:
-    gate = threading.Event()
-    calls: list[tuple[str, str]] = []
-
-    def provider(peer: str, group: str) -> str:
-        calls.append((peer, group))
-        gate.wait(timeout=10.0)
-        return "5/min"
-
-    quotas = rk.Quotas(provider=provider, failsafe="1/min", timeout=1.0)
-    with rk.Limiter("10/s", quotas=quotas, clock=clock) as limiter:
-        try:
-            assert limiter.quotas.timeout == 1.0
-            assert limiter.quotas.provider is provider
-            first = limiter.check("alice")
-            assert (first.allowed, first.limit) == (True, 1)  # on the failsafe
-            assert not limiter.allow("alice")
-        finally:
-            gate.set()
-        assert limiter.wait_quotas(timeout=5.0)
-        assert calls == [("alice", "default")]
-        info = limiter.quota("alice", "default")
-        assert (info.source, info.rate) == ("provider", rk.Rate("5/min"))
-        assert admitted(limiter, "alice", 10) == 4  # 5/min, one used on the failsafe
-
-
-def test_the_settings_of_quotas_show_on_the_limiter(clock: rk.ManualClock) -> None:
-    with rk.Limiter("10/s", quotas=rk.Quotas(lambda peer, group: None, ttl=60.0, timeout=2.0), clock=clock) as limiter:
-        assert (limiter.quotas.timeout, limiter.quotas.ttl, limiter.quotas.workers) == (2.0, 60.0, 4)
-
-
-@pytest.mark.parametrize(
-    ("old", "setting"),
-    [
-        ("quota_provider", "provider"),
-        ("failsafe", "failsafe"),
-        ("quota_ttl", "ttl"),
-        ("quota_timeout", "timeout"),
-        ("quota_workers", "workers"),
-        ("quota_wait", "wait"),
-    ],
-)
-def test_a_removed_quota_keyword_is_refused_naming_its_place_in_quotas(
-    clock: rk.ManualClock, old: str, setting: str
-) -> None:
-    # The keywords that came before Quotas were removed in 0.1.0; the error says what replaced each.
-    with pytest.raises(TypeError, match=rf"no longer takes {old}: give quotas=ratekeeper\.Quotas\({setting}=\.\.\.\)"):
-        rk.Limiter("10/s", clock=clock, **{old: None})
-
-
-# --- the signature and the docs ------------------------------------------------------------------------------
-
-
-def test_limiter_signature_shows_the_real_parameters() -> None:
-    parameters = inspect.signature(rk.Limiter).parameters
-    assert list(parameters)[:3] == ["rate", "rules", "exempt_peers"]
-    expected = ["exempt_paths", "max_keys", "burst", "algorithm", "clock", "quotas", "track_usage"]
-    assert set(expected) <= set(parameters)
-    assert not any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in parameters.values())
-    assert parameters["rate"].default is None
-    assert parameters["max_keys"].default == 1_000_000
-    assert parameters["algorithm"].default == "gcra"
-    assert parameters["track_usage"].default is False
-    assert parameters["quotas"].kind is inspect.Parameter.KEYWORD_ONLY
-
-
-@pytest.mark.parametrize("method", ["check", "allow", "throttle", "athrottle", "concurrent", "reduce", "resolve"])
-def test_methods_taking_a_group_show_it_in_their_signature(method: str) -> None:
-    parameters = inspect.signature(getattr(rk.Limiter, method)).parameters
-    assert parameters["group"].default is None
-    assert parameters["group"].kind is inspect.Parameter.KEYWORD_ONLY
-
-
-@pytest.mark.parametrize(
-    "documented",
-    [
-        rk.Limiter.check,
-        rk.Limiter.allow,
-        rk.Limiter.stats,
-        rk.Limiter.reduce,
-        rk.Limiter.group_policy,
-        rk.Limiter.resolve,
-        rk.Limiter.drain_pending,
-        rk.Limiter.absorb,
-    ],
-    ids=lambda f: getattr(f, "__name__", "?"),
-)
-def test_methods_have_docstrings(documented: Any) -> None:
-    assert (documented.__doc__ or "").strip()
-
-
-@pytest.mark.parametrize("field", ["allowed", "group", "limit", "remaining", "retry_after", "window", "refused_by"])
-def test_decision_fields_have_docstrings(field: str) -> None:
-    assert (getattr(rk.Decision, field).__doc__ or "").strip()
-
-
-# --- what is in force: rules and exemptions ---------------------------------------------------------------------
-
-
-def test_rules_and_exemptions_in_force_follow_update_rule(clock: rk.ManualClock) -> None:
-    limiter = rk.Limiter(
-        "10/min",
-        rules=[rk.Rule("^/api", "api", "5/min")],
-        exempt_peers=["admin"],
-        exempt_paths=["^/health"],
-        clock=clock,
-    )
-    assert [(r.pattern, r.rate) for r in limiter.rules if r.group == "api"] == [("^/api", rk.Rate("5/min"))]
-    assert (limiter.exempt_peers, limiter.exempt_paths) == (["admin"], ["^/health"])
-    limiter.update_rule("api", rate="20/min")
-    api = [r for r in limiter.rules if r.group == "api"]
-    assert [(r.rate, r.burst) for r in api] == [(rk.Rate("20/min"), 20)]
-
-
-def test_concurrent_update_rule_on_different_groups_loses_no_update(clock: rk.ManualClock) -> None:
-    # Defect 2 of issue 8. A GIL build serialises the calls (update_rule holds the GIL), so this guards
-    # free-threaded Python (the module declares gil_used = false) and any change that lets go of the GIL.
-    groups = [f"g{i}" for i in range(8)]
-    limiter = rk.Limiter(rules=[rk.Rule(f"^/{g}", g, "1/min") for g in groups], clock=clock)
-    for round_ in range(50):
-
-        def update(i: int, round_: int = round_) -> None:
-            limiter.update_rule(groups[i], rate=f"{round_ * 8 + i + 2}/min")
-
-        run_threads(8, update)
-        expected = {g: round_ * 8 + i + 2 for i, g in enumerate(groups)}
-        in_force = {r.group: r.rate.count for r in limiter.rules if r.rate is not None}
-        assert in_force == expected, f"round {round_}"
-        assert {g: limiter.group_policy(g).quota for g in groups} == expected, f"round {round_}"
-        stats = limiter.stats()["groups"]
-        assert {g: stats[g]["limits"][0]["rate"] for g in groups} == {g: f"{n}/min" for g, n in expected.items()}
-
-
-def test_from_config_of_a_subclass_builds_the_subclass(clock: rk.ManualClock) -> None:
-    class MyLimiter(rk.Limiter):
-        pass
-
-    limiter = MyLimiter.from_config({"groups": {"api": {"paths": ["^/api"], "rate": "2/min"}}}, clock=clock)
-    assert type(limiter) is MyLimiter
-    assert limiter.clock is clock
-    assert admitted(limiter, "alice", 5, "/api/x") == 2
-
-
-def test_a_limiter_without_quotas_has_the_defaults_of_quotas() -> None:
-    # The defaults are written twice in the core (Quotas' signature and a limiter's fallback without quotas=).
-    defaults = {name: p.default for name, p in inspect.signature(rk.Quotas).parameters.items() if name != "provider"}
-    settings = rk.Limiter("1/s").quotas
-    assert {name: getattr(settings, name) for name in defaults} == defaults
-    assert defaults == {"failsafe": None, "ttl": 300.0, "timeout": 5.0, "workers": 4, "wait": 0.0}
+# --- add_group -------------------------------------------------------------------------------------------------
 
 
 def test_add_group_makes_a_group_reached_only_by_name(clock: rk.ManualClock) -> None:
@@ -530,13 +322,3 @@ def test_add_group_makes_a_group_reached_only_by_name(clock: rk.ManualClock) -> 
     with pytest.raises(rk.InvalidValue) as other:
         limiter.add_group("login", ["5/min"])
     assert other.value.loc == ("name",)
-
-
-def test_next_after_says_when_one_more_request_comes_back(clock: rk.ManualClock) -> None:
-    limiter = rk.Limiter("10/min", clock=clock)
-    assert limiter.check("alice").next_after == 6.0  # the first use comes back after one interval
-    clock.advance(4.0)
-    assert limiter.check("alice").next_after == 2.0
-    clock.advance(60.0)
-    assert limiter.check("bob").next_after == 6.0
-    assert rk.Limiter("10/min", algorithm="fixed_window", clock=clock).check("c").next_after == 60.0

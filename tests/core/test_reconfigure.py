@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import ratekeeper as rk
-from _support import ALGORITHMS, admitted, assert_within_limits_in_force
+from _support import ALGORITHMS, admitted, assert_within_limits_in_force, run_threads
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -410,3 +410,40 @@ def test_threads_deciding_while_rules_change_never_pass_the_largest_burst(algori
     for thread in threads:
         thread.join()
     assert sum(counts) <= 100
+
+
+# --- what is in force: rules and exemptions ---------------------------------------------------------------------
+
+
+def test_rules_and_exemptions_in_force_follow_update_rule(clock: rk.ManualClock) -> None:
+    limiter = rk.Limiter(
+        "10/min",
+        rules=[rk.Rule("^/api", "api", "5/min")],
+        exempt_peers=["admin"],
+        exempt_paths=["^/health"],
+        clock=clock,
+    )
+    assert [(r.pattern, r.rate) for r in limiter.rules if r.group == "api"] == [("^/api", rk.Rate("5/min"))]
+    assert (limiter.exempt_peers, limiter.exempt_paths) == (["admin"], ["^/health"])
+    limiter.update_rule("api", rate="20/min")
+    api = [r for r in limiter.rules if r.group == "api"]
+    assert [(r.rate, r.burst) for r in api] == [(rk.Rate("20/min"), 20)]
+
+
+def test_concurrent_update_rule_on_different_groups_loses_no_update(clock: rk.ManualClock) -> None:
+    # Defect 2 of issue 8. A GIL build serialises the calls (update_rule holds the GIL), so this guards
+    # free-threaded Python (the module declares gil_used = false) and any change that lets go of the GIL.
+    groups = [f"g{i}" for i in range(8)]
+    limiter = rk.Limiter(rules=[rk.Rule(f"^/{g}", g, "1/min") for g in groups], clock=clock)
+    for round_ in range(50):
+
+        def update(i: int, round_: int = round_) -> None:
+            limiter.update_rule(groups[i], rate=f"{round_ * 8 + i + 2}/min")
+
+        run_threads(8, update)
+        expected = {g: round_ * 8 + i + 2 for i, g in enumerate(groups)}
+        in_force = {r.group: r.rate.count for r in limiter.rules if r.rate is not None}
+        assert in_force == expected, f"round {round_}"
+        assert {g: limiter.group_policy(g).quota for g in groups} == expected, f"round {round_}"
+        stats = limiter.stats()["groups"]
+        assert {g: stats[g]["limits"][0]["rate"] for g in groups} == {g: f"{n}/min" for g, n in expected.items()}

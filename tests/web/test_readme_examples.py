@@ -8,7 +8,7 @@ from typing import Any
 
 from _web import Server, members
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parent.parent.parent / "README.md"
 
 
 def example(name: str) -> dict[str, Any]:

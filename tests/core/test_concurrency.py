@@ -360,3 +360,44 @@ def test_threads_hammering_one_shared_permit_leak_nothing(clock: rk.ManualClock)
     assert sum(entered) > 0
     assert limiter.stats()["groups"][GROUP]["allowed"] == sum(entered)  # a refused re-entry decides nothing
     assert free_permits(limiter) == 5
+
+
+# --- concurrent(rates=False) -----------------------------------------------------------------------------------
+
+
+def rate_and_permits(clock: rk.ManualClock, permits: int) -> rk.Limiter:
+    """``2/min`` and ``permits`` concurrency permits on ``^/api/``."""
+    return rk.Limiter(rules=[rk.Rule("^/api/", "g", limits=["2/min", rk.Limit(concurrency=permits)])], clock=clock)
+
+
+def test_permits_without_rates_charge_no_rate_limit(clock: rk.ManualClock) -> None:
+    limiter = rate_and_permits(clock, permits=5)
+    assert limiter.throttle("alice", "/api/x").remaining == 1
+    with limiter.concurrent("alice", "/api/x", rates=False), limiter.concurrent("alice", "/api/x", rates=False):
+        pass
+    decisions = [limiter.check("alice", "/api/x") for _ in range(2)]
+    assert [(d.allowed, d.remaining) for d in decisions] == [(True, 0), (False, 0)]
+
+
+def test_permits_without_rates_are_still_bounded(clock: rk.ManualClock) -> None:
+    limiter = rate_and_permits(clock, permits=2)
+    with limiter.concurrent("alice", "/api/x", rates=False), limiter.concurrent("alice", "/api/x", rates=False):
+        with pytest.raises(rk.RateLimited) as info, limiter.concurrent("alice", "/api/x", rates=False):
+            pytest.fail("a third permit was taken")
+        assert info.value.decision.refused_by == "concurrency"
+    with limiter.concurrent("alice", "/api/x", rates=False), limiter.concurrent("alice", "/api/x", rates=False):
+        pass  # both were given back
+
+
+def test_a_request_that_waited_for_its_rate_slot_gets_its_permit(clock: rk.ManualClock) -> None:
+    limiter = rate_and_permits(clock, permits=1)
+    limiter.throttle("alice", "/api/x")
+    limiter.throttle("alice", "/api/x")
+    limiter.throttle("alice", "/api/x")  # waited: the rate is used up right now
+    assert clock.now() == 30.0
+    assert not limiter.allow("alice", "/api/x")
+    with limiter.concurrent("alice", "/api/x", rates=False) as decision:
+        assert decision.allowed
+    with pytest.raises(rk.RateLimited) as info, limiter.concurrent("alice", "/api/x"):
+        pytest.fail("the rate admitted a request while used up")
+    assert info.value.decision.refused_by == "rate"
