@@ -250,7 +250,7 @@ impl Backend {
             Routed::Limited(key) if !key.reduction => return Ok(false),
             Routed::Limited(key) => key,
         };
-        let given = self.give_back(&key, peer, &script::refund_arguments(&key, tokens, None, now))?;
+        let given = self.give_back(&key, peer, &script::reduce_arguments(&key, tokens, now))?;
         if given {
             limiter.record_reduction(peer, &key);
             return Ok(true);
@@ -261,12 +261,12 @@ impl Backend {
         }
     }
 
-    /// Gives back the slot of a wait that did not end (timeout, cancel): the limits and instant its
+    /// Refunds the slot of a wait that did not end (timeout, cancel): the limits and instant its
     /// `receipt` says; while Redis cannot answer the slot stays taken (never more admitted).
     ///
     /// # Errors
     /// A `Target::Group` that names no group; Redis cannot answer and `on_error="raise"`.
-    pub fn release(
+    pub fn refund(
         &self,
         limiter: &Limiter,
         peer: &str,
@@ -280,21 +280,28 @@ impl Backend {
         }
         if let Routed::Limited(key) = limiter.route_remote(peer, target)? {
             let slot = (receipt.limits, receipt.at.saturating_sub(limiter.now_ns()));
-            self.give_back(&key, peer, &script::refund_arguments(&key, cost, Some(slot), now))?;
+            self.give_back(&key, peer, &script::refund_arguments(&key, cost, slot, now))?;
         }
         Ok(())
     }
 
-    /// Gives back `cost` of the concurrency permits this process holds for `peer` (a request ended).
+    /// Releases `cost` of the concurrency permits this process holds for `peer` (a request ended).
     /// While Redis cannot answer the leases stay until they expire.
     ///
     /// # Errors
     /// A `Target::Group` that names no group; Redis cannot answer and `on_error="raise"`.
-    pub fn free(&self, limiter: &Limiter, peer: &str, target: Target<'_>, cost: u64, now: Option<u64>) -> Result<()> {
+    pub fn release(
+        &self,
+        limiter: &Limiter,
+        peer: &str,
+        target: Target<'_>,
+        cost: u64,
+        now: Option<u64>,
+    ) -> Result<()> {
         if let Routed::Limited(key) = limiter.route_remote(peer, target)? {
             if key.limits.iter().any(crate::algorithm::Limit::is_concurrency) {
                 let prefix = format!("{}:", self.node);
-                self.give_back(&key, peer, &script::free_arguments(&key, cost, self.leases(&prefix), now))?;
+                self.give_back(&key, peer, &script::release_arguments(&key, cost, self.leases(&prefix), now))?;
             }
         }
         Ok(())
@@ -305,9 +312,10 @@ impl Backend {
         script::Leases { prefix, ttl_ms }
     }
 
-    /// Runs a refund; false when Redis could not answer (and `on_error` is not `raise`).
+    /// Runs a give-back (a reduction, a refund or a release); false when Redis could not answer (and
+    /// `on_error` is not `raise`).
     ///
-    /// A refund's failure is counted as an error but moves no health: its callers have no outcome to log
+    /// A give-back's failure is counted as an error but moves no health: its callers have no outcome to log
     /// an outage with, and the decisions around it begin and end the outage (logged once each).
     fn give_back(&self, key: &RemoteKey, peer: &str, args: &[String]) -> Result<bool> {
         match self.client.run(&self.keys(peer, key), args) {

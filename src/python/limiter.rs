@@ -489,7 +489,7 @@ impl PyLimiter {
         let receipt = reservation.get().receipt;
         if let Some(backend) = &self.backend {
             let now = self.clock.as_ref().map(|_| self.inner.now_ns());
-            return Ok(py.detach(|| backend.release(&self.inner, peer, target, cost.0, receipt, now))?);
+            return Ok(py.detach(|| backend.refund(&self.inner, peer, target, cost.0, receipt, now))?);
         }
         Ok(self.inner.refund(peer, target, cost.0, receipt)?)
     }
@@ -511,6 +511,7 @@ impl PyLimiter {
         Ok(self.decision(py, &decision))
     }
 
+    /// Releases `cost` of the concurrency permits `_acquire` took (a request ended).
     #[pyo3(signature = (peer, path, group, cost))]
     fn _release(
         &self,
@@ -523,7 +524,7 @@ impl PyLimiter {
         let (peer, target) = (text("peer", peer)?, target(path, group)?);
         if let Some(backend) = &self.backend {
             let now = self.clock.as_ref().map(|_| self.inner.now_ns());
-            return Ok(py.detach(|| backend.free(&self.inner, peer, target, cost.0, now))?);
+            return Ok(py.detach(|| backend.release(&self.inner, peer, target, cost.0, now))?);
         }
         Ok(self.inner.release(peer, target, cost.0)?)
     }
