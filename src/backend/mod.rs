@@ -99,9 +99,10 @@ impl std::fmt::Debug for Backend {
     }
 }
 
-/// What one decision came to, and whether it began an outage (to be logged once).
+/// The backend's answer to one decision: the decision, and whether it began or ended an outage (to be
+/// logged once).
 #[derive(Debug)]
-pub struct Outcome {
+pub struct Answer {
     pub decision: Decision,
     pub outage_began: Option<String>,
     pub recovered: bool,
@@ -219,9 +220,9 @@ impl Backend {
         target: Target<'_>,
         request: Request,
         now: Option<u64>,
-    ) -> Result<Outcome> {
+    ) -> Result<Answer> {
         match self.prepare(limiter, peer, target, request, now)? {
-            Prepared::Done(decision) => Ok(Outcome { decision, outage_began: None, recovered: false }),
+            Prepared::Done(decision) => Ok(Answer { decision, outage_began: None, recovered: false }),
             Prepared::Call(call) => {
                 let started = Instant::now();
                 let reply = self.client.run(&call.keys, &call.args);
@@ -315,7 +316,7 @@ impl Backend {
     /// Runs a give-back (a reduction, a refund or a release); false when Redis could not answer (and
     /// `on_error` is not `raise`).
     ///
-    /// A give-back's failure is counted as an error but moves no health: its callers have no outcome to log
+    /// A give-back's failure is counted as an error but moves no health: its callers have no answer to log
     /// an outage with, and the decisions around it begin and end the outage (logged once each).
     fn give_back(&self, key: &RemoteKey, peer: &str, args: &[String]) -> Result<bool> {
         match self.client.run(&self.keys(peer, key), args) {
@@ -377,19 +378,19 @@ impl Backend {
         limiter: &Limiter,
         call: &Call,
         reply: std::result::Result<Vec<String>, Failure>,
-    ) -> Result<Outcome> {
+    ) -> Result<Answer> {
         let parsed = reply.and_then(|reply| script::parse_reply(&call.key, &reply).map_err(|e| Failure(e.to_string())));
         match parsed {
             Ok((verdict, reports)) => {
                 let recovered = self.answered(call.health);
                 let decision = limiter.record_remote(&call.peer, &call.key, verdict, reports, call.request);
-                Ok(Outcome { decision, outage_began: None, recovered })
+                Ok(Answer { decision, outage_began: None, recovered })
             }
             Err(failure) => {
                 let began = self.failed(call.health);
                 let outage_began = began.then(|| failure.to_string());
                 let decision = self.fallback(limiter, call, failure)?;
-                Ok(Outcome { decision, outage_began, recovered: false })
+                Ok(Answer { decision, outage_began, recovered: false })
             }
         }
     }
