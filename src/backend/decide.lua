@@ -3,16 +3,16 @@
 --
 -- KEYS[i]  the state of limit i of one (peer, group); all share one hash tag (one Cluster slot).
 -- ARGV     now_s now_ns (empty: Redis TIME), cost, max_wait_ns, policy ("all" | "fallback"), operation
---          ("0": decide, "1": decide and report, "refund" or "release:<written>": give `cost` back, "free":
---          give back concurrency permits), take ("rates" | "both" | "permits": which limits a decision
---          takes), lease (concurrency leases' member prefix: "<node>:<n>", or "<node>:" to free), lease
+--          ("0": decide, "1": decide and report, "reduce": give `cost` back, "refund:<written>": give back
+--          a cancelled wait's slot, "release": release concurrency permits), take ("rates" | "both" | "permits": which limits a decision
+--          takes), lease (concurrency leases' member prefix: "<node>:<n>", or "<node>:" to release), lease
 --          ttl ms, limits (count), then 7 fields per limit: kind, burst, p1 .. p5 (src/backend/script.rs).
 -- State    "s ns a b": the absolute instant t as seconds and nanoseconds, and the fields a and b of
 --          src/algorithm/mod.rs's State. A key expires when its state stops constraining (now >= t).
 -- Reply    { allowed (1 | 0), wait_ns, retry_ns (-1: never), now_s, now_ns, written (bit i: limit i took
 --            the request), refused_by ("" | "rate" | "concurrency"), then per limit when asked to report:
 --            remaining, reset_after_ns, next_ns }: whole numbers below 2^53 as integer replies. A
---            refund replies { "1" }.
+--            reduction, refund or release replies { "1" }.
 -- Called    this file defines `decide`; src/backend/script.rs makes of it a Redis Function library that
 --           registers it (FCALL, Redis 7+: the definitions below run once, at load) and, for servers
 --           without functions, a script that calls it (EVALSHA: they run on every call).
@@ -337,10 +337,10 @@ algorithms.concurrency = {
     return nil, 0
   end,
   store = function(_, key, change)
-    if change.free then
+    if change.release then
       local removed = 0
       for _, member in ipairs(redis.call('ZRANGE', key, 0, -1)) do
-        if removed >= change.free then break end
+        if removed >= change.release then break end
         if string.sub(member, 1, #lease) == lease then
           redis.call('ZREM', key, member)
           removed = removed + 1
@@ -458,19 +458,20 @@ local function decide(KEYS, ARGV)
     states[i] = state
   end
 
-  -- A refund: seed 003's reduction ("refund": every limit under "all", the last one under "fallback"), or
-  -- a cancelled wait's slot ("release:<written>": the limits that took it; max_wait_ns then says when the
-  -- slot was, after now). A key with no state has nothing to give back.
-  if operation == 'free' then
+  -- A release: this node's concurrency permits ("release").
+  if operation == 'release' then
     for i = 1, n do
       local l = limits[i]
-      if l.kind == 'concurrency' then l.algorithm.store(l, KEYS[i], { free = cost }) end
+      if l.kind == 'concurrency' then l.algorithm.store(l, KEYS[i], { release = cost }) end
     end
     return { '1' }
   end
-  local released = string.match(operation, '^release:(%d+)$')
-  if operation == 'refund' or released then
-    local written = tonumber(released or '0')
+  -- A give-back: seed 003's reduction ("reduce": every limit under "all", the last one under "fallback"),
+  -- or the refund of a cancelled wait's slot ("refund:<written>": the limits that took it; max_wait_ns
+  -- then says when the slot was, after now). A key with no state has nothing to give back.
+  local refunded_bits = string.match(operation, '^refund:(%d+)$')
+  if operation == 'reduce' or refunded_bits then
+    local written = tonumber(refunded_bits or '0')
     local last_rate = 0
     for i = 1, n do
       if limits[i].kind ~= 'concurrency' then last_rate = i end
@@ -479,12 +480,12 @@ local function decide(KEYS, ARGV)
       local bit = floor(written / 2 ^ (i - 1)) % 2 == 1
       local take
       local gate = limits[i].kind == 'concurrency'
-      if released then take = bit elseif policy == 'fallback' then take = i == last_rate else take = not gate end
+      if refunded_bits then take = bit elseif policy == 'fallback' then take = i == last_rate else take = not gate end
       if take and not gate and states[i] ~= nil then
         local l = limits[i]
         -- A reduction gives back to the key's newest window (src/algorithm/mod.rs `reduce`).
         local at = max_wait
-        if not released and l.kind == 'windows' then at = states[i].t - 1 end
+        if not refunded_bits and l.kind == 'windows' then at = states[i].t - 1 end
         local refunded = l.algorithm.refund(l, states[i], at)
         if refunded then (l.algorithm.store or store)(l, KEYS[i], refunded) end
       end
@@ -499,7 +500,7 @@ local function decide(KEYS, ARGV)
   end
 
   -- The limits `take` names at `at` (src/limiter/decide.rs `evaluate`): the states to write, or nil, the
-  -- retry (nil: never) and what refused ("concurrency": the permits, which waiting does not free).
+  -- retry (nil: never) and what refused ("concurrency": the permits, which waiting does not release).
   local function evaluate(at)
     local writes, rates = {}, false
     for i = 1, n do

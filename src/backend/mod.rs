@@ -99,9 +99,10 @@ impl std::fmt::Debug for Backend {
     }
 }
 
-/// What one decision came to, and whether it began an outage (to be logged once).
+/// The backend's answer to one decision: the decision, and whether it began or ended an outage (to be
+/// logged once).
 #[derive(Debug)]
-pub struct Outcome {
+pub struct Answer {
     pub decision: Decision,
     pub outage_began: Option<String>,
     pub recovered: bool,
@@ -208,9 +209,9 @@ impl Backend {
         target: Target<'_>,
         request: Request,
         now: Option<u64>,
-    ) -> Result<Outcome> {
+    ) -> Result<Answer> {
         match self.prepare(limiter, peer, target, request, now)? {
-            Prepared::Done(decision) => Ok(Outcome { decision, outage_began: None, recovered: false }),
+            Prepared::Done(decision) => Ok(Answer { decision, outage_began: None, recovered: false }),
             Prepared::Call(call) => {
                 let started = Instant::now();
                 let reply = self.client.run(&call.keys, &call.args);
@@ -239,7 +240,7 @@ impl Backend {
             Routed::Limited(key) if !key.reduction => return Ok(false),
             Routed::Limited(key) => key,
         };
-        let given = self.give_back(&key, peer, &script::refund_arguments(&key, tokens, None, now))?;
+        let given = self.give_back(&key, peer, &script::reduce_arguments(&key, tokens, now))?;
         if given {
             limiter.record_reduction(peer, &key);
             return Ok(true);
@@ -250,12 +251,12 @@ impl Backend {
         }
     }
 
-    /// Gives back the slot of a wait that did not end (timeout, cancel): the limits and instant its
+    /// Refunds the slot of a wait that did not end (timeout, cancel): the limits and instant its
     /// `receipt` says; while Redis cannot answer the slot stays taken (never more admitted).
     ///
     /// # Errors
     /// A `Target::Group` that names no group; Redis cannot answer and `on_error="raise"`.
-    pub fn release(
+    pub fn refund(
         &self,
         limiter: &Limiter,
         peer: &str,
@@ -269,21 +270,28 @@ impl Backend {
         }
         if let Routed::Limited(key) = limiter.route_remote(peer, target)? {
             let slot = (receipt.limits, receipt.at.saturating_sub(limiter.now_ns()));
-            self.give_back(&key, peer, &script::refund_arguments(&key, cost, Some(slot), now))?;
+            self.give_back(&key, peer, &script::refund_arguments(&key, cost, slot, now))?;
         }
         Ok(())
     }
 
-    /// Gives back `cost` of the concurrency permits this process holds for `peer` (a request ended).
+    /// Releases `cost` of the concurrency permits this process holds for `peer` (a request ended).
     /// While Redis cannot answer the leases stay until they expire.
     ///
     /// # Errors
     /// A `Target::Group` that names no group; Redis cannot answer and `on_error="raise"`.
-    pub fn free(&self, limiter: &Limiter, peer: &str, target: Target<'_>, cost: u64, now: Option<u64>) -> Result<()> {
+    pub fn release(
+        &self,
+        limiter: &Limiter,
+        peer: &str,
+        target: Target<'_>,
+        cost: u64,
+        now: Option<u64>,
+    ) -> Result<()> {
         if let Routed::Limited(key) = limiter.route_remote(peer, target)? {
             if key.limits.iter().any(crate::algorithm::Limit::is_concurrency) {
                 let prefix = format!("{}:", self.node);
-                self.give_back(&key, peer, &script::free_arguments(&key, cost, self.leases(&prefix), now))?;
+                self.give_back(&key, peer, &script::release_arguments(&key, cost, self.leases(&prefix), now))?;
             }
         }
         Ok(())
@@ -294,9 +302,10 @@ impl Backend {
         script::Leases { prefix, ttl_ms }
     }
 
-    /// Runs a refund; false when Redis could not answer (and `on_error` is not `raise`).
+    /// Runs a give-back (a reduction, a refund or a release); false when Redis could not answer (and
+    /// `on_error` is not `raise`).
     ///
-    /// A refund's failure is counted as an error but moves no health: its callers have no outcome to log
+    /// A give-back's failure is counted as an error but moves no health: its callers have no answer to log
     /// an outage with, and the decisions around it begin and end the outage (logged once each).
     fn give_back(&self, key: &RemoteKey, peer: &str, args: &[String]) -> Result<bool> {
         match self.client.run(&self.keys(peer, key), args) {
@@ -358,19 +367,19 @@ impl Backend {
         limiter: &Limiter,
         call: &Call,
         reply: std::result::Result<Vec<String>, Failure>,
-    ) -> Result<Outcome> {
+    ) -> Result<Answer> {
         let parsed = reply.and_then(|reply| script::parse_reply(&call.key, &reply).map_err(|e| Failure(e.to_string())));
         match parsed {
             Ok((verdict, reports)) => {
                 let recovered = self.answered(call.health);
                 let decision = limiter.record_remote(&call.peer, &call.key, verdict, reports, call.request);
-                Ok(Outcome { decision, outage_began: None, recovered })
+                Ok(Answer { decision, outage_began: None, recovered })
             }
             Err(failure) => {
                 let began = self.failed(call.health);
                 let outage_began = began.then(|| failure.to_string());
                 let decision = self.fallback(limiter, call, failure)?;
-                Ok(Outcome { decision, outage_began, recovered: false })
+                Ok(Answer { decision, outage_began, recovered: false })
             }
         }
     }

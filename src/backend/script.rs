@@ -111,7 +111,7 @@ pub fn check_limit(limit: &Limit) -> Result<()> {
 /// how long a lease lives.
 #[derive(Debug, Clone, Copy)]
 pub struct Leases<'a> {
-    /// `"<node>:<n>"` for an acquisition, `"<node>:"` to free this node's permits.
+    /// `"<node>:<n>"` for an acquisition, `"<node>:"` to release this node's permits.
     pub prefix: &'a str,
     pub ttl_ms: u64,
 }
@@ -129,22 +129,24 @@ pub fn arguments(key: &RemoteKey, request: Request, leases: Leases<'_>, now: Opt
     encode(key, operation, request.cost, request.max_wait_ns, take, leases, now)
 }
 
-/// The script's `ARGV` to give `tokens` back: a reduction (`slot` None), or the slot of a cancelled wait:
-/// the limits it was written to (a bit each) and its instant's offset after now.
+/// The script's `ARGV` to reduce: give `tokens` back to the key's limits (seed 003's manual reduction).
 #[must_use]
-pub fn refund_arguments(key: &RemoteKey, tokens: u64, slot: Option<(u64, u64)>, now: Option<u64>) -> Vec<String> {
-    let none = Leases { prefix: "", ttl_ms: 0 };
-    match slot {
-        None => encode(key, "refund", tokens, 0, "rates", none, now),
-        Some((written, at)) => encode(key, &format!("release:{written}"), tokens, at, "rates", none, now),
-    }
+pub fn reduce_arguments(key: &RemoteKey, tokens: u64, now: Option<u64>) -> Vec<String> {
+    encode(key, "reduce", tokens, 0, "rates", Leases { prefix: "", ttl_ms: 0 }, now)
 }
 
-/// The script's `ARGV` to give back `cost` of this node's concurrency permits (`leases.prefix` names
+/// The script's `ARGV` to refund the slot of a cancelled wait: `written`, the limits it was written to
+/// (a bit each), and `at`, its instant's offset after now.
+#[must_use]
+pub fn refund_arguments(key: &RemoteKey, cost: u64, (written, at): (u64, u64), now: Option<u64>) -> Vec<String> {
+    encode(key, &format!("refund:{written}"), cost, at, "rates", Leases { prefix: "", ttl_ms: 0 }, now)
+}
+
+/// The script's `ARGV` to release `cost` of this node's concurrency permits (`leases.prefix` names
 /// the node).
 #[must_use]
-pub fn free_arguments(key: &RemoteKey, cost: u64, leases: Leases<'_>, now: Option<u64>) -> Vec<String> {
-    encode(key, "free", cost, 0, "permits", leases, now)
+pub fn release_arguments(key: &RemoteKey, cost: u64, leases: Leases<'_>, now: Option<u64>) -> Vec<String> {
+    encode(key, "release", cost, 0, "permits", leases, now)
 }
 
 fn encode(

@@ -45,14 +45,14 @@ pub struct KeyStates<'k> {
     pub now: u64,
 }
 
-/// What a decision came to.
-struct Verdict {
+/// What the in-memory limits judged of one request (the backend's counterpart: `remote::Verdict`).
+struct Judgement {
     outcome: Outcome,
     receipt: Receipt,
     refused_by: Option<Refusal>,
 }
 
-impl Verdict {
+impl Judgement {
     const fn refused(retry_ns: u64, by: Refusal) -> Self {
         Self {
             outcome: Outcome::refused(retry_ns),
@@ -162,27 +162,27 @@ impl Limiter {
         let (index, base, peer_hash) = (key.index, key.base, held.peer_hash);
         let (_, group, shard) = held.key_parts(key);
         let mut states = KeyStates { shard, group, base, now };
-        let verdict = states.decide(quota.as_ref(), request);
+        let judgement = states.decide(quota.as_ref(), request);
         let data = &mut states.shard.data;
         if request.take == Take::Permits {
-            data.record_permits(group.id, peer, peer_hash, verdict.outcome.allowed);
+            data.record_permits(group.id, peer, peer_hash, judgement.outcome.allowed);
         } else {
-            data.record_decision(group.id, peer, peer_hash, verdict.outcome.allowed, verdict.receipt.wait_ns);
+            data.record_decision(group.id, peer, peer_hash, judgement.outcome.allowed, judgement.receipt.wait_ns);
         }
-        if self.track_usage && verdict.outcome.allowed && request.take != Take::Permits {
+        if self.track_usage && judgement.outcome.allowed && request.take != Take::Permits {
             let pending =
                 data.pending.entry(base).or_insert_with(|| Pending { peer: peer.into(), group: group.id, units: 0 });
             pending.units = pending.units.saturating_add(request.cost);
         }
-        let report = request.report.then(|| states.report(&group.limits_with(quota), verdict.refused_by));
+        let report = request.report.then(|| states.report(&group.limits_with(quota), judgement.refused_by));
         Decision {
             route: Route::Group(index),
             group: Some(group.id),
-            outcome: verdict.outcome,
-            refused_by: verdict.refused_by,
+            outcome: judgement.outcome,
+            refused_by: judgement.refused_by,
             report,
             now,
-            receipt: verdict.receipt,
+            receipt: judgement.receipt,
         }
     }
 
@@ -217,17 +217,17 @@ impl KeyStates<'_> {
     /// Decides `request` under the group's limits, `quota` replacing the first rate limit.
     #[allow(clippy::inline_always)]
     #[inline(always)]
-    fn decide(&mut self, quota: Option<&Limit>, request: Request) -> Verdict {
+    fn decide(&mut self, quota: Option<&Limit>, request: Request) -> Judgement {
         if self.group.simple && request.take != Take::Permits {
             // A simple group's only limit is its first rate limit: the one a quota replaces.
             let limit = quota.unwrap_or(&self.group.limits[0]);
             match self.decide_simple(limit, request.cost) {
                 Ok(()) => {
                     let receipt = Receipt { limits: 1, at: self.now, wait_ns: 0, permits: false };
-                    return Verdict { outcome: Outcome::admitted(0), receipt, refused_by: None };
+                    return Judgement { outcome: Outcome::admitted(0), receipt, refused_by: None };
                 }
                 // Refused, and the caller cannot wait that long: no second evaluation.
-                Err(retry) if retry > request.max_wait_ns => return Verdict::refused(retry, Refusal::Rate),
+                Err(retry) if retry > request.max_wait_ns => return Judgement::refused(retry, Refusal::Rate),
                 Err(_) => {}
             }
         }
@@ -256,7 +256,7 @@ impl KeyStates<'_> {
 
     /// Every limit the request takes, at `now`, or for a waiter at the first instant all admit.
     #[inline(never)]
-    fn decide_group(&mut self, limits: &[Limit], request: Request) -> Verdict {
+    fn decide_group(&mut self, limits: &[Limit], request: Request) -> Judgement {
         let mut wait = 0u64;
         for _ in 0..MAX_ATTEMPTS {
             let at = self.now.saturating_add(wait);
@@ -264,22 +264,22 @@ impl KeyStates<'_> {
                 Ok(admits) => {
                     let mut receipt = self.commit(limits, &admits, at);
                     receipt.wait_ns = wait;
-                    return Verdict { outcome: Outcome::admitted(wait), receipt, refused_by: None };
+                    return Judgement { outcome: Outcome::admitted(wait), receipt, refused_by: None };
                 }
                 // Never (cost above a burst), or a concurrency gate: waiting does not help.
                 Err(refused) if refused.retry_ns == u64::MAX || refused.by == Refusal::Concurrency => {
-                    return Verdict::refused(refused.retry_ns, refused.by);
+                    return Judgement::refused(refused.retry_ns, refused.by);
                 }
                 Err(refused) => {
                     let total = wait.saturating_add(refused.retry_ns);
                     if total > request.max_wait_ns {
-                        return Verdict::refused(total, Refusal::Rate);
+                        return Judgement::refused(total, Refusal::Rate);
                     }
                     wait = total;
                 }
             }
         }
-        Verdict::refused(wait, Refusal::Rate)
+        Judgement::refused(wait, Refusal::Rate)
     }
 
     /// The admissions of the limits `take` names at `at`, or what refused and when to retry.

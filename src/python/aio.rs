@@ -13,7 +13,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use pyo3::prelude::*;
 
-use crate::backend::Outcome;
+use crate::backend::Answer;
 use crate::error::Error;
 
 /// A reply for the loop to hand to its future: the limiter that asked (to build the Python values), the
@@ -21,7 +21,7 @@ use crate::error::Error;
 pub struct Completion {
     pub limiter: Py<super::PyLimiter>,
     pub future: Py<PyAny>,
-    pub outcome: Result<Outcome, Error>,
+    pub answer: Result<Answer, Error>,
 }
 
 /// The queue and the pipe's write end, shared with the client's runtime.
@@ -73,7 +73,7 @@ impl PyCompletions {
         let completions = std::mem::take(&mut *self.sender.queue.lock());
         for completion in completions {
             let limiter = completion.limiter.get();
-            let settled = limiter.settle(py, completion.future.bind(py), completion.outcome);
+            let settled = limiter.settle(py, completion.future.bind(py), completion.answer);
             if let Err(e) = settled {
                 e.write_unraisable(py, None);
             }

@@ -17,7 +17,7 @@ use super::values::{
 };
 use crate::backend::client::Client;
 use crate::backend::sync::Syncer;
-use crate::backend::{reset_failed, script, Backend, Outcome, Prepared};
+use crate::backend::{reset_failed, script, Answer, Backend, Prepared};
 use crate::clock::Clock;
 use crate::config::{Config, RuleSpec, RulesConfig};
 use crate::error::Error;
@@ -29,15 +29,15 @@ use crate::rules::{Route, MAX_GROUP_NAMES};
 const NAMES_PER_CHUNK: usize = 64;
 
 /// An outage of the backend, logged when it begins and when it ends (not at every decision).
-fn log_outage(py: Python<'_>, backend: &Backend, outcome: &Outcome) {
-    if let Some(reason) = &outcome.outage_began {
+fn log_outage(py: Python<'_>, backend: &Backend, answer: &Answer) {
+    if let Some(reason) = &answer.outage_began {
         let policy = backend.settings().on_error.name();
         let message = format!(
             "ratekeeper: the Redis backend is unavailable ({reason}); on_error='{policy}' decides until it answers again"
         );
         log(py, "warning", &message);
     }
-    if outcome.recovered {
+    if answer.recovered {
         log(py, "warning", "ratekeeper: the Redis backend answers again; decisions are made in Redis");
     }
 }
@@ -183,9 +183,9 @@ impl PyLimiter {
         self.wait_first_fetch(py, peer, target);
         // A ManualClock limiter decides at its clock's time; otherwise Redis's clock decides.
         let now = self.clock.as_ref().map(|_| self.inner.now_ns());
-        let outcome = py.detach(|| backend.decide(&self.inner, peer, target, request, now))?;
-        log_outage(py, backend, &outcome);
-        Ok(outcome.decision)
+        let answer = py.detach(|| backend.decide(&self.inner, peer, target, request, now))?;
+        log_outage(py, backend, &answer);
+        Ok(answer.decision)
     }
 
     /// A decision where the states live: the backend, else this process.
@@ -216,17 +216,15 @@ impl PyLimiter {
     ///
     /// # Errors
     /// The future's methods raised (a closed loop).
-    pub fn settle(&self, py: Python<'_>, future: &Bound<'_, PyAny>, outcome: Result<Outcome, Error>) -> PyResult<()> {
-        if let (Ok(outcome), Some(backend)) = (&outcome, &self.backend) {
-            log_outage(py, backend, outcome);
+    pub fn settle(&self, py: Python<'_>, future: &Bound<'_, PyAny>, answer: Result<Answer, Error>) -> PyResult<()> {
+        if let (Ok(answer), Some(backend)) = (&answer, &self.backend) {
+            log_outage(py, backend, answer);
         }
         if future.call_method0(intern!(py, "done"))?.is_truthy()? {
             return Ok(());
         }
-        match outcome {
-            Ok(outcome) => {
-                future.call_method1(intern!(py, "set_result"), (self.reservation(py, &outcome.decision)?,))?
-            }
+        match answer {
+            Ok(answer) => future.call_method1(intern!(py, "set_result"), (self.reservation(py, &answer.decision)?,))?,
             Err(error) => future.call_method1(intern!(py, "set_exception"), (PyErr::from(error).into_value(py),))?,
         };
         Ok(())
@@ -450,13 +448,13 @@ impl PyLimiter {
         let Some(backend) = &this.backend else {
             // Decided here (no backend, or sync mode's local decisions): no I/O, the future completes now.
             let decision = this.inner.decide(peer, target, request)?;
-            return this.settle(py, future, Ok(Outcome { decision, outage_began: None, recovered: false }));
+            return this.settle(py, future, Ok(Answer { decision, outage_began: None, recovered: false }));
         };
         let now = this.clock.as_ref().map(|_| this.inner.now_ns());
         let call = match backend.prepare(&this.inner, peer, target, request, now)? {
             Prepared::Done(decision) => {
-                let outcome = Outcome { decision, outage_began: None, recovered: false };
-                return this.settle(py, future, Ok(outcome));
+                let answer = Answer { decision, outage_began: None, recovered: false };
+                return this.settle(py, future, Ok(answer));
             }
             Prepared::Call(call) => call,
         };
@@ -465,11 +463,11 @@ impl PyLimiter {
         backend.send(call, move |call, reply| {
             // On the client's runtime thread, without the GIL: a frozen pyclass is read as is.
             let limiter = owner.get();
-            let outcome = match &limiter.backend {
+            let answer = match &limiter.backend {
                 Some(backend) => backend.finish(&limiter.inner, &call, reply),
                 None => Err(Error::value("backend", "this limiter has no backend")),
             };
-            sender.send(Completion { limiter: owner, future, outcome });
+            sender.send(Completion { limiter: owner, future, answer });
         });
         Ok(())
     }
@@ -489,7 +487,7 @@ impl PyLimiter {
         let receipt = reservation.get().receipt;
         if let Some(backend) = &self.backend {
             let now = self.clock.as_ref().map(|_| self.inner.now_ns());
-            return Ok(py.detach(|| backend.release(&self.inner, peer, target, cost.0, receipt, now))?);
+            return Ok(py.detach(|| backend.refund(&self.inner, peer, target, cost.0, receipt, now))?);
         }
         Ok(self.inner.refund(peer, target, cost.0, receipt)?)
     }
@@ -511,6 +509,7 @@ impl PyLimiter {
         Ok(self.decision(py, &decision))
     }
 
+    /// Releases `cost` of the concurrency permits `_acquire` took (a request ended).
     #[pyo3(signature = (peer, path, group, cost))]
     fn _release(
         &self,
@@ -523,7 +522,7 @@ impl PyLimiter {
         let (peer, target) = (text("peer", peer)?, target(path, group)?);
         if let Some(backend) = &self.backend {
             let now = self.clock.as_ref().map(|_| self.inner.now_ns());
-            return Ok(py.detach(|| backend.free(&self.inner, peer, target, cost.0, now))?);
+            return Ok(py.detach(|| backend.release(&self.inner, peer, target, cost.0, now))?);
         }
         Ok(self.inner.release(peer, target, cost.0)?)
     }
