@@ -19,44 +19,187 @@ struct Run {
     end: u64,
 }
 
-/// A key's admissions as runs in stamp order (stamps after now are waiters' reservations).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Log {
-    runs: VecDeque<Run>,
-    /// The units counted before the first run (those dropped from the front).
-    start: u64,
+/// A key's admissions in stamp order (stamps after now are waiters' reservations): one stamp per
+/// admission while every admission is of one unit (8 bytes each, the common case), runs of (stamp,
+/// units) from the first admission of more.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Log {
+    Stamps(VecDeque<u64>),
+    Runs(Runs),
+}
+
+impl Default for Log {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl Log {
     #[must_use]
     pub const fn new() -> Self {
-        Self { runs: VecDeque::new(), start: 0 }
+        Self::Stamps(VecDeque::new())
     }
 
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.runs.is_empty()
+        match self {
+            Self::Stamps(stamps) => stamps.is_empty(),
+            Self::Runs(runs) => runs.is_empty(),
+        }
     }
 
-    /// Heap bytes of the runs' buffer.
+    /// Heap bytes of the stamps' or runs' buffer.
     #[must_use]
     pub fn heap_bytes(&self) -> usize {
-        self.runs.capacity() * std::mem::size_of::<Run>()
+        match self {
+            Self::Stamps(stamps) => stamps.capacity() * std::mem::size_of::<u64>(),
+            Self::Runs(runs) => runs.heap_bytes(),
+        }
     }
 
     pub fn shrink_to_fit(&mut self) {
-        self.runs.shrink_to_fit();
+        match self {
+            Self::Stamps(stamps) => stamps.shrink_to_fit(),
+            Self::Runs(runs) => runs.shrink_to_fit(),
+        }
     }
 
     /// Units in the log.
     #[must_use]
     pub fn units(&self) -> u64 {
+        match self {
+            Self::Stamps(stamps) => stamps.len() as u64,
+            Self::Runs(runs) => runs.units(),
+        }
+    }
+
+    /// The newest stamp.
+    #[must_use]
+    pub fn last_at(&self) -> Option<u64> {
+        match self {
+            Self::Stamps(stamps) => stamps.back().copied(),
+            Self::Runs(runs) => runs.last_at(),
+        }
+    }
+
+    /// Units from entry `index` on.
+    fn units_from(&self, index: usize) -> u64 {
+        match self {
+            Self::Stamps(stamps) => (stamps.len() - index) as u64,
+            Self::Runs(runs) => runs.units_from(index),
+        }
+    }
+
+    /// The index of the first entry whose stamp is not `before`.
+    fn first_where(&self, before: impl Fn(u64) -> bool) -> usize {
+        match self {
+            Self::Stamps(stamps) => stamps.partition_point(|&t| before(t)),
+            Self::Runs(runs) => runs.first_where(before),
+        }
+    }
+
+    /// The stamp of the `n`-th unit (from 1) counted from entry `index`.
+    fn stamp_of_unit(&self, index: usize, n: u64) -> u64 {
+        match self {
+            Self::Stamps(stamps) => {
+                let offset = usize::try_from(n.saturating_sub(1)).unwrap_or(usize::MAX);
+                stamps[index.saturating_add(offset).min(stamps.len() - 1)]
+            }
+            Self::Runs(runs) => runs.stamp_of_unit(index, n),
+        }
+    }
+
+    fn drop_front(&mut self, count: usize) {
+        match self {
+            Self::Stamps(stamps) => {
+                stamps.drain(..count);
+            }
+            Self::Runs(runs) => runs.drop_front(count),
+        }
+    }
+
+    /// Adds `units` stamped `at`, in stamp order.
+    pub fn insert(&mut self, at: u64, units: u64) {
+        match self {
+            Self::Stamps(stamps) if units == 1 => {
+                if stamps.back().is_none_or(|&last| last <= at) {
+                    stamps.push_back(at);
+                } else {
+                    let position = stamps.partition_point(|&t| t <= at);
+                    stamps.insert(position, at);
+                }
+            }
+            Self::Stamps(_) if units == 0 => {}
+            Self::Stamps(stamps) => {
+                let mut runs = Runs::from_stamps(std::mem::take(stamps));
+                runs.insert(at, units);
+                *self = Self::Runs(runs);
+            }
+            Self::Runs(runs) => runs.insert(at, units),
+        }
+    }
+
+    /// Removes up to `units` stamped `at`; returns how many it removed.
+    fn remove_at(&mut self, at: u64, units: u64) -> u64 {
+        match self {
+            Self::Stamps(stamps) => {
+                let (low, high) = (stamps.partition_point(|&t| t < at), stamps.partition_point(|&t| t <= at));
+                let taken = (high - low).min(usize::try_from(units).unwrap_or(usize::MAX));
+                stamps.drain(high - taken..high);
+                taken as u64
+            }
+            Self::Runs(runs) => runs.remove_at(at, units),
+        }
+    }
+
+    /// Removes the newest `units` (all of them if fewer), whatever `units`.
+    fn remove_newest(&mut self, units: u64) {
+        match self {
+            Self::Stamps(stamps) => {
+                let taken = stamps.len().min(usize::try_from(units).unwrap_or(usize::MAX));
+                stamps.truncate(stamps.len() - taken);
+            }
+            Self::Runs(runs) => runs.remove_newest(units),
+        }
+    }
+}
+
+/// Admissions as runs: one per stamp, with the units counted from the log's origin through it, so
+/// that counting the units after any stamp is a binary search.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Runs {
+    runs: VecDeque<Run>,
+    /// The units counted before the first run (those dropped from the front).
+    start: u64,
+}
+
+impl Runs {
+    /// The runs of one-unit stamps (equal stamps merged).
+    fn from_stamps(stamps: VecDeque<u64>) -> Self {
+        let mut runs = Self::default();
+        for at in stamps {
+            runs.insert(at, 1);
+        }
+        runs
+    }
+
+    fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.runs.capacity() * std::mem::size_of::<Run>()
+    }
+
+    fn shrink_to_fit(&mut self) {
+        self.runs.shrink_to_fit();
+    }
+
+    fn units(&self) -> u64 {
         self.end() - self.start
     }
 
-    /// The stamp of the newest run.
-    #[must_use]
-    pub fn last_at(&self) -> Option<u64> {
+    fn last_at(&self) -> Option<u64> {
         self.runs.back().map(|r| r.at)
     }
 
@@ -97,7 +240,7 @@ impl Log {
     }
 
     /// Adds `units` stamped `at`, in stamp order (one run per stamp).
-    pub fn insert(&mut self, at: u64, units: u64) {
+    fn insert(&mut self, at: u64, units: u64) {
         if units == 0 {
             return;
         }
@@ -319,5 +462,25 @@ mod tests {
         assert_eq!(h.report(3_000 * MS).remaining, 2);
         assert_eq!(h.report(10_000 * MS).remaining, 5);
         assert_eq!(h.report(11_000 * MS).remaining, 7);
+    }
+
+    #[test]
+    fn one_unit_admissions_stay_stamps_until_a_heavier_one_turns_the_log_into_runs() {
+        let mut h = Harness::new("10/10s", None, Kind::SlidingLog);
+        for ms in [0, 0, 1_000, 2_000] {
+            assert!(h.decide(ms * MS, 1).allowed);
+        }
+        assert!(matches!(h.log, super::Log::Stamps(_)));
+        assert_eq!(h.log.heap_bytes() % 8, 0);
+        // A cancelled wait at 1 s and a reduction of the newest, on stamps.
+        h.refund(2_000 * MS, 1_000 * MS, 1);
+        h.state = h.limit.reduce(&h.state, &mut h.log, 2_000 * MS, 1);
+        assert_eq!(h.log.units(), 2);
+        assert!(h.decide(3_000 * MS, 5).allowed);
+        assert!(matches!(h.log, super::Log::Runs(_)));
+        // 2 stamped at 0 and 5 at 3 s: 3 fit now, 5 more once the two of 0 s leave at 10 s.
+        assert_eq!(h.report(3_000 * MS).remaining, 3);
+        assert_eq!(h.decide(3_000 * MS, 5).retry_after_ns, 7_000 * MS);
+        assert_eq!(h.report(10_000 * MS).remaining, 5);
     }
 }
