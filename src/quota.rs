@@ -126,7 +126,7 @@ pub struct QuotaSlot {
     pub failures: u32,
     pub since: u64,
     /// When to fetch next (TTL or backoff); while a worker runs the fetch, its deadline; while the fetch
-    /// waits in the queue, [`QUEUED`]: `quota_timeout` counts from when a worker starts it.
+    /// waits in the queue, [`QUEUED`]: the quota timeout (`Quotas(timeout=)`) counts from when a worker starts it.
     pub next_at: u64,
 }
 
@@ -278,7 +278,7 @@ pub struct FetchJob {
     pub peer: String,
     pub group: String,
     pub token: u32,
-    /// When a worker took it: `quota_timeout` counts from there, in real time (the limiter's clock
+    /// When a worker took it: the quota timeout (`Quotas(timeout=)`) counts from there, in real time (the limiter's clock
     /// may be a manual one, while the provider's I/O takes real time).
     pub taken: Option<Instant>,
 }

@@ -132,7 +132,7 @@ class QuotaWorkers:
 
     def _fetch(self, limiter: Limiter, job: _FetchJob) -> tuple[Any, BaseException | None]:
         """Calls the provider: (its answer, or what it raised). An async one is waited for only as long
-        as the job's ``quota_timeout`` leaves."""
+        as the job's quota timeout (``Quotas(timeout=)``) leaves."""
         try:
             answer = self._provider(job.peer, job.group)
             if inspect.isawaitable(answer):

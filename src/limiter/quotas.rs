@@ -26,7 +26,7 @@ pub enum Answer {
 impl Limiter {
     /// The quota in force for `key` (`None`: the rule's own limit). With `fetch_for` (the key's peer), a
     /// key that needs one (new, expired, backed off long enough) gets a fetch queued, and a fetch that a
-    /// worker started longer than `quota_timeout` ago is failed (a queued one has no deadline yet).
+    /// worker started longer than the quota timeout (`Quotas(timeout=)`) ago is failed (a queued one has no deadline yet).
     #[inline]
     pub(super) fn quota_of(&self, held: &mut Held<'_>, key: Key, now: u64, fetch_for: Option<&str>) -> Option<Limit> {
         if !self.quotas_active.load(Ordering::Relaxed) {
@@ -205,7 +205,7 @@ impl Limiter {
         &self.fetches
     }
 
-    /// A worker starts `job`: its `quota_timeout` counts from now, on the limiter's clock for the
+    /// A worker starts `job`: its the quota timeout (`Quotas(timeout=)`) counts from now, on the limiter's clock for the
     /// key's next uses (as the worker counts it in real time). False when the job is no longer wanted
     /// (`set_quota` superseded it, the key was reset): the worker skips the provider.
     pub fn start_fetch(&self, job: &FetchJob) -> bool {
@@ -222,7 +222,7 @@ impl Limiter {
         }
     }
 
-    /// Hands back the answer to `job`. An answer that comes after `quota_timeout` (counted from when a
+    /// Hands back the answer to `job`. An answer that comes after the quota timeout (`Quotas(timeout=)`) (counted from when a
     /// worker took the job) is a failure. The worker then calls `fetches().done()`, once it has logged
     /// what it must: `wait_quotas` returns when every job is done.
     pub fn finish_fetch(&self, job: &FetchJob, answer: Answer) -> Landing {
@@ -232,7 +232,7 @@ impl Limiter {
         let timeout = Duration::from_nanos(self.quotas.timeout_ns);
         let answer = match job.taken.map(|taken| taken.elapsed()) {
             Some(took) if took > timeout => Answer::Failed(Some(format!(
-                "answered after {:.3} s, over quota_timeout ({} s)",
+                "answered after {:.3} s, over Quotas(timeout={})",
                 took.as_secs_f64(),
                 timeout.as_secs_f64()
             ))),
@@ -404,7 +404,7 @@ mod tests {
     fn a_queued_fetch_has_no_deadline_until_a_worker_starts_it() {
         let (lim, clock) = limiter("60/min", Some("5/min"));
         decide(&lim, "a", None, 1, 0, false);
-        // Long past quota_timeout and any backoff, the job still waits: no failure, no second job.
+        // Long past the quota timeout and any backoff, the job still waits: no failure, no second job.
         for _ in 0..5 {
             clock.advance_ns(10 * S);
             decide(&lim, "a", None, 1, 0, false);
@@ -412,7 +412,7 @@ mod tests {
         let (info, _) = lim.quota("a", "g").unwrap();
         assert_eq!((info.fetching, info.failures), (true, 0));
         assert_eq!(lim.fetches().load(), (1, 0));
-        // Started now: its deadline is quota_timeout from here.
+        // Started now: its deadline is the quota timeout from here.
         let job = take(&lim).unwrap();
         clock.advance_ns(5 * S - 1);
         decide(&lim, "a", None, 1, 0, false);

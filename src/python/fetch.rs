@@ -72,7 +72,7 @@ pub struct PyFetchResult {
     warning: Option<String>,
 }
 
-/// How long a worker may wait for the provider's answer to `job` (`quota_timeout` counted from when
+/// How long a worker may wait for the provider's answer to `job` (the quota timeout (`Quotas(timeout=)`) counted from when
 /// the job was taken), in seconds.
 pub fn time_left(limiter: &Limiter, job: &FetchJob) -> f64 {
     let timeout = Duration::from_nanos(limiter.quota_settings().timeout_ns);

@@ -806,7 +806,7 @@ impl PyLimiter {
         PyFetchQueue { inner: Arc::clone(self.inner.fetches()) }
     }
 
-    /// A worker starts `job` (its `quota_timeout` counts from now); False: no longer wanted, skip it.
+    /// A worker starts `job` (its quota timeout counts from now); False: no longer wanted, skip it.
     fn _start_fetch(&self, job: &Bound<'_, PyFetchJob>) -> bool {
         self.inner.start_fetch(&job.get().job)
     }
