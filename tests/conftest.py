@@ -9,6 +9,7 @@ import contextlib
 import os
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import ratekeeper as rk
@@ -37,6 +38,15 @@ def clock() -> rk.ManualClock:
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """One real redis-server for the session (tests keep apart by key prefix)."""
     server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def own_redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A redis-server of this test's own, to restart, stop or pause (the shared one must stay up)."""
+    server = RedisServer(tmp_path)
     server.start()
     yield server
     server.stop()

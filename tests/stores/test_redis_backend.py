@@ -26,15 +26,6 @@ def client(redis_server: RedisServer) -> Iterator[redis.Redis]:
         yield connection
 
 
-@pytest.fixture
-def outage_server(tmp_path: Path) -> Iterator[RedisServer]:
-    """A redis-server of this test's own, to stop and start again."""
-    server = RedisServer(tmp_path)
-    server.start()
-    yield server
-    server.stop()
-
-
 def test_keys_share_a_hash_tag_and_expire_when_idle(
     redis_server: RedisServer, redis_prefix: str, client: redis.Redis
 ) -> None:
@@ -81,11 +72,11 @@ def test_a_limit_is_shared_by_two_limiters(redis_server: RedisServer, redis_pref
     [("allow", [True, True, True]), ("deny", [False, False, False]), ("local", [True, False, False])],
 )
 def test_an_outage_is_decided_by_on_error_then_redis_decides_again(
-    outage_server: RedisServer, on_error: str, expected: list[bool], caplog: pytest.LogCaptureFixture
+    own_redis_server: RedisServer, on_error: str, expected: list[bool], caplog: pytest.LogCaptureFixture
 ) -> None:
-    lim = rk.Limiter("1/min", backend=rk.Redis(outage_server.url, on_error=on_error, timeout=0.05))  # type: ignore[arg-type]
+    lim = rk.Limiter("1/min", backend=rk.Redis(own_redis_server.url, on_error=on_error, timeout=0.05))  # type: ignore[arg-type]
     assert lim.allow("carol")
-    outage_server.stop()
+    own_redis_server.stop()
     with caplog.at_level(logging.WARNING, logger="ratekeeper"):
         assert [lim.allow("dave") for _ in range(3)] == expected
     assert lim.backend_errors == (3, True)
@@ -94,7 +85,7 @@ def test_an_outage_is_decided_by_on_error_then_redis_decides_again(
     assert [r.getMessage() for r in caplog.records].count(caplog.records[0].getMessage()) == 1
     assert "unavailable" in caplog.records[0].getMessage()
     assert f"on_error={on_error!r}" in caplog.records[0].getMessage()
-    outage_server.start()
+    own_redis_server.start()
     # Decisions go back to Redis once the client reconnects (it leaves a failed server alone for a
     # quarter of a second): polled, bounded.
     deadline = time.monotonic() + 10
@@ -107,10 +98,10 @@ def test_an_outage_is_decided_by_on_error_then_redis_decides_again(
     assert any("answers again" in r.getMessage() for r in caplog.records)
 
 
-def test_raise_reports_the_outage_to_the_caller(outage_server: RedisServer) -> None:
-    lim = rk.Limiter("1/min", backend=rk.Redis(outage_server.url, on_error="raise", timeout=0.05))
-    outage_server.stop()
-    with pytest.raises(rk.BackendUnavailable, match=f"127.0.0.1:{outage_server.port}") as error:
+def test_raise_reports_the_outage_to_the_caller(own_redis_server: RedisServer) -> None:
+    lim = rk.Limiter("1/min", backend=rk.Redis(own_redis_server.url, on_error="raise", timeout=0.05))
+    own_redis_server.stop()
+    with pytest.raises(rk.BackendUnavailable, match=f"127.0.0.1:{own_redis_server.port}") as error:
         lim.allow("erin")
     assert isinstance(error.value, ConnectionError)
 
@@ -234,13 +225,13 @@ async def test_async_and_blocking_calls_agree(redis_server: RedisServer, redis_p
 
 
 @pytest.mark.asyncio
-async def test_an_async_outage_follows_on_error(outage_server: RedisServer) -> None:
-    lim = rk.Limiter("5/min", backend=rk.Redis(outage_server.url, on_error="raise", timeout=0.05))
+async def test_an_async_outage_follows_on_error(own_redis_server: RedisServer) -> None:
+    lim = rk.Limiter("5/min", backend=rk.Redis(own_redis_server.url, on_error="raise", timeout=0.05))
     assert await lim.aallow("hank")
-    outage_server.stop()
+    own_redis_server.stop()
     with pytest.raises(rk.BackendUnavailable):
         await lim.acheck("hank")
-    local = rk.Limiter("1/min", backend=rk.Redis(outage_server.url, on_error="local", timeout=0.05))
+    local = rk.Limiter("1/min", backend=rk.Redis(own_redis_server.url, on_error="local", timeout=0.05))
     assert [await local.aallow("ivan") for _ in range(2)] == [True, False]
 
 

@@ -13,7 +13,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 import ratekeeper as rk
@@ -23,15 +22,6 @@ from _redis import FakeServer, RedisServer, functions_not_loaded_answer, http_an
 # (thread wake-ups, the GIL), not a second wait: the old client took 2-4x the timeout.
 TIMEOUT = 0.2
 BOUND = TIMEOUT + 0.15
-
-
-@pytest.fixture
-def own_server(tmp_path: Path) -> Iterator[RedisServer]:
-    """A redis-server of this test's own, to restart, stop or pause."""
-    server = RedisServer(tmp_path)
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture
@@ -63,13 +53,13 @@ def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 def test_a_restart_while_idle_costs_blocking_callers_nothing(
-    own_server: RedisServer, caplog: pytest.LogCaptureFixture
+    own_redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    lim = rk.Limiter("1000/s", backend=rk.Redis(own_server.url, on_error="raise", timeout=1.0))
+    lim = rk.Limiter("1000/s", backend=rk.Redis(own_redis_server.url, on_error="raise", timeout=1.0))
     # Four threads at once leave four connections in the pool, all dead after the restart.
     with ThreadPoolExecutor(4) as pool:
         assert all(pool.map(lambda _: lim.allow("warm"), range(40)))
-    own_server.restart()
+    own_redis_server.restart()
     with caplog.at_level(logging.WARNING, logger="ratekeeper"), ThreadPoolExecutor(4) as pool:
         # A dead pooled connection is replaced and the decision sent again, not failed.
         assert all(pool.map(lambda _: lim.allow("after"), range(40)))
@@ -80,11 +70,11 @@ def test_a_restart_while_idle_costs_blocking_callers_nothing(
 
 @pytest.mark.asyncio
 async def test_a_restart_while_idle_costs_asyncio_callers_nothing(
-    own_server: RedisServer, caplog: pytest.LogCaptureFixture
+    own_redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    lim = rk.Limiter("1000/s", backend=rk.Redis(own_server.url, on_error="raise", timeout=1.0))
+    lim = rk.Limiter("1000/s", backend=rk.Redis(own_redis_server.url, on_error="raise", timeout=1.0))
     assert all(await asyncio.gather(*(lim.aallow("warm") for _ in range(64))))
-    own_server.restart()
+    own_redis_server.restart()
     with caplog.at_level(logging.WARNING, logger="ratekeeper"):
         assert all(await asyncio.gather(*(lim.aallow("after") for _ in range(64))))
     stats = lim.stats()
@@ -95,18 +85,18 @@ async def test_a_restart_while_idle_costs_asyncio_callers_nothing(
 # A stalled server: one deadline over connect, setup and the command -------------------------------
 
 
-def test_a_stalled_server_fails_blocking_decisions_within_the_timeout(own_server: RedisServer) -> None:
-    warm = rk.Limiter("100/s", backend=rk.Redis(own_server.url, on_error="deny", timeout=TIMEOUT))
+def test_a_stalled_server_fails_blocking_decisions_within_the_timeout(own_redis_server: RedisServer) -> None:
+    warm = rk.Limiter("100/s", backend=rk.Redis(own_redis_server.url, on_error="deny", timeout=TIMEOUT))
     assert warm.allow("a")
-    with paused(own_server):
+    with paused(own_redis_server):
         # A pooled connection: the command's reply never comes.
         took, allowed = elapsed(lambda: warm.allow("a"))
         assert (allowed, took < BOUND) == (False, True), took
         # A new connection: the TCP handshake succeeds (the kernel answers), then nothing.
-        fresh = rk.Limiter("100/s", backend=rk.Redis(own_server.url, on_error="deny", timeout=TIMEOUT))
+        fresh = rk.Limiter("100/s", backend=rk.Redis(own_redis_server.url, on_error="deny", timeout=TIMEOUT))
         took, allowed = elapsed(lambda: fresh.allow("a"))
         assert (allowed, took < BOUND) == (False, True), took
-        raising = rk.Limiter("100/s", backend=rk.Redis(own_server.url, on_error="raise", timeout=TIMEOUT))
+        raising = rk.Limiter("100/s", backend=rk.Redis(own_redis_server.url, on_error="raise", timeout=TIMEOUT))
         started = time.monotonic()
         with pytest.raises(rk.BackendUnavailable, match="did not answer within"):
             raising.allow("a")
@@ -114,11 +104,11 @@ def test_a_stalled_server_fails_blocking_decisions_within_the_timeout(own_server
 
 
 @pytest.mark.asyncio
-async def test_a_stalled_server_fails_asyncio_decisions_within_the_timeout(own_server: RedisServer) -> None:
-    warm = rk.Limiter("100/s", backend=rk.Redis(own_server.url, on_error="deny", timeout=TIMEOUT))
+async def test_a_stalled_server_fails_asyncio_decisions_within_the_timeout(own_redis_server: RedisServer) -> None:
+    warm = rk.Limiter("100/s", backend=rk.Redis(own_redis_server.url, on_error="deny", timeout=TIMEOUT))
     assert await warm.aallow("a")
-    with paused(own_server):
-        fresh = rk.Limiter("100/s", backend=rk.Redis(own_server.url, on_error="deny", timeout=TIMEOUT))
+    with paused(own_redis_server):
+        fresh = rk.Limiter("100/s", backend=rk.Redis(own_redis_server.url, on_error="deny", timeout=TIMEOUT))
         for lim in (warm, fresh):
             started = time.monotonic()
             assert not await lim.aallow("a")
@@ -192,9 +182,9 @@ def test_an_application_without_logging_set_up_gets_nothing_on_stderr(
 
 
 def test_each_restart_under_load_is_one_outage_and_one_pair_of_warnings(
-    own_server: RedisServer, caplog: pytest.LogCaptureFixture
+    own_redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    lim = rk.Limiter("1000000/s", backend=rk.Redis(own_server.url, on_error="local", timeout=TIMEOUT))
+    lim = rk.Limiter("1000000/s", backend=rk.Redis(own_redis_server.url, on_error="local", timeout=TIMEOUT))
     stopping = threading.Event()
     decided = [0]
 
@@ -232,9 +222,9 @@ def test_each_restart_under_load_is_one_outage_and_one_pair_of_warnings(
         try:
             wait_for(decisions_flow, "decisions never flowed")
             for _ in range(restarts):
-                own_server.stop()
+                own_redis_server.stop()
                 wait_for(lambda: lim.stats()["backend_down"], "the outage was never noticed")
-                own_server.start()
+                own_redis_server.start()
                 wait_for(decisions_flow, "decisions never went back to Redis")
         finally:
             stopping.set()
