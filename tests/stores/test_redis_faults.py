@@ -232,8 +232,9 @@ def test_each_restart_under_load_is_one_outage_and_one_pair_of_warnings(
                 thread.join(timeout=30)
     assert lim.stats()["backend_outages"] == restarts
     warnings = warnings_of(caplog)
-    # Down, up, down, up...: one pair per restart, in order.
-    began = [w.startswith("ratekeeper: the Redis backend is unavailable") for w in warnings]
-    ended = [w.startswith("ratekeeper: the Redis backend answers again") for w in warnings]
-    assert began == [True, False] * restarts, warnings
-    assert ended == [False, True] * restarts, warnings
+    # One pair per restart and nothing else. The transitions are ordered (a compare-exchange on one
+    # health word), but each is logged by the thread that made it, once it holds the GIL: when Redis
+    # answers again within microseconds of failing, two threads' lines may come out swapped.
+    began = [w for w in warnings if w.startswith("ratekeeper: the Redis backend is unavailable")]
+    ended = [w for w in warnings if w.startswith("ratekeeper: the Redis backend answers again")]
+    assert (len(began), len(ended), len(warnings)) == (restarts, restarts, 2 * restarts), warnings
