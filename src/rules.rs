@@ -180,7 +180,7 @@ impl Group {
     #[inline]
     #[must_use]
     pub fn limit_key(&self, base: u64, index: usize) -> u64 {
-        crate::store::Store::<()>::related_key(base, Self::signature(index))
+        crate::state_map::StateMap::<()>::related_key(base, Self::signature(index))
     }
 
     /// The group's limits for a key whose quota is `quota` (replacing the first rate limit).

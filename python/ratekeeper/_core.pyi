@@ -3,7 +3,7 @@
 import asyncio
 import os
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Literal, final
+from typing import ClassVar, Literal, final
 
 from typing_extensions import TypeAlias, disjoint_base
 
@@ -27,6 +27,7 @@ __all__ = [
     "_FetchQueue",
     "_FetchResult",
     "_Reservation",
+    "_Take",
     "__version__",
 ]
 
@@ -353,6 +354,14 @@ class _Completions:
     def drain(self) -> None: ...
 
 @final
+class _Take:
+    """What a decision takes of a group's limits (the private protocol's enum)."""
+
+    RATES: ClassVar[_Take]
+    PERMITS: ClassVar[_Take]
+    BOTH: ClassVar[_Take]
+
+@final
 class _Reservation:
     @property
     def decision(self) -> Decision: ...
@@ -481,7 +490,7 @@ class Limiter:
     def backend(self) -> Redis | None:
         """The backend the states live in; ``None``: this process's memory."""
     @property
-    def _decides_in_backend(self) -> bool: ...
+    def _waits_on_io(self) -> bool: ...
     def sync_now(self) -> tuple[int, int]:
         """Sync mode: pushes this process's usage and absorbs the others' now, without waiting for the
         timer: ``(keys synced, units the others used that were charged here)``.
@@ -513,27 +522,32 @@ class Limiter:
     def _reserve(
         self,
         peer: str,
-        path: str | None,
-        group: str | None,
-        cost: int,
+        path: str | None = None,
+        *,
+        group: str | None = None,
+        cost: int = 1,
         timeout: float | None,
+        take: _Take = ...,
         wait_quota: bool = True,
     ) -> _Reservation: ...
-    def _reserve_remote(
+    def _reserve_later(
         self,
         peer: str,
-        path: str | None,
-        group: str | None,
-        cost: int,
+        path: str | None = None,
+        *,
+        group: str | None = None,
+        cost: int = 1,
         timeout: float | None,
+        take: _Take = ...,
+        report: bool = True,
         future: asyncio.Future[_Reservation],
         completions: _Completions,
-        permits: bool = False,
-        report: bool = True,
     ) -> None: ...
-    def _refund(self, peer: str, path: str | None, group: str | None, cost: int, reservation: _Reservation) -> None: ...
-    def _acquire(self, peer: str, path: str | None, group: str | None, cost: int, rates: bool) -> Decision: ...
-    def _release(self, peer: str, path: str | None, group: str | None, cost: int) -> None: ...
+    def _refund(self, reservation: _Reservation) -> None: ...
+    def _acquire(
+        self, peer: str, path: str | None = None, *, group: str | None = None, cost: int = 1, take: _Take = ...
+    ) -> Decision: ...
+    def _release(self, peer: str, path: str | None = None, *, group: str | None = None, cost: int = 1) -> None: ...
     def reduce(self, peer: str, path: str | None = None, n: int = 1, *, group: str | None = None) -> bool:
         """Gives ``n`` tokens back to the key (manual reduction, e.g. when a handler's transaction
         succeeded): under policy ``"all"`` to every rate limit of the group (each counted the request);
@@ -661,7 +675,7 @@ class Limiter:
         Raises:
             InvalidValue: an unknown group, a group without a rate limit, a bad rate or burst.
         """
-    def _quota_pending(self, peer: str, path: str | None, group: str | None) -> bool: ...
+    def _quota_pending(self, peer: str, path: str | None = None, *, group: str | None = None) -> bool: ...
     def _fetch_queue(self) -> _FetchQueue: ...
     def _start_fetch(self, job: _FetchJob) -> bool: ...
     def _fetch_time_left(self, job: _FetchJob) -> float: ...

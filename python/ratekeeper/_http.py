@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
-from ratekeeper._core import Decision
+from ratekeeper._core import Decision, _Take
 from ratekeeper._errors import InvalidType, InvalidValue, RateLimited
 from ratekeeper.keys import KeyCallable, client_ip
 
@@ -286,7 +286,7 @@ class Gatekeeper:
             return who
         route = None if group is not None else path
         if self.options.mode == "refuse":
-            decision = self.limiter._acquire(who, route, group, cost, True)
+            decision = self.limiter._acquire(who, route, group=group, cost=cost, take=_Take.BOTH)
         else:
             try:
                 decision = self.limiter._throttle_permits(who, route, group, cost, self.options.max_delay)
@@ -306,10 +306,10 @@ class Gatekeeper:
                 decision = await limiter._athrottle_permits(who, route, group, cost, self.options.max_delay)
             except RateLimited as refused:
                 decision = refused.decision
-        elif not limiter._decides_in_backend:  # a local decision: no coroutine, no thread hop
-            decision = limiter._acquire(who, route, group, cost, True)
+        elif not limiter._waits_on_io:  # a local decision: no coroutine, no thread hop
+            decision = limiter._acquire(who, route, group=group, cost=cost, take=_Take.BOTH)
         else:
-            decision = (await limiter._areserve(who, route, group, cost, 0.0, permits=True)).decision
+            decision = (await limiter._areserve(who, route, group, cost, 0.0, _Take.BOTH)).decision
         return self._admission(decision, (who, route, group, cost))
 
     def _without_key(self, path: str, group: str | None) -> Admission | str:
@@ -336,18 +336,22 @@ class Gatekeeper:
         """Gives the request's concurrency permits back, unless that was done already."""
         if admission.permits:
             admission.permits = False
-            self.limiter._release(admission.peer, admission.path, admission.group, admission.cost)
+            self.limiter._release(admission.peer, admission.path, group=admission.group, cost=admission.cost)
 
     async def arelease(self, admission: Admission) -> None:
         """:meth:`release` on an event loop: a backend deciding in Redis is called on a thread."""
         if not admission.permits:
             return
-        if not self.limiter._decides_in_backend:
+        if not self.limiter._waits_on_io:
             self.release(admission)
             return
         admission.permits = False
         limiter = self.limiter
-        await asyncio.to_thread(limiter._release, admission.peer, admission.path, admission.group, admission.cost)
+        await asyncio.to_thread(
+            functools.partial(
+                limiter._release, admission.peer, admission.path, group=admission.group, cost=admission.cost
+            )
+        )
 
     def _refunds(self, admission: Admission, status: int) -> bool:
         refund_when = self.options.refund_when
@@ -364,7 +368,7 @@ class Gatekeeper:
         if not self._refunds(admission, status):
             return
         limiter = self.limiter
-        if not limiter._decides_in_backend:
+        if not limiter._waits_on_io:
             limiter.reduce(admission.peer, admission.path, admission.cost, group=admission.group)
         else:
             await asyncio.to_thread(

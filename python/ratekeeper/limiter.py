@@ -9,6 +9,7 @@ early (an exception, Ctrl-C, a cancelled task) gives the slot back.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import os
 import threading
@@ -17,9 +18,9 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from ratekeeper._core import Decision, Limit, ManualClock, Rate, Rule, _Completions, _Reservation
+from ratekeeper._core import Decision, Limit, ManualClock, Rate, Rule, _Completions, _Reservation, _Take
 from ratekeeper._core import Limiter as _CoreLimiter
-from ratekeeper._errors import InvalidArgument, InvalidValue, RateLimited
+from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue, RateLimited
 from ratekeeper._manual_wait import ManualWaits
 from ratekeeper._quota import QuotaWorkers
 from ratekeeper._stats import PolicyName
@@ -70,7 +71,7 @@ class Permit:
         "_max_wait",
         "_path",
         "_peer",
-        "_rates",
+        "_take",
         "decision",
     )
 
@@ -81,11 +82,11 @@ class Permit:
         path: str | None,
         group: str | None,
         cost: int,
-        rates: bool,
+        take: _Take,
         max_wait: float | None = None,
     ) -> None:
         self._limiter, self._peer, self._path, self._group = limiter, peer, path, group
-        self._cost, self._rates, self._max_wait = cost, rates, max_wait
+        self._cost, self._take, self._max_wait = cost, take, max_wait
         # Locked from entering to leaving: testing and setting it is one atomic step, so two threads
         # entering at once cannot both get in (a plain flag could be read by both before either sets it).
         self._entered = threading.Lock()
@@ -112,7 +113,7 @@ class Permit:
         limiter = self._limiter
         try:
             if self._max_wait is None:
-                decision = limiter._acquire(self._peer, self._path, self._group, self._cost, self._rates)
+                decision = limiter._acquire(self._peer, self._path, group=self._group, cost=self._cost, take=self._take)
             else:
                 decision = limiter._throttle_permits(self._peer, self._path, self._group, self._cost, self._max_wait)
         except BaseException:
@@ -126,7 +127,7 @@ class Permit:
         try:
             if self._held:
                 self._held = False
-                self._limiter._release(self._peer, self._path, self._group, self._cost)
+                self._limiter._release(self._peer, self._path, group=self._group, cost=self._cost)
         finally:
             self._entered.release()
 
@@ -278,30 +279,39 @@ class Limiter(_CoreLimiter):
         """The asyncio twin of :meth:`check`. With a Redis backend in exact mode it awaits the round trip
         without blocking the event loop (or a thread per call); in memory and in sync mode (whose
         decisions are local) it is ``check`` itself."""
-        if not self._decides_in_backend:
+        if not self._waits_on_io:
             return self.check(peer, path, cost=cost, group=group)
         return (await self._areserve(peer, path, group, cost, 0.0)).decision
 
     async def aallow(self, peer: str, path: str | None = None, *, cost: int = 1, group: str | None = None) -> bool:
         """The asyncio twin of :meth:`allow` (see :meth:`acheck`)."""
-        if not self._decides_in_backend:
+        if not self._waits_on_io:
             return self.allow(peer, path, cost=cost, group=group)
         # As allow(): no remaining / reset figures asked of Redis; and no coroutine between the caller
         # and the future (this is the hot path of an asyncio service).
         loop = asyncio.get_running_loop()
         future: asyncio.Future[_Reservation] = loop.create_future()
-        self._reserve_remote(peer, path, group, cost, 0.0, future, _channel(loop), False, False)
+        self._reserve_later(
+            peer, path, group=group, cost=cost, timeout=0.0, report=False, future=future, completions=_channel(loop)
+        )
         return (await future).decision.allowed
 
     async def _areserve(
-        self, peer: str, path: str | None, group: str | None, cost: int, max_wait: float | None, permits: bool = False
+        self,
+        peer: str,
+        path: str | None,
+        group: str | None,
+        cost: int,
+        max_wait: float | None,
+        take: _Take = _Take.RATES,
     ) -> _Reservation:
-        """``_reserve`` in the backend, awaited: the reply completes a future on this loop. With
-        ``permits``, the group's concurrency permits are taken too (``_acquire``'s ``rates=True``).
-        Without a backend in exact mode the future is completed at once with a local decision."""
+        """``_reserve`` awaited: the store's reply completes a future on this loop (at once when the
+        store decides without I/O)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[_Reservation] = loop.create_future()
-        self._reserve_remote(peer, path, group, cost, max_wait, future, _channel(loop), permits)
+        self._reserve_later(
+            peer, path, group=group, cost=cost, timeout=max_wait, take=take, future=future, completions=_channel(loop)
+        )
         return await future
 
     def throttle(
@@ -327,14 +337,14 @@ class Limiter(_CoreLimiter):
         self, peer: str, path: str | None, group: str | None, cost: int, timeout: float | None
     ) -> _Reservation:
         """``throttle``'s reservation, its wait done (so a caller may still give it back with ``_refund``)."""
-        reservation = self._reserve(peer, path, group, cost, timeout)
+        reservation = self._reserve(peer, path, group=group, cost=cost, timeout=timeout)
         if not reservation.decision.allowed:
             raise RateLimited(reservation.decision)
         if reservation.wait > 0:
             try:
                 self._wait(reservation.wait, reservation.deadline_ns)
             except BaseException:
-                self._refund(peer, path, group, cost, reservation)
+                self._refund(reservation)
                 raise
         return reservation
 
@@ -354,12 +364,12 @@ class Limiter(_CoreLimiter):
         """
         reservation = self._throttled(peer, path, group, cost, timeout)
         try:
-            decision = self._acquire(peer, path, group, cost, False)
+            decision = self._acquire(peer, path, group=group, cost=cost)
         except BaseException:
-            self._refund(peer, path, group, cost, reservation)
+            self._refund(reservation)
             raise
         if not decision.allowed:
-            self._refund(peer, path, group, cost, reservation)
+            self._refund(reservation)
             raise RateLimited(decision)
         return decision
 
@@ -368,14 +378,14 @@ class Limiter(_CoreLimiter):
     ) -> Decision:
         """The asyncio twin of :meth:`_throttle_permits` (a backend's round trips off the event loop)."""
         reservation = await self._athrottled(peer, path, group, cost, timeout)
-        if not self._decides_in_backend:
-            decision = self._acquire(peer, path, group, cost, False)
+        if not self._waits_on_io:
+            decision = self._acquire(peer, path, group=group, cost=cost)
             if not decision.allowed:
-                self._refund(peer, path, group, cost, reservation)
+                self._refund(reservation)
         else:
-            decision = await asyncio.to_thread(self._acquire, peer, path, group, cost, False)
+            decision = await asyncio.to_thread(functools.partial(self._acquire, peer, path, group=group, cost=cost))
             if not decision.allowed:
-                await asyncio.to_thread(self._refund, peer, path, group, cost, reservation)
+                await asyncio.to_thread(self._refund, reservation)
         if not decision.allowed:
             raise RateLimited(decision)
         return decision
@@ -404,9 +414,9 @@ class Limiter(_CoreLimiter):
         """``athrottle``'s reservation, its wait done (so a caller may still give it back with ``_refund``)."""
         workers: QuotaWorkers | None = self.__dict__.get("_quota_workers_")
         if workers is not None and self.quota_wait > 0:
-            await workers.waiters.wait(lambda: self._quota_pending(peer, path, group), self.quota_wait)
-        if not self._decides_in_backend:
-            reservation = self._reserve(peer, path, group, cost, timeout, False)
+            await workers.waiters.wait(lambda: self._quota_pending(peer, path, group=group), self.quota_wait)
+        if not self._waits_on_io:
+            reservation = self._reserve(peer, path, group=group, cost=cost, timeout=timeout, wait_quota=False)
         else:
             reservation = await self._areserve(peer, path, group, cost, timeout)
         if not reservation.decision.allowed:
@@ -418,9 +428,17 @@ class Limiter(_CoreLimiter):
                 else:
                     await self._manual_waits().sleep_until(reservation.deadline_ns)
             except BaseException:
-                self._refund(peer, path, group, cost, reservation)
+                self._refund_soon(reservation)
                 raise
         return reservation
+
+    def _refund_soon(self, reservation: _Reservation) -> None:
+        """Gives back a cancelled asyncio wait's slot: at once in memory; through a worker thread when
+        the store waits on I/O, so that a cancellation never blocks the event loop for a round trip."""
+        if not self._waits_on_io:
+            self._refund(reservation)
+        else:
+            asyncio.get_running_loop().run_in_executor(None, self._refund, reservation)
 
     def concurrent(
         self,
@@ -454,9 +472,11 @@ class Limiter(_CoreLimiter):
             RuntimeError: on entering a :class:`Permit` that is already entered (nested, or by another
                 thread or task); one Permit may be reused after its block ends.
         """
+        if not isinstance(rates, bool):
+            raise InvalidType("rates", f"must be a bool, got {type(rates).__name__}")
         if max_wait is not None and not rates:
             raise InvalidValue("max_wait", "waits for the rate slot: it cannot go with rates=False")
-        return Permit(self, peer, path, group, cost, rates, max_wait)
+        return Permit(self, peer, path, group, cost, _Take.BOTH if rates else _Take.PERMITS, max_wait)
 
     def _manual_waits(self) -> ManualWaits:
         waits: ManualWaits | None = self.__dict__.get("_manual_waits_")

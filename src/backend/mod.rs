@@ -6,18 +6,20 @@
 //! limits (quotas included) and counts the outcome here; only the states live in Redis.
 
 pub mod client;
+pub mod exact;
 pub mod function;
+pub mod health;
 pub mod script;
 pub mod sync;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::limiter::{Decision, Limiter, Receipt, RemoteKey, Request, Routed, Target, Verdict};
-use crate::metrics::{LatencyBuckets, LatencyHistogram};
+use crate::store::Answer;
 use client::{Client, Failure};
+use health::Health;
 
 /// What a decision does while Redis cannot answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,6 +69,14 @@ pub struct Settings {
     pub lease_ttl: Duration,
 }
 
+/// What `rk.Redis(...)` describes: where, how, and in which mode.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Spec {
+    pub settings: Settings,
+    /// Sync mode's interval between pushes of usage (`None`: exact mode).
+    pub sync_interval: Option<Duration>,
+}
+
 /// A refusal's retry time while Redis is down and `on_error="deny"`: when to try again.
 const DENY_RETRY_NS: u64 = 1_000_000_000;
 
@@ -76,36 +86,13 @@ pub struct Backend {
     /// This process's name in concurrency leases (random), and the count of leases it took.
     node: String,
     leases: AtomicU64,
-    /// Up or down, counted in transitions: even while Redis answers, odd during an outage. A round trip
-    /// reads it when it starts and moves it only from that reading (compare-exchange): a reply that
-    /// lands after the state moved on (a call in flight when an outage began or ended, on a connection
-    /// that died with the old server) is counted as an error or not, and changes nothing. So one outage
-    /// is one transition down and one up, logged once each, however many callers were in flight.
-    health: AtomicU64,
-    errors: AtomicU64,
-    /// Outages begun: transitions from up to down.
-    outages: AtomicU64,
-    /// Every decision's round trip (shared with the replies that land on the client's runtime).
-    latency: Arc<LatencyHistogram>,
-}
-
-fn elapsed_ns(started: Instant) -> u64 {
-    u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    health: Health,
 }
 
 impl std::fmt::Debug for Backend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Backend").field("settings", &self.settings).finish_non_exhaustive()
     }
-}
-
-/// The backend's answer to one decision: the decision, and whether it began or ended an outage (to be
-/// logged once).
-#[derive(Debug)]
-pub struct Answer {
-    pub decision: Decision,
-    pub outage_began: Option<String>,
-    pub recovered: bool,
 }
 
 impl Backend {
@@ -117,16 +104,7 @@ impl Backend {
         }
         let client = Client::open(&settings, script::DECIDE)?;
         let node = format!("{:016x}", ahash::RandomState::new().hash_one(std::process::id()));
-        Ok(Self {
-            settings,
-            client,
-            node,
-            leases: AtomicU64::new(0),
-            health: AtomicU64::new(0),
-            errors: AtomicU64::new(0),
-            outages: AtomicU64::new(0),
-            latency: Arc::default(),
-        })
+        Ok(Self { settings, client, node, leases: AtomicU64::new(0), health: Health::default() })
     }
 
     #[must_use]
@@ -134,52 +112,10 @@ impl Backend {
         &self.settings
     }
 
-    /// The round trips of decisions (failed ones included) since the backend was made.
+    /// Round trips, errors and outages since the backend was made.
     #[must_use]
-    pub fn latency(&self) -> LatencyBuckets {
-        self.latency.snapshot()
-    }
-
-    /// Round trips that failed since the backend was made.
-    #[must_use]
-    pub fn errors(&self) -> u64 {
-        self.errors.load(Ordering::Relaxed)
-    }
-
-    /// Outages begun since the backend was made.
-    #[must_use]
-    pub fn outages(&self) -> u64 {
-        self.outages.load(Ordering::Relaxed)
-    }
-
-    /// The health a round trip starts from (see `health`).
-    fn health(&self) -> u64 {
-        self.health.load(Ordering::Acquire)
-    }
-
-    /// Counts a failed round trip that started at health `seen`; whether it began an outage (only the
-    /// first failure of round trips started while up does).
-    fn failed(&self, seen: u64) -> bool {
-        self.errors.fetch_add(1, Ordering::Relaxed);
-        let began = seen.is_multiple_of(2)
-            && self.health.compare_exchange(seen, seen + 1, Ordering::AcqRel, Ordering::Acquire).is_ok();
-        if began {
-            self.outages.fetch_add(1, Ordering::Relaxed);
-        }
-        began
-    }
-
-    /// Notes an answer to a round trip that started at health `seen`; whether it ended an outage (only
-    /// the first answer to round trips started while down does).
-    fn answered(&self, seen: u64) -> bool {
-        !seen.is_multiple_of(2)
-            && self.health.compare_exchange(seen, seen + 1, Ordering::AcqRel, Ordering::Acquire).is_ok()
-    }
-
-    /// Whether Redis is in an outage: a round trip failed and none has been answered since.
-    #[must_use]
-    pub fn is_down(&self) -> bool {
-        !self.health().is_multiple_of(2)
+    pub const fn health(&self) -> &Health {
+        &self.health
     }
 
     /// Checks that the limiter's groups can be decided by the script, now and whenever limits are
@@ -202,20 +138,13 @@ impl Backend {
     ///
     /// # Errors
     /// A `Target::Group` that names no group; Redis cannot answer and `on_error="raise"`.
-    pub fn decide(
-        &self,
-        limiter: &Limiter,
-        peer: &str,
-        target: Target<'_>,
-        request: Request,
-        now: Option<u64>,
-    ) -> Result<Answer> {
-        match self.prepare(limiter, peer, target, request, now)? {
-            Prepared::Done(decision) => Ok(Answer { decision, outage_began: None, recovered: false }),
+    pub fn decide(&self, limiter: &Limiter, peer: &str, target: Target<'_>, request: Request) -> Result<Answer> {
+        match self.prepare(limiter, peer, target, request)? {
+            Prepared::Done(decision) => Ok(decision.into()),
             Prepared::Call(call) => {
-                let started = Instant::now();
+                let round_trip = self.health.round_trip();
                 let reply = self.client.run(&call.keys, &call.args);
-                self.latency.record(elapsed_ns(started));
+                round_trip.done();
                 self.finish(limiter, &call, reply)
             }
         }
@@ -227,20 +156,13 @@ impl Backend {
     ///
     /// # Errors
     /// A `Target::Group` that names no group; Redis cannot answer and `on_error="raise"`.
-    pub fn reduce(
-        &self,
-        limiter: &Limiter,
-        peer: &str,
-        target: Target<'_>,
-        tokens: u64,
-        now: Option<u64>,
-    ) -> Result<bool> {
+    pub fn reduce(&self, limiter: &Limiter, peer: &str, target: Target<'_>, tokens: u64) -> Result<bool> {
         let key = match limiter.route_remote(peer, target)? {
             Routed::Free(_) => return Ok(false),
             Routed::Limited(key) if !key.reduction => return Ok(false),
             Routed::Limited(key) => key,
         };
-        let given = self.give_back(&key, peer, &script::reduce_arguments(&key, tokens, now))?;
+        let given = self.give_back(&key, peer, &script::reduce_arguments(&key, tokens, limiter.manual_now()))?;
         if given {
             limiter.record_reduction(peer, &key);
             return Ok(true);
@@ -256,21 +178,13 @@ impl Backend {
     ///
     /// # Errors
     /// A `Target::Group` that names no group; Redis cannot answer and `on_error="raise"`.
-    pub fn refund(
-        &self,
-        limiter: &Limiter,
-        peer: &str,
-        target: Target<'_>,
-        cost: u64,
-        receipt: Receipt,
-        now: Option<u64>,
-    ) -> Result<()> {
+    pub fn refund(&self, limiter: &Limiter, peer: &str, target: Target<'_>, cost: u64, receipt: Receipt) -> Result<()> {
         if receipt.limits == 0 {
             return Ok(());
         }
         if let Routed::Limited(key) = limiter.route_remote(peer, target)? {
             let slot = (receipt.limits, receipt.at.saturating_sub(limiter.now_ns()));
-            self.give_back(&key, peer, &script::refund_arguments(&key, cost, slot, now))?;
+            self.give_back(&key, peer, &script::refund_arguments(&key, cost, slot, limiter.manual_now()))?;
         }
         Ok(())
     }
@@ -280,18 +194,15 @@ impl Backend {
     ///
     /// # Errors
     /// A `Target::Group` that names no group; Redis cannot answer and `on_error="raise"`.
-    pub fn release(
-        &self,
-        limiter: &Limiter,
-        peer: &str,
-        target: Target<'_>,
-        cost: u64,
-        now: Option<u64>,
-    ) -> Result<()> {
+    pub fn release(&self, limiter: &Limiter, peer: &str, target: Target<'_>, cost: u64) -> Result<()> {
         if let Routed::Limited(key) = limiter.route_remote(peer, target)? {
             if key.limits.iter().any(crate::algorithm::Limit::is_concurrency) {
                 let prefix = format!("{}:", self.node);
-                self.give_back(&key, peer, &script::release_arguments(&key, cost, self.leases(&prefix), now))?;
+                self.give_back(
+                    &key,
+                    peer,
+                    &script::release_arguments(&key, cost, self.leases(&prefix), limiter.manual_now()),
+                )?;
             }
         }
         Ok(())
@@ -311,7 +222,7 @@ impl Backend {
         match self.client.run(&self.keys(peer, key), args) {
             Ok(_) => Ok(true),
             Err(failure) => {
-                self.errors.fetch_add(1, Ordering::Relaxed);
+                self.health.count_error();
                 match self.settings.on_error {
                     OnError::Raise => Err(Error::backend(failure.0)),
                     _ => Ok(false),
@@ -324,22 +235,15 @@ impl Backend {
     ///
     /// # Errors
     /// A `Target::Group` that names no group.
-    pub fn prepare(
-        &self,
-        limiter: &Limiter,
-        peer: &str,
-        target: Target<'_>,
-        request: Request,
-        now: Option<u64>,
-    ) -> Result<Prepared> {
+    pub fn prepare(&self, limiter: &Limiter, peer: &str, target: Target<'_>, request: Request) -> Result<Prepared> {
         let key = match limiter.route_remote(peer, target)? {
             Routed::Free(decision) => return Ok(Prepared::Done(decision)),
             Routed::Limited(key) => key,
         };
         let keys = self.keys(peer, &key);
         let prefix = format!("{}:{}", self.node, self.leases.fetch_add(1, Ordering::Relaxed));
-        let args = script::arguments(&key, request, self.leases(&prefix), now);
-        let (target, health) = (OwnedTarget::from(target), self.health());
+        let args = script::arguments(&key, request, self.leases(&prefix), limiter.manual_now());
+        let (target, health) = (OwnedTarget::from(target), self.health.seen());
         Ok(Prepared::Call(Call { peer: peer.to_owned(), target, request, key, keys, args, health }))
     }
 
@@ -351,9 +255,9 @@ impl Backend {
     ) {
         // The reply needs only the call's key and request, not what was sent.
         let (keys, args) = (std::mem::take(&mut call.keys), std::mem::take(&mut call.args));
-        let (latency, started) = (Arc::clone(&self.latency), Instant::now());
+        let round_trip = self.health.round_trip();
         self.client.spawn(keys, args, move |reply| {
-            latency.record(elapsed_ns(started));
+            round_trip.done();
             done(call, reply);
         });
     }
@@ -371,15 +275,21 @@ impl Backend {
         let parsed = reply.and_then(|reply| script::parse_reply(&call.key, &reply).map_err(|e| Failure(e.to_string())));
         match parsed {
             Ok((verdict, reports)) => {
-                let recovered = self.answered(call.health);
+                let recovered = self.health.answered(call.health);
                 let decision = limiter.record_remote(&call.peer, &call.key, verdict, reports, call.request);
-                Ok(Answer { decision, outage_began: None, recovered })
+                let notice = recovered
+                    .then(|| "ratekeeper: the Redis backend answers again; decisions are made in Redis".to_owned());
+                Ok(Answer { decision, notice })
             }
             Err(failure) => {
-                let began = self.failed(call.health);
-                let outage_began = began.then(|| failure.to_string());
+                let notice = self.health.failed(call.health).then(|| {
+                    format!(
+                        "ratekeeper: the Redis backend is unavailable ({failure}); on_error='{}' decides until it answers again",
+                        self.settings.on_error.name()
+                    )
+                });
                 let decision = self.fallback(limiter, call, failure)?;
-                Ok(Answer { decision, outage_began, recovered: false })
+                Ok(Answer { decision, notice })
             }
         }
     }

@@ -4,14 +4,17 @@
 //! (`Limiter::absorb`). Counters expire with their group's horizon, so Redis holds only active keys.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::Mutex;
 
 use super::client::{Client, Failure};
-use crate::limiter::Limiter;
+use super::health::{Health, HealthReport};
+use super::{reset_failed, script, Spec};
+use crate::error::{Error, Result};
+use crate::limiter::{Decision, Limiter, Receipt, Request, Target};
+use crate::store::{Answer, Memory, StateStore};
 
 /// One key this node tracks: what it has yet to push, and the counter's total when last read.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -37,10 +40,8 @@ pub struct Syncer {
     tracked: Mutex<HashMap<(String, String), Tracked>>,
     /// One sync at a time: the timer's and `sync_now`'s never interleave.
     running: tokio::sync::Mutex<()>,
-    errors: AtomicU64,
-    down: AtomicBool,
-    /// Outages begun: syncs that failed after one that did not.
-    outages: AtomicU64,
+    /// Syncs that failed (their usage kept for the next) and outages, as exact mode counts them.
+    health: Health,
 }
 
 impl std::fmt::Debug for Syncer {
@@ -57,22 +58,8 @@ impl Syncer {
             prefix,
             tracked: Mutex::new(HashMap::new()),
             running: tokio::sync::Mutex::new(()),
-            errors: AtomicU64::new(0),
-            down: AtomicBool::new(false),
-            outages: AtomicU64::new(0),
+            health: Health::default(),
         })
-    }
-
-    /// Syncs that failed (their usage was kept for the next), and whether the last one did.
-    #[must_use]
-    pub fn errors(&self) -> (u64, bool) {
-        (self.errors.load(Ordering::Relaxed), self.down.load(Ordering::Relaxed))
-    }
-
-    /// Outages begun since the syncer was made.
-    #[must_use]
-    pub fn outages(&self) -> u64 {
-        self.outages.load(Ordering::Relaxed)
     }
 
     /// Syncs every `interval` on the client's runtime while `limiter` lives.
@@ -125,13 +112,13 @@ impl Syncer {
     }
 
     async fn sync(&self, limiter: &Limiter) -> std::result::Result<Synced, Failure> {
+        let (seen, round_trip) = (self.health.seen(), self.health.round_trip());
         let result = self.exchange(limiter).await;
-        let was_down = self.down.swap(result.is_err(), Ordering::Relaxed);
+        round_trip.done();
         if result.is_err() {
-            self.errors.fetch_add(1, Ordering::Relaxed);
-            if !was_down {
-                self.outages.fetch_add(1, Ordering::Relaxed);
-            }
+            self.health.failed(seen);
+        } else {
+            self.health.answered(seen);
         }
         result
     }
@@ -188,5 +175,64 @@ impl Syncer {
             }
         }
         Ok(synced)
+    }
+}
+
+/// Sync mode as a store: this process's memory decides; the syncer shares the usage.
+#[derive(Debug)]
+pub struct SyncedStore {
+    syncer: Arc<Syncer>,
+}
+
+impl SyncedStore {
+    /// Starts syncing `limiter` (held weakly: the task ends with it) every `spec.sync_interval`.
+    ///
+    /// # Errors
+    /// A bad URL or option.
+    pub fn open(spec: &Spec, limiter: &Arc<Limiter>) -> Result<Self> {
+        let client = Client::open(&spec.settings, script::DECIDE)?;
+        let syncer = Syncer::new(client, spec.settings.prefix.clone());
+        syncer.start(Arc::downgrade(limiter), spec.sync_interval.unwrap_or(Duration::from_secs(1)));
+        Ok(Self { syncer })
+    }
+}
+
+impl StateStore for SyncedStore {
+    fn waits_on_io(&self) -> bool {
+        false
+    }
+
+    #[inline]
+    fn decide(&self, limiter: &Limiter, peer: &str, target: Target<'_>, request: Request) -> Result<Answer> {
+        Memory.decide(limiter, peer, target, request)
+    }
+
+    #[inline]
+    fn decide_here(&self, limiter: &Limiter, peer: &str, path: Option<&str>, request: Request) -> Option<Decision> {
+        Memory.decide_here(limiter, peer, path, request)
+    }
+
+    fn reduce(&self, limiter: &Limiter, peer: &str, target: Target<'_>, n: u64) -> Result<bool> {
+        Memory.reduce(limiter, peer, target, n)
+    }
+
+    fn refund(&self, limiter: &Limiter, peer: &str, target: Target<'_>, cost: u64, receipt: Receipt) -> Result<()> {
+        Memory.refund(limiter, peer, target, cost, receipt)
+    }
+
+    fn release(&self, limiter: &Limiter, peer: &str, target: Target<'_>, cost: u64) -> Result<()> {
+        Memory.release(limiter, peer, target, cost)
+    }
+
+    fn reset(&self, limiter: &Limiter, peer: Option<&str>) -> Result<()> {
+        self.syncer.reset(limiter, peer).map_err(|failure| reset_failed(&failure))
+    }
+
+    fn health(&self) -> HealthReport {
+        self.syncer.health.report()
+    }
+
+    fn sync_now(&self, limiter: &Limiter) -> Result<Synced> {
+        self.syncer.sync_now(limiter).map_err(|f| Error::backend(f.0))
     }
 }

@@ -10,7 +10,7 @@ use crate::config::Policy;
 use crate::error::Result;
 use crate::metrics::{sample_latency, LatencyBuckets};
 use crate::rules::{Group, Route};
-use crate::store::{Owner, Shard};
+use crate::state_map::{Owner, Shard};
 
 use super::ShardData;
 
@@ -100,7 +100,7 @@ impl Limiter {
         let started = sample_latency().then(Instant::now);
         let peer_hash = self.hasher.hash_one(peer);
         let now = self.clock.now_ns();
-        let mut shard = self.store.lock(peer_hash);
+        let mut shard = self.states.lock(peer_hash);
         // As `Locked` does, by hand: taken out (no reference count touched) and put back. After a
         // panic between the two, the next lock of the shard takes the limiter's copy.
         let rules = shard.data.rules.take().unwrap_or_else(|| self.rules());

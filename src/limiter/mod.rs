@@ -22,7 +22,7 @@ use crate::error::{Error, Loc, Result};
 use crate::metrics::LatencyHistogram;
 use crate::quota::{FetchQueue, QuotaSettings, QuotaTable};
 use crate::rules::{GroupIds, Route, Rules};
-use crate::store::Store;
+use crate::state_map::StateMap;
 
 mod decide;
 mod mutate;
@@ -175,7 +175,7 @@ pub struct Limiter {
     current: Mutex<Current>,
     /// Serialises reconfigurations: each reads the rules in force and replaces them in every shard.
     reconfiguring: Mutex<()>,
-    store: Store<ShardData>,
+    states: StateMap<ShardData>,
     clock: Clock,
     hasher: ahash::RandomState,
     enabled: AtomicBool,
@@ -212,14 +212,14 @@ impl Limiter {
         let mut ids = GroupIds::default();
         let rules = Arc::new(Rules::build(config.rules, &config.quotas, 0, &hasher, &mut ids, None)?);
         let max_keys = config.max_keys;
-        let shards = Store::<ShardData>::shard_count(max_keys);
+        let shards = StateMap::<ShardData>::shard_count(max_keys);
         let records = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let store =
-            Store::new(max_keys, || ShardData::new(QuotaTable::new(Arc::clone(&records), max_keys, shards), &rules));
+        let states =
+            StateMap::new(max_keys, || ShardData::new(QuotaTable::new(Arc::clone(&records), max_keys, shards), &rules));
         Ok(Self {
             current: Mutex::new(Current { rules, ids }),
             reconfiguring: Mutex::new(()),
-            store,
+            states,
             clock,
             hasher,
             enabled: AtomicBool::new(true),
@@ -292,7 +292,7 @@ impl Limiter {
     #[inline]
     fn lock_peer(&self, peer: &str) -> Locked<'_> {
         let peer_hash = self.hasher.hash_one(peer);
-        let shard = self.store.lock(peer_hash);
+        let shard = self.states.lock(peer_hash);
         Locked::new(shard, peer_hash, || self.rules())
     }
 
@@ -331,6 +331,16 @@ impl Limiter {
         self.clock.now_ns()
     }
 
+    /// The time of a limiter on a `ManualClock`, which a remote store then decides at; `None` on the
+    /// monotonic clock (the store's own clock decides).
+    #[must_use]
+    pub fn manual_now(&self) -> Option<u64> {
+        match &self.clock {
+            Clock::Manual(clock) => Some(clock.now_ns()),
+            Clock::Monotonic { .. } => None,
+        }
+    }
+
     #[must_use]
     pub fn quota_settings(&self) -> &QuotaSettings {
         &self.quotas
@@ -344,23 +354,26 @@ impl Limiter {
     /// Tracked states (one per key and limit).
     #[must_use]
     pub fn len(&self) -> usize {
-        self.store.len()
+        self.states.len()
     }
 
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.store.is_empty()
+        self.states.is_empty()
     }
 
     #[must_use]
     pub fn max_keys(&self) -> usize {
-        self.store.max_keys()
+        self.states.max_keys()
     }
 
     /// Approximate heap bytes of the state map and the quota records.
     #[must_use]
     pub fn allocated_bytes(&self) -> usize {
-        self.store.shards().map(|s| s.allocated_bytes() + s.data.quotas.allocated_bytes() + s.data.sketch_bytes()).sum()
+        self.states
+            .shards()
+            .map(|s| s.allocated_bytes() + s.data.quotas.allocated_bytes() + s.data.sketch_bytes())
+            .sum()
     }
 }
 

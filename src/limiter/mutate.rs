@@ -6,7 +6,7 @@ use crate::algorithm::{Limit, Log, State};
 use crate::config::Policy;
 use crate::error::{Error, Result};
 use crate::rules::Group;
-use crate::store::Owner;
+use crate::state_map::Owner;
 
 impl Limiter {
     /// Applies `change` to the states of the key's limits that `select` picks (by index), after moving
@@ -140,7 +140,7 @@ impl Limiter {
             return Err(Error::value("track_usage", "drain_pending needs Limiter(..., track_usage=True)"));
         }
         let mut drained = Vec::new();
-        for mut shard in self.store.shards() {
+        for mut shard in self.states.shards() {
             drained.extend(std::mem::take(&mut shard.data.pending).into_values());
         }
         let current = self.current.lock();
@@ -165,7 +165,7 @@ impl Limiter {
                     shard.data.pending.remove(&base);
                 }
             }
-            None => self.store.shards().for_each(|mut s| {
+            None => self.states.shards().for_each(|mut s| {
                 s.clear();
                 s.data.quotas.clear();
                 s.data.pending.clear();

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::quota::{FetchJob, FetchQueue, QuotaInfo, QuotaSlot, Source, QUEUED};
 use crate::rate::Rate;
 use crate::rules::Group;
-use crate::store::{Owner, Shard};
+use crate::state_map::{Owner, Shard};
 
 /// What a quota provider answered.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use crate::config::RulesConfig;
 use crate::error::{Error, Result};
 use crate::rate::Rate;
 use crate::rules::{Group, Rules};
-use crate::store::Store;
+use crate::state_map::StateMap;
 
 impl Limiter {
     /// Replaces the rules, keeping every key's state: groups that keep their name keep their counters,
@@ -48,7 +48,7 @@ impl Limiter {
         // Shard by shard, under its lock: its decisions see the old rules and states, or the new rules
         // and states moved at one instant, never a mix. Counters are kept by group id: nothing to move.
         let now = self.clock.now_ns();
-        for mut shard in self.store.shards() {
+        for mut shard in self.states.shards() {
             for &(old_group, new_group) in &changed {
                 shard.change_group(new_group.id, |data, key, index, state, log| {
                     Self::move_state(
@@ -83,7 +83,7 @@ impl Limiter {
         now: u64,
     ) -> bool {
         let (Some(was), Some(is)) = (old.limits.get(index), new.limits.get(index)) else { return false };
-        let base = Store::<ShardData>::unrelated_key(key, Group::signature(index));
+        let base = StateMap::<ShardData>::unrelated_key(key, Group::signature(index));
         let record = data.quotas.get(base);
         let effective = |group: &Group, version: u64, limit: &Limit| match record {
             Some(record) if group.primary == Some(index) => Self::quota_in(record, group, version).unwrap_or(*limit),

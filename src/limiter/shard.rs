@@ -10,7 +10,7 @@ use crate::heavy_hitters::TopCounts;
 use crate::metrics::GroupCounters;
 use crate::quota::QuotaTable;
 use crate::rules::{Group, Rules};
-use crate::store::Shard;
+use crate::state_map::Shard;
 
 /// Admissions of one key since the last `drain_pending`.
 #[derive(Debug, Clone)]

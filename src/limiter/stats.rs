@@ -75,7 +75,7 @@ impl Limiter {
                 .collect(),
             ..Stats::default()
         };
-        for shard in self.store.shards() {
+        for shard in self.states.shards() {
             let data: &ShardData = &shard.data;
             for (total, group) in stats.groups.iter_mut().zip(&rules.groups) {
                 if let Some(counters) = data.counted(group.id) {
@@ -104,7 +104,7 @@ impl Limiter {
         let id = self.refused_sketch(group)?;
         let most_first = |a: &(&str, u64), b: &(&str, u64)| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0));
         let mut top = TopRefused::default();
-        for shard in self.store.shards() {
+        for shard in self.states.shards() {
             let Some(sketch) = shard.data.refused(id) else { continue };
             top.refusals += sketch.observed;
             top.error_bound = top.error_bound.max(sketch.error_bound());

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use pyo3::prelude::*;
 
-use crate::backend::Answer;
 use crate::error::Error;
+use crate::store::Answer;
 
 /// A reply for the loop to hand to its future: the limiter that asked (to build the Python values), the
 /// future, and what the decision came to.
@@ -22,6 +22,7 @@ pub struct Completion {
     pub limiter: Py<super::PyLimiter>,
     pub future: Py<PyAny>,
     pub answer: Result<Answer, Error>,
+    pub request: super::limiter::Reserved,
 }
 
 /// The queue and the pipe's write end, shared with the client's runtime.
@@ -73,7 +74,7 @@ impl PyCompletions {
         let completions = std::mem::take(&mut *self.sender.queue.lock());
         for completion in completions {
             let limiter = completion.limiter.get();
-            let settled = limiter.settle(py, completion.future.bind(py), completion.answer);
+            let settled = limiter.settle(py, completion.future.bind(py), completion.answer, completion.request);
             if let Err(e) = settled {
                 e.write_unraisable(py, None);
             }

@@ -242,7 +242,6 @@ pub mod field {
         advance_by -> f64 = |o| seconds("seconds", o)?;
         track_usage -> bool = |o| flag("track_usage", o)?;
         reduction -> bool = |o| flag("reduction", o)?;
-        rates -> bool = |o| flag("rates", o)?;
     }
 
     /// `tls_ca_file` of `Redis`: a path, or None.

@@ -6,15 +6,13 @@ use pyo3::prelude::*;
 
 use super::args::{field, positive_seconds, str_arg, type_name};
 use crate::backend::client::{redact, Client};
-use crate::backend::{OnError, Settings};
+use crate::backend::{OnError, Settings, Spec};
 use crate::error::Error;
 
 #[pyclass(frozen, name = "Redis", module = "ratekeeper._core")]
 pub struct PyRedis {
-    pub settings: Settings,
+    pub spec: Spec,
     mode: &'static str,
-    /// Sync mode's interval between pushes of usage (`None` in exact mode).
-    pub sync_interval: Option<Duration>,
 }
 
 #[pymethods]
@@ -59,12 +57,12 @@ impl PyRedis {
         };
         let lease_ttl = Duration::from_nanos(positive_seconds("lease_ttl", lease_ttl)?);
         let settings = Settings { url, tls_ca, timeout, prefix: prefix.to_owned(), on_error, lease_ttl };
-        Ok(Self { settings, mode, sync_interval: (mode == "sync").then_some(sync_interval) })
+        Ok(Self { spec: Spec { settings, sync_interval: (mode == "sync").then_some(sync_interval) }, mode })
     }
 
     #[getter]
     fn url(&self) -> &str {
-        &self.settings.url
+        &self.spec.settings.url
     }
 
     #[getter]
@@ -74,38 +72,38 @@ impl PyRedis {
 
     #[getter]
     fn sync_interval(&self) -> Option<f64> {
-        self.sync_interval.map(|d| d.as_secs_f64())
+        self.spec.sync_interval.map(|d| d.as_secs_f64())
     }
 
     #[getter]
     fn lease_ttl(&self) -> f64 {
-        self.settings.lease_ttl.as_secs_f64()
+        self.spec.settings.lease_ttl.as_secs_f64()
     }
 
     #[getter]
     fn timeout(&self) -> f64 {
-        self.settings.timeout.as_secs_f64()
+        self.spec.settings.timeout.as_secs_f64()
     }
 
     #[getter]
     fn prefix(&self) -> &str {
-        &self.settings.prefix
+        &self.spec.settings.prefix
     }
 
     #[getter]
     fn on_error(&self) -> &'static str {
-        self.settings.on_error.name()
+        self.spec.settings.on_error.name()
     }
 
     fn __repr__(&self) -> String {
         format!(
             "Redis({:?}, mode={:?}, timeout={}, prefix={:?}, on_error={:?}{})",
-            redact(&self.settings.url),
+            redact(&self.spec.settings.url),
             self.mode,
-            self.settings.timeout.as_secs_f64(),
-            self.settings.prefix,
-            self.settings.on_error.name(),
-            self.sync_interval.map_or_else(String::new, |d| format!(", sync_interval={}", d.as_secs_f64()))
+            self.spec.settings.timeout.as_secs_f64(),
+            self.spec.settings.prefix,
+            self.spec.settings.on_error.name(),
+            self.spec.sync_interval.map_or_else(String::new, |d| format!(", sync_interval={}", d.as_secs_f64()))
         )
     }
 }

@@ -15,9 +15,7 @@ use super::values::{
     limit_arg, PyDecision, PyGroupPolicy, PyManualClock, PyQuotaInfo, PyQuotas, PyRate, PyResolution, PyRule,
     DEFAULT_QUOTA_TIMEOUT, DEFAULT_QUOTA_TTL, DEFAULT_QUOTA_WORKERS,
 };
-use crate::backend::client::Client;
-use crate::backend::sync::Syncer;
-use crate::backend::{reset_failed, script, Answer, Backend, Prepared};
+use crate::backend::OwnedTarget;
 use crate::clock::Clock;
 use crate::config::{Config, RuleSpec, RulesConfig};
 use crate::error::Error;
@@ -25,20 +23,14 @@ use crate::limiter::{self, Limiter, Receipt, Request, Take, Target};
 use crate::metrics::{LATENCY_BOUNDS_NS, WAIT_BOUNDS_NS};
 use crate::quota::QuotaSettings;
 use crate::rules::{Route, MAX_GROUP_NAMES};
+use crate::store::{Answer, StateStore, Store};
 
 const NAMES_PER_CHUNK: usize = 64;
 
-/// An outage of the backend, logged when it begins and when it ends (not at every decision).
-fn log_outage(py: Python<'_>, backend: &Backend, answer: &Answer) {
-    if let Some(reason) = &answer.outage_began {
-        let policy = backend.settings().on_error.name();
-        let message = format!(
-            "ratekeeper: the Redis backend is unavailable ({reason}); on_error='{policy}' decides until it answers again"
-        );
-        log(py, "warning", &message);
-    }
-    if answer.recovered {
-        log(py, "warning", "ratekeeper: the Redis backend answers again; decisions are made in Redis");
+/// What a store asks to log once: an outage of its backend began or ended.
+fn log_notice(py: Python<'_>, answer: &Answer) {
+    if let Some(notice) = &answer.notice {
+        log(py, "warning", notice);
     }
 }
 
@@ -107,6 +99,40 @@ pub struct PyReservation {
     #[pyo3(get)]
     deadline_ns: u64,
     receipt: Receipt,
+    /// What was reserved, for `_refund` to give back.
+    request: Reserved,
+}
+
+/// The request a reservation was made for.
+pub struct Reserved {
+    peer: String,
+    target: OwnedTarget,
+    cost: u64,
+}
+
+/// What a decision takes: the private protocol's enum (`Take` in the core).
+#[pyclass(frozen, eq, from_py_object, name = "_Take", module = "ratekeeper._core")]
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum PyTake {
+    /// The rate limits only.
+    #[pyo3(name = "RATES")]
+    Rates,
+    /// The concurrency permits only (the request already has its rate admission).
+    #[pyo3(name = "PERMITS")]
+    Permits,
+    /// The rate limits and the permits, all or nothing.
+    #[pyo3(name = "BOTH")]
+    Both,
+}
+
+impl From<PyTake> for Take {
+    fn from(take: PyTake) -> Self {
+        match take {
+            PyTake::Rates => Self::Rates,
+            PyTake::Permits => Self::Permits,
+            PyTake::Both => Self::RatesAndPermits,
+        }
+    }
 }
 
 /// The Rust half of `ratekeeper.Limiter`; the Python subclass adds the waiting methods.
@@ -119,10 +145,8 @@ pub struct PyLimiter {
     quotas: Py<PyQuotas>,
     /// How long the first request of a key waits for its quota (0: not at all).
     quota_wait: Duration,
-    /// Where the states live when not in this process (`backend=rk.Redis(...)`).
-    backend: Option<Backend>,
-    /// Sync mode's pushes and pulls of usage (`backend=rk.Redis(..., mode="sync")`).
-    syncer: Option<Arc<Syncer>>,
+    /// Where the states live: this process's memory, or Redis (`backend=rk.Redis(...)`).
+    store: Store,
     redis: Option<Py<PyRedis>>,
 }
 
@@ -142,9 +166,19 @@ impl PyLimiter {
         }
     }
 
-    /// The decision of `check` and `allow`. A request routed by path takes the core's infallible hot
-    /// path, with no `Target` built (a value returned through memory there cost a store-forwarding
-    /// stall, measured at 5 ns a call).
+    /// Runs a store operation, letting other Python threads run while it waits on I/O.
+    #[inline]
+    fn in_store<T: Send>(&self, py: Python<'_>, op: impl FnOnce(&Store, &Limiter) -> T + Send) -> T {
+        if self.store.waits_on_io() {
+            py.detach(|| op(&self.store, &self.inner))
+        } else {
+            op(&self.store, &self.inner)
+        }
+    }
+
+    /// The decision of `check` and `allow`. A request routed by path takes the store's hot path, with
+    /// no `Target` built (a value returned through memory there cost a store-forwarding stall,
+    /// measured at 5 ns a call).
     #[allow(clippy::inline_always)]
     #[inline(always)]
     fn decide_now(
@@ -156,75 +190,59 @@ impl PyLimiter {
         request: Request,
     ) -> PyResult<limiter::Decision> {
         let peer = text("peer", peer)?;
-        if let Some(backend) = &self.backend {
-            return self.decide_remote(py, backend, peer, target(path, group)?, request);
-        }
         if group.is_none_or(PyAnyMethods::is_none) {
             let path = optional_text("path", path)?;
             self.wait_first_fetch(py, peer, Target::Path(path));
-            return Ok(self.inner.decide_path(peer, path, request));
+            if let Some(decision) = self.store.decide_here(&self.inner, peer, path, request) {
+                return Ok(decision);
+            }
+            return self.decide(py, peer, Target::Path(path), request);
         }
         let target = target(path, group)?;
         self.wait_first_fetch(py, peer, target);
-        Ok(self.inner.decide(peer, target, request)?)
+        self.decide(py, peer, target, request)
     }
 
-    /// A decision in the backend, waited for without the GIL; an outage is logged when it starts and
-    /// when it ends.
-    #[inline(never)]
-    fn decide_remote(
-        &self,
-        py: Python<'_>,
-        backend: &Backend,
-        peer: &str,
-        target: Target<'_>,
-        request: Request,
-    ) -> PyResult<limiter::Decision> {
-        self.wait_first_fetch(py, peer, target);
-        // A ManualClock limiter decides at its clock's time; otherwise Redis's clock decides.
-        let now = self.clock.as_ref().map(|_| self.inner.now_ns());
-        let answer = py.detach(|| backend.decide(&self.inner, peer, target, request, now))?;
-        log_outage(py, backend, &answer);
+    /// A decision for `peer` in its store, logging what the store asks to.
+    fn decide(&self, py: Python<'_>, peer: &str, target: Target<'_>, request: Request) -> PyResult<limiter::Decision> {
+        let answer = self.in_store(py, |store, limiter| store.decide(limiter, peer, target, request))?;
+        log_notice(py, &answer);
         Ok(answer.decision)
     }
 
-    /// A decision where the states live: the backend, else this process.
-    fn decide_anywhere(
-        &self,
-        py: Python<'_>,
-        peer: &str,
-        target: Target<'_>,
-        request: Request,
-    ) -> PyResult<limiter::Decision> {
-        match &self.backend {
-            Some(backend) => self.decide_remote(py, backend, peer, target, request),
-            None => Ok(self.inner.decide(peer, target, request)?),
-        }
-    }
-
-    fn reservation(&self, py: Python<'_>, decision: &limiter::Decision) -> PyResult<PyReservation> {
+    fn reservation(&self, py: Python<'_>, decision: &limiter::Decision, request: Reserved) -> PyResult<PyReservation> {
         Ok(PyReservation {
             decision: Py::new(py, self.decision(py, decision))?,
             wait: secs(decision.outcome.wait_ns),
             deadline_ns: decision.now.saturating_add(decision.outcome.wait_ns),
             receipt: decision.receipt,
+            request,
         })
     }
 
-    /// Completes an asyncio `future` with a backend's decision (on the loop's thread), unless it was
-    /// cancelled meanwhile; logs an outage's start and end as the blocking path does.
+    /// Completes an asyncio `future` with a store's decision (on the loop's thread), unless it was
+    /// cancelled meanwhile; logs what the store asks to, as the blocking path does.
     ///
     /// # Errors
     /// The future's methods raised (a closed loop).
-    pub fn settle(&self, py: Python<'_>, future: &Bound<'_, PyAny>, answer: Result<Answer, Error>) -> PyResult<()> {
-        if let (Ok(answer), Some(backend)) = (&answer, &self.backend) {
-            log_outage(py, backend, answer);
+    pub fn settle(
+        &self,
+        py: Python<'_>,
+        future: &Bound<'_, PyAny>,
+        answer: Result<Answer, Error>,
+        request: Reserved,
+    ) -> PyResult<()> {
+        if let Ok(answer) = &answer {
+            log_notice(py, answer);
         }
         if future.call_method0(intern!(py, "done"))?.is_truthy()? {
             return Ok(());
         }
         match answer {
-            Ok(answer) => future.call_method1(intern!(py, "set_result"), (self.reservation(py, &answer.decision)?,))?,
+            Ok(answer) => {
+                let reservation = self.reservation(py, &answer.decision, request)?;
+                future.call_method1(intern!(py, "set_result"), (reservation,))?
+            }
             Err(error) => future.call_method1(intern!(py, "set_exception"), (PyErr::from(error).into_value(py),))?,
         };
         Ok(())
@@ -348,27 +366,12 @@ impl PyLimiter {
                     .unbind(),
             ),
         };
-        let sync_interval = redis.as_ref().and_then(|r| r.get().sync_interval);
+        let spec = redis.as_ref().map(|r| &r.get().spec);
         // Sync mode pushes what each key admitted: the core must track it.
-        let track_usage = track_usage || sync_interval.is_some();
+        let track_usage = track_usage || Store::tracks_usage(spec);
         let inner = Arc::new(Limiter::new(Config { rules, max_keys, quotas: settings, track_usage }, clock)?);
-        let (mut backend, mut syncer) = (None, None);
-        if let Some(redis) = &redis {
-            let settings = &redis.get().settings;
-            match sync_interval {
-                None => {
-                    Backend::check(&inner)?;
-                    backend = Some(Backend::new(settings.clone())?);
-                }
-                Some(interval) => {
-                    let client = Client::open(settings, script::DECIDE)?;
-                    let started = Syncer::new(client, settings.prefix.clone());
-                    started.start(Arc::downgrade(&inner), interval);
-                    syncer = Some(started);
-                }
-            }
-        }
-        Ok(Self { inner, names: GroupNames::new(), clock: manual, quotas, quota_wait, backend, syncer, redis })
+        let store = Store::open(spec, &inner)?;
+        Ok(Self { inner, names: GroupNames::new(), clock: manual, quotas, quota_wait, store, redis })
     }
 
     /// Decides a request now and says why: a `Decision` (truthy when allowed). Never blocks; a refusal
@@ -399,8 +402,12 @@ impl PyLimiter {
         Ok(self.decide_now(py, peer, path, group, Request::new(cost.0))?.outcome.allowed)
     }
 
-    /// Admits now or reserves a later slot within `timeout` seconds (None: any wait).
-    #[pyo3(signature = (peer, path, group, cost, timeout, wait_quota=true))]
+    /// Admits now or reserves a later slot within `timeout` seconds (None: any wait), taking what `take`
+    /// says; with `wait_quota`, a key's first request waits for its quota first.
+    #[pyo3(
+        signature = (peer, path=None, *, group=None, cost=Cost(1), timeout, take=PyTake::Rates, wait_quota=true),
+        text_signature = "(self, peer, path=None, *, group=None, cost=1, timeout, take=..., wait_quota=True)"
+    )]
     #[allow(clippy::too_many_arguments)]
     fn _reserve(
         &self,
@@ -410,90 +417,73 @@ impl PyLimiter {
         group: Option<&Bound<'_, PyAny>>,
         cost: Cost,
         #[pyo3(from_py_with = field::optional_timeout)] timeout: Option<f64>,
+        take: PyTake,
         wait_quota: bool,
     ) -> PyResult<PyReservation> {
         let (peer, target) = (text("peer", peer)?, target(path, group)?);
         if wait_quota {
             self.wait_first_fetch(py, peer, target);
         }
-        let request = Request::new(cost.0).reporting().waiting(nanos("timeout", timeout)?);
-        let decision = self.decide_anywhere(py, peer, target, request)?;
-        self.reservation(py, &decision)
+        let request = Request::new(cost.0).reporting().waiting(nanos("timeout", timeout)?).taking(take.into());
+        let decision = self.decide(py, peer, target, request)?;
+        self.reservation(py, &decision, Reserved { peer: peer.to_owned(), target: target.into(), cost: cost.0 })
     }
 
-    /// `_reserve` for asyncio with a backend: completes `future` with the `_Reservation` once Redis
-    /// answers, through `completions` (the running loop's channel), never blocking the loop.
-    #[pyo3(signature = (peer, path, group, cost, timeout, future, completions, permits=false, report=true))]
+    /// `_reserve` for asyncio: completes `future` with the `_Reservation` through `completions` (the
+    /// running loop's channel) once the store answers, never blocking the loop; at once when the
+    /// store decides without I/O.
+    #[pyo3(
+        signature = (peer, path=None, *, group=None, cost=Cost(1), timeout, take=PyTake::Rates, report=true, future, completions),
+        text_signature = "(self, peer, path=None, *, group=None, cost=1, timeout, take=..., report=True, future, completions)"
+    )]
     #[allow(clippy::too_many_arguments)]
-    fn _reserve_remote(
+    fn _reserve_later(
         slf: &Bound<'_, Self>,
         peer: &Bound<'_, PyAny>,
         path: Option<&Bound<'_, PyAny>>,
         group: Option<&Bound<'_, PyAny>>,
         cost: Cost,
         #[pyo3(from_py_with = field::optional_timeout)] timeout: Option<f64>,
+        take: PyTake,
+        report: bool,
         future: &Bound<'_, PyAny>,
         completions: &Bound<'_, PyCompletions>,
-        permits: bool,
-        report: bool,
     ) -> PyResult<()> {
         let this = slf.get();
         let py = slf.py();
         let (peer, target) = (text("peer", peer)?, target(path, group)?);
-        let take = if permits { Take::RatesAndPermits } else { Take::Rates };
-        let mut request = Request::new(cost.0).waiting(nanos("timeout", timeout)?).taking(take);
+        let mut request = Request::new(cost.0).waiting(nanos("timeout", timeout)?).taking(take.into());
         if report {
             request = request.reporting();
         }
-        let Some(backend) = &this.backend else {
-            // Decided here (no backend, or sync mode's local decisions): no I/O, the future completes now.
-            let decision = this.inner.decide(peer, target, request)?;
-            return this.settle(py, future, Ok(Answer { decision, outage_began: None, recovered: false }));
-        };
-        let now = this.clock.as_ref().map(|_| this.inner.now_ns());
-        let call = match backend.prepare(&this.inner, peer, target, request, now)? {
-            Prepared::Done(decision) => {
-                let answer = Answer { decision, outage_began: None, recovered: false };
-                return this.settle(py, future, Ok(answer));
-            }
-            Prepared::Call(call) => call,
-        };
-        let (owner, future) = (slf.clone().unbind(), future.clone().unbind());
-        let sender = Arc::clone(&completions.get().sender);
-        backend.send(call, move |call, reply| {
-            // On the client's runtime thread, without the GIL: a frozen pyclass is read as is.
-            let limiter = owner.get();
-            let answer = match &limiter.backend {
-                Some(backend) => backend.finish(&limiter.inner, &call, reply),
-                None => Err(Error::value("backend", "this limiter has no backend")),
-            };
-            sender.send(Completion { limiter: owner, future, answer });
+        let reserved = || Reserved { peer: peer.to_owned(), target: target.into(), cost: cost.0 };
+        let (owner, pending) = (slf.clone().unbind(), future.clone().unbind());
+        let (sender, later) = (Arc::clone(&completions.get().sender), reserved());
+        // On the store's thread, without the GIL: the loop's thread settles the future.
+        let done = Box::new(move |answer| {
+            sender.send(Completion { limiter: owner, future: pending, answer, request: later });
         });
-        Ok(())
+        match this.store.decide_later(&this.inner, peer, target, request, done) {
+            Ok(Some(answer)) => this.settle(py, future, Ok(answer), reserved()),
+            Ok(None) => Ok(()),
+            Err(error) => this.settle(py, future, Err(error), reserved()),
+        }
     }
 
     /// Gives back the slot of a reservation whose wait did not end (timeout, cancel, Ctrl-C).
-    #[pyo3(signature = (peer, path, group, cost, reservation))]
-    fn _refund(
-        &self,
-        py: Python<'_>,
-        peer: &Bound<'_, PyAny>,
-        path: Option<&Bound<'_, PyAny>>,
-        group: Option<&Bound<'_, PyAny>>,
-        cost: Cost,
-        reservation: &Bound<'_, PyReservation>,
-    ) -> PyResult<()> {
-        let (peer, target) = (text("peer", peer)?, target(path, group)?);
-        let receipt = reservation.get().receipt;
-        if let Some(backend) = &self.backend {
-            let now = self.clock.as_ref().map(|_| self.inner.now_ns());
-            return Ok(py.detach(|| backend.refund(&self.inner, peer, target, cost.0, receipt, now))?);
-        }
-        Ok(self.inner.refund(peer, target, cost.0, receipt)?)
+    fn _refund(&self, py: Python<'_>, reservation: &Bound<'_, PyReservation>) -> PyResult<()> {
+        let reservation = reservation.get();
+        let Reserved { peer, target, cost } = &reservation.request;
+        let receipt = reservation.receipt;
+        Ok(self.in_store(py, |store, limiter| store.refund(limiter, peer, target.borrow(), *cost, receipt))?)
     }
 
-    /// Takes the group's concurrency permits, and with `rates` its rate limits' admission too.
-    #[pyo3(signature = (peer, path, group, cost, rates))]
+    /// Takes what `take` says of the group's limits now (the concurrency permits, with or without the
+    /// rate limits' admission).
+    #[pyo3(
+        signature = (peer, path=None, *, group=None, cost=Cost(1), take=PyTake::Permits),
+        text_signature = "(self, peer, path=None, *, group=None, cost=1, take=...)"
+    )]
     fn _acquire(
         &self,
         py: Python<'_>,
@@ -501,16 +491,15 @@ impl PyLimiter {
         path: Option<&Bound<'_, PyAny>>,
         group: Option<&Bound<'_, PyAny>>,
         cost: Cost,
-        #[pyo3(from_py_with = field::rates)] rates: bool,
+        take: PyTake,
     ) -> PyResult<PyDecision> {
         let (peer, target) = (text("peer", peer)?, target(path, group)?);
-        let take = if rates { Take::RatesAndPermits } else { Take::Permits };
-        let decision = self.decide_anywhere(py, peer, target, Request::new(cost.0).reporting().taking(take))?;
+        let decision = self.decide(py, peer, target, Request::new(cost.0).reporting().taking(take.into()))?;
         Ok(self.decision(py, &decision))
     }
 
     /// Releases `cost` of the concurrency permits `_acquire` took (a request ended).
-    #[pyo3(signature = (peer, path, group, cost))]
+    #[pyo3(signature = (peer, path=None, *, group=None, cost=Cost(1)), text_signature = "(self, peer, path=None, *, group=None, cost=1)")]
     fn _release(
         &self,
         py: Python<'_>,
@@ -520,11 +509,7 @@ impl PyLimiter {
         cost: Cost,
     ) -> PyResult<()> {
         let (peer, target) = (text("peer", peer)?, target(path, group)?);
-        if let Some(backend) = &self.backend {
-            let now = self.clock.as_ref().map(|_| self.inner.now_ns());
-            return Ok(py.detach(|| backend.release(&self.inner, peer, target, cost.0, now))?);
-        }
-        Ok(self.inner.release(peer, target, cost.0)?)
+        Ok(self.in_store(py, |store, limiter| store.release(limiter, peer, target, cost.0))?)
     }
 
     /// Gives `n` tokens back to the key's rate limits (seed 003's manual reduction): every rate limit
@@ -540,11 +525,7 @@ impl PyLimiter {
         group: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         let (peer, target) = (text("peer", peer)?, target(path, group)?);
-        if let Some(backend) = &self.backend {
-            let now = self.clock.as_ref().map(|_| self.inner.now_ns());
-            return Ok(py.detach(|| backend.reduce(&self.inner, peer, target, n, now))?);
-        }
-        Ok(self.inner.reduce(peer, target, n)?)
+        Ok(self.in_store(py, |store, limiter| store.reduce(limiter, peer, target, n))?)
     }
 
     /// Where the request of `peer` goes and what limits it (its per-key quota applied); None when it is
@@ -577,11 +558,11 @@ impl PyLimiter {
         self.inner.set_enabled(true);
     }
 
-    /// Whether decisions are made in the backend (exact mode), so that the asyncio twins await Redis;
-    /// false in memory and in sync mode, whose decisions are this process's.
+    /// Whether decisions wait on I/O (Redis exact mode), so that the asyncio twins await them; false
+    /// when this process decides (memory, sync mode).
     #[getter]
-    fn _decides_in_backend(&self) -> bool {
-        self.backend.is_some()
+    fn _waits_on_io(&self) -> bool {
+        self.store.waits_on_io()
     }
 
     /// The backend the states live in (`None`: this process).
@@ -593,20 +574,14 @@ impl PyLimiter {
     /// Round trips to the backend that failed (each decided by `on_error`), and whether the last did.
     #[getter]
     fn backend_errors(&self) -> (u64, bool) {
-        match (&self.backend, &self.syncer) {
-            (Some(b), _) => (b.errors(), b.is_down()),
-            (None, Some(s)) => s.errors(),
-            (None, None) => (0, false),
-        }
+        let health = self.store.health();
+        (health.errors, health.down)
     }
 
     /// Sync mode: pushes this node's usage and absorbs the others' now, without waiting for the timer.
     /// Returns (keys synced, units the other nodes used that were charged here).
     fn sync_now(&self, py: Python<'_>) -> PyResult<(usize, u64)> {
-        let Some(syncer) = &self.syncer else {
-            return Err(Error::value("backend", "sync_now needs backend=rk.Redis(..., mode='sync')").into());
-        };
-        let done = py.detach(|| syncer.sync_now(&self.inner)).map_err(|f| Error::backend(f.0))?;
+        let done = py.detach(|| self.store.sync_now(&self.inner))?;
         Ok((done.keys, done.absorbed))
     }
 
@@ -651,15 +626,7 @@ impl PyLimiter {
     #[pyo3(signature = (peer=None))]
     fn reset(&self, py: Python<'_>, peer: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         let peer = optional_text("peer", peer)?;
-        // Here first (the states `on_error="local"` decides with, quota records), then Redis.
-        self.inner.reset(peer);
-        if let Some(backend) = &self.backend {
-            py.detach(|| backend.reset(&self.inner, peer))?;
-        }
-        if let Some(syncer) = &self.syncer {
-            py.detach(|| syncer.reset(&self.inner, peer)).map_err(|failure| reset_failed(&failure))?;
-        }
-        Ok(())
+        Ok(py.detach(|| self.store.reset(&self.inner, peer))?)
     }
 
     /// Counters and sizes, by group: a `ratekeeper.Stats` dict. Reads one shard at a time.
@@ -709,18 +676,13 @@ impl PyLimiter {
         let (queued, running) = self.inner.fetches().load();
         out.set_item("quota_queue", queued)?;
         out.set_item("quota_running", running)?;
-        let (errors, down) = self.backend_errors();
-        out.set_item("backend_errors", errors)?;
-        out.set_item("backend_down", down)?;
-        let outages = match (&self.backend, &self.syncer) {
-            (Some(b), _) => b.outages(),
-            (None, Some(s)) => s.outages(),
-            (None, None) => 0,
-        };
-        out.set_item("backend_outages", outages)?;
+        let health = self.store.health();
+        out.set_item("backend_errors", health.errors)?;
+        out.set_item("backend_down", health.down)?;
+        out.set_item("backend_outages", health.outages)?;
         let latency = self.inner.latency();
         out.set_item("decision_seconds", histogram(py, &LATENCY_BOUNDS_NS, &latency.counts, latency.sum_ns)?)?;
-        let backend = self.backend.as_ref().map(Backend::latency).unwrap_or_default();
+        let backend = health.latency;
         out.set_item("backend_seconds", histogram(py, &LATENCY_BOUNDS_NS, &backend.counts, backend.sum_ns)?)?;
         out.set_item("groups", groups)?;
         Ok(out)
@@ -778,7 +740,7 @@ impl PyLimiter {
     }
 
     /// Whether the first fetch of `peer`'s key is still running (queued if new).
-    #[pyo3(signature = (peer, path, group))]
+    #[pyo3(signature = (peer, path=None, *, group=None))]
     fn _quota_pending(
         &self,
         peer: &Bound<'_, PyAny>,

@@ -12,7 +12,7 @@ pub use aio::PyCompletions;
 pub use backend::PyRedis;
 pub use fetch::{PyFetchJob, PyFetchQueue, PyFetchResult};
 pub use limiter::PyLimiter;
-pub use limiter::PyReservation;
+pub use limiter::{PyReservation, PyTake};
 pub use values::{
     PyDecision, PyGroupPolicy, PyLimit, PyManualClock, PyQuotaInfo, PyQuotas, PyRate, PyResolution, PyRule,
 };
@@ -22,7 +22,7 @@ mod _core {
     #[pymodule_export]
     use super::{
         PyCompletions, PyDecision, PyFetchJob, PyFetchQueue, PyFetchResult, PyGroupPolicy, PyLimit, PyLimiter,
-        PyManualClock, PyQuotaInfo, PyQuotas, PyRate, PyRedis, PyReservation, PyResolution, PyRule,
+        PyManualClock, PyQuotaInfo, PyQuotas, PyRate, PyRedis, PyReservation, PyResolution, PyRule, PyTake,
     };
 
     #[pymodule_init]

@@ -213,11 +213,11 @@ def test_random_cancellations_never_put_two_admissions_in_one_slot(
     held: list[tuple[int, Any]] = []
     for advance_ms, cancel in steps:
         clock._advance_to_ns(round(clock.now() * 1e9) + advance_ms * 20_000_000)
-        reservation = limiter._reserve("alice", None, None, 1, None, False)
+        reservation = limiter._reserve("alice", timeout=None, wait_quota=False)
         held.append((reservation.deadline_ns, reservation))
         waiting = [i for i, (deadline, _) in enumerate(held) if deadline > round(clock.now() * 1e9)]
         if cancel and waiting:
             _, victim = held.pop(waiting[len(waiting) // 2])
-            limiter._refund("alice", None, None, 1, victim)
+            limiter._refund(victim)
     slots = sorted(deadline for deadline, _ in held)
     assert all(later - earlier >= 100_000_000 for earlier, later in zip(slots, slots[1:]))

@@ -16,6 +16,7 @@ import pytest
 import ratekeeper as rk
 import redis
 from _redis import RedisServer
+from ratekeeper._core import _Take
 
 S = 1_000_000_000
 
@@ -141,19 +142,19 @@ def test_concurrency_permits_are_shared_leases(redis_server: RedisServer, redis_
         return rk.Limiter(rules=rules, clock=clock, backend=backend)
 
     first, second = node(), node()
-    held = [first._acquire("ann", "/", None, 1, True), second._acquire("ann", "/", None, 1, True)]
+    held = [first._acquire("ann", "/", take=_Take.BOTH), second._acquire("ann", "/", take=_Take.BOTH)]
     assert all(d.allowed and d.permits_held for d in held)
-    refused = first._acquire("ann", "/", None, 1, True)
+    refused = first._acquire("ann", "/", take=_Take.BOTH)
     assert not refused
     assert refused.refused_by == "concurrency"
     assert refused.retry_after == 0.0
     assert refused.remaining == 0
-    second._release("ann", "/", None, 1)
-    assert first._acquire("ann", "/", None, 1, True).allowed
+    second._release("ann", "/")
+    assert first._acquire("ann", "/", take=_Take.BOTH).allowed
     # A process that dies holding permits: its leases expire after lease_ttl and the permits come back.
-    assert not second._acquire("ann", "/", None, 1, True)
+    assert not second._acquire("ann", "/", take=_Take.BOTH)
     clock.advance(31)
-    assert second._acquire("ann", "/", None, 1, True).allowed
+    assert second._acquire("ann", "/", take=_Take.BOTH).allowed
 
 
 def test_concurrency_decisions_match_memory(redis_server: RedisServer, redis_prefix: str) -> None:
@@ -169,11 +170,11 @@ def test_concurrency_decisions_match_memory(redis_server: RedisServer, redis_pre
     for step in steps:
         for lim in (memory, redis_limiter):
             if step == "free":
-                lim._release("bo", "/", None, 1)
+                lim._release("bo", "/")
         if step != "free":
             rates = step == "take"
-            assert seen(redis_limiter._acquire("bo", "/", None, 1, rates)) == seen(
-                memory._acquire("bo", "/", None, 1, rates)
+            assert seen(redis_limiter._acquire("bo", "/", take=_Take.BOTH if rates else _Take.PERMITS)) == seen(
+                memory._acquire("bo", "/", take=_Take.BOTH if rates else _Take.PERMITS)
             ), step
 
 

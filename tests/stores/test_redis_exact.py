@@ -122,10 +122,10 @@ def test_policies_over_several_limits_match_memory(
 def test_waiters_reserve_the_same_slots_as_in_memory(pair: Callable[..., tuple[rk.Limiter, ...]]) -> None:
     memory, redis, _, _ = pair(rate="2/s")
     for _ in range(6):
-        assert redis._reserve("alice", None, None, 1, 5.0).wait == memory._reserve("alice", None, None, 1, 5.0).wait
+        assert redis._reserve("alice", None, timeout=5.0).wait == memory._reserve("alice", None, timeout=5.0).wait
     # Beyond the longest wait: refused alike, and nothing reserved.
-    assert seen(redis._reserve("alice", None, None, 1, 0.1).decision) == seen(
-        memory._reserve("alice", None, None, 1, 0.1).decision
+    assert seen(redis._reserve("alice", None, timeout=0.1).decision) == seen(
+        memory._reserve("alice", None, timeout=0.1).decision
     )
 
 
@@ -178,12 +178,12 @@ def test_a_cancelled_wait_gives_its_slot_back_as_in_memory(
     for lim in (memory, redis):
         for _ in range(9):  # every limit spent, under either policy
             lim.allow("alice", "/")
-    reservations = [(lim, lim._reserve("alice", "/", None, 1, 5.0)) for lim in (memory, redis)]
+    reservations = [(lim, lim._reserve("alice", "/", timeout=5.0)) for lim in (memory, redis)]
     assert reservations[0][1].wait == reservations[1][1].wait > 0
     for lim, reservation in reservations:
-        lim._refund("alice", "/", None, 1, reservation)
+        lim._refund(reservation)
     assert seen(redis.check("alice", "/")) == seen(memory.check("alice", "/"))
-    assert redis._reserve("alice", "/", None, 1, 5.0).wait == memory._reserve("alice", "/", None, 1, 5.0).wait
+    assert redis._reserve("alice", "/", timeout=5.0).wait == memory._reserve("alice", "/", timeout=5.0).wait
 
 
 @pytest.mark.parametrize("algorithm", [a for a in ALGORITHMS if a != "sliding_log"])
@@ -234,9 +234,9 @@ def test_a_cancelled_wait_under_a_later_one_gives_nothing_back_as_in_memory(
     waits = []
     for lim in (memory, redis):
         assert lim.allow("alice")
-        held = [lim._reserve("alice", None, None, 1, 5.0) for _ in range(3)]
-        lim._refund("alice", None, None, 1, held[1])
-        waits.append(lim._reserve("alice", None, None, 1, 5.0).wait)
+        held = [lim._reserve("alice", None, timeout=5.0) for _ in range(3)]
+        lim._refund(held[1])
+        waits.append(lim._reserve("alice", None, timeout=5.0).wait)
     # Slots at 0.1, 0.2 (cancelled) and 0.3: the newcomer goes after the last one held.
     assert waits == [pytest.approx(0.4), pytest.approx(0.4)]
 

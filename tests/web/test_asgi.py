@@ -19,6 +19,7 @@ from _redis import RedisServer
 from _web import Server, members
 from fastapi import FastAPI, WebSocket
 from fastapi.responses import StreamingResponse
+from ratekeeper._core import _Take
 from ratekeeper.asgi import RateLimitMiddleware
 from ratekeeper.keys import client_ip, header
 
@@ -203,9 +204,9 @@ def test_permits_come_back_after_errors_streams_and_disconnects(served: httpx.Cl
     # The client left midway; the server notices and gives the permit back.
     deadline = time.monotonic() + 5
     while True:
-        probe = limiter._acquire("alice", "/boom", None, 1, True)
+        probe = limiter._acquire("alice", "/boom", take=_Take.BOTH)
         if probe.allowed:
-            limiter._release("alice", "/boom", None, 1)
+            limiter._release("alice", "/boom")
             break
         assert time.monotonic() < deadline, "the permit of the abandoned stream was never released"
         time.sleep(0.01)

@@ -12,6 +12,7 @@ import httpx
 import pytest
 import ratekeeper as rk
 from _web import members
+from ratekeeper._core import _Take
 from ratekeeper.flask import RateLimit
 from ratekeeper.keys import client_ip, header
 from werkzeug.serving import make_server
@@ -260,9 +261,9 @@ def test_a_view_that_raises_gives_its_permit_back_before_the_response_is_sent(
     client = app.test_client()
     for _ in range(3):
         assert client.get("/boom", headers=KEY).status_code == 500
-        probe = limiter._acquire("alice", "/boom", None, 1, True)
+        probe = limiter._acquire("alice", "/boom", take=_Take.BOTH)
         assert probe.allowed
-        limiter._release("alice", "/boom", None, 1)
+        limiter._release("alice", "/boom")
 
 
 def test_without_marks_a_refusal_is_answered_before_flask_routes_or_runs_the_apps_hooks(limiter: rk.Limiter) -> None:
@@ -295,7 +296,7 @@ def test_a_view_raising_through_flask_gives_its_permit_back(limiter: rk.Limiter,
     for _ in range(3):
         with pytest.raises(RuntimeError, match="the view failed"):
             client.get("/boom", headers=KEY)
-        probe = limiter._acquire("alice", "/boom", None, 1, True)
+        probe = limiter._acquire("alice", "/boom", take=_Take.BOTH)
         assert probe.allowed
         assert probe.permits_held
-        limiter._release("alice", "/boom", None, 1)
+        limiter._release("alice", "/boom")

@@ -383,14 +383,14 @@ struct Padded<T>(T);
 
 /// The whole map: `max_keys` spread over a power-of-two number of shards.
 #[derive(Debug)]
-pub struct Store<C> {
+pub struct StateMap<C> {
     shards: Box<[Padded<Mutex<Shard<C>>>]>,
     shard_shift: u32,
     keys: Arc<AtomicUsize>,
     max_keys: usize,
 }
 
-impl<C> Store<C> {
+impl<C> StateMap<C> {
     /// A store for at most `max_keys` keys; `data` makes each shard's data (counters, quota records).
     pub fn new(max_keys: usize, data: impl Fn() -> C) -> Self {
         let max_keys = max_keys.max(1);
@@ -419,7 +419,7 @@ impl<C> Store<C> {
     }
 
     /// The shard that holds `key`, locked. The shard comes from the key's top bits (hashbrown uses
-    /// the low ones), and keys that share their top 32 bits share a shard: see [`Store::related_key`].
+    /// the low ones), and keys that share their top 32 bits share a shard: see [`StateMap::related_key`].
     #[inline]
     pub fn lock(&self, key: u64) -> MutexGuard<'_, Shard<C>> {
         // shard_shift == 64 for a single shard: checked_shr gives None -> shard 0.
@@ -488,7 +488,7 @@ mod tests {
 
     #[test]
     fn log_bytes_are_kept_as_logs_change_and_equal_a_walk() {
-        let store: Store<()> = Store::new(10_000, || ());
+        let store: StateMap<()> = StateMap::new(10_000, || ());
         let mut shard = store.lock(key(1));
         let walk = |shard: &Shard<()>| shard.logs.map.values().map(log_bytes).sum::<usize>();
         for i in 0..50 {
@@ -507,7 +507,7 @@ mod tests {
 
     #[test]
     fn holds_at_most_max_keys() {
-        let store: Store<()> = Store::new(1_000, || ());
+        let store: StateMap<()> = StateMap::new(1_000, || ());
         for i in 0..100_000 {
             let mut shard = store.lock(key(i));
             if shard.touch(key(i)).is_none() {
@@ -530,7 +530,7 @@ mod tests {
             for every in [20, 50, 100] {
                 let hasher = ahash::RandomState::with_seeds(seed, 2, 3, 4);
                 let key = |i: u64| hasher.hash_one(i);
-                let store: Store<()> = Store::new(2_000, || ());
+                let store: StateMap<()> = StateMap::new(2_000, || ());
                 let hot = key(u64::MAX);
                 store.lock(hot).insert(hot, busy(0), 0, Owner::new(0, 0));
                 for i in 0..100_000 {
@@ -547,7 +547,7 @@ mod tests {
 
     #[test]
     fn idle_states_are_dropped_before_anything_is_evicted() {
-        let store: Store<()> = Store::new(256, || ());
+        let store: StateMap<()> = StateMap::new(256, || ());
         for i in 0..256 {
             store.lock(key(i)).insert(key(i), State { t: 10, a: 0, b: 0 }, 0, Owner::new(0, 0));
         }
@@ -559,9 +559,9 @@ mod tests {
 
     #[test]
     fn related_keys_share_a_shard_but_not_a_slot() {
-        let store: Store<()> = Store::new(1_000_000, || ());
+        let store: StateMap<()> = StateMap::new(1_000_000, || ());
         let k = key(7);
-        let r = Store::<()>::related_key(k, 1);
+        let r = StateMap::<()>::related_key(k, 1);
         assert_ne!(k >> IDENTITY_SHIFT, r >> IDENTITY_SHIFT);
         assert_eq!(k >> store.shard_shift, r >> store.shard_shift);
         let mut shard = store.lock(k);
@@ -572,13 +572,13 @@ mod tests {
     }
 
     /// Per group: (keys held, evictions), summed over the shards.
-    fn group_counts(store: &Store<()>, group: u32) -> (u64, u64) {
+    fn group_counts(store: &StateMap<()>, group: u32) -> (u64, u64) {
         store.shards().fold((0, 0), |(k, e), s| (k + s.group_keys(group), e + s.group_evictions(group)))
     }
 
     #[test]
     fn keys_are_counted_per_group() {
-        let store: Store<()> = Store::new(1_000_000, || ());
+        let store: StateMap<()> = StateMap::new(1_000_000, || ());
         for i in 0..30 {
             let group = u32::from(i % 3 == 0);
             store.lock(key(i)).insert(key(i), busy(0), 0, Owner::new(group, 0));
@@ -605,7 +605,7 @@ mod tests {
 
     #[test]
     fn a_flood_counts_evictions_per_group_and_drops_as_none() {
-        let store: Store<()> = Store::new(1_000, || ());
+        let store: StateMap<()> = StateMap::new(1_000, || ());
         for i in 0..1_000 {
             store.lock(key(i)).insert(key(i), State { t: 10, a: 0, b: 0 }, 0, Owner::new(2, 0));
         }
@@ -635,14 +635,14 @@ mod tests {
     fn unrelated_key_undoes_related_key() {
         for key in [0u64, 1, 0xDEAD_BEEF_1234_5678, u64::MAX] {
             for index in [0u32, 1, 17, 0x3FF, u32::MAX] {
-                assert_eq!(Store::<()>::unrelated_key(Store::<()>::related_key(key, index), index), key);
+                assert_eq!(StateMap::<()>::unrelated_key(StateMap::<()>::related_key(key, index), index), key);
             }
         }
     }
 
     #[test]
     fn a_group_walk_names_each_key_and_limit_and_removes_what_it_declines() {
-        let store: Store<()> = Store::new(1_000, || ());
+        let store: StateMap<()> = StateMap::new(1_000, || ());
         let mut shard = store.lock(0);
         for i in 0..10u64 {
             shard.insert(i << 8 | 0xAB, busy(0), 0, Owner::new(3, usize::try_from(i % 4).unwrap()));

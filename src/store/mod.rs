@@ -1,0 +1,210 @@
+//! Where a limiter's states live: the seam between the core, which routes requests, finds their
+//! limits (quotas included) and counts outcomes, and the store that decides on the states.
+//!
+//! [`StateStore`] is the contract; [`Store`] dispatches to each implementation with a `match` rather
+//! than a trait object, so that the in-memory decision stays inlined in the hot path. A new store is
+//! one more implementation and one more variant, not a branch at each call site.
+
+mod memory;
+
+use std::sync::Arc;
+
+pub use memory::Memory;
+
+use crate::backend::exact::Exact;
+use crate::backend::health::HealthReport;
+use crate::backend::sync::{Synced, SyncedStore};
+use crate::backend::Spec;
+use crate::error::{Error, Result};
+use crate::limiter::{Decision, Limiter, Receipt, Request, Target};
+
+/// A store's decision, and what its caller should log once (an outage of a remote store began or
+/// ended).
+#[derive(Debug)]
+pub struct Answer {
+    pub decision: Decision,
+    pub notice: Option<String>,
+}
+
+impl From<Decision> for Answer {
+    #[inline]
+    fn from(decision: Decision) -> Self {
+        Self { decision, notice: None }
+    }
+}
+
+/// Where a decision that waits on I/O hands its answer (on the store's own thread).
+pub type Later = Box<dyn FnOnce(Result<Answer>) + Send>;
+
+/// What every store does. The limiter is passed in: it holds the rules, the quotas and the counters
+/// every store shares. A store never raises into the caller's request unless its settings ask for it
+/// (`on_error="raise"`).
+pub trait StateStore: Send + Sync {
+    /// Whether a decision waits on I/O: callers then let other threads run meanwhile, and asyncio
+    /// awaits [`StateStore::decide_later`] instead of blocking its loop.
+    fn waits_on_io(&self) -> bool;
+
+    /// Decides `peer`'s request (admits, reserves a later slot for a waiter, or refuses).
+    ///
+    /// # Errors
+    /// A `Target::Group` that names no group; a remote store that cannot answer under `on_error="raise"`.
+    fn decide(&self, limiter: &Limiter, peer: &str, target: Target<'_>, request: Request) -> Result<Answer>;
+
+    /// The decision of a request routed by `path` when the store makes it in this process (`None`:
+    /// ask [`StateStore::decide`]): the hot path of `allow` and `check`, with no `Target` built and the
+    /// decision returned as it is, not in a `Result` (copying it through memory cost 5 ns a call).
+    #[inline]
+    fn decide_here(&self, limiter: &Limiter, peer: &str, path: Option<&str>, request: Request) -> Option<Decision> {
+        let _ = (limiter, peer, path, request);
+        None
+    }
+
+    /// [`StateStore::decide`] without waiting: `Some` when decided at once, else `done` gets the answer.
+    ///
+    /// # Errors
+    /// As [`StateStore::decide`], when decided at once.
+    fn decide_later(
+        &self,
+        limiter: &Arc<Limiter>,
+        peer: &str,
+        target: Target<'_>,
+        request: Request,
+        done: Later,
+    ) -> Result<Option<Answer>> {
+        let _ = done;
+        self.decide(limiter, peer, target, request).map(Some)
+    }
+
+    /// Gives `n` back to the key's rate limits (seed 003's manual reduction); false when nothing limits
+    /// the request or its group disables reduction.
+    ///
+    /// # Errors
+    /// As [`StateStore::decide`].
+    fn reduce(&self, limiter: &Limiter, peer: &str, target: Target<'_>, n: u64) -> Result<bool>;
+
+    /// Gives back the slot of a wait that did not end (timeout, cancel), as its `receipt` says.
+    ///
+    /// # Errors
+    /// As [`StateStore::decide`].
+    fn refund(&self, limiter: &Limiter, peer: &str, target: Target<'_>, cost: u64, receipt: Receipt) -> Result<()>;
+
+    /// Releases `cost` concurrency permits (a request ended).
+    ///
+    /// # Errors
+    /// As [`StateStore::decide`].
+    fn release(&self, limiter: &Limiter, peer: &str, target: Target<'_>, cost: u64) -> Result<()>;
+
+    /// Forgets `peer`'s states (every peer's with `None`), here and where the store keeps them.
+    ///
+    /// # Errors
+    /// A remote store did not carry it out (whatever `on_error` says).
+    fn reset(&self, limiter: &Limiter, peer: Option<&str>) -> Result<()>;
+
+    /// Round trips, errors and outages of a remote store (nothing for a local one).
+    fn health(&self) -> HealthReport {
+        HealthReport::default()
+    }
+
+    /// Pushes this node's usage and absorbs the others' now (sync mode).
+    ///
+    /// # Errors
+    /// A store that does not sync, or Redis did not answer.
+    fn sync_now(&self, limiter: &Limiter) -> Result<Synced> {
+        let _ = limiter;
+        Err(Error::value("backend", "sync_now needs backend=rk.Redis(..., mode='sync')"))
+    }
+}
+
+/// The stores a limiter can keep its states in.
+pub enum Store {
+    /// This process's memory (the limiter's own state map).
+    Memory(Memory),
+    /// Redis decides each request atomically (`mode="exact"`).
+    Exact(Exact),
+    /// This process decides; Redis sums the nodes' usage (`mode="sync"`).
+    Synced(SyncedStore),
+}
+
+/// Calls `$method` on whichever store this is.
+macro_rules! each_store {
+    ($store:expr, $s:ident => $call:expr) => {
+        match $store {
+            Store::Memory($s) => $call,
+            Store::Exact($s) => $call,
+            Store::Synced($s) => $call,
+        }
+    };
+}
+
+impl Store {
+    /// The store `spec` describes (`None`: memory), for `limiter`, whose limits it may bound (exact
+    /// mode refuses limits its script cannot decide exactly, now and whenever they are installed).
+    ///
+    /// # Errors
+    /// A bad URL or option, or a limit the store cannot hold, named by its field.
+    pub fn open(spec: Option<&Spec>, limiter: &Arc<Limiter>) -> Result<Self> {
+        match spec {
+            None => Ok(Self::Memory(Memory)),
+            Some(spec) if spec.sync_interval.is_some() => Ok(Self::Synced(SyncedStore::open(spec, limiter)?)),
+            Some(spec) => Ok(Self::Exact(Exact::open(spec, limiter)?)),
+        }
+    }
+
+    /// Whether `spec` needs the core to track each key's admitted usage (sync mode pushes it).
+    #[must_use]
+    pub fn tracks_usage(spec: Option<&Spec>) -> bool {
+        spec.is_some_and(|s| s.sync_interval.is_some())
+    }
+}
+
+impl StateStore for Store {
+    #[inline]
+    fn waits_on_io(&self) -> bool {
+        each_store!(self, s => s.waits_on_io())
+    }
+
+    #[inline]
+    fn decide(&self, limiter: &Limiter, peer: &str, target: Target<'_>, request: Request) -> Result<Answer> {
+        each_store!(self, s => s.decide(limiter, peer, target, request))
+    }
+
+    #[inline]
+    fn decide_here(&self, limiter: &Limiter, peer: &str, path: Option<&str>, request: Request) -> Option<Decision> {
+        each_store!(self, s => s.decide_here(limiter, peer, path, request))
+    }
+
+    fn decide_later(
+        &self,
+        limiter: &Arc<Limiter>,
+        peer: &str,
+        target: Target<'_>,
+        request: Request,
+        done: Later,
+    ) -> Result<Option<Answer>> {
+        each_store!(self, s => s.decide_later(limiter, peer, target, request, done))
+    }
+
+    fn reduce(&self, limiter: &Limiter, peer: &str, target: Target<'_>, n: u64) -> Result<bool> {
+        each_store!(self, s => s.reduce(limiter, peer, target, n))
+    }
+
+    fn refund(&self, limiter: &Limiter, peer: &str, target: Target<'_>, cost: u64, receipt: Receipt) -> Result<()> {
+        each_store!(self, s => s.refund(limiter, peer, target, cost, receipt))
+    }
+
+    fn release(&self, limiter: &Limiter, peer: &str, target: Target<'_>, cost: u64) -> Result<()> {
+        each_store!(self, s => s.release(limiter, peer, target, cost))
+    }
+
+    fn reset(&self, limiter: &Limiter, peer: Option<&str>) -> Result<()> {
+        each_store!(self, s => s.reset(limiter, peer))
+    }
+
+    fn health(&self) -> HealthReport {
+        each_store!(self, s => s.health())
+    }
+
+    fn sync_now(&self, limiter: &Limiter) -> Result<Synced> {
+        each_store!(self, s => s.sync_now(limiter))
+    }
+}
