@@ -254,6 +254,22 @@ pub struct Rules {
     pub groups: Vec<Group>,
     pub config: RulesConfig,
     version: u64,
+    /// The recent reconfigurations that changed a group's limits, oldest first: in memory every state
+    /// moved at that instant; a remote store replays them at a key's next decision (see `GroupMove`).
+    pub(crate) moves: Vec<GroupMove>,
+}
+
+/// A reconfiguration that changed a group's limits, or removed the group: the group before and after,
+/// and when.
+#[derive(Debug, Clone)]
+pub(crate) struct GroupMove {
+    pub at: u64,
+    pub old: Group,
+    pub old_version: u64,
+    pub new: Group,
+    pub new_version: u64,
+    /// The group was removed: its states are gone (added back, it starts empty).
+    pub gone: bool,
 }
 
 impl Rules {
@@ -300,7 +316,7 @@ impl Rules {
             patterns.push((rule.pattern.regex().clone(), index));
         }
         let router = Router::new(patterns, config.exempt_peers.clone(), &config.exempt_paths)?;
-        Ok(Self { router, groups, config, version })
+        Ok(Self { router, groups, config, version, moves: Vec::new() })
     }
 
     fn group(rule: &RuleSpec, quotas: &QuotaSettings, id: u32) -> Result<Group> {

@@ -378,7 +378,8 @@ impl Limit {
     /// changed), keeping what it has used, counted in requests and never capped: 2 used of a 2/min limit
     /// leave 98 under 100/min, and 20 used of 20/s leave a key under 10/min refused until 10 drain, so
     /// no sequence of changes admits more than the largest burst in force at one instant. A sliding log
-    /// keeps its stamps; permits in use stay in use.
+    /// keeps its stamps; permits in use stay in use. A change between a rate and a concurrency limit
+    /// starts empty: permits count requests in flight, which a rate's usage says nothing of.
     #[must_use]
     pub fn rescale(&self, old: &Limit, state: &State, log: &mut Log, now: u64) -> State {
         if self == old {
@@ -387,6 +388,10 @@ impl Limit {
         match &self.algorithm {
             Algorithm::SlidingLog(sliding) if old.uses_log() => sliding.state_of(log),
             Algorithm::Concurrency(_) if old.is_concurrency() => *state,
+            _ if self.is_concurrency() || old.is_concurrency() => {
+                *log = Log::new();
+                State::default()
+            }
             _ => {
                 let used = old.used(state, log, now);
                 self.with_used(used, log, now)

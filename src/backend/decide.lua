@@ -4,11 +4,20 @@
 -- KEYS[i]  the state of limit i of one (peer, group); all share one hash tag (one Cluster slot).
 -- ARGV     now_s now_ns (empty: Redis TIME), cost, max_wait_ns, policy ("all" | "fallback"), operation
 --          ("0": decide, "1": decide and report, "reduce": give `cost` back, "refund:<written>": give back
---          a cancelled wait's slot, "release": release concurrency permits), take ("rates" | "both" | "permits": which limits a decision
---          takes), lease (concurrency leases' member prefix: "<node>:<n>", or "<node>:" to release), lease
---          ttl ms, limits (count), then 7 fields per limit: kind, burst, p1 .. p5 (src/backend/script.rs).
--- State    "s ns a b": the absolute instant t as seconds and nanoseconds, and the fields a and b of
---          src/algorithm/mod.rs's State. A key expires when its state stops constraining (now >= t).
+--          a cancelled wait's slot, "release": release concurrency permits, "move": only replay the
+--          moves), take ("rates" | "both" | "permits": which limits a decision takes), lease (concurrency
+--          leases' member prefix: "<node>:<n>", or "<node>:" to release), lease ttl ms, node (the
+--          limiter's name), head (the order of the newest move it made), limits (count), then 7 fields
+--          per limit: kind, burst, p1 .. p5; then moves (count), 17 fields each: limit index, order,
+--          instant (ns relative to now, <= 0), the limit moved from (7 fields) and to (7; kind "": gone)
+--          (src/backend/script.rs).
+-- State    "s ns a b sig seen": the absolute instant t as seconds and nanoseconds, the fields a and b of
+--          src/algorithm/mod.rs's State, the limit it was written under, and "<node>/<head>" of the
+--          limiter that wrote it. A key expires when its state stops constraining (now >= t).
+-- Moves    In memory a change of limits (a reconfiguration, a key's quota) moves every state at that
+--          instant, keeping what it used. Here each state is moved at its key's next call instead,
+--          through the moves the limiter sends that the state has not seen, each at its own instant:
+--          the same arithmetic at the same instants, so the same decisions.
 -- Reply    { allowed (1 | 0), wait_ns, retry_ns (-1: never), now_s, now_ns, written (bit i: limit i took
 --            the request), refused_by ("" | "rate" | "concurrency"), then per limit when asked to report:
 --            remaining, reset_after_ns, next_ns }: whole numbers below 2^53 as integer replies. A
@@ -23,6 +32,7 @@ local E9 = 1000000000
 -- made once when the library loads (a Redis Function) rather than on every call. `floor` too: a
 -- library's top level cannot see the standard library (Redis runs it with `redis` alone).
 local floor, now_s, now_ns, now_ms, cost, max_wait, policy, operation, want_report, take, lease, lease_ttl, n
+local node, head
 
 local function str(x)
   return string.format('%.0f', x)
@@ -44,17 +54,20 @@ local function ceil_div(a, b)
   return floor((a + b - 1) / b)
 end
 
--- States: nil (no key) or { t = ns relative to now, a, b }.
-local function load(_, key)
-  local raw = redis.call('GET', key)
-  if not raw then return nil end
-  local s, ns, a, b, sig = string.match(raw, '^(%-?%d+) (%d+) (%d+) (%d+) ?(.*)$')
+-- States: nil (no key) or { t = ns relative to now, a, b, sig, seen }.
+local function parse_state(raw)
+  local s, ns, a, b, sig, seen = string.match(raw, '^(%-?%d+) (%d+) (%d+) (%d+) ?(%S*) ?(%S*)$')
   if not s then return nil end
   local t = (tonumber(s) - now_s) * E9 + (tonumber(ns) - now_ns)
-  return { t = t, a = tonumber(a), b = tonumber(b), sig = sig }
+  return { t = t, a = tonumber(a), b = tonumber(b), sig = sig, seen = seen }
 end
 
--- The state, and the signature of the limit it was written under (a quota or rule change rescales it).
+-- What a state written now has seen: every move up to `head`.
+local function seen_now()
+  return node .. '/' .. str(head)
+end
+
+-- The state, the limit it was written under and the moves it has seen.
 local function store(l, key, state)
   local abs_ns = now_ns + state.t
   local s = now_s + floor(abs_ns / E9)
@@ -63,7 +76,7 @@ local function store(l, key, state)
     redis.call('DEL', key)
     return
   end
-  local value = string.format('%.0f %.0f %.0f %.0f %s', s, abs_ns % E9, state.a, state.b, l.sig)
+  local value = string.format('%.0f %.0f %.0f %.0f %s %s', s, abs_ns % E9, state.a, state.b, l.sig, seen_now())
   redis.call('SET', key, value, 'PX', ttl_ms)
 end
 
@@ -258,16 +271,20 @@ local function log_last(st)
   if last[2] then return tonumber(last[2]) + st.off end
   return nil
 end
+-- A sliding log's sorted set: { key, off, n, meta, sig, seen, log = true } (meta nil: empty).
+local function log_load(key)
+  local st = { key = key, off = 0, n = 0, meta = nil, sig = '', seen = '', log = true }
+  local meta = redis.call('ZRANGEBYSCORE', key, -1, -1)[1]
+  if meta then
+    local s, ns, n, sig, seen = string.match(meta, '^~(%-?%d+) (%d+) (%d+) ?(%S*) ?(%S*)$')
+    st.off = (tonumber(s) - now_s) * E9 + (tonumber(ns) - now_ns)
+    st.n, st.meta, st.sig, st.seen = tonumber(n), meta, sig, seen
+  end
+  return st
+end
 algorithms.sliding_log = {
   load = function(_, key)
-    local st = { key = key, off = 0, n = 0, meta = nil }
-    local meta = redis.call('ZRANGEBYSCORE', key, -1, -1)[1]
-    if meta then
-      local s, ns, n = string.match(meta, '^~(%-?%d+) (%d+) (%d+)$')
-      st.off = (tonumber(s) - now_s) * E9 + (tonumber(ns) - now_ns)
-      st.n, st.meta = tonumber(n), meta
-    end
-    return st
+    return log_load(key)
   end,
   evaluate = function(l, st, at)
     local live = log_live(l, st, at)
@@ -307,7 +324,7 @@ algorithms.sliding_log = {
       redis.call('DEL', key)
       return st
     end
-    st.meta = '~' .. str(epoch_s) .. ' ' .. str(epoch % E9) .. ' ' .. str(st.n)
+    st.meta = '~' .. str(epoch_s) .. ' ' .. str(epoch % E9) .. ' ' .. str(st.n) .. ' ' .. l.sig .. ' ' .. seen_now()
     redis.call('ZADD', key, -1, st.meta)
     redis.call('PEXPIRE', key, math.max(1, ceil_div(last + l.p2, 1000000)))
     return st
@@ -367,50 +384,121 @@ algorithms.concurrency = {
   end,
 }
 
--- A state written under another limit of the same algorithm (a per-key quota, a changed rule): what the
--- key used then, counted in requests, carried over (src/algorithm/mod.rs `rescale`): 2 used of 2/min
--- leave 98 of 100/min.
-local function rescale(l, state)
-  local burst, p1, p2, p3, p4, p5 = string.match(state.sig, '^(%d+),(%d+),(%d+),(%d+),(%d+),(%d+)$')
-  if not burst then return state end
-  local old = {
-    kind = l.kind, algorithm = l.algorithm, burst = tonumber(burst), phase = l.phase,
-    p1 = tonumber(p1), p2 = tonumber(p2), p3 = tonumber(p3), p4 = tonumber(p4), p5 = tonumber(p5),
+-- A limit from 7 fields of ARGV from `base`: kind, burst, p1 .. p5 (nil when the kind is empty: gone).
+local function limit_at(ARGV, base)
+  local kind = ARGV[base + 1]
+  if kind == '' then return nil end
+  local l = {
+    kind = kind, burst = tonumber(ARGV[base + 2]),
+    p1 = tonumber(ARGV[base + 3]), p2 = tonumber(ARGV[base + 4]), p3 = tonumber(ARGV[base + 5]),
+    p4 = tonumber(ARGV[base + 6]), p5 = tonumber(ARGV[base + 7]),
+    sig = table.concat({ kind, ARGV[base + 2], ARGV[base + 3], ARGV[base + 4], ARGV[base + 5], ARGV[base + 6],
+      ARGV[base + 7] }, ','),
   }
-  if old.kind == 'sliding_window' then old.phase = (mulmod(now_s, E9, old.p2) + now_ns) % old.p2 end
-  -- What was used, reservations included and never capped at a burst (src/algorithm/mod.rs `used`).
-  local used
+  l.algorithm = algorithms[kind]
+  if l.kind == 'sliding_window' then l.phase = (mulmod(now_s, E9, l.p2) + now_ns) % l.p2 end
+  return l
+end
+
+-- The limit a state's signature names (nil: written by a version that did not name the algorithm).
+local function limit_of_sig(sig)
+  local fields = {}
+  for field in string.gmatch(sig, '[^,]+') do fields[#fields + 1] = field end
+  if #fields ~= 7 or algorithms[fields[1]] == nil then return nil end
+  return limit_at(fields, 0)
+end
+
+-- A key's state whatever wrote it: a sorted set is a sliding log's (`log`), a string any other
+-- algorithm's; nil when there is none.
+local function load_any(l, key)
+  if l.kind == 'concurrency' then return algorithms.concurrency.load(l, key) end
+  local raw = redis.pcall('GET', key)
+  if type(raw) == 'table' then
+    local st = log_load(key)
+    if st.meta == nil then return nil end
+    return st
+  end
+  if not raw then return nil end
+  return parse_state(raw)
+end
+
+-- What a state used under limit `l` at `at`, reservations included and never capped at a burst
+-- (src/algorithm/mod.rs `used`).
+local function used_at(l, state, at)
   if l.kind == 'gcra' then
-    local ns, rem = gcra_tat(old, state, 0)
-    used = ceil_div(ns * old.p1 + rem, old.p1 * old.p2 + old.p3)
+    local ns, rem = gcra_tat(l, state, at)
+    return ceil_div((ns - at) * l.p1 + rem, l.p1 * l.p2 + l.p3)
   elseif l.kind == 'windows' then
-    used = 0
-    if state.t > 0 then
-      local finish, permits = windows_current(old, state, 0)
-      used = floor((finish - 1) / old.p2) * old.p1 + old.p1 - permits
-    end
+    if at >= state.t then return 0 end
+    local finish, permits = windows_current(l, state, at)
+    return floor((finish - at - 1) / l.p2) * l.p1 + l.p1 - permits
   elseif l.kind == 'sliding_window' then
-    local start, current, previous = sliding_view(old, state, 0, old.phase)
-    local w = old.p2
-    local elapsed = math.min(math.max(0, -start), w)
-    used = ceil_div(current * w + previous * (w - elapsed), w)
-  else
-    local _, level = leaky_level(old, state, 0)
-    used = level
+    local start, current, previous = sliding_view(l, state, at, l.phase)
+    local w = l.p2
+    local elapsed = math.min(math.max(0, at - start), w)
+    return ceil_div(current * w + previous * (w - elapsed), w)
+  elseif l.kind == 'sliding_log' then
+    return redis.call('ZCOUNT', state.key, '(' .. str(math.max(at - l.p2 - state.off, -1)), '+inf')
+  end
+  local _, level = leaky_level(l, state, at)
+  return level
+end
+
+-- The state of a key that used `used` at `at` under limit `l` (`with_used`); a sliding log gets one
+-- run of `used` stamps at `at`, written at once (at most MAX_MEMBERS of them).
+local function with_used(l, key, used, at)
+  if l.kind == 'sliding_log' then
+    redis.call('DEL', key)
+    if used <= 0 then return nil end
+    local epoch = now_ns + at
+    for j = 1, math.min(used, 100000) do
+      redis.call('ZADD', key, 0, '0#' .. str(j))
+    end
+    local meta = '~' .. str(now_s + floor(epoch / E9)) .. ' ' .. str(epoch % E9) .. ' ' .. str(math.min(used, 100000))
+      .. ' ' .. l.sig .. ' ' .. seen_now()
+    redis.call('ZADD', key, -1, meta)
+    redis.call('PEXPIRE', key, math.max(1, ceil_div(at + l.p2, 1000000)))
+    return log_load(key)
   end
   if used <= 0 then return nil end
-  -- The state of a key that used that much under the new limit (`with_used`).
+  local state
   if l.kind == 'gcra' then
     local lead = used * (l.p1 * l.p2 + l.p3)
-    return { t = floor(lead / l.p1), a = lead % l.p1, b = 0 }
+    state = { t = at + floor(lead / l.p1), a = lead % l.p1, b = 0 }
   elseif l.kind == 'windows' then
     local windows = ceil_div(used, l.p1)
-    return { t = windows * l.p2, a = windows * l.p1 - used, b = 0 }
+    state = { t = at + windows * l.p2, a = windows * l.p1 - used, b = 0 }
   elseif l.kind == 'sliding_window' then
-    local start = -(l.phase % l.p2)
-    return { t = start + 2 * l.p2, a = used, b = 0 }
+    local start = at - (l.phase + at) % l.p2
+    state = { t = start + 2 * l.p2, a = used, b = 0 }
+  else
+    state = { t = at + ceil_div(used, l.p2) * l.p3, a = used, b = 0 }
   end
-  return { t = ceil_div(used, l.p2) * l.p3, a = used, b = 0 }
+  state.sig = l.sig
+  return state
+end
+
+-- A state moved at `at` from limit `from` to `to` (nil: gone), keeping what it used
+-- (src/algorithm/mod.rs `rescale`): 2 used of 2/min leave 98 of 100/min. A sliding log keeps its stamps.
+local function move(from, to, state, at, key)
+  if to == nil then
+    redis.call('DEL', key)
+    return nil
+  end
+  if from.kind == 'sliding_log' and to.kind == 'sliding_log' then
+    state.sig = to.sig
+    return state
+  end
+  local used = used_at(from, state, at)
+  if state.log then redis.call('DEL', key) end
+  return with_used(to, key, used, at)
+end
+
+-- Whether a state has not seen the move of order `seq` (a state another limiter wrote has seen none of
+-- this one's: it is moved when it was written under the move's old limit).
+local function unseen(seq, state)
+  local writer, seen = string.match(state.seen or '', '^(%x+)/(%d+)$')
+  return writer ~= node or seq > tonumber(seen)
 end
 
 -- One decision: what `KEYS` and `ARGV` (see the head of this file) ask, atomically.
@@ -431,31 +519,71 @@ local function decide(KEYS, ARGV)
   take = ARGV[7]
   lease = ARGV[8]
   lease_ttl = tonumber(ARGV[9])
-  n = tonumber(ARGV[10])
+  node = ARGV[10]
+  head = tonumber(ARGV[11])
+  n = tonumber(ARGV[12])
 
-  -- The limits, their states, and the phase of `now` for windows aligned to zero.
-  local limits, states, rescaled = {}, {}, {}
+  local limits, states, moved = {}, {}, {}
   for i = 1, n do
-    local base = 10 + (i - 1) * 7
-    local l = {
-      kind = ARGV[base + 1], burst = tonumber(ARGV[base + 2]),
-      p1 = tonumber(ARGV[base + 3]), p2 = tonumber(ARGV[base + 4]), p3 = tonumber(ARGV[base + 5]),
-      p4 = tonumber(ARGV[base + 6]), p5 = tonumber(ARGV[base + 7]),
-      sig = ARGV[base + 2] .. ',' .. ARGV[base + 3] .. ',' .. ARGV[base + 4] .. ',' .. ARGV[base + 5] .. ','
-        .. ARGV[base + 6] .. ',' .. ARGV[base + 7],
-    }
-    l.algorithm = algorithms[l.kind]
-    if l.algorithm == nil then return redis.error_reply('ratekeeper: unknown algorithm ' .. tostring(l.kind)) end
-    if l.kind == 'sliding_window' then
-      l.phase = (mulmod(now_s, E9, l.p2) + now_ns) % l.p2
+    local l = limit_at(ARGV, 12 + (i - 1) * 7)
+    if l == nil or l.algorithm == nil then
+      return redis.error_reply('ratekeeper: unknown algorithm ' .. tostring(ARGV[12 + (i - 1) * 7 + 1]))
     end
     limits[i] = l
-    local state = (l.algorithm.load or load)(l, KEYS[i])
-    if state ~= nil and state.sig ~= nil and state.sig ~= '' and state.sig ~= l.sig then
-      state = rescale(l, state)
-      rescaled[i] = true
+    states[i] = load_any(l, KEYS[i])
+  end
+
+  -- The moves this limiter made that each state has not seen, in order, each at its instant.
+  local moves_at = 12 + n * 7
+  for k = 1, tonumber(ARGV[moves_at + 1]) do
+    local base = moves_at + 1 + (k - 1) * 17
+    local i, seq, at = tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
+    local state = states[i]
+    if state ~= nil and limits[i].kind ~= 'concurrency' then
+      local from = limit_at(ARGV, base + 3)
+      if state.sig == from.sig and unseen(seq, state) then
+        states[i] = move(from, limit_at(ARGV, base + 10), state, at, KEYS[i])
+        moved[i] = true
+      end
     end
-    states[i] = state
+  end
+  for i = 1, n do
+    local l, state = limits[i], states[i]
+    -- Written under another limit than the moves say (another limiter's, or before the moves kept):
+    -- moved now; a state whose limit is unknown starts afresh.
+    if state ~= nil and l.kind ~= 'concurrency' and state.sig ~= l.sig then
+      local from = limit_of_sig(state.sig)
+      if from ~= nil and (from.kind == 'sliding_log') == (state.log == true) then
+        states[i] = move(from, l, state, 0, KEYS[i])
+      else
+        redis.call('DEL', KEYS[i])
+        states[i] = nil
+      end
+      moved[i] = true
+    end
+    if l.kind == 'sliding_log' and states[i] == nil then states[i] = log_load(KEYS[i]) end
+  end
+
+  -- Writes the states that moved and that `written` (a bit per limit) did not write.
+  local function persist_moved(written)
+    for i in pairs(moved) do
+      if floor(written / 2 ^ (i - 1)) % 2 == 0 then
+        local l = limits[i]
+        if l.kind == 'sliding_log' then
+          if states[i].meta ~= nil or redis.call('EXISTS', KEYS[i]) == 1 then
+            algorithms.sliding_log.store(l, KEYS[i], { at = 0, cost = 0 })
+          end
+        elseif states[i] == nil then
+          redis.call('DEL', KEYS[i])
+        else
+          store(l, KEYS[i], states[i])
+        end
+      end
+    end
+  end
+  if operation == 'move' then
+    persist_moved(0)
+    return { '1' }
   end
 
   -- A release: this node's concurrency permits ("release").
@@ -464,6 +592,7 @@ local function decide(KEYS, ARGV)
       local l = limits[i]
       if l.kind == 'concurrency' then l.algorithm.store(l, KEYS[i], { release = cost }) end
     end
+    persist_moved(0)
     return { '1' }
   end
   -- A give-back: seed 003's reduction ("reduce": every limit under "all", the last one under "fallback"),
@@ -471,7 +600,7 @@ local function decide(KEYS, ARGV)
   -- then says when the slot was, after now). A key with no state has nothing to give back.
   local refunded_bits = string.match(operation, '^refund:(%d+)$')
   if operation == 'reduce' or refunded_bits then
-    local written = tonumber(refunded_bits or '0')
+    local written, given = tonumber(refunded_bits or '0'), 0
     local last_rate = 0
     for i = 1, n do
       if limits[i].kind ~= 'concurrency' then last_rate = i end
@@ -487,9 +616,13 @@ local function decide(KEYS, ARGV)
         local at = max_wait
         if not refunded_bits and l.kind == 'windows' then at = states[i].t - 1 end
         local refunded = l.algorithm.refund(l, states[i], at)
-        if refunded then (l.algorithm.store or store)(l, KEYS[i], refunded) end
+        if refunded then
+          (l.algorithm.store or store)(l, KEYS[i], refunded)
+          given = given + 2 ^ (i - 1)
+        end
       end
     end
+    persist_moved(given)
     return { '1' }
   end
 
@@ -572,12 +705,8 @@ local function decide(KEYS, ARGV)
     wait = retry
   end
 
-  -- A rescaled state is kept even when nothing was admitted: the change happens once, as in memory.
-  for i in pairs(rescaled) do
-    if written % 2 ^ i < 2 ^ (i - 1) then
-      if states[i] == nil then redis.call('DEL', KEYS[i]) else store(limits[i], KEYS[i], states[i]) end
-    end
-  end
+  -- A moved state is kept even when nothing was admitted: the move happens once, as in memory.
+  persist_moved(written)
 
   -- Numbers go back as integer replies: exact, as every one is a whole number below 2^53.
   local reply = { allowed and 1 or 0, allowed and wait or 0, retry or -1, now_s, now_ns, written,

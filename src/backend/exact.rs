@@ -6,7 +6,8 @@ use std::sync::Arc;
 use super::health::HealthReport;
 use super::{Backend, Prepared, Spec};
 use crate::error::Result;
-use crate::limiter::{Limiter, Receipt, Request, Target};
+use crate::limiter::{Limiter, Receipt, RemoteKey, Request, Target};
+use crate::rate::Rate;
 use crate::store::{Answer, Later, StateStore};
 
 /// Shared with the replies that land on the client's runtime thread.
@@ -61,6 +62,17 @@ impl StateStore for Exact {
 
     fn release(&self, limiter: &Limiter, peer: &str, target: Target<'_>, cost: u64) -> Result<()> {
         self.backend.release(limiter, peer, target, cost)
+    }
+
+    fn set_quota(&self, limiter: &Limiter, peer: &str, group: &str, rate: Option<Rate>) -> Result<()> {
+        match limiter.set_quota_moving(peer, group, rate)? {
+            Some(key) => self.backend.move_states(limiter, peer, &key),
+            None => Ok(()),
+        }
+    }
+
+    fn moved(&self, limiter: &Limiter, peer: &str, key: &RemoteKey) -> Result<()> {
+        self.backend.move_states(limiter, peer, key)
     }
 
     /// Here first (the states `on_error="local"` decides with, quota records), then in Redis.

@@ -162,7 +162,7 @@ impl Backend {
             Routed::Limited(key) if !key.reduction => return Ok(false),
             Routed::Limited(key) => key,
         };
-        let given = self.give_back(&key, peer, &script::reduce_arguments(&key, tokens, limiter.manual_now()))?;
+        let given = self.give_back(&key, peer, &script::reduce_arguments(&key, tokens, self.caller(limiter)))?;
         if given {
             limiter.record_reduction(peer, &key);
             return Ok(true);
@@ -184,7 +184,7 @@ impl Backend {
         }
         if let Routed::Limited(key) = limiter.route_remote(peer, target)? {
             let slot = (receipt.limits, receipt.at.saturating_sub(limiter.now_ns()));
-            self.give_back(&key, peer, &script::refund_arguments(&key, cost, slot, limiter.manual_now()))?;
+            self.give_back(&key, peer, &script::refund_arguments(&key, cost, slot, self.caller(limiter)))?;
         }
         Ok(())
     }
@@ -201,11 +201,26 @@ impl Backend {
                 self.give_back(
                     &key,
                     peer,
-                    &script::release_arguments(&key, cost, self.leases(&prefix), limiter.manual_now()),
+                    &script::release_arguments(&key, cost, self.leases(&prefix), self.caller(limiter)),
                 )?;
             }
         }
         Ok(())
+    }
+
+    /// This limiter as the script sees it: its name and its clock.
+    fn caller(&self, limiter: &Limiter) -> script::Caller<'_> {
+        script::Caller { node: &self.node, now: limiter.now_ns(), manual: limiter.manual_now().is_some() }
+    }
+
+    /// Moves `peer`'s states in Redis as memory moved them (its quota changed): `key` holds the moves.
+    /// While Redis cannot answer the states stay, to be moved at the key's next decision from the limit
+    /// they were written under.
+    ///
+    /// # Errors
+    /// Redis cannot answer and `on_error="raise"`.
+    pub fn move_states(&self, limiter: &Limiter, peer: &str, key: &RemoteKey) -> Result<()> {
+        self.give_back(key, peer, &script::move_arguments(key, self.caller(limiter))).map(drop)
     }
 
     fn leases<'a>(&self, prefix: &'a str) -> script::Leases<'a> {
@@ -242,7 +257,7 @@ impl Backend {
         };
         let keys = self.keys(peer, &key);
         let prefix = format!("{}:{}", self.node, self.leases.fetch_add(1, Ordering::Relaxed));
-        let args = script::arguments(&key, request, self.leases(&prefix), limiter.manual_now());
+        let args = script::arguments(&key, request, self.leases(&prefix), self.caller(limiter));
         let (target, health) = (OwnedTarget::from(target), self.health.seen());
         Ok(Prepared::Call(Call { peer: peer.to_owned(), target, request, key, keys, args, health }))
     }
@@ -468,13 +483,15 @@ mod tests {
             limits: vec![limit; limits],
             policy: Policy::All,
             reduction: true,
+            moves: Vec::new(),
+            head: 0,
         }
     }
 
     #[test]
     fn keys_of_one_peer_share_a_hash_tag() {
         let b = backend("rk:");
-        assert_eq!(b.keys("alice", &key(2)), ["rk:{3:api:alice}:0:gcra", "rk:{3:api:alice}:1:gcra"]);
+        assert_eq!(b.keys("alice", &key(2)), ["rk:{3:api:alice}:0", "rk:{3:api:alice}:1"]);
         let long = "x".repeat(100);
         let hashed = b.keys(&long, &key(1));
         assert!(hashed[0].starts_with("rk:{#") && hashed[0].len() < 50, "{hashed:?}");

@@ -31,13 +31,18 @@ pub fn hash_tag(group: &str, peer: &str) -> String {
     }
 }
 
-/// The keys of `peer`'s states in `group`, one per limit: `<prefix><tag>:<limit index>:<algorithm>`.
-/// The algorithm is in the name so that a rule that changes it starts afresh, never reading a key of
-/// another type.
+/// The keys of `peer`'s states in `group`, one per limit: `<prefix><tag>:<limit index>`, and
+/// `<prefix><tag>:<limit index>:permits` for a concurrency limit. A rate limit whose algorithm changes
+/// keeps its key (the script moves the state to the new algorithm); permits in use are never a rate's
+/// state.
 #[must_use]
 pub fn state_keys(prefix: &str, group: &str, peer: &str, limits: &[Limit]) -> Vec<String> {
     let name = format!("{prefix}{}", hash_tag(group, peer));
-    limits.iter().enumerate().map(|(i, limit)| format!("{name}:{i}:{}", limit.kind().name())).collect()
+    limits
+        .iter()
+        .enumerate()
+        .map(|(i, limit)| if limit.is_concurrency() { format!("{name}:{i}:permits") } else { format!("{name}:{i}") })
+        .collect()
 }
 
 /// Sync mode's counter of `peer`'s usage in `group`, summed over the nodes: `<prefix><tag>:used`.
@@ -116,55 +121,70 @@ pub struct Leases<'a> {
     pub ttl_ms: u64,
 }
 
-/// The script's `ARGV` for one request: see the head of `decide.lua`. `now`: the time to decide at
-/// (a `ManualClock`'s reading), or `None` for Redis's own clock.
+/// Who calls the script and when: the limiter's name (what the states it writes record having seen)
+/// and its clock's reading, which Redis decides at when it is a `ManualClock`'s (`manual`), else at
+/// its own `TIME`.
+#[derive(Debug, Clone, Copy)]
+pub struct Caller<'a> {
+    pub node: &'a str,
+    pub now: u64,
+    pub manual: bool,
+}
+
+/// The script's `ARGV` for one request: see the head of `decide.lua`.
 #[must_use]
-pub fn arguments(key: &RemoteKey, request: Request, leases: Leases<'_>, now: Option<u64>) -> Vec<String> {
+pub fn arguments(key: &RemoteKey, request: Request, leases: Leases<'_>, caller: Caller<'_>) -> Vec<String> {
     let operation = if request.report { "1" } else { "0" };
     let take = match request.take {
         Take::Rates => "rates",
         Take::RatesAndPermits => "both",
         Take::Permits => "permits",
     };
-    encode(key, operation, request.cost, request.max_wait_ns, take, leases, now)
+    encode(key, operation, (request.cost, request.max_wait_ns), take, leases, caller)
 }
+
+const NO_LEASES: Leases<'static> = Leases { prefix: "", ttl_ms: 0 };
 
 /// The script's `ARGV` to reduce: give `tokens` back to the key's limits (seed 003's manual reduction).
 #[must_use]
-pub fn reduce_arguments(key: &RemoteKey, tokens: u64, now: Option<u64>) -> Vec<String> {
-    encode(key, "reduce", tokens, 0, "rates", Leases { prefix: "", ttl_ms: 0 }, now)
+pub fn reduce_arguments(key: &RemoteKey, tokens: u64, caller: Caller<'_>) -> Vec<String> {
+    encode(key, "reduce", (tokens, 0), "rates", NO_LEASES, caller)
 }
 
 /// The script's `ARGV` to refund the slot of a cancelled wait: `written`, the limits it was written to
 /// (a bit each), and `at`, its instant's offset after now.
 #[must_use]
-pub fn refund_arguments(key: &RemoteKey, cost: u64, (written, at): (u64, u64), now: Option<u64>) -> Vec<String> {
-    encode(key, &format!("refund:{written}"), cost, at, "rates", Leases { prefix: "", ttl_ms: 0 }, now)
+pub fn refund_arguments(key: &RemoteKey, cost: u64, (written, at): (u64, u64), caller: Caller<'_>) -> Vec<String> {
+    encode(key, &format!("refund:{written}"), (cost, at), "rates", NO_LEASES, caller)
 }
 
 /// The script's `ARGV` to release `cost` of this node's concurrency permits (`leases.prefix` names
 /// the node).
 #[must_use]
-pub fn release_arguments(key: &RemoteKey, cost: u64, leases: Leases<'_>, now: Option<u64>) -> Vec<String> {
-    encode(key, "release", cost, 0, "permits", leases, now)
+pub fn release_arguments(key: &RemoteKey, cost: u64, leases: Leases<'_>, caller: Caller<'_>) -> Vec<String> {
+    encode(key, "release", (cost, 0), "permits", leases, caller)
+}
+
+/// The script's `ARGV` to move the key's states through its moves, and nothing else (a quota changed).
+#[must_use]
+pub fn move_arguments(key: &RemoteKey, caller: Caller<'_>) -> Vec<String> {
+    encode(key, "move", (1, 0), "rates", NO_LEASES, caller)
 }
 
 fn encode(
     key: &RemoteKey,
     operation: &str,
-    cost: u64,
-    max_wait_ns: u64,
+    (cost, max_wait_ns): (u64, u64),
     take: &str,
     leases: Leases<'_>,
-    now: Option<u64>,
+    caller: Caller<'_>,
 ) -> Vec<String> {
-    let mut args = Vec::with_capacity(10 + 7 * key.limits.len());
-    match now {
-        Some(now) => {
-            args.push((now / NANOS_PER_SEC).to_string());
-            args.push((now % NANOS_PER_SEC).to_string());
-        }
-        None => args.extend([String::new(), String::new()]),
+    let mut args = Vec::with_capacity(13 + 7 * key.limits.len() + 17 * key.moves.len());
+    if caller.manual {
+        args.push((caller.now / NANOS_PER_SEC).to_string());
+        args.push((caller.now % NANOS_PER_SEC).to_string());
+    } else {
+        args.extend([String::new(), String::new()]);
     }
     args.push(cost.min(EXACT - 1).to_string());
     args.push(max_wait_ns.min(EXACT - 1).to_string());
@@ -176,15 +196,36 @@ fn encode(
     args.push(take.into());
     args.push(leases.prefix.into());
     args.push(leases.ttl_ms.to_string());
+    args.push(caller.node.into());
+    args.push(key.head.to_string());
     args.push(key.limits.len().to_string());
     for limit in &key.limits {
-        // `check_limit` ran when the limiter was built.
-        let (name, params) = limit.script_params().unwrap_or(("unsupported", [0; 5]));
-        args.push(name.into());
-        args.push(limit.burst.to_string());
-        args.extend(params.iter().map(u64::to_string));
+        push_limit(&mut args, Some(limit));
+    }
+    args.push(key.moves.len().to_string());
+    for m in &key.moves {
+        args.push((m.index + 1).to_string());
+        args.push(m.seq.to_string());
+        // An instant before now, relative to it (a move is never later than the call that sends it).
+        let ago = caller.now.saturating_sub(m.at).min(EXACT - 1);
+        args.push(if ago == 0 { "0".into() } else { format!("-{ago}") });
+        push_limit(&mut args, Some(&m.from));
+        push_limit(&mut args, m.to.as_ref());
     }
     args
+}
+
+/// A limit's 7 fields (kind, burst, p1 .. p5); an empty kind for none.
+fn push_limit(args: &mut Vec<String>, limit: Option<&Limit>) {
+    // `check_limit` ran when the limit was installed.
+    match limit.map(|l| (l, l.script_params().unwrap_or(("unsupported", [0; 5])))) {
+        Some((limit, (name, params))) => {
+            args.push(name.into());
+            args.push(limit.burst.to_string());
+            args.extend(params.iter().map(u64::to_string));
+        }
+        None => args.extend(std::iter::once(String::new()).chain(std::iter::repeat_n("0".to_owned(), 6))),
+    }
 }
 
 /// The script's reply: the verdict, and when asked, what each limit has left.
@@ -236,6 +277,7 @@ pub fn parse_reply(key: &RemoteKey, reply: &[String]) -> Result<(Verdict, Option
 mod tests {
     use super::*;
     use crate::algorithm::Kind;
+    use crate::limiter::LimitMove;
 
     fn key(kind: Kind) -> RemoteKey {
         RemoteKey {
@@ -245,6 +287,8 @@ mod tests {
             limits: vec![Limit::new("3/s".parse().unwrap(), None, kind).unwrap()],
             policy: Policy::All,
             reduction: true,
+            moves: Vec::new(),
+            head: 0,
         }
     }
 
@@ -264,10 +308,7 @@ mod tests {
     #[test]
     fn keys_of_one_pair_share_its_tag() {
         let limits = [Limit::new("1/s".parse().unwrap(), None, Kind::Gcra).unwrap(), Limit::concurrency(2).unwrap()];
-        assert_eq!(
-            state_keys("rk:", "api", "alice", &limits),
-            ["rk:{3:api:alice}:0:gcra", "rk:{3:api:alice}:1:concurrency"]
-        );
+        assert_eq!(state_keys("rk:", "api", "alice", &limits), ["rk:{3:api:alice}:0", "rk:{3:api:alice}:1:permits"]);
         assert_eq!(usage_key("rk:", "api", "alice"), "rk:{3:api:alice}:used");
         assert_eq!(owned_pattern("rk:"), "rk:{*");
         assert_eq!(owned_pattern(r"t[1]*?\:"), r"t\[1\]\*\?\\:{*");
@@ -276,13 +317,33 @@ mod tests {
     #[test]
     fn arguments_follow_the_script_head() {
         let leases = Leases { prefix: "n1:7", ttl_ms: 300_000 };
-        let args = arguments(&key(Kind::Gcra), Request::new(2).reporting(), leases, Some(5 * NANOS_PER_SEC + 7));
-        assert_eq!(args[..10], ["5", "7", "2", "0", "all", "1", "rates", "n1:7", "300000", "1"]);
-        // gcra: burst, count, interval ns and remainder, tau ns and remainder.
-        assert_eq!(args[10..], ["gcra", "3", "3", "333333333", "1", "1000000000", "0"]);
-        let args = arguments(&key(Kind::FixedWindow), Request::new(1), leases, None);
+        let args = arguments(
+            &key(Kind::Gcra),
+            Request::new(2).reporting(),
+            leases,
+            Caller { node: "n1", now: 5 * NANOS_PER_SEC + 7, manual: true },
+        );
+        assert_eq!(args[..12], ["5", "7", "2", "0", "all", "1", "rates", "n1:7", "300000", "n1", "0", "1"]);
+        // gcra: burst, count, interval ns and remainder, tau ns and remainder; then no moves.
+        assert_eq!(args[12..], ["gcra", "3", "3", "333333333", "1", "1000000000", "0", "0"]);
+        let args =
+            arguments(&key(Kind::FixedWindow), Request::new(1), leases, Caller { node: "n1", now: 0, manual: false });
         assert_eq!(args[..2], ["", ""]);
-        assert_eq!(args[10..], ["windows", "3", "3", "1000000000", "0", "0", "0"]);
+        assert_eq!(args[12..], ["windows", "3", "3", "1000000000", "0", "0", "0", "0"]);
+    }
+
+    #[test]
+    fn moves_follow_the_limits_with_their_instant_before_now() {
+        let mut remote = key(Kind::Gcra);
+        let from = Limit::new("6/s".parse().unwrap(), None, Kind::Gcra).unwrap();
+        remote.moves.push(LimitMove { index: 0, seq: 5 << 32, at: 2 * NANOS_PER_SEC, from, to: None });
+        let args = move_arguments(&remote, Caller { node: "n1", now: 3 * NANOS_PER_SEC, manual: true });
+        assert_eq!(args[5], "move");
+        let moves = &args[12 + 7..];
+        assert_eq!(moves[..4], ["1", "1", &(5_u64 << 32).to_string(), "-1000000000"]);
+        assert_eq!(moves[4], "gcra");
+        // A limit that is gone: an empty kind.
+        assert_eq!(moves[11..], ["", "0", "0", "0", "0", "0", "0"]);
     }
 
     #[test]

@@ -34,7 +34,7 @@ mod stats;
 
 pub use decide::Resolution;
 pub use quotas::Answer;
-pub use remote::{RemoteKey, Routed, Verdict};
+pub use remote::{LimitMove, RemoteKey, Routed, Verdict};
 pub use shard::ShardData;
 pub(crate) use shard::{Held, Key, KeyLock, Locked};
 pub use stats::{GroupPolicy, GroupStats, Stats};
@@ -148,10 +148,10 @@ impl Decision {
 }
 
 /// What came of a fetch a worker finished.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Landing {
-    /// The quota is in force.
-    Landed,
+    /// The quota is in force; when it moved the key's state, what a remote store needs to move its own.
+    Landed(Option<RemoteKey>),
     /// The fetch had been superseded (timed out, or a quota was set meanwhile): ignored.
     Late,
     /// The provider knows no such key (it raised `LookupError`): the key stays on the failsafe and asks

@@ -115,21 +115,30 @@ impl Limiter {
         shard.store(key, rescaled, now, Owner::new(group.id, p));
     }
 
-    /// Installs `quota` for the key (provider answers and `set_quota`), rescaling its state.
-    fn install(key: &mut KeyLock<'_>, quota: Option<Limit>, now: u64) {
+    /// Installs `quota` for the key (provider answers and `set_quota`), rescaling its state; the
+    /// limits it moved the key from and to (for a remote store to move its state the same way).
+    fn install(key: &mut KeyLock<'_>, quota: Option<Limit>, now: u64) -> Option<(Limit, Limit)> {
         let base = key.base();
         let (rules, group, shard) = key.parts();
-        let Some(p) = group.primary else { return };
+        let p = group.primary?;
         // The record as the rules in force derive it: a reconfiguration moved the key's state to that.
         let version = rules.version();
         let (current, adopted) =
             shard.data.quotas.get(base).map_or((None, false), |s| (Self::quota_in(s, group, version), s.adopted));
         if adopted {
-            return;
+            return None;
         }
         let old = current.unwrap_or(group.limits[p]);
         let new = quota.unwrap_or(group.limits[p]);
         Self::rescale(shard, group, base, &old, &new, now);
+        (old != new).then_some((old, new))
+    }
+
+    /// The quota in force for the key now, as its record says (read only: no fetch, no use counted).
+    pub(super) fn quota_now(key: &mut KeyLock<'_>) -> Option<Limit> {
+        let base = key.base();
+        let (rules, group, shard) = key.parts();
+        shard.data.quotas.get(base).and_then(|slot| Self::quota_in(slot, group, rules.version()))
     }
 
     /// The quota limit for `rate` in `group` (`None` rate: the rule's own).
@@ -151,6 +160,12 @@ impl Limiter {
     /// An unknown group, a group with no rate limit, or a rate that does not fit the group's burst.
     pub fn set_quota(&self, peer: &str, group: &str, rate: Option<Rate>) -> Result<()> {
         let mut key = self.lock_group(peer, group)?;
+        self.set_quota_locked(&mut key, rate).map(drop)
+    }
+
+    /// `set_quota` on a locked key; the limits it moved the key's state from and to.
+    pub(super) fn set_quota_locked(&self, key: &mut KeyLock<'_>, rate: Option<Rate>) -> Result<Option<(Limit, Limit)>> {
+        let group = &key.group().name.clone();
         let g = key.group();
         if g.primary.is_none() {
             return Err(Error::value("group", format!("group {group:?} has no rate limit to set a quota for")));
@@ -158,7 +173,7 @@ impl Limiter {
         let quota = self.derive(g, rate).map_err(|e| e.within("rate"))?;
         let now = self.clock.now_ns();
         self.quotas_active.store(true, Ordering::Relaxed);
-        Self::install(&mut key, quota, now);
+        let moved = Self::install(key, quota, now);
         let base = key.base();
         let (rules, _, shard) = key.parts();
         let quotas = &mut shard.data.quotas;
@@ -168,9 +183,8 @@ impl Limiter {
         };
         slot.version = rules.version();
         slot.land(quota, Source::Set, &self.quotas, now);
-        drop(key);
         self.fetches.notify_landed();
-        Ok(())
+        Ok(moved)
     }
 
     /// What `peer`'s key in `group` runs on, and the rule's own rate. Starts no fetch.
@@ -263,13 +277,18 @@ impl Limiter {
         };
         match derived {
             Ok(quota) => {
-                Self::install(&mut key, quota, now);
+                let before = Self::quota_now(&mut key);
+                let mut remote = Self::remote_key(&mut key, before);
+                let moved = Self::install(&mut key, quota, now).map(|(from, to)| {
+                    Self::add_quota_move(&mut remote, from, to, now);
+                    remote
+                });
                 let source = if quota.is_some() { Source::Provider } else { Source::Rule };
                 let (_, _, shard) = key.parts();
                 if let Some(slot) = shard.data.quotas.get_mut(base) {
                     slot.land(quota, source, &self.quotas, now);
                 }
-                Landing::Landed
+                Landing::Landed(moved)
             }
             Err(reason) => {
                 let (_, g, shard) = key.parts();
@@ -362,7 +381,7 @@ mod tests {
         assert_eq!(remaining(&lim, "a"), 0);
         assert_eq!(take(&lim), None);
         // 2 used of 2/min carry over: 98 left of 100/min.
-        assert_eq!(lim.finish_fetch(&job, Answer::Quota(Some("100/min".parse().unwrap()))), Landing::Landed);
+        assert!(matches!(lim.finish_fetch(&job, Answer::Quota(Some("100/min".parse().unwrap()))), Landing::Landed(_)));
         assert_eq!(decide(&lim, "a", None, 1, 0, true).report.unwrap().remaining, 97);
         assert_eq!(lim.quota("a", "g").unwrap().0.source, Source::Provider);
     }

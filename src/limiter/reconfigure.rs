@@ -7,7 +7,10 @@ use crate::algorithm::{Limit, Log, State};
 use crate::config::RulesConfig;
 use crate::error::{Error, Result};
 use crate::rate::Rate;
-use crate::rules::{Group, Rules};
+use crate::rules::{Group, GroupMove, Rules};
+
+/// The reconfigurations a remote store can replay at a key's next decision (see `Rules::moves`).
+const MAX_MOVES: usize = 32;
 use crate::state_map::StateMap;
 
 impl Limiter {
@@ -28,14 +31,16 @@ impl Limiter {
     /// throughout; `current` is held only while building, never while waiting for a shard (a shard's
     /// holder may need `current`).
     fn install_rules(&self, config: RulesConfig) -> Result<()> {
+        let now = self.clock.now_ns();
         let (old, rules) = {
             let mut current = self.current.lock();
             let Current { rules, ids } = &mut *current;
             let version = rules.version() + 1;
-            let built = Rules::build(config, &self.quotas, version, &self.hasher, ids, Some(rules))?;
+            let mut built = Rules::build(config, &self.quotas, version, &self.hasher, ids, Some(rules))?;
             if let Some(bound) = self.limit_bound.get() {
                 Self::check_limits(&built, *bound)?;
             }
+            built.moves = Self::moves_after(rules, &built, now);
             let old = std::mem::replace(rules, Arc::new(built));
             (old, Arc::clone(rules))
         };
@@ -43,11 +48,10 @@ impl Limiter {
             .groups
             .iter()
             .filter_map(|new| old.groups.iter().find(|g| g.id == new.id && g.seed == new.seed).map(|old| (old, new)))
-            .filter(|(old, new)| old.limits != new.limits || old.failsafe != new.failsafe)
+            .filter(|(old, new)| Self::limits_changed(old, new))
             .collect();
         // Shard by shard, under its lock: its decisions see the old rules and states, or the new rules
         // and states moved at one instant, never a mix. Counters are kept by group id: nothing to move.
-        let now = self.clock.now_ns();
         for mut shard in self.states.shards() {
             for &(old_group, new_group) in &changed {
                 shard.change_group(new_group.id, |data, key, index, state, log| {
@@ -66,6 +70,44 @@ impl Limiter {
             shard.data.rules = Some(Arc::clone(&rules));
         }
         Ok(())
+    }
+
+    fn limits_changed(old: &Group, new: &Group) -> bool {
+        old.limits != new.limits || old.failsafe != new.failsafe
+    }
+
+    /// The moves `new` keeps: the recent ones of `old`, and one for each group whose limits changed now.
+    /// A move is kept while states written before it may still be in a remote store (four horizons of
+    /// its limits), and never more than `MAX_MOVES`: a state older than the moves kept is rescaled
+    /// from the limit it was written under to the one in force, at its next decision.
+    fn moves_after(old: &Rules, new: &Rules, now: u64) -> Vec<GroupMove> {
+        let horizon = |g: &Group| g.limits.iter().filter(|l| !l.is_concurrency()).map(Limit::horizon_ns).max();
+        let mut moves: Vec<GroupMove> = old
+            .moves
+            .iter()
+            .filter(|m| {
+                let keep = horizon(&m.old).max(horizon(&m.new)).unwrap_or(0).saturating_mul(4);
+                now.saturating_sub(m.at) <= keep
+            })
+            .cloned()
+            .collect();
+        for was in &old.groups {
+            let kept = new.groups.iter().find(|g| g.id == was.id && g.seed == was.seed);
+            if kept.is_some_and(|group| !Self::limits_changed(was, group)) {
+                continue;
+            }
+            moves.push(GroupMove {
+                at: now,
+                old: was.clone(),
+                old_version: old.version(),
+                new: kept.unwrap_or(was).clone(),
+                new_version: new.version(),
+                gone: kept.is_none(),
+            });
+        }
+        let excess = moves.len().saturating_sub(MAX_MOVES);
+        moves.drain(..excess);
+        moves
     }
 
     /// Moves the state of limit `index` of a key from the old group's limit to the new one's at `now`,

@@ -2,12 +2,15 @@
 //! its limits here, the backend decides, and the verdict is counted here. No lock is held while the
 //! backend answers.
 
+use super::shard::KeyLock;
 use super::{Decision, Limiter, Receipt, Refusal, Request, Take, Target};
 use crate::algorithm::{Limit, Outcome, Report};
 use crate::config::Policy;
 use crate::error::Result;
 use crate::limiter::decide::combine_reports;
-use crate::rules::Route;
+use crate::quota::QuotaSlot;
+use crate::rate::Rate;
+use crate::rules::{Group, Route, Rules};
 
 /// Where a request goes, for a backend to decide.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,6 +33,32 @@ pub struct RemoteKey {
     pub policy: Policy,
     /// Whether the group lets `reduce` give tokens back.
     pub reduction: bool,
+    /// The moves of this key's states that memory made since its limits changed, oldest first: the
+    /// store replays those its states have not seen (see `LimitMove`).
+    pub moves: Vec<LimitMove>,
+    /// Orders the moves: a state written now has seen every move up to this.
+    pub head: u64,
+}
+
+/// A move of one limit's state from one limit to another at an instant, as memory makes it (a
+/// reconfiguration moves every state at once, a quota its key's): what the key used under `from` at
+/// `at` carried over to `to`. A remote store replays the moves a state has not seen, in order, so that
+/// its decisions are memory's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LimitMove {
+    pub index: usize,
+    /// Orders moves: `Limiter::head` of the rules that made it (a quota's: one more).
+    pub seq: u64,
+    /// On the limiter's clock.
+    pub at: u64,
+    pub from: Limit,
+    /// `None`: the limit is gone, or became a concurrency limit: the state goes.
+    pub to: Option<Limit>,
+}
+
+/// The order of the moves of rules `version`; a quota move made under it is one more.
+const fn head(version: u64) -> u64 {
+    version << 32
 }
 
 /// A backend's verdict on one request.
@@ -82,15 +111,73 @@ impl Limiter {
         };
         let mut key = locked.into_key(index);
         let quota = self.quota_of(&mut key.locked.held(), key.key, now, Some(peer));
-        let group = key.group();
-        Ok(Routed::Limited(RemoteKey {
+        Ok(Routed::Limited(Self::remote_key(&mut key, quota)))
+    }
+
+    /// What a remote store needs to decide for `key`, under `quota`.
+    pub(super) fn remote_key(key: &mut KeyLock<'_>, quota: Option<Limit>) -> RemoteKey {
+        let base = key.base();
+        let index = key.key.index;
+        let (rules, group, shard) = key.parts();
+        RemoteKey {
             group: group.name.clone(),
             id: group.id,
             index,
             limits: group.limits_with(quota).into_owned(),
             policy: group.policy,
             reduction: group.reduction,
+            moves: Self::key_moves(rules, group, shard.data.quotas.get(base)),
+            head: head(rules.version()),
+        }
+    }
+
+    /// The moves of a key of `group` (whose quota record is `record`) that memory made at the
+    /// reconfigurations `rules` remembers: as `move_state` makes them, through the key's quota.
+    fn key_moves(rules: &Rules, group: &Group, record: Option<&QuotaSlot>) -> Vec<LimitMove> {
+        let mut moves = Vec::new();
+        // This group's moves, and the removals of the group's earlier lives (added back, it starts empty).
+        for m in rules.moves.iter().filter(|m| m.new.id == group.id && (m.new.seed == group.seed || m.gone)) {
+            // Concurrency permits are not moved: a remote store keeps them apart from rate states.
+            let effective = |g: &Group, version: u64, i: usize| {
+                let limit = g.limits.get(i).filter(|l| !l.is_concurrency())?;
+                Some(match record {
+                    Some(record) if g.primary == Some(i) => Self::quota_in(record, g, version).unwrap_or(*limit),
+                    _ => *limit,
+                })
+            };
+            for i in 0..m.old.limits.len() {
+                let Some(from) = effective(&m.old, m.old_version, i) else { continue };
+                let to = if m.gone { None } else { effective(&m.new, m.new_version, i) };
+                if to != Some(from) {
+                    moves.push(LimitMove { index: i, seq: head(m.new_version), at: m.at, from, to });
+                }
+            }
+        }
+        moves
+    }
+
+    /// Sets `peer`'s quota in `group` as [`Limiter::set_quota`] does; when that moved the key's state
+    /// (its limit changed), what a remote store needs to move it too: the key under its new quota,
+    /// with that move last.
+    ///
+    /// # Errors
+    /// As [`Limiter::set_quota`].
+    pub fn set_quota_moving(&self, peer: &str, group: &str, rate: Option<Rate>) -> Result<Option<RemoteKey>> {
+        let mut key = self.lock_group(peer, group)?;
+        let before = Self::quota_now(&mut key);
+        let mut remote = Self::remote_key(&mut key, before);
+        let moved = self.set_quota_locked(&mut key, rate)?;
+        Ok(moved.map(|(from, to)| {
+            Self::add_quota_move(&mut remote, from, to, self.clock.now_ns());
+            remote
         }))
+    }
+
+    /// Appends the move of a quota from `from` to `to` (the primary limit) to `remote`.
+    pub(super) fn add_quota_move(remote: &mut RemoteKey, from: Limit, to: Limit, at: u64) {
+        let Some(index) = remote.limits.iter().position(|l| !l.is_concurrency()) else { return };
+        remote.limits[index] = to;
+        remote.moves.push(LimitMove { index, seq: remote.head + 1, at, from, to: Some(to) });
     }
 
     /// Counts a reduction the backend made for `peer` in `key`'s group.

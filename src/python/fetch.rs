@@ -9,7 +9,7 @@ use pyo3::types::PyString;
 
 use super::args::{nanos, type_name};
 use super::values::PyRate;
-use crate::limiter::{Answer, Landing, Limiter};
+use crate::limiter::{Answer, Landing, Limiter, RemoteKey};
 use crate::quota::{FetchJob, FetchQueue};
 
 /// The jobs quota workers run; held by the workers instead of the limiter, so that an unreferenced
@@ -81,12 +81,14 @@ pub fn time_left(limiter: &Limiter, job: &FetchJob) -> f64 {
 }
 
 /// Classifies the provider's answer (or what it raised) and hands it to the core.
+/// Hands `answer` (or the provider's `error`) to the limiter; and when it moved the key's states, what
+/// a remote store needs to move its own.
 pub fn finish(
     limiter: &Limiter,
     job: &FetchJob,
     answer: &Bound<'_, PyAny>,
     error: Option<&Bound<'_, PyAny>>,
-) -> PyFetchResult {
+) -> (PyFetchResult, Option<RemoteKey>) {
     let answer = match error.filter(|e| !e.is_none()) {
         // The provider's way to say "no such account".
         Some(error) if error.is_instance_of::<PyLookupError>() => Answer::Unknown,
@@ -104,8 +106,12 @@ pub fn finish(
             answer.repr().map_or_else(|_| "?".to_owned(), |r| r.to_string())
         ))),
     };
+    let mut moved = None;
     let (outcome, warning) = match limiter.finish_fetch(job, answer) {
-        Landing::Landed => ("landed", None),
+        Landing::Landed(key) => {
+            moved = key;
+            ("landed", None)
+        }
         Landing::Late => ("late", None),
         Landing::Unknown => ("unknown", None),
         Landing::Failed { first, reason } => (
@@ -121,7 +127,7 @@ pub fn finish(
             }),
         ),
     };
-    PyFetchResult { outcome, warning }
+    (PyFetchResult { outcome, warning }, moved)
 }
 
 /// `TimeoutError: ...` for an exception the provider raised.

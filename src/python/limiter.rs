@@ -726,10 +726,16 @@ impl PyLimiter {
     }
 
     #[pyo3(signature = (peer, group, rate))]
-    fn set_quota(&self, peer: &Bound<'_, PyAny>, group: &Bound<'_, PyAny>, rate: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn set_quota(
+        &self,
+        py: Python<'_>,
+        peer: &Bound<'_, PyAny>,
+        group: &Bound<'_, PyAny>,
+        rate: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
         let (peer, group) = (text("peer", peer)?, text("group", group)?);
         let rate = if rate.is_none() { None } else { Some(PyRate::from_arg("rate", rate)?) };
-        Ok(self.inner.set_quota(peer, group, rate)?)
+        Ok(self.in_store(py, |store, limiter| store.set_quota(limiter, peer, group, rate))?)
     }
 
     #[pyo3(signature = (peer, group))]
@@ -782,11 +788,18 @@ impl PyLimiter {
     #[pyo3(signature = (job, answer, error=None))]
     fn _finish_fetch(
         &self,
+        py: Python<'_>,
         job: &Bound<'_, PyFetchJob>,
         answer: &Bound<'_, PyAny>,
         error: Option<&Bound<'_, PyAny>>,
     ) -> PyFetchResult {
-        finish(&self.inner, &job.get().job, answer, error)
+        let job = &job.get().job;
+        let (result, moved) = finish(&self.inner, job, answer, error);
+        if let Some(key) = moved {
+            // A store that cannot move its states now moves them at the key's next decision.
+            let _ = self.in_store(py, |store, limiter| store.moved(limiter, &job.peer, &key));
+        }
+        result
     }
 
     /// The quota settings in force.

@@ -16,7 +16,8 @@ use crate::backend::health::HealthReport;
 use crate::backend::sync::{Synced, SyncedStore};
 use crate::backend::Spec;
 use crate::error::{Error, Result};
-use crate::limiter::{Decision, Limiter, Receipt, Request, Target};
+use crate::limiter::{Decision, Limiter, Receipt, RemoteKey, Request, Target};
+use crate::rate::Rate;
 
 /// A store's decision, and what its caller should log once (an outage of a remote store began or
 /// ended).
@@ -93,6 +94,24 @@ pub trait StateStore: Send + Sync {
     /// # Errors
     /// As [`StateStore::decide`].
     fn release(&self, limiter: &Limiter, peer: &str, target: Target<'_>, cost: u64) -> Result<()>;
+
+    /// Sets `peer`'s quota in `group` (`None`: the rule's rate), moving the key's states to it.
+    ///
+    /// # Errors
+    /// An unknown group, one without a rate limit, a rate that does not fit; a remote store that cannot
+    /// answer under `on_error="raise"`.
+    fn set_quota(&self, limiter: &Limiter, peer: &str, group: &str, rate: Option<Rate>) -> Result<()> {
+        limiter.set_quota(peer, group, rate)
+    }
+
+    /// Memory moved `peer`'s states in `key`'s group (a fetched quota landed): a remote store moves its own.
+    ///
+    /// # Errors
+    /// A remote store that cannot answer under `on_error="raise"`.
+    fn moved(&self, limiter: &Limiter, peer: &str, key: &RemoteKey) -> Result<()> {
+        let _ = (limiter, peer, key);
+        Ok(())
+    }
 
     /// Forgets `peer`'s states (every peer's with `None`), here and where the store keeps them.
     ///
@@ -194,6 +213,14 @@ impl StateStore for Store {
 
     fn release(&self, limiter: &Limiter, peer: &str, target: Target<'_>, cost: u64) -> Result<()> {
         each_store!(self, s => s.release(limiter, peer, target, cost))
+    }
+
+    fn set_quota(&self, limiter: &Limiter, peer: &str, group: &str, rate: Option<Rate>) -> Result<()> {
+        each_store!(self, s => s.set_quota(limiter, peer, group, rate))
+    }
+
+    fn moved(&self, limiter: &Limiter, peer: &str, key: &RemoteKey) -> Result<()> {
+        each_store!(self, s => s.moved(limiter, peer, key))
     }
 
     fn reset(&self, limiter: &Limiter, peer: Option<&str>) -> Result<()> {

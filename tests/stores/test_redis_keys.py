@@ -70,8 +70,8 @@ def test_the_key_format(redis_server: RedisServer, redis_prefix: str) -> None:
     assert synced.allow("b", "/")
     synced.sync_now()
     assert keys_of(redis_server.port, redis_prefix, "{*") == [
-        f"{redis_prefix}{{3:x:a:b}}:0:gcra",
-        f"{redis_prefix}{{3:x:a:b}}:1:fixed_window",
+        f"{redis_prefix}{{3:x:a:b}}:0",
+        f"{redis_prefix}{{3:x:a:b}}:1",
     ]
     assert keys_of(redis_server.port, prefix) == [f"{prefix}{{3:x:a:b}}:used"]
 
