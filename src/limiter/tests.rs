@@ -323,3 +323,92 @@ fn stats_count_keys_evictions_and_exemptions_by_group() {
     assert_eq!(stats.exempt, 1);
     assert_eq!(a.keys + b.keys, stats.keys as u64);
 }
+
+/// The moves a remote store is sent for `alice`'s key in `group`.
+fn moves_of(lim: &Limiter, group: &str) -> Vec<LimitMove> {
+    match lim.route_remote("alice", Target::Group(group)).unwrap() {
+        Routed::Limited(key) => key.moves,
+        Routed::Free(_) => panic!("{group} limits nothing"),
+    }
+}
+
+#[test]
+fn a_change_of_limits_is_a_move_remembered_with_its_instant() {
+    let (lim, clock) = limiter(vec![rule("^/a", "a", "60/min"), rule("^/b", "b", "10/s")]);
+    clock.advance_ns(5 * S);
+    lim.update_rule("a", Some("6/min".parse().unwrap()), None).unwrap();
+    let moves = moves_of(&lim, "a");
+    assert_eq!(moves.len(), 1);
+    let m = &moves[0];
+    assert_eq!((m.index, m.at), (0, 5 * S));
+    assert_eq!((m.from, m.to), (limit("60/min", Kind::Gcra), Some(limit("6/min", Kind::Gcra))));
+    // The other group did not move; a later state has seen the move.
+    assert!(moves_of(&lim, "b").is_empty());
+    let Routed::Limited(key) = lim.route_remote("alice", Target::Group("a")).unwrap() else { unreachable!() };
+    assert!(key.head >= m.seq);
+}
+
+#[test]
+fn a_key_with_a_quota_moves_through_its_quota_and_a_quota_move_comes_last() {
+    let (lim, clock) = limiter(vec![rule("^/a", "a", "60/min")]);
+    lim.set_quota("alice", "a", Some("120/min".parse().unwrap())).unwrap();
+    clock.advance_ns(S);
+    // The rule's burst changes: the quota keeps its rate and takes the new burst.
+    lim.update_rule("a", None, Some(30)).unwrap();
+    let moves = moves_of(&lim, "a");
+    assert_eq!(moves.len(), 1);
+    assert_eq!(moves[0].from.rate, Some("120/min".parse().unwrap()));
+    assert_eq!(moves[0].to.and_then(|l| l.rate), Some("120/min".parse().unwrap()));
+    assert_eq!(moves[0].to.map(|l| l.burst), Some(30));
+    let key = lim.set_quota_moving("alice", "a", Some("10/min".parse().unwrap())).unwrap().unwrap();
+    let last = key.moves.last().unwrap();
+    assert!(last.seq > key.head, "a quota move is newer than every state written before it");
+    assert_eq!(last.to.and_then(|l| l.rate), Some("10/min".parse().unwrap()));
+    assert_eq!(key.limits[0].rate, Some("10/min".parse().unwrap()));
+    // Setting the same quota again moves nothing.
+    assert!(lim.set_quota_moving("alice", "a", Some("10/min".parse().unwrap())).unwrap().is_none());
+}
+
+#[test]
+fn a_removed_group_added_back_sends_the_removal_so_that_old_states_go() {
+    let (lim, clock) = limiter(vec![rule("^/a", "a", "60/min"), rule("^/b", "b", "10/s")]);
+    let config = |rules| RulesConfig { rules, exempt_peers: vec![], exempt_paths: vec![] };
+    lim.reconfigure(config(vec![rule("^/a", "a", "60/min")])).unwrap();
+    clock.advance_ns(S);
+    lim.reconfigure(config(vec![rule("^/a", "a", "60/min"), rule("^/b", "b", "10/s")])).unwrap();
+    let moves = moves_of(&lim, "b");
+    assert_eq!(moves.len(), 1);
+    assert_eq!((moves[0].at, moves[0].to), (0, None));
+    assert!(moves_of(&lim, "a").is_empty(), "an unchanged group has nothing to replay");
+}
+
+#[test]
+fn moves_are_forgotten_once_no_state_written_before_them_can_remain() {
+    let (lim, clock) = limiter(vec![rule("^/a", "a", "60/min")]);
+    lim.update_rule("a", Some("30/min".parse().unwrap()), None).unwrap();
+    assert_eq!(moves_of(&lim, "a").len(), 1);
+    // Four horizons (here about 4 minutes) later, the next change forgets it.
+    clock.advance_ns(10 * 60 * S);
+    lim.update_rule("a", Some("20/min".parse().unwrap()), None).unwrap();
+    let moves = moves_of(&lim, "a");
+    assert_eq!(moves.len(), 1);
+    assert_eq!(moves[0].from, limit("30/min", Kind::Gcra));
+    // And never more than 32 are kept.
+    for i in 0..40 {
+        lim.update_rule("a", Some(format!("{}/min", 10 + i % 2).parse().unwrap()), None).unwrap();
+    }
+    assert_eq!(moves_of(&lim, "a").len(), 32);
+}
+
+#[test]
+fn a_limit_that_turns_from_a_rate_into_permits_starts_empty() {
+    let rate = limit("2/min", Kind::Gcra);
+    let permits = Limit::concurrency(5).unwrap();
+    let (lim, _) = group(vec![rate], Policy::All);
+    assert!(allowed(&lim, "alice", Some("/")) && allowed(&lim, "alice", Some("/")));
+    let spec = |limits| RuleSpec { limits, ..RuleSpec::single("", "default", rate).unwrap() };
+    lim.reconfigure(RulesConfig { rules: vec![spec(vec![permits])], exempt_peers: vec![], exempt_paths: vec![] })
+        .unwrap();
+    let request = Request::new(5).reporting().taking(Take::Permits);
+    assert!(lim.decide("alice", Target::Path(Some("/")), request).unwrap().outcome.allowed, "all 5 permits free");
+}
