@@ -110,6 +110,9 @@ pub struct QuotaSlot {
     pub quota: Option<Limit>,
     /// The rules version `quota` was derived for; a reconfiguration re-derives it.
     pub version: u64,
+    /// The rules version whose moves a remote store was sent with the key's last change of quota
+    /// (computed with the record as it was before): later calls send only the moves after it.
+    pub moves_sent: u64,
     pub source: Source,
     /// Whether a good quota (from the provider or `set_quota`) ever landed.
     pub good: bool,
@@ -223,6 +226,7 @@ impl QuotaTable {
             tag: 0,
             quota,
             version,
+            moves_sent: version,
             source,
             good: false,
             adopted: false,

@@ -111,8 +111,9 @@ impl Gcra {
     #[must_use]
     pub fn refund(&self, state: &State, now: u64, at: u64, cost: u64) -> State {
         let tat = self.tat(state, now);
-        let newest = self.allowed_at(tat);
-        if newest >= now && newest != at {
+        // Unsaturated: a newest slot before the clock's zero is in the past, not at zero.
+        let newest = (tat.ns + u64::from(tat.rem > self.tau_rem)).checked_sub(self.tau_ns);
+        if newest.is_some_and(|newest| newest >= now && newest != at) {
             return *state;
         }
         let step = self.after(Instant { ns: 0, rem: 0 }, cost);

@@ -1,6 +1,7 @@
-//! Windows aligned to the key's first request: seed 002's token bucket with monotonic burst windows,
-//! and the fixed window. Both grant `capacity` permits at each window start; unused permits do not
-//! carry over. Aligning per key avoids the fleet-wide spike at clock-aligned boundaries.
+//! Windows aligned to the key's first request, and after a window that ended unused to the next one:
+//! seed 002's token bucket with monotonic burst windows, and the fixed window. Both grant `capacity`
+//! permits at each window start; unused permits do not carry over. Aligning per key avoids the fleet-wide
+//! spike at clock-aligned boundaries.
 //!
 //! - token bucket: windows of `burst × period / count` (rounded up, so never faster than the rate),
 //!   `burst` permits each;
@@ -39,18 +40,16 @@ impl Windows {
     }
 
     /// The window in force at `at`: (end, permits left). A state may hold a later window (reserved by a
-    /// waiter); its permits can only be used once it has started.
+    /// waiter); its permits can only be used once it has started. Once the key's last window has ended
+    /// the key is idle, as if it had no state: its next window starts at its next request (as in Redis,
+    /// where the key has expired by then).
     #[inline]
     fn current(&self, state: &State, at: u64) -> (u64, u64) {
-        if state.t == 0 {
+        if state.t == 0 || at >= state.t {
             return (at + self.window_ns, self.capacity);
         }
-        if at < state.t {
-            // Capped: a live reconfiguration may have lowered the capacity.
-            return (state.t, u64::from(state.a).min(self.capacity));
-        }
-        let started = (at - state.t) / self.window_ns + 1;
-        (state.t + started * self.window_ns, self.capacity)
+        // Capped: a live reconfiguration may have lowered the capacity.
+        (state.t, u64::from(state.a).min(self.capacity))
     }
 
     /// The state after admitting `cost` at `at`.

@@ -135,12 +135,10 @@ algorithms.gcra = {
   end,
 }
 
--- Windows aligned to the key's first request (src/algorithm/windows.rs). p: capacity, window_ns.
+-- Windows aligned to the key's first request since it was last idle (src/algorithm/windows.rs). p: capacity, window_ns.
 local function windows_current(l, state, at)
-  if state == nil then return at + l.p2, l.p1 end
-  if at < state.t then return state.t, math.min(state.a, l.p1) end
-  local started = floor((at - state.t) / l.p2) + 1
-  return state.t + started * l.p2, l.p1
+  if state == nil or at >= state.t then return at + l.p2, l.p1 end
+  return state.t, math.min(state.a, l.p1)
 end
 algorithms.windows = {
   evaluate = function(l, state, at)
@@ -306,7 +304,8 @@ algorithms.sliding_log = {
     if admit.remove then
       -- Never more rounds than stamps (a reduction may ask for 2^63 - 1).
       for _ = 1, math.min(admit.remove, redis.call('ZCARD', key)) do
-        local found = redis.call('ZRANGEBYSCORE', key, str(admit.at - st.off), str(admit.at - st.off), 'LIMIT', 0, 1)[1]
+        local found = admit.at
+          and redis.call('ZRANGEBYSCORE', key, str(admit.at - st.off), str(admit.at - st.off), 'LIMIT', 0, 1)[1]
           or redis.call('ZREVRANGEBYSCORE', key, '+inf', '0', 'LIMIT', 0, 1)[1]
         if found then redis.call('ZREM', key, found) end
       end
@@ -446,7 +445,7 @@ end
 
 -- The state of a key that used `used` at `at` under limit `l` (`with_used`); a sliding log gets one
 -- run of `used` stamps at `at`, written at once (at most MAX_MEMBERS of them).
-local function with_used(l, key, used, at)
+local function with_used(l, key, used, at, seen)
   if l.kind == 'sliding_log' then
     redis.call('DEL', key)
     if used <= 0 then return nil end
@@ -455,7 +454,7 @@ local function with_used(l, key, used, at)
       redis.call('ZADD', key, 0, '0#' .. str(j))
     end
     local meta = '~' .. str(now_s + floor(epoch / E9)) .. ' ' .. str(epoch % E9) .. ' ' .. str(math.min(used, 100000))
-      .. ' ' .. l.sig .. ' ' .. seen_now()
+      .. ' ' .. l.sig .. ' ' .. seen
     redis.call('ZADD', key, -1, meta)
     redis.call('PEXPIRE', key, math.max(1, ceil_div(at + l.p2, 1000000)))
     return log_load(key)
@@ -474,24 +473,28 @@ local function with_used(l, key, used, at)
   else
     state = { t = at + ceil_div(used, l.p2) * l.p3, a = used, b = 0 }
   end
-  state.sig = l.sig
+  state.sig, state.seen = l.sig, seen
   return state
 end
 
 -- A state moved at `at` from limit `from` to `to` (nil: gone), keeping what it used
 -- (src/algorithm/mod.rs `rescale`): 2 used of 2/min leave 98 of 100/min. A sliding log keeps its stamps.
-local function move(from, to, state, at, key)
+-- The moved state has seen the moves up to `seen` ("<node>/<order>").
+local function move(from, to, state, at, key, seen)
   if to == nil then
     redis.call('DEL', key)
     return nil
   end
   if from.kind == 'sliding_log' and to.kind == 'sliding_log' then
-    state.sig = to.sig
+    state.sig, state.seen = to.sig, seen
     return state
   end
   local used = used_at(from, state, at)
   if state.log then redis.call('DEL', key) end
-  return with_used(to, key, used, at)
+  local moved = with_used(to, key, used, at, seen)
+  -- Nothing used: no state, and no key of another type left for a sliding log to read.
+  if moved == nil then redis.call('DEL', key) end
+  return moved
 end
 
 -- Whether a state has not seen the move of order `seq` (a state another limiter wrote has seen none of
@@ -540,9 +543,10 @@ local function decide(KEYS, ARGV)
     local i, seq, at = tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
     local state = states[i]
     if state ~= nil and limits[i].kind ~= 'concurrency' then
-      local from = limit_at(ARGV, base + 3)
-      if state.sig == from.sig and unseen(seq, state) then
-        states[i] = move(from, limit_at(ARGV, base + 10), state, at, KEYS[i])
+      local from, to = limit_at(ARGV, base + 3), limit_at(ARGV, base + 10)
+      -- A limit or group that is gone takes its states whatever they were written under.
+      if unseen(seq, state) and (to == nil or state.sig == from.sig) then
+        states[i] = move(from, to, state, at, KEYS[i], node .. '/' .. str(seq))
         moved[i] = true
       end
     end
@@ -554,7 +558,7 @@ local function decide(KEYS, ARGV)
     if state ~= nil and l.kind ~= 'concurrency' and state.sig ~= l.sig then
       local from = limit_of_sig(state.sig)
       if from ~= nil and (from.kind == 'sliding_log') == (state.log == true) then
-        states[i] = move(from, l, state, 0, KEYS[i])
+        states[i] = move(from, l, state, 0, KEYS[i], seen_now())
       else
         redis.call('DEL', KEYS[i])
         states[i] = nil
@@ -615,6 +619,8 @@ local function decide(KEYS, ARGV)
         -- A reduction gives back to the key's newest window (src/algorithm/mod.rs `reduce`).
         local at = max_wait
         if not refunded_bits and l.kind == 'windows' then at = states[i].t - 1 end
+        -- A reduction takes a sliding log's newest stamps, reserved ones included (as in memory).
+        if not refunded_bits and l.kind == 'sliding_log' then at = nil end
         local refunded = l.algorithm.refund(l, states[i], at)
         if refunded then
           (l.algorithm.store or store)(l, KEYS[i], refunded)

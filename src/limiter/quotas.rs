@@ -182,6 +182,7 @@ impl Limiter {
             None => quotas.insert(base, quota, Source::Set, rules.version(), now),
         };
         slot.version = rules.version();
+        slot.moves_sent = rules.version();
         slot.land(quota, Source::Set, &self.quotas, now);
         self.fetches.notify_landed();
         Ok(moved)
@@ -278,15 +279,13 @@ impl Limiter {
         match derived {
             Ok(quota) => {
                 let before = Self::quota_now(&mut key);
-                let mut remote = Self::remote_key(&mut key, before);
-                let moved = Self::install(&mut key, quota, now).map(|(from, to)| {
-                    Self::add_quota_move(&mut remote, from, to, now);
-                    remote
-                });
+                let remote = Self::remote_key(&mut key, before);
+                let moved = Self::quota_changed(remote, Self::install(&mut key, quota, now), now);
                 let source = if quota.is_some() { Source::Provider } else { Source::Rule };
-                let (_, _, shard) = key.parts();
+                let (rules, _, shard) = key.parts();
                 if let Some(slot) = shard.data.quotas.get_mut(base) {
                     slot.land(quota, source, &self.quotas, now);
+                    slot.moves_sent = rules.version();
                 }
                 Landing::Landed(moved)
             }

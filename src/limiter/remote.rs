@@ -135,8 +135,11 @@ impl Limiter {
     /// reconfigurations `rules` remembers: as `move_state` makes them, through the key's quota.
     fn key_moves(rules: &Rules, group: &Group, record: Option<&QuotaSlot>) -> Vec<LimitMove> {
         let mut moves = Vec::new();
-        // This group's moves, and the removals of the group's earlier lives (added back, it starts empty).
-        for m in rules.moves.iter().filter(|m| m.new.id == group.id && (m.new.seed == group.seed || m.gone)) {
+        // The moves of the group's name: of its earlier lives too, each ending in its removal (added back,
+        // a group starts empty), so that a state of an earlier life is moved through them to its end.
+        // Those before the key's last change of quota went with it (`QuotaSlot::moves_sent`).
+        let sent = record.map_or(0, |r| r.moves_sent);
+        for m in rules.moves.iter().filter(|m| m.new.id == group.id && (record.is_none() || m.new_version > sent)) {
             // Concurrency permits are not moved: a remote store keeps them apart from rate states.
             let effective = |g: &Group, version: u64, i: usize| {
                 let limit = g.limits.get(i).filter(|l| !l.is_concurrency())?;
@@ -156,21 +159,26 @@ impl Limiter {
         moves
     }
 
-    /// Sets `peer`'s quota in `group` as [`Limiter::set_quota`] does; when that moved the key's state
-    /// (its limit changed), what a remote store needs to move it too: the key under its new quota,
-    /// with that move last.
+    /// Sets `peer`'s quota in `group` as [`Limiter::set_quota`] does; what a remote store needs to move
+    /// the key's states as memory has (the moves so far, and the quota's when its limit changed).
     ///
     /// # Errors
     /// As [`Limiter::set_quota`].
     pub fn set_quota_moving(&self, peer: &str, group: &str, rate: Option<Rate>) -> Result<Option<RemoteKey>> {
         let mut key = self.lock_group(peer, group)?;
         let before = Self::quota_now(&mut key);
-        let mut remote = Self::remote_key(&mut key, before);
+        let remote = Self::remote_key(&mut key, before);
         let moved = self.set_quota_locked(&mut key, rate)?;
-        Ok(moved.map(|(from, to)| {
-            Self::add_quota_move(&mut remote, from, to, self.clock.now_ns());
-            remote
-        }))
+        Ok(Self::quota_changed(remote, moved, self.clock.now_ns()))
+    }
+
+    /// What a remote store must do when a key's quota changed: replay the moves computed with the old
+    /// record (later calls compute them with the new one and skip these), then the quota's own move.
+    pub(super) fn quota_changed(mut remote: RemoteKey, moved: Option<(Limit, Limit)>, at: u64) -> Option<RemoteKey> {
+        if let Some((from, to)) = moved {
+            Self::add_quota_move(&mut remote, from, to, at);
+        }
+        (!remote.moves.is_empty()).then_some(remote)
     }
 
     /// Appends the move of a quota from `from` to `to` (the primary limit) to `remote`.

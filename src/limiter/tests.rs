@@ -379,6 +379,12 @@ fn a_removed_group_added_back_sends_the_removal_so_that_old_states_go() {
     let moves = moves_of(&lim, "b");
     assert_eq!(moves.len(), 1);
     assert_eq!((moves[0].at, moves[0].to), (0, None));
+    // A change before the removal is replayed first, so that a state written before it reaches the removal.
+    lim.update_rule("b", None, Some(1)).unwrap();
+    lim.reconfigure(config(vec![rule("^/a", "a", "60/min")])).unwrap();
+    lim.reconfigure(config(vec![rule("^/a", "a", "60/min"), rule("^/b", "b", "10/s")])).unwrap();
+    let tos: Vec<Option<u32>> = moves_of(&lim, "b").iter().map(|m| m.to.map(|l| l.burst)).collect();
+    assert_eq!(tos, [None, Some(1), None]);
     assert!(moves_of(&lim, "a").is_empty(), "an unchanged group has nothing to replay");
 }
 

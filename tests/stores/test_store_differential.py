@@ -232,7 +232,7 @@ class Wait(Step):
     cost: int
 
     def run(self, side: Side) -> object:
-        reservation = side.limiter._reserve(self.peer, self.path, None, self.cost, None)
+        reservation = side.limiter._reserve(self.peer, self.path, cost=self.cost, timeout=None)
         if reservation.decision.allowed:
             side.held.append((self, reservation))
         return (seen(reservation.decision), reservation.wait, reservation.deadline_ns)
@@ -251,7 +251,7 @@ class Cancel(Step):
             return "nobody waits"
         wait, reservation = waiting[self.which % len(waiting)]
         side.held.remove((wait, reservation))
-        side.limiter._refund(wait.peer, wait.path, None, wait.cost, reservation)
+        side.limiter._refund(reservation)
         return ("cancelled", wait)
 
 
@@ -485,7 +485,7 @@ def test_a_sliding_window_holding_a_waiter_moves_to_a_new_window_as_in_memory(
     memory, redis, _, _ = pair([rk.Rule("^/", "g", "1/hour", algorithm="sliding_window")], start=0.0)
     for lim in (memory, redis):
         assert lim.allow("bob", "/")
-        assert lim._reserve("bob", "/", None, 1, None).wait == 7200.0
+        assert lim._reserve("bob", "/", timeout=None).wait == 7200.0
         if how == "update_rule":
             lim.update_rule("g", rate="10/hour", burst=1)
         else:
@@ -514,7 +514,7 @@ def test_a_reduction_of_a_sliding_log_with_a_waiter_gives_back_what_memory_gives
     memory, redis, _, _ = pair([rk.Rule("^/", "g", "60/min", burst=1, algorithm="sliding_log")])
     for lim in (memory, redis):
         assert lim.allow("bob", "/")
-        assert lim._reserve("bob", "/", None, 1, None).wait == 60.0
+        assert lim._reserve("bob", "/", timeout=None).wait == 60.0
         assert lim.reduce("bob", "/", 1)
     same(memory.check("bob", "/"), redis.check("bob", "/"))
 
@@ -528,9 +528,9 @@ def test_a_cancelled_wait_at_clock_zero_gives_back_what_it_gives_back_later(pair
 
     def cancelled_wait(lim: rk.Limiter) -> tuple[object, ...]:
         assert lim.allow("alice", "/")
-        reservation = lim._reserve("alice", "/", None, 1, None)
+        reservation = lim._reserve("alice", "/", timeout=None)
         assert reservation.wait == 60.0
-        lim._refund("alice", "/", None, 1, reservation)
+        lim._refund(reservation)
         return seen(lim.check("alice", "/"))
 
     later, _, _, _ = pair([rk.Rule("^/", "g", limits=limits)], start=10.0)
