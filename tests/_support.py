@@ -6,15 +6,41 @@ import math
 import threading
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Callable, get_args
+from typing import Any, Callable, Literal, Protocol, TypeVar, get_args
 
 import ratekeeper as rk
+from hypothesis import HealthCheck, settings
 
 NS_PER_US = 1_000
 
 #: Every algorithm of a rate limit, read from the public type, so that a new one is tested everywhere at
 #: once. ``"concurrency"`` is not among them: it is a kind of limit (``Limit(concurrency=5)``), not an algorithm.
 ALGORITHMS: tuple[rk.Algorithm, ...] = get_args(rk.Algorithm)
+
+#: Where a limiter keeps its states: this process's memory, or Redis in exact mode (``rk.Redis``).
+Store = Literal["memory", "redis"]
+STORES: tuple[Store, ...] = get_args(Store)
+
+
+class MakeLimiter(Protocol):
+    """The ``make_limiter`` fixture: ``rk.Limiter(*args, **options)`` on the test's store, a fresh one at
+    every call (in Redis, under a key prefix of its own, so two limiters never share a key)."""
+
+    def __call__(self, *args: Any, **options: Any) -> rk.Limiter: ...
+
+
+Test = TypeVar("Test", bound=Callable[..., None])
+
+
+def fresh_per_example(test: Test) -> Test:
+    """For hypothesis tests that take ``make_limiter`` (a function-scoped fixture, so shared by every
+    example): safe, as long as each example builds its limiters by calling it and never reuses another's.
+
+    A function, not a ``settings`` object made here: this module is imported by conftest before it loads
+    the hypothesis profile, and a ``settings`` made then would pin the library's defaults (100 examples,
+    a 200 ms deadline) instead of the profile's. Made at decoration, it inherits the profile in force.
+    """
+    return settings(suppress_health_check=[HealthCheck.function_scoped_fixture])(test)
 
 
 def ns(seconds: float) -> float:

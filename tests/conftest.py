@@ -6,14 +6,17 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import ratekeeper as rk
 from _redis import RedisCluster, RedisServer
+from _support import STORES, MakeLimiter, Store
 from hypothesis import settings
 
 # Hypothesis imports its patch writer (libcst, then mypy_extensions) while reporting a failing example, and
@@ -56,6 +59,42 @@ def own_redis_server(tmp_path: Path) -> Iterator[RedisServer]:
 def redis_prefix(request: pytest.FixtureRequest) -> str:
     """A key prefix of this test's own, so that tests sharing the server never share a key."""
     return f"test:{request.node.nodeid}:"
+
+
+@pytest.fixture(params=STORES, ids=STORES)
+def store(request: pytest.FixtureRequest) -> Store:
+    """Each store in turn, like the ``limits`` library's ``@all_storage``: a test that takes it (or
+    ``make_limiter``) runs once with its limiters in memory and once in Redis."""
+    name: Store = request.param
+    return name
+
+
+@pytest.fixture
+def make_limiter(store: Store, request: pytest.FixtureRequest) -> MakeLimiter:
+    """``make_limiter(*args, **options)``: ``rk.Limiter(*args, **options)`` on the store, a new one at every call.
+
+    In Redis it is exact mode with ``on_error="raise"`` (a Redis failure fails the test instead of being
+    decided in memory), under a key prefix of its own at every call, so that limiters, and hypothesis
+    examples, never share a key. Its timeout is 2 s, not 50 ms: on a loaded machine a round trip now and
+    then takes 100 ms, which would fail a test of decisions for no fault of the decisions. With a
+    ManualClock the script decides at the clock's time, as memory does.
+    Only the ``redis`` runs ask for the session's redis-server: memory-only runs never start one.
+    """
+    if store == "memory":
+
+        def in_memory(*args: Any, **options: Any) -> rk.Limiter:
+            return rk.Limiter(*args, **options)
+
+        return in_memory
+    server: RedisServer = request.getfixturevalue("redis_server")
+    prefix: str = request.getfixturevalue("redis_prefix")
+    numbers = itertools.count()
+
+    def in_redis(*args: Any, **options: Any) -> rk.Limiter:
+        backend = rk.Redis(server.url, prefix=f"{prefix}{next(numbers)}:", on_error="raise", timeout=2.0)
+        return rk.Limiter(*args, backend=backend, **options)
+
+    return in_redis
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,7 @@ times are whole microseconds (the clock's start and the gaps are drawn as intege
 ``us / 1e6``, which the clock rounds to exact nanoseconds) and the invariants are checked in integer
 nanoseconds. The last properties (a refusal changes nothing, ``retry_after`` is exact, ``throttle`` and
 ``athrottle`` wake exactly when a check would pass) hold for every algorithm, gcra and token_bucket too.
+Every test that decides runs on each store (``make_limiter``: memory, and Redis in exact mode).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 import pytest
 import ratekeeper as rk
-from _support import ALGORITHMS, NS_PER_US, Admission, ns, run
+from _support import ALGORITHMS, NS_PER_US, Admission, MakeLimiter, fresh_per_example, ns, run
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -52,13 +53,13 @@ class Spec:
         per = self.burst if self.algorithm in ("fixed_window", "sliding_window", "sliding_log") else self.count
         return -(-self.period_us // per)
 
-    def limiter(self, start_us: int) -> tuple[rk.Limiter, rk.ManualClock]:
+    def limiter(self, make_limiter: MakeLimiter, start_us: int) -> tuple[rk.Limiter, rk.ManualClock]:
         clock = rk.ManualClock(start_us / 1e6)
-        return self.limiter_on(clock), clock
+        return self.limiter_on(make_limiter, clock), clock
 
-    def limiter_on(self, clock: rk.ManualClock) -> rk.Limiter:
+    def limiter_on(self, make_limiter: MakeLimiter, clock: rk.ManualClock) -> rk.Limiter:
         rate = f"{self.count}/{self.period_ms}ms"
-        return rk.Limiter(rules=[rk.Rule("", GROUP, rate, burst=self.burst, algorithm=self.algorithm)], clock=clock)
+        return make_limiter(rules=[rk.Rule("", GROUP, rate, burst=self.burst, algorithm=self.algorithm)], clock=clock)
 
 
 def specs(algorithm: str, burst: st.SearchStrategy[int] | None = None) -> st.SearchStrategy[Spec]:
@@ -87,8 +88,10 @@ def admitted_within(admitted: list[Admission], low_ns: int, high_ns: int) -> int
     return sum(a.cost for a in admitted if low_ns <= a.at_ns < high_ns)
 
 
-def sender_is_never_refused(spec: Spec, start_us: int, gap_us: int, extra_us: list[int]) -> None:
-    limiter, clock = spec.limiter(start_us)
+def sender_is_never_refused(
+    make_limiter: MakeLimiter, spec: Spec, start_us: int, gap_us: int, extra_us: list[int]
+) -> None:
+    limiter, clock = spec.limiter(make_limiter, start_us)
     assert limiter.allow(PEER)
     for extra in extra_us:
         clock.advance((gap_us + extra) / 1e6)
@@ -102,12 +105,13 @@ extras = st.lists(st.one_of(st.just(0), st.integers(0, 3_000_000)), min_size=1, 
 # --- fixed window ------------------------------------------------------------------------------------------------
 
 
+@fresh_per_example
 @given(traffic("fixed_window"), starts)
 def test_fixed_window_admits_at_most_its_limit_per_window_aligned_to_the_first_admission(
-    traffic: tuple[Spec, Requests], start_us: int
+    make_limiter: MakeLimiter, traffic: tuple[Spec, Requests], start_us: int
 ) -> None:
     spec, requests = traffic
-    limiter, clock = spec.limiter(start_us)
+    limiter, clock = spec.limiter(make_limiter, start_us)
     admitted = run(limiter, clock, requests)
     if not admitted:
         return
@@ -119,32 +123,37 @@ def test_fixed_window_admits_at_most_its_limit_per_window_aligned_to_the_first_a
     assert max(per_window.values()) <= spec.burst
 
 
+@fresh_per_example
 @given(traffic("fixed_window"), starts)
 def test_fixed_window_admits_at_most_twice_its_limit_in_any_window(
-    traffic: tuple[Spec, Requests], start_us: int
+    make_limiter: MakeLimiter, traffic: tuple[Spec, Requests], start_us: int
 ) -> None:
     spec, requests = traffic
-    limiter, clock = spec.limiter(start_us)
+    limiter, clock = spec.limiter(make_limiter, start_us)
     admitted = run(limiter, clock, requests)
     for a in admitted:
         assert admitted_within(admitted, a.at_ns, a.at_ns + spec.period_ns) <= 2 * spec.burst
 
 
+@fresh_per_example
 @given(specs("fixed_window"), starts, extras)
-def test_fixed_window_never_refuses_a_sender_within_its_limit(spec: Spec, start_us: int, extra_us: list[int]) -> None:
+def test_fixed_window_never_refuses_a_sender_within_its_limit(
+    make_limiter: MakeLimiter, spec: Spec, start_us: int, extra_us: list[int]
+) -> None:
     # At most `limit` requests spaced W / limit apart fit in any half-open window of length W.
-    sender_is_never_refused(spec, start_us, spec.interval_us, extra_us)
+    sender_is_never_refused(make_limiter, spec, start_us, spec.interval_us, extra_us)
 
 
 # --- sliding window ----------------------------------------------------------------------------------------------
 
 
+@fresh_per_example
 @given(traffic("sliding_window"), starts)
 def test_sliding_window_admits_at_most_its_limit_per_window_aligned_to_the_clock_zero(
-    traffic: tuple[Spec, Requests], start_us: int
+    make_limiter: MakeLimiter, traffic: tuple[Spec, Requests], start_us: int
 ) -> None:
     spec, requests = traffic
-    limiter, clock = spec.limiter(start_us)
+    limiter, clock = spec.limiter(make_limiter, start_us)
     per_window: dict[int, int] = {}
     for a in run(limiter, clock, requests):
         index = (start_us * NS_PER_US + a.at_ns) // spec.period_ns
@@ -152,32 +161,36 @@ def test_sliding_window_admits_at_most_its_limit_per_window_aligned_to_the_clock
     assert all(total <= spec.burst for total in per_window.values())
 
 
+@fresh_per_example
 @given(traffic("sliding_window"), starts)
 def test_sliding_window_admits_at_most_twice_its_limit_in_any_window(
-    traffic: tuple[Spec, Requests], start_us: int
+    make_limiter: MakeLimiter, traffic: tuple[Spec, Requests], start_us: int
 ) -> None:
     spec, requests = traffic
-    limiter, clock = spec.limiter(start_us)
+    limiter, clock = spec.limiter(make_limiter, start_us)
     admitted = run(limiter, clock, requests)
     for a in admitted:
         assert admitted_within(admitted, a.at_ns, a.at_ns + spec.period_ns) <= 2 * spec.burst
 
 
+@fresh_per_example
 @given(specs("sliding_window"), starts, extras)
 def test_sliding_window_never_refuses_a_sender_spaced_by_w_over_limit_minus_one(
-    spec: Spec, start_us: int, extra_us: list[int]
+    make_limiter: MakeLimiter, spec: Spec, start_us: int, extra_us: list[int]
 ) -> None:
     # The weighted estimate counts up to one request too many, so a sender at exactly W / limit can be refused
     # (limit 2, W 10 s, requests at 0, 5, 10 s: at 10 s the estimate is 2 + 1). Spaced W / (limit - 1) apart
     # (2 W for a limit of 1), with c requests in the current window and p in the previous one at offset e:
     # (c + 1) W + p (W - e) <= (e (limit - 1) / W + 1) W + (limit - 1)(W - e) = limit W.
     gap_us = 2 * spec.period_us if spec.burst == 1 else -(-spec.period_us // (spec.burst - 1))
-    sender_is_never_refused(spec, start_us, gap_us, extra_us)
+    sender_is_never_refused(make_limiter, spec, start_us, gap_us, extra_us)
 
 
-def test_sliding_window_refuses_a_sender_at_exactly_w_over_limit_as_documented(clock: rk.ManualClock) -> None:
+def test_sliding_window_refuses_a_sender_at_exactly_w_over_limit_as_documented(
+    make_limiter: MakeLimiter, clock: rk.ManualClock
+) -> None:
     """The approximation the doc comment states: the weighted previous window can count one request too many."""
-    limiter = rk.Limiter(rules=[rk.Rule("", GROUP, "2/10s", algorithm="sliding_window")], clock=clock)
+    limiter = make_limiter(rules=[rk.Rule("", GROUP, "2/10s", algorithm="sliding_window")], clock=clock)
     assert limiter.allow(PEER)
     clock.advance(5)
     assert limiter.allow(PEER)
@@ -191,34 +204,37 @@ def test_sliding_window_refuses_a_sender_at_exactly_w_over_limit_as_documented(c
 # --- sliding log -------------------------------------------------------------------------------------------------
 
 
+@fresh_per_example
 @given(traffic("sliding_log"), starts)
 def test_sliding_log_admits_at_most_its_limit_in_any_half_open_window(
-    traffic: tuple[Spec, Requests], start_us: int
+    make_limiter: MakeLimiter, traffic: tuple[Spec, Requests], start_us: int
 ) -> None:
     spec, requests = traffic
-    limiter, clock = spec.limiter(start_us)
+    limiter, clock = spec.limiter(make_limiter, start_us)
     admitted = run(limiter, clock, requests)
     for a in admitted:
         # (t - W, t]
         assert admitted_within(admitted, a.at_ns - spec.period_ns + 1, a.at_ns + 1) <= spec.burst
 
 
+@fresh_per_example
 @given(specs("sliding_log"), starts, extras)
 def test_sliding_log_never_refuses_a_sender_spaced_by_w_over_limit(
-    spec: Spec, start_us: int, extra_us: list[int]
+    make_limiter: MakeLimiter, spec: Spec, start_us: int, extra_us: list[int]
 ) -> None:
-    sender_is_never_refused(spec, start_us, spec.interval_us, extra_us)
+    sender_is_never_refused(make_limiter, spec, start_us, spec.interval_us, extra_us)
 
 
 # --- leaky bucket ------------------------------------------------------------------------------------------------
 
 
+@fresh_per_example
 @given(traffic("leaky_bucket"), starts)
 def test_leaky_bucket_admits_at_most_capacity_plus_the_leaks_in_any_window(
-    traffic: tuple[Spec, Requests], start_us: int
+    make_limiter: MakeLimiter, traffic: tuple[Spec, Requests], start_us: int
 ) -> None:
     spec, requests = traffic
-    limiter, clock = spec.limiter(start_us)
+    limiter, clock = spec.limiter(make_limiter, start_us)
     admitted = run(limiter, clock, requests)
     for i, first in enumerate(admitted):
         window = 0
@@ -231,6 +247,7 @@ def test_leaky_bucket_admits_at_most_capacity_plus_the_leaks_in_any_window(
             assert window <= spec.burst + spec.count * (length // spec.period_ns + 1)
 
 
+@fresh_per_example
 @given(
     specs("leaky_bucket").flatmap(
         lambda s: st.builds(
@@ -241,10 +258,10 @@ def test_leaky_bucket_admits_at_most_capacity_plus_the_leaks_in_any_window(
     extras,
 )
 def test_leaky_bucket_never_refuses_a_sender_of_r_per_t_spaced_t_over_r(
-    spec: Spec, start_us: int, extra_us: list[int]
+    make_limiter: MakeLimiter, spec: Spec, start_us: int, extra_us: list[int]
 ) -> None:
     assert spec.burst >= spec.count
-    sender_is_never_refused(spec, start_us, spec.interval_us, extra_us)
+    sender_is_never_refused(make_limiter, spec, start_us, spec.interval_us, extra_us)
 
 
 # --- every algorithm ---------------------------------------------------------------------------------------------
@@ -259,11 +276,12 @@ def fields(decision: rk.Decision) -> tuple[bool, int | None, float, float]:
     return decision.allowed, decision.remaining, decision.retry_after, decision.reset_after
 
 
+@fresh_per_example
 @given(any_traffic(), starts)
-def test_a_refusal_changes_no_state(traffic: tuple[Spec, Requests], start_us: int) -> None:
+def test_a_refusal_changes_no_state(make_limiter: MakeLimiter, traffic: tuple[Spec, Requests], start_us: int) -> None:
     spec, requests = traffic
-    quiet, clock = spec.limiter(start_us)
-    hammered = spec.limiter_on(clock)
+    quiet, clock = spec.limiter(make_limiter, start_us)
+    hammered = spec.limiter_on(make_limiter, clock)
     for gap_us, cost in requests:
         clock.advance(gap_us / 1e6)
         expected = quiet.check(PEER, cost=cost)
@@ -284,10 +302,13 @@ def probed_traffic(draw: st.DrawFn) -> tuple[Spec, list[tuple[int, int, bool]]]:
     return spec, draw(st.lists(request, min_size=1, max_size=40))
 
 
+@fresh_per_example
 @given(probed_traffic(), starts)
-def test_retry_after_is_exact(traffic: tuple[Spec, list[tuple[int, int, bool]]], start_us: int) -> None:
+def test_retry_after_is_exact(
+    make_limiter: MakeLimiter, traffic: tuple[Spec, list[tuple[int, int, bool]]], start_us: int
+) -> None:
     spec, requests = traffic
-    limiter, clock = spec.limiter(start_us)
+    limiter, clock = spec.limiter(make_limiter, start_us)
     for gap_us, cost, probe in requests:
         clock.advance(gap_us / 1e6)
         decision = limiter.check(PEER, cost=cost)
@@ -322,9 +343,9 @@ def waiting_traffic(draw: st.DrawFn) -> tuple[Spec, Requests]:
     return spec, draw(st.lists(request, min_size=1, max_size=30))
 
 
-def earliest_admissions(spec: Spec, start_us: int, requests: Requests) -> list[int]:
+def earliest_admissions(make_limiter: MakeLimiter, spec: Spec, start_us: int, requests: Requests) -> list[int]:
     """When each request would first pass ``check``, sent once the previous one passed: ns on the clock."""
-    limiter, clock = spec.limiter(start_us)
+    limiter, clock = spec.limiter(make_limiter, start_us)
     times = []
     for gap_us, cost in requests:
         clock.advance(gap_us / 1e6)
@@ -336,13 +357,14 @@ def earliest_admissions(spec: Spec, start_us: int, requests: Requests) -> list[i
     return times
 
 
+@fresh_per_example
 @given(waiting_traffic(), starts)
 def test_throttle_returns_exactly_when_a_check_would_pass_with_one_core_call_each(
-    traffic: tuple[Spec, Requests], start_us: int
+    make_limiter: MakeLimiter, traffic: tuple[Spec, Requests], start_us: int
 ) -> None:
     spec, requests = traffic
-    expected = earliest_admissions(spec, start_us, requests)
-    limiter, clock = spec.limiter(start_us)
+    expected = earliest_admissions(make_limiter, spec, start_us, requests)
+    limiter, clock = spec.limiter(make_limiter, start_us)
     returned = []
     waits = 0
     for calls, (gap_us, cost) in enumerate(requests, start=1):
@@ -358,15 +380,16 @@ def test_throttle_returns_exactly_when_a_check_would_pass_with_one_core_call_eac
     assert (group["allowed"], group["refused"], group["delayed"]) == (len(requests), 0, waits)
 
 
+@fresh_per_example
 @given(waiting_traffic(), starts)
 def test_athrottle_tasks_started_together_finish_in_order_when_checks_would_pass(
-    traffic: tuple[Spec, Requests], start_us: int
+    make_limiter: MakeLimiter, traffic: tuple[Spec, Requests], start_us: int
 ) -> None:
     """Waiters that all reserve at one instant get the slots that one-after-the-other checks would get."""
     spec, requests = traffic
     costs = [cost for _, cost in requests]
-    expected = earliest_admissions(spec, start_us, [(0, cost) for cost in costs])
-    limiter, clock = spec.limiter(start_us)
+    expected = earliest_admissions(make_limiter, spec, start_us, [(0, cost) for cost in costs])
+    limiter, clock = spec.limiter(make_limiter, start_us)
     finished: list[tuple[int, int]] = []
 
     async def request(i: int, cost: int) -> None:
@@ -383,8 +406,10 @@ def test_athrottle_tasks_started_together_finish_in_order_when_checks_would_pass
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
-def test_a_cost_above_the_limit_can_never_pass(algorithm: str, clock: rk.ManualClock) -> None:
-    limiter = Spec(algorithm, 3, 1_000, 3).limiter_on(clock)
+def test_a_cost_above_the_limit_can_never_pass(
+    make_limiter: MakeLimiter, algorithm: str, clock: rk.ManualClock
+) -> None:
+    limiter = Spec(algorithm, 3, 1_000, 3).limiter_on(make_limiter, clock)
     decision = limiter.check(PEER, cost=4)
     assert not decision.allowed
     assert math.isinf(decision.retry_after)
@@ -394,16 +419,17 @@ def test_a_cost_above_the_limit_can_never_pass(algorithm: str, clock: rk.ManualC
 
 
 def test_a_sliding_log_holds_a_huge_cost_as_one_run() -> None:
-    # One stamp per unit of cost took 32 GiB here and aborted the process.
+    # One stamp per unit of cost took 32 GiB here and aborted the process. Memory only: it reads memory_bytes,
+    # and exact-mode Redis refuses a sliding log of more than 100,000 at construction (one member per unit).
     limiter = rk.Limiter(rules=[rk.Rule("", "g", "4294967295/s", algorithm="sliding_log")])
     assert limiter.check("alice", cost=2**32 - 1).allowed
     assert not limiter.allow("alice")
     assert limiter.stats()["memory_bytes"] < 10_000_000
 
 
-def test_reducing_a_sliding_log_by_any_amount_returns_at_once(clock: rk.ManualClock) -> None:
+def test_reducing_a_sliding_log_by_any_amount_returns_at_once(make_limiter: MakeLimiter, clock: rk.ManualClock) -> None:
     # A loop per unit under the shard's lock never returned for 2**63 - 1.
-    limiter = rk.Limiter(rules=[rk.Rule("", "g", "5/min", algorithm="sliding_log")], clock=clock)
+    limiter = make_limiter(rules=[rk.Rule("", "g", "5/min", algorithm="sliding_log")], clock=clock)
     assert sum(limiter.allow("alice") for _ in range(5)) == 5
     assert limiter.reduce("alice", n=2**63 - 1)
     assert limiter.check("alice").remaining == 4

@@ -5,6 +5,9 @@ its own ``ManualClock`` moved in step with the group's. Under ``all``, a model l
 the group admitted: a model limit that admitted a request the group refused is rebuilt from that history, so
 any state a refusal left behind in the group would show up as a later difference. Under ``fallback``, a model
 limit sees exactly the requests charged to it: the first one that admits.
+
+The limiter under test runs on each store (``make_limiter``: memory, and Redis in exact mode); the models stay
+in memory, the reference of what one limit alone decides.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from dataclasses import dataclass, field
 
 import pytest
 import ratekeeper as rk
-from _support import ALGORITHMS, ns, run_threads
+from _support import ALGORITHMS, MakeLimiter, fresh_per_example, ns, run_threads
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -59,13 +62,16 @@ def group_traffic(draw: st.DrawFn) -> tuple[list[Spec], list[tuple[int, int]]]:
     return limits, draw(st.lists(st.tuples(st.integers(0, 2 * gap), cost), min_size=1, max_size=40))
 
 
-def group_limiter(limits: list[Spec], policy: str, clock: rk.ManualClock) -> rk.Limiter:
-    return rk.Limiter(rules=[rk.Rule("", GROUP, limits=[s.limit for s in limits], policy=policy)], clock=clock)
+def group_limiter(make_limiter: MakeLimiter, limits: list[Spec], policy: str, clock: rk.ManualClock) -> rk.Limiter:
+    return make_limiter(rules=[rk.Rule("", GROUP, limits=[s.limit for s in limits], policy=policy)], clock=clock)
 
 
 @dataclass
 class Model:
-    """One limit alone, fed only the requests the group charged to it (``history``: ns after start, cost)."""
+    """One limit alone, fed only the requests the group charged to it (``history``: ns after start, cost).
+
+    Always in memory, whatever the store under test: it is the reference (and replaying its history at every
+    rebuild would cost a round trip per request in Redis)."""
 
     spec: Spec
     start_us: int
@@ -96,13 +102,14 @@ class Model:
         self.history.append((self.now_ns, cost))
 
 
+@fresh_per_example
 @given(group_traffic(), starts)
 def test_all_admits_iff_every_limit_does_and_a_refusal_consumes_nothing(
-    traffic: tuple[list[Spec], list[tuple[int, int]]], start_us: int
+    make_limiter: MakeLimiter, traffic: tuple[list[Spec], list[tuple[int, int]]], start_us: int
 ) -> None:
     limits, requests = traffic
     clock = rk.ManualClock(start_us / 1e6)
-    limiter = group_limiter(limits, "all", clock)
+    limiter = group_limiter(make_limiter, limits, "all", clock)
     models = [Model(s, start_us) for s in limits]
     for gap_us, cost in requests:
         clock.advance(gap_us / 1e6)
@@ -124,14 +131,15 @@ def test_all_admits_iff_every_limit_does_and_a_refusal_consumes_nothing(
         assert limiter.check(PEER, cost=cost).retry_after == got.retry_after
 
 
+@fresh_per_example
 @given(group_traffic(), starts)
 def test_all_never_admits_more_than_its_tightest_limit_allows(
-    traffic: tuple[list[Spec], list[tuple[int, int]]], start_us: int
+    make_limiter: MakeLimiter, traffic: tuple[list[Spec], list[tuple[int, int]]], start_us: int
 ) -> None:
     """Every limit alone admits the whole of what the group admitted, at the same times."""
     limits, requests = traffic
     clock = rk.ManualClock(start_us / 1e6)
-    limiter = group_limiter(limits, "all", clock)
+    limiter = group_limiter(make_limiter, limits, "all", clock)
     admitted = []
     at_ns = 0
     for gap_us, cost in requests:
@@ -143,13 +151,14 @@ def test_all_never_admits_more_than_its_tightest_limit_allows(
         Model(spec, start_us, now_ns=at_ns, history=admitted)  # rebuilding asserts each replayed admission
 
 
+@fresh_per_example
 @given(group_traffic(), starts)
 def test_fallback_admits_iff_some_limit_does_and_charges_only_the_first_that_does(
-    traffic: tuple[list[Spec], list[tuple[int, int]]], start_us: int
+    make_limiter: MakeLimiter, traffic: tuple[list[Spec], list[tuple[int, int]]], start_us: int
 ) -> None:
     limits, requests = traffic
     clock = rk.ManualClock(start_us / 1e6)
-    limiter = group_limiter(limits, "fallback", clock)
+    limiter = group_limiter(make_limiter, limits, "fallback", clock)
     models = [Model(s, start_us) for s in limits]
     for gap_us, cost in requests:
         clock.advance(gap_us / 1e6)
@@ -170,12 +179,12 @@ def test_fallback_admits_iff_some_limit_does_and_charges_only_the_first_that_doe
             assert got.remaining == sum(d.remaining or 0 for d in refusals)
 
 
-def test_all_refused_by_one_limit_leaves_the_other_untouched(clock: rk.ManualClock) -> None:
+def test_all_refused_by_one_limit_leaves_the_other_untouched(make_limiter: MakeLimiter, clock: rk.ManualClock) -> None:
     """A request the tight limit refuses spends nothing of the loose one: compare with the loose limit alone."""
     tight = rk.Limit("1/s", algorithm="fixed_window")
     loose = rk.Limit("5/min", algorithm="sliding_log")
-    both = rk.Limiter(rules=[rk.Rule("", GROUP, limits=[tight, loose])], clock=clock)
-    alone = rk.Limiter(rules=[rk.Rule("", GROUP, limits=[loose])], clock=clock)
+    both = make_limiter(rules=[rk.Rule("", GROUP, limits=[tight, loose])], clock=clock)
+    alone = make_limiter(rules=[rk.Rule("", GROUP, limits=[loose])], clock=clock)
     for second in range(5):
         assert both.allow(PEER)
         assert alone.allow(PEER)
@@ -190,9 +199,11 @@ def test_all_refused_by_one_limit_leaves_the_other_untouched(clock: rk.ManualClo
     assert both.check(PEER).retry_after == alone.check(PEER).retry_after == 55.0
 
 
-def test_threads_on_one_key_under_all_get_exactly_the_tightest_limit(clock: rk.ManualClock) -> None:
+def test_threads_on_one_key_under_all_get_exactly_the_tightest_limit(
+    make_limiter: MakeLimiter, clock: rk.ManualClock
+) -> None:
     limits = [rk.Limit("100/min", algorithm="sliding_window"), rk.Limit("50/min", algorithm="sliding_window")]
-    limiter = rk.Limiter(rules=[rk.Rule("", GROUP, limits=limits, policy="all")], clock=clock)
+    limiter = make_limiter(rules=[rk.Rule("", GROUP, limits=limits, policy="all")], clock=clock)
     threads, calls = 8, 300
     admitted = [0] * threads
 
@@ -208,10 +219,12 @@ def test_threads_on_one_key_under_all_get_exactly_the_tightest_limit(clock: rk.M
 
 
 @pytest.mark.asyncio
-async def test_athrottle_on_an_all_group_serves_tasks_in_order_at_the_common_instants(clock: rk.ManualClock) -> None:
+async def test_athrottle_on_an_all_group_serves_tasks_in_order_at_the_common_instants(
+    make_limiter: MakeLimiter, clock: rk.ManualClock
+) -> None:
     # 1/s (gcra) and 2 per 10 s (fixed window): 0 and 1 s, then the window at 10 s: 10 and 11 s, then 20 s.
     limits = [rk.Limit("1/s"), rk.Limit("2/10s", algorithm="fixed_window")]
-    limiter = rk.Limiter(rules=[rk.Rule("", GROUP, limits=limits)], clock=clock)
+    limiter = make_limiter(rules=[rk.Rule("", GROUP, limits=limits)], clock=clock)
     finished: list[tuple[int, float]] = []
 
     async def request(i: int) -> None:
@@ -228,8 +241,8 @@ async def test_athrottle_on_an_all_group_serves_tasks_in_order_at_the_common_ins
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
-def test_reduce_gives_tokens_back(algorithm: str, clock: rk.ManualClock) -> None:
-    limiter = rk.Limiter(rules=[rk.Rule("^/api/", GROUP, "4/min", algorithm=algorithm)], clock=clock)
+def test_reduce_gives_tokens_back(make_limiter: MakeLimiter, algorithm: str, clock: rk.ManualClock) -> None:
+    limiter = make_limiter(rules=[rk.Rule("^/api/", GROUP, "4/min", algorithm=algorithm)], clock=clock)
     assert limiter.allow(PEER, "/api/x", cost=4)
     assert not limiter.allow(PEER, "/api/x")
     assert limiter.reduce(PEER, "/api/y", 3) is True  # any path of the group
@@ -241,9 +254,9 @@ def test_reduce_gives_tokens_back(algorithm: str, clock: rk.ManualClock) -> None
 
 
 @pytest.mark.parametrize("policy", ["all", "fallback"])
-def test_reduce_gives_back_what_the_policy_took(policy: str, clock: rk.ManualClock) -> None:
+def test_reduce_gives_back_what_the_policy_took(make_limiter: MakeLimiter, policy: str, clock: rk.ManualClock) -> None:
     limits = [rk.Limit("2/min", algorithm="fixed_window"), rk.Limit("2/min", algorithm="leaky_bucket")]
-    limiter = rk.Limiter(rules=[rk.Rule("", GROUP, limits=limits, policy=policy)], clock=clock)
+    limiter = make_limiter(rules=[rk.Rule("", GROUP, limits=limits, policy=policy)], clock=clock)
     admitted = sum(limiter.allow(PEER) for _ in range(10))
     assert admitted == (2 if policy == "all" else 4)
     assert limiter.reduce(PEER, None, 2)
@@ -252,8 +265,10 @@ def test_reduce_gives_back_what_the_policy_took(policy: str, clock: rk.ManualClo
     assert sum(limiter.allow(PEER) for _ in range(10)) == 2
 
 
-def test_reduce_is_refused_without_reduction_or_without_a_group(clock: rk.ManualClock) -> None:
-    limiter = rk.Limiter(
+def test_reduce_is_refused_without_reduction_or_without_a_group(
+    make_limiter: MakeLimiter, clock: rk.ManualClock
+) -> None:
+    limiter = make_limiter(
         rules=[
             rk.Rule("^/fixed$", "fixed", "1/min", reduction=False),
             rk.Rule("^/api/", "api", "1/min"),

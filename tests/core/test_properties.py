@@ -1,4 +1,4 @@
-"""Property tests of the admission invariants, for both algorithms, on a ``ManualClock``.
+"""Property tests of the admission invariants, for both algorithms, on a ``ManualClock``, on every store.
 
 Times are whole microseconds (the clock's start and the gaps between requests are drawn as integers and
 passed as ``us / 1e6``) so the clock's nanoseconds are exact; the invariants are checked in integer
@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 
 import ratekeeper as rk
-from _support import Admission, run
+from _support import Admission, MakeLimiter, fresh_per_example, run
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -44,9 +44,9 @@ class Gcra:
         """``period / count`` rounded up to a whole microsecond."""
         return -(-self.period_ms * 1_000 // self.count)
 
-    def limiter(self, start_us: int) -> tuple[rk.Limiter, rk.ManualClock]:
+    def limiter(self, make_limiter: MakeLimiter, start_us: int) -> tuple[rk.Limiter, rk.ManualClock]:
         clock = rk.ManualClock(start_us / 1e6)
-        return rk.Limiter(f"{self.count}/{self.period_ms}ms", burst=self.burst, clock=clock), clock
+        return make_limiter(f"{self.count}/{self.period_ms}ms", burst=self.burst, clock=clock), clock
 
 
 gcras = st.builds(Gcra, count=st.integers(1, 10), period_ms=st.integers(1, 5_000), burst=st.integers(1, 8))
@@ -60,12 +60,13 @@ def gcra_traffic(draw: st.DrawFn) -> tuple[Gcra, list[tuple[int, int]]]:
     return gcra, draw(st.lists(requests, min_size=1, max_size=60))
 
 
+@fresh_per_example
 @given(gcra_traffic(), starts)
 def test_gcra_admits_at_most_burst_plus_rate_in_any_closed_window(
-    traffic: tuple[Gcra, list[tuple[int, int]]], start_us: int
+    make_limiter: MakeLimiter, traffic: tuple[Gcra, list[tuple[int, int]]], start_us: int
 ) -> None:
     gcra, requests = traffic
-    limiter, clock = gcra.limiter(start_us)
+    limiter, clock = gcra.limiter(make_limiter, start_us)
     instants = per_instant(run(limiter, clock, requests))
     period_ns = gcra.period_ms * NS_PER_MS
     for i, (first, _) in enumerate(instants):
@@ -75,10 +76,13 @@ def test_gcra_admits_at_most_burst_plus_rate_in_any_closed_window(
             assert window <= gcra.burst + (last - first) * gcra.count // period_ns
 
 
+@fresh_per_example
 @given(gcra_traffic(), starts)
-def test_gcra_never_admits_a_cost_above_the_burst(traffic: tuple[Gcra, list[tuple[int, int]]], start_us: int) -> None:
+def test_gcra_never_admits_a_cost_above_the_burst(
+    make_limiter: MakeLimiter, traffic: tuple[Gcra, list[tuple[int, int]]], start_us: int
+) -> None:
     gcra, requests = traffic
-    limiter, clock = gcra.limiter(start_us)
+    limiter, clock = gcra.limiter(make_limiter, start_us)
     for gap_us, cost in requests:
         clock.advance(gap_us / 1e6)
         decision = limiter.check("peer", cost=cost)
@@ -87,9 +91,12 @@ def test_gcra_never_admits_a_cost_above_the_burst(traffic: tuple[Gcra, list[tupl
             assert math.isinf(decision.retry_after)
 
 
+@fresh_per_example
 @given(gcras, starts, st.lists(st.integers(0, 3), min_size=1, max_size=60))
-def test_gcra_never_refuses_a_sender_spaced_by_the_interval(gcra: Gcra, start_us: int, extra: list[int]) -> None:
-    limiter, clock = gcra.limiter(start_us)
+def test_gcra_never_refuses_a_sender_spaced_by_the_interval(
+    make_limiter: MakeLimiter, gcra: Gcra, start_us: int, extra: list[int]
+) -> None:
+    limiter, clock = gcra.limiter(make_limiter, start_us)
     assert limiter.allow("peer")
     for e in extra:
         clock.advance(gcra.interval_us * (1 + e) / 1e6)
@@ -111,10 +118,10 @@ class TokenBucket:
     def window_ns(self) -> int:
         return self.burst * self.interval_ms * NS_PER_MS
 
-    def limiter(self, start_us: int) -> tuple[rk.Limiter, rk.ManualClock]:
+    def limiter(self, make_limiter: MakeLimiter, start_us: int) -> tuple[rk.Limiter, rk.ManualClock]:
         clock = rk.ManualClock(start_us / 1e6)
         rate = f"{self.count}/{self.count * self.interval_ms}ms"
-        return rk.Limiter(rate, burst=self.burst, algorithm="token_bucket", clock=clock), clock
+        return make_limiter(rate, burst=self.burst, algorithm="token_bucket", clock=clock), clock
 
 
 buckets = st.builds(TokenBucket, count=st.integers(1, 10), interval_ms=st.integers(1, 500), burst=st.integers(1, 8))
@@ -129,12 +136,13 @@ def bucket_traffic(draw: st.DrawFn) -> tuple[TokenBucket, list[tuple[int, int]]]
     return bucket, draw(st.lists(requests, min_size=1, max_size=60))
 
 
+@fresh_per_example
 @given(bucket_traffic(), starts)
 def test_token_bucket_admits_at_most_burst_per_aligned_window(
-    traffic: tuple[TokenBucket, list[tuple[int, int]]], start_us: int
+    make_limiter: MakeLimiter, traffic: tuple[TokenBucket, list[tuple[int, int]]], start_us: int
 ) -> None:
     bucket, requests = traffic
-    limiter, clock = bucket.limiter(start_us)
+    limiter, clock = bucket.limiter(make_limiter, start_us)
     instants = per_instant(run(limiter, clock, requests))
     first_request = requests[0][0] * NS_PER_US
     per_window: dict[int, int] = {}
@@ -144,23 +152,25 @@ def test_token_bucket_admits_at_most_burst_per_aligned_window(
     assert max(per_window.values()) <= bucket.burst
 
 
+@fresh_per_example
 @given(bucket_traffic(), starts)
 def test_token_bucket_admits_at_most_twice_the_burst_in_any_window(
-    traffic: tuple[TokenBucket, list[tuple[int, int]]], start_us: int
+    make_limiter: MakeLimiter, traffic: tuple[TokenBucket, list[tuple[int, int]]], start_us: int
 ) -> None:
     bucket, requests = traffic
-    limiter, clock = bucket.limiter(start_us)
+    limiter, clock = bucket.limiter(make_limiter, start_us)
     instants = per_instant(run(limiter, clock, requests))
     for start, _ in instants:
         window = sum(cost for at, cost in instants if start <= at < start + bucket.window_ns)
         assert window <= 2 * bucket.burst
 
 
+@fresh_per_example
 @given(buckets, starts, st.lists(st.integers(0, 2_000_000), min_size=1, max_size=60))
 def test_token_bucket_never_refuses_a_sender_spaced_by_the_interval(
-    bucket: TokenBucket, start_us: int, extra_us: list[int]
+    make_limiter: MakeLimiter, bucket: TokenBucket, start_us: int, extra_us: list[int]
 ) -> None:
-    limiter, clock = bucket.limiter(start_us)
+    limiter, clock = bucket.limiter(make_limiter, start_us)
     assert limiter.allow("peer")
     for extra in extra_us:
         clock.advance((bucket.interval_ms * 1_000 + extra) / 1e6)
@@ -170,15 +180,18 @@ def test_token_bucket_never_refuses_a_sender_spaced_by_the_interval(
 # --- both ----------------------------------------------------------------------------------------------------------
 
 
+@fresh_per_example
 @given(
     st.sampled_from(["gcra", "token_bucket"]),
     starts,
     st.lists(st.tuples(st.integers(0, 3_000_000), st.integers(1, 4)), min_size=1, max_size=40),
 )
-def test_refused_requests_change_no_state(algorithm: str, start_us: int, requests: list[tuple[int, int]]) -> None:
+def test_refused_requests_change_no_state(
+    make_limiter: MakeLimiter, algorithm: str, start_us: int, requests: list[tuple[int, int]]
+) -> None:
     clock = rk.ManualClock(start_us / 1e6)
-    quiet = rk.Limiter("3/2s", algorithm=algorithm, clock=clock)
-    hammered = rk.Limiter("3/2s", algorithm=algorithm, clock=clock)
+    quiet = make_limiter("3/2s", algorithm=algorithm, clock=clock)
+    hammered = make_limiter("3/2s", algorithm=algorithm, clock=clock)
     for gap_us, cost in requests:
         clock.advance(gap_us / 1e6)
         expected = quiet.check("peer", cost=cost)
