@@ -257,6 +257,40 @@ pub struct Client {
     timeout: Duration,
     /// The address, without a password, for messages.
     address: Arc<str>,
+    /// The calls `spawn` hands to the runtime, started in the order they were made (see `dispatch`).
+    calls: tokio::sync::mpsc::UnboundedSender<Pending>,
+}
+
+/// A call under way on the runtime, with what its reply goes to.
+type Pending = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// Runs the calls `spawn` queued, each started (its command written to the connection) in the order they
+/// were queued, and all awaited together: asyncio waiters that reserve slots one after another reach
+/// Redis in that order, as they would in memory. (A task per call would start them in whatever order the
+/// runtime's threads pick them up.)
+async fn dispatch(mut calls: tokio::sync::mpsc::UnboundedReceiver<Pending>) {
+    use futures_util::stream::{FuturesUnordered, StreamExt};
+    use std::task::Poll;
+    let mut running = FuturesUnordered::new();
+    let mut open = true;
+    std::future::poll_fn(|cx| {
+        while open {
+            match calls.poll_recv(cx) {
+                Poll::Ready(Some(call)) => running.push(call),
+                Poll::Ready(None) => open = false,
+                Poll::Pending => break,
+            }
+        }
+        // A new call is polled after those before it (the set's queue of ready tasks is first in, first
+        // out), so its command is written after theirs.
+        while let Poll::Ready(Some(())) = running.poll_next_unpin(cx) {}
+        if open || !running.is_empty() {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
 }
 
 impl fmt::Debug for Client {
@@ -332,7 +366,9 @@ impl Client {
         };
         let (decide, address) = (Arc::new(Decide::new(script)), redact(url).into());
         let handle = runtime.handle().clone();
-        Ok(Self { handle, runtime: Some(runtime), connection, blocking, decide, timeout, address })
+        let (calls, queued) = tokio::sync::mpsc::unbounded_channel();
+        handle.spawn(dispatch(queued));
+        Ok(Self { handle, runtime: Some(runtime), connection, blocking, decide, timeout, address, calls })
     }
 
     /// Checks a URL the way `open` reads it, without connecting.
@@ -425,7 +461,11 @@ impl Client {
         done: impl FnOnce(std::result::Result<Vec<String>, Failure>) + Send + 'static,
     ) {
         let call = self.call(keys, args);
-        self.handle.spawn(async move { done(call.await) });
+        let pending: Pending = Box::pin(async move { done(call.await) });
+        if let Err(unsent) = self.calls.send(pending) {
+            // The dispatcher is gone (the runtime is shutting down): run it on its own.
+            self.handle.spawn(unsent.0);
+        }
     }
 
     /// One script call, bounded by the timeout; owns what it needs, so it can run on any thread.

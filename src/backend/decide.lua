@@ -13,7 +13,8 @@
 --          (src/backend/script.rs).
 -- State    "s ns a b sig seen": the absolute instant t as seconds and nanoseconds, the fields a and b of
 --          src/algorithm/mod.rs's State, the limit it was written under, and "<node>/<head>" of the
---          limiter that wrote it. A key expires when its state stops constraining (now >= t).
+--          limiter that wrote it. A key expires when its state stops constraining (now >= t), on Redis's
+--          clock; a limiter on a ManualClock writes keys that do not expire (Redis's clock is not its).
 -- Moves    In memory a change of limits (a reconfiguration, a key's quota) moves every state at that
 --          instant, keeping what it used. Here each state is moved at its key's next call instead,
 --          through the moves the limiter sends that the state has not seen, each at its own instant:
@@ -32,7 +33,7 @@ local E9 = 1000000000
 -- made once when the library loads (a Redis Function) rather than on every call. `floor` too: a
 -- library's top level cannot see the standard library (Redis runs it with `redis` alone).
 local floor, now_s, now_ns, now_ms, cost, max_wait, policy, operation, want_report, take, lease, lease_ttl, n
-local node, head
+local node, head, manual
 
 local function str(x)
   return string.format('%.0f', x)
@@ -62,6 +63,14 @@ local function parse_state(raw)
   return { t = t, a = tonumber(a), b = tonumber(b), sig = sig, seen = seen }
 end
 
+-- Expires `key` in `ms` milliseconds (at least 1) of Redis's clock; not when the limiter decides on its
+-- own clock (a ManualClock's time, in tests), which Redis's does not follow: the state's end is then
+-- checked on that clock when the key is read.
+local function expire(key, ms)
+  if manual then return end
+  redis.call('PEXPIRE', key, math.max(1, ms))
+end
+
 -- What a state written now has seen: every move up to `head`.
 local function seen_now()
   return node .. '/' .. str(head)
@@ -77,7 +86,11 @@ local function store(l, key, state)
     return
   end
   local value = string.format('%.0f %.0f %.0f %.0f %s %s', s, abs_ns % E9, state.a, state.b, l.sig, seen_now())
-  redis.call('SET', key, value, 'PX', ttl_ms)
+  if manual then
+    redis.call('SET', key, value)
+  else
+    redis.call('SET', key, value, 'PX', ttl_ms)
+  end
 end
 
 -- Each algorithm: evaluate(limit, state, at) -> new_state | nil, retry (nil: never);
@@ -325,7 +338,7 @@ algorithms.sliding_log = {
     end
     st.meta = '~' .. str(epoch_s) .. ' ' .. str(epoch % E9) .. ' ' .. str(st.n) .. ' ' .. l.sig .. ' ' .. seen_now()
     redis.call('ZADD', key, -1, st.meta)
-    redis.call('PEXPIRE', key, math.max(1, ceil_div(last + l.p2, 1000000)))
+    expire(key, ceil_div(last + l.p2, 1000000))
     return st
   end,
   report = function(l, st)
@@ -371,7 +384,7 @@ algorithms.concurrency = {
       redis.call('DEL', key)
     else
       local newest = redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES')
-      redis.call('PEXPIRE', key, math.max(1, tonumber(newest[2]) - now_ms))
+      expire(key, tonumber(newest[2]) - now_ms)
     end
     return { key = key, used = used }
   end,
@@ -456,7 +469,7 @@ local function with_used(l, key, used, at, seen)
     local meta = '~' .. str(now_s + floor(epoch / E9)) .. ' ' .. str(epoch % E9) .. ' ' .. str(math.min(used, 100000))
       .. ' ' .. l.sig .. ' ' .. seen
     redis.call('ZADD', key, -1, meta)
-    redis.call('PEXPIRE', key, math.max(1, ceil_div(at + l.p2, 1000000)))
+    expire(key, ceil_div(at + l.p2, 1000000))
     return log_load(key)
   end
   if used <= 0 then return nil end
@@ -507,7 +520,8 @@ end
 -- One decision: what `KEYS` and `ARGV` (see the head of this file) ask, atomically.
 local function decide(KEYS, ARGV)
   floor = math.floor
-  if ARGV[1] == '' then
+  manual = ARGV[1] ~= ''
+  if not manual then
     local time = redis.call('TIME')
     now_s, now_ns = tonumber(time[1]), tonumber(time[2]) * 1000
   else

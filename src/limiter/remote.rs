@@ -225,9 +225,10 @@ impl Limiter {
         });
         let gate_bits =
             key.limits.iter().enumerate().filter(|(_, l)| l.is_concurrency()).fold(0u64, |bits, (i, _)| bits | 1 << i);
-        // `now` on this limiter's clock (the waits and refunds of this process count from it); with a
-        // ManualClock it is the time the backend decided at.
-        let now = self.clock.now_ns();
+        // `now` on this limiter's clock (the waits and refunds of this process count from it): with a
+        // ManualClock the time the backend decided at (the clock may have moved while the reply was on
+        // its way); otherwise when the reply landed (the wait counts from then: never shorter).
+        let now = if self.manual_now().is_some() { verdict.now } else { self.clock.now_ns() };
         Decision {
             route: Route::Group(key.index),
             group: Some(key.id),
