@@ -551,19 +551,27 @@ local function decide(KEYS, ARGV)
   end
 
   -- The moves this limiter made that each state has not seen, in order, each at its instant.
+  -- A limit past the group's current ones (KEYS[i], i > n) is one the group no longer has: its moves end
+  -- in its removal, and its key goes.
   local moves_at = 12 + n * 7
+  local gone = {}
   for k = 1, tonumber(ARGV[moves_at + 1]) do
     local base = moves_at + 1 + (k - 1) * 17
     local i, seq, at = tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
-    local state = states[i]
-    if state ~= nil and limits[i].kind ~= 'concurrency' then
-      local from, to = limit_at(ARGV, base + 3), limit_at(ARGV, base + 10)
+    local from, to = limit_at(ARGV, base + 3), limit_at(ARGV, base + 10)
+    if i > n and gone[i] == nil then gone[i] = load_any(from, KEYS[i]) or false end
+    local state
+    if i > n then state = gone[i] or nil else state = states[i] end
+    if state ~= nil and (i > n or limits[i].kind ~= 'concurrency') then
       -- A limit or group that is gone takes its states whatever they were written under.
       if unseen(seq, state) and (to == nil or state.sig == from.sig) then
-        states[i] = move(from, to, state, at, KEYS[i], node .. '/' .. str(seq))
-        moved[i] = true
+        local after = move(from, to, state, at, KEYS[i], node .. '/' .. str(seq))
+        if i > n then gone[i] = after or false else states[i], moved[i] = after, true end
       end
     end
+  end
+  for i, state in pairs(gone) do
+    if state then redis.call('DEL', KEYS[i]) end
   end
   for i = 1, n do
     local l, state = limits[i], states[i]

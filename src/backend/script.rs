@@ -37,12 +37,18 @@ pub fn hash_tag(group: &str, peer: &str) -> String {
 /// state.
 #[must_use]
 pub fn state_keys(prefix: &str, group: &str, peer: &str, limits: &[Limit]) -> Vec<String> {
-    let name = format!("{prefix}{}", hash_tag(group, peer));
+    let name = state_name(prefix, group, peer);
     limits
         .iter()
         .enumerate()
         .map(|(i, limit)| if limit.is_concurrency() { format!("{name}:{i}:permits") } else { format!("{name}:{i}") })
         .collect()
+}
+
+/// What the names of `peer`'s state keys in `group` begin with: `<prefix><tag>`.
+#[must_use]
+pub fn state_name(prefix: &str, group: &str, peer: &str) -> String {
+    format!("{prefix}{}", hash_tag(group, peer))
 }
 
 /// Sync mode's counter of `peer`'s usage in `group`, summed over the nodes: `<prefix><tag>:used`.

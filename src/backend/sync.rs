@@ -13,7 +13,7 @@ use super::client::{Client, Failure};
 use super::health::{Health, HealthReport};
 use super::{reset_failed, script, Spec};
 use crate::error::{Error, Result};
-use crate::limiter::{Decision, Limiter, Receipt, Request, Target};
+use crate::limiter::{Limiter, Receipt, Request, Target};
 use crate::store::{Answer, Memory, StateStore};
 
 /// One key this node tracks: what it has yet to push, and the counter's total when last read.
@@ -205,11 +205,6 @@ impl StateStore for SyncedStore {
     #[inline]
     fn decide(&self, limiter: &Limiter, peer: &str, target: Target<'_>, request: Request) -> Result<Answer> {
         Memory.decide(limiter, peer, target, request)
-    }
-
-    #[inline]
-    fn decide_here(&self, limiter: &Limiter, peer: &str, path: Option<&str>, request: Request) -> Option<Decision> {
-        Memory.decide_here(limiter, peer, path, request)
     }
 
     fn reduce(&self, limiter: &Limiter, peer: &str, target: Target<'_>, n: u64) -> Result<bool> {

@@ -193,8 +193,8 @@ impl PyLimiter {
         if group.is_none_or(PyAnyMethods::is_none) {
             let path = optional_text("path", path)?;
             self.wait_first_fetch(py, peer, Target::Path(path));
-            if let Some(decision) = self.store.decide_here(&self.inner, peer, path, request) {
-                return Ok(decision);
+            if !self.store.waits_on_io() {
+                return Ok(self.store.decide_here(&self.inner, peer, path, request));
             }
             return self.decide(py, peer, Target::Path(path), request);
         }
@@ -203,7 +203,9 @@ impl PyLimiter {
         self.decide(py, peer, target, request)
     }
 
-    /// A decision for `peer` in its store, logging what the store asks to.
+    /// A decision for `peer` in its store, logging what the store asks to. Out of line: the hot path of
+    /// `allow` and `check` (`decide_here`) stays small (inlined, it cost 5 to 12 ns a call).
+    #[inline(never)]
     fn decide(&self, py: Python<'_>, peer: &str, target: Target<'_>, request: Request) -> PyResult<limiter::Decision> {
         let answer = self.in_store(py, |store, limiter| store.decide(limiter, peer, target, request))?;
         log_notice(py, &answer);

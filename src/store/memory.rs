@@ -1,7 +1,7 @@
 //! The in-memory store: the limiter's own lock-striped state map decides.
 
 use crate::error::Result;
-use crate::limiter::{Decision, Limiter, Receipt, Request, Target};
+use crate::limiter::{Limiter, Receipt, Request, Target};
 
 use super::{Answer, StateStore};
 
@@ -17,11 +17,6 @@ impl StateStore for Memory {
     #[inline]
     fn decide(&self, limiter: &Limiter, peer: &str, target: Target<'_>, request: Request) -> Result<Answer> {
         Ok(limiter.decide(peer, target, request)?.into())
-    }
-
-    #[inline]
-    fn decide_here(&self, limiter: &Limiter, peer: &str, path: Option<&str>, request: Request) -> Option<Decision> {
-        Some(limiter.decide_path(peer, path, request))
     }
 
     fn reduce(&self, limiter: &Limiter, peer: &str, target: Target<'_>, n: u64) -> Result<bool> {

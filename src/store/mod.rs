@@ -51,13 +51,14 @@ pub trait StateStore: Send + Sync {
     /// A `Target::Group` that names no group; a remote store that cannot answer under `on_error="raise"`.
     fn decide(&self, limiter: &Limiter, peer: &str, target: Target<'_>, request: Request) -> Result<Answer>;
 
-    /// The decision of a request routed by `path` when the store makes it in this process (`None`:
-    /// ask [`StateStore::decide`]): the hot path of `allow` and `check`, with no `Target` built and the
-    /// decision returned as it is, not in a `Result` (copying it through memory cost 5 ns a call).
+    /// The decision of a request routed by `path` on the states this process holds, for a store that
+    /// does not wait on I/O: the hot path of `allow` and `check`, with no `Target` built and the
+    /// decision returned as it is, not in a `Result` or an `Option` (either cost 3 to 12 ns a call).
+    /// A store keeping its states in this process's map (memory, sync mode) takes this one; a remote
+    /// store is never asked (it waits on I/O), and here would give what `on_error="local"` decides.
     #[inline]
-    fn decide_here(&self, limiter: &Limiter, peer: &str, path: Option<&str>, request: Request) -> Option<Decision> {
-        let _ = (limiter, peer, path, request);
-        None
+    fn decide_here(&self, limiter: &Limiter, peer: &str, path: Option<&str>, request: Request) -> Decision {
+        limiter.decide_path(peer, path, request)
     }
 
     /// [`StateStore::decide`] without waiting: `Some` when decided at once, else `done` gets the answer.
@@ -188,7 +189,7 @@ impl StateStore for Store {
     }
 
     #[inline]
-    fn decide_here(&self, limiter: &Limiter, peer: &str, path: Option<&str>, request: Request) -> Option<Decision> {
+    fn decide_here(&self, limiter: &Limiter, peer: &str, path: Option<&str>, request: Request) -> Decision {
         each_store!(self, s => s.decide_here(limiter, peer, path, request))
     }
 

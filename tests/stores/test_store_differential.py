@@ -476,6 +476,19 @@ def test_a_limit_dropped_by_a_reload_and_added_back_starts_empty(pair: Callable[
     same(memory.check("alice", "/"), redis.check("alice", "/"))
 
 
+def test_a_limit_dropped_then_a_quota_set_then_the_limit_added_back_starts_empty(pair: Callable[..., Pair]) -> None:
+    # Setting a quota sends Redis the key's moves so far; the dropped limit's key must go with them, or it
+    # comes back with its old usage when the limit does (remaining 117 instead of 118).
+    limits = [rk.Limit("60/hour"), rk.Limit("60/hour")]
+    memory, redis, _, _ = pair([rk.Rule("^/", "g", limits=limits)])
+    for lim in (memory, redis):
+        assert lim.allow("alice", "/")
+        lim._reconfigure([rk.Rule("^/", "g", limits=limits[:1])])
+        lim.set_quota("alice", "g", None)
+        lim._reconfigure([rk.Rule("^/", "g", limits=limits, policy="fallback")])
+    same(memory.check("alice", "/"), redis.check("alice", "/"))
+
+
 @pytest.mark.parametrize("how", ["update_rule", "reload"])
 def test_a_sliding_window_holding_a_waiter_moves_to_a_new_window_as_in_memory(
     pair: Callable[..., Pair], how: str
@@ -495,8 +508,9 @@ def test_a_sliding_window_holding_a_waiter_moves_to_a_new_window_as_in_memory(
 
 @pytest.mark.parametrize("algorithm", ["token_bucket", "fixed_window"])
 def test_a_reduction_of_a_drained_key_keeps_its_window(pair: Callable[..., Pair], algorithm: rk.Algorithm) -> None:
-    # One request at t=0, then 1 ns past the minute (a new window, a full bucket), a reduction, a request:
-    # memory's next window still ends at 120 s (reset_after 59.999999999); Redis restarted it at the reduction.
+    # One request at t=0, then 1 ns past the minute (its window ended), a reduction, a request: the window
+    # starts at that request in both (memory kept the old grid, ending at 120 s, while Redis, whose key had
+    # expired, started afresh: a key idle for a window now starts afresh everywhere).
     memory, redis, memory_clock, redis_clock = pair([rk.Rule("^/", "g", "3/min", algorithm=algorithm)], start=0.0)
     for lim, clock in ((memory, memory_clock), (redis, redis_clock)):
         assert lim.allow("alice", "/")
@@ -509,8 +523,8 @@ def test_a_reduction_of_a_sliding_log_with_a_waiter_gives_back_what_memory_gives
     pair: Callable[..., Pair],
 ) -> None:
     # 60/min with a burst of 1: one admitted, one waiting for its slot a minute ahead, then one unit
-    # reduced. Memory takes back the waiter's stamp (the next request waits 60 s), Redis the admitted one
-    # (120 s).
+    # reduced: the newest stamp goes, the waiter's (the next request waits 60 s). Redis took the admitted
+    # one (120 s).
     memory, redis, _, _ = pair([rk.Rule("^/", "g", "60/min", burst=1, algorithm="sliding_log")])
     for lim in (memory, redis):
         assert lim.allow("bob", "/")
@@ -522,8 +536,8 @@ def test_a_reduction_of_a_sliding_log_with_a_waiter_gives_back_what_memory_gives
 def test_a_cancelled_wait_at_clock_zero_gives_back_what_it_gives_back_later(pair: Callable[..., Pair]) -> None:
     # Policy "all", 60/hour with bursts 60 and 1: one admitted, one waiting a minute for the second limit,
     # then cancelled. From any start but 0 both stores give back the waiter's unit of the first limit too
-    # (reset_after 60 s). With the clock at 0 memory keeps it (120 s) and Redis does not: the property
-    # found this one by shrinking the start to 0, and here memory, not Redis, is the odd one out.
+    # (reset_after 60 s). With the clock at 0 memory kept it (120 s: its newest slot, before zero, was
+    # read as zero): the property found it by shrinking the start to 0, memory the odd one out.
     limits = [rk.Limit("60/hour"), rk.Limit("60/hour", burst=1)]
 
     def cancelled_wait(lim: rk.Limiter) -> tuple[object, ...]:
