@@ -136,3 +136,17 @@ def assert_within_limits_in_force(admissions: dict[int, int], changes: list[tupl
             total += admissions[t_j]
             bound = max_burst(t_i, t_j) + integral(t_i, t_j) + 1
             assert total <= bound, f"{total} admitted in [{t_i}, {t_j}] µs, bound {float(bound)}"
+
+
+def seen(decision: rk.Decision) -> tuple[object, ...]:
+    """What a caller sees of a decision: every number and name, to compare two stores' decisions."""
+    return (
+        decision.allowed,
+        decision.group,
+        decision.limit,
+        decision.remaining,
+        decision.retry_after,
+        decision.reset_after,
+        decision.next_after,
+        decision.refused_by,
+    )

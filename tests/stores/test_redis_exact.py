@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pytest
 import ratekeeper as rk
 from _redis import RedisServer
-from _support import ALGORITHMS
+from _support import ALGORITHMS, seen
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -22,20 +22,6 @@ examples = itertools.count()
 QUOTAS = [None, "2/10s", "20/min", "3/s", "100/min"]
 # `pair` builds fresh limiters, under a fresh key prefix, at every call: safe across examples.
 fresh_per_example = settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
-
-
-def seen(decision: rk.Decision) -> tuple[object, ...]:
-    """What a caller sees of a decision."""
-    return (
-        decision.allowed,
-        decision.group,
-        decision.limit,
-        decision.remaining,
-        decision.retry_after,
-        decision.reset_after,
-        decision.next_after,
-        decision.refused_by,
-    )
 
 
 Build = Callable[..., rk.Limiter]

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import pytest
 import ratekeeper as rk
 from _redis import RedisServer
-from _support import ALGORITHMS
+from _support import ALGORITHMS, seen
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ratekeeper._core import _Reservation
@@ -53,20 +53,6 @@ BURSTS = (None, 1, 2, 6)
 QUOTAS = (None, "2/10min", "20/hour", "3/min", "100/hour")
 TIMEOUTS = (None, 0.0, 30.0, 120.0, 600.0)
 examples = itertools.count()
-
-
-def seen(decision: rk.Decision) -> tuple[object, ...]:
-    """What a caller sees of a decision (as in ``test_redis_exact.py``)."""
-    return (
-        decision.allowed,
-        decision.group,
-        decision.limit,
-        decision.remaining,
-        decision.retry_after,
-        decision.reset_after,
-        decision.next_after,
-        decision.refused_by,
-    )
 
 
 def outcome(call: Callable[[], object]) -> object:
