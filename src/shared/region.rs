@@ -276,6 +276,7 @@ mod tests {
         std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
         let shared = Region::open(&open, 4096, 1).unwrap_err().to_string();
         assert!(shared.contains("lets other users read or write it"), "{shared}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
