@@ -116,13 +116,11 @@ mod tests {
     use crate::shared::region::Region;
 
     fn region(name: &str) -> Region {
-        let dir = std::env::temp_dir().join(format!("rk-lock-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("rk-lock-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(name);
-        let _ = std::fs::remove_file(&path);
-        let region = Region::open(&path, 4096, 1).unwrap();
+        let region = Region::open(&dir.join(name), 4096, 1).unwrap();
         // The mapping outlives the name (forked children share the mapping, not the file).
-        std::fs::remove_file(&path).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
         region
     }
 

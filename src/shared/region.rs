@@ -219,17 +219,18 @@ fn reserve(path: &Path, file: &File, total: usize) -> Result<()> {
 mod tests {
     use super::*;
 
-    fn dir() -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("rk-region-{}-{:?}", std::process::id(), std::thread::current().id()));
+    /// A fresh folder of the test's own (removed by the test).
+    fn dir(test: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("rk-region-{}-{test}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         dir
     }
 
     #[test]
     fn the_first_process_creates_and_the_next_attaches_to_the_same_bytes() {
-        let path = dir().join("a");
-        let _ = std::fs::remove_file(&path);
+        let dir = dir("a");
+        let path = dir.join("a");
         let first = Region::open(&path, 4096, 1).unwrap();
         let second = Region::open(&path, 4096, 1).unwrap();
         assert!(first.created() && !second.created());
@@ -240,28 +241,26 @@ mod tests {
         }
         let mode = std::fs::metadata(&path).unwrap().mode() & 0o777;
         assert_eq!(mode, 0o600);
-        std::fs::remove_file(&path).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn another_layout_or_size_is_refused_clearly() {
-        let path = dir().join("b");
-        let _ = std::fs::remove_file(&path);
+        let dir = dir("b");
+        let path = dir.join("b");
         let _made = Region::open(&path, 4096, 1).unwrap();
         let layout = Region::open(&path, 4096, 2).unwrap_err().to_string();
         assert!(layout.contains("layout 1, this ratekeeper uses layout 2"), "{layout}");
         let size = Region::open(&path, 8192, 1).unwrap_err().to_string();
         assert!(size.contains("another max_keys"), "{size}");
-        std::fs::remove_file(&path).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn a_symlink_a_directory_or_a_file_open_to_others_is_refused() {
-        let dir = dir();
+        let dir = dir("c");
         let target = dir.join("target");
         let link = dir.join("link");
-        let _ = std::fs::remove_file(&target);
-        let _ = std::fs::remove_file(&link);
         std::fs::write(&target, b"").unwrap();
         std::os::unix::fs::symlink(&target, &link).unwrap();
         let symlink = Region::open(&link, 4096, 1).unwrap_err().to_string();
@@ -271,7 +270,6 @@ mod tests {
         let folder_error = Region::open(&folder, 4096, 1).unwrap_err().to_string();
         assert!(folder_error.contains("shared region") && folder_error.contains("folder"), "{folder_error}");
         let open = dir.join("open");
-        let _ = std::fs::remove_file(&open);
         std::fs::write(&open, vec![0u8; 4096 + HEADER_BYTES]).unwrap();
         std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
         let shared = Region::open(&open, 4096, 1).unwrap_err().to_string();
@@ -281,10 +279,11 @@ mod tests {
 
     #[test]
     fn no_room_is_an_error_at_creation_and_leaves_no_file() {
-        let path = dir().join("huge");
-        let _ = std::fs::remove_file(&path);
+        let dir = dir("d");
+        let path = dir.join("huge");
         let error = Region::open(&path, 1 << 60, 1).unwrap_err().to_string();
         assert!(error.contains("cannot reserve"), "{error}");
         assert!(!path.exists());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
