@@ -283,9 +283,10 @@ local function log_last(st)
   return nil
 end
 -- A sliding log's sorted set: { key, off, n, meta, sig, seen, log = true } (meta nil: empty).
-local function log_load(key)
+-- `metas`: the reply to ZRANGEBYSCORE key -1 -1, when the caller read it already.
+local function log_load(key, metas)
   local st = { key = key, off = 0, n = 0, meta = nil, sig = '', seen = '', log = true }
-  local meta = redis.call('ZRANGEBYSCORE', key, -1, -1)[1]
+  local meta = (metas or redis.call('ZRANGEBYSCORE', key, -1, -1))[1]
   if meta then
     local s, ns, n, sig, seen = string.match(meta, '^~(%-?%d+) (%d+) (%d+) ?(%S*) ?(%S*)$')
     st.off = (tonumber(s) - now_s) * E9 + (tonumber(ns) - now_ns)
@@ -422,16 +423,22 @@ end
 
 -- A key's state whatever wrote it: a sorted set is a sliding log's (`log`), a string any other
 -- algorithm's; nil when there is none.
+-- One read in the usual case: the read the limit's own algorithm makes, and the other only when that
+-- one finds a key of the other type (pcall: an error reply instead of an error).
 local function load_any(l, key)
   if l.kind == 'concurrency' then return algorithms.concurrency.load(l, key) end
-  local raw = redis.pcall('GET', key)
-  if type(raw) == 'table' then
-    local st = log_load(key)
-    if st.meta == nil then return nil end
-    return st
+  local st
+  if l.kind == 'sliding_log' then
+    local metas = redis.pcall('ZRANGEBYSCORE', key, -1, -1)
+    if metas.err then return parse_state(redis.call('GET', key)) end
+    st = log_load(key, metas)
+  else
+    local raw = redis.pcall('GET', key)
+    if type(raw) ~= 'table' then return raw and parse_state(raw) or nil end
+    st = log_load(key)
   end
-  if not raw then return nil end
-  return parse_state(raw)
+  if st.meta == nil then return nil end
+  return st
 end
 
 -- What a state used under limit `l` at `at`, reservations included and never capped at a burst
@@ -596,9 +603,8 @@ local function decide(KEYS, ARGV)
       if floor(written / 2 ^ (i - 1)) % 2 == 0 then
         local l = limits[i]
         if l.kind == 'sliding_log' then
-          if states[i].meta ~= nil or redis.call('EXISTS', KEYS[i]) == 1 then
-            algorithms.sliding_log.store(l, KEYS[i], { at = 0, cost = 0 })
-          end
+          -- (An empty log has no key: nothing to write.)
+          if states[i].meta ~= nil then algorithms.sliding_log.store(l, KEYS[i], { at = 0, cost = 0 }) end
         elseif states[i] == nil then
           redis.call('DEL', KEYS[i])
         else

@@ -31,6 +31,10 @@ impl StateStore for Exact {
         true
     }
 
+    fn replays_moves(&self) -> bool {
+        true
+    }
+
     fn decide(&self, limiter: &Limiter, peer: &str, target: Target<'_>, request: Request) -> Result<Answer> {
         self.backend.decide(limiter, peer, target, request)
     }

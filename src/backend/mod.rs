@@ -130,13 +130,9 @@ impl Backend {
     /// The Redis keys of `peer`'s states in `key`'s group, one per limit, sharing one hash tag.
     #[must_use]
     pub fn keys(&self, peer: &str, key: &RemoteKey) -> Vec<String> {
-        let mut keys = script::state_keys(&self.settings.prefix, &key.group, peer, &key.limits);
         // A move of a limit the group no longer has (its state goes) needs that limit's key too.
-        if let Some(last) = key.moves.iter().map(|m| m.index).max().filter(|&i| i >= key.limits.len()) {
-            let name = script::state_name(&self.settings.prefix, &key.group, peer);
-            keys.extend((key.limits.len()..=last).map(|i| format!("{name}:{i}")));
-        }
-        keys
+        let up_to = key.moves.iter().map(|m| m.index + 1).max().unwrap_or(0);
+        script::state_keys_up_to(&self.settings.prefix, &key.group, peer, &key.limits, up_to)
     }
 
     /// Decides `peer`'s request in Redis, waiting for the reply (call it without the GIL); while Redis

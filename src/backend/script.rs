@@ -37,18 +37,20 @@ pub fn hash_tag(group: &str, peer: &str) -> String {
 /// state.
 #[must_use]
 pub fn state_keys(prefix: &str, group: &str, peer: &str, limits: &[Limit]) -> Vec<String> {
-    let name = state_name(prefix, group, peer);
-    limits
-        .iter()
-        .enumerate()
-        .map(|(i, limit)| if limit.is_concurrency() { format!("{name}:{i}:permits") } else { format!("{name}:{i}") })
-        .collect()
+    state_keys_up_to(prefix, group, peer, limits, limits.len())
 }
 
-/// What the names of `peer`'s state keys in `group` begin with: `<prefix><tag>`.
+/// [`state_keys`], and the keys of the rate limits after them up to index `up_to` (exclusive): limits
+/// the group no longer has, whose states a move takes away.
 #[must_use]
-pub fn state_name(prefix: &str, group: &str, peer: &str) -> String {
-    format!("{prefix}{}", hash_tag(group, peer))
+pub fn state_keys_up_to(prefix: &str, group: &str, peer: &str, limits: &[Limit], up_to: usize) -> Vec<String> {
+    let name = format!("{prefix}{}", hash_tag(group, peer));
+    (0..up_to.max(limits.len()))
+        .map(|i| match limits.get(i) {
+            Some(limit) if limit.is_concurrency() => format!("{name}:{i}:permits"),
+            _ => format!("{name}:{i}"),
+        })
+        .collect()
 }
 
 /// Sync mode's counter of `peer`'s usage in `group`, summed over the nodes: `<prefix><tag>:used`.

@@ -13,8 +13,8 @@ use super::client::{Client, Failure};
 use super::health::{Health, HealthReport};
 use super::{reset_failed, script, Spec};
 use crate::error::{Error, Result};
-use crate::limiter::{Limiter, Receipt, Request, Target};
-use crate::store::{Answer, Memory, StateStore};
+use crate::limiter::Limiter;
+use crate::store::StateStore;
 
 /// One key this node tracks: what it has yet to push, and the counter's total when last read.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -197,28 +197,8 @@ impl SyncedStore {
     }
 }
 
+/// The limiter's own states decide (the defaults); the syncer shares the usage and forgets it on reset.
 impl StateStore for SyncedStore {
-    fn waits_on_io(&self) -> bool {
-        false
-    }
-
-    #[inline]
-    fn decide(&self, limiter: &Limiter, peer: &str, target: Target<'_>, request: Request) -> Result<Answer> {
-        Memory.decide(limiter, peer, target, request)
-    }
-
-    fn reduce(&self, limiter: &Limiter, peer: &str, target: Target<'_>, n: u64) -> Result<bool> {
-        Memory.reduce(limiter, peer, target, n)
-    }
-
-    fn refund(&self, limiter: &Limiter, peer: &str, target: Target<'_>, cost: u64, receipt: Receipt) -> Result<()> {
-        Memory.refund(limiter, peer, target, cost, receipt)
-    }
-
-    fn release(&self, limiter: &Limiter, peer: &str, target: Target<'_>, cost: u64) -> Result<()> {
-        Memory.release(limiter, peer, target, cost)
-    }
-
     fn reset(&self, limiter: &Limiter, peer: Option<&str>) -> Result<()> {
         self.syncer.reset(limiter, peer).map_err(|failure| reset_failed(&failure))
     }

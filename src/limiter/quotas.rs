@@ -89,6 +89,16 @@ impl Limiter {
         again.quota
     }
 
+    /// Limit `index` of `group` (rules `version`) as the key whose quota record is `record` runs on it:
+    /// its quota in place of the group's first rate limit.
+    pub(super) fn key_limit(group: &Group, version: u64, index: usize, record: Option<&QuotaSlot>) -> Option<Limit> {
+        let limit = group.limits.get(index)?;
+        Some(match record {
+            Some(record) if group.primary == Some(index) => Self::quota_in(record, group, version).unwrap_or(*limit),
+            _ => *limit,
+        })
+    }
+
     /// Re-derives a record's limit after a reconfiguration changed the group's first rate limit.
     fn rederive(slot: &mut QuotaSlot, group: &Group, version: u64) {
         slot.version = version;
@@ -240,7 +250,9 @@ impl Limiter {
     /// Hands back the answer to `job`. An answer that comes after the quota timeout (`Quotas(timeout=)`) (counted from when a
     /// worker took the job) is a failure. The worker then calls `fetches().done()`, once it has logged
     /// what it must: `wait_quotas` returns when every job is done.
-    pub fn finish_fetch(&self, job: &FetchJob, answer: Answer) -> Landing {
+    /// With `replay` (a store that replays moves, see `StateStore::replays_moves`), a landing that
+    /// moved the key's state says what that store must move.
+    pub fn finish_fetch(&self, job: &FetchJob, answer: Answer, replay: bool) -> Landing {
         let Ok(mut key) = self.lock_group(&job.peer, &job.group) else { return Landing::Late };
         let now = self.clock.now_ns();
         let base = key.base();
@@ -278,9 +290,13 @@ impl Limiter {
         };
         match derived {
             Ok(quota) => {
-                let before = Self::quota_now(&mut key);
-                let remote = Self::remote_key(&mut key, before);
-                let moved = Self::quota_changed(remote, Self::install(&mut key, quota, now), now);
+                // Computed before the quota changes: the moves so far went with the old record.
+                let remote = replay.then(|| {
+                    let before = Self::quota_now(&mut key);
+                    Self::remote_key(&mut key, before)
+                });
+                let installed = Self::install(&mut key, quota, now);
+                let moved = remote.and_then(|remote| Self::quota_changed(remote, installed, now));
                 let source = if quota.is_some() { Source::Provider } else { Source::Rule };
                 let (rules, _, shard) = key.parts();
                 if let Some(slot) = shard.data.quotas.get_mut(base) {
@@ -380,7 +396,10 @@ mod tests {
         assert_eq!(remaining(&lim, "a"), 0);
         assert_eq!(take(&lim), None);
         // 2 used of 2/min carry over: 98 left of 100/min.
-        assert!(matches!(lim.finish_fetch(&job, Answer::Quota(Some("100/min".parse().unwrap()))), Landing::Landed(_)));
+        assert!(matches!(
+            lim.finish_fetch(&job, Answer::Quota(Some("100/min".parse().unwrap())), false),
+            Landing::Landed(_)
+        ));
         assert_eq!(decide(&lim, "a", None, 1, 0, true).report.unwrap().remaining, 97);
         assert_eq!(lim.quota("a", "g").unwrap().0.source, Source::Provider);
     }
@@ -409,7 +428,7 @@ mod tests {
         decide(&lim, "a", None, 1, 0, false);
         let (info, _) = lim.quota("a", "g").unwrap();
         assert_eq!((info.source, info.fetching, info.failures), (Source::Failsafe, false, 1));
-        assert_eq!(lim.finish_fetch(&job, Answer::Quota(None)), Landing::Late);
+        assert_eq!(lim.finish_fetch(&job, Answer::Quota(None), false), Landing::Late);
         // Backoff: no new fetch before 1 s, one after.
         decide(&lim, "a", None, 1, 0, false);
         assert_eq!(take(&lim), None);
@@ -438,7 +457,7 @@ mod tests {
         clock.advance_ns(1);
         decide(&lim, "a", None, 1, 0, false);
         assert_eq!(lim.quota("a", "g").unwrap().0.failures, 1);
-        assert_eq!(lim.finish_fetch(&job, Answer::Quota(None)), Landing::Late);
+        assert_eq!(lim.finish_fetch(&job, Answer::Quota(None), false), Landing::Late);
     }
 
     #[test]
@@ -455,11 +474,14 @@ mod tests {
         let (lim, clock) = limiter("60/min", Some("5/min"));
         decide(&lim, "a", None, 1, 0, false);
         let job = take(&lim).unwrap();
-        lim.finish_fetch(&job, Answer::Quota(Some("10/s".parse().unwrap())));
+        lim.finish_fetch(&job, Answer::Quota(Some("10/s".parse().unwrap())), false);
         clock.advance_ns(60 * S);
         decide(&lim, "a", None, 1, 0, false);
         let refetch = take(&lim).unwrap();
-        assert_eq!(lim.finish_fetch(&refetch, Answer::Failed(None)), Landing::Failed { first: true, reason: None });
+        assert_eq!(
+            lim.finish_fetch(&refetch, Answer::Failed(None), false),
+            Landing::Failed { first: true, reason: None }
+        );
         let (info, _) = lim.quota("a", "g").unwrap();
         assert_eq!((info.source, info.rate), (Source::Stale, Some("10/s".parse().unwrap())));
     }

@@ -32,7 +32,7 @@ impl Limiter {
     /// holder may need `current`).
     fn install_rules(&self, config: RulesConfig) -> Result<()> {
         let now = self.clock.now_ns();
-        let (old, rules) = {
+        let rules = {
             let mut current = self.current.lock();
             let Current { rules, ids } = &mut *current;
             let version = rules.version() + 1;
@@ -41,23 +41,20 @@ impl Limiter {
                 Self::check_limits(&built, *bound)?;
             }
             built.moves = Self::moves_after(rules, &built, now);
-            let old = std::mem::replace(rules, Arc::new(built));
-            (old, Arc::clone(rules))
+            *rules = Arc::new(built);
+            Arc::clone(rules)
         };
-        let changed: Vec<(&Group, &Group)> = rules
-            .groups
-            .iter()
-            .filter_map(|new| old.groups.iter().find(|g| g.id == new.id && g.seed == new.seed).map(|old| (old, new)))
-            .filter(|(old, new)| Self::limits_changed(old, new))
-            .collect();
+        // This reconfiguration's moves (the last ones `moves_after` made) say which groups changed.
+        let changed: Vec<&GroupMove> =
+            rules.moves.iter().filter(|m| m.new_version == rules.version() && !m.gone).collect();
         // Shard by shard, under its lock: its decisions see the old rules and states, or the new rules
         // and states moved at one instant, never a mix. Counters are kept by group id: nothing to move.
         for mut shard in self.states.shards() {
-            for &(old_group, new_group) in &changed {
-                shard.change_group(new_group.id, |data, key, index, state, log| {
+            for m in &changed {
+                shard.change_group(m.new.id, |data, key, index, state, log| {
                     Self::move_state(
-                        (old_group, old.version()),
-                        (new_group, rules.version()),
+                        (&m.old, m.old_version),
+                        (&m.new, m.new_version),
                         data,
                         key,
                         index,
@@ -78,8 +75,8 @@ impl Limiter {
 
     /// The moves `new` keeps: the recent ones of `old`, and one for each group whose limits changed now.
     /// A move is kept while states written before it may still be in a remote store (four horizons of
-    /// its limits), and never more than `MAX_MOVES`: a state older than the moves kept is rescaled
-    /// from the limit it was written under to the one in force, at its next decision.
+    /// its limits), and no more than `MAX_MOVES` of earlier ones: a state older than the moves kept is
+    /// rescaled from the limit it was written under to the one in force, at its next decision.
     fn moves_after(old: &Rules, new: &Rules, now: u64) -> Vec<GroupMove> {
         let horizon = |g: &Group| g.limits.iter().filter(|l| !l.is_concurrency()).map(Limit::horizon_ns).max();
         let mut moves: Vec<GroupMove> = old
@@ -91,21 +88,23 @@ impl Limiter {
             })
             .cloned()
             .collect();
+        let kept = moves.len();
         for was in &old.groups {
-            let kept = new.groups.iter().find(|g| g.id == was.id && g.seed == was.seed);
-            if kept.is_some_and(|group| !Self::limits_changed(was, group)) {
+            let now_is = new.groups.iter().find(|g| g.id == was.id && g.seed == was.seed);
+            if now_is.is_some_and(|group| !Self::limits_changed(was, group)) {
                 continue;
             }
             moves.push(GroupMove {
                 at: now,
                 old: was.clone(),
                 old_version: old.version(),
-                new: kept.unwrap_or(was).clone(),
+                new: now_is.unwrap_or(was).clone(),
                 new_version: new.version(),
-                gone: kept.is_none(),
+                gone: now_is.is_none(),
             });
         }
-        let excess = moves.len().saturating_sub(MAX_MOVES);
+        // The oldest go first; this reconfiguration's always stay (memory moves its states by them).
+        let excess = moves.len().saturating_sub(MAX_MOVES).min(kept);
         moves.drain(..excess);
         moves
     }
@@ -124,14 +123,13 @@ impl Limiter {
         log: &mut Log,
         now: u64,
     ) -> bool {
-        let (Some(was), Some(is)) = (old.limits.get(index), new.limits.get(index)) else { return false };
         let base = StateMap::<ShardData>::unrelated_key(key, Group::signature(index));
         let record = data.quotas.get(base);
-        let effective = |group: &Group, version: u64, limit: &Limit| match record {
-            Some(record) if group.primary == Some(index) => Self::quota_in(record, group, version).unwrap_or(*limit),
-            _ => *limit,
+        let (Some(from), Some(to)) =
+            (Self::key_limit(old, old_version, index, record), Self::key_limit(new, new_version, index, record))
+        else {
+            return false;
         };
-        let (from, to) = (effective(old, old_version, was), effective(new, new_version, is));
         if from != to {
             *state = to.rescale(&from, state, log, now);
             if !to.uses_log() {

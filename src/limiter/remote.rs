@@ -142,11 +142,7 @@ impl Limiter {
         for m in rules.moves.iter().filter(|m| m.new.id == group.id && (record.is_none() || m.new_version > sent)) {
             // Concurrency permits are not moved: a remote store keeps them apart from rate states.
             let effective = |g: &Group, version: u64, i: usize| {
-                let limit = g.limits.get(i).filter(|l| !l.is_concurrency())?;
-                Some(match record {
-                    Some(record) if g.primary == Some(i) => Self::quota_in(record, g, version).unwrap_or(*limit),
-                    _ => *limit,
-                })
+                Self::key_limit(g, version, i, record).filter(|l| !l.is_concurrency())
             };
             for i in 0..m.old.limits.len() {
                 let Some(from) = effective(&m.old, m.old_version, i) else { continue };
@@ -175,17 +171,13 @@ impl Limiter {
     /// What a remote store must do when a key's quota changed: replay the moves computed with the old
     /// record (later calls compute them with the new one and skip these), then the quota's own move.
     pub(super) fn quota_changed(mut remote: RemoteKey, moved: Option<(Limit, Limit)>, at: u64) -> Option<RemoteKey> {
-        if let Some((from, to)) = moved {
-            Self::add_quota_move(&mut remote, from, to, at);
+        // The quota replaces the first rate limit.
+        let primary = remote.limits.iter().position(|l| !l.is_concurrency());
+        if let (Some((from, to)), Some(index)) = (moved, primary) {
+            remote.limits[index] = to;
+            remote.moves.push(LimitMove { index, seq: remote.head + 1, at, from, to: Some(to) });
         }
         (!remote.moves.is_empty()).then_some(remote)
-    }
-
-    /// Appends the move of a quota from `from` to `to` (the primary limit) to `remote`.
-    pub(super) fn add_quota_move(remote: &mut RemoteKey, from: Limit, to: Limit, at: u64) {
-        let Some(index) = remote.limits.iter().position(|l| !l.is_concurrency()) else { return };
-        remote.limits[index] = to;
-        remote.moves.push(LimitMove { index, seq: remote.head + 1, at, from, to: Some(to) });
     }
 
     /// Counts a reduction the backend made for `peer` in `key`'s group.

@@ -81,13 +81,14 @@ pub fn time_left(limiter: &Limiter, job: &FetchJob) -> f64 {
 }
 
 /// Classifies the provider's answer (or what it raised) and hands it to the core.
-/// Hands `answer` (or the provider's `error`) to the limiter; and when it moved the key's states, what
-/// a remote store needs to move its own.
+/// Hands `answer` (or the provider's `error`) to the limiter; with `replay`, when it moved the key's
+/// states, what the store needs to move its own.
 pub fn finish(
     limiter: &Limiter,
     job: &FetchJob,
     answer: &Bound<'_, PyAny>,
     error: Option<&Bound<'_, PyAny>>,
+    replay: bool,
 ) -> (PyFetchResult, Option<RemoteKey>) {
     let answer = match error.filter(|e| !e.is_none()) {
         // The provider's way to say "no such account".
@@ -107,7 +108,7 @@ pub fn finish(
         ))),
     };
     let mut moved = None;
-    let (outcome, warning) = match limiter.finish_fetch(job, answer) {
+    let (outcome, warning) = match limiter.finish_fetch(job, answer, replay) {
         Landing::Landed(key) => {
             moved = key;
             ("landed", None)

@@ -796,7 +796,7 @@ impl PyLimiter {
         error: Option<&Bound<'_, PyAny>>,
     ) -> PyFetchResult {
         let job = &job.get().job;
-        let (result, moved) = finish(&self.inner, job, answer, error);
+        let (result, moved) = finish(&self.inner, job, answer, error, self.store.replays_moves());
         if let Some(key) = moved {
             // A store that cannot move its states now moves them at the key's next decision.
             let _ = self.in_store(py, |store, limiter| store.moved(limiter, &job.peer, &key));

@@ -38,18 +38,30 @@ impl From<Decision> for Answer {
 pub type Later = Box<dyn FnOnce(Result<Answer>) + Send>;
 
 /// What every store does. The limiter is passed in: it holds the rules, the quotas and the counters
-/// every store shares. A store never raises into the caller's request unless its settings ask for it
-/// (`on_error="raise"`).
+/// every store shares, and the state map of this process, which every default method decides on (a
+/// store that keeps its states elsewhere overrides them). A store never raises into the caller's
+/// request unless its settings ask for it (`on_error="raise"`).
 pub trait StateStore: Send + Sync {
     /// Whether a decision waits on I/O: callers then let other threads run meanwhile, and asyncio
     /// awaits [`StateStore::decide_later`] instead of blocking its loop.
-    fn waits_on_io(&self) -> bool;
+    fn waits_on_io(&self) -> bool {
+        false
+    }
+
+    /// Whether the store replays the moves memory made at a change of limits (see `LimitMove`): it is
+    /// then handed them when a key's quota changes ([`StateStore::moved`]).
+    fn replays_moves(&self) -> bool {
+        false
+    }
 
     /// Decides `peer`'s request (admits, reserves a later slot for a waiter, or refuses).
     ///
     /// # Errors
     /// A `Target::Group` that names no group; a remote store that cannot answer under `on_error="raise"`.
-    fn decide(&self, limiter: &Limiter, peer: &str, target: Target<'_>, request: Request) -> Result<Answer>;
+    #[inline]
+    fn decide(&self, limiter: &Limiter, peer: &str, target: Target<'_>, request: Request) -> Result<Answer> {
+        Ok(limiter.decide(peer, target, request)?.into())
+    }
 
     /// The decision of a request routed by `path` on the states this process holds, for a store that
     /// does not wait on I/O: the hot path of `allow` and `check`, with no `Target` built and the
@@ -82,19 +94,25 @@ pub trait StateStore: Send + Sync {
     ///
     /// # Errors
     /// As [`StateStore::decide`].
-    fn reduce(&self, limiter: &Limiter, peer: &str, target: Target<'_>, n: u64) -> Result<bool>;
+    fn reduce(&self, limiter: &Limiter, peer: &str, target: Target<'_>, n: u64) -> Result<bool> {
+        limiter.reduce(peer, target, n)
+    }
 
     /// Gives back the slot of a wait that did not end (timeout, cancel), as its `receipt` says.
     ///
     /// # Errors
     /// As [`StateStore::decide`].
-    fn refund(&self, limiter: &Limiter, peer: &str, target: Target<'_>, cost: u64, receipt: Receipt) -> Result<()>;
+    fn refund(&self, limiter: &Limiter, peer: &str, target: Target<'_>, cost: u64, receipt: Receipt) -> Result<()> {
+        limiter.refund(peer, target, cost, receipt)
+    }
 
     /// Releases `cost` concurrency permits (a request ended).
     ///
     /// # Errors
     /// As [`StateStore::decide`].
-    fn release(&self, limiter: &Limiter, peer: &str, target: Target<'_>, cost: u64) -> Result<()>;
+    fn release(&self, limiter: &Limiter, peer: &str, target: Target<'_>, cost: u64) -> Result<()> {
+        limiter.release(peer, target, cost)
+    }
 
     /// Sets `peer`'s quota in `group` (`None`: the rule's rate), moving the key's states to it.
     ///
@@ -118,7 +136,10 @@ pub trait StateStore: Send + Sync {
     ///
     /// # Errors
     /// A remote store did not carry it out (whatever `on_error` says).
-    fn reset(&self, limiter: &Limiter, peer: Option<&str>) -> Result<()>;
+    fn reset(&self, limiter: &Limiter, peer: Option<&str>) -> Result<()> {
+        limiter.reset(peer);
+        Ok(())
+    }
 
     /// Round trips, errors and outages of a remote store (nothing for a local one).
     fn health(&self) -> HealthReport {
@@ -181,6 +202,10 @@ impl StateStore for Store {
     #[inline]
     fn waits_on_io(&self) -> bool {
         each_store!(self, s => s.waits_on_io())
+    }
+
+    fn replays_moves(&self) -> bool {
+        each_store!(self, s => s.replays_moves())
     }
 
     #[inline]
