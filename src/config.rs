@@ -101,6 +101,14 @@ pub struct RulesConfig {
     pub exempt_paths: Vec<String>,
 }
 
+impl RulesConfig {
+    /// The most entries a sliding log of these rules keeps for a key (its limit), 0 without one.
+    #[must_use]
+    pub fn longest_log(&self) -> usize {
+        self.rules.iter().flat_map(|r| &r.limits).filter(|l| l.uses_log()).map(|l| l.burst as usize).max().unwrap_or(0)
+    }
+}
+
 /// Everything a limiter is built from.
 #[derive(Debug, Clone)]
 pub struct Config {

@@ -20,7 +20,7 @@ pub(crate) const IDENTITY_SHIFT: u32 = 8;
 /// The hash hashbrown sees: the identity spread over all 64 bits, so that both its bucket index (low
 /// bits) and its control tag (top 7 bits) vary. The shard index comes from other bits of the key.
 #[inline]
-fn table_hash(identity: u64) -> u64 {
+pub(crate) fn table_hash(identity: u64) -> u64 {
     identity.wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
@@ -237,7 +237,7 @@ impl Room {
 
 /// Which entries to evict to free `excess` of them, least used first: every entry used fewer times
 /// than the returned threshold, and that many of those used exactly as often (a counting sort by use).
-fn lfu_threshold(uses: impl Iterator<Item = u8>, excess: usize) -> (usize, usize) {
+pub(crate) fn lfu_threshold(uses: impl Iterator<Item = u8>, excess: usize) -> (usize, usize) {
     let mut histogram = [0usize; 256];
     for used in uses {
         histogram[usize::from(used)] += 1;

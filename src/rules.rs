@@ -201,17 +201,44 @@ impl Group {
 /// Distinct group names a limiter may see over its life (each keeps its id).
 pub const MAX_GROUP_NAMES: usize = 4096;
 
+/// Where the ids of group names come from when several processes must agree on them (a shared
+/// region's table of names).
+pub type GroupRegistry = std::sync::Arc<dyn Fn(&str) -> Result<u32> + Send + Sync>;
+
 /// The ids of every group name a limiter has seen: ids are never reused, so counters kept by id stay
 /// right across reconfigurations.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct GroupIds {
     ids: HashMap<String, u32>,
     names: Vec<String>,
+    registry: Option<GroupRegistry>,
+}
+
+impl std::fmt::Debug for GroupIds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupIds").field("names", &self.names).finish_non_exhaustive()
+    }
 }
 
 impl GroupIds {
+    /// Ids given by `registry` (the same for a name in every process that shares it).
+    #[must_use]
+    pub fn registered(registry: GroupRegistry) -> Self {
+        Self { registry: Some(registry), ..Self::default() }
+    }
+
     fn id(&mut self, name: &str) -> Result<u32> {
         if let Some(&id) = self.ids.get(name) {
+            return Ok(id);
+        }
+        if let Some(registry) = &self.registry {
+            let id = registry(name)?;
+            let index = id as usize;
+            if index >= self.names.len() {
+                self.names.resize(index + 1, String::new());
+            }
+            name.clone_into(&mut self.names[index]);
+            self.ids.insert(name.to_owned(), id);
             return Ok(id);
         }
         if self.names.len() >= MAX_GROUP_NAMES {
@@ -230,10 +257,16 @@ impl GroupIds {
         Ok(id)
     }
 
+    /// Every name, by id (empty where a shared region gave the id to another process's group).
+    #[must_use]
+    pub fn clone_names(&self) -> Vec<String> {
+        self.names.clone()
+    }
+
     /// The name of group `id`.
     #[must_use]
     pub fn name(&self, id: u32) -> Option<&str> {
-        self.names.get(id as usize).map(String::as_str)
+        self.names.get(id as usize).map(String::as_str).filter(|name| !name.is_empty())
     }
 
     #[must_use]

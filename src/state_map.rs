@@ -15,10 +15,15 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use std::borrow::Cow;
+
 use parking_lot::{Mutex, MutexGuard};
 
 use crate::algorithm::{Log, State, NO_LOG};
 use crate::room::{BoundedTable, Freed, Removal, Tagged, IDENTITY_SHIFT};
+use crate::shared::layout::SharedRegion;
+use crate::shared::lock::Guard;
+use crate::shared::table::RegionTable;
 
 const MAX_SHARDS: usize = 64;
 /// `related_key`'s multiplier (odd, so invertible modulo 2³²) and its inverse.
@@ -125,8 +130,8 @@ pub struct Owner {
 
 impl Owner {
     /// Group ids below 4096 (`rules::MAX_GROUP_NAMES`), limits below 64 (a rule's most).
-    const GROUP_BITS: u32 = 12;
-    const LIMIT_BITS: u32 = 6;
+    pub(crate) const GROUP_BITS: u32 = 12;
+    pub(crate) const LIMIT_BITS: u32 = 6;
 
     #[must_use]
     pub const fn new(group: u32, limit: usize) -> Self {
@@ -135,13 +140,13 @@ impl Owner {
 
     #[inline]
     #[allow(clippy::cast_possible_truncation)]
-    fn pack(self, key: u64) -> u32 {
+    pub(crate) fn pack(self, key: u64) -> u32 {
         let low_byte = (key & 0xFF) as u32;
         self.group | (self.limit as u32) << Self::GROUP_BITS | low_byte << (Self::GROUP_BITS + Self::LIMIT_BITS)
     }
 
     #[inline]
-    fn unpack(packed: u32) -> Self {
+    pub(crate) fn unpack(packed: u32) -> Self {
         Self { group: packed & ((1 << Self::GROUP_BITS) - 1), limit: (packed >> Self::GROUP_BITS & 0x3F) as usize }
     }
 }
@@ -184,13 +189,42 @@ pub struct Shard<C> {
     /// Idle states dropped to make room, per group id.
     group_dropped: Vec<u64>,
     pub evictions: u64,
+    /// Where the states are when they live in a shared region rather than in `table` and `logs` (each
+    /// method below goes there instead; the region's lock is held with this shard's).
+    region: Option<RegionTable>,
+    /// A log written for a key before its state (see `with_log`), for the region, which keeps a log
+    /// with its state.
+    unplaced_log: Option<(u64, Log)>,
     pub data: C,
+}
+
+/// Counts a state the region removed to make room, in this process's per-group counts.
+fn count_removal(
+    (group_evictions, group_dropped, evictions): (&mut Vec<u64>, &mut Vec<u64>, &mut u64),
+    packed: u32,
+    removal: Removal,
+) {
+    let index = Owner::unpack(packed).group as usize;
+    if index >= group_evictions.len() {
+        group_evictions.resize(index + 1, 0);
+        group_dropped.resize(index + 1, 0);
+    }
+    match removal {
+        Removal::Evicted => {
+            group_evictions[index] += 1;
+            *evictions += 1;
+        }
+        Removal::Dropped => group_dropped[index] += 1,
+    }
 }
 
 impl<C> Shard<C> {
     /// The state of `key` (a copy), counted as a use.
     #[inline]
     pub fn touch(&mut self, key: u64) -> Option<State> {
+        if let Some(region) = &mut self.region {
+            return region.get_mut(key).map(|slot| slot.state);
+        }
         self.table.get_mut(key).map(|slot| slot.state)
     }
 
@@ -198,6 +232,10 @@ impl<C> Shard<C> {
     /// key; `Some(Err)`: `change` declined and nothing was written. One lookup for both.
     #[inline]
     pub fn update<E>(&mut self, key: u64, change: impl FnOnce(&State) -> Result<State, E>) -> Option<Result<(), E>> {
+        if let Some(region) = &mut self.region {
+            let slot = region.get_mut(key)?;
+            return Some(change(&slot.state).map(|changed| slot.state = changed));
+        }
         let slot = self.table.get_mut(key)?;
         // Copied out and back: the packed slot's state has no aligned reference to lend.
         let state = slot.state;
@@ -208,6 +246,14 @@ impl<C> Shard<C> {
     /// is full. Group ids index the per-group counts, so they should be small (a group's index).
     pub fn insert(&mut self, key: u64, state: State, now: u64, owner: Owner) {
         debug_assert!(owner.group < 1 << Owner::GROUP_BITS && owner.limit < 1 << Owner::LIMIT_BITS);
+        if let Some(region) = &mut self.region {
+            let Self { group_evictions, group_dropped, evictions, .. } = self;
+            region.insert(key, state, owner.pack(key), now, |packed, removal| {
+                count_removal((group_evictions, group_dropped, evictions), packed, removal);
+            });
+            self.place_log(key);
+            return;
+        }
         let index = owner.group as usize;
         if index >= self.group_keys.len() {
             self.group_keys.resize(index + 1, 0);
@@ -221,25 +267,64 @@ impl<C> Shard<C> {
         group_keys[index] += 1;
     }
 
-    /// The timestamps of a sliding-log key (empty if none).
+    /// The timestamps of a sliding-log key (empty if none): borrowed from memory, read out of a region.
+    #[inline]
     #[must_use]
-    pub fn log(&self, key: u64) -> &Log {
-        self.logs.get(key >> IDENTITY_SHIFT).unwrap_or(&NO_LOG)
+    pub fn log(&self, key: u64) -> Cow<'_, Log> {
+        if let Some(region) = &self.region {
+            return if region.has_log(key) { Cow::Owned(region.log(key)) } else { Cow::Borrowed(&NO_LOG) };
+        }
+        Cow::Borrowed(self.logs.get(key >> IDENTITY_SHIFT).unwrap_or(&NO_LOG))
     }
 
-    /// Runs `change` on the timestamps of `key` (empty if none).
+    /// Runs `change` on the timestamps of `key` (empty if none). In a region, a key without a state yet
+    /// keeps the log here until its state is stored (a log lives with its state there).
     pub fn with_log<R>(&mut self, key: u64, change: impl FnOnce(&mut Log) -> R) -> R {
+        if self.region.is_some() {
+            let mut log = self.take_log(key);
+            let result = change(&mut log);
+            self.put_log(key, log);
+            return result;
+        }
         self.logs.with(key >> IDENTITY_SHIFT, change)
     }
 
     /// Takes the timestamps of `key` out (empty if none), e.g. to move them to another key.
     pub fn take_log(&mut self, key: u64) -> Log {
+        if let Some(region) = &mut self.region {
+            let log = region.log(key);
+            if !log.is_empty() {
+                let Self { group_evictions, group_dropped, evictions, .. } = self;
+                region.set_log(key, &Log::new(), 0, |p, r| {
+                    count_removal((group_evictions, group_dropped, evictions), p, r);
+                });
+            }
+            return log;
+        }
         self.logs.take(key >> IDENTITY_SHIFT)
     }
 
     /// Stores `log` as the timestamps of `key`.
     pub fn put_log(&mut self, key: u64, log: Log) {
+        if let Some(region) = &mut self.region {
+            if region.get(key).is_none() {
+                self.unplaced_log = Some((key, log));
+                return;
+            }
+            let Self { group_evictions, group_dropped, evictions, .. } = self;
+            region.set_log(key, &log, 0, |p, r| count_removal((group_evictions, group_dropped, evictions), p, r));
+            return;
+        }
         self.logs.put(key >> IDENTITY_SHIFT, log);
+    }
+
+    /// Writes the log kept for `key` before it had a state, now that it has one.
+    fn place_log(&mut self, key: u64) {
+        if self.unplaced_log.as_ref().is_some_and(|(k, _)| *k == key) {
+            if let Some((key, log)) = self.unplaced_log.take() {
+                self.put_log(key, log);
+            }
+        }
     }
 
     /// The state of `key` (a copy, or a fresh state), without counting a use.
@@ -248,14 +333,53 @@ impl<C> Shard<C> {
         self.find(key).unwrap_or_default()
     }
 
+    /// Counts a decision region-wide (and a refusal of `peer` among those refused most), when the
+    /// states live in a region.
+    #[inline]
+    pub fn count_shared(&mut self, allowed: bool, peer: &str, hash: u64) {
+        if let Some(region) = &mut self.region {
+            region.count(allowed, peer, hash);
+        }
+    }
+
+    /// Records permits of `key` this process took (`delta` > 0) or gave back, when the states live in
+    /// a region: a process that dies holding them gives them back through `take_dead_leases`.
+    pub fn lease(&mut self, key: u64, delta: i64) {
+        if let Some(region) = &mut self.region {
+            region.lease(key, delta);
+        }
+    }
+
+    /// The permits of `key` held by processes that have ended (0 in memory), forgotten.
+    pub fn take_dead_leases(&mut self, key: u64) -> u64 {
+        self.region.as_mut().map_or(0, |region| region.take_dead_leases(key))
+    }
+
+    /// The shard's states in a region, if they live there.
+    #[must_use]
+    pub fn region(&self) -> Option<&RegionTable> {
+        self.region.as_ref()
+    }
+
     /// The state of `key` if it has one, without counting a use.
     #[must_use]
     pub fn find(&self, key: u64) -> Option<State> {
+        if let Some(region) = &self.region {
+            return region.get(key).map(|s| s.state);
+        }
         self.table.get(key).map(|s| s.state)
     }
 
     /// Writes `state` for `key`, inserting it for `owner` if needed (a stored key keeps its owner).
     pub fn store(&mut self, key: u64, state: State, now: u64, owner: Owner) {
+        if let Some(region) = &mut self.region {
+            if let Some(slot) = region.get_mut(key) {
+                slot.state = state;
+            } else {
+                self.insert(key, state, now, owner);
+            }
+            return;
+        }
         if let Some(slot) = self.table.get_mut(key) {
             slot.state = state;
         } else {
@@ -270,6 +394,19 @@ impl<C> Shard<C> {
         group: u32,
         mut change: impl FnMut(&mut C, u64, usize, &mut State, &mut Log) -> bool,
     ) {
+        if let Some(region) = &mut self.region {
+            let data = &mut self.data;
+            region.retain(|slot, log| {
+                let owner = Owner::unpack(slot.packed_owner());
+                if owner.group != group {
+                    return true;
+                }
+                let key = slot.identity() << IDENTITY_SHIFT
+                    | u64::from(slot.packed_owner() >> (Owner::GROUP_BITS + Owner::LIMIT_BITS));
+                change(data, key, owner.limit, &mut slot.state, log)
+            });
+            return;
+        }
         let Self { table, logs, group_keys, data, .. } = self;
         table.retain(|slot| {
             let owner = Owner::unpack(slot.owner);
@@ -293,6 +430,9 @@ impl<C> Shard<C> {
     }
 
     pub fn remove(&mut self, key: u64) -> bool {
+        if let Some(region) = &mut self.region {
+            return region.remove(key).is_some();
+        }
         let Some(slot) = self.table.remove(key) else { return false };
         self.logs.remove(slot.identity());
         self.group_keys[slot.group() as usize] -= 1;
@@ -301,16 +441,19 @@ impl<C> Shard<C> {
 
     #[must_use]
     pub fn len(&self) -> usize {
-        self.table.len()
+        self.region.as_ref().map_or_else(|| self.table.len(), RegionTable::len)
     }
 
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.table.is_empty()
+        self.len() == 0
     }
 
     /// Forgets every state; evictions stay counted.
     pub fn clear(&mut self) {
+        if let Some(region) = &mut self.region {
+            region.clear();
+        }
         self.table.clear();
         self.logs.clear();
         self.group_keys.fill(0);
@@ -319,6 +462,9 @@ impl<C> Shard<C> {
     /// How many states of `group` this shard holds.
     #[must_use]
     pub fn group_keys(&self, group: u32) -> u64 {
+        if let Some(region) = &self.region {
+            return region.iter().filter(|s| Owner::unpack(s.packed_owner()).group == group).count() as u64;
+        }
         self.group_keys.get(group as usize).copied().unwrap_or(0)
     }
 
@@ -388,16 +534,50 @@ pub struct StateMap<C> {
     shard_shift: u32,
     keys: Arc<AtomicUsize>,
     max_keys: usize,
+    /// The region the states live in, when processes share them.
+    region: Option<Arc<SharedRegion>>,
+}
+
+/// A shard locked for this thread: the process's lock, and the region's when the states live there
+/// (taken second, always, so two threads never wait on each other crosswise; given back first).
+pub struct ShardGuard<'a, C> {
+    _region: Option<Guard<'a>>,
+    shard: MutexGuard<'a, Shard<C>>,
+}
+
+impl<C> std::ops::Deref for ShardGuard<'_, C> {
+    type Target = Shard<C>;
+
+    #[inline]
+    fn deref(&self) -> &Shard<C> {
+        &self.shard
+    }
+}
+
+impl<C> std::ops::DerefMut for ShardGuard<'_, C> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut Shard<C> {
+        &mut self.shard
+    }
 }
 
 impl<C> StateMap<C> {
     /// A store for at most `max_keys` keys; `data` makes each shard's data (counters, quota records).
     pub fn new(max_keys: usize, data: impl Fn() -> C) -> Self {
+        Self::build(max_keys, data, None)
+    }
+
+    /// A store whose states live in `region` (made for `max_keys`), shared with other processes.
+    pub fn in_region(max_keys: usize, data: impl Fn() -> C, region: Arc<SharedRegion>) -> Self {
+        Self::build(max_keys, data, Some(region))
+    }
+
+    fn build(max_keys: usize, data: impl Fn() -> C, region: Option<Arc<SharedRegion>>) -> Self {
         let max_keys = max_keys.max(1);
         let wanted = Self::shard_count(max_keys);
         let keys = Arc::new(AtomicUsize::new(0));
         let shards = (0..wanted)
-            .map(|_| {
+            .map(|index| {
                 Padded(Mutex::new(Shard {
                     table: BoundedTable::new(Arc::clone(&keys), max_keys, wanted),
                     logs: Logs::default(),
@@ -405,11 +585,35 @@ impl<C> StateMap<C> {
                     group_evictions: Vec::new(),
                     group_dropped: Vec::new(),
                     evictions: 0,
+                    region: region.as_ref().map(|r| r.table(index)),
+                    unplaced_log: None,
                     data: data(),
                 }))
             })
             .collect();
-        Self { shards, shard_shift: 64 - wanted.trailing_zeros(), keys, max_keys }
+        Self { shards, shard_shift: 64 - wanted.trailing_zeros(), keys, max_keys, region }
+    }
+
+    /// The region the states live in, if shared.
+    #[must_use]
+    pub fn shared_region(&self) -> Option<&Arc<SharedRegion>> {
+        self.region.as_ref()
+    }
+
+    #[inline]
+    fn lock_index(&self, index: usize) -> ShardGuard<'_, C> {
+        let mut shard = self.shards[index].0.lock();
+        let region = self.region.as_ref().map(|region| {
+            let held = region.lock(index);
+            if held.recovered {
+                // The last holder died mid-write: make the shard whole before anything reads it.
+                if let Some(table) = &mut shard.region {
+                    table.repair();
+                }
+            }
+            held
+        });
+        ShardGuard { _region: region, shard }
     }
 
     /// How many shards a store for `max_keys` keys has.
@@ -421,11 +625,21 @@ impl<C> StateMap<C> {
     /// The shard that holds `key`, locked. The shard comes from the key's top bits (hashbrown uses
     /// the low ones), and keys that share their top 32 bits share a shard: see [`StateMap::related_key`].
     #[inline]
-    pub fn lock(&self, key: u64) -> MutexGuard<'_, Shard<C>> {
+    #[must_use]
+    pub fn lock(&self, key: u64) -> ShardGuard<'_, C> {
         // shard_shift == 64 for a single shard: checked_shr gives None -> shard 0.
         #[allow(clippy::cast_possible_truncation)]
         let index = key.checked_shr(self.shard_shift).unwrap_or(0) as usize;
-        self.shards[index].0.lock()
+        self.lock_index(index)
+    }
+
+    /// The index of the shard that holds `key`.
+    #[inline]
+    #[must_use]
+    pub fn shard_index(&self, key: u64) -> usize {
+        #[allow(clippy::cast_possible_truncation)]
+        let index = key.checked_shr(self.shard_shift).unwrap_or(0) as usize;
+        index
     }
 
     /// A key for another state of the same owner (e.g. the second limit of a rule) that lives in the
@@ -454,12 +668,15 @@ impl<C> StateMap<C> {
         (related & 0xFFFF_FFFF_0000_0000) | u64::from(low)
     }
 
-    pub fn shards(&self) -> impl Iterator<Item = MutexGuard<'_, Shard<C>>> {
-        self.shards.iter().map(|s| s.0.lock())
+    pub fn shards(&self) -> impl Iterator<Item = ShardGuard<'_, C>> {
+        (0..self.shards.len()).map(|index| self.lock_index(index))
     }
 
     #[must_use]
     pub fn len(&self) -> usize {
+        if let Some(region) = &self.region {
+            return usize::try_from(region.keys()).unwrap_or(usize::MAX);
+        }
         self.keys.load(Ordering::Relaxed)
     }
 

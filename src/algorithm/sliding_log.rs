@@ -118,6 +118,35 @@ impl Log {
         }
     }
 
+    /// Its admissions as (stamp, units), in stamp order: what the shared store keeps of a log.
+    #[must_use]
+    pub fn entries(&self) -> Vec<(u64, u64)> {
+        match self {
+            Self::Stamps(stamps) => stamps.iter().map(|&at| (at, 1)).collect(),
+            Self::Runs(runs) => {
+                let mut before = runs.start;
+                runs.runs
+                    .iter()
+                    .map(|run| {
+                        let units = run.end - before;
+                        before = run.end;
+                        (run.at, units)
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    /// The log of `entries` (as [`Log::entries`] gives them).
+    #[must_use]
+    pub fn from_entries(entries: impl IntoIterator<Item = (u64, u64)>) -> Self {
+        let mut log = Self::new();
+        for (at, units) in entries {
+            log.insert(at, units);
+        }
+        log
+    }
+
     /// Adds `units` stamped `at`, in stamp order.
     pub fn insert(&mut self, at: u64, units: u64) {
         match self {

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use super::shard::{Held, Key, Pending};
 use super::{Decision, Limiter, Receipt, Refusal, Request, Take, Target};
-use crate::algorithm::{Admit, Algorithm, Limit, Outcome, Report, State, NO_LOG};
+use crate::algorithm::{Admit, Algorithm, Limit, Log, Outcome, Report, State, NO_LOG};
 use crate::config::Policy;
 use crate::error::Result;
 use crate::metrics::{sample_latency, LatencyBuckets};
@@ -163,6 +163,7 @@ impl Limiter {
         let (_, group, shard) = held.key_parts(key);
         let mut states = KeyStates { shard, group, base, now };
         let judgement = states.decide(quota.as_ref(), request);
+        states.shard.count_shared(judgement.outcome.allowed, peer, peer_hash);
         let data = &mut states.shard.data;
         if request.take == Take::Permits {
             data.record_permits(group.id, peer, peer_hash, judgement.outcome.allowed);
@@ -266,6 +267,8 @@ impl KeyStates<'_> {
                     receipt.wait_ns = wait;
                     return Judgement { outcome: Outcome::admitted(wait), receipt, refused_by: None };
                 }
+                // Permits held by processes that died (a shared region): given back, then decided again.
+                Err(refused) if refused.by == Refusal::Concurrency && self.reclaim_permits(limits) => {}
                 // Never (cost above a burst), or a concurrency gate: waiting does not help.
                 Err(refused) if refused.retry_ns == u64::MAX || refused.by == Refusal::Concurrency => {
                     return Judgement::refused(refused.retry_ns, refused.by);
@@ -282,6 +285,22 @@ impl KeyStates<'_> {
         Judgement::refused(wait, Refusal::Rate)
     }
 
+    /// Gives back the permits of the key's gates that ended processes held; whether there were any.
+    #[cold]
+    fn reclaim_permits(&mut self, limits: &[Limit]) -> bool {
+        let mut reclaimed = false;
+        for (index, gate) in Group::gates(limits) {
+            let key = self.limit_key(index);
+            let freed = self.shard.take_dead_leases(key);
+            if freed > 0 {
+                let state = gate.refund(&self.shard.load(key), &mut Log::new(), self.now, self.now, freed);
+                self.shard.store(key, state, self.now, Owner::new(self.group.id, index));
+                reclaimed = true;
+            }
+        }
+        reclaimed
+    }
+
     /// The admissions of the limits `take` names at `at`, or what refused and when to retry.
     ///
     /// # Errors
@@ -295,7 +314,7 @@ impl KeyStates<'_> {
     ) -> std::result::Result<Vec<(usize, Admit)>, Refused> {
         let evaluate = |index: usize, limit: &Limit| {
             let key = self.limit_key(index);
-            limit.evaluate(&self.shard.load(key), self.shard.log(key), at, cost)
+            limit.evaluate(&self.shard.load(key), &self.shard.log(key), at, cost)
         };
         let mut admits = Vec::with_capacity(limits.len());
         if take != Take::Rates {
@@ -344,16 +363,21 @@ impl KeyStates<'_> {
         let mut receipt = Receipt { limits: 0, at, wait_ns: 0, permits: false };
         for &(index, admit) in admits {
             let key = self.limit_key(index);
+            // Permits held before, to record what this admission took (see `Shard::lease`).
+            let held = if limits[index].is_concurrency() { self.shard.find(key).map_or(0, |s| s.a) } else { 0 };
             match (admit, &limits[index].algorithm) {
                 (Admit::State(state), _) => self.shard.store(key, state, self.now, Owner::new(self.group.id, index)),
                 (Admit::Log { at, cost, idle_at }, Algorithm::SlidingLog(log)) => {
-                    self.shard.with_log(key, |stamps| log.append(stamps, self.now, at, cost));
                     self.shard.store(key, State { t: idle_at, a: 0, b: 0 }, self.now, Owner::new(self.group.id, index));
+                    self.shard.with_log(key, |stamps| log.append(stamps, self.now, at, cost));
                 }
                 (Admit::Log { .. }, _) => unreachable!("only a sliding log admits into a log"),
             }
             receipt.limits |= 1 << index;
-            receipt.permits |= limits[index].is_concurrency();
+            if limits[index].is_concurrency() {
+                receipt.permits = true;
+                self.shard.lease(key, i64::from(self.shard.load(key).a) - i64::from(held));
+            }
         }
         receipt
     }
@@ -365,7 +389,7 @@ impl KeyStates<'_> {
         let gates = refused_by == Some(Refusal::Concurrency) || Group::rate_limits(limits).next().is_none();
         let reports = limits.iter().enumerate().filter(|(_, l)| l.is_concurrency() == gates).map(|(index, limit)| {
             let key = self.limit_key(index);
-            limit.report(&self.shard.load(key), self.shard.log(key), self.now)
+            limit.report(&self.shard.load(key), &self.shard.log(key), self.now)
         });
         combine_reports(reports, self.group.policy)
     }

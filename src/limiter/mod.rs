@@ -22,6 +22,7 @@ use crate::error::{Error, Loc, Result};
 use crate::metrics::LatencyHistogram;
 use crate::quota::{FetchQueue, QuotaSettings, QuotaTable};
 use crate::rules::{GroupIds, Route, Rules};
+use crate::shared::layout::SharedRegion;
 use crate::state_map::StateMap;
 
 mod decide;
@@ -30,6 +31,7 @@ mod quotas;
 mod reconfigure;
 mod remote;
 mod shard;
+mod shared;
 mod stats;
 
 pub use decide::Resolution;
@@ -205,17 +207,57 @@ impl Limiter {
     /// A group defined twice with different limits, a rule without limits, a bad exempt path, a
     /// failsafe that does not fit a group's limit, or `max_keys` of zero.
     pub fn new(config: Config, clock: Clock) -> Result<Self> {
+        Self::build(config, clock, None)
+    }
+
+    /// A limiter whose states live in `region`, shared with every process that opens it: keys hash
+    /// alike (the region's seeds) and group ids are the region's. A group whose limits differ from
+    /// those the region last recorded carries its states' usage over to this limiter's, as
+    /// `update_rule` does.
+    ///
+    /// # Errors
+    /// As [`Limiter::new`]; a region made for another `max_keys`; more group names than it holds.
+    pub fn new_shared(config: Config, clock: Clock, region: Arc<SharedRegion>) -> Result<Self> {
+        if config.max_keys != region.max_keys() {
+            return Err(Error::value(
+                "max_keys",
+                format!(
+                    "the shared region {} was made for max_keys={}, this limiter has {}",
+                    region.path().display(),
+                    region.max_keys(),
+                    config.max_keys
+                ),
+            ));
+        }
+        let limiter = Self::build(config, clock, Some(region))?;
+        limiter.adopt_shared_limits(&limiter.rules());
+        Ok(limiter)
+    }
+
+    fn build(config: Config, clock: Clock, region: Option<Arc<SharedRegion>>) -> Result<Self> {
         if config.max_keys == 0 {
             return Err(Error::value("max_keys", "must be at least 1, got 0"));
         }
-        let hasher = ahash::RandomState::new();
-        let mut ids = GroupIds::default();
+        let (hasher, mut ids) = match &region {
+            None => (ahash::RandomState::new(), GroupIds::default()),
+            Some(region) => {
+                let [a, b, c, d] = region.seeds();
+                let registry = Arc::clone(region);
+                (
+                    ahash::RandomState::with_seeds(a, b, c, d),
+                    GroupIds::registered(Arc::new(move |name| registry.group_id(name))),
+                )
+            }
+        };
         let rules = Arc::new(Rules::build(config.rules, &config.quotas, 0, &hasher, &mut ids, None)?);
         let max_keys = config.max_keys;
         let shards = StateMap::<ShardData>::shard_count(max_keys);
         let records = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let states =
-            StateMap::new(max_keys, || ShardData::new(QuotaTable::new(Arc::clone(&records), max_keys, shards), &rules));
+        let data = || ShardData::new(QuotaTable::new(Arc::clone(&records), max_keys, shards), &rules);
+        let states = match region {
+            None => StateMap::new(max_keys, data),
+            Some(region) => StateMap::in_region(max_keys, data, region),
+        };
         Ok(Self {
             current: Mutex::new(Current { rules, ids }),
             reconfiguring: Mutex::new(()),
@@ -337,7 +379,7 @@ impl Limiter {
     pub fn manual_now(&self) -> Option<u64> {
         match &self.clock {
             Clock::Manual(clock) => Some(clock.now_ns()),
-            Clock::Monotonic { .. } => None,
+            Clock::Monotonic { .. } | Clock::Machine => None,
         }
     }
 

@@ -34,6 +34,9 @@ impl Limiter {
                     change(limit, &state, &mut Log::new(), now)
                 };
                 shard.store(key, changed, now, Owner::new(group.id, i));
+                if limit.is_concurrency() {
+                    shard.lease(key, i64::from(changed.a) - i64::from(state.a));
+                }
             }
         }
     }

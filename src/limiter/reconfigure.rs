@@ -66,6 +66,7 @@ impl Limiter {
             }
             shard.data.rules = Some(Arc::clone(&rules));
         }
+        self.record_shared_limits(&rules);
         Ok(())
     }
 

@@ -3,14 +3,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use parking_lot::MutexGuard;
-
 use super::Limiter;
 use crate::heavy_hitters::TopCounts;
 use crate::metrics::GroupCounters;
 use crate::quota::QuotaTable;
 use crate::rules::{Group, Rules};
-use crate::state_map::Shard;
+use crate::state_map::{Shard, ShardGuard};
 
 /// Admissions of one key since the last `drain_pending`.
 #[derive(Debug, Clone)]
@@ -135,7 +133,7 @@ impl ShardData {
 /// reading them costs no reference count. The hot path (`decide_path`) does the same by hand, to keep
 /// the drop's call out of it; both hand a `Held` to the steps.
 pub(crate) struct Locked<'a> {
-    pub shard: MutexGuard<'a, Shard<ShardData>>,
+    pub shard: ShardGuard<'a, ShardData>,
     rules: Option<Arc<Rules>>,
     pub peer_hash: u64,
 }
@@ -144,11 +142,7 @@ impl<'a> Locked<'a> {
     /// `current` gives the rules when the shard holds none (only after a panic in the hot path);
     /// it must not wait for a shard.
     #[inline]
-    pub fn new(
-        mut shard: MutexGuard<'a, Shard<ShardData>>,
-        peer_hash: u64,
-        current: impl FnOnce() -> Arc<Rules>,
-    ) -> Self {
+    pub fn new(mut shard: ShardGuard<'a, ShardData>, peer_hash: u64, current: impl FnOnce() -> Arc<Rules>) -> Self {
         let rules = shard.data.rules.take().unwrap_or_else(current);
         Self { shard, rules: Some(rules), peer_hash }
     }

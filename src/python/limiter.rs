@@ -11,6 +11,7 @@ use super::aio::{Completion, PyCompletions};
 use super::args::{field, nanos, optional_text, positive_int, secs, strings, target, text, type_name, Cost};
 use super::backend::PyRedis;
 use super::fetch::{finish, time_left, PyFetchJob, PyFetchQueue, PyFetchResult};
+use super::shared::PyShared;
 use super::values::{
     limit_arg, PyDecision, PyGroupPolicy, PyManualClock, PyQuotaInfo, PyQuotas, PyRate, PyResolution, PyRule,
     DEFAULT_QUOTA_TIMEOUT, DEFAULT_QUOTA_TTL, DEFAULT_QUOTA_WORKERS,
@@ -145,9 +146,10 @@ pub struct PyLimiter {
     quotas: Py<PyQuotas>,
     /// How long the first request of a key waits for its quota (0: not at all).
     quota_wait: Duration,
-    /// Where the states live: this process's memory, or Redis (`backend=rk.Redis(...)`).
+    /// Where the states live: this process's memory, Redis (`backend=rk.Redis(...)`), or a region
+    /// shared by the machine's processes (`backend=rk.Shared(...)`).
     store: Store,
-    redis: Option<Py<PyRedis>>,
+    backend: Option<Py<PyAny>>,
 }
 
 impl PyLimiter {
@@ -354,26 +356,39 @@ impl PyLimiter {
             exempt_peers: strings("exempt_peers", exempt_peers)?,
             exempt_paths: strings("exempt_paths", exempt_paths)?,
         };
-        let redis = match backend.filter(|b| !b.is_none()) {
-            None => None,
-            Some(b) => Some(
-                b.cast::<PyRedis>()
-                    .map_err(|_| {
-                        Error::type_error(
-                            "backend",
-                            format!("must be a ratekeeper.Redis or None, got {}", type_name(b)),
-                        )
-                    })?
-                    .clone()
-                    .unbind(),
-            ),
+        let backend = backend.filter(|b| !b.is_none());
+        let (redis, shared) = match backend {
+            None => (None, None),
+            Some(b) => match (b.cast::<PyRedis>(), b.cast::<PyShared>()) {
+                (Ok(redis), _) => (Some(redis.get()), None),
+                (_, Ok(shared)) => (None, Some(shared.get())),
+                _ => {
+                    let message =
+                        format!("must be a ratekeeper.Redis, a ratekeeper.Shared or None, got {}", type_name(b));
+                    return Err(Error::type_error("backend", message).into());
+                }
+            },
         };
-        let spec = redis.as_ref().map(|r| &r.get().spec);
+        let spec = redis.map(|r| &r.spec);
         // Sync mode pushes what each key admitted: the core must track it.
         let track_usage = track_usage || Store::tracks_usage(spec);
-        let inner = Arc::new(Limiter::new(Config { rules, max_keys, quotas: settings, track_usage }, clock)?);
-        let store = Store::open(spec, &inner)?;
-        Ok(Self { inner, names: GroupNames::new(), clock: manual, quotas, quota_wait, store, redis })
+        let config = Config { rules, max_keys, quotas: settings, track_usage };
+        let (inner, store) = match shared {
+            None => {
+                let inner = Arc::new(Limiter::new(config, clock)?);
+                let store = Store::open(spec, &inner)?;
+                (inner, store)
+            }
+            Some(shared) => {
+                let needs_log = config.rules.longest_log();
+                let region = py.detach(|| shared.open(max_keys, needs_log))?;
+                // Every process reads one clock (the kernel's monotonic clock), unless a test drives it.
+                let clock = if manual.is_some() { clock } else { Clock::Machine };
+                (Arc::new(Limiter::new_shared(config, clock, region)?), Store::Shared(crate::store::Shared))
+            }
+        };
+        let backend = backend.map(|b| b.clone().unbind());
+        Ok(Self { inner, names: GroupNames::new(), clock: manual, quotas, quota_wait, store, backend })
     }
 
     /// Decides a request now and says why: a `Decision` (truthy when allowed). Never blocks; a refusal
@@ -569,8 +584,17 @@ impl PyLimiter {
 
     /// The backend the states live in (`None`: this process).
     #[getter]
-    fn backend(&self, py: Python<'_>) -> Option<Py<PyRedis>> {
-        self.redis.as_ref().map(|r| r.clone_ref(py))
+    fn backend(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.backend.as_ref().map(|b| b.clone_ref(py))
+    }
+
+    /// What the whole shared region holds and has decided, by every process (`None` unless
+    /// `backend=rk.Shared(...)`).
+    fn _shared_stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, pyo3::types::PyDict>>> {
+        match py.detach(|| self.inner.shared_summary()) {
+            None => Ok(None),
+            Some(summary) => super::shared::summary_dict(py, &summary).map(Some),
+        }
     }
 
     /// Round trips to the backend that failed (each decided by `on_error`), and whether the last did.

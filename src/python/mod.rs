@@ -6,6 +6,7 @@ mod args;
 mod backend;
 mod fetch;
 mod limiter;
+mod shared;
 mod values;
 
 pub use aio::PyCompletions;
@@ -13,6 +14,7 @@ pub use backend::PyRedis;
 pub use fetch::{PyFetchJob, PyFetchQueue, PyFetchResult};
 pub use limiter::PyLimiter;
 pub use limiter::{PyReservation, PyTake};
+pub use shared::{inspect_region, PyShared};
 pub use values::{
     PyDecision, PyGroupPolicy, PyLimit, PyManualClock, PyQuotaInfo, PyQuotas, PyRate, PyResolution, PyRule,
 };
@@ -22,8 +24,11 @@ mod _core {
     #[pymodule_export]
     use super::{
         PyCompletions, PyDecision, PyFetchJob, PyFetchQueue, PyFetchResult, PyGroupPolicy, PyLimit, PyLimiter,
-        PyManualClock, PyQuotaInfo, PyQuotas, PyRate, PyRedis, PyReservation, PyResolution, PyRule, PyTake,
+        PyManualClock, PyQuotaInfo, PyQuotas, PyRate, PyRedis, PyReservation, PyResolution, PyRule, PyShared, PyTake,
     };
+
+    #[pymodule_export]
+    use super::inspect_region;
 
     #[pymodule_init]
     fn init(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {

@@ -94,6 +94,28 @@ impl SharedMutex {
     }
 }
 
+impl SharedMutex {
+    /// Takes the lock, whatever happened to it: when `lock` fails (only `ENOTRECOVERABLE`, a process
+    /// that died between learning of a dead holder and marking the lock consistent), the mutex is made
+    /// anew and taken, marked recovered. Never fails, so a decision never has to.
+    pub fn lock_whole(&self) -> Guard<'_> {
+        loop {
+            if let Ok(guard) = self.lock() {
+                return guard;
+            }
+            // SAFETY: the mutex lives in the region for as long as `self`; a mutex nobody can lock any
+            // more has no holder to disturb.
+            if unsafe { Self::init(std::ptr::from_ref(self).cast_mut()) }.is_ok() {
+                if let Ok(mut guard) = self.lock() {
+                    guard.recovered = true;
+                    return guard;
+                }
+            }
+            std::thread::yield_now();
+        }
+    }
+}
+
 /// The lock, held until dropped.
 pub struct Guard<'a> {
     mutex: &'a SharedMutex,
@@ -118,7 +140,7 @@ mod tests {
     fn region(name: &str) -> Region {
         let dir = std::env::temp_dir().join(format!("rk-lock-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let region = Region::open(&dir.join(name), 4096, 1).unwrap();
+        let region = Region::open(&dir.join(name), 4096, 1, |_| Ok(())).unwrap();
         // The mapping outlives the name (forked children share the mapping, not the file).
         std::fs::remove_dir_all(&dir).unwrap();
         region

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use memmap2::MmapMut;
+use memmap2::{MmapOptions, MmapRaw};
 
 use crate::error::{Error, Result};
 
@@ -41,7 +41,7 @@ const _: () = assert!(std::mem::size_of::<Header>() <= HEADER_BYTES);
 
 /// A mapped region and whether this process created it.
 pub struct Region {
-    map: MmapMut,
+    map: MmapRaw,
     path: PathBuf,
     created: bool,
 }
@@ -58,12 +58,14 @@ fn io_error(path: &Path, what: &str, e: &std::io::Error) -> Error {
 
 impl Region {
     /// Creates the region at `path` with `size` bytes of contents (zeroed) under `layout`, or attaches
-    /// to the one another process made.
+    /// to the one another process made. The creator runs `init` on the contents before any other
+    /// process may attach.
     ///
     /// # Errors
     /// The file cannot be made or opened; it is a symbolic link, not a regular file, owned by another
-    /// user or open to others; no room for `size` bytes (a full tmpfs); another layout or size.
-    pub fn open(path: &Path, size: usize, layout: u32) -> Result<Self> {
+    /// user or open to others; no room for `size` bytes (a full tmpfs); another layout or size; what
+    /// `init` returns.
+    pub fn open(path: &Path, size: usize, layout: u32, init: impl FnOnce(&Self) -> Result<()>) -> Result<Self> {
         let total = HEADER_BYTES.checked_add(size).ok_or_else(|| Error::value("size", "too large"))?;
         let created = OpenOptions::new()
             .read(true)
@@ -73,33 +75,49 @@ impl Region {
             .custom_flags(libc::O_NOFOLLOW)
             .open(path);
         match created {
-            Ok(file) => Self::create(path, &file, total, layout).inspect_err(|_| {
+            Ok(file) => Self::create(path, &file, total, layout, init).inspect_err(|_| {
                 // A region that could not be made whole must not be attached to.
                 let _ = std::fs::remove_file(path);
             }),
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => Self::attach(path, total, layout),
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => Self::attach(path, Some(total), layout, true),
             Err(e) => Err(io_error(path, "create", &e)),
         }
     }
 
-    fn create(path: &Path, file: &File, total: usize, layout: u32) -> Result<Self> {
+    fn create(
+        path: &Path,
+        file: &File,
+        total: usize,
+        layout: u32,
+        init: impl FnOnce(&Self) -> Result<()>,
+    ) -> Result<Self> {
         reserve(path, file, total)?;
-        // SAFETY: the file is ours, its size fixed; every process maps it shared and reads and writes it
+        // The file is ours and its size fixed; every process maps it shared and reads and writes it
         // through atomics or under the region's own locks.
-        let map = unsafe { MmapMut::map_mut(file) }.map_err(|e| io_error(path, "map", &e))?;
+        let map = MmapOptions::new().map_raw(file).map_err(|e| io_error(path, "map", &e))?;
         let region = Self { map, path: path.to_owned(), created: true };
         let header = region.header();
         header.magic.store(MAGIC, Ordering::Relaxed);
         header.layout.store(layout, Ordering::Relaxed);
         header.size.store(total as u64, Ordering::Relaxed);
+        init(&region)?;
         header.ready.store(1, Ordering::Release);
         Ok(region)
     }
 
-    fn attach(path: &Path, total: usize, layout: u32) -> Result<Self> {
+    /// Maps the region at `path` that another process made, without writing to it or taking its locks
+    /// (for looking at a running service's states). Its size is the file's.
+    ///
+    /// # Errors
+    /// As [`Region::open`], for an existing region.
+    pub fn inspect(path: &Path, layout: u32) -> Result<Self> {
+        Self::attach(path, None, layout, false)
+    }
+
+    fn attach(path: &Path, total: Option<usize>, layout: u32, write: bool) -> Result<Self> {
         let file = OpenOptions::new()
             .read(true)
-            .write(true)
+            .write(write)
             .custom_flags(libc::O_NOFOLLOW)
             .open(path)
             .map_err(|e| io_error(path, "open", &e))?;
@@ -122,10 +140,12 @@ impl Region {
         loop {
             let len = file.metadata().map_err(|e| io_error(path, "inspect", &e))?.len();
             if len >= HEADER_BYTES as u64 {
-                // SAFETY: as in `create`.
-                let map = unsafe { MmapMut::map_mut(&file) }.map_err(|e| io_error(path, "map", &e))?;
+                let options = MmapOptions::new();
+                let map = if write { options.map_raw(&file) } else { options.map_raw_read_only(&file) }
+                    .map_err(|e| io_error(path, "map", &e))?;
                 let region = Self { map, path: path.to_owned(), created: false };
                 if region.header().ready.load(Ordering::Acquire) == 1 {
+                    let total = total.unwrap_or(region.map.len());
                     return region.check(total, layout);
                 }
             }
@@ -168,7 +188,7 @@ impl Region {
     #[must_use]
     pub fn contents(&self) -> *mut u8 {
         // SAFETY: HEADER_BYTES is within the mapping.
-        unsafe { self.map.as_ptr().cast_mut().add(HEADER_BYTES) }
+        unsafe { self.map.as_mut_ptr().add(HEADER_BYTES) }
     }
 
     /// Bytes of contents.
@@ -231,8 +251,8 @@ mod tests {
     fn the_first_process_creates_and_the_next_attaches_to_the_same_bytes() {
         let dir = dir("a");
         let path = dir.join("a");
-        let first = Region::open(&path, 4096, 1).unwrap();
-        let second = Region::open(&path, 4096, 1).unwrap();
+        let first = Region::open(&path, 4096, 1, |_| Ok(())).unwrap();
+        let second = Region::open(&path, 4096, 1, |_| Ok(())).unwrap();
         assert!(first.created() && !second.created());
         // SAFETY: both map the same 4096 bytes of contents.
         unsafe {
@@ -248,10 +268,10 @@ mod tests {
     fn another_layout_or_size_is_refused_clearly() {
         let dir = dir("b");
         let path = dir.join("b");
-        let _made = Region::open(&path, 4096, 1).unwrap();
-        let layout = Region::open(&path, 4096, 2).unwrap_err().to_string();
+        let _made = Region::open(&path, 4096, 1, |_| Ok(())).unwrap();
+        let layout = Region::open(&path, 4096, 2, |_| Ok(())).unwrap_err().to_string();
         assert!(layout.contains("layout 1, this ratekeeper uses layout 2"), "{layout}");
-        let size = Region::open(&path, 8192, 1).unwrap_err().to_string();
+        let size = Region::open(&path, 8192, 1, |_| Ok(())).unwrap_err().to_string();
         assert!(size.contains("another max_keys"), "{size}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -263,16 +283,16 @@ mod tests {
         let link = dir.join("link");
         std::fs::write(&target, b"").unwrap();
         std::os::unix::fs::symlink(&target, &link).unwrap();
-        let symlink = Region::open(&link, 4096, 1).unwrap_err().to_string();
+        let symlink = Region::open(&link, 4096, 1, |_| Ok(())).unwrap_err().to_string();
         assert!(symlink.contains("cannot open"), "{symlink}");
         let folder = dir.join("folder");
         std::fs::create_dir_all(&folder).unwrap();
-        let folder_error = Region::open(&folder, 4096, 1).unwrap_err().to_string();
+        let folder_error = Region::open(&folder, 4096, 1, |_| Ok(())).unwrap_err().to_string();
         assert!(folder_error.contains("shared region") && folder_error.contains("folder"), "{folder_error}");
         let open = dir.join("open");
         std::fs::write(&open, vec![0u8; 4096 + HEADER_BYTES]).unwrap();
         std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
-        let shared = Region::open(&open, 4096, 1).unwrap_err().to_string();
+        let shared = Region::open(&open, 4096, 1, |_| Ok(())).unwrap_err().to_string();
         assert!(shared.contains("lets other users read or write it"), "{shared}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -281,7 +301,7 @@ mod tests {
     fn no_room_is_an_error_at_creation_and_leaves_no_file() {
         let dir = dir("d");
         let path = dir.join("huge");
-        let error = Region::open(&path, 1 << 60, 1).unwrap_err().to_string();
+        let error = Region::open(&path, 1 << 60, 1, |_| Ok(())).unwrap_err().to_string();
         assert!(error.contains("cannot reserve"), "{error}");
         assert!(!path.exists());
         std::fs::remove_dir_all(&dir).unwrap();

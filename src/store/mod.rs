@@ -6,10 +6,12 @@
 //! one more implementation and one more variant, not a branch at each call site.
 
 mod memory;
+mod shared;
 
 use std::sync::Arc;
 
 pub use memory::Memory;
+pub use shared::Shared;
 
 use crate::backend::exact::Exact;
 use crate::backend::health::HealthReport;
@@ -164,6 +166,9 @@ pub enum Store {
     Exact(Exact),
     /// This process decides; Redis sums the nodes' usage (`mode="sync"`).
     Synced(SyncedStore),
+    /// A region of shared memory every process of the machine maps (`rk.Shared(...)`); the limiter was
+    /// built on it (`Limiter::new_shared`).
+    Shared(Shared),
 }
 
 /// Calls `$method` on whichever store this is.
@@ -173,6 +178,7 @@ macro_rules! each_store {
             Store::Memory($s) => $call,
             Store::Exact($s) => $call,
             Store::Synced($s) => $call,
+            Store::Shared($s) => $call,
         }
     };
 }

@@ -1,0 +1,127 @@
+//! `rk.Shared`: where a limiter keeps its states so that every worker process of one machine shares
+//! them, and `_inspect_region`, which looks at a running service's region.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use super::args::{int_at_least, str_arg, type_name};
+use crate::error::Error;
+use crate::shared::layout::{region_path, RegionSummary, SharedRegion};
+
+#[pyclass(frozen, name = "Shared", module = "ratekeeper._core")]
+pub struct PyShared {
+    path: PathBuf,
+    name: Option<String>,
+    log_entries: Option<usize>,
+}
+
+impl PyShared {
+    /// The region for a limiter of `max_keys` states: made now, or attached to. Log entries default to
+    /// a quarter of `max_keys`, and room for 16 full logs a shard when the rules have a sliding log.
+    ///
+    /// # Errors
+    /// As `SharedRegion::open`; a sliding log of the rules (`needs_log` entries) that a shard cannot hold.
+    pub fn open(&self, max_keys: usize, needs_log: usize) -> Result<Arc<SharedRegion>, Error> {
+        let shards = crate::state_map::StateMap::<()>::shard_count(max_keys);
+        let log_entries =
+            self.log_entries.unwrap_or_else(|| (max_keys / 4).max(needs_log.saturating_mul(shards).saturating_mul(16)));
+        let region = SharedRegion::open(&self.path, max_keys, log_entries)?;
+        if needs_log > region.log_entries_per_shard() {
+            return Err(Error::value(
+                "log_entries",
+                format!(
+                    "a sliding_log limit of {needs_log} needs {needs_log} log entries per key; the shared region \
+                     {} holds {} per shard (log_entries={log_entries}): give rk.Shared(log_entries=...) more",
+                    self.path.display(),
+                    region.log_entries_per_shard()
+                ),
+            ));
+        }
+        Ok(Arc::new(region))
+    }
+}
+
+#[pymethods]
+impl PyShared {
+    #[new]
+    #[pyo3(signature = (name=None, *, path=None, log_entries=None))]
+    fn py_new(
+        name: Option<&Bound<'_, PyAny>>,
+        path: Option<&Bound<'_, PyAny>>,
+        log_entries: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let name = name.filter(|n| !n.is_none()).map(|n| str_arg("name", n)).transpose()?;
+        let path = match path.filter(|p| !p.is_none()) {
+            None => None,
+            Some(p) => Some(p.extract::<PathBuf>().map_err(|_| {
+                Error::type_error("path", format!("must be a str or os.PathLike, got {}", type_name(p)))
+            })?),
+        };
+        let path = match (&name, path) {
+            (Some(_), Some(_)) => return Err(Error::value("path", "give a name or a path, not both").into()),
+            (None, None) => {
+                return Err(Error::value("name", "give a name (the region is /dev/shm/ratekeeper-NAME) or path=").into())
+            }
+            (name, path) => region_path(name.as_deref(), path.as_deref())?,
+        };
+        let log_entries = match log_entries.filter(|l| !l.is_none()) {
+            None => None,
+            Some(l) => Some(usize::try_from(int_at_least("log_entries", l, 0)?).unwrap_or(usize::MAX)),
+        };
+        Ok(Self { path, name, log_entries })
+    }
+
+    #[getter]
+    fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    #[getter]
+    fn path(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    #[getter]
+    fn log_entries(&self) -> Option<usize> {
+        self.log_entries
+    }
+
+    fn __repr__(&self) -> String {
+        match &self.name {
+            Some(name) => format!("Shared({name:?})"),
+            None => format!("Shared(path={:?})", self.path.display().to_string()),
+        }
+    }
+}
+
+/// The summary as a dict: what `stats()["shared"]` and `inspect` show.
+pub fn summary_dict<'py>(py: Python<'py>, summary: &RegionSummary) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    dict.set_item("path", &summary.path)?;
+    dict.set_item("keys", summary.keys)?;
+    dict.set_item("max_keys", summary.max_keys)?;
+    dict.set_item("evictions", summary.evictions)?;
+    dict.set_item("dropped", summary.dropped)?;
+    dict.set_item("allowed", summary.allowed)?;
+    dict.set_item("refused", summary.refused)?;
+    dict.set_item("top_refused", summary.top_refused.clone())?;
+    dict.set_item("groups", summary.group_keys.iter().cloned().collect::<std::collections::BTreeMap<_, _>>())?;
+    Ok(dict)
+}
+
+/// Looks at the region at `path` without writing to it or taking its locks: what
+/// `python -m ratekeeper inspect` prints.
+///
+/// # Errors
+/// No region at `path`, or not one this version can read.
+#[pyfunction]
+#[pyo3(name = "_inspect_region")]
+#[allow(clippy::needless_pass_by_value)] // pyo3 hands the argument over owned
+pub fn inspect_region(py: Python<'_>, path: PathBuf) -> PyResult<Bound<'_, PyDict>> {
+    let region = py.detach(|| SharedRegion::inspect(&path))?;
+    let summary = py.detach(|| region.summary(false, &|_| None));
+    summary_dict(py, &summary)
+}

@@ -1,0 +1,526 @@
+//! What the shared region holds and where: the limiter's identity (hash seeds, bound, shape), the
+//! groups every process has named (so that a group has one id, and its limits are known, across
+//! processes), and one part per shard of the in-memory map (its lock, counts, slots and log chunks).
+//!
+//! Every process derives the same offsets from the header's numbers; a process built with another
+//! layout is refused by the region's layout version.
+
+// The region is page-aligned and lays every part out at a multiple of 64 bytes.
+#![allow(clippy::cast_ptr_alignment)]
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use crate::algorithm::{Kind, Limit};
+use crate::error::{Error, Result};
+use crate::rate::Rate;
+use crate::state_map::StateMap;
+
+use super::lock::{Guard, SharedMutex};
+use super::region::Region;
+use super::table::{Chunk, RegionSlot, RegionTable, ShardCounts, ShardHead, ShardPlace, CHUNK_ENTRIES};
+
+/// Bumped whenever anything in the region is laid out differently.
+pub const LAYOUT: u32 = 1;
+/// Group names a region can hold (memory's limit is 4096).
+pub const MAX_GROUPS: usize = 1024;
+/// Limits of a group whose definition the region keeps (to carry usage over when another process
+/// brings other limits); a group with more starts afresh in that case.
+const MAX_GROUP_LIMITS: usize = 8;
+/// Peers refused most, kept per shard.
+use super::table::{truncate, NAME_BYTES};
+const META_BYTES: usize = 4096;
+/// Fixed seeds for group names' hashes: the same in every process.
+const NAME_SEEDS: [u64; 4] = [0x7261_7465_6b65_6570, 0x6572_2067_726f_7570, 0x6e61_6d65_7321, 0x0102_0304];
+
+#[repr(C)]
+struct Meta {
+    seeds: [u64; 4],
+    max_keys: u64,
+    shards: u64,
+    capacity: u64,
+    chunk_count: u64,
+    /// States held in the whole region.
+    keys: AtomicU64,
+    groups: AtomicU32,
+    _pad: u32,
+    groups_lock: SharedMutex,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct LimitRecord {
+    kind: u32,
+    burst_set: u32,
+    burst: u64,
+    count: u64,
+    period_ns: u64,
+}
+
+#[repr(C)]
+struct GroupRecord {
+    hash: u64,
+    name_len: u32,
+    limits_len: u32,
+    name: [u8; NAME_BYTES],
+    limits: [LimitRecord; MAX_GROUP_LIMITS],
+}
+
+const fn round64(n: usize) -> usize {
+    n.div_ceil(64) * 64
+}
+
+/// The region's shape, from the limiter's bound: every process works it out alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Shape {
+    shards: usize,
+    capacity: usize,
+    chunk_count: u32,
+}
+
+impl Shape {
+    fn new(max_keys: usize, log_entries: usize) -> Result<Self> {
+        let shards = StateMap::<()>::shard_count(max_keys);
+        let share = max_keys.max(1).div_ceil(shards);
+        // Full at the bound at 80 %: probes stay short; a shard alone is full at 7/8.
+        let capacity = share + share / 4 + 8;
+        let chunks = log_entries.div_ceil(shards).div_ceil(CHUNK_ENTRIES);
+        let chunk_count = u32::try_from(chunks).map_err(|_| Error::value("log_entries", "too large"))?;
+        Ok(Self { shards, capacity, chunk_count })
+    }
+
+    const fn shard_bytes(&self) -> usize {
+        round64(
+            std::mem::size_of::<ShardHead>()
+                + std::mem::size_of::<ShardCounts>()
+                + self.capacity * std::mem::size_of::<RegionSlot>()
+                + self.chunk_count as usize * std::mem::size_of::<Chunk>(),
+        )
+    }
+
+    const fn groups_offset() -> usize {
+        META_BYTES
+    }
+
+    const fn shards_offset() -> usize {
+        round64(META_BYTES + MAX_GROUPS * std::mem::size_of::<GroupRecord>())
+    }
+
+    fn size(&self) -> Option<usize> {
+        self.shard_bytes().checked_mul(self.shards)?.checked_add(Self::shards_offset())
+    }
+}
+
+/// Where the shared store lives: `/dev/shm/ratekeeper-NAME`, or a path given.
+///
+/// # Errors
+/// A name that is empty, too long, or has characters other than letters, digits, `.`, `_` and `-`.
+pub fn region_path(name: Option<&str>, path: Option<&Path>) -> Result<PathBuf> {
+    if let Some(path) = path {
+        return Ok(path.to_owned());
+    }
+    let name = name.unwrap_or_default();
+    let good = !name.is_empty()
+        && name.len() <= 200
+        && !name.starts_with('.')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if !good {
+        return Err(Error::value(
+            "name",
+            format!("must be 1 to 200 letters, digits, '.', '_' or '-' (not starting with '.'), got {name:?}"),
+        ));
+    }
+    Ok(PathBuf::from("/dev/shm").join(format!("ratekeeper-{name}")))
+}
+
+/// The shared region of one limiter, mapped into this process.
+pub struct SharedRegion {
+    region: Region,
+    shape: Shape,
+    max_keys: usize,
+}
+
+impl std::fmt::Debug for SharedRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedRegion")
+            .field("path", &self.region.path())
+            .field("max_keys", &self.max_keys)
+            .finish_non_exhaustive()
+    }
+}
+
+// SAFETY: the region is shared memory made for concurrent use: its mutable parts are atomics or are
+// written under the region's locks.
+unsafe impl Send for SharedRegion {}
+// SAFETY: as above.
+unsafe impl Sync for SharedRegion {}
+
+/// What the whole region holds and has decided, for `stats()` and `inspect`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RegionSummary {
+    pub path: String,
+    pub keys: u64,
+    pub max_keys: u64,
+    pub evictions: u64,
+    pub dropped: u64,
+    pub allowed: u64,
+    pub refused: u64,
+    /// Peers refused most across every process, most first.
+    pub top_refused: Vec<(String, u64)>,
+    /// States held per group name.
+    pub group_keys: Vec<(String, u64)>,
+}
+
+impl SharedRegion {
+    /// Creates the region at `path` for `max_keys` states and `log_entries` sliding-log entries, or
+    /// attaches to the one another process made for the same numbers.
+    ///
+    /// # Errors
+    /// As [`Region::open`]: a file that cannot be made, is not this user's own, has another layout or
+    /// was made for other numbers; no room for it.
+    pub fn open(path: &Path, max_keys: usize, log_entries: usize) -> Result<Self> {
+        let shape = Shape::new(max_keys, log_entries)?;
+        let size = shape.size().ok_or_else(|| Error::value("max_keys", "too large for a shared region"))?;
+        let region = Region::open(path, size, LAYOUT, |region| Self::init(region, shape, max_keys))?;
+        let shared = Self { region, shape, max_keys };
+        let meta = shared.meta();
+        if meta.max_keys != max_keys as u64 {
+            return Err(Error::value(
+                "max_keys",
+                format!(
+                    "the shared region {} was made for max_keys={}, this limiter has {max_keys}",
+                    path.display(),
+                    meta.max_keys
+                ),
+            ));
+        }
+        Ok(shared)
+    }
+
+    /// Maps an existing region to look at it, never writing or locking it.
+    ///
+    /// # Errors
+    /// As [`Region::inspect`]; a region whose numbers do not add up.
+    pub fn inspect(path: &Path) -> Result<Self> {
+        let region = Region::inspect(path, LAYOUT)?;
+        // SAFETY: the region is at least as large as its meta (checked below through its size).
+        let meta = unsafe { &*region.contents().cast::<Meta>() };
+        let shape = Shape {
+            shards: usize::try_from(meta.shards).unwrap_or(0),
+            capacity: usize::try_from(meta.capacity).unwrap_or(0),
+            chunk_count: u32::try_from(meta.chunk_count).unwrap_or(0),
+        };
+        if shape.size() != Some(region.len()) || !shape.shards.is_power_of_two() {
+            return Err(Error::value("path", format!("{} is not a whole ratekeeper region", path.display())));
+        }
+        let max_keys = usize::try_from(meta.max_keys).unwrap_or(usize::MAX);
+        Ok(Self { region, shape, max_keys })
+    }
+
+    fn init(region: &Region, shape: Shape, max_keys: usize) -> Result<()> {
+        let base = region.contents();
+        // SAFETY: the region was sized for this shape, zeroed, and no other process attaches before
+        // `init` returns; each part is written once, at its own offset.
+        unsafe {
+            let meta = &mut *base.cast::<Meta>();
+            let random = ahash::RandomState::new();
+            meta.seeds = [0u64, 1, 2, 3].map(|i| random.hash_one(i));
+            meta.max_keys = max_keys as u64;
+            meta.shards = shape.shards as u64;
+            meta.capacity = shape.capacity as u64;
+            meta.chunk_count = u64::from(shape.chunk_count);
+            SharedMutex::init(&raw mut meta.groups_lock)?;
+            for shard in 0..shape.shards {
+                SharedMutex::init(&raw mut (*Self::place_in(base, shape, shard).head).lock)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn meta(&self) -> &Meta {
+        // SAFETY: the meta is at the start of the contents, written before the region was ready.
+        unsafe { &*self.region.contents().cast::<Meta>() }
+    }
+
+    /// The file behind the region.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        self.region.path()
+    }
+
+    /// Whether this process made the region.
+    #[must_use]
+    pub const fn created(&self) -> bool {
+        self.region.created()
+    }
+
+    /// States held in the whole region.
+    #[must_use]
+    pub fn keys(&self) -> u64 {
+        self.meta().keys.load(Ordering::Relaxed)
+    }
+
+    #[must_use]
+    pub const fn max_keys(&self) -> usize {
+        self.max_keys
+    }
+
+    /// The seeds every process hashes peers with, so that a key is the same key in each.
+    #[must_use]
+    pub fn seeds(&self) -> [u64; 4] {
+        self.meta().seeds
+    }
+
+    #[must_use]
+    pub fn shards(&self) -> usize {
+        self.shape.shards
+    }
+
+    /// Sliding-log entries one shard can hold.
+    #[must_use]
+    pub fn log_entries_per_shard(&self) -> usize {
+        self.shape.chunk_count as usize * CHUNK_ENTRIES
+    }
+
+    /// # Safety
+    /// `base` is the contents of a region of `shape`.
+    unsafe fn place_in(base: *mut u8, shape: Shape, shard: usize) -> ShardPlace {
+        // SAFETY: offsets within the region's size (see `Shape::size`), aligned to 64 bytes.
+        unsafe {
+            let start = base.add(Shape::shards_offset() + shard * shape.shard_bytes());
+            let head = start.cast::<ShardHead>();
+            // The counts follow the head (64-byte aligned, so `head.add(1)` is where they are).
+            let slots =
+                start.add(std::mem::size_of::<ShardHead>() + std::mem::size_of::<ShardCounts>()).cast::<RegionSlot>();
+            let chunks = slots.add(shape.capacity).cast::<Chunk>();
+            ShardPlace { head, slots, capacity: shape.capacity, chunks, chunk_count: shape.chunk_count }
+        }
+    }
+
+    fn place(&self, shard: usize) -> ShardPlace {
+        // SAFETY: the region has this shape.
+        unsafe { Self::place_in(self.region.contents(), self.shape, shard) }
+    }
+
+    /// The states of shard `shard`, to be used only under [`SharedRegion::lock`] of the same shard.
+    #[must_use]
+    pub fn table(&self, shard: usize) -> RegionTable {
+        // SAFETY: the place is in this region, which the caller keeps alive with the table.
+        unsafe { RegionTable::new(self.place(shard), &raw const self.meta().keys, self.max_keys as u64) }
+    }
+
+    /// The lock of shard `shard` (see `SharedMutex::lock_whole`).
+    #[must_use]
+    pub fn lock(&self, shard: usize) -> Guard<'_> {
+        // SAFETY: initialised by the region's creator.
+        let mutex = unsafe { SharedMutex::at(&raw mut (*self.place(shard).head).lock) };
+        mutex.lock_whole()
+    }
+
+    #[allow(clippy::mut_from_ref)]
+    fn group_record(&self, id: usize) -> &mut GroupRecord {
+        // SAFETY: within the groups table; written under the groups lock.
+        unsafe { &mut *self.region.contents().add(Shape::groups_offset()).cast::<GroupRecord>().add(id) }
+    }
+
+    fn name_hash(name: &str) -> u64 {
+        let [a, b, c, d] = NAME_SEEDS;
+        ahash::RandomState::with_seeds(a, b, c, d).hash_one(name)
+    }
+
+    fn lock_groups(&self) -> Guard<'_> {
+        // SAFETY: initialised by the region's creator.
+        unsafe { SharedMutex::at((&raw const self.meta().groups_lock).cast_mut()) }.lock_whole()
+    }
+
+    /// The region's id of group `name`, registered if new: the same in every process.
+    ///
+    /// # Errors
+    /// The region holds `MAX_GROUPS` names already.
+    pub fn group_id(&self, name: &str) -> Result<u32> {
+        let hash = Self::name_hash(name);
+        let _held = self.lock_groups();
+        let count = self.meta().groups.load(Ordering::Acquire) as usize;
+        if let Some(id) = (0..count).find(|&id| self.group_record(id).hash == hash) {
+            #[allow(clippy::cast_possible_truncation)]
+            return Ok(id as u32);
+        }
+        if count >= MAX_GROUPS {
+            return Err(Error::value(
+                "group",
+                format!("{name:?} would be the shared region's {}th group name; at most {MAX_GROUPS}", count + 1),
+            ));
+        }
+        let record = self.group_record(count);
+        record.hash = hash;
+        let shown = truncate(name, NAME_BYTES);
+        record.name[..shown.len()].copy_from_slice(shown.as_bytes());
+        #[allow(clippy::cast_possible_truncation)]
+        {
+            record.name_len = shown.len() as u32;
+            record.limits_len = 0;
+        }
+        #[allow(clippy::cast_possible_truncation)] // below MAX_GROUPS
+        let id = count as u32;
+        self.meta().groups.store(id + 1, Ordering::Release);
+        Ok(id)
+    }
+
+    /// The name group `id` was registered with (cut to 48 bytes).
+    #[must_use]
+    pub fn group_name(&self, id: u32) -> Option<String> {
+        let count = self.meta().groups.load(Ordering::Acquire) as usize;
+        let id = id as usize;
+        (id < count).then(|| {
+            let record = self.group_record(id);
+            String::from_utf8_lossy(&record.name[..(record.name_len as usize).min(NAME_BYTES)]).into_owned()
+        })
+    }
+
+    /// Records `limits` as group `id`'s, returning those recorded before (`None`: none, or more than
+    /// the region keeps).
+    #[must_use]
+    pub fn swap_group_limits(&self, id: u32, limits: &[Limit]) -> Option<Vec<Limit>> {
+        let _held = self.lock_groups();
+        let record = self.group_record(id as usize);
+        let before = (1..=MAX_GROUP_LIMITS)
+            .contains(&(record.limits_len as usize))
+            .then(|| record.limits[..record.limits_len as usize].iter().map(limit_of).collect::<Option<Vec<_>>>())
+            .flatten();
+        if limits.len() <= MAX_GROUP_LIMITS {
+            for (slot, limit) in record.limits.iter_mut().zip(limits) {
+                *slot = record_of(limit);
+            }
+            #[allow(clippy::cast_possible_truncation)]
+            {
+                record.limits_len = limits.len() as u32;
+            }
+        } else {
+            record.limits_len = 0;
+        }
+        before
+    }
+
+    /// What the region holds, read shard by shard (`locked`: under each shard's lock, as a live process
+    /// does; otherwise as it is, for `inspect`).
+    #[must_use]
+    pub fn summary(&self, locked: bool, groups_by_id: &dyn Fn(u32) -> Option<String>) -> RegionSummary {
+        let mut summary = RegionSummary {
+            path: self.path().display().to_string(),
+            max_keys: self.max_keys as u64,
+            ..RegionSummary::default()
+        };
+        let mut refused: std::collections::HashMap<u64, (String, u64)> = std::collections::HashMap::new();
+        let mut group_keys: std::collections::BTreeMap<u32, u64> = std::collections::BTreeMap::new();
+        for shard in 0..self.shape.shards {
+            let _held = locked.then(|| self.lock(shard));
+            let table = self.table(shard);
+            let (len, evictions, dropped) = table.head_counts();
+            summary.keys += len;
+            summary.evictions += evictions;
+            summary.dropped += dropped;
+            let counts = table.counts();
+            summary.allowed += counts.allowed;
+            summary.refused += counts.refused;
+            for (name, hash, count) in counts.refused_most() {
+                refused.entry(hash).or_insert((name, 0)).1 += count;
+            }
+            for slot in table.iter() {
+                *group_keys.entry(crate::state_map::Owner::unpack(slot.packed_owner()).group).or_default() += 1;
+            }
+        }
+        let mut top: Vec<(String, u64)> = refused.into_values().collect();
+        top.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        top.truncate(10);
+        summary.top_refused = top;
+        summary.group_keys = group_keys
+            .into_iter()
+            .map(|(id, keys)| {
+                (groups_by_id(id).or_else(|| self.group_name(id)).unwrap_or_else(|| format!("#{id}")), keys)
+            })
+            .collect();
+        summary
+    }
+}
+
+const KINDS: [Kind; 7] = [
+    Kind::Gcra,
+    Kind::TokenBucket,
+    Kind::FixedWindow,
+    Kind::SlidingWindow,
+    Kind::SlidingLog,
+    Kind::LeakyBucket,
+    Kind::Concurrency,
+];
+
+fn record_of(limit: &Limit) -> LimitRecord {
+    #[allow(clippy::cast_possible_truncation)]
+    let kind = KINDS.iter().position(|&k| k == limit.kind()).unwrap_or(0) as u32;
+    LimitRecord {
+        kind,
+        burst_set: u32::from(limit.burst_set),
+        burst: u64::from(limit.burst),
+        count: limit.rate.map_or(0, |r| r.count),
+        period_ns: limit.rate.map_or(0, |r| r.period_ns),
+    }
+}
+
+fn limit_of(record: &LimitRecord) -> Option<Limit> {
+    let kind = *KINDS.get(record.kind as usize)?;
+    if kind == Kind::Concurrency {
+        return Limit::concurrency(record.burst).ok();
+    }
+    let rate = Rate::new(record.count, record.period_ns).ok()?;
+    let mut limit = Limit::new(rate, Some(record.burst), kind).ok()?;
+    limit.burst_set = record.burst_set != 0;
+    Some(limit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(test: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("rk-layout-{}-{test}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_second_opener_shares_seeds_groups_and_states() {
+        let dir = dir("a");
+        let path = dir.join("r");
+        let first = SharedRegion::open(&path, 10_000, 1_000).unwrap();
+        let second = SharedRegion::open(&path, 10_000, 1_000).unwrap();
+        assert!(first.created() && !second.created());
+        assert_eq!(first.seeds(), second.seeds());
+        assert_eq!(first.group_id("api").unwrap(), 0);
+        assert_eq!(second.group_id("login").unwrap(), 1);
+        assert_eq!(first.group_id("login").unwrap(), 1);
+        assert_eq!(second.group_name(0).as_deref(), Some("api"));
+        let limit = Limit::new(Rate::new(10, 1_000_000_000).unwrap(), Some(3), Kind::SlidingLog).unwrap();
+        assert_eq!(first.swap_group_limits(0, &[limit]), None);
+        assert_eq!(second.swap_group_limits(0, &[limit]), Some(vec![limit]));
+        {
+            let _held = first.lock(0);
+            let mut table = first.table(0);
+            table.insert(7 << 8, crate::algorithm::State { t: 9, a: 1, b: 2 }, 0, 0, |_, _| {});
+        }
+        let held = second.lock(0);
+        assert_eq!(second.table(0).get(7 << 8).map(|s| s.state.t), Some(9));
+        drop(held);
+        let other = SharedRegion::open(&path, 20_000, 1_000).unwrap_err().to_string();
+        assert!(other.contains("another max_keys"), "{other}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn names_are_checked() {
+        assert!(region_path(Some("my-app_1.v2"), None).unwrap().ends_with("ratekeeper-my-app_1.v2"));
+        for bad in ["", "../etc", ".hidden", "a/b", "a b"] {
+            let error = region_path(Some(bad), None).unwrap_err().to_string();
+            assert!(error.contains("name"), "{error}");
+        }
+    }
+}

@@ -1,0 +1,848 @@
+//! One shard of the shared store's states, in the region, read and written under the shard's robust
+//! lock by whichever process holds it.
+//!
+//! The same slots the in-memory map keeps (a tag of identity and use counter, the algorithm's state,
+//! its owner), in an open-addressing array with linear probing: no pointers, so every process reads
+//! them at its own mapping's address. Removal shifts the run back (no tombstones), and making room
+//! rebuilds the array, so a long-running region never degrades. Sliding logs live in the shard's pool
+//! of 256-byte chunks, chained from their slot. Bounded as the in-memory map is: when the region holds
+//! `max_keys` states (one count for all shards, in the region) or this shard is 7/8 full, idle states
+//! go first, then the least used (`room::lfu_threshold`, with the same decay of use counts).
+
+// The region is page-aligned and lays every part out at a multiple of 64 bytes.
+#![allow(clippy::cast_ptr_alignment)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::algorithm::{Log, State};
+use crate::room::{lfu_threshold, table_hash, Removal, IDENTITY_SHIFT};
+
+use super::lock::SharedMutex;
+
+/// A sliding log's (stamp, units) entries, as the region keeps them.
+type Entries = Vec<(u64, u64)>;
+
+/// Marks an occupied slot in its owner word (an owner packs into 26 bits).
+const OCCUPIED: u32 = 1 << 31;
+/// (stamp, units) entries per log chunk.
+pub const CHUNK_ENTRIES: usize = 15;
+
+/// One state in the region: 32 bytes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RegionSlot {
+    /// `identity << 8 | uses`, as in memory.
+    pub tag: u64,
+    pub state: State,
+    /// The packed owner (see `state_map::Owner`), with `OCCUPIED` set.
+    pub owner: u32,
+    /// The first chunk of its sliding log, plus one; 0: none.
+    log: u32,
+}
+
+impl RegionSlot {
+    #[inline]
+    const fn occupied(&self) -> bool {
+        self.owner & OCCUPIED != 0
+    }
+
+    #[inline]
+    #[must_use]
+    pub const fn identity(&self) -> u64 {
+        self.tag >> IDENTITY_SHIFT
+    }
+
+    #[inline]
+    #[must_use]
+    pub const fn packed_owner(&self) -> u32 {
+        self.owner & !OCCUPIED
+    }
+
+    #[allow(clippy::cast_possible_truncation)]
+    const fn uses(&self) -> u8 {
+        self.tag as u8
+    }
+}
+
+/// A chunk of a sliding log: 256 bytes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct Chunk {
+    /// The next chunk plus one; 0: last. In the free list, the next free chunk.
+    next: u32,
+    len: u32,
+    _pad: u64,
+    entries: [(u64, u64); CHUNK_ENTRIES],
+}
+
+/// A shard's header in the region: its lock and what it counts, written under the lock.
+#[repr(C, align(64))]
+pub struct ShardHead {
+    pub lock: SharedMutex,
+    len: u32,
+    inserts_since_decay: u32,
+    /// The free list's first chunk plus one.
+    free_chunks: u32,
+    /// Chunks never handed out begin here.
+    fresh_chunks: u32,
+    /// States evicted as least used, and idle states dropped to make room, by every process.
+    pub evictions: u64,
+    pub dropped: u64,
+}
+
+/// Bytes of a name kept in the region (a group's, a refused peer's), cut on a character boundary.
+pub const NAME_BYTES: usize = 48;
+/// Peers refused most, kept per shard.
+const TOP_REFUSED: usize = 8;
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct RefusedRecord {
+    count: u64,
+    hash: u64,
+    name: [u8; NAME_BYTES],
+}
+
+/// Concurrency permits held by one process for one key: what its death gives back.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct Lease {
+    identity: u64,
+    pid: u32,
+    permits: u32,
+}
+
+/// Leases kept per shard; a holder past them keeps its permits unrecorded (given back only by it).
+const LEASES: usize = 64;
+
+/// A shard's decisions by every process, the peers it refused most (space-saving counts), and who
+/// holds its keys' permits; right after its head.
+#[repr(C, align(64))]
+pub struct ShardCounts {
+    pub allowed: u64,
+    pub refused: u64,
+    top: [RefusedRecord; TOP_REFUSED],
+    leases: [Lease; LEASES],
+}
+
+impl ShardCounts {
+    /// The peers refused most here: (name, hash, refusals).
+    #[must_use]
+    pub fn refused_most(&self) -> Vec<(String, u64, u64)> {
+        self.top
+            .iter()
+            .filter(|r| r.count > 0)
+            .map(|r| (String::from_utf8_lossy(&r.name).trim_end_matches('\0').to_owned(), r.hash, r.count))
+            .collect()
+    }
+}
+
+/// `text` cut to at most `bytes` bytes, on a character boundary.
+#[must_use]
+pub fn truncate(text: &str, bytes: usize) -> &str {
+    let mut end = text.len().min(bytes);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// Where one shard lives in the region.
+#[derive(Debug, Clone, Copy)]
+pub struct ShardPlace {
+    pub head: *mut ShardHead,
+    pub slots: *mut RegionSlot,
+    pub capacity: usize,
+    pub chunks: *mut Chunk,
+    pub chunk_count: u32,
+}
+
+/// One shard's states in the region, as this process sees them. Every method but `head` requires the
+/// shard's region lock to be held (`StateMap::lock` takes it with the process's own shard lock).
+#[derive(Debug)]
+pub struct RegionTable {
+    place: ShardPlace,
+    /// States in the whole region, and their bound.
+    keys: *const AtomicU64,
+    max_keys: u64,
+}
+
+// SAFETY: the pointers are into a mapping that the store keeps alive as long as any table; what they
+// point at is read and written only under the shard's region lock.
+unsafe impl Send for RegionTable {}
+
+impl RegionTable {
+    /// # Safety
+    /// `place` and `keys` point into a mapped region laid out for them that outlives the table.
+    #[must_use]
+    pub const unsafe fn new(place: ShardPlace, keys: *const AtomicU64, max_keys: u64) -> Self {
+        Self { place, keys, max_keys }
+    }
+
+    #[inline]
+    #[allow(clippy::mut_from_ref)]
+    fn head(&self) -> &mut ShardHead {
+        // SAFETY: see `new`; the lock is held, so no other process writes it now.
+        unsafe { &mut *self.place.head }
+    }
+
+    #[inline]
+    fn slots(&self) -> &[RegionSlot] {
+        // SAFETY: see `new`.
+        unsafe { std::slice::from_raw_parts(self.place.slots, self.place.capacity) }
+    }
+
+    #[inline]
+    #[allow(clippy::mut_from_ref)]
+    fn slots_mut(&self) -> &mut [RegionSlot] {
+        // SAFETY: see `new`; the lock is held.
+        unsafe { std::slice::from_raw_parts_mut(self.place.slots, self.place.capacity) }
+    }
+
+    #[allow(clippy::mut_from_ref)]
+    fn chunk(&self, index: u32) -> &mut Chunk {
+        debug_assert!(index < self.place.chunk_count);
+        // SAFETY: see `new`; the index is within the pool (checked by callers or by `repair`).
+        unsafe { &mut *self.place.chunks.add(index as usize) }
+    }
+
+    /// States held, evicted and dropped here, read without the lock (for `inspect`, which never
+    /// writes): a torn read is a display glitch, not a fault.
+    #[must_use]
+    pub fn head_counts(&self) -> (u64, u64, u64) {
+        let head = self.place.head;
+        // SAFETY: the head is in the mapped region (see `new`); volatile reads of plain integers.
+        unsafe {
+            let len = (&raw const (*head).len).read_volatile();
+            let evictions = (&raw const (*head).evictions).read_volatile();
+            let dropped = (&raw const (*head).dropped).read_volatile();
+            (u64::from(len), evictions, dropped)
+        }
+    }
+
+    /// The shard's counts by every process (right after its head).
+    #[allow(clippy::mut_from_ref)]
+    #[must_use]
+    pub fn counts(&self) -> &mut ShardCounts {
+        // SAFETY: the region lays the counts out after the head (see `layout`); written under the lock,
+        // read without it only for display.
+        unsafe { &mut *self.place.head.add(1).cast::<ShardCounts>() }
+    }
+
+    /// Counts one decision here, and a refusal of `peer` (hashed `hash`) among the peers refused most.
+    #[inline]
+    pub fn count(&mut self, allowed: bool, peer: &str, hash: u64) {
+        let counts = self.counts();
+        if allowed {
+            counts.allowed += 1;
+        } else {
+            counts.refused += 1;
+            Self::note_refusal(counts, peer, hash);
+        }
+    }
+
+    /// Space-saving: a peer refused often stays, and its count is never under.
+    #[cold]
+    fn note_refusal(counts: &mut ShardCounts, peer: &str, hash: u64) {
+        let top = &mut counts.top;
+        if let Some(record) = top.iter_mut().find(|r| r.count > 0 && r.hash == hash) {
+            record.count += 1;
+            return;
+        }
+        let Some(record) = top.iter_mut().min_by_key(|r| r.count) else { return };
+        let shown = truncate(peer, NAME_BYTES);
+        record.name = [0; NAME_BYTES];
+        record.name[..shown.len()].copy_from_slice(shown.as_bytes());
+        record.hash = hash;
+        record.count += 1;
+    }
+
+    /// Records that this process took (`delta` > 0) or gave back (`delta` < 0) permits of `key`.
+    pub fn lease(&mut self, key: u64, delta: i64) {
+        let identity = key >> IDENTITY_SHIFT;
+        let pid = std::process::id();
+        let leases = &mut self.counts().leases;
+        if let Some(lease) = leases.iter_mut().find(|l| l.permits > 0 && l.identity == identity && l.pid == pid) {
+            let permits = (i64::from(lease.permits) + delta).clamp(0, i64::from(u32::MAX));
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            {
+                lease.permits = permits as u32;
+            }
+        } else if delta > 0 {
+            if let Some(lease) = leases.iter_mut().find(|l| l.permits == 0) {
+                *lease = Lease { identity, pid, permits: u32::try_from(delta).unwrap_or(u32::MAX) };
+            }
+        }
+    }
+
+    /// The permits of `key` held by processes that have ended, their leases removed: what the key's
+    /// state should give back.
+    #[must_use]
+    pub fn take_dead_leases(&mut self, key: u64) -> u64 {
+        let identity = key >> IDENTITY_SHIFT;
+        let mut freed = 0;
+        for lease in &mut self.counts().leases {
+            if lease.permits > 0 && lease.identity == identity && !alive(lease.pid) {
+                freed += u64::from(lease.permits);
+                lease.permits = 0;
+            }
+        }
+        freed
+    }
+
+    fn keys(&self) -> &AtomicU64 {
+        // SAFETY: see `new`.
+        unsafe { &*self.keys }
+    }
+
+    /// Where `identity` would start probing.
+    #[inline]
+    #[allow(clippy::cast_possible_truncation)]
+    fn home(&self, identity: u64) -> usize {
+        // Multiply-shift onto any capacity (not only powers of two: the region is sized to its bound).
+        ((u128::from(table_hash(identity)) * self.place.capacity as u128) >> 64) as usize
+    }
+
+    #[inline]
+    fn next(&self, index: usize) -> usize {
+        if index + 1 == self.place.capacity {
+            0
+        } else {
+            index + 1
+        }
+    }
+
+    /// The index of `key`'s slot.
+    #[inline]
+    fn find(&self, key: u64) -> Option<usize> {
+        let identity = key >> IDENTITY_SHIFT;
+        let slots = self.slots();
+        let mut index = self.home(identity);
+        loop {
+            let slot = &slots[index];
+            if !slot.occupied() {
+                return None;
+            }
+            if slot.identity() == identity {
+                return Some(index);
+            }
+            index = self.next(index);
+        }
+    }
+
+    /// The slot of `key`, without counting a use.
+    #[inline]
+    #[must_use]
+    pub fn get(&self, key: u64) -> Option<&RegionSlot> {
+        self.find(key).map(|index| &self.slots()[index])
+    }
+
+    /// The slot of `key`, counted as a use.
+    #[inline]
+    pub fn get_mut(&mut self, key: u64) -> Option<&mut RegionSlot> {
+        let index = self.find(key)?;
+        let slot = &mut self.slots_mut()[index];
+        if slot.uses() < u8::MAX {
+            slot.tag += 1;
+        }
+        Some(slot)
+    }
+
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.head().len as usize
+    }
+
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether inserting now must make room first: the region is at its bound, or this shard nearly full.
+    fn full(&self) -> bool {
+        self.keys().load(Ordering::Relaxed) >= self.max_keys || self.len() * 8 >= self.place.capacity * 7
+    }
+
+    /// Adds `state` for `key` (which `get_mut` did not find), owned by `owner` (packed), making room
+    /// first when full (`gone` sees each state removed, and why).
+    pub(crate) fn insert(&mut self, key: u64, state: State, owner: u32, now: u64, gone: impl FnMut(u32, Removal)) {
+        if self.full() {
+            self.make_room(now, gone);
+        }
+        let tag = (key >> IDENTITY_SHIFT) << IDENTITY_SHIFT | 1;
+        self.place_slot(RegionSlot { tag, state, owner: owner | OCCUPIED, log: 0 });
+        let head = self.head();
+        head.len += 1;
+        head.inserts_since_decay = head.inserts_since_decay.saturating_add(1);
+        self.keys().fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Writes `slot` into the first free slot of its probe run (the array always has one: see `full`).
+    fn place_slot(&self, slot: RegionSlot) {
+        let slots = self.slots_mut();
+        let mut index = self.home(slot.identity());
+        while slots[index].occupied() {
+            index = self.next(index);
+        }
+        slots[index] = slot;
+    }
+
+    /// Removes `key`'s state and log; returns its owner (packed), if it had a state.
+    pub fn remove(&mut self, key: u64) -> Option<u32> {
+        let index = self.find(key)?;
+        let removed = self.slots()[index];
+        self.free_log(removed.log);
+        self.shift_back(index);
+        self.head().len -= 1;
+        self.keys().fetch_sub(1, Ordering::Relaxed);
+        Some(removed.packed_owner())
+    }
+
+    /// Empties slot `hole`, moving back the slots after it that probing would no longer reach.
+    fn shift_back(&self, mut hole: usize) {
+        let slots = self.slots_mut();
+        let mut index = self.next(hole);
+        while slots[index].occupied() {
+            let start = self.home(slots[index].identity());
+            // The slot may move into the hole if its home is not in (hole, index] (cyclically).
+            let stays = if hole <= index { hole < start && start <= index } else { hole < start || start <= index };
+            if !stays {
+                slots[hole] = slots[index];
+                hole = index;
+            }
+            index = self.next(index);
+        }
+        slots[hole] = RegionSlot::default();
+    }
+
+    /// Keeps the states `keep` says to (it may change their state and log, given as `Log`s), removing
+    /// the others; `keep` sees each slot's packed owner. The array is rebuilt, so a walk leaves it
+    /// compact.
+    pub fn retain(&mut self, mut keep: impl FnMut(&mut RegionSlot, &mut Log) -> bool) {
+        let mut kept = Vec::with_capacity(self.len());
+        for index in 0..self.place.capacity {
+            let mut slot = self.slots()[index];
+            if !slot.occupied() {
+                continue;
+            }
+            let mut log = self.read_log(slot.log);
+            let before = log.entries();
+            if keep(&mut slot, &mut log) {
+                let entries = log.entries();
+                if entries == before {
+                    kept.push((slot, None));
+                } else {
+                    self.free_log(slot.log);
+                    slot.log = 0;
+                    kept.push((slot, Some(entries)));
+                }
+            } else {
+                self.free_log(slot.log);
+            }
+        }
+        self.rebuild(kept);
+    }
+
+    /// Refills the array with `kept` (each with new log entries to write, if they changed).
+    fn rebuild(&mut self, kept: Vec<(RegionSlot, Option<Entries>)>) {
+        let before = self.len();
+        self.slots_mut().fill(RegionSlot::default());
+        let mut count = 0;
+        for (mut slot, entries) in kept {
+            if let Some(entries) = entries {
+                slot.log = self.write_entries(&entries).unwrap_or(0);
+            }
+            self.place_slot(slot);
+            count += 1;
+        }
+        self.set_len(before, count);
+    }
+
+    /// Records `count` states where `before` were counted, in the shard and the region's count.
+    fn set_len(&self, before: usize, count: usize) {
+        #[allow(clippy::cast_possible_truncation)]
+        {
+            self.head().len = count as u32;
+        }
+        if count >= before {
+            self.keys().fetch_add((count - before) as u64, Ordering::Relaxed);
+        } else {
+            self.keys().fetch_sub((before - count) as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Forgets every state.
+    pub fn clear(&mut self) {
+        self.retain(|_, _| false);
+    }
+
+    /// Every occupied slot, for walks that only read.
+    pub fn iter(&self) -> impl Iterator<Item = &RegionSlot> {
+        self.slots().iter().filter(|s| s.occupied())
+    }
+
+    /// One pass of making room, as `room::Room::make` does for memory: drops idle states, decays use
+    /// counts once per shard's worth of inserts, then evicts the least used until an eighth is free.
+    pub(crate) fn make_room(&mut self, now: u64, mut gone: impl FnMut(u32, Removal)) {
+        let before = self.len();
+        let want = (before / 8).max(1);
+        let head = self.head();
+        let decay = head.inserts_since_decay as usize >= before.max(64);
+        if decay {
+            head.inserts_since_decay = 0;
+        }
+        let mut kept: Vec<RegionSlot> = Vec::with_capacity(before);
+        let mut dropped = 0u64;
+        for slot in self.iter() {
+            let mut slot = *slot;
+            if slot.state.is_idle(now) {
+                gone(slot.packed_owner(), Removal::Dropped);
+                self.free_log(slot.log);
+                dropped += 1;
+                continue;
+            }
+            if decay {
+                slot.tag = (slot.tag & !0xFF) | u64::from(slot.uses() / 2);
+            }
+            kept.push(slot);
+        }
+        let mut evicted = 0u64;
+        let dropped_here = usize::try_from(dropped).unwrap_or(usize::MAX);
+        if dropped_here < want && !kept.is_empty() {
+            let (threshold, mut at_threshold) = lfu_threshold(kept.iter().map(RegionSlot::uses), want - dropped_here);
+            kept.retain(|slot| {
+                let uses = usize::from(slot.uses());
+                let evict = uses < threshold || (uses == threshold && at_threshold > 0);
+                if evict {
+                    if uses == threshold {
+                        at_threshold -= 1;
+                    }
+                    gone(slot.packed_owner(), Removal::Evicted);
+                    self.free_log(slot.log);
+                    evicted += 1;
+                }
+                !evict
+            });
+        }
+        let head = self.head();
+        head.dropped += dropped;
+        head.evictions += evicted;
+        self.rebuild(kept.into_iter().map(|slot| (slot, None)).collect());
+    }
+
+    /// The sliding log of `key` (empty if none).
+    #[must_use]
+    pub fn log(&self, key: u64) -> Log {
+        self.get(key).map_or_else(Log::new, |slot| self.read_log(slot.log))
+    }
+
+    /// Whether `key` has a sliding log here.
+    #[must_use]
+    pub fn has_log(&self, key: u64) -> bool {
+        self.get(key).is_some_and(|slot| slot.log != 0)
+    }
+
+    /// Replaces the sliding log of `key` (which has a slot) by `log`. When the pool has no room, the
+    /// least used states are evicted for it; a log longer than the whole pool keeps its newest entries.
+    pub(crate) fn set_log(&mut self, key: u64, log: &Log, now: u64, mut gone: impl FnMut(u32, Removal)) {
+        let Some(index) = self.find(key) else { return };
+        let old = self.slots()[index].log;
+        self.free_log(old);
+        self.slots_mut()[index].log = 0;
+        let mut entries = log.entries();
+        loop {
+            if let Some(first) = self.write_entries(&entries) {
+                if let Some(index) = self.find(key) {
+                    self.slots_mut()[index].log = first;
+                    return;
+                }
+                // Evicted to make room for itself: the state is gone, so is its log.
+                self.free_log(first);
+                return;
+            }
+            let others = self.iter().filter(|s| s.log != 0 && s.identity() != key >> IDENTITY_SHIFT).count();
+            if others == 0 {
+                // Nothing else to evict: keep what fits, the newest.
+                let fits = (self.place.chunk_count as usize) * CHUNK_ENTRIES;
+                entries.drain(..entries.len().saturating_sub(fits));
+                if entries.len() <= fits && self.free_chunk_count() * CHUNK_ENTRIES >= entries.len() {
+                    continue;
+                }
+                return;
+            }
+            self.make_room(now, &mut gone);
+        }
+    }
+
+    fn free_chunk_count(&self) -> usize {
+        let head = self.head();
+        let mut free = (self.place.chunk_count - head.fresh_chunks) as usize;
+        let mut at = head.free_chunks;
+        while at != 0 && free <= self.place.chunk_count as usize {
+            free += 1;
+            at = self.chunk(at - 1).next;
+        }
+        free
+    }
+
+    fn read_log(&self, mut at: u32) -> Log {
+        if at == 0 {
+            return Log::new();
+        }
+        let mut entries = Vec::new();
+        let mut hops = 0;
+        while at != 0 && at <= self.place.chunk_count && hops < self.place.chunk_count {
+            let chunk = self.chunk(at - 1);
+            entries.extend_from_slice(&chunk.entries[..(chunk.len as usize).min(CHUNK_ENTRIES)]);
+            at = chunk.next;
+            hops += 1;
+        }
+        Log::from_entries(entries)
+    }
+
+    /// Writes `entries` into new chunks; their first plus one (0 for none), or `None`: no room.
+    fn write_entries(&self, entries: &[(u64, u64)]) -> Option<u32> {
+        if entries.is_empty() {
+            return Some(0);
+        }
+        let needed = entries.len().div_ceil(CHUNK_ENTRIES);
+        if self.free_chunk_count() < needed {
+            return None;
+        }
+        let mut first = 0;
+        for part in entries.chunks(CHUNK_ENTRIES).rev() {
+            let index = self.take_chunk()?;
+            let chunk = self.chunk(index);
+            chunk.next = first;
+            #[allow(clippy::cast_possible_truncation)]
+            {
+                chunk.len = part.len() as u32;
+            }
+            chunk.entries[..part.len()].copy_from_slice(part);
+            first = index + 1;
+        }
+        Some(first)
+    }
+
+    fn take_chunk(&self) -> Option<u32> {
+        let head = self.head();
+        if head.free_chunks != 0 {
+            let index = head.free_chunks - 1;
+            head.free_chunks = self.chunk(index).next;
+            return Some(index);
+        }
+        if head.fresh_chunks < self.place.chunk_count {
+            head.fresh_chunks += 1;
+            return Some(head.fresh_chunks - 1);
+        }
+        None
+    }
+
+    fn free_log(&self, mut at: u32) {
+        let mut hops = 0;
+        while at != 0 && at <= self.place.chunk_count && hops < self.place.chunk_count {
+            let index = at - 1;
+            let chunk = self.chunk(index);
+            at = chunk.next;
+            chunk.next = self.head().free_chunks;
+            self.head().free_chunks = index + 1;
+            hops += 1;
+        }
+    }
+
+    /// Makes the shard whole after a process died holding its lock, whatever it was writing: one slot
+    /// per identity (a shift may have copied one), log chains within the pool and not shared, the free
+    /// list rebuilt from the chunks no slot uses, the counts recounted. What the dead process was
+    /// deciding may be lost; nothing else is.
+    pub fn repair(&mut self) {
+        let chunk_count = self.place.chunk_count as usize;
+        let mut used = vec![false; chunk_count];
+        let mut seen = std::collections::HashSet::new();
+        let mut kept = Vec::new();
+        for index in 0..self.place.capacity {
+            let mut slot = self.slots()[index];
+            if !slot.occupied() || !seen.insert(slot.identity()) {
+                continue;
+            }
+            // A chain is kept only if it stays in the pool, has no cycle and shares no chunk.
+            let mut chain = Vec::new();
+            let mut at = slot.log;
+            let mut whole = true;
+            while at != 0 {
+                let index = at as usize - 1;
+                if index >= chunk_count || used[index] || chain.contains(&index) {
+                    whole = false;
+                    break;
+                }
+                chain.push(index);
+                at = self.chunk(at - 1).next;
+            }
+            if whole {
+                for &i in &chain {
+                    used[i] = true;
+                }
+            } else {
+                slot.log = 0;
+            }
+            kept.push(slot);
+        }
+        let head = self.head();
+        head.free_chunks = 0;
+        head.fresh_chunks = self.place.chunk_count;
+        for index in (0..chunk_count).rev().filter(|&i| !used[i]) {
+            #[allow(clippy::cast_possible_truncation)]
+            let index = index as u32;
+            self.chunk(index).next = self.head().free_chunks;
+            self.head().free_chunks = index + 1;
+        }
+        let before = self.len();
+        self.slots_mut().fill(RegionSlot::default());
+        let count = kept.len();
+        for slot in kept {
+            self.place_slot(slot);
+        }
+        self.set_len(before, count);
+    }
+}
+
+/// Whether process `pid` still runs (a zombie, killed but not yet reaped, does not).
+fn alive(pid: u32) -> bool {
+    let Ok(id) = libc::pid_t::try_from(pid) else { return false };
+    // SAFETY: signal 0 only checks that the process exists.
+    if unsafe { libc::kill(id, 0) } != 0 {
+        return std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH);
+    }
+    // The state is the field after the command's closing parenthesis.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('Z')))
+        .is_none_or(|zombie| !zombie)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A shard laid out in a plain heap buffer (its lock unused: one thread).
+    struct Fixture {
+        _memory: Vec<u128>,
+        keys: Box<AtomicU64>,
+        table: RegionTable,
+    }
+
+    fn fixture(capacity: usize, chunk_count: u32, max_keys: u64) -> Fixture {
+        let bytes = std::mem::size_of::<ShardHead>()
+            + capacity * std::mem::size_of::<RegionSlot>()
+            + chunk_count as usize * std::mem::size_of::<Chunk>();
+        let mut memory = vec![0u128; bytes.div_ceil(16) + 4];
+        let base = memory.as_mut_ptr().cast::<u8>();
+        let base = base.wrapping_add(base.align_offset(64));
+        // SAFETY: all within `memory`, zeroed, aligned for each part.
+        let place = unsafe {
+            let head = base.cast::<ShardHead>();
+            let slots = base.add(std::mem::size_of::<ShardHead>()).cast::<RegionSlot>();
+            let chunks = slots.add(capacity).cast::<Chunk>();
+            ShardPlace { head, slots, capacity, chunks, chunk_count }
+        };
+        let keys = Box::new(AtomicU64::new(0));
+        // SAFETY: the fixture keeps `memory` and `keys` alive with the table.
+        let table = unsafe { RegionTable::new(place, &raw const *keys, max_keys) };
+        Fixture { _memory: memory, keys, table }
+    }
+
+    fn key(i: u64) -> u64 {
+        ahash::RandomState::with_seeds(1, 2, 3, 4).hash_one(i)
+    }
+
+    fn busy() -> State {
+        State { t: u64::MAX, a: 1, b: 0 }
+    }
+
+    #[test]
+    fn slots_and_chunks_have_their_sizes() {
+        assert_eq!(std::mem::size_of::<RegionSlot>(), 32);
+        assert_eq!(std::mem::size_of::<Chunk>(), 256);
+    }
+
+    #[test]
+    fn inserts_finds_and_removes_keep_every_other_key_reachable() {
+        let mut f = fixture(64, 4, 1_000);
+        for i in 0..50 {
+            f.table.insert(key(i), State { t: i, a: 0, b: 0 }, 3, 0, |_, _| panic!("no room needed"));
+        }
+        for i in (0..50).step_by(3) {
+            assert_eq!(f.table.remove(key(i)), Some(3));
+        }
+        for i in 0..50 {
+            assert_eq!(f.table.get(key(i)).map(|s| s.state.t), (i % 3 != 0).then_some(i), "key {i}");
+        }
+        assert_eq!(f.table.len(), 33);
+        assert_eq!(f.keys.load(Ordering::Relaxed), 33);
+    }
+
+    #[test]
+    fn a_full_shard_drops_idle_states_then_evicts_the_least_used() {
+        let mut f = fixture(128, 0, 100);
+        let hot = key(u64::MAX);
+        f.table.insert(hot, busy(), 0, 0, |_, _| {});
+        let mut evicted = 0;
+        for i in 0..10_000 {
+            if i % 20 == 0 {
+                assert!(f.table.get_mut(hot).is_some(), "the busy key was evicted at {i}");
+            }
+            let idle = i % 2 == 0;
+            let state = if idle { State::default() } else { busy() };
+            f.table.insert(key(i), state, 0, 10, |_, removal| evicted += u64::from(removal == Removal::Evicted));
+        }
+        assert!(f.table.len() <= 100);
+        assert!(evicted > 0);
+    }
+
+    #[test]
+    fn logs_are_kept_in_chunks_and_given_back() {
+        let mut f = fixture(32, 4, 100);
+        f.table.insert(key(1), busy(), 0, 0, |_, _| {});
+        let log = Log::from_entries((0..40).map(|i| (i, 1 + i % 2)));
+        f.table.set_log(key(1), &log, 0, |_, _| {});
+        assert_eq!(f.table.log(key(1)).entries(), log.entries());
+        assert_eq!(f.table.free_chunk_count(), 1);
+        f.table.remove(key(1));
+        assert_eq!(f.table.free_chunk_count(), 4);
+    }
+
+    #[test]
+    fn a_log_without_room_evicts_another_keys_log() {
+        let mut f = fixture(32, 2, 100);
+        for i in 0..2 {
+            f.table.insert(key(i), busy(), 0, 0, |_, _| {});
+            f.table.set_log(key(i), &Log::from_entries((0..15).map(|t| (t, 1))), 0, |_, _| {});
+        }
+        f.table.get_mut(key(1));
+        f.table.insert(key(2), busy(), 0, 0, |_, _| {});
+        f.table.set_log(key(2), &Log::from_entries((0..15).map(|t| (t, 1))), 0, |_, _| {});
+        assert_eq!(f.table.log(key(2)).units(), 15);
+        assert!(f.table.get(key(0)).is_none() || f.table.get(key(1)).is_none() || f.table.log(key(0)).is_empty());
+    }
+
+    #[test]
+    fn repair_removes_a_duplicate_and_a_broken_chain_and_recounts() {
+        let mut f = fixture(32, 4, 100);
+        for i in 0..5 {
+            f.table.insert(key(i), busy(), 0, 0, |_, _| {});
+        }
+        f.table.set_log(key(0), &Log::from_entries((0..20).map(|t| (t, 1))), 0, |_, _| {});
+        // A copy of a slot left behind by a shift cut short, a chain pointing out of the pool, a count off.
+        let copy = *f.table.get(key(1)).unwrap();
+        let free = (0..32).find(|&i| !f.table.slots()[i].occupied()).unwrap();
+        f.table.slots_mut()[free] = copy;
+        let broken = f.table.find(key(2)).unwrap();
+        f.table.slots_mut()[broken].log = 99;
+        f.table.head().len = 17;
+        f.table.repair();
+        assert_eq!(f.table.len(), 5);
+        assert_eq!(f.table.iter().count(), 5);
+        assert_eq!(f.table.log(key(0)).units(), 20);
+        assert!(f.table.log(key(2)).is_empty());
+        assert_eq!(f.table.free_chunk_count(), 2);
+    }
+}
