@@ -19,11 +19,12 @@ from ratekeeper._core import (
     Redis,
     Resolution,
     Rule,
+    Shared,
     __version__,
 )
 from ratekeeper._errors import BackendUnavailable, InvalidArgument, InvalidType, InvalidValue, RateLimited
 from ratekeeper._http import HeaderOptions
-from ratekeeper._stats import Algorithm, GroupStats, Histogram, LimitStats, PolicyName, Stats
+from ratekeeper._stats import Algorithm, GroupStats, Histogram, LimitStats, PolicyName, SharedStats, Stats
 from ratekeeper.limiter import Limiter, Permit
 
 # A library's logger gets a handler that drops records: without one, an application that has not set up
@@ -55,6 +56,8 @@ __all__ = [
     "Redis",
     "Resolution",
     "Rule",
+    "Shared",
+    "SharedStats",
     "Stats",
     "__version__",
 ]

@@ -1,4 +1,5 @@
-"""Command line: ``python -m ratekeeper demo``, ``check-config FILE``, ``serve`` and ``top URL``."""
+"""Command line: ``python -m ratekeeper demo``, ``check-config FILE``, ``serve``, ``top URL`` and
+``inspect NAME``."""
 
 from __future__ import annotations
 
@@ -51,6 +52,35 @@ def show_top(url: str, namespace: str, every: float | None, count: int | None) -
         return 2
 
 
+def inspect_region(name: str | None, path: str | None, as_json: bool) -> int:
+    """Prints what a shared region holds, read without writing to it: exit 0, or 2 if it cannot be read."""
+    import json
+
+    from ratekeeper import Shared, _core
+
+    try:
+        region = Shared(name, path=path)
+        stats = _core._inspect_region(region.path)
+    except (ValueError, TypeError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if as_json:
+        print(json.dumps(stats, indent=2))
+        return 0
+    print(f"{stats['path']}: {stats['keys']:,} keys of {stats['max_keys']:,}")
+    print(f"decisions: {stats['allowed']:,} allowed, {stats['refused']:,} refused (every process)")
+    print(f"evicted {stats['evictions']:,}, idle dropped {stats['dropped']:,}")
+    if stats["groups"]:
+        print("\nkeys by group:")
+        for group, keys in sorted(stats["groups"].items(), key=lambda item: -item[1]):
+            print(f"  {group:<32} {keys:>12,}")
+    if stats["top_refused"]:
+        print("\npeers refused most:")
+        for peer, refusals in stats["top_refused"]:
+            print(f"  {peer:<32} {refusals:>12,}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ratekeeper", description="ratekeeper rate limiter")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -71,7 +101,15 @@ def main(argv: list[str] | None = None) -> int:
     top.add_argument("--namespace", default="ratekeeper", help="the collector's namespace (default ratekeeper)")
     top.add_argument("--every", type=_positive, metavar="SECONDS", help="read again every SECONDS (Ctrl-C stops)")
     top.add_argument("--count", type=_count, metavar="N", help="with --every: stop after N reads")
+    inspect = commands.add_parser(
+        "inspect", help="what a shared region (backend=rk.Shared) holds: keys, groups, the peers refused most"
+    )
+    inspect.add_argument("name", nargs="?", help="the region's name (rk.Shared(NAME)); or give --path")
+    inspect.add_argument("--path", help="the region's file (rk.Shared(path=...))")
+    inspect.add_argument("--json", action="store_true", help="print the counts as JSON")
     args = parser.parse_args(argv)
+    if args.command == "inspect":
+        return inspect_region(args.name, args.path, args.json)
     if args.command == "top":
         return show_top(args.url, args.namespace, args.every, args.count)
     if args.command == "check-config":

@@ -7,7 +7,7 @@ from typing import ClassVar, Literal, final
 
 from typing_extensions import TypeAlias, disjoint_base
 
-from ratekeeper._stats import Algorithm, PolicyName, Stats
+from ratekeeper._stats import Algorithm, PolicyName, SharedStats, Stats
 
 __all__ = [
     "NANOS_PER_SEC",
@@ -22,6 +22,7 @@ __all__ = [
     "Redis",
     "Resolution",
     "Rule",
+    "Shared",
     "_Completions",
     "_FetchJob",
     "_FetchQueue",
@@ -29,6 +30,7 @@ __all__ = [
     "_Reservation",
     "_Take",
     "__version__",
+    "_inspect_region",
 ]
 
 __version__: str
@@ -440,6 +442,54 @@ class Redis:
     @property
     def on_error(self) -> Literal["local", "allow", "deny", "raise"]: ...
 
+@final
+class Shared:
+    """Where a limiter keeps its states so that every worker process of one machine shares them, with
+    no server to run: ``rk.Limiter(rules=..., backend=rk.Shared("myapp"))``. Every process that opens
+    the same name (gunicorn or ``uvicorn --workers`` workers, a multiprocessing pool, separate
+    services) decides on the same states, exactly, at close to in-memory speed.
+
+    The states live in a file mapped into each process: ``/dev/shm/ratekeeper-NAME``, or ``path``. The
+    first process creates it (mode 0600, exclusively) sized from the limiter's ``max_keys`` (about 40
+    bytes a key, plus 17 bytes a sliding-log entry), its space reserved at once, so a full ``/dev/shm``
+    is an error then and never a crash later; the others attach to it, whatever the start method. The
+    core's own algorithms decide on it under one robust lock per shard: a worker killed while holding
+    one costs the others nothing but that worker's decision in flight. Time is the kernel's monotonic
+    clock, one for every process (a :class:`ManualClock` still drives tests). When full, idle states
+    are dropped first, then the least used, as in memory. Concurrency permits held by a process that
+    dies come back at the next request the gate would refuse.
+
+    The file outlives the processes (a restart keeps its limits; a reboot clears ``/dev/shm``). Remove
+    it to start afresh, or to change ``max_keys``.
+
+    Args:
+        name: the region's name: letters, digits, ``.``, ``_``, ``-``.
+        path: the region's file instead of a name (e.g. on a tmpfs of your own).
+        log_entries: sliding-log (stamp, units) entries the region holds, spread over its shards;
+            default: a quarter of ``max_keys``, and room for 16 full logs per shard when the rules have
+            a sliding log. A log that outgrows it evicts the least used states.
+
+    Raises:
+        InvalidValue: neither or both of ``name`` and ``path``, a name with other characters; when the
+            limiter is built: a region owned by another user, open to other users, a symbolic link, made
+            by another version (layout) or for another ``max_keys``, or no room for it.
+        InvalidType: a name that is not a str, a path that is not a str or ``os.PathLike``.
+    """
+
+    def __new__(
+        cls, name: str | None = None, *, path: str | os.PathLike[str] | None = None, log_entries: int | None = None
+    ) -> Shared: ...
+    @property
+    def name(self) -> str | None: ...
+    @property
+    def path(self) -> str:
+        """The region's file."""
+    @property
+    def log_entries(self) -> int | None: ...
+
+def _inspect_region(path: str | os.PathLike[str]) -> SharedStats:
+    """Looks at the region at ``path`` without writing to it or taking its locks."""
+
 _QuotaProvider: TypeAlias = Callable[[str, str], Rate | str | Awaitable[Rate | str | None] | None]
 
 @disjoint_base
@@ -461,6 +511,7 @@ class Limiter:
         track_usage: record each key's admissions for :meth:`drain_pending` (syncing usage between
             nodes); this keeps the peer strings of keys admitted since the last drain.
         backend: :class:`Redis` to keep the states in Redis, shared by every process that uses it;
+            :class:`Shared` to keep them in shared memory, shared by every process of the machine;
             default: this process's memory.
 
     Raises:
@@ -484,10 +535,10 @@ class Limiter:
         clock: ManualClock | None = None,
         quotas: Quotas | None = None,
         track_usage: bool = False,
-        backend: Redis | None = None,
+        backend: Redis | Shared | None = None,
     ) -> Limiter: ...
     @property
-    def backend(self) -> Redis | None:
+    def backend(self) -> Redis | Shared | None:
         """The backend the states live in; ``None``: this process's memory."""
     @property
     def _waits_on_io(self) -> bool: ...

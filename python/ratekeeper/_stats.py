@@ -65,6 +65,27 @@ class GroupStats(TypedDict):
     waits: Histogram
 
 
+class SharedStats(TypedDict):
+    """The whole shared region (``backend=rk.Shared(...)``), counted by every process that uses it."""
+
+    #: The region's file.
+    path: str
+    #: States held in the region, and its bound (the ``max_keys`` it was made for).
+    keys: int
+    max_keys: int
+    #: States evicted as least used, and idle states dropped to make room, by any process.
+    evictions: int
+    dropped: int
+    #: Decisions of every process since the region was made.
+    allowed: int
+    refused: int
+    #: The peers refused most across every process, as ``(peer, refusals)``, most first (each shard
+    #: keeps its 8 most refused; counts never below the truth).
+    top_refused: list[tuple[str, int]]
+    #: States held per group name.
+    groups: dict[str, int]
+
+
 class Stats(TypedDict):
     """The whole limiter; read one shard at a time, so not one instant's snapshot under load."""
 
@@ -90,3 +111,7 @@ class Stats(TypedDict):
     #: The backend's round trip per decision, every one (empty without a backend).
     backend_seconds: Histogram
     groups: dict[str, GroupStats]
+    #: The shared region's own counts, every process's together (``None`` unless
+    #: ``backend=rk.Shared(...)``); ``keys`` and each group's ``keys`` above are region-wide too, the
+    #: other counts this process's.
+    shared: SharedStats | None

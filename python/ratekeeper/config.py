@@ -58,6 +58,13 @@ A ``[backend]`` table keeps the limits in Redis (:class:`~ratekeeper.Redis`; ``u
     prefix = "ratekeeper:"
     on_error = "local"                  # "allow", "deny" or "raise"
 
+Or in shared memory, for the worker processes of one machine (:class:`~ratekeeper.Shared`; ``shared``
+names the region, or ``path`` gives its file)::
+
+    [backend]
+    shared = "myapp"                    # /dev/shm/ratekeeper-myapp
+    log_entries = 250000                # optional: sliding-log entries the region holds
+
 It applies when a limiter is built from the file; reloading a file does not change a limiter's backend.
 
 Unknown keys are errors, so a misspelt setting never silently does nothing.
@@ -82,7 +89,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, Union
 
-from ratekeeper._core import Limit, ManualClock, Redis, Rule
+from ratekeeper._core import Limit, ManualClock, Redis, Rule, Shared
 from ratekeeper._core import Limiter as _CoreLimiter
 from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue, Loc, format_loc
 
@@ -114,6 +121,8 @@ TOP_KEYS = ("max_keys", "exempt_peers", "exempt_paths", "default", "groups", "ba
 # key of the file at once. Those whose default is a float are durations in seconds (timeout, lease_ttl).
 _REDIS_PARAMETERS = inspect.signature(Redis).parameters
 BACKEND_KEYS = tuple(_REDIS_PARAMETERS)
+# A [backend] table with one of these is a shared-memory region instead (rk.Shared).
+SHARED_BACKEND_KEYS = ("shared", "path", "log_entries")
 BACKEND_SECONDS_KEYS = tuple(name for name, parameter in _REDIS_PARAMETERS.items() if type(parameter.default) is float)
 GROUP_KEYS = ("paths", "rate", "burst", "algorithm", "limits", "policy", "reduction")
 DEFAULT_KEYS = tuple(key for key in GROUP_KEYS if key != "paths")
@@ -205,7 +214,7 @@ class LimiterPlan:
     exempt_peers: list[str] = field(default_factory=list)
     exempt_paths: list[str] = field(default_factory=list)
     max_keys: int | None = None
-    backend: Redis | None = None
+    backend: Redis | Shared | None = None
     routes: list[Route] = field(default_factory=list)
     places: list[RulePlaces] = field(default_factory=list)
     file: str | None = None
@@ -437,8 +446,11 @@ def plan_from_config(config: Mapping[str, Any]) -> LimiterPlan:
     return plan
 
 
-def _backend(table: Mapping[str, Any]) -> Redis:
-    """The ``[backend]`` table: ``url`` and :class:`~ratekeeper.Redis`'s keyword options."""
+def _backend(table: Mapping[str, Any]) -> Redis | Shared:
+    """The ``[backend]`` table: ``url`` and :class:`~ratekeeper.Redis`'s keyword options, or ``shared``
+    (or ``path``) and :class:`~ratekeeper.Shared`'s."""
+    if any(key in table for key in ("shared", "path")):
+        return _shared_backend(table)
     _check_keys(table, BACKEND_KEYS, ("backend",))
     if "url" not in table:
         raise InvalidValue(("backend",), 'needs url, e.g. url = "redis://10.0.0.5:6379/0"')
@@ -454,6 +466,20 @@ def _backend(table: Mapping[str, Any]) -> Redis:
     url = _str(table["url"], ("backend", "url"))  # outside the try: its loc is already in the config
     try:
         return Redis(url, **options)
+    except InvalidArgument as error:
+        raise error.at("backend") from None
+
+
+def _shared_backend(table: Mapping[str, Any]) -> Shared:
+    """A ``[backend]`` table of a shared-memory region."""
+    _check_keys(table, SHARED_BACKEND_KEYS, ("backend",))
+    if "shared" in table and "path" in table:
+        raise InvalidValue(("backend",), "give shared (a name) or path, not both")
+    name = _str(table["shared"], ("backend", "shared")) if "shared" in table else None
+    path = _str(table["path"], ("backend", "path")) if "path" in table else None
+    log_entries = _int(table["log_entries"], ("backend", "log_entries")) if "log_entries" in table else None
+    try:
+        return Shared(name, path=path, log_entries=log_entries)
     except InvalidArgument as error:
         raise error.at("backend") from None
 

@@ -588,15 +588,6 @@ impl PyLimiter {
         self.backend.as_ref().map(|b| b.clone_ref(py))
     }
 
-    /// What the whole shared region holds and has decided, by every process (`None` unless
-    /// `backend=rk.Shared(...)`).
-    fn _shared_stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, pyo3::types::PyDict>>> {
-        match py.detach(|| self.inner.shared_summary()) {
-            None => Ok(None),
-            Some(summary) => super::shared::summary_dict(py, &summary).map(Some),
-        }
-    }
-
     /// Round trips to the backend that failed (each decided by `on_error`), and whether the last did.
     #[getter]
     fn backend_errors(&self) -> (u64, bool) {
@@ -711,6 +702,11 @@ impl PyLimiter {
         let backend = health.latency;
         out.set_item("backend_seconds", histogram(py, &LATENCY_BOUNDS_NS, &backend.counts, backend.sum_ns)?)?;
         out.set_item("groups", groups)?;
+        let shared = match py.detach(|| self.inner.shared_summary()) {
+            None => None,
+            Some(summary) => Some(super::shared::summary_dict(py, &summary)?),
+        };
+        out.set_item("shared", shared)?;
         Ok(out)
     }
 
