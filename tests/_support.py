@@ -17,8 +17,9 @@ NS_PER_US = 1_000
 #: once. ``"concurrency"`` is not among them: it is a kind of limit (``Limit(concurrency=5)``), not an algorithm.
 ALGORITHMS: tuple[rk.Algorithm, ...] = get_args(rk.Algorithm)
 
-#: Where a limiter keeps its states: this process's memory, or Redis in exact mode (``rk.Redis``).
-Store = Literal["memory", "redis"]
+#: Where a limiter keeps its states: this process's memory, Redis in exact mode (``rk.Redis``), or a
+#: shared-memory region (``rk.Shared``).
+Store = Literal["memory", "redis", "shared"]
 STORES: tuple[Store, ...] = get_args(Store)
 
 

@@ -79,6 +79,9 @@ def make_limiter(store: Store, request: pytest.FixtureRequest) -> MakeLimiter:
     then takes 100 ms, which would fail a test of decisions for no fault of the decisions. With a
     ManualClock the script decides at the clock's time, as memory does.
     Only the ``redis`` runs ask for the session's redis-server: memory-only runs never start one.
+
+    In a shared region it is a region of its own at every call, its file removed once the limiter has
+    mapped it (the mapping lives on with the limiter), ``max_keys`` 100,000 unless the test gives one.
     """
     if store == "memory":
 
@@ -86,6 +89,18 @@ def make_limiter(store: Store, request: pytest.FixtureRequest) -> MakeLimiter:
             return rk.Limiter(*args, **options)
 
         return in_memory
+    if store == "shared":
+        folder: Path = request.getfixturevalue("tmp_path")
+        regions = itertools.count()
+
+        def in_shared(*args: Any, **options: Any) -> rk.Limiter:
+            path = folder / f"region-{next(regions)}"
+            options.setdefault("max_keys", 100_000)
+            limiter = rk.Limiter(*args, backend=rk.Shared(path=path), **options)
+            path.unlink()
+            return limiter
+
+        return in_shared
     server: RedisServer = request.getfixturevalue("redis_server")
     prefix: str = request.getfixturevalue("redis_prefix")
     numbers = itertools.count()

@@ -10,6 +10,7 @@ use pyo3::types::PyDict;
 use super::args::{int_at_least, str_arg, type_name};
 use crate::error::Error;
 use crate::shared::layout::{region_path, RegionSummary, SharedRegion};
+use crate::shared::table::CHUNK_ENTRIES;
 
 #[pyclass(frozen, name = "Shared", module = "ratekeeper._core")]
 pub struct PyShared {
@@ -20,14 +21,15 @@ pub struct PyShared {
 
 impl PyShared {
     /// The region for a limiter of `max_keys` states: made now, or attached to. Log entries default to
-    /// a quarter of `max_keys`, and room for 16 full logs a shard when the rules have a sliding log.
+    /// a quarter of `max_keys`, and when the rules have a sliding log (of `needs_log` entries at most) to
+    /// room for 16 full logs a shard at least (a log takes whole chunks of 15 entries).
     ///
     /// # Errors
-    /// As `SharedRegion::open`; a sliding log of the rules (`needs_log` entries) that a shard cannot hold.
+    /// As `SharedRegion::open`; a sliding log of the rules that a shard cannot hold.
     pub fn open(&self, max_keys: usize, needs_log: usize) -> Result<Arc<SharedRegion>, Error> {
         let shards = crate::state_map::StateMap::<()>::shard_count(max_keys);
-        let log_entries =
-            self.log_entries.unwrap_or_else(|| (max_keys / 4).max(needs_log.saturating_mul(shards).saturating_mul(16)));
+        let full_logs = needs_log.div_ceil(CHUNK_ENTRIES).saturating_mul(CHUNK_ENTRIES).saturating_mul(16);
+        let log_entries = self.log_entries.unwrap_or_else(|| (max_keys / 4).max(full_logs.saturating_mul(shards)));
         let region = SharedRegion::open(&self.path, max_keys, log_entries)?;
         if needs_log > region.log_entries_per_shard() {
             return Err(Error::value(

@@ -1,7 +1,7 @@
 """Issue 20: one semantics of reconfiguration and quotas for every store.
 
-A differential property: random scripts run on an in-memory limiter and on a Redis exact-mode limiter side
-by side, each on a ManualClock of its own moved together, and every step must give the same outcome on
+A differential property: random scripts run on an in-memory limiter and on another store's limiter (Redis
+in exact mode; a shared-memory region, issue 21) side by side, each on a ManualClock of its own moved together, and every step must give the same outcome on
 both: every field of every decision (``retry_after`` included) exactly, the same exceptions, the same
 waits, equal clocks after each blocking wait, and the same quotas, rules and routes. Memory is the
 specification (README "Live reconfiguration"): a change of limits (``update_rule``, a reload,
@@ -311,8 +311,9 @@ def probes() -> Iterator[Step]:
             yield Check(peer, path, 1)
 
 
-def play(memory: Side, redis: Side, script: list[Step]) -> None:
-    """Runs each step on both sides and compares what it gave, then what each side shows."""
+def play(memory: Side, redis: Side, script: list[Step], name: str = "redis") -> None:
+    """Runs each step on both sides and compares what it gave, then what each side shows (the other
+    store is called ``name`` in a failure's text)."""
     listing = [*script, *probes()]
     for index, step in enumerate(listing):
         expected, got = step.run(memory), step.run(redis)
@@ -323,29 +324,58 @@ def play(memory: Side, redis: Side, script: list[Step]) -> None:
         if index >= len(script):
             lines.insert(len(script), "    (the script ends; one request of each key follows)")
         views = [
-            f"\n  memory {name}: {mine!r}\n  redis  {name}: {theirs!r}"
-            for (name, mine), (_, theirs) in zip(expected_view, got_view)
+            f"\n  memory {what}: {mine!r}\n  {name:<6} {what}: {theirs!r}"
+            for (what, mine), (_, theirs) in zip(expected_view, got_view)
             if mine != theirs
         ]
         raise AssertionError(
-            f"memory and redis differ at {'final probe' if index >= len(script) else 'step'} {index}: {step!r}\n"
+            f"memory and {name} differ at {'final probe' if index >= len(script) else 'step'} {index}: {step!r}\n"
             + "\n".join(lines)
-            + f"\n  memory: {expected!r}\n  redis:  {got!r}"
+            + f"\n  memory: {expected!r}\n  {name}:  {got!r}"
             + "".join(views)
         )
 
 
+OtherStore = Callable[[list[rk.Rule], rk.ManualClock], rk.Limiter]
+
+
+@pytest.fixture(params=["redis", "shared"])
+def other_store(request: pytest.FixtureRequest) -> OtherStore:
+    """``other_store(rules, clock)``: a limiter on the store held to memory, with fresh states at each call:
+    Redis in exact mode under a prefix of its own, or a shared-memory region of its own (its file removed
+    once mapped)."""
+    if request.param == "shared":
+        folder = request.getfixturevalue("tmp_path")
+        regions = itertools.count()
+
+        def shared(rules: list[rk.Rule], clock: rk.ManualClock) -> rk.Limiter:
+            path = folder / f"region-{next(regions)}"
+            # Room for every sliding log of a script (its keys share shards).
+            backend = rk.Shared(path=path, log_entries=100_000)
+            limiter = rk.Limiter(rules=rules, clock=clock, backend=backend, max_keys=10_000)
+            path.unlink()
+            return limiter
+
+        return shared
+    server: RedisServer = request.getfixturevalue("redis_server")
+    prefix: str = request.getfixturevalue("redis_prefix")
+
+    def redis(rules: list[rk.Rule], clock: rk.ManualClock) -> rk.Limiter:
+        return rk.Limiter(rules=rules, clock=clock, backend=redis_backend(server, prefix))
+
+    return redis
+
+
 @pytest.fixture
-def sides(redis_server: RedisServer, redis_prefix: str) -> Callable[[dict[str, GroupSpec], int], tuple[Side, Side]]:
-    """``sides(groups, start_ns)``: a memory limiter and a Redis exact-mode one, fresh keys at each call."""
+def sides(other_store: OtherStore) -> Callable[[dict[str, GroupSpec], int], tuple[Side, Side]]:
+    """``sides(groups, start_ns)``: a memory limiter and one on the other store, fresh keys at each call."""
 
     def build(groups: dict[str, GroupSpec], start: int) -> tuple[Side, Side]:
         rules = plan_from_config(config(dict(groups))).rules
-        memory_clock, redis_clock = rk.ManualClock(start / S), rk.ManualClock(start / S)
-        backend = redis_backend(redis_server, redis_prefix)
+        memory_clock, other_clock = rk.ManualClock(start / S), rk.ManualClock(start / S)
         return (
             Side(rk.Limiter(rules=rules, clock=memory_clock), memory_clock),
-            Side(rk.Limiter(rules=rules, clock=redis_clock, backend=backend), redis_clock),
+            Side(other_store(rules, other_clock), other_clock),
         )
 
     return build
@@ -363,14 +393,15 @@ def sides(redis_server: RedisServer, redis_prefix: str) -> Callable[[dict[str, G
     start=st.integers(0, 10**6 * S),
     script=st.lists(steps, min_size=1, max_size=40),
 )
-def test_memory_and_redis_agree_on_every_script(
+def test_memory_and_every_store_agree_on_every_script(
+    request: pytest.FixtureRequest,
     sides: Callable[[dict[str, GroupSpec], int], tuple[Side, Side]],
     groups: dict[str, GroupSpec],
     start: int,
     script: list[Step],
 ) -> None:
-    memory, redis = sides(groups, start)
-    play(memory, redis, script)
+    memory, other = sides(groups, start)
+    play(memory, other, script, request.node.callspec.params["other_store"])
 
 
 # --- regression tests: one per divergence the property found ------------------------------------------
@@ -380,14 +411,14 @@ Pair = tuple[rk.Limiter, rk.Limiter, rk.ManualClock, rk.ManualClock]
 
 
 @pytest.fixture
-def pair(redis_server: RedisServer, redis_prefix: str) -> Callable[..., Pair]:
-    """``pair(rules=..., start=...)``: a memory limiter and a Redis one, each on a ManualClock at ``start``."""
+def pair(other_store: OtherStore) -> Callable[..., Pair]:
+    """``pair(rules=..., start=...)``: a memory limiter and one on the other store, each on a ManualClock
+    at ``start``."""
 
     def build(rules: list[rk.Rule], start: float = 10.0) -> Pair:
-        memory_clock, redis_clock = rk.ManualClock(start), rk.ManualClock(start)
+        memory_clock, other_clock = rk.ManualClock(start), rk.ManualClock(start)
         memory = rk.Limiter(rules=rules, clock=memory_clock)
-        redis = rk.Limiter(rules=rules, clock=redis_clock, backend=redis_backend(redis_server, redis_prefix))
-        return memory, redis, memory_clock, redis_clock
+        return memory, other_store(rules, other_clock), memory_clock, other_clock
 
     return build
 
