@@ -2,11 +2,12 @@
 
 A differential property: random scripts run on an in-memory limiter and on another store's limiter (Redis
 in exact mode; a shared-memory region, issue 21) side by side, each on a ManualClock of its own moved
-together, and every step must give the same outcome on both: every field of every decision (``retry_after`` included) exactly, the same exceptions, the same
-waits, equal clocks after each blocking wait, and the same quotas, rules and routes. Memory is the
-specification (README "Live reconfiguration"): a change of limits (``update_rule``, a reload,
-``set_quota``) moves every state to the new limit at the instant of the change, keeping what it used,
-also when a limit's algorithm changed; a group or limit that comes back after a reload starts empty.
+together, and every step must give the same outcome on both: every field of every decision
+(``retry_after`` included) exactly, the same exceptions, the same waits, equal clocks after each blocking
+wait, and the same quotas, rules and routes. Memory is the specification (README "Live reconfiguration"):
+a change of limits (``update_rule``, a reload, ``set_quota``) moves every state to the new limit at the
+instant of the change, keeping what it used, also when a limit's algorithm changed; a group or limit that
+comes back after a reload starts empty.
 
 Nothing is left out: every algorithm, one or two rate limits under either policy, checks, ``allow``,
 blocking waits, waits cancelled later, reductions, quotas set and cleared, ``update_rule``, and reloads
