@@ -418,3 +418,69 @@ fn a_limit_that_turns_from_a_rate_into_permits_starts_empty() {
     let request = Request::new(5).reporting().taking(Take::Permits);
     assert!(lim.decide("alice", Target::Path(Some("/")), request).unwrap().outcome.allowed, "all 5 permits free");
 }
+
+/// A limiter of `rules` on the shared region at `path` (made by the first call), on `clock`.
+fn shared_limiter(path: &std::path::Path, rules: Vec<RuleSpec>, clock: &Arc<ManualClock>) -> Limiter {
+    let config =
+        Config { rules: RulesConfig { rules, ..RulesConfig::default() }, max_keys: 1_000, ..Config::default() };
+    let region = Arc::new(crate::shared::layout::SharedRegion::open(path, 1_000, 1_000).unwrap());
+    Limiter::new_shared(config, Clock::Manual(clock.clone()), region).unwrap()
+}
+
+fn region_path(test: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("rk-limiter-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join("region")
+}
+
+#[test]
+fn limiters_on_one_region_share_keys_groups_and_counts() {
+    let path = region_path("share");
+    let clock = Arc::new(ManualClock::new(0));
+    let first = shared_limiter(&path, vec![rule("^/a", "a", "3/min"), rule("^/x", "b", "2/min")], &clock);
+    // Another process's rules name the groups in another order: ids come from the region, not the order.
+    let second = shared_limiter(&path, vec![rule("^/x", "b", "2/min"), rule("^/a", "a", "3/min")], &clock);
+    let admitted: usize =
+        [&first, &second, &first, &second].iter().map(|lim| usize::from(allowed(lim, "alice", Some("/a")))).sum();
+    assert_eq!(admitted, 3);
+    assert!(allowed(&second, "alice", Some("/x")) && allowed(&first, "alice", Some("/x")));
+    assert!(!allowed(&second, "alice", Some("/x")));
+    let summary = first.shared_summary().unwrap();
+    assert_eq!((summary.allowed, summary.refused, summary.keys), (5, 2, 2));
+    assert_eq!(summary.top_refused, vec![("alice".to_owned(), 2)]);
+    assert_eq!(first.len(), 2);
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
+
+#[test]
+fn a_process_with_other_limits_carries_the_usage_over() {
+    let path = region_path("adopt");
+    let clock = Arc::new(ManualClock::new(0));
+    let old = shared_limiter(&path, vec![rule("", "g", "10/min")], &clock);
+    for _ in 0..6 {
+        assert!(allowed(&old, "alice", None));
+    }
+    // As `update_rule` would: 6 of 10 used becomes 6 of 20 used, not a fresh 20.
+    let new = shared_limiter(&path, vec![rule("", "g", "20/min")], &clock);
+    let admitted = (0..30).filter(|_| allowed(&new, "alice", None)).count();
+    assert_eq!(admitted, 14);
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
+
+#[test]
+fn a_reset_and_a_reconfiguration_reach_the_region() {
+    let path = region_path("reset");
+    let clock = Arc::new(ManualClock::new(0));
+    let first = shared_limiter(&path, vec![rule("", "g", "2/min")], &clock);
+    let second = shared_limiter(&path, vec![rule("", "g", "2/min")], &clock);
+    assert!(allowed(&first, "alice", None) && allowed(&first, "alice", None));
+    assert!(!allowed(&second, "alice", None));
+    first.reset(Some("alice"));
+    assert!(allowed(&second, "alice", None));
+    first.update_rule("g", Some("10/min".parse().unwrap()), None).unwrap();
+    // The state moved to 10/min in the region: one used of ten.
+    let admitted = (0..20).filter(|_| allowed(&first, "alice", None)).count();
+    assert_eq!(admitted, 9);
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
