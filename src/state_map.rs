@@ -603,17 +603,25 @@ impl<C> StateMap<C> {
     #[inline]
     fn lock_index(&self, index: usize) -> ShardGuard<'_, C> {
         let mut shard = self.shards[index].0.lock();
-        let region = self.region.as_ref().map(|region| {
-            let held = region.lock(index);
-            if held.recovered {
-                // The last holder died mid-write: make the shard whole before anything reads it.
-                if let Some(table) = &mut shard.region {
-                    table.repair();
-                }
-            }
-            held
-        });
+        let region = match &self.region {
+            None => None,
+            Some(region) => Some(Self::lock_region(region, &mut shard, index)),
+        };
         ShardGuard { _region: region, shard }
+    }
+
+    /// The region's lock of shard `index`, taken with the process's (held in `shard`). Out of line: the
+    /// in-memory hot path keeps only the test for a region.
+    #[inline(never)]
+    fn lock_region<'a>(region: &'a SharedRegion, shard: &mut Shard<C>, index: usize) -> Guard<'a> {
+        let held = region.lock(index);
+        if held.recovered {
+            // The last holder died mid-write: make the shard whole before anything reads it.
+            if let Some(table) = &mut shard.region {
+                table.repair();
+            }
+        }
+        held
     }
 
     /// How many shards a store for `max_keys` keys has.

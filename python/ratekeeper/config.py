@@ -481,7 +481,8 @@ def _shared_backend(table: Mapping[str, Any]) -> Shared:
     try:
         return Shared(name, path=path, log_entries=log_entries)
     except InvalidArgument as error:
-        raise error.at("backend") from None
+        # Shared's `name` is the table's `shared`.
+        raise (error.at("backend", "shared", drop=1) if error.loc[:1] == ("name",) else error.at("backend")) from None
 
 
 def plan_from_file(path: PathLike) -> LimiterPlan:

@@ -230,7 +230,7 @@ impl RegionTable {
     }
 
     /// Counts one decision here, and a refusal of `peer` (hashed `hash`) among the peers refused most.
-    #[inline]
+    #[inline(never)]
     pub fn count(&mut self, allowed: bool, peer: &str, hash: u64) {
         let counts = self.counts();
         if allowed {
@@ -330,15 +330,16 @@ impl RegionTable {
         }
     }
 
-    /// The slot of `key`, without counting a use.
-    #[inline]
+    /// The slot of `key`, without counting a use. Out of line, as every entry point here: the in-memory
+    /// hot path that tests for a region stays small.
+    #[inline(never)]
     #[must_use]
     pub fn get(&self, key: u64) -> Option<&RegionSlot> {
         self.find(key).map(|index| &self.slots()[index])
     }
 
     /// The slot of `key`, counted as a use.
-    #[inline]
+    #[inline(never)]
     pub fn get_mut(&mut self, key: u64) -> Option<&mut RegionSlot> {
         let index = self.find(key)?;
         let slot = &mut self.slots_mut()[index];
@@ -365,6 +366,7 @@ impl RegionTable {
 
     /// Adds `state` for `key` (which `get_mut` did not find), owned by `owner` (packed), making room
     /// first when full (`gone` sees each state removed, and why).
+    #[inline(never)]
     pub(crate) fn insert(&mut self, key: u64, state: State, owner: u32, now: u64, gone: impl FnMut(u32, Removal)) {
         if self.full() {
             self.make_room(now, gone);
@@ -537,6 +539,7 @@ impl RegionTable {
     }
 
     /// Whether `key` has a sliding log here.
+    #[inline(never)]
     #[must_use]
     pub fn has_log(&self, key: u64) -> bool {
         self.get(key).is_some_and(|slot| slot.log != 0)
