@@ -37,11 +37,12 @@ demo: ## the demo
 	$(PYTHON) -m ratekeeper demo
 
 .PHONY: bench
-bench: ## criterion benches of the core, ratekeeper against peer libraries, a metrics scrape
+bench: ## criterion benches of the core, ratekeeper against peer libraries, a metrics scrape, the shared store
 	cargo bench --bench core
 	$(PYTHON) -m pip install --quiet -e '.[bench]'
 	$(PYTHON) benches/compare.py
 	$(PYTHON) benches/scrape_bench.py
+	$(PYTHON) benches/shared_bench.py
 
 .PHONY: bench-web
 bench-web: ## wrk: what a limiter costs FastAPI and Flask apps, then the quota server's profiles (needs wrk)

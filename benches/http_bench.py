@@ -6,18 +6,25 @@ What is measured
     documented set-up; each keyed by the ``X-Account-ID`` header:
 
       FastAPI on uvicorn (1 worker):  none | ratekeeper allowed | ratekeeper refused | slowapi allowed | refused
+      FastAPI on uvicorn --workers 2: ratekeeper allowed, in each worker's memory | ratekeeper-shared allowed,
+                                      the workers' states in one shared-memory region (``rk.Shared``); the
+                                      app sets TCP_NODELAY, which ``--workers`` loses (uvicorn #3149: ~40 ms
+                                      a request otherwise, whatever the limiter)
       Flask on gunicorn (2 sync workers, one per core): none | ratekeeper | flask-limiter, allowed and refused
 
     "allowed": a limit of 10^9/s, every request is admitted and gets its headers; "refused": 1/hour, every
     request after a key's first is answered 429 (with gunicorn, each worker has its own in-memory
-    limiter, so two requests are admitted in all). Every case is a fresh server on a free loopback port,
-    checked to answer as expected (200 twice, or 200 then 429), warmed by 1 s of wrk, then measured by
+    limiter, so two requests are admitted in all). The shared case's region is a fresh file under /dev/shm
+    per server (``BENCH_SHARED_PATH``), removed once the server stops; the server must have decided in it.
+    Every case is a fresh server on a free loopback port, checked to answer as expected (200 twice, or
+    200 then 429), warmed by 1 s of wrk, then measured by
     ``wrk -t1 -c<connections> -d<seconds>s``. Runs are interleaved (run 1 of every case, then run 2, ...)
     so drift of a shared machine hits every case alike; the table reports the median of the runs.
 
 Targets (issue 9, the 2-core machine)
     ratekeeper allowed costs at most 3 % of the no-limiter req/s (slowapi: about -21 %);
-    ratekeeper refused serves at least as many req/s as the no-limiter app (slowapi: about -44 %).
+    ratekeeper refused serves at least as many req/s as the no-limiter app (slowapi: about -44 %);
+    with 2 uvicorn workers, the shared store serves within 3 % of the req/s of each worker's own memory.
     Printed as PASS / MISS; with ``--check`` a miss is exit status 1.
 
 Usage
@@ -36,6 +43,7 @@ import importlib.metadata
 import os
 import platform
 import re
+import secrets
 import shutil
 import socket
 import statistics
@@ -43,31 +51,44 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
 import httpx
+import ratekeeper as rk
 
 HERE = Path(__file__).resolve().parent
 HEADER = "X-Account-ID: bench"
 MINUS = "\N{MINUS SIGN}"
 WORKERS = 2  # gunicorn sync workers: one per core
+SHARED_PATH = "BENCH_SHARED_PATH"  # web_apps.py's region path, for the ratekeeper-shared variant
 
 
 @dataclass(frozen=True)
 class Case:
     framework: str  # "fastapi" or "flask"
     variant: str  # BENCH_VARIANT of web_apps.py
+    workers: int = 1  # uvicorn's --workers (gunicorn always runs WORKERS)
 
     @property
     def refused(self) -> bool:
         return self.variant.endswith("-refused")
 
+    @property
+    def shared(self) -> bool:
+        return self.variant.startswith("ratekeeper-shared")
+
+    @property
+    def label(self) -> str:
+        return self.variant if self.workers == 1 else f"{self.variant}, {self.workers} workers"
+
     def command(self, port: int) -> list[str]:
         if self.framework == "fastapi":
-            return [sys.executable, "-m", "uvicorn", "--factory", "web_apps:fastapi_app", "--app-dir", str(HERE)]
+            uvicorn = [sys.executable, "-m", "uvicorn", "--factory", "web_apps:fastapi_app", "--app-dir", str(HERE)]
+            return uvicorn if self.workers == 1 else [*uvicorn, "--workers", str(self.workers)]
         return [
             sys.executable,
             "-m",
@@ -96,6 +117,8 @@ CASES = (
     Case("fastapi", "ratekeeper-quiet-allowed"),
     Case("fastapi", "slowapi-allowed"),
     Case("fastapi", "slowapi-refused"),
+    Case("fastapi", "ratekeeper-allowed", workers=2),
+    Case("fastapi", "ratekeeper-shared-allowed", workers=2),
     Case("flask", "none"),
     Case("flask", "ratekeeper-allowed"),
     Case("flask", "ratekeeper-refused"),
@@ -137,9 +160,22 @@ def pinned(cpu: int | None) -> Callable[[], None] | None:
 CPUS: dict[str, int | None] = {"server": None, "wrk": None}
 
 
-def start(case: Case, port: int, log: IO[bytes]) -> subprocess.Popen[bytes]:
+@contextmanager
+def shared_region(case: Case) -> Iterator[dict[str, str]]:
+    """The environment naming a fresh region for a shared case (none otherwise); the file is removed after."""
+    if not case.shared:
+        yield {}
+        return
+    path = f"/dev/shm/ratekeeper-bench-http-{os.getpid()}-{secrets.token_hex(6)}"
+    try:
+        yield {SHARED_PATH: path}
+    finally:
+        Path(path).unlink(missing_ok=True)
+
+
+def start(case: Case, port: int, log: IO[bytes], extra: dict[str, str]) -> subprocess.Popen[bytes]:
     """The case's server, once it answers; it must answer 200 twice, or 200 then 429 when refusing."""
-    environment = {**os.environ, "BENCH_VARIANT": case.variant}
+    environment = {**os.environ, "BENCH_VARIANT": case.variant, **extra}
     process = subprocess.Popen(
         case.argv(port), env=environment, stdout=log, stderr=log, preexec_fn=pinned(CPUS["server"])
     )
@@ -165,6 +201,9 @@ def start(case: Case, port: int, log: IO[bytes]) -> subprocess.Popen[bytes]:
     if statuses[0] != 200 or not expected:
         stop(process)
         raise SystemExit(f"{case.framework} {case.variant}: unexpected statuses {statuses}")
+    if SHARED_PATH in extra and rk._core._inspect_region(extra[SHARED_PATH])["allowed"] < len(statuses):
+        stop(process)
+        raise SystemExit(f"{case.framework} {case.variant}: the server did not decide in its shared region")
     return process
 
 
@@ -207,8 +246,8 @@ def measure(cases: list[Case], runs: int, seconds: int, connections: int) -> lis
     for run in range(1, runs + 1):
         for result in results:
             port = free_port()
-            with tempfile.TemporaryFile() as log:
-                process = start(result.case, port, log)
+            with tempfile.TemporaryFile() as log, shared_region(result.case) as extra:
+                process = start(result.case, port, log, extra)
                 try:
                     wrk(port, 1, connections)  # warm-up, discarded
                     rate, p50, p99, non_2xx = wrk(port, seconds, connections)
@@ -218,19 +257,30 @@ def measure(cases: list[Case], runs: int, seconds: int, connections: int) -> lis
             result.p50_ms.append(p50)
             result.p99_ms.append(p99)
             result.non_2xx.append(non_2xx)
-            print(
-                f"  run {run}/{runs} {result.case.framework} {result.case.variant}: {rate:,.0f} req/s", file=sys.stderr
-            )
+            print(f"  run {run}/{runs} {result.case.framework} {result.case.label}: {rate:,.0f} req/s", file=sys.stderr)
     return results
 
 
-def baseline(results: list[Measured], framework: str) -> float:
+def median_of(results: list[Measured], framework: str, variant: str, workers: int = 1) -> float | None:
+    """The median req/s of a case, or None when it was not run."""
     return next(
-        result.median for result in results if result.case.framework == framework and result.case.variant == "none"
+        (
+            result.median
+            for result in results
+            if (result.case.framework, result.case.variant, result.case.workers) == (framework, variant, workers)
+        ),
+        None,
     )
 
 
-def change(value: float, base: float) -> str:
+def baseline(results: list[Measured], case: Case) -> float | None:
+    """The no-limiter app's req/s with as many workers (None: not run, e.g. uvicorn with 2 workers)."""
+    return median_of(results, case.framework, "none", case.workers)
+
+
+def change(value: float, base: float | None) -> str:
+    if base is None:
+        return "n/a"
     percent = (value / base - 1) * 100
     return "—" if value == base else f"{'+' if percent >= 0 else MINUS}{abs(percent):.1f} %"
 
@@ -241,9 +291,9 @@ def table(results: list[Measured]) -> list[str]:
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for result in results:
-        base = baseline(results, result.case.framework)
+        base = baseline(results, result.case)
         lines.append(
-            f"| {result.case.framework} | {result.case.variant} | {result.median:,.0f} "
+            f"| {result.case.framework} | {result.case.label} | {result.median:,.0f} "
             f"| {min(result.requests_per_s):,.0f} | {max(result.requests_per_s):,.0f} "
             f"| {change(result.median, base)} | {statistics.median(result.p50_ms):.2f} "
             f"| {statistics.median(result.p99_ms):.2f} | {int(statistics.median(result.non_2xx)):,} |"
@@ -253,10 +303,25 @@ def table(results: list[Measured]) -> list[str]:
 
 def targets(results: list[Measured]) -> list[tuple[bool, str]]:
     verdicts = []
+    for result in results:
+        framework, workers = result.case.framework, result.case.workers
+        memory = median_of(results, framework, "ratekeeper-allowed", workers)
+        if result.case.shared and memory is not None:
+            ratio = result.median / memory
+            verdicts.append(
+                (
+                    ratio >= 0.97,
+                    f"{framework}, {workers} workers: the shared store costs {change(result.median, memory)} "
+                    f"against each worker's own memory (>= {MINUS}3 %)",
+                )
+            )
     for framework in sorted({result.case.framework for result in results}):
-        base = baseline(results, framework)
         for result in results:
-            if result.case.framework != framework or not result.case.variant.startswith("ratekeeper"):
+            case = result.case
+            if case.framework != framework or not case.variant.startswith("ratekeeper") or case.workers != 1:
+                continue
+            base = baseline(results, case)
+            if base is None:
                 continue
             ratio = result.median / base
             if result.case.refused:
@@ -284,7 +349,7 @@ def write_tsv(path: Path, results: list[Measured]) -> None:
                 writer.writerow(
                     [
                         result.case.framework,
-                        result.case.variant,
+                        result.case.label,
                         run,
                         f"{rate:.2f}",
                         f"{p50:.3f}",

@@ -8,6 +8,9 @@ web_apps:fastapi_app``) and gunicorn (``'web_apps:flask_app()'``) load the same 
   ratekeeper-refused    ratekeeper, 1/hour: after the first request every request is refused
   ratekeeper-quiet-allowed  ratekeeper with the fields on 429s only (HeaderOptions(on_allowed=False)): the
                         header behaviour slowapi and flask-limiter have by default (headers_enabled=False)
+  ratekeeper-shared-allowed  ratekeeper, 10^9/s, its states in the shared-memory region at the path in
+                        ``BENCH_SHARED_PATH`` (``backend=rk.Shared(path=...)``): every worker of the server
+                        (``uvicorn --workers 2``) decides on the same states
   slowapi-allowed       FastAPI only: slowapi's documented set-up, 10^9/second
   slowapi-refused       FastAPI only: slowapi, 1/hour
   flask-limiter-allowed Flask only: flask-limiter's documented set-up, 10^9/second, memory storage
@@ -23,7 +26,8 @@ from typing import Any
 ALLOWED = "1000000000/second"
 REFUSED = "1/hour"
 HEADER = "X-Account-ID"
-LIBRARIES = ("ratekeeper", "ratekeeper-quiet", "slowapi", "flask-limiter")
+LIBRARIES = ("ratekeeper", "ratekeeper-quiet", "ratekeeper-shared", "slowapi", "flask-limiter")
+SHARED_PATH = "BENCH_SHARED_PATH"
 
 
 def variant() -> tuple[str, str | None]:
@@ -37,10 +41,11 @@ def variant() -> tuple[str, str | None]:
     return library, ALLOWED if outcome == "allowed" else REFUSED
 
 
-def ratekeeper_limiter(limit: str) -> Any:
+def ratekeeper_limiter(limit: str, library: str = "ratekeeper") -> Any:
     import ratekeeper as rk
 
-    return rk.Limiter(rate=limit.replace("second", "s"))
+    backend = rk.Shared(path=os.environ[SHARED_PATH]) if library == "ratekeeper-shared" else None
+    return rk.Limiter(rate=limit.replace("second", "s"), backend=backend)
 
 
 def ratekeeper_options(library: str) -> dict[str, Any]:
@@ -50,10 +55,37 @@ def ratekeeper_options(library: str) -> dict[str, Any]:
     return {"headers": HeaderOptions(on_allowed=False)} if library == "ratekeeper-quiet" else {}
 
 
+def nodelay_on_inherited_sockets() -> None:
+    """Sets TCP_NODELAY on connections accepted from a listening socket made with ``proto`` 0.
+
+    ``uvicorn --workers N`` binds the socket in its supervisor with ``proto`` left at 0; accepted sockets
+    inherit it, and asyncio sets TCP_NODELAY only when ``proto`` is ``IPPROTO_TCP``, so Nagle's algorithm
+    meets wrk's delayed ACKs and every keep-alive request waits ~40 ms (uvicorn issue #3149; one worker
+    is not affected: asyncio binds that socket itself). Without this, two workers serve ~1,100 req/s
+    whatever the limiter. A no-op for sockets that already get TCP_NODELAY.
+    """
+    import asyncio.base_events
+    import socket
+
+    set_nodelay = asyncio.base_events._set_nodelay
+    if getattr(set_nodelay, "bench_patched", False):
+        return
+
+    def nodelay(sock: socket.socket) -> None:
+        if sock.family in (socket.AF_INET, socket.AF_INET6) and sock.type == socket.SOCK_STREAM:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        else:
+            set_nodelay(sock)
+
+    nodelay.bench_patched = True  # type: ignore[attr-defined]
+    asyncio.base_events._set_nodelay = nodelay  # type: ignore[attr-defined]
+
+
 def fastapi_app() -> Any:
     from fastapi import FastAPI, Request
     from fastapi.responses import PlainTextResponse
 
+    nodelay_on_inherited_sockets()
     library, limit = variant()
     app = FastAPI()
     if library == "slowapi":
@@ -77,7 +109,7 @@ def fastapi_app() -> Any:
 
         app.add_middleware(
             RateLimitMiddleware,
-            limiter=ratekeeper_limiter(limit or ALLOWED),
+            limiter=ratekeeper_limiter(limit or ALLOWED, library),
             key=header(HEADER),
             **ratekeeper_options(library),
         )
@@ -115,7 +147,8 @@ def flask_app() -> Any:
         from ratekeeper.flask import RateLimit
         from ratekeeper.keys import header
 
-        RateLimit(app, limiter=ratekeeper_limiter(limit or ALLOWED), key=header(HEADER), **ratekeeper_options(library))
+        limiter = ratekeeper_limiter(limit or ALLOWED, library)
+        RateLimit(app, limiter=limiter, key=header(HEADER), **ratekeeper_options(library))
     elif library != "none":
         raise ValueError(f"BENCH_VARIANT: {library} is not a Flask variant")
     return app

@@ -603,10 +603,7 @@ impl<C> StateMap<C> {
     #[inline]
     fn lock_index(&self, index: usize) -> ShardGuard<'_, C> {
         let mut shard = self.shards[index].0.lock();
-        let region = match &self.region {
-            None => None,
-            Some(region) => Some(Self::lock_region(region, &mut shard, index)),
-        };
+        let region = self.region.as_ref().map(|region| Self::lock_region(region, &mut shard, index));
         ShardGuard { _region: region, shard }
     }
 

@@ -258,6 +258,18 @@ impl KeyStates<'_> {
     /// Every limit the request takes, at `now`, or for a waiter at the first instant all admit.
     #[inline(never)]
     fn decide_group(&mut self, limits: &[Limit], request: Request) -> Judgement {
+        let judgement = self.decide_group_at(limits, request);
+        if !judgement.outcome.allowed {
+            // A refusal writes nothing, but it is a use of the key (an admission counts through its
+            // write): a key refused again and again is busy, and must not be evicted as least used.
+            for index in 0..limits.len() {
+                self.shard.touch(self.limit_key(index));
+            }
+        }
+        judgement
+    }
+
+    fn decide_group_at(&mut self, limits: &[Limit], request: Request) -> Judgement {
         let mut wait = 0u64;
         for _ in 0..MAX_ATTEMPTS {
             let at = self.now.saturating_add(wait);
