@@ -26,6 +26,7 @@ use crate::shared::lock::Guard;
 use crate::shared::table::RegionTable;
 
 const MAX_SHARDS: usize = 64;
+const MAX_SHARED_SHARDS: usize = 4096;
 /// `related_key`'s multiplier (odd, so invertible modulo 2³²) and its inverse.
 const RELATED_MIX: u32 = 0x85EB_CA6B;
 const RELATED_MIX_INVERSE: u32 = {
@@ -574,7 +575,7 @@ impl<C> StateMap<C> {
 
     fn build(max_keys: usize, data: impl Fn() -> C, region: Option<Arc<SharedRegion>>) -> Self {
         let max_keys = max_keys.max(1);
-        let wanted = Self::shard_count(max_keys);
+        let wanted = region.as_ref().map_or_else(|| Self::shard_count(max_keys), |r| r.shards());
         let keys = Arc::new(AtomicUsize::new(0));
         let shards = (0..wanted)
             .map(|index| {
@@ -625,6 +626,14 @@ impl<C> StateMap<C> {
     #[must_use]
     pub fn shard_count(max_keys: usize) -> usize {
         (max_keys.max(1) / MIN_KEYS_PER_SHARD).clamp(1, MAX_SHARDS).next_power_of_two().min(MAX_SHARDS)
+    }
+
+    /// How many shards a shared region for `max_keys` keys has: more than memory's, so that processes
+    /// deciding for different keys seldom take the same shard's lock, whose cache line would move
+    /// between their cores at each decision (in one process, 64 shards are enough for its threads).
+    #[must_use]
+    pub fn shared_shard_count(max_keys: usize) -> usize {
+        (max_keys.max(1) / MIN_KEYS_PER_SHARD).clamp(1, MAX_SHARED_SHARDS).next_power_of_two().min(MAX_SHARED_SHARDS)
     }
 
     /// The shard that holds `key`, locked. The shard comes from the key's top bits (hashbrown uses

@@ -251,7 +251,7 @@ impl Limiter {
         };
         let rules = Arc::new(Rules::build(config.rules, &config.quotas, 0, &hasher, &mut ids, None)?);
         let max_keys = config.max_keys;
-        let shards = StateMap::<ShardData>::shard_count(max_keys);
+        let shards = region.as_ref().map_or_else(|| StateMap::<ShardData>::shard_count(max_keys), |r| r.shards());
         let records = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let data = || ShardData::new(QuotaTable::new(Arc::clone(&records), max_keys, shards), &rules);
         let states = match region {

@@ -27,7 +27,7 @@ impl PyShared {
     /// # Errors
     /// As `SharedRegion::open`; a sliding log of the rules that a shard cannot hold.
     pub fn open(&self, max_keys: usize, needs_log: usize) -> Result<Arc<SharedRegion>, Error> {
-        let shards = crate::state_map::StateMap::<()>::shard_count(max_keys);
+        let shards = crate::state_map::StateMap::<()>::shared_shard_count(max_keys);
         let full_logs = needs_log.div_ceil(CHUNK_ENTRIES).saturating_mul(CHUNK_ENTRIES).saturating_mul(16);
         let log_entries = self.log_entries.unwrap_or_else(|| (max_keys / 4).max(full_logs.saturating_mul(shards)));
         let region = SharedRegion::open(&self.path, max_keys, log_entries)?;

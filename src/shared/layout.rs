@@ -18,7 +18,7 @@ use crate::state_map::StateMap;
 
 use super::lock::{Guard, SharedMutex};
 use super::region::Region;
-use super::table::{Chunk, RegionSlot, RegionTable, ShardCounts, ShardHead, ShardPlace, CHUNK_ENTRIES};
+use super::table::{alive, Chunk, RegionSlot, RegionTable, ShardCounts, ShardHead, ShardPlace, Tally, CHUNK_ENTRIES};
 
 /// Bumped whenever anything in the region is laid out differently.
 pub const LAYOUT: u32 = 1;
@@ -30,6 +30,10 @@ const MAX_GROUP_LIMITS: usize = 8;
 /// Peers refused most, kept per shard.
 use super::table::{truncate, NAME_BYTES};
 const META_BYTES: usize = 4096;
+/// Process slots: each counts its decisions apart; past them, processes share slots (still exact).
+const MAX_PROCESSES: usize = 32;
+/// Tallies per process slot: a shard counts in stripe `shard % TALLY_STRIPES`.
+const TALLY_STRIPES: usize = 64;
 /// Fixed seeds for group names' hashes: the same in every process.
 const NAME_SEEDS: [u64; 4] = [0x7261_7465_6b65_6570, 0x6572_2067_726f_7570, 0x6e61_6d65_7321, 0x0102_0304];
 
@@ -45,7 +49,11 @@ struct Meta {
     groups: AtomicU32,
     _pad: u32,
     groups_lock: SharedMutex,
+    /// The pid of each process slot's holder (0: free): which tallies a process counts in.
+    processes: [AtomicU32; MAX_PROCESSES],
 }
+
+const _: () = assert!(std::mem::size_of::<Meta>() <= META_BYTES);
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
@@ -80,7 +88,7 @@ struct Shape {
 
 impl Shape {
     fn new(max_keys: usize, log_entries: usize) -> Result<Self> {
-        let shards = StateMap::<()>::shard_count(max_keys);
+        let shards = StateMap::<()>::shared_shard_count(max_keys);
         let share = max_keys.max(1).div_ceil(shards);
         // Full at the bound at 80 %: probes stay short; a shard alone is full at 7/8.
         let capacity = share + share / 4 + 8;
@@ -102,8 +110,13 @@ impl Shape {
         META_BYTES
     }
 
-    const fn shards_offset() -> usize {
+    /// The tallies: `TALLY_STRIPES` per process slot, a slot's all together.
+    const fn tallies_offset() -> usize {
         round64(META_BYTES + MAX_GROUPS * std::mem::size_of::<GroupRecord>())
+    }
+
+    const fn shards_offset() -> usize {
+        round64(Self::tallies_offset() + MAX_PROCESSES * TALLY_STRIPES * std::mem::size_of::<Tally>())
     }
 
     fn size(&self) -> Option<usize> {
@@ -138,6 +151,8 @@ pub struct SharedRegion {
     region: Region,
     shape: Shape,
     max_keys: usize,
+    /// This process's slot (see `MAX_PROCESSES`).
+    slot: usize,
 }
 
 impl std::fmt::Debug for SharedRegion {
@@ -182,7 +197,8 @@ impl SharedRegion {
         let shape = Shape::new(max_keys, log_entries)?;
         let size = shape.size().ok_or_else(|| Error::value("max_keys", "too large for a shared region"))?;
         let region = Region::open(path, size, LAYOUT, |region| Self::init(region, shape, max_keys))?;
-        let shared = Self { region, shape, max_keys };
+        let mut shared = Self { region, shape, max_keys, slot: 0 };
+        shared.slot = shared.claim_slot();
         let meta = shared.meta();
         if meta.max_keys != max_keys as u64 {
             return Err(Error::value(
@@ -214,7 +230,7 @@ impl SharedRegion {
             return Err(Error::value("path", format!("{} is not a whole ratekeeper region", path.display())));
         }
         let max_keys = usize::try_from(meta.max_keys).unwrap_or(usize::MAX);
-        Ok(Self { region, shape, max_keys })
+        Ok(Self { region, shape, max_keys, slot: 0 })
     }
 
     fn init(region: &Region, shape: Shape, max_keys: usize) -> Result<()> {
@@ -235,6 +251,37 @@ impl SharedRegion {
             }
         }
         Ok(())
+    }
+
+    /// A process slot for this process: a free one, else one whose process has ended (its counts
+    /// stay, added to), else one shared with others (counts stay exact: tallies are written under
+    /// the shard's lock).
+    fn claim_slot(&self) -> usize {
+        let pid = std::process::id();
+        let processes = &self.meta().processes;
+        let take =
+            |slot: &AtomicU32, was: u32| slot.compare_exchange(was, pid, Ordering::AcqRel, Ordering::Acquire).is_ok();
+        if let Some(free) = processes.iter().position(|slot| take(slot, 0)) {
+            return free;
+        }
+        processes
+            .iter()
+            .position(|slot| {
+                let holder = slot.load(Ordering::Acquire);
+                !alive(holder) && take(slot, holder)
+            })
+            .unwrap_or(pid as usize % MAX_PROCESSES)
+    }
+
+    fn tally(&self, slot: usize, shard: usize) -> *mut Tally {
+        // SAFETY: within the tallies (see `Shape::shards_offset`).
+        unsafe {
+            self.region
+                .contents()
+                .add(Shape::tallies_offset())
+                .cast::<Tally>()
+                .add(slot * TALLY_STRIPES + shard % TALLY_STRIPES)
+        }
     }
 
     fn meta(&self) -> &Meta {
@@ -306,7 +353,14 @@ impl SharedRegion {
     #[must_use]
     pub fn table(&self, shard: usize) -> RegionTable {
         // SAFETY: the place is in this region, which the caller keeps alive with the table.
-        unsafe { RegionTable::new(self.place(shard), &raw const self.meta().keys, self.max_keys as u64) }
+        unsafe {
+            RegionTable::new(
+                self.place(shard),
+                self.tally(self.slot, shard),
+                &raw const self.meta().keys,
+                self.max_keys as u64,
+            )
+        }
     }
 
     /// The lock of shard `shard` (see `SharedMutex::lock_whole`).
@@ -419,14 +473,19 @@ impl SharedRegion {
             summary.keys += len;
             summary.evictions += evictions;
             summary.dropped += dropped;
-            let counts = table.counts();
-            summary.allowed += counts.allowed;
-            summary.refused += counts.refused;
-            for (name, hash, count) in counts.refused_most() {
+            for (name, hash, count) in table.counts().refused_most() {
                 refused.entry(hash).or_insert((name, 0)).1 += count;
             }
             for slot in table.iter() {
                 *group_keys.entry(crate::state_map::Owner::unpack(slot.packed_owner()).group).or_default() += 1;
+            }
+        }
+        for slot in 0..MAX_PROCESSES {
+            for stripe in 0..TALLY_STRIPES {
+                // SAFETY: a tally of this region (atomics, valid for any bytes).
+                let tally = unsafe { &*self.tally(slot, stripe) };
+                summary.allowed += tally.allowed.load(Ordering::Relaxed);
+                summary.refused += tally.refused.load(Ordering::Relaxed);
             }
         }
         let mut top: Vec<(String, u64)> = refused.into_values().collect();

@@ -113,14 +113,22 @@ struct Lease {
 }
 
 /// Leases kept per shard; a holder past them keeps its permits unrecorded (given back only by it).
-const LEASES: usize = 64;
+const LEASES: usize = 16;
 
-/// A shard's decisions by every process, the peers it refused most (space-saving counts), and who
-/// holds its keys' permits; right after its head.
+/// Decisions one process made, in one of its stripes (see `layout`): each process counts in its own, as
+/// a count every process wrote would move its cache line between their cores at every decision, and
+/// threads of one process count in the stripe of their shard. Atomic, as two shards share a stripe.
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct Tally {
+    pub allowed: AtomicU64,
+    pub refused: AtomicU64,
+}
+
+/// The peers a shard refused most (space-saving counts), and who holds its keys' permits; right after
+/// its head.
 #[repr(C, align(64))]
 pub struct ShardCounts {
-    pub allowed: u64,
-    pub refused: u64,
     top: [RefusedRecord; TOP_REFUSED],
     leases: [Lease; LEASES],
 }
@@ -162,6 +170,8 @@ pub struct ShardPlace {
 #[derive(Debug)]
 pub struct RegionTable {
     place: ShardPlace,
+    /// This process's count of the shard's decisions.
+    tally: *mut Tally,
     /// States in the whole region, and their bound.
     keys: *const AtomicU64,
     max_keys: u64,
@@ -173,10 +183,10 @@ unsafe impl Send for RegionTable {}
 
 impl RegionTable {
     /// # Safety
-    /// `place` and `keys` point into a mapped region laid out for them that outlives the table.
+    /// `place`, `tally` and `keys` point into a mapped region laid out for them that outlives the table.
     #[must_use]
-    pub const unsafe fn new(place: ShardPlace, keys: *const AtomicU64, max_keys: u64) -> Self {
-        Self { place, keys, max_keys }
+    pub const unsafe fn new(place: ShardPlace, tally: *mut Tally, keys: *const AtomicU64, max_keys: u64) -> Self {
+        Self { place, tally, keys, max_keys }
     }
 
     #[inline]
@@ -232,12 +242,13 @@ impl RegionTable {
     /// Counts one decision here, and a refusal of `peer` (hashed `hash`) among the peers refused most.
     #[inline(never)]
     pub fn count(&mut self, allowed: bool, peer: &str, hash: u64) {
-        let counts = self.counts();
+        // SAFETY: see `new`.
+        let tally = unsafe { &*self.tally };
         if allowed {
-            counts.allowed += 1;
+            tally.allowed.fetch_add(1, Ordering::Relaxed);
         } else {
-            counts.refused += 1;
-            Self::note_refusal(counts, peer, hash);
+            tally.refused.fetch_add(1, Ordering::Relaxed);
+            Self::note_refusal(self.counts(), peer, hash);
         }
     }
 
@@ -709,7 +720,7 @@ impl RegionTable {
 }
 
 /// Whether process `pid` still runs (a zombie, killed but not yet reaped, does not).
-fn alive(pid: u32) -> bool {
+pub(crate) fn alive(pid: u32) -> bool {
     let Ok(id) = libc::pid_t::try_from(pid) else { return false };
     // SAFETY: signal 0 only checks that the process exists.
     if unsafe { libc::kill(id, 0) } != 0 {
@@ -729,6 +740,7 @@ mod tests {
     /// A shard laid out in a plain heap buffer (its lock unused: one thread).
     struct Fixture {
         _memory: Vec<u128>,
+        _tally: Box<Tally>,
         keys: Box<AtomicU64>,
         table: RegionTable,
     }
@@ -748,9 +760,10 @@ mod tests {
             ShardPlace { head, slots, capacity, chunks, chunk_count }
         };
         let keys = Box::new(AtomicU64::new(0));
-        // SAFETY: the fixture keeps `memory` and `keys` alive with the table.
-        let table = unsafe { RegionTable::new(place, &raw const *keys, max_keys) };
-        Fixture { _memory: memory, keys, table }
+        let mut tally = Box::<Tally>::default();
+        // SAFETY: the fixture keeps `memory`, `tally` and `keys` alive with the table.
+        let table = unsafe { RegionTable::new(place, &raw mut *tally, &raw const *keys, max_keys) };
+        Fixture { _memory: memory, _tally: tally, keys, table }
     }
 
     fn key(i: u64) -> u64 {
