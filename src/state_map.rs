@@ -192,11 +192,34 @@ pub struct Shard<C> {
     pub evictions: u64,
     /// Where the states are when they live in a shared region rather than in `table` and `logs` (each
     /// method below goes there instead; the region's lock is held with this shard's).
-    region: Option<RegionTable>,
+    region: Option<RegionPart>,
     /// A log written for a key before its state (see `with_log`), for the region, which keeps a log
     /// with its state.
     unplaced_log: Option<(u64, Log)>,
     pub data: C,
+}
+
+/// The region's shards one shard of the process covers: a region has more shards than a process (see
+/// `StateMap::shared_shard_count`), so each of the process's shards holds several, of which a lock of a
+/// key takes one (`current`) and a walk takes all.
+#[derive(Debug)]
+struct RegionPart {
+    tables: Box<[RegionTable]>,
+    /// The table the lock of a key took.
+    current: usize,
+}
+
+impl RegionPart {
+    /// The table locked for the key the shard was locked for.
+    #[inline]
+    fn table(&mut self) -> &mut RegionTable {
+        &mut self.tables[self.current]
+    }
+
+    #[inline]
+    fn table_ref(&self) -> &RegionTable {
+        &self.tables[self.current]
+    }
 }
 
 /// Counts a state the region removed to make room, in this process's per-group counts.
@@ -224,7 +247,7 @@ impl<C> Shard<C> {
     #[inline]
     pub fn touch(&mut self, key: u64) -> Option<State> {
         if let Some(region) = &mut self.region {
-            return region.get_mut(key).map(|slot| slot.state);
+            return region.table().get_mut(key).map(|slot| slot.state);
         }
         self.table.get_mut(key).map(|slot| slot.state)
     }
@@ -234,7 +257,7 @@ impl<C> Shard<C> {
     #[inline]
     pub fn update<E>(&mut self, key: u64, change: impl FnOnce(&State) -> Result<State, E>) -> Option<Result<(), E>> {
         if let Some(region) = &mut self.region {
-            let slot = region.get_mut(key)?;
+            let slot = region.table().get_mut(key)?;
             return Some(change(&slot.state).map(|changed| slot.state = changed));
         }
         let slot = self.table.get_mut(key)?;
@@ -249,7 +272,7 @@ impl<C> Shard<C> {
         debug_assert!(owner.group < 1 << Owner::GROUP_BITS && owner.limit < 1 << Owner::LIMIT_BITS);
         if let Some(region) = &mut self.region {
             let Self { group_evictions, group_dropped, evictions, .. } = self;
-            region.insert(key, state, owner.pack(key), now, |packed, removal| {
+            region.table().insert(key, state, owner.pack(key), now, |packed, removal| {
                 count_removal((group_evictions, group_dropped, evictions), packed, removal);
             });
             self.place_log(key);
@@ -273,7 +296,8 @@ impl<C> Shard<C> {
     #[must_use]
     pub fn log(&self, key: u64) -> Cow<'_, Log> {
         if let Some(region) = &self.region {
-            return if region.has_log(key) { Cow::Owned(region.log(key)) } else { Cow::Borrowed(&NO_LOG) };
+            let table = region.table_ref();
+            return if table.has_log(key) { Cow::Owned(table.log(key)) } else { Cow::Borrowed(&NO_LOG) };
         }
         Cow::Borrowed(self.logs.get(key >> IDENTITY_SHIFT).unwrap_or(&NO_LOG))
     }
@@ -293,6 +317,7 @@ impl<C> Shard<C> {
     /// Takes the timestamps of `key` out (empty if none), e.g. to move them to another key.
     pub fn take_log(&mut self, key: u64) -> Log {
         if let Some(region) = &mut self.region {
+            let region = region.table();
             let log = region.log(key);
             if !log.is_empty() {
                 let Self { group_evictions, group_dropped, evictions, .. } = self;
@@ -308,6 +333,7 @@ impl<C> Shard<C> {
     /// Stores `log` as the timestamps of `key`.
     pub fn put_log(&mut self, key: u64, log: Log) {
         if let Some(region) = &mut self.region {
+            let region = region.table();
             if region.get(key).is_none() {
                 self.unplaced_log = Some((key, log));
                 return;
@@ -339,7 +365,7 @@ impl<C> Shard<C> {
     #[inline]
     pub fn count_shared(&mut self, allowed: bool, peer: &str, hash: u64) {
         if let Some(region) = &mut self.region {
-            region.count(allowed, peer, hash);
+            region.table().count(allowed, peer, hash);
         }
     }
 
@@ -347,26 +373,26 @@ impl<C> Shard<C> {
     /// a region: a process that dies holding them gives them back through `take_dead_leases`.
     pub fn lease(&mut self, key: u64, delta: i64) {
         if let Some(region) = &mut self.region {
-            region.lease(key, delta);
+            region.table().lease(key, delta);
         }
     }
 
     /// The permits of `key` held by processes that have ended (0 in memory), forgotten.
     pub fn take_dead_leases(&mut self, key: u64) -> u64 {
-        self.region.as_mut().map_or(0, |region| region.take_dead_leases(key))
+        self.region.as_mut().map_or(0, |region| region.table().take_dead_leases(key))
     }
 
-    /// The shard's states in a region, if they live there.
+    /// The table of the region the shard's lock took, if the states live in a region.
     #[must_use]
     pub fn region(&self) -> Option<&RegionTable> {
-        self.region.as_ref()
+        self.region.as_ref().map(RegionPart::table_ref)
     }
 
     /// The state of `key` if it has one, without counting a use.
     #[must_use]
     pub fn find(&self, key: u64) -> Option<State> {
         if let Some(region) = &self.region {
-            return region.get(key).map(|s| s.state);
+            return region.table_ref().get(key).map(|s| s.state);
         }
         self.table.get(key).map(|s| s.state)
     }
@@ -374,7 +400,7 @@ impl<C> Shard<C> {
     /// Writes `state` for `key`, inserting it for `owner` if needed (a stored key keeps its owner).
     pub fn store(&mut self, key: u64, state: State, now: u64, owner: Owner) {
         if let Some(region) = &mut self.region {
-            if let Some(slot) = region.get_mut(key) {
+            if let Some(slot) = region.table().get_mut(key) {
                 slot.state = state;
             } else {
                 self.insert(key, state, now, owner);
@@ -397,15 +423,17 @@ impl<C> Shard<C> {
     ) {
         if let Some(region) = &mut self.region {
             let data = &mut self.data;
-            region.retain(|slot, log| {
-                let owner = Owner::unpack(slot.packed_owner());
-                if owner.group != group {
-                    return true;
-                }
-                let key = slot.identity() << IDENTITY_SHIFT
-                    | u64::from(slot.packed_owner() >> (Owner::GROUP_BITS + Owner::LIMIT_BITS));
-                change(data, key, owner.limit, &mut slot.state, log)
-            });
+            for table in &mut region.tables {
+                table.retain(|slot, log| {
+                    let owner = Owner::unpack(slot.packed_owner());
+                    if owner.group != group {
+                        return true;
+                    }
+                    let key = slot.identity() << IDENTITY_SHIFT
+                        | u64::from(slot.packed_owner() >> (Owner::GROUP_BITS + Owner::LIMIT_BITS));
+                    change(data, key, owner.limit, &mut slot.state, log)
+                });
+            }
             return;
         }
         let Self { table, logs, group_keys, data, .. } = self;
@@ -432,7 +460,7 @@ impl<C> Shard<C> {
 
     pub fn remove(&mut self, key: u64) -> bool {
         if let Some(region) = &mut self.region {
-            return region.remove(key).is_some();
+            return region.table().remove(key).is_some();
         }
         let Some(slot) = self.table.remove(key) else { return false };
         self.logs.remove(slot.identity());
@@ -442,7 +470,7 @@ impl<C> Shard<C> {
 
     #[must_use]
     pub fn len(&self) -> usize {
-        self.region.as_ref().map_or_else(|| self.table.len(), RegionTable::len)
+        self.region.as_ref().map_or_else(|| self.table.len(), |region| region.tables.iter().map(RegionTable::len).sum())
     }
 
     #[must_use]
@@ -453,7 +481,7 @@ impl<C> Shard<C> {
     /// Forgets every state; evictions stay counted.
     pub fn clear(&mut self) {
         if let Some(region) = &mut self.region {
-            region.clear();
+            region.tables.iter_mut().for_each(RegionTable::clear);
         }
         self.table.clear();
         self.logs.clear();
@@ -464,7 +492,8 @@ impl<C> Shard<C> {
     #[must_use]
     pub fn group_keys(&self, group: u32) -> u64 {
         if let Some(region) = &self.region {
-            return region.iter().filter(|s| Owner::unpack(s.packed_owner()).group == group).count() as u64;
+            let held = region.tables.iter().flat_map(RegionTable::iter);
+            return held.filter(|s| Owner::unpack(s.packed_owner()).group == group).count() as u64;
         }
         self.group_keys.get(group as usize).copied().unwrap_or(0)
     }
@@ -537,13 +566,27 @@ pub struct StateMap<C> {
     max_keys: usize,
     /// The region the states live in, when processes share them.
     region: Option<Arc<SharedRegion>>,
+    /// A key's shard of the region is its top bits from here; each shard of the process holds
+    /// `region_per_shard` of them.
+    region_shift: u32,
+    region_per_shard: usize,
 }
 
 /// A shard locked for this thread: the process's lock, and the region's when the states live there
 /// (taken second, always, so two threads never wait on each other crosswise; given back first).
 pub struct ShardGuard<'a, C> {
-    _region: Option<Guard<'a>>,
+    _region: RegionHeld<'a>,
     shard: MutexGuard<'a, Shard<C>>,
+}
+
+/// The region's locks a shard guard holds: the key's region shard, or for a walk all of the process
+/// shard's, taken in order (another holder never waits for a second lock while holding one). Held only
+/// to be given back when dropped.
+#[allow(dead_code)]
+enum RegionHeld<'a> {
+    None,
+    One(Guard<'a>),
+    All(Vec<Guard<'a>>),
 }
 
 impl<C> std::ops::Deref for ShardGuard<'_, C> {
@@ -575,7 +618,9 @@ impl<C> StateMap<C> {
 
     fn build(max_keys: usize, data: impl Fn() -> C, region: Option<Arc<SharedRegion>>) -> Self {
         let max_keys = max_keys.max(1);
-        let wanted = region.as_ref().map_or_else(|| Self::shard_count(max_keys), |r| r.shards());
+        let wanted = Self::shard_count(max_keys);
+        let region_shards = region.as_ref().map_or(wanted, |r| r.shards().max(wanted));
+        let region_per_shard = region_shards / wanted;
         let keys = Arc::new(AtomicUsize::new(0));
         let shards = (0..wanted)
             .map(|index| {
@@ -586,13 +631,18 @@ impl<C> StateMap<C> {
                     group_evictions: Vec::new(),
                     group_dropped: Vec::new(),
                     evictions: 0,
-                    region: region.as_ref().map(|r| r.table(index)),
+                    region: region.as_ref().map(|r| RegionPart {
+                        tables: (0..region_per_shard).map(|part| r.table(index * region_per_shard + part)).collect(),
+                        current: 0,
+                    }),
                     unplaced_log: None,
                     data: data(),
                 }))
             })
             .collect();
-        Self { shards, shard_shift: 64 - wanted.trailing_zeros(), keys, max_keys, region }
+        let shard_shift = 64 - wanted.trailing_zeros();
+        let region_shift = 64 - region_shards.trailing_zeros();
+        Self { shards, shard_shift, keys, max_keys, region, region_shift, region_per_shard }
     }
 
     /// The region the states live in, if shared.
@@ -601,25 +651,35 @@ impl<C> StateMap<C> {
         self.region.as_ref()
     }
 
-    #[inline]
-    fn lock_index(&self, index: usize) -> ShardGuard<'_, C> {
-        let mut shard = self.shards[index].0.lock();
-        let region = self.region.as_ref().map(|region| Self::lock_region(region, &mut shard, index));
-        ShardGuard { _region: region, shard }
-    }
-
-    /// The region's lock of shard `index`, taken with the process's (held in `shard`). Out of line: the
-    /// in-memory hot path keeps only the test for a region.
+    /// The region's lock of the shard of `key`, taken with the process's shard (held in `shard`). Out of
+    /// line: the in-memory hot path keeps only the test for a region.
     #[inline(never)]
-    fn lock_region<'a>(region: &'a SharedRegion, shard: &mut Shard<C>, index: usize) -> Guard<'a> {
+    fn lock_region<'a>(&self, region: &'a SharedRegion, shard: &mut Shard<C>, key: u64) -> RegionHeld<'a> {
+        #[allow(clippy::cast_possible_truncation)]
+        let index = key.checked_shr(self.region_shift).unwrap_or(0) as usize;
         let held = region.lock(index);
-        if held.recovered {
-            // The last holder died mid-write: make the shard whole before anything reads it.
-            if let Some(table) = &mut shard.region {
-                table.repair();
+        if let Some(part) = &mut shard.region {
+            part.current = index % self.region_per_shard;
+            if held.recovered {
+                // The last holder died mid-write: make the shard whole before anything reads it.
+                part.table().repair();
             }
         }
-        held
+        RegionHeld::One(held)
+    }
+
+    /// Every region shard of process shard `index`, locked in order, for a walk.
+    fn lock_region_part<'a>(&self, region: &'a SharedRegion, shard: &mut Shard<C>, index: usize) -> RegionHeld<'a> {
+        let first = index * self.region_per_shard;
+        let held: Vec<Guard<'a>> = (first..first + self.region_per_shard).map(|i| region.lock(i)).collect();
+        if let Some(part) = &mut shard.region {
+            for (table, guard) in part.tables.iter_mut().zip(&held) {
+                if guard.recovered {
+                    table.repair();
+                }
+            }
+        }
+        RegionHeld::All(held)
     }
 
     /// How many shards a store for `max_keys` keys has.
@@ -644,16 +704,12 @@ impl<C> StateMap<C> {
         // shard_shift == 64 for a single shard: checked_shr gives None -> shard 0.
         #[allow(clippy::cast_possible_truncation)]
         let index = key.checked_shr(self.shard_shift).unwrap_or(0) as usize;
-        self.lock_index(index)
-    }
-
-    /// The index of the shard that holds `key`.
-    #[inline]
-    #[must_use]
-    pub fn shard_index(&self, key: u64) -> usize {
-        #[allow(clippy::cast_possible_truncation)]
-        let index = key.checked_shr(self.shard_shift).unwrap_or(0) as usize;
-        index
+        let mut shard = self.shards[index].0.lock();
+        let region = match &self.region {
+            None => RegionHeld::None,
+            Some(region) => self.lock_region(region, &mut shard, key),
+        };
+        ShardGuard { _region: region, shard }
     }
 
     /// A key for another state of the same owner (e.g. the second limit of a rule) that lives in the
@@ -682,8 +738,16 @@ impl<C> StateMap<C> {
         (related & 0xFFFF_FFFF_0000_0000) | u64::from(low)
     }
 
+    /// Every shard in turn, locked whole (with every region shard it holds), for walks over all states.
     pub fn shards(&self) -> impl Iterator<Item = ShardGuard<'_, C>> {
-        (0..self.shards.len()).map(|index| self.lock_index(index))
+        (0..self.shards.len()).map(|index| {
+            let mut shard = self.shards[index].0.lock();
+            let region = match &self.region {
+                None => RegionHeld::None,
+                Some(region) => self.lock_region_part(region, &mut shard, index),
+            };
+            ShardGuard { _region: region, shard }
+        })
     }
 
     #[must_use]

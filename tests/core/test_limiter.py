@@ -245,6 +245,7 @@ def test_stats_reports_configuration_and_counters(clock: rk.ManualClock) -> None
                 "waits": no_waits,
             },
         },
+        "shared": None,
     }
 
 

@@ -28,6 +28,7 @@ STATS_KEYS = {
     "decision_seconds",
     "backend_seconds",
     "groups",
+    "shared",
 }
 GROUP_KEYS = {
     "limits",
@@ -72,6 +73,17 @@ def test_stats_has_the_documented_keys(clock: rk.ManualClock) -> None:
 
 def test_the_typed_dicts_are_exported() -> None:
     assert set(rk.Stats.__annotations__) == STATS_KEYS
+    assert set(rk.SharedStats.__annotations__) == {
+        "path",
+        "keys",
+        "max_keys",
+        "evictions",
+        "dropped",
+        "allowed",
+        "refused",
+        "top_refused",
+        "groups",
+    }
     assert set(rk.GroupStats.__annotations__) == GROUP_KEYS
 
 
