@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import subprocess
 import threading
 import time
 from typing import Any
@@ -46,3 +47,13 @@ class Server:
         self.client.close()
         self.server.should_exit = True
         self.thread.join(timeout=10)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """Stops a server started as a subprocess: terminated, then killed if it outlives 10 s."""
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)

@@ -36,6 +36,7 @@ from typing import Any
 import httpx
 import pytest
 import ratekeeper as rk
+from _web import stop
 
 FORK = multiprocessing.get_context("fork")
 SPAWN = multiprocessing.get_context("spawn")
@@ -233,12 +234,7 @@ def uvicorn_workers(tmp_path: Path) -> Iterator[tuple[str, set[int]]]:
             time.sleep(0.02)
         yield url, {int(entry.name) for entry in ready.iterdir()}
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        stop(process)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)  # a worker the supervisor left behind
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 import ratekeeper as rk
-from _web import Server
+from _web import Server, stop
 from fastapi import FastAPI
 from ratekeeper.asgi import RateLimitMiddleware
 from ratekeeper.keys import client_ip
@@ -50,15 +50,6 @@ def wait_for_port(port: int, process: subprocess.Popen[bytes], log: Path) -> Non
         except OSError:
             assert time.monotonic() < deadline, f"nothing listens on {port}:\n{log.read_text(errors='replace')}"
             time.sleep(0.02)
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=10)
 
 
 # --- nginx in front of uvicorn: which forwarding header is trusted ------------------------------------------------
