@@ -451,8 +451,9 @@ class Shared:
 
     The states live in a file mapped into each process: ``/dev/shm/ratekeeper-NAME``, or ``path``. The
     first process creates it (mode 0600, exclusively) sized from the limiter's ``max_keys`` (about 45
-    bytes a key, plus 17 bytes a sliding-log entry: 50 MB for 1,000,000 keys), its space reserved at once, so a full ``/dev/shm``
-    is an error then and never a crash later; the others attach to it, whatever the start method. The
+    bytes a key, plus 17 bytes a sliding-log entry: 50 MB for 1,000,000 keys), its space reserved at
+    once, so a full ``/dev/shm`` is an error then and never a crash later; the others attach to it,
+    whatever the start method. The
     core's own algorithms decide on it under one robust lock per shard: a worker killed while holding
     one costs the others nothing but that worker's decision in flight. Time is the kernel's monotonic
     clock, one for every process (a :class:`ManualClock` still drives tests). When full, idle states
