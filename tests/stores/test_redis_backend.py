@@ -128,7 +128,8 @@ def test_bad_settings_are_named() -> None:
         with pytest.raises(error, match=text) as raised:
             rk.Redis(url, **kwargs)  # type: ignore[arg-type]
         assert raised.value.loc == loc  # type: ignore[attr-defined]
-    with pytest.raises(rk.InvalidType, match=r"must be a ratekeeper\.Redis, a ratekeeper\.Shared or None, got str") as wrong:
+    expected = r"must be a ratekeeper\.Redis, a ratekeeper\.Shared or None, got str"
+    with pytest.raises(rk.InvalidType, match=expected) as wrong:
         rk.Limiter("1/s", backend="redis://localhost")  # type: ignore[arg-type]
     assert wrong.value.loc == ("backend",)
 
