@@ -484,3 +484,38 @@ fn a_reset_and_a_reconfiguration_reach_the_region() {
     assert_eq!(admitted, 9);
     std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }
+
+#[test]
+fn a_process_killed_holding_a_shard_hands_it_on_whole() {
+    let path = region_path("killed");
+    let clock = Arc::new(ManualClock::new(0));
+    let lim = shared_limiter(&path, vec![rule("", "g", "3/min")], &clock);
+    assert!(allowed(&lim, "alice", None));
+    let peer_hash = lim.hasher.hash_one("alice");
+    // SAFETY: the child only locks a shard, writes to the region and kills itself.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let mut shard = lim.states.lock(peer_hash);
+        shard.store(
+            12_345 << 8,
+            crate::algorithm::State { t: u64::MAX, a: 1, b: 0 },
+            0,
+            crate::state_map::Owner::new(0, 0),
+        );
+        // SAFETY: dies holding the shard's region lock, mid-decision as far as anybody knows.
+        unsafe { libc::raise(libc::SIGKILL) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    unsafe { libc::waitpid(pid, &raw mut status, 0) };
+    assert!(libc::WIFSIGNALED(status));
+    let started = std::time::Instant::now();
+    // The next decision on the shard takes the lock at once, repairs the shard and decides as before.
+    assert!(allowed(&lim, "alice", None) && allowed(&lim, "alice", None));
+    assert!(!allowed(&lim, "alice", None));
+    assert!(started.elapsed() < std::time::Duration::from_millis(100));
+    let summary = lim.shared_summary().unwrap();
+    assert_eq!(summary.keys, 2, "alice's state and the dead process's write, each once");
+    assert_eq!(lim.len(), 2);
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}

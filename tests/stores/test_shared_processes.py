@@ -1,7 +1,8 @@
 """The shared-memory store (``backend=rk.Shared(...)``) between real processes.
 
 Processes decide on one region: forked after the limiter was made, spawned (each builds its own limiter on
-the same file), the workers of a real ``uvicorn --workers 3``, processes killed with SIGKILL in the middle
+the same file), the workers of a real ``uvicorn --workers 3`` and ``gunicorn -w 3`` (with ``--preload``, which
+forks after the limiter was made, and without), processes killed with SIGKILL in the middle
 of deciding or holding permits, a process flooding a full region; and the regions a process must refuse or
 cannot make, and ``python -m ratekeeper inspect``. The regions live in the test's ``tmp_path``
 (``rk.Shared(path=...)``), except the one test of a named region, which removes its ``/dev/shm`` file when
@@ -247,7 +248,12 @@ def serves(url: str) -> bool:
 
 
 def test_uvicorn_workers_share_one_limit(uvicorn_workers: tuple[str, set[int]]) -> None:
-    url, workers = uvicorn_workers
+    assert_one_limit(*uvicorn_workers)
+
+
+def assert_one_limit(url: str, workers: set[int]) -> None:
+    """60 requests of one key across the server's workers admit exactly 10, another key's 15 its own 10,
+    and more than one worker served them."""
     assert len(workers) == WORKERS
     # A new connection per request (the workers share the listening socket: a kept-alive connection would
     # stay with one worker), six at a time.
@@ -266,6 +272,78 @@ def test_uvicorn_workers_share_one_limit(uvicorn_workers: tuple[str, set[int]]) 
     served = {pid for _, pid in one + two}
     assert served <= workers
     assert len(served) > 1, f"every request was served by one worker ({served}): the test proves nothing"
+
+
+# --- gunicorn -w 3, with and without --preload (the limiter made before the workers fork) -----------------------
+
+WSGI_APP = """
+import json
+import os
+import time
+from urllib.parse import parse_qs
+
+import ratekeeper as rk
+
+# With --preload, made in gunicorn's master before it forks the workers, which inherit the mapped region.
+limiter = rk.Limiter("10/hour", max_keys=10_000, backend=rk.Shared(path=os.environ["RK_TEST_REGION"]))
+
+
+def app(environ, start_response):
+    if environ["PATH_INFO"] == "/hit":
+        allowed = limiter.allow(parse_qs(environ["QUERY_STRING"])["peer"][0])
+        time.sleep(0.02)  # holds this worker a moment: the next connections go to the others
+    else:
+        allowed = True
+    start_response("200 OK" if allowed else "429 Too Many Requests", [("Content-Type", "application/json")])
+    return [json.dumps({"pid": os.getpid()}).encode()]
+"""
+
+GUNICORN_CONFIG = """
+import os
+from pathlib import Path
+
+
+def post_fork(server, worker):
+    Path(os.environ["RK_TEST_READY"], str(os.getpid())).touch()
+"""
+
+
+@pytest.fixture(params=[True, False], ids=["preload", "no_preload"])
+def gunicorn_workers(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[str, set[int]]]:
+    """``gunicorn -w 3`` (sync workers; ``--preload`` or not) serving a WSGI app whose limiter is shared in
+    a region of ``tmp_path``: the URL and the workers' pids once all have started. Stopped in teardown."""
+    (tmp_path / "wsgi_app.py").write_text(WSGI_APP)
+    (tmp_path / "gunicorn_conf.py").write_text(GUNICORN_CONFIG)
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    port = free_port()
+    log = tmp_path / "gunicorn.log"
+    env = {**os.environ, "RK_TEST_REGION": str(tmp_path / "region"), "RK_TEST_READY": str(ready)}
+    command = [
+        *(sys.executable, "-m", "gunicorn", "--chdir", str(tmp_path), "--config", str(tmp_path / "gunicorn_conf.py")),
+        *("--bind", f"127.0.0.1:{port}", "--workers", str(WORKERS), "--log-level", "warning"),
+        *(["--preload"] if request.param else []),
+        "wsgi_app:app",
+    ]
+    with log.open("wb") as output:
+        process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while len(list(ready.iterdir())) < WORKERS or not serves(url):
+            if process.poll() is not None:
+                pytest.fail(f"gunicorn exited with {process.returncode}:\n{log.read_text(errors='replace')}")
+            assert time.monotonic() < deadline, f"gunicorn's workers did not start:\n{log.read_text(errors='replace')}"
+            time.sleep(0.02)
+        yield url, {int(entry.name) for entry in ready.iterdir()}
+    finally:
+        stop(process)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # a worker the arbiter left behind
+
+
+def test_gunicorn_workers_share_one_limit_with_and_without_preload(gunicorn_workers: tuple[str, set[int]]) -> None:
+    assert_one_limit(*gunicorn_workers)
 
 
 # --- SIGKILL while deciding: no hang, no over-admission beyond the decisions in flight -------------------------------
