@@ -194,6 +194,12 @@ impl SharedRegion {
     /// As [`Region::open`]: a file that cannot be made, is not this user's own, has another layout or
     /// was made for other numbers; no room for it.
     pub fn open(path: &Path, max_keys: usize, log_entries: usize) -> Result<Self> {
+        if !cfg!(target_os = "linux") {
+            return Err(Error::value(
+                "backend",
+                "rk.Shared needs Linux (its robust process-shared mutexes); elsewhere use rk.Redis",
+            ));
+        }
         let shape = Shape::new(max_keys, log_entries)?;
         let size = shape.size().ok_or_else(|| Error::value("max_keys", "too large for a shared region"))?;
         let region = Region::open(path, size, LAYOUT, |region| Self::init(region, shape, max_keys))?;

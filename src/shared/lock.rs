@@ -11,6 +11,35 @@ use std::cell::UnsafeCell;
 
 use crate::error::{Error, Result};
 
+/// Makes mutexes of `attr` robust: Linux's robust futexes (other systems have none: the shared store
+/// is Linux's).
+///
+/// # Safety
+/// `attr` is an initialised attribute object.
+#[cfg(target_os = "linux")]
+unsafe fn set_robust(attr: *mut libc::pthread_mutexattr_t) -> i32 {
+    // SAFETY: the caller's promise.
+    unsafe { libc::pthread_mutexattr_setrobust(attr, libc::PTHREAD_MUTEX_ROBUST) }
+}
+
+#[cfg(not(target_os = "linux"))]
+unsafe fn set_robust(_attr: *mut libc::pthread_mutexattr_t) -> i32 {
+    libc::ENOSYS
+}
+
+/// # Safety
+/// The caller holds `mutex`, taken with `EOWNERDEAD`.
+#[cfg(target_os = "linux")]
+unsafe fn mark_consistent(mutex: *mut libc::pthread_mutex_t) -> i32 {
+    // SAFETY: the caller's promise.
+    unsafe { libc::pthread_mutex_consistent(mutex) }
+}
+
+#[cfg(not(target_os = "linux"))]
+unsafe fn mark_consistent(_mutex: *mut libc::pthread_mutex_t) -> i32 {
+    libc::ENOSYS
+}
+
 /// Tries before sleeping on a held lock.
 const SPINS: usize = 64;
 
@@ -52,7 +81,7 @@ impl SharedMutex {
                     "pthread_mutexattr_setpshared",
                     libc::pthread_mutexattr_setpshared(attr, libc::PTHREAD_PROCESS_SHARED),
                 ),
-                ("pthread_mutexattr_setrobust", libc::pthread_mutexattr_setrobust(attr, libc::PTHREAD_MUTEX_ROBUST)),
+                ("pthread_mutexattr_setrobust", set_robust(attr)),
                 ("pthread_mutex_init", libc::pthread_mutex_init((*at).raw.get(), attr)),
             ];
             libc::pthread_mutexattr_destroy(attr);
@@ -100,7 +129,7 @@ impl SharedMutex {
             0 => Ok(Guard { mutex: self, recovered: false }),
             libc::EOWNERDEAD => {
                 // SAFETY: we hold the lock; marking it consistent lets later holders lock it normally.
-                let code = unsafe { libc::pthread_mutex_consistent(self.raw.get()) };
+                let code = unsafe { mark_consistent(self.raw.get()) };
                 if code != 0 {
                     return Err(failed("pthread_mutex_consistent", code));
                 }

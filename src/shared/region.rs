@@ -218,8 +218,7 @@ impl Region {
 /// than killing a process with `SIGBUS` when it first writes a page.
 fn reserve(path: &Path, file: &File, total: usize) -> Result<()> {
     let len = libc::off_t::try_from(total).map_err(|_| Error::value("size", "too large"))?;
-    // SAFETY: a valid open file descriptor and a non-negative length.
-    let code = unsafe { libc::posix_fallocate(std::os::fd::AsRawFd::as_raw_fd(file), 0, len) };
+    let code = allocate(file, len);
     if code == 0 {
         return Ok(());
     }
@@ -233,6 +232,22 @@ fn reserve(path: &Path, file: &File, total: usize) -> Result<()> {
         "path",
         format!("cannot reserve {total} bytes for the shared region {}: {e}{hint}", path.display()),
     ))
+}
+
+/// Reserves the file's first `len` bytes: 0, or the error code.
+#[cfg(target_os = "linux")]
+fn allocate(file: &File, len: libc::off_t) -> i32 {
+    // SAFETY: a valid open file descriptor and a non-negative length.
+    unsafe { libc::posix_fallocate(std::os::fd::AsRawFd::as_raw_fd(file), 0, len) }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn allocate(file: &File, len: libc::off_t) -> i32 {
+    // Sized, not reserved: systems without posix_fallocate never get this far (see `SharedRegion`).
+    match file.set_len(u64::try_from(len).unwrap_or(0)) {
+        Ok(()) => 0,
+        Err(e) => e.raw_os_error().unwrap_or(libc::EIO),
+    }
 }
 
 #[cfg(test)]
