@@ -510,6 +510,22 @@ impl<C> Shard<C> {
         self.group_keys.fill(0);
     }
 
+    /// How many states of each group id this shard holds (by id), in one walk, when its states are in a
+    /// region (which keeps no per-group counts: every process inserts and evicts there).
+    #[must_use]
+    pub fn region_group_keys(&self) -> Option<Vec<u64>> {
+        let region = self.region.as_ref()?;
+        let mut keys = Vec::new();
+        for slot in region.tables.iter().flat_map(RegionTable::iter) {
+            let id = Owner::unpack(slot.packed_owner()).group as usize;
+            if id >= keys.len() {
+                keys.resize(id + 1, 0);
+            }
+            keys[id] += 1;
+        }
+        Some(keys)
+    }
+
     /// How many states of `group` this shard holds.
     #[must_use]
     pub fn group_keys(&self, group: u32) -> u64 {

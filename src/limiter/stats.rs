@@ -77,11 +77,16 @@ impl Limiter {
         };
         for shard in self.states.shards() {
             let data: &ShardData = &shard.data;
+            // A region's shard counts its groups' keys in one walk, not one per group.
+            let region_keys = shard.region_group_keys();
             for (total, group) in stats.groups.iter_mut().zip(&rules.groups) {
                 if let Some(counters) = data.counted(group.id) {
                     total.counters.add(counters);
                 }
-                total.keys += shard.group_keys(group.id);
+                total.keys += match &region_keys {
+                    Some(keys) => keys.get(group.id as usize).copied().unwrap_or(0),
+                    None => shard.group_keys(group.id),
+                };
                 total.evictions += shard.group_evictions(group.id);
                 total.dropped += shard.group_dropped(group.id);
             }
