@@ -1,6 +1,6 @@
 //! Criterion benches of the Rust core alone (no Python): one decision on a hot key, over 100k keys,
 //! with regex routing, per algorithm, a group of two limits under `all`, a sliding log holding 10 and
-//! 10,000 live stamps, and two threads on distinct keys.
+//! 10,000 live stamps, two threads on distinct keys, and GCRA with its states in a shared region.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -180,5 +180,37 @@ fn scaling(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, decisions, sliding_log, scaling);
+/// GCRA with its states in a shared region (`rk.Shared`), next to the same limiter in memory: a hot key
+/// and 100k keys. The region's file is removed once mapped.
+fn shared_region(c: &mut Criterion) {
+    let path = std::env::temp_dir().join(format!("rk-bench-{}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let region = Arc::new(_core::shared::layout::SharedRegion::open(&path, 1_000_000, 0).unwrap());
+    std::fs::remove_file(&path).unwrap();
+    let config = Config {
+        rules: RulesConfig { rules: vec![rule("", "default", Kind::Gcra)], ..RulesConfig::default() },
+        ..Config::default()
+    };
+    let shared = Limiter::new_shared(config, Clock::Machine, region).unwrap();
+    let memory = limiter(vec![rule("", "default", Kind::Gcra)]);
+    let mut group = c.benchmark_group("shared");
+    group.throughput(Throughput::Elements(1));
+    let keys = peers(100_000);
+    for (name, lim) in [("memory", &memory), ("region", &shared)] {
+        group.bench_function(format!("gcra/hot_key/{name}"), |b| {
+            b.iter(|| decide(lim, black_box("alice"), None, false).outcome.allowed);
+        });
+        assert!(decide(lim, "alice", None, false).outcome.allowed);
+        let mut i = 0;
+        group.bench_function(format!("gcra/100k_keys/{name}"), |b| {
+            b.iter(|| {
+                i = (i + 1) % keys.len();
+                decide(lim, black_box(&keys[i]), None, false).outcome.allowed
+            });
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, decisions, sliding_log, scaling, shared_region);
 criterion_main!(benches);

@@ -159,6 +159,7 @@ pub fn truncate(text: &str, bytes: usize) -> &str {
 #[derive(Debug, Clone, Copy)]
 pub struct ShardPlace {
     pub head: *mut ShardHead,
+    pub counts: *mut ShardCounts,
     pub slots: *mut RegionSlot,
     pub capacity: usize,
     pub chunks: *mut Chunk,
@@ -230,13 +231,13 @@ impl RegionTable {
         }
     }
 
-    /// The shard's counts by every process (right after its head).
+    /// The shard's counts by every process.
     #[allow(clippy::mut_from_ref)]
     #[must_use]
     pub fn counts(&self) -> &mut ShardCounts {
         // SAFETY: the region lays the counts out after the head (see `layout`); written under the lock,
         // read without it only for display.
-        unsafe { &mut *self.place.head.add(1).cast::<ShardCounts>() }
+        unsafe { &mut *self.place.counts }
     }
 
     /// Counts one decision here, and a refusal of `peer` (hashed `hash`) among the peers refused most.
@@ -747,6 +748,7 @@ mod tests {
 
     fn fixture(capacity: usize, chunk_count: u32, max_keys: u64) -> Fixture {
         let bytes = std::mem::size_of::<ShardHead>()
+            + std::mem::size_of::<ShardCounts>()
             + capacity * std::mem::size_of::<RegionSlot>()
             + chunk_count as usize * std::mem::size_of::<Chunk>();
         let mut memory = vec![0u128; bytes.div_ceil(16) + 4];
@@ -755,9 +757,10 @@ mod tests {
         // SAFETY: all within `memory`, zeroed, aligned for each part.
         let place = unsafe {
             let head = base.cast::<ShardHead>();
-            let slots = base.add(std::mem::size_of::<ShardHead>()).cast::<RegionSlot>();
+            let counts = head.add(1).cast::<ShardCounts>();
+            let slots = counts.add(1).cast::<RegionSlot>();
             let chunks = slots.add(capacity).cast::<Chunk>();
-            ShardPlace { head, slots, capacity, chunks, chunk_count }
+            ShardPlace { head, counts, slots, capacity, chunks, chunk_count }
         };
         let keys = Box::new(AtomicU64::new(0));
         let mut tally = Box::<Tally>::default();
