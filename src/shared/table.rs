@@ -25,7 +25,7 @@ type Entries = Vec<(u64, u64)>;
 /// Marks an occupied slot in its owner word (an owner packs into 26 bits).
 const OCCUPIED: u32 = 1 << 31;
 /// Active slots of an empty shard.
-const MIN_ACTIVE: usize = 16;
+const MIN_ACTIVE: usize = 64;
 /// (stamp, units) entries per log chunk.
 pub const CHUNK_ENTRIES: usize = 15;
 
