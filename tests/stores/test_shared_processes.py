@@ -205,39 +205,42 @@ def free_port() -> int:
         return port
 
 
-@pytest.fixture
-def uvicorn_workers(tmp_path: Path) -> Iterator[tuple[str, set[int]]]:
-    """``uvicorn --workers 3`` serving an app whose limiter is shared in a region of ``tmp_path``: the
-    server's URL and its workers' pids, once every worker has started. Stopped in teardown."""
-    (tmp_path / "app.py").write_text(APP)
+@contextlib.contextmanager
+def serving(name: str, command: list[str], tmp_path: Path, port: int) -> Iterator[tuple[str, set[int]]]:
+    """Runs ``command`` (a server of ``WORKERS`` workers on ``port`` whose app shares a region of
+    ``tmp_path``, each worker touching a file named by its pid in ``RK_TEST_READY`` when it starts): its URL
+    and its workers' pids once all have started. Stopped, and its process group killed, when it ends."""
     ready = tmp_path / "ready"
     ready.mkdir()
-    port = free_port()
-    log = tmp_path / "uvicorn.log"
+    log = tmp_path / f"{name}.log"
     env = {**os.environ, "RK_TEST_REGION": str(tmp_path / "region"), "RK_TEST_READY": str(ready)}
-    options = {"--app-dir": str(tmp_path), "--host": "127.0.0.1", "--port": str(port), "--workers": str(WORKERS)}
-    command = [sys.executable, "-m", "uvicorn", "app:app", *itertools.chain(*options.items())]
     with log.open("wb") as output:
-        process = subprocess.Popen(
-            [*command, "--log-level", "warning", "--no-access-log"],
-            env=env,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its workers in a process group of its own, to end them all in teardown
-        )
+        # Its workers in a process group of their own, to end them all at the end.
+        process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 20
         while len(list(ready.iterdir())) < WORKERS or not serves(url):
             if process.poll() is not None:
-                pytest.fail(f"uvicorn exited with {process.returncode}:\n{log.read_text(errors='replace')}")
-            assert time.monotonic() < deadline, f"uvicorn's workers did not start:\n{log.read_text(errors='replace')}"
+                pytest.fail(f"{name} exited with {process.returncode}:\n{log.read_text(errors='replace')}")
+            assert time.monotonic() < deadline, f"{name}'s workers did not start:\n{log.read_text(errors='replace')}"
             time.sleep(0.02)
         yield url, {int(entry.name) for entry in ready.iterdir()}
     finally:
         stop(process)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)  # a worker the supervisor left behind
+
+
+@pytest.fixture
+def uvicorn_workers(tmp_path: Path) -> Iterator[tuple[str, set[int]]]:
+    """``uvicorn --workers 3`` serving an app whose limiter is shared in a region of ``tmp_path``."""
+    (tmp_path / "app.py").write_text(APP)
+    port = free_port()
+    options = {"--app-dir": str(tmp_path), "--host": "127.0.0.1", "--port": str(port), "--workers": str(WORKERS)}
+    command = [sys.executable, "-m", "uvicorn", "app:app", *itertools.chain(*options.items())]
+    with serving("uvicorn", [*command, "--log-level", "warning", "--no-access-log"], tmp_path, port) as served:
+        yield served
 
 
 def serves(url: str) -> bool:
@@ -311,35 +314,18 @@ def post_fork(server, worker):
 @pytest.fixture(params=[True, False], ids=["preload", "no_preload"])
 def gunicorn_workers(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[str, set[int]]]:
     """``gunicorn -w 3`` (sync workers; ``--preload`` or not) serving a WSGI app whose limiter is shared in
-    a region of ``tmp_path``: the URL and the workers' pids once all have started. Stopped in teardown."""
+    a region of ``tmp_path``."""
     (tmp_path / "wsgi_app.py").write_text(WSGI_APP)
     (tmp_path / "gunicorn_conf.py").write_text(GUNICORN_CONFIG)
-    ready = tmp_path / "ready"
-    ready.mkdir()
     port = free_port()
-    log = tmp_path / "gunicorn.log"
-    env = {**os.environ, "RK_TEST_REGION": str(tmp_path / "region"), "RK_TEST_READY": str(ready)}
     command = [
         *(sys.executable, "-m", "gunicorn", "--chdir", str(tmp_path), "--config", str(tmp_path / "gunicorn_conf.py")),
         *("--bind", f"127.0.0.1:{port}", "--workers", str(WORKERS), "--log-level", "warning"),
         *(["--preload"] if request.param else []),
         "wsgi_app:app",
     ]
-    with log.open("wb") as output:
-        process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 20
-        while len(list(ready.iterdir())) < WORKERS or not serves(url):
-            if process.poll() is not None:
-                pytest.fail(f"gunicorn exited with {process.returncode}:\n{log.read_text(errors='replace')}")
-            assert time.monotonic() < deadline, f"gunicorn's workers did not start:\n{log.read_text(errors='replace')}"
-            time.sleep(0.02)
-        yield url, {int(entry.name) for entry in ready.iterdir()}
-    finally:
-        stop(process)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)  # a worker the arbiter left behind
+    with serving("gunicorn", command, tmp_path, port) as served:
+        yield served
 
 
 def test_gunicorn_workers_share_one_limit_with_and_without_preload(gunicorn_workers: tuple[str, set[int]]) -> None:
