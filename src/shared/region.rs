@@ -75,11 +75,21 @@ impl Region {
             .custom_flags(libc::O_NOFOLLOW)
             .open(path);
         match created {
-            Ok(file) => Self::create(path, &file, total, layout, init).inspect_err(|_| {
-                // A region that could not be made whole must not be attached to.
-                let _ = std::fs::remove_file(path);
-            }),
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => Self::attach(path, Some(total), layout, true),
+            Ok(file) => {
+                // Held until the region is ready (the file closes when `create` returns): a process that
+                // finds the file unfinished and this lock free knows its creator died making it.
+                // SAFETY: a valid open file descriptor.
+                unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&file), libc::LOCK_EX) };
+                Self::create(path, &file, total, layout, init).inspect_err(|_| {
+                    // A region that could not be made whole must not be attached to.
+                    let _ = std::fs::remove_file(path);
+                })
+            }
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => match Self::attach(path, Some(total), layout, true)? {
+                Some(region) => Ok(region),
+                // Its creator died before finishing it; the file is gone: make it anew.
+                None => Self::open(path, size, layout, init),
+            },
             Err(e) => Err(io_error(path, "create", &e)),
         }
     }
@@ -111,10 +121,13 @@ impl Region {
     /// # Errors
     /// As [`Region::open`], for an existing region.
     pub fn inspect(path: &Path, layout: u32) -> Result<Self> {
-        Self::attach(path, None, layout, false)
+        Self::attach(path, None, layout, false)?
+            .ok_or_else(|| Error::value("path", format!("{}: its creator died before finishing it", path.display())))
     }
 
-    fn attach(path: &Path, total: Option<usize>, layout: u32, write: bool) -> Result<Self> {
+    /// The region at `path`, once its creator has finished it; `None` when the creator died before it
+    /// did (a writer then removes the file, for the caller to make it anew).
+    fn attach(path: &Path, total: Option<usize>, layout: u32, write: bool) -> Result<Option<Self>> {
         let file = OpenOptions::new()
             .read(true)
             .write(write)
@@ -146,10 +159,16 @@ impl Region {
                 let region = Self { map, path: path.to_owned(), created: false };
                 if region.header().ready.load(Ordering::Acquire) == 1 {
                     let total = total.unwrap_or(region.map.len());
-                    return region.check(total, layout);
+                    return region.check(total, layout).map(Some);
                 }
             }
             if started.elapsed() > READY_WITHIN {
+                if abandoned(&file) {
+                    if write && same_file(path, &meta) {
+                        std::fs::remove_file(path).map_err(|e| io_error(path, "remove the abandoned", &e))?;
+                    }
+                    return Ok(None);
+                }
                 return refuse(format!("its creator did not finish it within {READY_WITHIN:?}"));
             }
             std::thread::sleep(Duration::from_millis(1));
@@ -212,6 +231,25 @@ impl Region {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// Whether the creator of an unfinished region is gone: it holds an exclusive `flock` on the file until
+/// the region is ready, which the kernel drops when it dies.
+fn abandoned(file: &File) -> bool {
+    let fd = std::os::fd::AsRawFd::as_raw_fd(file);
+    // SAFETY: a valid open file descriptor; a shared lock taken only to test, given back at once.
+    unsafe {
+        if libc::flock(fd, libc::LOCK_SH | libc::LOCK_NB) == 0 {
+            libc::flock(fd, libc::LOCK_UN);
+            return true;
+        }
+    }
+    false
+}
+
+/// Whether `path` still names the file `meta` describes (not one made since by another process).
+fn same_file(path: &Path, meta: &std::fs::Metadata) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|now| now.ino() == meta.ino() && now.dev() == meta.dev())
 }
 
 /// Reserves `total` bytes for the file now, so that a full tmpfs fails here with a clear error rather
@@ -309,6 +347,37 @@ mod tests {
         std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
         let shared = Region::open(&open, 4096, 1, |_| Ok(())).unwrap_err().to_string();
         assert!(shared.contains("lets other users read or write it"), "{shared}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_region_whose_creator_died_unfinished_is_made_anew() {
+        let dir = dir("e");
+        let path = dir.join("abandoned");
+        // As a creator killed between making the file and finishing it leaves it: sized, not ready.
+        let file = OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path).unwrap();
+        file.set_len((4096 + HEADER_BYTES) as u64).unwrap();
+        drop(file);
+        let region = Region::open(&path, 4096, 1, |_| Ok(())).unwrap();
+        assert!(region.created());
+        assert!(Region::inspect(&path, 1).is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_region_being_made_is_waited_for_not_taken() {
+        let dir = dir("f");
+        let path = dir.join("busy");
+        let file = OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path).unwrap();
+        file.set_len((4096 + HEADER_BYTES) as u64).unwrap();
+        // A live creator holds the lock (here: this test, through another open file description).
+        let holder = File::open(&path).unwrap();
+        // SAFETY: a valid file descriptor.
+        assert_eq!(unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&holder), libc::LOCK_EX) }, 0);
+        let error = Region::open(&path, 4096, 1, |_| Ok(())).unwrap_err().to_string();
+        assert!(error.contains("did not finish it"), "{error}");
+        assert!(path.exists());
+        drop((file, holder));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
