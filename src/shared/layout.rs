@@ -18,7 +18,9 @@ use crate::state_map::StateMap;
 
 use super::lock::{Guard, SharedMutex};
 use super::region::Region;
-use super::table::{alive, Chunk, RegionSlot, RegionTable, ShardCounts, ShardHead, ShardPlace, Tally, CHUNK_ENTRIES};
+use super::table::{
+    alive, Chunk, JournalHead, RegionSlot, RegionTable, ShardCounts, ShardHead, ShardPlace, Tally, CHUNK_ENTRIES,
+};
 
 /// Bumped whenever anything in the region is laid out differently.
 pub const LAYOUT: u32 = 1;
@@ -124,12 +126,21 @@ impl Shape {
         round64(META_BYTES + MAX_GROUPS * std::mem::size_of::<GroupRecord>())
     }
 
-    const fn shards_offset() -> usize {
+    /// The journal of rebuilds (see `JournalHead`): its head, then a shard's capacity of slots.
+    const fn journal_offset() -> usize {
         round64(Self::tallies_offset() + MAX_PROCESSES * TALLY_STRIPES * std::mem::size_of::<Tally>())
     }
 
+    const fn shards_offset(&self) -> usize {
+        round64(
+            Self::journal_offset()
+                + std::mem::size_of::<JournalHead>()
+                + self.capacity * std::mem::size_of::<RegionSlot>(),
+        )
+    }
+
     fn size(&self) -> Option<usize> {
-        let heads = Self::shards_offset().checked_add(self.heads_bytes())?.checked_add(self.counts_bytes())?;
+        let heads = self.shards_offset().checked_add(self.heads_bytes())?.checked_add(self.counts_bytes())?;
         self.shard_bytes().checked_mul(self.shards)?.checked_add(heads)
     }
 }
@@ -262,6 +273,7 @@ impl SharedRegion {
             meta.capacity = shape.capacity as u64;
             meta.chunk_count = u64::from(shape.chunk_count);
             SharedMutex::init(&raw mut meta.groups_lock)?;
+            SharedMutex::init(&raw mut (*base.add(Shape::journal_offset()).cast::<JournalHead>()).lock)?;
             for shard in 0..shape.shards {
                 SharedMutex::init(&raw mut (*Self::place_in(base, shape, shard).head).lock)?;
             }
@@ -350,13 +362,25 @@ impl SharedRegion {
     unsafe fn place_in(base: *mut u8, shape: Shape, shard: usize) -> ShardPlace {
         // SAFETY: offsets within the region's size (see `Shape::size`), aligned to 64 bytes.
         unsafe {
-            let heads = base.add(Shape::shards_offset());
+            let heads = base.add(shape.shards_offset());
             let head = heads.cast::<ShardHead>().add(shard);
             let counts = heads.add(shape.heads_bytes()).cast::<ShardCounts>().add(shard);
             let start = heads.add(shape.heads_bytes() + shape.counts_bytes() + shard * shape.shard_bytes());
             let slots = start.cast::<RegionSlot>();
             let chunks = slots.add(shape.capacity).cast::<Chunk>();
-            ShardPlace { head, counts, slots, capacity: shape.capacity, chunks, chunk_count: shape.chunk_count }
+            let journal = base.add(Shape::journal_offset()).cast::<JournalHead>();
+            let journal_slots = journal.add(1).cast::<RegionSlot>();
+            ShardPlace {
+                index: shard,
+                journal,
+                journal_slots,
+                head,
+                counts,
+                slots,
+                capacity: shape.capacity,
+                chunks,
+                chunk_count: shape.chunk_count,
+            }
         }
     }
 

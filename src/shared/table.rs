@@ -160,9 +160,26 @@ pub fn truncate(text: &str, bytes: usize) -> &str {
     &text[..end]
 }
 
+/// The region's record of the rebuild in progress (at most one at a time, under its lock): the shard's
+/// states as they are to be placed. A rebuild empties the shard's slots before placing its states anew;
+/// a process killed in between would lose them, so the shard's next holder restores them from here.
+#[repr(C, align(64))]
+pub struct JournalHead {
+    pub lock: SharedMutex,
+    /// The shard being rebuilt, plus one; 0: none.
+    shard: u64,
+    len: u64,
+    active: u64,
+}
+
 /// Where one shard lives in the region.
 #[derive(Debug, Clone, Copy)]
 pub struct ShardPlace {
+    /// The shard's index (the journal names shards by it).
+    pub index: usize,
+    pub journal: *mut JournalHead,
+    /// The journal's slots: as many as a shard's.
+    pub journal_slots: *mut RegionSlot,
     pub head: *mut ShardHead,
     pub counts: *mut ShardCounts,
     pub slots: *mut RegionSlot,
@@ -497,17 +514,79 @@ impl RegionTable {
 
     /// Refills the array with `kept` (each with new log entries to write, if they changed).
     fn rebuild(&mut self, kept: Vec<(RegionSlot, Option<Entries>)>) {
+        let slots: Vec<RegionSlot> = kept
+            .into_iter()
+            .map(|(mut slot, entries)| {
+                if let Some(entries) = entries {
+                    slot.log = self.write_entries(&entries).unwrap_or(0);
+                }
+                slot
+            })
+            .collect();
+        // Journaled first: a process killed while the slots are empty loses nothing (see `repair`).
+        // SAFETY: see `new`; the journal's lock is made by the region's creator.
+        let journal = unsafe { &*self.place.journal };
+        let held = journal.lock.lock_whole();
+        self.restore_journaled();
+        // A process died rebuilding another shard: its journal waits for that shard's next holder, and
+        // this rebuild goes unjournaled (only a second death, in this one, could lose its states).
+        // SAFETY: see `new`; the journal's lock is held.
+        let others = unsafe { (*self.place.journal).shard } != 0;
+        if !others {
+            self.journal(&slots);
+        }
+        self.place_all(&slots);
+        if !others {
+            // SAFETY: see `new`; the journal's lock is held.
+            unsafe { (*self.place.journal).shard = 0 };
+        }
+        drop(held);
+    }
+
+    /// Empties the active slots and places `slots` in them.
+    fn place_all(&mut self, slots: &[RegionSlot]) {
         let before = self.len();
         self.slots_mut().fill(RegionSlot::default());
-        let mut count = 0;
-        for (mut slot, entries) in kept {
-            if let Some(entries) = entries {
-                slot.log = self.write_entries(&entries).unwrap_or(0);
-            }
-            self.place_slot(slot);
-            count += 1;
+        for slot in slots {
+            self.place_slot(*slot);
         }
-        self.set_len(before, count);
+        self.set_len(before, slots.len());
+    }
+
+    /// Records `slots` as this shard's, about to be placed (the journal's lock held).
+    fn journal(&self, slots: &[RegionSlot]) {
+        // SAFETY: see `new`; the journal's lock is held, its slots are a shard's capacity, and a shard
+        // never holds more states than its capacity.
+        unsafe {
+            let journal = self.place.journal;
+            std::ptr::copy_nonoverlapping(slots.as_ptr(), self.place.journal_slots, slots.len());
+            (*journal).len = slots.len() as u64;
+            (*journal).active = self.active() as u64;
+            std::sync::atomic::fence(Ordering::Release);
+            (*journal).shard = self.place.index as u64 + 1;
+        }
+    }
+
+    /// Places the states the journal holds for this shard, if a process died rebuilding it (the
+    /// journal's lock held): what it had emptied comes back whole.
+    fn restore_journaled(&mut self) {
+        // SAFETY: see `new`; the journal's lock is held.
+        let journal = unsafe { &mut *self.place.journal };
+        if journal.shard != self.place.index as u64 + 1 {
+            return;
+        }
+        let len = usize::try_from(journal.len).unwrap_or(0).min(self.place.capacity);
+        // SAFETY: within the journal's slots.
+        let slots: Vec<RegionSlot> = unsafe { std::slice::from_raw_parts(self.place.journal_slots, len) }.to_vec();
+        #[allow(clippy::cast_possible_truncation)] // a shard's capacity fits in u32
+        {
+            self.head().active = usize::try_from(journal.active).unwrap_or(0).min(self.place.capacity) as u32;
+        }
+        self.all_slots_mut().fill(RegionSlot::default());
+        for slot in slots.into_iter().filter(RegionSlot::occupied) {
+            self.place_slot(slot);
+        }
+        journal.shard = 0;
     }
 
     /// Records `count` states where `before` were counted, in the shard and the region's count.
@@ -708,6 +787,12 @@ impl RegionTable {
     /// list rebuilt from the chunks no slot uses, the counts recounted. What the dead process was
     /// deciding may be lost; nothing else is.
     pub fn repair(&mut self) {
+        {
+            // SAFETY: see `new`; the journal's lock is made by the region's creator.
+            let held = unsafe { &*self.place.journal }.lock.lock_whole();
+            self.restore_journaled();
+            drop(held);
+        }
         let chunk_count = self.place.chunk_count as usize;
         let mut used = vec![false; chunk_count];
         let mut seen = std::collections::HashSet::new();
@@ -794,20 +879,24 @@ mod tests {
     }
 
     fn fixture(capacity: usize, chunk_count: u32, max_keys: u64) -> Fixture {
-        let bytes = std::mem::size_of::<ShardHead>()
+        let bytes = std::mem::size_of::<JournalHead>()
+            + std::mem::size_of::<ShardHead>()
             + std::mem::size_of::<ShardCounts>()
-            + capacity * std::mem::size_of::<RegionSlot>()
+            + 2 * capacity * std::mem::size_of::<RegionSlot>()
             + chunk_count as usize * std::mem::size_of::<Chunk>();
         let mut memory = vec![0u128; bytes.div_ceil(16) + 4];
         let base = memory.as_mut_ptr().cast::<u8>();
         let base = base.wrapping_add(base.align_offset(64));
         // SAFETY: all within `memory`, zeroed, aligned for each part.
         let place = unsafe {
-            let head = base.cast::<ShardHead>();
+            // A zeroed pthread mutex is a valid (plain) one: enough for one process.
+            let journal = base.cast::<JournalHead>();
+            let head = journal.add(1).cast::<ShardHead>();
             let counts = head.add(1).cast::<ShardCounts>();
             let slots = counts.add(1).cast::<RegionSlot>();
-            let chunks = slots.add(capacity).cast::<Chunk>();
-            ShardPlace { head, counts, slots, capacity, chunks, chunk_count }
+            let journal_slots = slots.add(capacity);
+            let chunks = journal_slots.add(capacity).cast::<Chunk>();
+            ShardPlace { index: 0, journal, journal_slots, head, counts, slots, capacity, chunks, chunk_count }
         };
         let keys = Box::new(AtomicU64::new(0));
         let mut tally = Box::<Tally>::default();
@@ -888,6 +977,27 @@ mod tests {
         f.table.set_log(key(2), &Log::from_entries((0..15).map(|t| (t, 1))), 0, |_, _| {});
         assert_eq!(f.table.log(key(2)).units(), 15);
         assert!(f.table.get(key(0)).is_none() || f.table.get(key(1)).is_none() || f.table.log(key(0)).is_empty());
+    }
+
+    #[test]
+    fn a_rebuild_cut_short_after_emptying_the_slots_is_restored_from_the_journal() {
+        let mut f = fixture(128, 4, 1_000);
+        for i in 0..40 {
+            f.table.insert(key(i), State { t: 100 + i, a: 0, b: 0 }, 3, 0, |_, _| {});
+        }
+        // As a process killed inside `rebuild`: the states journaled, the slots emptied, nothing placed.
+        let slots: Vec<RegionSlot> = f.table.iter().copied().collect();
+        f.table.journal(&slots);
+        f.table.all_slots_mut().fill(RegionSlot::default());
+        f.table.repair();
+        assert_eq!(f.table.len(), 40);
+        for i in 0..40 {
+            assert_eq!(f.table.get(key(i)).map(|s| s.state.t), Some(100 + i), "key {i}");
+        }
+        // The journal is spent: a later repair leaves the shard as it is.
+        f.table.remove(key(0));
+        f.table.repair();
+        assert_eq!(f.table.len(), 39);
     }
 
     #[test]
