@@ -615,6 +615,63 @@ mod tests {
     }
 
     #[test]
+    fn processes_killed_while_flooding_a_full_region_lose_no_other_state() {
+        let dir = dir("kill");
+        let region = SharedRegion::open(&dir.join("r"), 2_000, 0).unwrap();
+        let busy_state = crate::algorithm::State { t: u64::MAX, a: 7, b: 0 };
+        let key = |i: u64| ahash::RandomState::with_seeds(9, 8, 7, 6).hash_one(i);
+        let busy: Vec<u64> = (0..100).map(|i| key(u64::MAX - i)).collect();
+        let shard_of = |k: u64| usize::try_from(k >> (64 - region.shards().trailing_zeros())).unwrap();
+        let use_busy = || {
+            for &k in &busy {
+                let held = region.lock(shard_of(k));
+                let mut table = region.table(shard_of(k));
+                for _ in 0..64 {
+                    if table.get_mut(k).is_none() {
+                        table.insert(k, busy_state, 0, 0, |_, _| {});
+                    }
+                }
+                drop(held);
+            }
+        };
+        use_busy();
+        for round in 0..30u64 {
+            // SAFETY: the child only inserts into the region and is killed.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                // One-shot keys, each an insert that makes room when the region is full (rebuilds).
+                for i in 0.. {
+                    let k = key(round << 32 | i);
+                    let _held = region.lock(shard_of(k));
+                    region.table(shard_of(k)).insert(k, busy_state, 0, 0, |_, _| {});
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_micros(500 + round * 97 % 3_000));
+            // SAFETY: our own child.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+            for shard in 0..region.shards() {
+                let held = region.lock(shard);
+                let mut table = region.table(shard);
+                if held.recovered {
+                    table.repair(); // as `StateMap::lock` does for a shard the child died holding
+                }
+                let mut seen = std::collections::HashSet::new();
+                assert!(table.iter().all(|slot| seen.insert(slot.identity())), "a key twice in shard {shard}");
+                assert_eq!(table.iter().count(), table.len(), "shard {shard} miscounted");
+            }
+            for &k in &busy {
+                let _held = region.lock(shard_of(k));
+                assert_eq!(region.table(shard_of(k)).get(k).map(|s| s.state), Some(busy_state), "round {round}");
+            }
+            use_busy();
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn names_are_checked() {
         assert!(region_path(Some("my-app_1.v2"), None).unwrap().ends_with("ratekeeper-my-app_1.v2"));
         for bad in ["", "../etc", ".hidden", "a/b", "a b"] {
