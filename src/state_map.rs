@@ -146,6 +146,12 @@ impl Owner {
         self.group | (self.limit as u32) << Self::GROUP_BITS | low_byte << (Self::GROUP_BITS + Self::LIMIT_BITS)
     }
 
+    /// The whole key of a slot of `identity` whose packed owner is `packed` (which keeps the key's low
+    /// byte, the one its tag lacks).
+    pub(crate) fn whole_key(identity: u64, packed: u32) -> u64 {
+        identity << IDENTITY_SHIFT | u64::from(packed >> (Self::GROUP_BITS + Self::LIMIT_BITS) & 0xFF)
+    }
+
     #[inline]
     pub(crate) fn unpack(packed: u32) -> Self {
         Self { group: packed & ((1 << Self::GROUP_BITS) - 1), limit: (packed >> Self::GROUP_BITS & 0x3F) as usize }
@@ -160,7 +166,7 @@ impl Slot {
 
     /// The slot's whole key: its tag's identity and the low byte kept beside it.
     fn key(&self) -> u64 {
-        self.identity() << IDENTITY_SHIFT | u64::from(self.owner >> (Owner::GROUP_BITS + Owner::LIMIT_BITS))
+        Owner::whole_key(self.identity(), self.owner)
     }
 }
 
@@ -193,9 +199,6 @@ pub struct Shard<C> {
     /// Where the states are when they live in a shared region rather than in `table` and `logs` (each
     /// method below goes there instead; the region's lock is held with this shard's).
     region: Option<RegionPart>,
-    /// A log written for a key before its state (see `with_log`), for the region, which keeps a log
-    /// with its state.
-    unplaced_log: Option<(u64, Log)>,
     pub data: C,
 }
 
@@ -228,6 +231,25 @@ enum SlotRef<'a> {
     Region(&'a mut RegionSlot),
 }
 
+impl SlotRef<'_> {
+    /// Its state, copied out (the packed memory slot has no aligned reference to lend).
+    #[inline]
+    fn state(&self) -> State {
+        match self {
+            Self::Memory(slot) => slot.state,
+            Self::Region(slot) => slot.state,
+        }
+    }
+
+    #[inline]
+    fn set(self, state: State) {
+        match self {
+            Self::Memory(slot) => slot.state = state,
+            Self::Region(slot) => slot.state = state,
+        }
+    }
+}
+
 /// Counts a state the region removed to make room, in this process's per-group counts.
 fn count_removal(
     (group_evictions, group_dropped, evictions): (&mut Vec<u64>, &mut Vec<u64>, &mut u64),
@@ -249,13 +271,19 @@ fn count_removal(
 }
 
 impl<C> Shard<C> {
+    /// The slot of `key`, wherever the states live, counted as a use.
+    #[inline]
+    fn slot_mut(&mut self, key: u64) -> Option<SlotRef<'_>> {
+        match &mut self.region {
+            Some(region) => region.table().get_mut(key).map(SlotRef::Region),
+            None => self.table.get_mut(key).map(SlotRef::Memory),
+        }
+    }
+
     /// The state of `key` (a copy), counted as a use.
     #[inline]
     pub fn touch(&mut self, key: u64) -> Option<State> {
-        if let Some(region) = &mut self.region {
-            return region.table().get_mut(key).map(|slot| slot.state);
-        }
-        self.table.get_mut(key).map(|slot| slot.state)
+        self.slot_mut(key).map(|slot| slot.state())
     }
 
     /// Replaces the state of `key` by what `change` makes of it, counted as a use; `None`: no such
@@ -263,19 +291,8 @@ impl<C> Shard<C> {
     #[inline]
     pub fn update<E>(&mut self, key: u64, change: impl FnOnce(&State) -> Result<State, E>) -> Option<Result<(), E>> {
         // `change` is called in one place, so that it is inlined (called from two, it was not: 4 ns).
-        let slot = match &mut self.region {
-            Some(region) => SlotRef::Region(region.table().get_mut(key)?),
-            None => SlotRef::Memory(self.table.get_mut(key)?),
-        };
-        // Copied out and back: the packed slot's state has no aligned reference to lend.
-        let state = match &slot {
-            SlotRef::Memory(slot) => slot.state,
-            SlotRef::Region(slot) => slot.state,
-        };
-        Some(change(&state).map(|changed| match slot {
-            SlotRef::Memory(slot) => slot.state = changed,
-            SlotRef::Region(slot) => slot.state = changed,
-        }))
+        let slot = self.slot_mut(key)?;
+        Some(change(&slot.state()).map(|changed| slot.set(changed)))
     }
 
     /// Stores the state of a key of `group` that `get_mut` did not find, making room first if the store
@@ -287,7 +304,6 @@ impl<C> Shard<C> {
             region.table().insert(key, state, owner.pack(key), now, |packed, removal| {
                 count_removal((group_evictions, group_dropped, evictions), packed, removal);
             });
-            self.place_log(key);
             return;
         }
         let index = owner.group as usize;
@@ -322,56 +338,32 @@ impl<C> Shard<C> {
         }
     }
 
-    /// Runs `change` on the timestamps of `key` (empty if none). In a region, a key without a state yet
-    /// keeps the log here until its state is stored (a log lives with its state there).
+    /// Runs `change` on the timestamps of `key` (empty if none). A region keeps a log with its key's
+    /// state: there the state is stored first (a log of a key without one is not kept).
     pub fn with_log<R>(&mut self, key: u64, change: impl FnOnce(&mut Log) -> R) -> R {
-        if self.region.is_some() {
-            let mut log = self.take_log(key);
-            let result = change(&mut log);
-            self.put_log(key, log);
-            return result;
-        }
-        self.logs.with(key >> IDENTITY_SHIFT, change)
+        let Some(region) = &mut self.region else { return self.logs.with(key >> IDENTITY_SHIFT, change) };
+        let table = region.table();
+        let mut log = table.log(key);
+        let result = change(&mut log);
+        let Self { group_evictions, group_dropped, evictions, .. } = self;
+        table.set_log(key, &log, 0, |p, r| count_removal((group_evictions, group_dropped, evictions), p, r));
+        result
     }
 
     /// Takes the timestamps of `key` out (empty if none), e.g. to move them to another key.
     pub fn take_log(&mut self, key: u64) -> Log {
-        if let Some(region) = &mut self.region {
-            let region = region.table();
-            let log = region.log(key);
-            if !log.is_empty() {
-                let Self { group_evictions, group_dropped, evictions, .. } = self;
-                region.set_log(key, &Log::new(), 0, |p, r| {
-                    count_removal((group_evictions, group_dropped, evictions), p, r);
-                });
-            }
-            return log;
+        if self.region.is_some() {
+            return self.with_log(key, std::mem::take);
         }
         self.logs.take(key >> IDENTITY_SHIFT)
     }
 
     /// Stores `log` as the timestamps of `key`.
     pub fn put_log(&mut self, key: u64, log: Log) {
-        if let Some(region) = &mut self.region {
-            let region = region.table();
-            if region.get(key).is_none() {
-                self.unplaced_log = Some((key, log));
-                return;
-            }
-            let Self { group_evictions, group_dropped, evictions, .. } = self;
-            region.set_log(key, &log, 0, |p, r| count_removal((group_evictions, group_dropped, evictions), p, r));
-            return;
+        if self.region.is_some() {
+            return self.with_log(key, |stamps| *stamps = log);
         }
         self.logs.put(key >> IDENTITY_SHIFT, log);
-    }
-
-    /// Writes the log kept for `key` before it had a state, now that it has one.
-    fn place_log(&mut self, key: u64) {
-        if self.unplaced_log.as_ref().is_some_and(|(k, _)| *k == key) {
-            if let Some((key, log)) = self.unplaced_log.take() {
-                self.put_log(key, log);
-            }
-        }
     }
 
     /// The state of `key` (a copy, or a fresh state), without counting a use.
@@ -403,12 +395,6 @@ impl<C> Shard<C> {
         self.region.as_mut().map_or(0, |region| region.table().take_dead_leases(key))
     }
 
-    /// The table of the region the shard's lock took, if the states live in a region.
-    #[must_use]
-    pub fn region(&self) -> Option<&RegionTable> {
-        self.region.as_ref().map(RegionPart::table_ref)
-    }
-
     /// The state of `key` if it has one, without counting a use.
     #[inline]
     #[must_use]
@@ -421,18 +407,9 @@ impl<C> Shard<C> {
 
     /// Writes `state` for `key`, inserting it for `owner` if needed (a stored key keeps its owner).
     pub fn store(&mut self, key: u64, state: State, now: u64, owner: Owner) {
-        if let Some(region) = &mut self.region {
-            if let Some(slot) = region.table().get_mut(key) {
-                slot.state = state;
-            } else {
-                self.insert(key, state, now, owner);
-            }
-            return;
-        }
-        if let Some(slot) = self.table.get_mut(key) {
-            slot.state = state;
-        } else {
-            self.insert(key, state, now, owner);
+        match self.slot_mut(key) {
+            Some(slot) => slot.set(state),
+            None => self.insert(key, state, now, owner),
         }
     }
 
@@ -451,9 +428,13 @@ impl<C> Shard<C> {
                     if owner.group != group {
                         return true;
                     }
-                    let key = slot.identity() << IDENTITY_SHIFT
-                        | u64::from(slot.packed_owner() >> (Owner::GROUP_BITS + Owner::LIMIT_BITS));
-                    change(data, key, owner.limit, &mut slot.state, log)
+                    change(
+                        data,
+                        Owner::whole_key(slot.identity(), slot.packed_owner()),
+                        owner.limit,
+                        &mut slot.state,
+                        log,
+                    )
                 });
             }
             return;
@@ -529,9 +510,8 @@ impl<C> Shard<C> {
     /// How many states of `group` this shard holds.
     #[must_use]
     pub fn group_keys(&self, group: u32) -> u64 {
-        if let Some(region) = &self.region {
-            let held = region.tables.iter().flat_map(RegionTable::iter);
-            return held.filter(|s| Owner::unpack(s.packed_owner()).group == group).count() as u64;
+        if let Some(keys) = self.region_group_keys() {
+            return keys.get(group as usize).copied().unwrap_or(0);
         }
         self.group_keys.get(group as usize).copied().unwrap_or(0)
     }
@@ -673,7 +653,6 @@ impl<C> StateMap<C> {
                         tables: (0..region_per_shard).map(|part| r.table(index * region_per_shard + part)).collect(),
                         current: 0,
                     }),
-                    unplaced_log: None,
                     data: data(),
                 }))
             })

@@ -123,12 +123,13 @@ impl Limiter {
         for (i, limit) in Group::rate_limits(&g.limits_with(quota)) {
             let state_key = g.limit_key(base, i);
             let state = shard.load(state_key);
-            let charged = if limit.uses_log() {
-                shard.with_log(state_key, |log| limit.charge(&state, log, now, units))
-            } else {
-                limit.charge(&state, &mut Log::new(), now, units)
-            };
+            let mut log = if limit.uses_log() { shard.log(state_key).into_owned() } else { Log::new() };
+            let charged = limit.charge(&state, &mut log, now, units);
+            // The state first: a region keeps a log only with its key's state.
             shard.store(state_key, charged, now, Owner::new(g.id, i));
+            if limit.uses_log() {
+                shard.put_log(state_key, log);
+            }
         }
         Ok(())
     }

@@ -428,10 +428,7 @@ fn shared_limiter(path: &std::path::Path, rules: Vec<RuleSpec>, clock: &Arc<Manu
 }
 
 fn region_path(test: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("rk-limiter-{}-{test}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join("region")
+    crate::shared::test_dir("limiter", test).join("region")
 }
 
 #[test]

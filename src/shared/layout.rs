@@ -580,10 +580,7 @@ mod tests {
     use super::*;
 
     fn dir(test: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("rk-layout-{}-{test}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
+        crate::shared::test_dir("layout", test)
     }
 
     #[test]

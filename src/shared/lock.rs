@@ -184,8 +184,7 @@ mod tests {
     use crate::shared::region::Region;
 
     fn region(name: &str) -> Region {
-        let dir = std::env::temp_dir().join(format!("rk-lock-{}-{name}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::shared::test_dir("lock", name);
         let region = Region::open(&dir.join(name), 4096, 1, |_| Ok(())).unwrap();
         // The mapping outlives the name (forked children share the mapping, not the file).
         std::fs::remove_dir_all(&dir).unwrap();

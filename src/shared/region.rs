@@ -292,12 +292,8 @@ fn allocate(file: &File, len: libc::off_t) -> i32 {
 mod tests {
     use super::*;
 
-    /// A fresh folder of the test's own (removed by the test).
     fn dir(test: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("rk-region-{}-{test}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
+        crate::shared::test_dir("region", test)
     }
 
     #[test]
@@ -350,14 +346,18 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// A region file as its creator leaves it between making it and finishing it: sized, not ready.
+    fn unfinished(path: &Path) -> File {
+        let file = OpenOptions::new().write(true).create_new(true).mode(0o600).open(path).unwrap();
+        file.set_len((4096 + HEADER_BYTES) as u64).unwrap();
+        file
+    }
+
     #[test]
     fn a_region_whose_creator_died_unfinished_is_made_anew() {
         let dir = dir("e");
         let path = dir.join("abandoned");
-        // As a creator killed between making the file and finishing it leaves it: sized, not ready.
-        let file = OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path).unwrap();
-        file.set_len((4096 + HEADER_BYTES) as u64).unwrap();
-        drop(file);
+        drop(unfinished(&path));
         let region = Region::open(&path, 4096, 1, |_| Ok(())).unwrap();
         assert!(region.created());
         assert!(Region::inspect(&path, 1).is_ok());
@@ -368,8 +368,7 @@ mod tests {
     fn a_region_being_made_is_waited_for_not_taken() {
         let dir = dir("f");
         let path = dir.join("busy");
-        let file = OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path).unwrap();
-        file.set_len((4096 + HEADER_BYTES) as u64).unwrap();
+        let file = unfinished(&path);
         // A live creator holds the lock (here: this test, through another open file description).
         let holder = File::open(&path).unwrap();
         // SAFETY: a valid file descriptor.

@@ -737,13 +737,14 @@ impl RegionTable {
         if entries.is_empty() {
             return Some(0);
         }
-        let needed = entries.len().div_ceil(CHUNK_ENTRIES);
-        if self.free_chunk_count() < needed {
-            return None;
-        }
         let mut first = 0;
         for part in entries.chunks(CHUNK_ENTRIES).rev() {
-            let index = self.take_chunk()?;
+            // Taken one by one (no walk of the free list to count it first); without room, what was
+            // taken goes back.
+            let Some(index) = self.take_chunk() else {
+                self.free_log(first);
+                return None;
+            };
             let chunk = self.chunk(index);
             chunk.next = first;
             #[allow(clippy::cast_possible_truncation)]
