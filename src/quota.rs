@@ -18,7 +18,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::algorithm::Limit;
 use crate::rate::{Rate, NANOS_PER_SEC};
-use crate::room::{BoundedTable, Freed, Tagged};
+use crate::room::{BoundedTable, Freed, Tagged, VACANT_TAG};
 
 /// The first retry after a failed fetch; each further failure doubles it, up to `MAX_BACKOFF_NS`.
 pub const FIRST_BACKOFF_NS: u64 = NANOS_PER_SEC;
@@ -143,9 +143,31 @@ impl Tagged for QuotaSlot {
     fn set_tag(&mut self, tag: u64) {
         self.tag = tag;
     }
+
+    fn vacant() -> Self {
+        Self { tag: VACANT_TAG, ..Self::new(None, Source::Rule, 0, 0) }
+    }
 }
 
 impl QuotaSlot {
+    fn new(quota: Option<Limit>, source: Source, version: u64, now: u64) -> Self {
+        Self {
+            tag: 0,
+            quota,
+            version,
+            moves_sent: version,
+            source,
+            good: false,
+            adopted: false,
+            fetching: false,
+            reused: false,
+            token: 0,
+            failures: 0,
+            since: now,
+            next_at: now,
+        }
+    }
+
     #[must_use]
     pub fn info(&self) -> QuotaInfo {
         QuotaInfo {
@@ -222,22 +244,7 @@ impl QuotaTable {
     /// its uses halves the count to nothing, below a new key's one use. A record whose fetch is queued
     /// or running stays: its answer must find it.
     pub fn insert(&mut self, key: u64, quota: Option<Limit>, source: Source, version: u64, now: u64) -> &mut QuotaSlot {
-        let slot = QuotaSlot {
-            tag: 0,
-            quota,
-            version,
-            moves_sent: version,
-            source,
-            good: false,
-            adopted: false,
-            fetching: false,
-            reused: false,
-            token: 0,
-            failures: 0,
-            since: now,
-            next_at: now,
-        };
-        self.table.insert(key, slot, |table| {
+        self.table.insert(key, QuotaSlot::new(quota, source, version, now), |table| {
             let due = |slot: &QuotaSlot| now >= slot.next_at;
             let want = (table.len() / 8).max(1);
             let Freed { dropped, evicted } = table.make_room(

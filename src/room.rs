@@ -12,22 +12,27 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use hashbrown::HashTable;
+use crate::probe::{LineTable, Probed};
 
 /// Keys are 64-bit keyed hashes; the low byte of a tag holds the use counter instead.
 pub(crate) const IDENTITY_SHIFT: u32 = 8;
+/// The tag of a free slot. A use counter stops one short of 255, so no entry's tag is this.
+pub(crate) const VACANT_TAG: u64 = u64::MAX;
+const MAX_USES: u8 = u8::MAX - 1;
 
-/// The hash hashbrown sees: the identity spread over all 64 bits, so that both its bucket index (low
-/// bits) and its control tag (top 7 bits) vary. The shard index comes from other bits of the key.
+/// The hash a table places an identity by: spread over all 64 bits, so that the high bits that pick its
+/// home vary. The shard index comes from other bits of the key.
 #[inline]
 pub(crate) fn table_hash(identity: u64) -> u64 {
     identity.wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
 /// An entry with a tag.
-pub(crate) trait Tagged {
+pub(crate) trait Tagged: Copy {
     fn tag(&self) -> u64;
     fn set_tag(&mut self, tag: u64);
+    /// A free slot (its tag is [`VACANT_TAG`]).
+    fn vacant() -> Self;
 
     #[inline]
     fn identity(&self) -> u64 {
@@ -44,9 +49,21 @@ pub(crate) trait Tagged {
 
     #[inline]
     fn touch(&mut self) {
-        if self.uses() < u8::MAX {
+        if self.uses() < MAX_USES {
             self.set_tag(self.tag() + 1);
         }
+    }
+}
+
+impl<T: Tagged> Probed for T {
+    #[inline]
+    fn occupied(&self) -> bool {
+        self.tag() != VACANT_TAG
+    }
+
+    #[inline]
+    fn identity(&self) -> u64 {
+        Tagged::identity(self)
     }
 }
 
@@ -71,7 +88,7 @@ pub(crate) enum Removal {
 /// One shard's table of entries, bounded with the tables of the other shards by one shared count.
 #[derive(Debug)]
 pub(crate) struct BoundedTable<T> {
-    table: HashTable<T>,
+    table: LineTable<T>,
     /// Entries in all tables of this kind (one per shard), and their bound.
     count: Arc<AtomicUsize>,
     max: usize,
@@ -82,21 +99,19 @@ pub(crate) struct BoundedTable<T> {
 impl<T: Tagged> BoundedTable<T> {
     /// The table of one of `shards` shards, which hold at most `max` entries between them.
     pub fn new(count: Arc<AtomicUsize>, max: usize, shards: usize) -> Self {
-        Self { table: HashTable::new(), count, max, room: Room::new(max.div_ceil(shards.max(1))) }
+        Self { table: LineTable::new(T::vacant()), count, max, room: Room::new(max.div_ceil(shards.max(1))) }
     }
 
     /// The entry of `key`, without counting a use.
     #[inline]
     pub fn get(&self, key: u64) -> Option<&T> {
-        let identity = key >> IDENTITY_SHIFT;
-        self.table.find(table_hash(identity), |e| e.identity() == identity)
+        self.table.get(key >> IDENTITY_SHIFT)
     }
 
     /// The entry of `key`, counted as a use.
     #[inline]
     pub fn get_mut(&mut self, key: u64) -> Option<&mut T> {
-        let identity = key >> IDENTITY_SHIFT;
-        let entry = self.table.find_mut(table_hash(identity), |e| e.identity() == identity)?;
+        let entry = self.table.get_mut(key >> IDENTITY_SHIFT)?;
         entry.touch();
         Some(entry)
     }
@@ -111,14 +126,13 @@ impl<T: Tagged> BoundedTable<T> {
         entry.set_tag((key >> IDENTITY_SHIFT) << IDENTITY_SHIFT | 1);
         self.count.fetch_add(1, Ordering::Relaxed);
         self.room.inserted();
-        self.table.insert_unique(table_hash(entry.identity()), entry, |e| table_hash(e.identity())).into_mut()
+        self.table.insert(entry, self.room.share)
     }
 
     pub fn remove(&mut self, key: u64) -> Option<T> {
-        let identity = key >> IDENTITY_SHIFT;
-        let entry = self.table.find_entry(table_hash(identity), |e| e.identity() == identity).ok()?;
+        let entry = self.table.remove(key >> IDENTITY_SHIFT)?;
         self.count.fetch_sub(1, Ordering::Relaxed);
-        Some(entry.remove().0)
+        Some(entry)
     }
 
     /// Keeps the entries `keep` says to (it may change them, but not their tags).
@@ -147,10 +161,9 @@ impl<T: Tagged> BoundedTable<T> {
         self.table.capacity()
     }
 
-    /// Approximate heap bytes: hashbrown's buckets, each an entry and a control byte.
+    /// Heap bytes of the table's slots.
     pub fn allocated_bytes(&self) -> usize {
-        let buckets = if self.table.capacity() == 0 { 0 } else { (self.table.capacity() * 8 / 7).next_power_of_two() };
-        buckets * (std::mem::size_of::<T>() + 1)
+        self.table.capacity() * std::mem::size_of::<T>()
     }
 
     /// One pass of making room (see `Room::make`), keeping the shared count.
@@ -189,7 +202,7 @@ impl Room {
     /// does not hold until an eighth (at least one) is free. `gone` sees every removed entry, and why.
     fn make<T: Tagged>(
         &mut self,
-        table: &mut HashTable<T>,
+        table: &mut LineTable<T>,
         dead: impl Fn(&T) -> bool,
         pinned: impl Fn(&T) -> bool,
         mut gone: impl FnMut(&T, Removal),
@@ -214,39 +227,76 @@ impl Room {
         let dropped = before - table.len();
         let mut evicted = 0;
         if dropped < want && !table.is_empty() {
-            let movable = table.iter().filter(|e| !pinned(e)).map(T::uses);
-            let (threshold, mut at_threshold) = lfu_threshold(movable, want - dropped);
+            let mut evictions = Evictions::new(table.iter().filter(|e| !pinned(e)).map(T::uses), want - dropped);
             let left = table.len();
             table.retain(|entry| {
-                let uses = usize::from(entry.uses());
-                let evict = !pinned(entry) && (uses < threshold || (uses == threshold && at_threshold > 0));
+                let evict = !pinned(entry) && evictions.evicts(entry.uses());
                 if evict {
-                    if uses == threshold {
-                        at_threshold -= 1;
-                    }
                     gone(entry, Removal::Evicted);
                 }
                 !evict
             });
             evicted = left - table.len();
         }
-        table.shrink_to(self.share.max(table.len()), |e| table_hash(e.identity()));
+        table.shrink_to(self.share);
         Freed { dropped, evicted }
     }
 }
 
-/// Which entries to evict to free `excess` of them, least used first: every entry used fewer times
-/// than the returned threshold, and that many of those used exactly as often (a counting sort by use).
-pub(crate) fn lfu_threshold(uses: impl Iterator<Item = u8>, excess: usize) -> (usize, usize) {
-    let mut histogram = [0usize; 256];
-    for used in uses {
-        histogram[usize::from(used)] += 1;
+/// Which entries making room evicts to free `excess` of them, least used first: every entry used fewer
+/// times than a threshold, and enough of those used exactly as often (a counting sort by use), picked at
+/// random wherever they sit (selection sampling). Taken in table order instead, evictions would come from
+/// one end of a probed table again and again, leaving the rest packed and every probe run through it
+/// long (a flood of one-shot keys made an absent key's probe read hundreds of slots).
+pub(crate) struct Evictions {
+    threshold: u8,
+    /// Entries used `threshold` times still to evict, and still to be met.
+    wanted: usize,
+    candidates: usize,
+    random: u64,
+}
+
+impl Evictions {
+    /// Over the use counts of the entries that may be evicted, in the order `evicts` will meet them.
+    pub(crate) fn new(uses: impl Iterator<Item = u8>, excess: usize) -> Self {
+        let mut histogram = [0usize; 256];
+        for used in uses {
+            histogram[usize::from(used)] += 1;
+        }
+        let mut threshold = 0;
+        let mut below = 0;
+        while threshold < 255 && below + histogram[threshold] < excess {
+            below += histogram[threshold];
+            threshold += 1;
+        }
+        let candidates = histogram[threshold];
+        #[allow(clippy::cast_possible_truncation)] // at most 255
+        Self {
+            threshold: threshold as u8,
+            wanted: excess.saturating_sub(below).min(candidates),
+            candidates,
+            random: (candidates as u64 ^ 0x9E37_79B9_7F4A_7C15) | 1,
+        }
     }
-    let mut threshold = 0;
-    let mut below = 0;
-    while threshold < 255 && below + histogram[threshold] < excess {
-        below += histogram[threshold];
-        threshold += 1;
+
+    /// Whether to evict the next entry that may be evicted, used `uses` times.
+    pub(crate) fn evicts(&mut self, uses: u8) -> bool {
+        if uses != self.threshold {
+            return uses < self.threshold;
+        }
+        if self.candidates == 0 {
+            return false;
+        }
+        // xorshift64: plenty for spreading evictions; nothing depends on it being unpredictable.
+        self.random ^= self.random << 13;
+        self.random ^= self.random >> 7;
+        self.random ^= self.random << 17;
+        #[allow(clippy::cast_possible_truncation)] // below `candidates`
+        let evict = (self.random % self.candidates as u64) < self.wanted as u64;
+        self.candidates -= 1;
+        if evict {
+            self.wanted -= 1;
+        }
+        evict
     }
-    (threshold, excess.saturating_sub(below))
 }

@@ -1,4 +1,5 @@
-//! The lock-striped state map: shards of `parking_lot::Mutex<HashTable<Slot>>`, bounded by `max_keys`.
+//! The lock-striped state map: shards of `parking_lot::Mutex` over a probed table of slots, bounded by
+//! `max_keys`.
 //!
 //! A slot is 32 bytes: a 56-bit key identity with an 8-bit use counter in the same word, the
 //! algorithm's 16-byte [`State`], and the id of the key's group, so that each shard keeps per-group
@@ -20,7 +21,7 @@ use std::borrow::Cow;
 use parking_lot::{Mutex, MutexGuard};
 
 use crate::algorithm::{Log, State, NO_LOG};
-use crate::room::{BoundedTable, Freed, Removal, Tagged, IDENTITY_SHIFT};
+use crate::room::{BoundedTable, Freed, Removal, Tagged, IDENTITY_SHIFT, VACANT_TAG};
 use crate::shared::layout::SharedRegion;
 use crate::shared::lock::Guard;
 use crate::shared::table::{RegionSlot, RegionTable};
@@ -108,10 +109,10 @@ impl Logs {
     }
 }
 
-/// Packed to 4 bytes: 28 bytes a slot instead of 32 (the group id would otherwise pad it by 8). Its
-/// fields are read and written by value (a packed field lends no reference).
+/// 32 bytes, aligned to 32: a slot never straddles two cache lines, so finding a key that sits at its
+/// home reads one line (see `probe`).
 #[derive(Debug, Clone, Copy)]
-#[repr(C, packed(4))]
+#[repr(C, align(32))]
 struct Slot {
     /// `identity << 8 | uses`; set by the table.
     tag: u64,
@@ -179,6 +180,10 @@ impl Tagged for Slot {
     #[inline]
     fn set_tag(&mut self, tag: u64) {
         self.tag = tag;
+    }
+
+    fn vacant() -> Self {
+        Self { tag: VACANT_TAG, state: State::default(), owner: 0 }
     }
 }
 
@@ -713,8 +718,8 @@ impl<C> StateMap<C> {
         (max_keys.max(1) / MIN_KEYS_PER_SHARD).clamp(1, MAX_SHARED_SHARDS).next_power_of_two().min(MAX_SHARED_SHARDS)
     }
 
-    /// The shard that holds `key`, locked. The shard comes from the key's top bits (hashbrown uses
-    /// the low ones), and keys that share their top 32 bits share a shard: see [`StateMap::related_key`].
+    /// The shard that holds `key`, locked. The shard comes from the key's top bits (a table places
+    /// by a mix of them all), and keys that share their top 32 bits share a shard: see [`StateMap::related_key`].
     #[inline]
     #[must_use]
     pub fn lock(&self, key: u64) -> ShardGuard<'_, C> {
@@ -939,8 +944,8 @@ mod tests {
     }
 
     #[test]
-    fn slots_are_28_bytes() {
-        assert_eq!(std::mem::size_of::<Slot>(), 28);
+    fn slots_are_32_bytes_and_never_straddle_a_cache_line() {
+        assert_eq!((std::mem::size_of::<Slot>(), std::mem::align_of::<Slot>()), (32, 32));
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! rebuilds the array, so a long-running region never degrades. Sliding logs live in the shard's pool
 //! of 256-byte chunks, chained from their slot. Bounded as the in-memory map is: when the region holds
 //! `max_keys` states (one count for all shards, in the region) or this shard is 7/8 full, idle states
-//! go first, then the least used (`room::lfu_threshold`, with the same decay of use counts).
+//! go first, then the least used (`room::Evictions`, with the same decay of use counts).
 
 // The region is page-aligned and lays every part out at a multiple of 64 bytes.
 #![allow(clippy::cast_ptr_alignment)]
@@ -15,7 +15,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::algorithm::{Log, State};
-use crate::room::{lfu_threshold, table_hash, Removal, IDENTITY_SHIFT};
+use crate::probe::{self, Probed};
+use crate::room::{Evictions, Removal, IDENTITY_SHIFT};
 
 use super::lock::SharedMutex;
 
@@ -42,12 +43,19 @@ pub struct RegionSlot {
     log: u32,
 }
 
-impl RegionSlot {
+impl Probed for RegionSlot {
     #[inline]
-    const fn occupied(&self) -> bool {
+    fn occupied(&self) -> bool {
         self.owner & OCCUPIED != 0
     }
 
+    #[inline]
+    fn identity(&self) -> u64 {
+        RegionSlot::identity(self)
+    }
+}
+
+impl RegionSlot {
     #[inline]
     #[must_use]
     pub const fn identity(&self) -> u64 {
@@ -359,39 +367,10 @@ impl RegionTable {
         unsafe { &*self.keys }
     }
 
-    /// Where `identity` would start probing.
-    #[inline]
-    #[allow(clippy::cast_possible_truncation)]
-    fn home(&self, identity: u64) -> usize {
-        // Multiply-shift onto any capacity (not only powers of two: the region is sized to its bound).
-        ((u128::from(table_hash(identity)) * self.active() as u128) >> 64) as usize
-    }
-
-    #[inline]
-    fn next(&self, index: usize) -> usize {
-        if index + 1 == self.active() {
-            0
-        } else {
-            index + 1
-        }
-    }
-
     /// The index of `key`'s slot.
     #[inline]
     fn find(&self, key: u64) -> Option<usize> {
-        let identity = key >> IDENTITY_SHIFT;
-        let slots = self.slots();
-        let mut index = self.home(identity);
-        loop {
-            let slot = &slots[index];
-            if !slot.occupied() {
-                return None;
-            }
-            if slot.identity() == identity {
-                return Some(index);
-            }
-            index = self.next(index);
-        }
+        probe::find(self.slots(), key >> IDENTITY_SHIFT)
     }
 
     /// The slot of `key`, without counting a use. Out of line, as every entry point here: the in-memory
@@ -433,7 +412,7 @@ impl RegionTable {
     #[inline(never)]
     pub(crate) fn insert(&mut self, key: u64, state: State, owner: u32, now: u64, gone: impl FnMut(u32, Removal)) {
         if self.full() {
-            self.make_room(now, gone);
+            self.make_room(now, None, gone);
         }
         if (self.len() + 1) * 8 > self.active() * 7 && self.active() < self.place.capacity {
             self.grow();
@@ -448,12 +427,7 @@ impl RegionTable {
 
     /// Writes `slot` into the first free slot of its probe run (the array always has one: see `full`).
     fn place_slot(&self, slot: RegionSlot) {
-        let slots = self.slots_mut();
-        let mut index = self.home(slot.identity());
-        while slots[index].occupied() {
-            index = self.next(index);
-        }
-        slots[index] = slot;
+        probe::place(self.slots_mut(), slot);
     }
 
     /// Removes `key`'s state and log; returns its owner (packed), if it had a state.
@@ -461,27 +435,10 @@ impl RegionTable {
         let index = self.find(key)?;
         let removed = self.slots()[index];
         self.free_log(removed.log);
-        self.shift_back(index);
+        probe::shift_back(self.slots_mut(), index, RegionSlot::default());
         self.head().len -= 1;
         self.keys().fetch_sub(1, Ordering::Relaxed);
         Some(removed.packed_owner())
-    }
-
-    /// Empties slot `hole`, moving back the slots after it that probing would no longer reach.
-    fn shift_back(&self, mut hole: usize) {
-        let slots = self.slots_mut();
-        let mut index = self.next(hole);
-        while slots[index].occupied() {
-            let start = self.home(slots[index].identity());
-            // The slot may move into the hole if its home is not in (hole, index] (cyclically).
-            let stays = if hole <= index { hole < start && start <= index } else { hole < start || start <= index };
-            if !stays {
-                slots[hole] = slots[index];
-                hole = index;
-            }
-            index = self.next(index);
-        }
-        slots[hole] = RegionSlot::default();
     }
 
     /// Keeps the states `keep` says to (it may change their state and log, given as `Log`s), removing
@@ -614,7 +571,8 @@ impl RegionTable {
 
     /// One pass of making room, as `room::Room::make` does for memory: drops idle states, decays use
     /// counts once per shard's worth of inserts, then evicts the least used until an eighth is free.
-    pub(crate) fn make_room(&mut self, now: u64, mut gone: impl FnMut(u32, Removal)) {
+    /// `keep`: the identity of a key never to evict.
+    pub(crate) fn make_room(&mut self, now: u64, keep: Option<u64>, mut gone: impl FnMut(u32, Removal)) {
         let before = self.len();
         let want = (before / 8).max(1);
         let head = self.head();
@@ -640,14 +598,12 @@ impl RegionTable {
         let mut evicted = 0u64;
         let dropped_here = usize::try_from(dropped).unwrap_or(usize::MAX);
         if dropped_here < want && !kept.is_empty() {
-            let (threshold, mut at_threshold) = lfu_threshold(kept.iter().map(RegionSlot::uses), want - dropped_here);
+            let movable = |slot: &RegionSlot| keep != Some(slot.identity());
+            let mut evictions =
+                Evictions::new(kept.iter().filter(|slot| movable(slot)).map(RegionSlot::uses), want - dropped_here);
             kept.retain(|slot| {
-                let uses = usize::from(slot.uses());
-                let evict = uses < threshold || (uses == threshold && at_threshold > 0);
+                let evict = movable(slot) && evictions.evicts(slot.uses());
                 if evict {
-                    if uses == threshold {
-                        at_threshold -= 1;
-                    }
                     gone(slot.packed_owner(), Removal::Evicted);
                     self.free_log(slot.log);
                     evicted += 1;
@@ -702,7 +658,8 @@ impl RegionTable {
                 }
                 return;
             }
-            self.make_room(now, &mut gone);
+            // Never the key whose log this is: it would make room by losing what it makes room for.
+            self.make_room(now, Some(key >> IDENTITY_SHIFT), &mut gone);
         }
     }
 
