@@ -11,6 +11,7 @@ What is measured
                                       app sets TCP_NODELAY, which ``--workers`` loses (uvicorn #3149: ~40 ms
                                       a request otherwise, whatever the limiter)
       Flask on gunicorn (2 sync workers, one per core): none | ratekeeper | flask-limiter, allowed and refused
+      Django on gunicorn (the same): none | ratekeeper | django-ratelimit (default cache), allowed and refused
 
     "allowed": a limit of 10^9/s, every request is admitted and gets its headers; "refused": 1/hour, every
     request after a key's first is answered 429 (with gunicorn, each worker has its own in-memory
@@ -69,7 +70,7 @@ SHARED_PATH = "BENCH_SHARED_PATH"  # web_apps.py's region path, for the ratekeep
 
 @dataclass(frozen=True)
 class Case:
-    framework: str  # "fastapi" or "flask"
+    framework: str  # "fastapi", "flask" or "django"
     variant: str  # BENCH_VARIANT of web_apps.py
     workers: int = 1  # uvicorn's --workers (gunicorn always runs WORKERS)
 
@@ -99,7 +100,7 @@ class Case:
             str(WORKERS),
             "-k",
             "sync",
-            "web_apps:flask_app()",
+            f"web_apps:{self.framework}_app()",
         ]
 
     def argv(self, port: int) -> list[str]:
@@ -125,6 +126,12 @@ CASES = (
     Case("flask", "ratekeeper-quiet-allowed"),
     Case("flask", "flask-limiter-allowed"),
     Case("flask", "flask-limiter-refused"),
+    Case("django", "none"),
+    Case("django", "ratekeeper-allowed"),
+    Case("django", "ratekeeper-refused"),
+    Case("django", "ratekeeper-quiet-allowed"),
+    Case("django", "django-ratelimit-allowed"),
+    Case("django", "django-ratelimit-refused"),
 )
 
 
@@ -360,7 +367,10 @@ def write_tsv(path: Path, results: list[Measured]) -> None:
 
 
 def versions() -> str:
-    names = ("ratekeeper", "fastapi", "starlette", "uvicorn", "slowapi", "flask", "flask-limiter", "gunicorn")
+    names = (
+        *("ratekeeper", "fastapi", "starlette", "uvicorn", "slowapi", "flask", "flask-limiter", "gunicorn"),
+        *("django", "django-ratelimit"),
+    )
     found = []
     for name in names:
         try:
@@ -375,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5, help="runs per case; the median is reported (default 5)")
     parser.add_argument("--seconds", type=int, default=5, help="seconds of wrk per run (default 5)")
     parser.add_argument("--connections", type=int, default=50, help="wrk connections (default 50)")
-    parser.add_argument("--only", choices=("fastapi", "flask"), help="one framework")
+    parser.add_argument("--only", choices=("fastapi", "flask", "django"), help="one framework")
     parser.add_argument("--quick", action="store_true", help="1 run of 2 s")
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
     parser.add_argument(

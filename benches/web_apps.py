@@ -1,7 +1,8 @@
 """The apps ``http_bench.py`` serves: one route ``GET /`` answering ``ok``, with each limiter in front of it.
 
 The variant comes from the ``BENCH_VARIANT`` environment variable, so uvicorn (``--factory
-web_apps:fastapi_app``) and gunicorn (``'web_apps:flask_app()'``) load the same module:
+web_apps:fastapi_app``) and gunicorn (``'web_apps:flask_app()'``, ``'web_apps:django_app()'``) load the
+same module:
 
   none                  no limiter
   ratekeeper-allowed    ratekeeper, a limit of 10^9/s: every request is admitted
@@ -15,6 +16,10 @@ web_apps:fastapi_app``) and gunicorn (``'web_apps:flask_app()'``) load the same 
   slowapi-refused       FastAPI only: slowapi, 1/hour
   flask-limiter-allowed Flask only: flask-limiter's documented set-up, 10^9/second, memory storage
   flask-limiter-refused Flask only: flask-limiter, 1/hour
+  django-ratelimit-allowed  Django only: django-ratelimit's documented set-up (the @ratelimit decorator,
+                        block=True, its middleware answering 429 through RATELIMIT_VIEW), 10^9/second,
+                        Django's default cache (local memory)
+  django-ratelimit-refused  Django only: django-ratelimit, 1/hour
 
 Every limiter keys requests by the ``X-Account-ID`` header, which wrk sends.
 """
@@ -26,7 +31,7 @@ from typing import Any
 ALLOWED = "1000000000/second"
 REFUSED = "1/hour"
 HEADER = "X-Account-ID"
-LIBRARIES = ("ratekeeper", "ratekeeper-quiet", "ratekeeper-shared", "slowapi", "flask-limiter")
+LIBRARIES = ("ratekeeper", "ratekeeper-quiet", "ratekeeper-shared", "slowapi", "flask-limiter", "django-ratelimit")
 SHARED_PATH = "BENCH_SHARED_PATH"
 
 
@@ -152,3 +157,64 @@ def flask_app() -> Any:
     elif library != "none":
         raise ValueError(f"BENCH_VARIANT: {library} is not a Flask variant")
     return app
+
+
+def django_root(request: Any) -> Any:
+    from django.http import HttpResponse
+
+    return HttpResponse("ok", content_type="text/plain")
+
+
+def django_refused(request: Any, exception: Exception) -> Any:
+    """django-ratelimit's ``RATELIMIT_VIEW``: its refusals answer 429 (its default is a 403)."""
+    from django.http import HttpResponse
+
+    return HttpResponse("Too Many Requests", status=429, content_type="text/plain")
+
+
+urlpatterns: list[Any] = []  # Django's ROOT_URLCONF is this module; django_app() fills it
+
+
+def django_app() -> Any:
+    """Django as a WSGI app, configured here (no project): the middleware, or django-ratelimit's decorator."""
+    import django
+    from django.conf import settings
+    from django.urls import path
+
+    library, limit = variant()
+    middleware: list[str] = []
+    options: dict[str, Any] = {}
+    view = django_root
+    if library.startswith("ratekeeper"):
+        from ratekeeper.keys import header
+
+        middleware = ["ratekeeper.django.RateLimitMiddleware"]
+        options["RATEKEEPER"] = {
+            "LIMITER": ratekeeper_limiter(limit or ALLOWED, library),
+            "KEY": header(HEADER),
+            **{name.upper(): value for name, value in ratekeeper_options(library).items()},
+        }
+    elif library == "django-ratelimit":
+        middleware = ["django_ratelimit.middleware.RatelimitMiddleware"]
+        options["RATELIMIT_VIEW"] = f"{__name__}.django_refused"
+    elif library != "none":
+        raise ValueError(f"BENCH_VARIANT: {library} is not a Django variant")
+    settings.configure(
+        DEBUG=False,
+        SECRET_KEY="bench",
+        ALLOWED_HOSTS=["*"],
+        ROOT_URLCONF=__name__,
+        MIDDLEWARE=middleware,
+        INSTALLED_APPS=[],
+        USE_TZ=True,
+        **options,
+    )
+    django.setup()
+    if library == "django-ratelimit":
+        from django_ratelimit.decorators import ratelimit
+
+        view = ratelimit(key=f"header:{HEADER.lower()}", rate=limit or ALLOWED, block=True)(django_root)
+    urlpatterns.append(path("", view))
+    from django.core.wsgi import get_wsgi_application
+
+    return get_wsgi_application()

@@ -25,7 +25,7 @@ from ratekeeper._core import (
 from ratekeeper._errors import BackendUnavailable, InvalidArgument, InvalidType, InvalidValue, RateLimited
 from ratekeeper._http import HeaderOptions
 from ratekeeper._stats import Algorithm, GroupStats, Histogram, LimitStats, PolicyName, SharedStats, Stats
-from ratekeeper.limiter import Limiter, Permit
+from ratekeeper.limiter import Limited, Limiter, Permit
 
 # A library's logger gets a handler that drops records: without one, an application that has not set up
 # logging would get the package's warnings (a Redis outage) on stderr from logging's "last resort".
@@ -45,6 +45,7 @@ __all__ = [
     "InvalidValue",
     "Limit",
     "LimitStats",
+    "Limited",
     "Limiter",
     "ManualClock",
     "Permit",

@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import math
 import os
 import threading
 import time
 import weakref
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar, Union, cast
 
 from ratekeeper._core import Decision, Limit, ManualClock, Rate, Rule, _Completions, _Reservation, _Take
 from ratekeeper._core import Limiter as _CoreLimiter
@@ -26,9 +27,17 @@ from ratekeeper._quota import QuotaWorkers
 from ratekeeper._stats import PolicyName
 
 if TYPE_CHECKING:
-    from typing_extensions import Self
+    from typing_extensions import ParamSpec, Self
 
-__all__ = ["NAMED_ONLY", "Limiter", "Permit"]
+    P = ParamSpec("P")
+    R = TypeVar("R")
+
+__all__ = ["NAMED_ONLY", "Limited", "Limiter", "Permit"]
+
+#: What :meth:`Limiter.limited` keys a call by: a fixed key, or a callable of the call's arguments.
+KeySource = Union[str, Callable[..., str]]
+#: What a limited call costs: a fixed count, or a callable of the call's arguments.
+CostSource = Union[int, Callable[..., int]]
 
 #: The pattern of a group reached only by name (``add_group``): it matches no path.
 NAMED_ONLY = "a^"
@@ -146,6 +155,117 @@ class Permit:
 
     async def __aexit__(self, *exc_info: object) -> None:
         self.__exit__()
+
+
+class Limited:
+    """Calls that wait their turn; see :meth:`Limiter.limited`. A decorator of sync and async functions,
+    and a context manager (``with`` and ``async with``).
+
+    It holds no state between calls: one object may limit any number of calls at once, from threads and
+    tasks alike.
+    """
+
+    __slots__ = ("_cost", "_group", "_key", "_limiter", "_path", "_timeout")
+
+    def __init__(
+        self,
+        limiter: Limiter,
+        key: KeySource,
+        path: str | None,
+        group: str | None,
+        cost: CostSource,
+        timeout: float | None,
+    ) -> None:
+        if not isinstance(key, str) and not callable(key):
+            raise InvalidType("key", f"must be a str or a callable of the call's arguments, got {type(key).__name__}")
+        if not callable(cost):
+            _check_count("cost", cost)
+        if timeout is not None:
+            _check_seconds("timeout", timeout)
+        for name, value in (("path", path), ("group", group)):
+            if value is not None and not isinstance(value, str):
+                raise InvalidType(name, f"must be a str, got {type(value).__name__}")
+        if path is not None and group is not None:
+            raise InvalidValue("group", "give a path or a group, not both")
+        self._limiter, self._key, self._path, self._group = limiter, key, path, group
+        self._cost, self._timeout = cost, timeout
+
+    def _request(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, int]:
+        """The key and the cost of one call, from its arguments where they are callables."""
+        key = self._key
+        if not isinstance(key, str):
+            key = key(*args, **kwargs)
+            if not isinstance(key, str):
+                raise InvalidType("key", f"must return a str, got {type(key).__name__}")
+        cost = self._cost
+        if callable(cost):
+            cost = cost(*args, **kwargs)
+            _check_count("cost", cost, "must return")
+        return key, cost
+
+    def __call__(self, function: Callable[P, R]) -> Callable[P, R]:
+        """Limits every call of ``function``: a coroutine function awaits its turn (``athrottle``), any
+        other blocks its thread (``throttle``)."""
+        if not callable(function):
+            raise InvalidType("function", f"must be callable, got {type(function).__name__}")
+        limiter = self._limiter
+        if inspect.iscoroutinefunction(function):
+
+            @functools.wraps(function)
+            async def waits_its_turn(*args: P.args, **kwargs: P.kwargs) -> Any:
+                key, cost = self._request(args, kwargs)
+                await limiter.athrottle(key, self._path, cost=cost, timeout=self._timeout, group=self._group)
+                return await function(*args, **kwargs)
+
+            return cast("Callable[P, R]", waits_its_turn)
+
+        @functools.wraps(function)
+        def blocks_its_turn(*args: P.args, **kwargs: P.kwargs) -> R:
+            key, cost = self._request(args, kwargs)
+            limiter.throttle(key, self._path, cost=cost, timeout=self._timeout, group=self._group)
+            return function(*args, **kwargs)
+
+        return blocks_its_turn
+
+    def _fixed(self) -> tuple[str, int]:
+        if not isinstance(self._key, str) or callable(self._cost):
+            raise InvalidType(
+                "key" if not isinstance(self._key, str) else "cost",
+                "a with block has no arguments to read: give a fixed value (a callable suits the decorator)",
+            )
+        return self._key, self._cost
+
+    def __enter__(self) -> Decision:
+        key, cost = self._fixed()
+        return self._limiter.throttle(key, self._path, cost=cost, timeout=self._timeout, group=self._group)
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None  # a rate slot is spent by the call: nothing to give back when it ends
+
+    async def __aenter__(self) -> Decision:
+        key, cost = self._fixed()
+        return await self._limiter.athrottle(key, self._path, cost=cost, timeout=self._timeout, group=self._group)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None
+
+    def __repr__(self) -> str:
+        where = f"group={self._group!r}" if self._group is not None else f"path={self._path!r}"
+        return f"<ratekeeper.Limited key={self._key!r} {where} cost={self._cost!r} timeout={self._timeout!r}>"
+
+
+def _check_count(name: str, value: object, verb: str = "must be") -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidType(name, f"{verb} an int, got {type(value).__name__}")
+    if not 1 <= value < 2**63:
+        raise InvalidValue(name, f"{verb} a positive integer, got {value}")
+
+
+def _check_seconds(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidType(name, f"must be a number of seconds, got {type(value).__name__}")
+    if math.isnan(value) or value < 0:
+        raise InvalidValue(name, f"must be >= 0 seconds, got {value!r}")
 
 
 # The quota keywords Limiter took before Quotas, and the setting of Quotas that replaced each one.
@@ -477,6 +597,45 @@ class Limiter(_CoreLimiter):
         if max_wait is not None and not rates:
             raise InvalidValue("max_wait", "waits for the rate slot: it cannot go with rates=False")
         return Permit(self, peer, path, group, cost, _Take.BOTH if rates else _Take.PERMITS, max_wait)
+
+    def limited(
+        self,
+        key: KeySource,
+        path: str | None = None,
+        *,
+        group: str | None = None,
+        cost: CostSource = 1,
+        timeout: float | None = None,
+    ) -> Limited:
+        """Calls you make, limited: a decorator, or a context manager, that waits for the call's turn.
+
+        >>> @lim.limited("payments", timeout=5.0)
+        ... def charge(card: str, amount: int) -> Receipt: ...
+        >>> @lim.limited(lambda *args, **kw: kw["api_key"], group="search")
+        ... async def search(query: str, *, api_key: str) -> list[Hit]: ...
+        >>> with lim.limited("payments"): ...
+        >>> async with lim.limited("payments"): ...
+
+        A decorated coroutine function awaits its turn (:meth:`athrottle`: the event loop goes on); any
+        other function, and a ``with`` block, blocks its thread (:meth:`throttle`). Waiters on one key are
+        served in arrival order. The decorated function keeps its signature for type checkers.
+
+        Args:
+            key: the key the calls are limited under: a str (e.g. the remote service's name), or a
+                callable of the decorated function's arguments returning one (e.g. the API key a call
+                uses). ``with`` blocks take a str.
+            path: routed by the limiter's rules, like a request's path; or
+            group: the group to decide in, by name (e.g. one made with :meth:`add_group`).
+            cost: what a call counts for: an int, or a callable of the call's arguments.
+            timeout: the longest a call waits, in seconds; ``None`` waits as long as it takes.
+
+        Raises:
+            InvalidType, InvalidValue: a bad argument, named by ``loc`` (here or, for what a key or cost
+                callable returns, at the call).
+            RateLimited: at a call, when its turn is further away than ``timeout`` (nothing is reserved
+                and the function is not called).
+        """
+        return Limited(self, key, path, group, cost, timeout)
 
     def _manual_waits(self) -> ManualWaits:
         waits: ManualWaits | None = self.__dict__.get("_manual_waits_")

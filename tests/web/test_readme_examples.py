@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
 import re
+import sys
+import types
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+import ratekeeper as rk
 from _web import Server, members
 
 README = Path(__file__).resolve().parent.parent.parent / "README.md"
@@ -68,3 +76,126 @@ def test_the_metrics_examples_serve_the_limiters_numbers_beside_the_limits() -> 
         assert [r.status_code for r in scraped] == [200] * 3
         assert "RateLimit" not in scraped[-1].headers
         assert requests_total(scraped[-1].text)["allowed"] == 1
+
+
+# --- Django and DRF ------------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def urlconf(name: str, namespace: dict[str, Any]) -> Iterator[str]:
+    """An example's namespace as an importable module (Django imports ROOT_URLCONF by name)."""
+    module = types.ModuleType(name)
+    module.__dict__.update(namespace)
+    sys.modules[name] = module
+    try:
+        yield name
+    finally:
+        del sys.modules[name]
+
+
+@pytest.fixture(scope="module")
+def django_site() -> None:
+    """The Django test project's settings, which each example overrides with its own."""
+    django = pytest.importorskip("django")
+    pytest.importorskip("rest_framework")
+    os.environ["DJANGO_SETTINGS_MODULE"] = "django_site.settings"
+    django.setup()
+
+
+def test_the_django_examples_limit_paths_and_views(django_site: None) -> None:
+    from django.core.asgi import get_asgi_application
+    from django.test import override_settings
+
+    settings = example("django_settings")
+    views = example("django_views")
+    with (
+        urlconf("readme_django_views", views) as name,
+        override_settings(MIDDLEWARE=settings["MIDDLEWARE"], RATEKEEPER=settings["RATEKEEPER"], ROOT_URLCONF=name),
+        Server(get_asgi_application()) as client,
+    ):
+        items = client.get("/api/items")
+        assert items.json() == {"items": [1, 2, 3]}
+        assert members(items.headers["RateLimit-Policy"]) == {"api": {"q": 100, "w": 60}}
+        logins = [client.get("/login") for _ in range(6)]
+        assert [r.status_code for r in logins] == [200] * 5 + [429]
+        assert members(logins[-1].headers["RateLimit"]) == {"readme_django_views.login": {"r": 0, "t": 12}}
+        report = client.get("/report")  # async, keyed by user: no user here, so by client IP
+        assert report.json() == {"rows": 0}
+        assert members(report.headers["RateLimit"]) == {"readme_django_views.Report": {"r": 9, "t": 6}}
+
+
+def test_the_drf_example_throttles_with_drfs_own_settings(django_site: None) -> None:
+    from django.conf import settings
+    from django.test import Client, override_settings
+    from django.urls import path
+    from django.utils.module_loading import import_string
+
+    drf = example("drf")
+    rest_framework = {**settings.REST_FRAMEWORK, **drf["REST_FRAMEWORK"]}
+    # DRF reads DEFAULT_THROTTLE_CLASSES once, when rest_framework.views is imported (before this test):
+    # the view gets them as a project that starts with these settings would.
+    drf["Upload"].throttle_classes = [import_string(name) for name in rest_framework["DEFAULT_THROTTLE_CLASSES"]]
+    limiter = rk.Limiter(rules=[])
+    with (
+        urlconf("readme_drf_urls", {"urlpatterns": [path("upload", drf["Upload"].as_view())]}) as name,
+        override_settings(
+            REST_FRAMEWORK=rest_framework, RATEKEEPER={"LIMITER": limiter}, MIDDLEWARE=[], ROOT_URLCONF=name
+        ),
+    ):
+        uploads = [Client().post("/upload") for _ in range(21)]
+    assert [r.status_code for r in uploads] == [201] * 20 + [429]
+    assert uploads[-1].headers["Retry-After"] == "180"  # "20/hour": one back every 180 s
+    assert members(uploads[-1].headers["RateLimit"])["uploads"] == {"r": 0, "t": 180}
+    # Every throttle of the view adds its fields: one list.
+    assert members(uploads[0].headers["RateLimit"]) == {
+        "anon": {"r": 99, "t": 864},
+        "user": {"r": 999, "t": 87},
+        "uploads": {"r": 19, "t": 180},
+    }
+
+
+# --- limiting calls you make ---------------------------------------------------------------------------------------
+
+
+class Answer:
+    def __init__(self, body: Any) -> None:
+        self.body = body
+
+    def json(self) -> Any:
+        return self.body
+
+
+def test_the_sync_calls_example_waits_its_turn() -> None:
+    namespace = example("limited_sync")
+    asked: list[tuple[str, str]] = []
+
+    class FakeClient:
+        def get(self, url: str, headers: dict[str, str]) -> Answer:
+            asked.append((url, headers["Authorization"]))
+            return Answer([{"number": 1}] if "issues" in url else {"rate": {}})
+
+    namespace["client"].close()
+    namespace["client"] = FakeClient()
+    assert namespace["issues"]("octo/repo", token="t1") == [{"number": 1}]
+    assert namespace["rate_limit_status"]("t1") == {"rate": {}}
+    assert asked == [("/repos/octo/repo/issues", "Bearer t1"), ("/rate_limit", "Bearer t1")]
+    github: rk.Limiter = namespace["github"]
+    assert github.check("t1").remaining == 97  # two calls of the token's burst of 100, and this check
+
+
+def test_the_async_calls_example_waits_its_turn() -> None:
+    namespace = example("limited_async")
+    posted: list[tuple[str, str]] = []
+
+    class FakeAsyncClient:
+        async def post(self, url: str, json: dict[str, str], headers: dict[str, str]) -> Answer:
+            posted.append((url, headers["X-API-Key"]))
+            return Answer({"text": "done"} if url.endswith("complete") else [0.5])
+
+    asyncio.run(namespace["client"].aclose())
+    namespace["client"] = FakeAsyncClient()
+    assert asyncio.run(namespace["complete"]("x" * 8000, api_key="k")) == "done"
+    assert asyncio.run(namespace["embed_all"](["a", "b"], "k")) == [[0.5], [0.5]]
+    assert posted == [("/v1/complete", "k"), ("/v1/embed", "k"), ("/v1/embed", "k")]
+    models: rk.Limiter = namespace["models"]
+    assert models.check("k").remaining == 54  # 3 for the long prompt, 1 per embedding, 1 for this check

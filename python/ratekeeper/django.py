@@ -1,0 +1,613 @@
+"""Rate limiting for Django: a middleware, a view decorator, and throttles for Django REST framework.
+
+>>> # settings.py
+>>> MIDDLEWARE = [..., "ratekeeper.django.RateLimitMiddleware"]
+>>> RATEKEEPER = {"LIMITER": "myproject.limits.lim", "TRUSTED_PROXIES": ["10.0.0.0/8"]}
+>>> # views.py
+>>> @limit("5/min")
+... def login(request): ...
+
+- :class:`RateLimitMiddleware` decides every request by the limiter's rules on its path, before Django
+  resolves the URL: a refusal costs less than serving the smallest view. One class serves WSGI and ASGI
+  Django (``sync_capable`` and ``async_capable``), with no thread hop on either.
+- :func:`limit` limits a view (a function, sync or async, or a class-based view) in a group of its own.
+- ``RateKeeperThrottle``, ``ScopedRateKeeperThrottle``, ``AnonRateKeeperThrottle`` and
+  ``UserRateKeeperThrottle`` are DRF throttles (imported from here only when named: DRF is optional),
+  with their rates in DRF's own ``DEFAULT_THROTTLE_RATES``.
+
+Refusals answer 429 with the JSON body, ``Retry-After`` and the IETF ``RateLimit`` / ``RateLimit-Policy``
+fields of the other integrations (DRF's throttles: DRF's own 429, with the fields added); allowed
+responses carry the fields too. Every decision goes through :class:`ratekeeper._http.Gatekeeper`, the core
+the ASGI middleware and the Flask extension share, so modes, shadow, missing keys, refunds and permits
+behave alike. The settings live in ``settings.RATEKEEPER``; see :data:`SETTINGS`.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
+from django.conf import settings as django_settings
+from django.core.signals import setting_changed
+from django.http import HttpRequest, HttpResponse
+from django.utils.module_loading import import_string
+
+from ratekeeper._core import Decision, Limit, Rate, Rule
+from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue
+from ratekeeper._http import Admission, Gatekeeper, WebOptions
+from ratekeeper.keys import ClientIP, KeyCallable, KeyFunction, client_ip
+from ratekeeper.limiter import NAMED_ONLY, Limiter
+
+if TYPE_CHECKING:
+    from django.http.response import HttpResponseBase
+
+    from ratekeeper._drf import (
+        AnonRateKeeperThrottle,
+        RateKeeperThrottle,
+        ScopedRateKeeperThrottle,
+        UserRateKeeperThrottle,
+    )
+
+__all__ = [
+    "SETTINGS",
+    "AnonRateKeeperThrottle",
+    "RateKeeperThrottle",
+    "RateLimitMiddleware",
+    "ScopedRateKeeperThrottle",
+    "UserKey",
+    "UserRateKeeperThrottle",
+    "get_limiter",
+    "limit",
+    "user",
+]
+
+View = TypeVar("View", bound=Callable[..., Any])
+
+#: The keys of ``settings.RATEKEEPER``, all optional. A value shown as "dotted path" may also be given as
+#: the object itself.
+SETTINGS = {
+    "LIMITER": "the Limiter (or its dotted path); default: one of its own, with no rules",
+    "CONFIG": "a TOML/YAML config file to build the limiter from (Limiter.from_file), instead of LIMITER",
+    "KEY": "who is asking: a callable of the request (or its dotted path), e.g. ratekeeper.keys.header('X-API-Key')"
+    " or ratekeeper.django.user(); default: the client's IP, behind TRUSTED_PROXIES",
+    "TRUSTED_PROXIES": "addresses or networks of the proxies in front of the service (client_ip's trusted_proxies)",
+    "EXEMPT_PATHS": "path regexes the middleware never limits",
+    "MODE": "'refuse' (default) or 'delay' (wait up to MAX_DELAY seconds for the slot, then refuse)",
+    "MAX_DELAY": "the longest wait in delay mode, in seconds (default 5.0)",
+    "SHADOW": "decide, count and log what would be refused; refuse nothing",
+    "HEADERS": "a ratekeeper.HeaderOptions: which rate-limit fields responses carry",
+    "ON_MISSING_KEY": "'refuse' (default; MISSING_KEY_STATUS) or 'anonymous' (decided as ANONYMOUS_KEY)",
+    "MISSING_KEY_STATUS": "401, 403 or 429 (default)",
+    "ANONYMOUS_KEY": "the key of requests without one, with ON_MISSING_KEY 'anonymous' (default 'anonymous')",
+    "COST": "a callable of the request giving its cost (or its dotted path)",
+    "REFUND_WHEN": "a predicate on the response status: true gives the request back (or its dotted path)",
+    "ON_REFUSED": "a callable (request, decision) -> HttpResponse answering a refusal (or its dotted path)",
+}
+
+# Settings given to WebOptions as they are, by their lower-case names.
+_WEB_OPTIONS = ("MODE", "MAX_DELAY", "SHADOW", "HEADERS", "ON_MISSING_KEY", "MISSING_KEY_STATUS", "ANONYMOUS_KEY")
+
+
+def user(fallback: KeyCallable | None = None) -> UserKey:
+    """The authenticated user's primary key as the key (``"user:42"``); requests without an
+    authenticated user are keyed by ``fallback`` (default: the client's IP, behind the
+    ``TRUSTED_PROXIES`` setting).
+
+    The middleware reads ``request.user``, so it goes after Django's ``AuthenticationMiddleware``; on ASGI
+    it loads the user with ``request.auser()``. DRF's throttles see the user DRF authenticated.
+    """
+    if fallback is not None and not callable(fallback):
+        raise InvalidType("fallback", f"must be a key function, got {type(fallback).__name__}")
+    return UserKey(fallback)
+
+
+class UserKey:
+    """The key function :func:`user` makes."""
+
+    __slots__ = ("fallback",)
+
+    def __init__(self, fallback: KeyCallable | None) -> None:
+        self.fallback = fallback
+
+    def __call__(self, request: Any) -> str | None:
+        return _peer_of(self, request)
+
+    def __repr__(self) -> str:
+        return f"user(fallback={self.fallback!r})"
+
+
+def _user_id(user: Any) -> str | None:
+    return f"user:{user.pk}" if user is not None and user.is_authenticated else None
+
+
+def _checked(peer: object) -> str | None:
+    if peer is not None and not isinstance(peer, str):
+        raise InvalidType("key", f"must return a str or None, got {type(peer).__name__}")
+    return peer
+
+
+def _peer_of(key: KeyCallable, request: Any) -> str | None:
+    """The key of a request served synchronously (WSGI, or a sync DRF view)."""
+    if isinstance(key, KeyFunction):
+        # META is the WSGI environ, and ASGI Django fills it alike (REMOTE_ADDR, HTTP_*).
+        return key.from_environ(request.META)
+    if isinstance(key, UserKey):
+        who = _user_id(getattr(request, "user", None))
+        return who if who is not None else _peer_of(key.fallback or _config().client_ip, request)
+    peer = key(request)
+    if inspect.isawaitable(peer):
+        if inspect.iscoroutine(peer):
+            peer.close()  # never awaited: closed, so Python does not warn about it
+        raise InvalidType("key", "returned an awaitable to a request served synchronously: give a sync key function")
+    return _checked(peer)
+
+
+async def _apeer_of(key: KeyCallable, request: Any) -> str | None:
+    """The key of a request served on an event loop: the user is loaded without blocking it."""
+    if isinstance(key, KeyFunction):
+        return key.from_environ(request.META)
+    if isinstance(key, UserKey):
+        load = getattr(request, "auser", None)  # Django >= 5.0
+        if load is not None:
+            who = _user_id(await load())
+        elif hasattr(request, "user"):
+            who = await sync_to_async(lambda: _user_id(request.user))()
+        else:
+            who = None
+        return who if who is not None else await _apeer_of(key.fallback or _config().client_ip, request)
+    peer = key(request)
+    if inspect.isawaitable(peer):
+        peer = await peer
+    return _checked(peer)
+
+
+# --- settings -------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Config:
+    """``settings.RATEKEEPER``, checked once (and again after the setting changes)."""
+
+    limiter: Limiter
+    configured: bool  # LIMITER or CONFIG given: the middleware has rules to apply
+    key: KeyCallable | None  # KEY, or None for each user's own default
+    client_ip: ClientIP
+    exempt: tuple[re.Pattern[str], ...]
+    web: dict[str, Any]  # WebOptions' keywords but the key
+    on_refused: Callable[[HttpRequest, Decision], HttpResponseBase] | None
+
+    def options(self, limiter: Limiter, key: KeyCallable | None, cost: Any = None) -> WebOptions:
+        """The web options of the settings, for ``limiter``; ``key`` and ``cost`` replace the settings'."""
+        web = self.web if cost is None else {**self.web, "cost": cost}
+        return WebOptions(limiter, key=key or self.key or self.client_ip, **web)
+
+
+_config_cache: list[_Config] = []  # the settings in force, checked; emptied when they change
+_default_limiter: list[Limiter] = []
+_generation = [0]  # bumped when RATEKEEPER or REST_FRAMEWORK changes: what was built from them is rebuilt
+
+
+def _on_setting_changed(*, setting: str, **_: object) -> None:
+    if setting in ("RATEKEEPER", "REST_FRAMEWORK"):
+        _config_cache.clear()
+        _generation[0] += 1
+
+
+setting_changed.connect(_on_setting_changed)
+
+
+def _config() -> _Config:
+    if not _config_cache:
+        _config_cache.append(_load(getattr(django_settings, "RATEKEEPER", {})))
+    return _config_cache[0]
+
+
+def get_limiter() -> Limiter:
+    """The limiter of the settings: ``RATEKEEPER["LIMITER"]``, the one built from ``RATEKEEPER["CONFIG"]``,
+    or, when neither is set, one of the process's own with no rules (the groups of :func:`limit` and the
+    DRF throttles are added to it)."""
+    return _config().limiter
+
+
+def _at(error: InvalidArgument, name: str) -> InvalidArgument:
+    """An error of a WebOptions field moved to its setting: ``mode`` -> ``RATEKEEPER.MODE``."""
+    return error.at("RATEKEEPER", name, drop=1)
+
+
+def _imported(name: str, value: object) -> object:
+    if not isinstance(value, str):
+        return value
+    try:
+        return import_string(value)
+    except ImportError as error:
+        raise InvalidValue(("RATEKEEPER", name), f"cannot import {value!r}: {error}") from None
+
+
+def _function(raw: Mapping[str, Any], name: str) -> Any:
+    value = _imported(name, raw.get(name))
+    if value is not None and not callable(value):
+        raise InvalidType(("RATEKEEPER", name), f"must be callable or its dotted path, got {type(value).__name__}")
+    return value
+
+
+def _load(raw: object) -> _Config:
+    if not isinstance(raw, Mapping):
+        raise InvalidType("RATEKEEPER", f"must be a dict, got {type(raw).__name__}")
+    for name in raw:
+        if name not in SETTINGS:
+            raise InvalidValue(("RATEKEEPER", str(name)), f"unknown setting; known: {', '.join(SETTINGS)}")
+    configured = "LIMITER" in raw or "CONFIG" in raw
+    if "LIMITER" in raw and "CONFIG" in raw:
+        raise InvalidValue(("RATEKEEPER", "CONFIG"), "give LIMITER or CONFIG, not both")
+    if "LIMITER" in raw:
+        limiter = _imported("LIMITER", raw["LIMITER"])
+        if not isinstance(limiter, Limiter):
+            raise InvalidType(
+                ("RATEKEEPER", "LIMITER"),
+                f"must be a ratekeeper.Limiter or its dotted path, got {type(limiter).__name__}",
+            )
+    elif "CONFIG" in raw:
+        path = raw["CONFIG"]
+        if not isinstance(path, (str, os.PathLike)):
+            raise InvalidType(("RATEKEEPER", "CONFIG"), f"must be a file path, got {type(path).__name__}")
+        try:
+            limiter = Limiter.from_file(path)
+        except OSError as error:
+            raise InvalidValue(("RATEKEEPER", "CONFIG"), f"cannot read {os.fspath(path)!r}: {error.strerror}") from None
+    else:
+        if not _default_limiter:
+            _default_limiter.append(Limiter(rules=[]))
+        limiter = _default_limiter[0]
+    try:
+        trusted = client_ip(raw.get("TRUSTED_PROXIES", ()))
+    except InvalidArgument as error:
+        raise _at(error, "TRUSTED_PROXIES") from None
+    exempt = raw.get("EXEMPT_PATHS", ())
+    if isinstance(exempt, str) or not isinstance(exempt, Sequence):
+        raise InvalidType(("RATEKEEPER", "EXEMPT_PATHS"), f"must be a list of regexes, got {type(exempt).__name__}")
+    patterns = []
+    for index, pattern in enumerate(exempt):
+        if not isinstance(pattern, str):
+            raise InvalidType(("RATEKEEPER", "EXEMPT_PATHS", index), f"must be a str, got {type(pattern).__name__}")
+        try:
+            patterns.append(re.compile(pattern))
+        except re.error as error:
+            raise InvalidValue(("RATEKEEPER", "EXEMPT_PATHS", index), f"{pattern!r} is not a regex: {error}") from None
+    web = {name.lower(): raw[name] for name in _WEB_OPTIONS if name in raw}
+    web["cost"], web["refund_when"] = _function(raw, "COST"), _function(raw, "REFUND_WHEN")
+    key = _function(raw, "KEY")
+    config = _Config(limiter, configured, key, trusted, tuple(patterns), web, _function(raw, "ON_REFUSED"))
+    try:
+        config.options(limiter, None)  # every option checked now, not at the first request
+    except InvalidArgument as error:
+        raise _at(error, str(error.loc[0]).upper()) from None
+    return config
+
+
+# --- deciding a request ---------------------------------------------------------------------------------------------
+
+
+def _add_fields(response: HttpResponseBase, fields: list[tuple[str, str]]) -> None:
+    """Adds the rate-limit fields to a response; a second limit's (a view's and the middleware's) joins the
+    first's ``RateLimit`` and ``RateLimit-Policy`` lists, and the longer ``Retry-After`` stays."""
+    headers = response.headers
+    for name, value in fields:
+        old = headers.get(name)
+        if old is None:
+            headers[name] = value
+        elif name in ("RateLimit", "RateLimit-Policy"):
+            headers[name] = f"{old}, {value}"
+        elif name == "Retry-After":
+            headers[name] = max(old, value, key=lambda seconds: int(seconds) if seconds.isdigit() else 0)
+        else:
+            headers[name] = value
+
+
+class _Gate:
+    """The Django side of :class:`Gatekeeper`: reads the request, answers refusals, finishes responses."""
+
+    __slots__ = ("cost", "gatekeeper", "key", "on_refused", "options")
+
+    def __init__(self, options: WebOptions, on_refused: Callable[[HttpRequest, Decision], HttpResponseBase] | None):
+        self.options = options
+        self.gatekeeper = Gatekeeper(options)
+        self.key = options.key_function
+        self.cost = options.cost
+        self.on_refused = on_refused
+
+    def refusal(self, request: HttpRequest, admission: Admission) -> HttpResponseBase:
+        if admission.refused_by_limit and self.on_refused is not None:
+            assert admission.decision is not None
+            return self.on_refused(request, admission.decision)
+        return HttpResponse(
+            admission.body, status=admission.status, content_type="application/json", headers=dict(admission.fields)
+        )
+
+    def run(
+        self, request: HttpRequest, path: str, group: str | None, respond: Callable[[], HttpResponseBase]
+    ) -> HttpResponseBase:
+        """Decides the request, then serves it with ``respond()`` or answers the refusal."""
+        cost = self.cost(request) if self.cost is not None else 1
+        admission = self.gatekeeper.admit(_peer_of(self.key, request), path, group, cost)
+        if admission.status:
+            return self.refusal(request, admission)
+        try:
+            response = respond()
+        except BaseException:
+            self.gatekeeper.release(admission)
+            raise
+        if admission.fields:
+            _add_fields(response, admission.fields)
+        self.gatekeeper.settle(admission, response.status_code)
+        if admission.permits:
+            if response.streaming:
+                _release_after_streaming(response, self.gatekeeper, admission)
+            else:
+                # The work is done: held while the server writes the body, a permit would refuse a client
+                # that asks again as soon as it has read it.
+                self.gatekeeper.release(admission)
+        return response
+
+    async def arun(
+        self, request: HttpRequest, path: str, group: str | None, respond: Callable[[], Awaitable[HttpResponseBase]]
+    ) -> HttpResponseBase:
+        """:meth:`run` on an event loop: the key, the decision and what follows never block it."""
+        cost = self.cost(request) if self.cost is not None else 1
+        admission = await self.gatekeeper.aadmit(await _apeer_of(self.key, request), path, group, cost)
+        if admission.status:
+            return self.refusal(request, admission)
+        try:
+            response = await respond()
+        except BaseException:
+            await self.gatekeeper.arelease(admission)
+            raise
+        if admission.fields:
+            _add_fields(response, admission.fields)
+        await self.gatekeeper.asettle(admission, response.status_code)
+        if admission.permits:
+            if response.streaming:
+                _release_after_streaming(response, self.gatekeeper, admission)
+            else:
+                await self.gatekeeper.arelease(admission)
+        return response
+
+
+def _release_after_streaming(response: Any, gatekeeper: Gatekeeper, admission: Admission) -> None:
+    """Holds a streamed response's permits until its body is exhausted, fails, or is closed (the client
+    left), whichever comes first: the view's work goes on while the body streams. (A ``FileResponse``
+    then streams through Python rather than ``wsgi.file_wrapper``.)"""
+    body = response.streaming_content
+    if response.is_async:
+        response.streaming_content = _AsyncReleasingBody(body, gatekeeper, admission)
+    else:
+        response.streaming_content = _ReleasingBody(body, gatekeeper, admission)
+
+
+class _ReleasingBody:
+    __slots__ = ("_admission", "_body", "_gatekeeper")
+
+    def __init__(self, body: Iterator[bytes], gatekeeper: Gatekeeper, admission: Admission) -> None:
+        self._body, self._gatekeeper, self._admission = body, gatekeeper, admission
+
+    def __iter__(self) -> _ReleasingBody:
+        return self
+
+    def __next__(self) -> bytes:
+        try:
+            return next(self._body)
+        except BaseException:  # StopIteration included: the last chunk has been handed to the server
+            self.close()
+            raise
+
+    def close(self) -> None:  # Django registers it with the response's closers
+        self._gatekeeper.release(self._admission)
+
+
+class _AsyncReleasingBody:
+    __slots__ = ("_admission", "_body", "_gatekeeper")
+
+    def __init__(self, body: AsyncIterator[bytes], gatekeeper: Gatekeeper, admission: Admission) -> None:
+        self._body, self._gatekeeper, self._admission = body, gatekeeper, admission
+
+    def __aiter__(self) -> _AsyncReleasingBody:
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            return await self._body.__anext__()
+        except BaseException:
+            await self._gatekeeper.arelease(self._admission)
+            raise
+
+    def close(self) -> None:  # called by Django on a thread when the response closes
+        self._gatekeeper.release(self._admission)
+
+
+# --- the middleware -------------------------------------------------------------------------------------------------
+
+
+class RateLimitMiddleware:
+    """Decides every request by the limiter's rules on its path (``request.path_info``), before the URL is
+    resolved; see the module's docstring and :data:`SETTINGS`.
+
+    Raises:
+        InvalidValue: no ``RATEKEEPER["LIMITER"]`` nor ``RATEKEEPER["CONFIG"]`` (nothing to apply).
+        InvalidValue, InvalidType: a bad setting, named by ``loc`` (``("RATEKEEPER", "MODE")``).
+    """
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
+        self.get_response = get_response
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
+        if not _config().configured:
+            raise InvalidValue(
+                ("RATEKEEPER", "LIMITER"),
+                "the middleware needs a limiter: set RATEKEEPER['LIMITER'] (a Limiter or its dotted path) or "
+                "RATEKEEPER['CONFIG'] (a config file)",
+            )
+        self._gate: tuple[_Config, _Gate] | None = None
+
+    def _current(self) -> tuple[_Config, _Gate]:
+        config = _config()
+        gate = self._gate
+        if gate is None or gate[0] is not config:  # the settings changed (tests): rebuilt once
+            gate = self._gate = (config, _Gate(config.options(config.limiter, None), config.on_refused))
+        return gate
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if self.is_async:
+            return self.__acall__(request)
+        config, gate = self._current()
+        path = request.path_info
+        if not config.limiter.enabled or (config.exempt and any(p.search(path) for p in config.exempt)):
+            return self.get_response(request)
+        return gate.run(request, path, None, functools.partial(self.get_response, request))
+
+    async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
+        config, gate = self._current()
+        path = request.path_info
+        if not config.limiter.enabled or (config.exempt and any(p.search(path) for p in config.exempt)):
+            response: HttpResponseBase = await self.get_response(request)
+            return response
+        return await gate.arun(request, path, None, functools.partial(self.get_response, request))
+
+
+# --- the view decorator ---------------------------------------------------------------------------------------------
+
+
+class _ViewLimit:
+    """One decorated view's limit: its group, added to the limiter at the first request."""
+
+    __slots__ = ("_built", "cost", "key", "limiter", "limits", "name")
+
+    def __init__(
+        self, name: str, limits: list[Limit | Rate | str], key: KeyCallable | None, limiter: Limiter | None, cost: Any
+    ) -> None:
+        self.name, self.limits, self.key, self.limiter, self.cost = name, limits, key, limiter, cost
+        self._built: tuple[int, _Gate] | None = None
+
+    def gate(self) -> _Gate:
+        built = self._built
+        if built is None or built[0] != _generation[0]:
+            config = _config()
+            limiter = self.limiter if self.limiter is not None else config.limiter
+            limiter.add_group(self.name, self.limits)
+            options = config.options(limiter, self.key, self.cost)
+            built = self._built = (_generation[0], _Gate(options, config.on_refused))
+        return built[1]
+
+
+def limit(
+    *limits: Limit | Rate | str,
+    group: str | None = None,
+    key: KeyCallable | None = None,
+    limiter: Limiter | None = None,
+    cost: Callable[[HttpRequest], int] | None = None,
+) -> Callable[[View], View]:
+    """A decorator limiting a view by ``limits`` (combined by policy ``"all"``), in a group of its own.
+
+    It decorates a function view (sync or async), a class-based view (its ``dispatch``: every method), or,
+    through ``method_decorator``, one method of a class-based view. The group is named after the view
+    (``"myapp.views.login"``) unless ``group`` names one that several views share. The other options
+    (mode, fields, missing keys, ``ON_REFUSED`` ...) are the ``RATEKEEPER`` settings'.
+
+    Args:
+        limits: e.g. ``"5/min"``, or several (``"10/s", "1000/hour"``), or :class:`~ratekeeper.Limit`.
+        group: the group's name, to share it between views.
+        key: this view's key function (default: the ``KEY`` setting, else the client's IP).
+        limiter: the limiter to add the group to (default: :func:`get_limiter`).
+        cost: a callable of the request giving its cost.
+
+    Raises:
+        InvalidValue, InvalidType: a bad argument, named by ``loc``.
+    """
+    if not limits:
+        raise InvalidValue("limits", "give at least one limit, e.g. limit('5/min')")
+    wanted = list(limits)
+    Rule(NAMED_ONLY, group if group is not None else "view", limits=wanted)  # checked now, not at a request
+    for name, value in (("key", key), ("cost", cost)):
+        if value is not None and not callable(value):
+            raise InvalidType(name, f"must be callable, got {type(value).__name__}")
+    if limiter is not None and not isinstance(limiter, Limiter):
+        raise InvalidType("limiter", f"must be a ratekeeper.Limiter, got {type(limiter).__name__}")
+    # method_decorator decorates anew at every request: each view's limit is made once.
+    made: dict[str, _ViewLimit] = {}
+
+    def view_limit(view: Any) -> _ViewLimit:
+        name = group if group is not None else f"{view.__module__}.{view.__qualname__}"
+        found = made.get(name)
+        if found is None:
+            found = made[name] = _ViewLimit(name, wanted, key, limiter, cost)
+        return found
+
+    def decorate(view: View) -> View:
+        if isinstance(view, type):
+            limited_class: View = _limit_class(view, view_limit(view))
+            return limited_class
+        if not callable(view):
+            raise InvalidType("view", f"must be a view function or class, got {type(view).__name__}")
+        state = view_limit(view)
+        if iscoroutinefunction(view):
+
+            async def limited_async(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+                return await state.gate().arun(
+                    request, request.path_info, state.name, lambda: view(request, *args, **kwargs)
+                )
+
+            return functools.wraps(view)(limited_async)  # type: ignore[return-value]
+
+        def limited(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+            return state.gate().run(request, request.path_info, state.name, lambda: view(request, *args, **kwargs))
+
+        return functools.wraps(view)(limited)  # type: ignore[return-value]
+
+    return decorate
+
+
+def _limit_class(view: Any, state: _ViewLimit) -> Any:
+    """A class-based view whose ``dispatch`` decides first (``view_is_async``: awaiting the decision)."""
+    from django.views import View as DjangoView
+
+    if not issubclass(view, DjangoView):
+        raise InvalidType("view", f"a class must be a django.views.View, got {view.__qualname__}")
+    dispatch = view.dispatch
+    if view.view_is_async:
+
+        async def limited_async(self: Any, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+            return await state.gate().arun(
+                request, request.path_info, state.name, lambda: dispatch(self, request, *args, **kwargs)
+            )
+
+        view.dispatch = functools.wraps(dispatch)(limited_async)
+    else:
+
+        def limited(self: Any, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+            return state.gate().run(
+                request, request.path_info, state.name, lambda: dispatch(self, request, *args, **kwargs)
+            )
+
+        view.dispatch = functools.wraps(dispatch)(limited)
+    return view
+
+
+# --- Django REST framework: imported when named, so that DRF stays optional ------------------------------------------
+
+_THROTTLES = ("AnonRateKeeperThrottle", "RateKeeperThrottle", "ScopedRateKeeperThrottle", "UserRateKeeperThrottle")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _THROTTLES:
+        from ratekeeper import _drf
+
+        return getattr(_drf, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

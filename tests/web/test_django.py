@@ -1,0 +1,504 @@
+"""Django and Django REST framework on real servers: the test project ``django_site`` (a settings module,
+URLconf, function, class-based, async and DRF views) served by uvicorn in this process (ASGI: the tests
+move the limiter's ManualClock) and by gunicorn (WSGI: the clock stays at 0 there, so waits are exact),
+driven by httpx. The IETF fields are parsed strictly with http_sfv.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import httpx
+import pytest
+import ratekeeper as rk
+from _support import MakeLimiter
+from _web import Server, members, stop
+
+pytest.importorskip("django")
+pytest.importorskip("rest_framework")
+
+HERE = Path(__file__).resolve().parent
+UNTRUSTED = "127.0.0.2"  # a client that is not the trusted proxy (127.0.0.1)
+
+
+@pytest.fixture(scope="module")
+def site() -> ModuleType:
+    """The test project, set up in this process; its ``limits`` module (the limiter and its clock)."""
+    import django
+
+    os.environ["DJANGO_SETTINGS_MODULE"] = "django_site.settings"
+    django.setup()
+    from django_site import limits
+
+    return limits
+
+
+@pytest.fixture(scope="module")
+def asgi_server(site: ModuleType) -> Iterator[httpx.Client]:
+    from django.core.asgi import get_asgi_application
+
+    with Server(get_asgi_application()) as client:
+        yield client
+
+
+@pytest.fixture
+def limiter(site: ModuleType) -> rk.Limiter:
+    """The project's limiter, every key forgotten."""
+    limiter: rk.Limiter = site.limiter
+    limiter.reset()
+    return limiter
+
+
+@pytest.fixture
+def client(asgi_server: httpx.Client, limiter: rk.Limiter) -> httpx.Client:
+    return asgi_server
+
+
+def refused(response: httpx.Response, group: str, retry_after: int) -> None:
+    """A 429 of the middleware or ``@limit``: the JSON body, ``Retry-After`` and the IETF fields."""
+    assert response.status_code == 429
+    assert response.headers["Content-Type"] == "application/json"
+    assert response.json() == {"detail": "Rate limit exceeded", "status": 429, "retry_after": retry_after}
+    assert response.headers["Retry-After"] == str(retry_after)
+    assert members(response.headers["RateLimit"])[group] == {"r": 0, "t": retry_after}
+
+
+# --- the middleware --------------------------------------------------------------------------------------------------
+
+
+def test_the_middleware_limits_by_the_path_rules_with_the_fields(client: httpx.Client) -> None:
+    answers = [client.get("/api/items") for _ in range(4)]
+    assert [a.status_code for a in answers] == [200, 200, 200, 429]
+    assert answers[0].json() == {"items": 3}
+    assert members(answers[0].headers["RateLimit-Policy"]) == {"api": {"q": 3, "w": 3600}}
+    assert [members(a.headers["RateLimit"])["api"]["r"] for a in answers[:3]] == [2, 1, 0]
+    refused(answers[3], "api", 1200)  # "3/hour": the next of the burst in 3600 / 3 s
+
+
+def test_exempt_paths_and_unrouted_paths_are_served_without_a_decision(
+    client: httpx.Client, limiter: rk.Limiter
+) -> None:
+    before = limiter.stats()
+    assert [client.get("/health").status_code for _ in range(10)] == [200] * 10
+    assert "RateLimit" not in client.get("/health").headers
+    export = client.get("/export")  # no rule matches: not limited, no fields
+    assert export.status_code == 200
+    assert "RateLimit" not in export.headers
+    after = limiter.stats()
+    assert after["groups"]["api"]["requests"] == before["groups"]["api"]["requests"]
+    assert after["exempt"] == before["exempt"]  # the middleware's exemption: the limiter is not asked
+
+
+def test_an_async_view_is_decided_and_served_on_the_event_loop(client: httpx.Client, asgi_server: httpx.Client) -> None:
+    answers = [client.get("/async/api/items") for _ in range(4)]
+    assert [a.status_code for a in answers] == [200, 200, 200, 429]
+    # No thread hop: the whole chain runs on uvicorn's loop thread, where the async view reports it is.
+    loop_threads = {a.json()["thread"] for a in answers[:3]}
+    assert len(loop_threads) == 1
+    assert not loop_threads.pop().startswith(("ThreadPoolExecutor", "asyncio_"))
+    refused(answers[3], "async-api", 1200)
+
+
+def test_the_middleware_is_sync_or_async_as_its_chain_is(site: ModuleType) -> None:
+    from asgiref.sync import iscoroutinefunction
+    from django.http import HttpResponse
+    from ratekeeper.django import RateLimitMiddleware
+
+    async def async_view(request: Any) -> HttpResponse:
+        return HttpResponse()
+
+    assert iscoroutinefunction(RateLimitMiddleware(async_view))
+    assert not iscoroutinefunction(RateLimitMiddleware(lambda request: HttpResponse()))
+    assert RateLimitMiddleware.sync_capable
+    assert RateLimitMiddleware.async_capable
+
+
+def test_behind_a_trusted_proxy_the_forwarded_client_is_the_key(client: httpx.Client, limiter: rk.Limiter) -> None:
+    def get(forwarded_for: str) -> int:
+        return client.get("/api/items", headers={"X-Forwarded-For": forwarded_for}).status_code
+
+    assert [get("198.51.100.7") for _ in range(3)] == [200] * 3
+    assert get("198.51.100.7") == 429
+    assert get("198.51.100.8") == 200  # another client behind the proxy: a budget of its own
+    # A client cannot pick its key by writing the header itself: the proxy appends what it saw.
+    assert get("203.0.113.1, 198.51.100.7") == 429
+
+
+def test_an_untrusted_peer_is_its_own_key_whatever_it_forwards(asgi_server: httpx.Client, limiter: rk.Limiter) -> None:
+    transport = httpx.HTTPTransport(local_address=UNTRUSTED)
+    with httpx.Client(base_url=asgi_server.base_url, transport=transport, timeout=10) as untrusted:
+        codes = [
+            untrusted.get("/api/items", headers={"X-Forwarded-For": f"198.51.100.{i}"}).status_code for i in range(4)
+        ]
+    assert codes == [200, 200, 200, 429]
+
+
+def test_the_settings_modes_apply_shadow_and_on_refused(client: httpx.Client, site: ModuleType) -> None:
+    from django.test import override_settings
+
+    base = {"LIMITER": "django_site.limits.limiter", "TRUSTED_PROXIES": ["127.0.0.1"]}
+    with override_settings(RATEKEEPER={**base, "SHADOW": True}):
+        answers = [client.get("/api/items") for _ in range(5)]
+    assert [a.status_code for a in answers] == [200] * 5  # decided and counted, never refused
+    assert members(answers[-1].headers["RateLimit"])["api"]["r"] == 0
+    assert "Retry-After" not in answers[-1].headers
+    with override_settings(RATEKEEPER={**base, "ON_REFUSED": "django_site.limits.teapot"}):
+        answer = client.get("/api/items")
+    assert (answer.status_code, answer.text) == (418, "refused in api, 1200.0 s")
+
+
+# --- @limit -------------------------------------------------------------------------------------------------------
+
+
+def test_a_function_view_gets_a_group_of_its_own(client: httpx.Client) -> None:
+    answers = [client.get("/login") for _ in range(3)]
+    assert [a.status_code for a in answers] == [200, 200, 429]
+    assert members(answers[0].headers["RateLimit-Policy"]) == {"django_site.views.login": {"q": 2, "w": 3600}}
+    refused(answers[2], "django_site.views.login", 1800)
+
+
+def test_an_async_view_with_its_own_key_and_a_missing_key(client: httpx.Client) -> None:
+    def login(key: str | None) -> httpx.Response:
+        return client.get("/async/login", headers={"X-API-Key": key} if key else {})
+
+    assert [login("a").status_code for _ in range(3)] == [200, 200, 429]
+    assert login("b").status_code == 200
+    missing = login(None)
+    assert missing.status_code == 429
+    assert missing.json()["detail"] == "This request carries no key the rate limiter can use"
+
+
+def test_a_class_based_view_shares_its_group_between_its_methods(client: httpx.Client) -> None:
+    assert client.get("/report").json() == {"report": "get"}
+    assert client.post("/report").json() == {"report": "post"}
+    refused(client.get("/report"), "reports", 1800)
+    assert client.get("/async/report").status_code == 200
+    refused(client.get("/async/report"), "django_site.views.AsyncReport", 3600)
+
+
+def test_method_decorator_limits_one_method(client: httpx.Client) -> None:
+    assert [client.get("/export").status_code for _ in range(3)] == [200] * 3
+    assert client.post("/export").status_code == 200
+    refused(client.post("/export"), "exports", 3600)
+
+
+def test_a_view_limit_and_the_middlewares_fields_are_one_list(client: httpx.Client, site: ModuleType) -> None:
+    from django.test import Client, override_settings
+
+    # /api/login: the middleware's "api" rule, and the view's own group: both in one RateLimit list.
+    with override_settings(ROOT_URLCONF="django_site.urls_nested"):
+        answer = Client().get("/api/login")
+    assert answer.status_code == 200
+    assert set(members(answer.headers["RateLimit"])) == {"api", "django_site.views.login"}
+    assert set(members(answer.headers["RateLimit-Policy"])) == {"api", "django_site.views.login"}
+
+
+# --- Django REST framework ------------------------------------------------------------------------------------------
+
+
+def test_drf_refuses_with_its_own_429_and_ratekeepers_wait(client: httpx.Client, site: ModuleType) -> None:
+    answers = [client.get("/drf/items") for _ in range(3)]
+    assert [a.status_code for a in answers] == [200] * 3
+    assert members(answers[0].headers["RateLimit"]) == {"items": {"r": 2, "t": 1200}}
+    site.clock.advance(0.25)  # the wait is now 1199.75 s: DRF rounds it up
+    throttled = client.get("/drf/items")
+    assert throttled.status_code == 429
+    assert throttled.json() == {"detail": "Request was throttled. Expected available in 1200 seconds."}
+    assert throttled.headers["Retry-After"] == "1200"
+    assert members(throttled.headers["RateLimit"]) == {"items": {"r": 0, "t": 1200}}
+    assert members(throttled.headers["RateLimit-Policy"]) == {"items": {"q": 3, "w": 3600}}
+
+
+def test_drf_views_without_a_scope_are_not_throttled(client: httpx.Client) -> None:
+    assert [client.get("/drf/open").status_code for _ in range(5)] == [200] * 5
+    assert "RateLimit" not in client.get("/drf/open").headers
+
+
+def test_drf_scope_rates_follow_the_clock(client: httpx.Client, site: ModuleType) -> None:
+    assert [client.post("/drf/uploads").status_code for _ in range(3)] == [201, 201, 429]
+    site.clock.advance(30)  # "2/min": one comes back every 30 s
+    assert [client.post("/drf/uploads").status_code for _ in range(2)] == [201, 429]
+
+
+def test_drf_user_throttle_keys_by_user_then_by_ip(client: httpx.Client) -> None:
+    def get(user: str | None) -> int:
+        return client.get("/drf/user", headers={"X-User": user} if user else {}).status_code
+
+    assert [get("alice") for _ in range(5)] == [200] * 4 + [429]
+    assert get("bob") == 200
+    assert [get(None) for _ in range(5)] == [200] * 4 + [429]  # anonymous: by client IP
+
+
+def test_drf_throttle_routed_by_the_limiters_rules(client: httpx.Client) -> None:
+    answers = [client.get("/routed/drf") for _ in range(3)]
+    assert [a.status_code for a in answers] == [200, 200, 429]
+    assert answers[2].headers["Retry-After"] == "1800"
+    assert members(answers[2].headers["RateLimit"]) == {"routed": {"r": 0, "t": 1800}}
+
+
+def test_drf_throttle_wait_is_the_exact_retry_after(site: ModuleType, limiter: rk.Limiter) -> None:
+    from django_site.views import ItemsAPI
+    from ratekeeper.django import ScopedRateKeeperThrottle
+    from rest_framework.test import APIRequestFactory
+
+    factory = APIRequestFactory()
+    throttle = ScopedRateKeeperThrottle()
+    view = ItemsAPI()
+    view.headers = {}
+    results = [throttle.allow_request(factory.get("/drf/items"), view) for _ in range(4)]
+    assert results == [True, True, True, False]
+    site.clock.advance(0.125)
+    assert not throttle.allow_request(factory.get("/drf/items"), view)
+    assert throttle.wait() == 1200 - 0.125
+    assert throttle.decision is not None
+    assert throttle.decision.retry_after == throttle.wait()
+
+
+def test_drf_anon_throttle_leaves_users_alone(site: ModuleType, limiter: rk.Limiter) -> None:
+    from django_site.auth import HeaderUser
+    from django_site.views import OpenAPI
+    from ratekeeper.django import AnonRateKeeperThrottle
+    from rest_framework.test import APIRequestFactory
+
+    factory = APIRequestFactory()
+    throttle = AnonRateKeeperThrottle()
+    view = OpenAPI()
+    anonymous = [throttle.allow_request(factory.get("/"), view) for _ in range(3)]
+    assert anonymous == [True, True, False]  # "anon": "2/hour", by IP
+    signed_in = factory.get("/")
+    signed_in.user = HeaderUser("carol")
+    assert all(throttle.allow_request(signed_in, view) for _ in range(5))
+
+
+# --- every store ---------------------------------------------------------------------------------------------------
+
+
+def test_middleware_decorator_and_throttle_on_every_store(site: ModuleType, make_limiter: MakeLimiter) -> None:
+    from django.test import AsyncClient, Client, override_settings
+
+    limiter = make_limiter(rules=[rk.Rule(r"^/api/", "api", "3/hour"), rk.Rule(r"^/async/api/", "a", "3/hour")])
+    with override_settings(RATEKEEPER={"LIMITER": limiter}):
+        client = Client()
+        assert [client.get("/api/items").status_code for _ in range(4)] == [200, 200, 200, 429]
+        assert [client.get("/login").status_code for _ in range(3)] == [200, 200, 429]
+        assert [client.get("/drf/items").status_code for _ in range(4)] == [200, 200, 200, 429]
+
+        async def async_requests() -> list[int]:
+            async_client = AsyncClient()
+            return [(await async_client.get("/async/api/items")).status_code for _ in range(4)]
+
+        assert asyncio.run(async_requests()) == [200, 200, 200, 429]
+    groups = limiter.stats()["groups"]
+    assert {name: groups[name]["refused"] for name in ("api", "a", "django_site.views.login", "items")} == {
+        "api": 1,
+        "a": 1,
+        "django_site.views.login": 1,
+        "items": 1,
+    }
+
+
+# --- bad settings and arguments ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("setting", "error", "loc"),
+    [
+        ({"MODE": "fast"}, rk.InvalidValue, ("RATEKEEPER", "MODE")),
+        ({"MAX_DELAY": -1}, rk.InvalidValue, ("RATEKEEPER", "MAX_DELAY")),
+        ({"SHADOW": "yes"}, rk.InvalidType, ("RATEKEEPER", "SHADOW")),
+        ({"MISSING_KEY_STATUS": 500}, rk.InvalidValue, ("RATEKEEPER", "MISSING_KEY_STATUS")),
+        ({"RATE": "10/min"}, rk.InvalidValue, ("RATEKEEPER", "RATE")),
+        ({"LIMITER": "10/min"}, rk.InvalidValue, ("RATEKEEPER", "LIMITER")),
+        ({"LIMITER": "django_site.settings.SECRET_KEY"}, rk.InvalidType, ("RATEKEEPER", "LIMITER")),
+        ({"LIMITER": 3}, rk.InvalidType, ("RATEKEEPER", "LIMITER")),
+        ({"CONFIG": "/no/such/file.toml"}, rk.InvalidValue, ("RATEKEEPER", "CONFIG")),
+        ({"LIMITER": "django_site.limits.limiter", "CONFIG": "x.toml"}, rk.InvalidValue, ("RATEKEEPER", "CONFIG")),
+        ({"KEY": "X-API-Key"}, rk.InvalidValue, ("RATEKEEPER", "KEY")),
+        ({"KEY": 3}, rk.InvalidType, ("RATEKEEPER", "KEY")),
+        ({"TRUSTED_PROXIES": ["10.0.0.0/8", "proxy"]}, rk.InvalidValue, ("RATEKEEPER", "TRUSTED_PROXIES", 1)),
+        ({"EXEMPT_PATHS": "^/health$"}, rk.InvalidType, ("RATEKEEPER", "EXEMPT_PATHS")),
+        ({"EXEMPT_PATHS": ["^/(health"]}, rk.InvalidValue, ("RATEKEEPER", "EXEMPT_PATHS", 0)),
+    ],
+)
+def test_bad_settings_name_the_setting(
+    site: ModuleType, setting: dict[str, Any], error: type[Exception], loc: tuple[str | int, ...]
+) -> None:
+    from django.test import override_settings
+    from ratekeeper.django import get_limiter
+
+    with override_settings(RATEKEEPER=setting), pytest.raises(error) as raised:
+        get_limiter()
+    assert raised.value.loc == loc  # type: ignore[attr-defined]
+
+
+def test_the_middleware_needs_a_limiter(site: ModuleType) -> None:
+    from django.http import HttpResponse
+    from django.test import override_settings
+    from ratekeeper.django import RateLimitMiddleware
+
+    with override_settings(RATEKEEPER={}), pytest.raises(rk.InvalidValue) as raised:
+        RateLimitMiddleware(lambda request: HttpResponse())
+    assert raised.value.loc == ("RATEKEEPER", "LIMITER")
+    with override_settings(RATEKEEPER=["LIMITER"]), pytest.raises(rk.InvalidType) as wrong:
+        RateLimitMiddleware(lambda request: HttpResponse())
+    assert wrong.value.loc == ("RATEKEEPER",)
+
+
+@pytest.mark.parametrize(
+    ("rates", "error", "loc"),
+    [
+        ({"items": "10/fortnight"}, rk.InvalidValue, ("REST_FRAMEWORK", "DEFAULT_THROTTLE_RATES", "items", "rate")),
+        ({"items": ["10/s", "x"]}, rk.InvalidValue, ("REST_FRAMEWORK", "DEFAULT_THROTTLE_RATES", "items", 1, "rate")),
+        ({"items": 10}, rk.InvalidType, ("REST_FRAMEWORK", "DEFAULT_THROTTLE_RATES", "items")),
+        ({"other": "10/min"}, rk.InvalidValue, ("REST_FRAMEWORK", "DEFAULT_THROTTLE_RATES", "items")),
+    ],
+)
+def test_bad_throttle_rates_name_the_scope(
+    site: ModuleType, rates: dict[str, Any], error: type[Exception], loc: tuple[str | int, ...]
+) -> None:
+    from django.conf import settings
+    from django.test import override_settings
+    from django_site.views import ItemsAPI
+    from ratekeeper.django import ScopedRateKeeperThrottle
+    from rest_framework.test import APIRequestFactory
+
+    fresh = rk.Limiter(rules=[])
+    drf = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": rates}
+    with override_settings(RATEKEEPER={"LIMITER": fresh}, REST_FRAMEWORK=drf), pytest.raises(error) as raised:
+        ScopedRateKeeperThrottle().allow_request(APIRequestFactory().get("/"), ItemsAPI())
+    assert raised.value.loc == loc  # type: ignore[attr-defined]
+
+
+def test_a_scope_whose_rate_is_none_is_not_throttled(site: ModuleType) -> None:
+    from django.conf import settings
+    from django.test import override_settings
+    from django_site.views import ItemsAPI
+    from ratekeeper.django import ScopedRateKeeperThrottle
+    from rest_framework.test import APIRequestFactory
+
+    drf = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {"items": None}}
+    with override_settings(RATEKEEPER={"LIMITER": rk.Limiter(rules=[])}, REST_FRAMEWORK=drf):
+        throttle = ScopedRateKeeperThrottle()
+        assert all(throttle.allow_request(APIRequestFactory().get("/"), ItemsAPI()) for _ in range(10))
+        assert throttle.wait() is None
+
+
+def test_bad_decorator_arguments_name_the_field(site: ModuleType) -> None:
+    from ratekeeper.django import limit, user
+
+    cases: list[tuple[Any, type[Exception], tuple[str | int, ...]]] = [
+        (lambda: limit(), rk.InvalidValue, ("limits",)),
+        (lambda: limit("10/fortnight"), rk.InvalidValue, ("limits", 0, "rate")),
+        (lambda: limit(10), rk.InvalidType, ("limits", 0)),
+        (lambda: limit("5/min", key="X-API-Key"), rk.InvalidType, ("key",)),
+        (lambda: limit("5/min", cost=2), rk.InvalidType, ("cost",)),
+        (lambda: limit("5/min", limiter="default"), rk.InvalidType, ("limiter",)),
+        (lambda: limit("5/min")(object), rk.InvalidType, ("view",)),
+        (lambda: limit("5/min")(42), rk.InvalidType, ("view",)),
+        (lambda: user("ip"), rk.InvalidType, ("fallback",)),
+    ]
+    for make, error, loc in cases:
+        with pytest.raises(error) as raised:
+            make()
+        assert raised.value.loc == loc  # type: ignore[attr-defined]
+
+
+# --- imports -------------------------------------------------------------------------------------------------------
+
+
+def test_django_and_drf_are_imported_only_when_used() -> None:
+    code = (
+        "import sys, ratekeeper; assert 'django' not in sys.modules, 'ratekeeper imported django';"
+        "import ratekeeper.django; assert 'rest_framework' not in sys.modules, 'ratekeeper.django imported DRF'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "DJANGO_SETTINGS_MODULE": ""})
+
+
+# --- WSGI: gunicorn ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gunicorn_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
+    """gunicorn serving the test project (WSGI): one worker of four threads; its clock stays at 0."""
+    from test_web_servers import free_port, wait_for_port
+
+    port = free_port()
+    log = tmp_path_factory.mktemp("gunicorn") / "gunicorn.log"
+    environment = {**os.environ, "DJANGO_SETTINGS_MODULE": "django_site.settings"}
+    with log.open("wb") as output:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "--chdir",
+                str(HERE),
+                "--bind",
+                f"127.0.0.1:{port}",
+                "--workers",
+                "1",
+                "--threads",
+                "4",
+                "--log-level",
+                "warning",
+                "django_site.wsgi:application",
+            ],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            env=environment,
+        )
+    try:
+        wait_for_port(port, process, log)
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+            yield client
+    finally:
+        stop(process)
+
+
+def test_on_gunicorn_the_middleware_refuses_with_exact_fields(gunicorn_site: httpx.Client) -> None:
+    forwarded = {"X-Forwarded-For": "192.0.2.10"}
+    answers = [gunicorn_site.get("/api/items", headers=forwarded) for _ in range(4)]
+    assert [a.status_code for a in answers] == [200, 200, 200, 429]
+    refused(answers[3], "api", 1200)
+    assert gunicorn_site.get("/api/items", headers={"X-Forwarded-For": "192.0.2.11"}).status_code == 200
+
+
+def test_on_gunicorn_drf_and_views_are_limited(gunicorn_site: httpx.Client) -> None:
+    items = [gunicorn_site.get("/drf/items") for _ in range(4)]
+    assert [a.status_code for a in items] == [200, 200, 200, 429]
+    assert items[3].headers["Retry-After"] == "1200"
+    assert json.loads(items[3].text)["detail"] == "Request was throttled. Expected available in 1200 seconds."
+    assert [gunicorn_site.post("/report").status_code for _ in range(3)] == [200, 200, 429]
+    assert [gunicorn_site.post("/export").status_code for _ in range(2)] == [200, 429]
+
+
+def test_on_gunicorn_a_streamed_response_holds_its_permit_until_the_body_is_sent(gunicorn_site: httpx.Client) -> None:
+    # One in flight per key: each stream starts once the previous one has been read to its end.
+    for _ in range(20):
+        with gunicorn_site.stream("GET", "/stream", headers={"Connection": "close"}) as response:
+            assert response.status_code == 200
+            assert sum(len(chunk) for chunk in response.iter_bytes()) == 64 * 1024
+    with gunicorn_site.stream("GET", "/stream", params={"chunks": 100_000}) as open_stream:
+        assert open_stream.status_code == 200
+        chunks = open_stream.iter_raw()  # kept: dropping the iterator would close the stream now
+        next(chunks)
+        # The body goes on (more than the sockets hold): its permit is held.
+        assert gunicorn_site.get("/stream").status_code == 429
+    # The client left: the server's next write fails and Django closes the body. The server notices on its
+    # own time, so ask (a bounded number of times) until the permit is back.
+    codes = []
+    for _ in range(200):
+        codes.append(gunicorn_site.get("/stream").status_code)
+        if codes[-1] == 200:
+            break
+        time.sleep(0.05)
+    assert codes[-1] == 200, codes
