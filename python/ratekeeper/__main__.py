@@ -41,12 +41,24 @@ def _count(text: str) -> int:
     return reads
 
 
+def metrics_url(target: str) -> str:
+    """The metrics URL ``top`` reads: ``host:port`` and ``host:port/path`` are taken as plain HTTP, and a
+    URL without a path (or a bare ``host:port``) gets ``/metrics``."""
+    import urllib.parse
+
+    url = target if "://" in target else f"http://{target}"
+    parts = urllib.parse.urlsplit(url)
+    if parts.path in ("", "/"):
+        parts = parts._replace(path="/metrics")
+    return urllib.parse.urlunsplit(parts)
+
+
 def show_top(url: str, namespace: str, every: float | None, count: int | None) -> int:
     """Prints who the service at ``url`` is limiting: exit 0, or 2 if it cannot be read."""
     from ratekeeper import _top
 
     try:
-        return _top.run(url, namespace, every, count)
+        return _top.run(metrics_url(url), namespace, every, count)
     except (_top.ScrapeError, ImportError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -82,7 +94,27 @@ def inspect_region(name: str | None, path: str | None, as_json: bool) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ratekeeper", description="ratekeeper rate limiter")
+    """Runs the command; output cut short by its reader (``| head``) ends quietly, as other tools do."""
+    try:
+        status = _run(argv)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python would flush stdout again at exit and print a second error: point it at devnull first.
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    return status
+
+
+def _run(argv: list[str] | None) -> int:
+    from ratekeeper import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="python -m ratekeeper", description="ratekeeper: a rate limiter for Python services, in Rust"
+    )
+    parser.add_argument("--version", action="version", version=f"ratekeeper {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("demo", help="show decisions, waits and refusals for a few peers")
     check = commands.add_parser(
@@ -90,14 +122,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     check.add_argument("file", help="the config file (.toml, .yaml or .yml)")
     serve = commands.add_parser(
-        "serve", help="seed 002's HTTP server: every path answers 200 ok, rate limited per X-Account-ID (uvicorn)"
+        "serve",
+        help="an HTTP server limiting per X-Account-ID with per-account quotas: every path answers 200 ok (uvicorn)",
     )
     serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8080, help="the port to listen on (default 8080)")
     top = commands.add_parser(
         "top", help="who a running service is limiting: requests by group and the peers refused most, from its /metrics"
     )
-    top.add_argument("url", help="the service's Prometheus endpoint, e.g. http://127.0.0.1:8080/metrics")
+    top.add_argument(
+        "url", help="the service's Prometheus endpoint: http://127.0.0.1:8080/metrics, or 127.0.0.1:8080 (/metrics)"
+    )
     top.add_argument("--namespace", default="ratekeeper", help="the collector's namespace (default ratekeeper)")
     top.add_argument("--every", type=_positive, metavar="SECONDS", help="read again every SECONDS (Ctrl-C stops)")
     top.add_argument("--count", type=_count, metavar="N", help="with --every: stop after N reads")
