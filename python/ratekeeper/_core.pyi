@@ -227,6 +227,22 @@ class Decision:
         """Whether this admission took concurrency permits that must be given back (``concurrent`` and
         the web integrations do it when the request ends); False for a refusal or a group without them."""
     def __bool__(self) -> bool: ...
+    def _fields(self, ietf: bool, legacy: bool) -> tuple[tuple[str, str], ...]:
+        """The rate-limit fields of a response to this decision (draft-ietf-httpapi-ratelimit-headers-10),
+        as ``(name, value)`` str pairs for a WSGI ``start_response``.
+
+        Args:
+            ietf: the ``RateLimit-Policy`` and ``RateLimit`` fields.
+            legacy: the ``X-RateLimit-Limit``, ``-Remaining`` and ``-Reset`` fields.
+
+        Returns:
+            A refusal's ``Retry-After`` first (none when it can never pass), then the fields asked for;
+            none of those for an exempt or unrouted request. The same tuple may be handed out again for
+            a decision with the same fields (a small cache: building the strings costs more than the
+            decision).
+        """
+    def _raw_fields(self, ietf: bool, legacy: bool) -> tuple[tuple[bytes, bytes], ...]:
+        """:meth:`_fields` as lower-case latin-1 bytes pairs, ready to append to an ASGI message's headers."""
 
 @final
 class GroupPolicy:
