@@ -3,7 +3,7 @@
 import asyncio
 import os
 from collections.abc import Awaitable, Callable, Iterable
-from typing import ClassVar, Literal, final
+from typing import Any, ClassVar, Literal, final
 
 from typing_extensions import TypeAlias, disjoint_base
 
@@ -615,6 +615,23 @@ class Limiter:
     def _acquire(
         self, peer: str, path: str | None = None, *, group: str | None = None, cost: int = 1, take: _Take = ...
     ) -> Decision: ...
+    def _admit_web(
+        self, ietf: bool, legacy: bool, raw: bool, peer: str, path: str
+    ) -> tuple[tuple[Any, Any], ...] | Decision:
+        """``_acquire(peer, path, take=_Take.BOTH)`` for a web adapter's hot path.
+
+        Args:
+            ietf: the allowed response's ``RateLimit-Policy`` and ``RateLimit`` fields.
+            legacy: its ``X-RateLimit-*`` fields.
+            raw: the fields as lower-case bytes pairs (ASGI), not str pairs (WSGI).
+            peer: the key.
+            path: what the rules route on.
+
+        Returns:
+            For a request allowed without concurrency permits, its response's fields, as
+            :meth:`Decision._fields` / :meth:`Decision._raw_fields` give them (no ``Decision`` is made);
+            for any other, its :class:`Decision`.
+        """
     def _release(self, peer: str, path: str | None = None, *, group: str | None = None, cost: int = 1) -> None: ...
     def reduce(self, peer: str, path: str | None = None, n: int = 1, *, group: str | None = None) -> bool:
         """Gives ``n`` tokens back to the key (manual reduction, e.g. when a handler's transaction

@@ -95,24 +95,23 @@ class RateLimitMiddleware:
         if key is not None and scope["type"] == "http":
             peer = key.from_scope(scope)
             if peer is not None:
-                gatekeeper = self.gatekeeper
                 path = scope.get("path", "")
-                decision = gatekeeper.decide(peer, path)
-                if decision.allowed and not decision.permits_held:
-                    fields = gatekeeper.fields(decision)
-                    if not fields:
+                admitted = self.gatekeeper.admit_quick(peer, path)
+                if type(admitted) is tuple:  # the hot path: only the fields are owed
+                    if not admitted:
                         await self.app(scope, receive, send)
                         return
 
                     async def send_with_fields(message: Message) -> None:
                         if message["type"] == "http.response.start":
                             # A new message: the app may send the same one (and its headers) again.
-                            message = {**message, "headers": [*message.get("headers", ()), *fields]}
+                            message = {**message, "headers": [*message.get("headers", ()), *admitted]}
                         await send(message)
 
                     await self.app(scope, receive, send_with_fields)
                     return
-                await self._serve(scope, receive, send, gatekeeper.admission(decision, peer, path))
+                assert isinstance(admitted, Decision)
+                await self._serve(scope, receive, send, self.gatekeeper.admission(admitted, peer, path))
                 return
         kind = scope["type"]
         if kind not in ("http", "websocket") or not self.limiter.enabled:

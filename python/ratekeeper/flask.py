@@ -96,8 +96,10 @@ class RateLimit:
         # Whether the gate decides every request from the environ: no marks, and neither the key nor the
         # cost needs flask.request. Else the view wrappers decide.
         self._at_gate = self._environ_key is not None and self.options.cost is None
-        # Whether the gate may take the gatekeeper's hot path: nothing is owed after an allowed response.
-        self._quick = self.gatekeeper.quick and self.options.refund_when is None
+        # The key, while the gate may take the gatekeeper's hot path (nothing is owed after an allowed
+        # response but its fields); else None.
+        quick = self._at_gate and self.gatekeeper.quick and self.options.refund_when is None
+        self._quick_key = self._environ_key if quick else None
         self._marks = 0  # bumped by every mark: each app's views are wrapped anew on its next request
         if app is not None:
             self.init_app(app)
@@ -145,15 +147,18 @@ class RateLimit:
     def _mark(self) -> None:
         # A request's decision now may depend on its view, which only Flask's routing finds.
         self._at_gate = False
+        self._quick_key = None
         self._marks += 1
 
-    def _route_of(self, endpoint: str, view: Callable[..., Any]) -> Route:
-        """(exempt, group) of the view at ``endpoint``: its own mark, else its blueprints', else by path."""
-        if getattr(view, _EXEMPT, False):
+    def _route_of(self, endpoint: str, *views: Callable[..., Any]) -> Route:
+        """(exempt, group) of the view at ``endpoint``: its own mark (on the function Flask calls, or on the
+        one it wraps), else its blueprints', else by path."""
+        if any(getattr(view, _EXEMPT, False) for view in views):
             return True, None
-        own: str | None = getattr(view, _ROUTE_GROUP, None)
-        if own is not None:
-            return False, own
+        for view in views:
+            own: str | None = getattr(view, _ROUTE_GROUP, None)
+            if own is not None:
+                return False, own
         blueprint = endpoint.rpartition(".")[0]
         while blueprint:  # innermost first, as flask.request.blueprints lists them
             if blueprint in self._blueprints:
@@ -258,34 +263,33 @@ class _Gate:
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Any:
         extension = self.extension
-        key = extension._environ_key
-        if not extension._at_gate or key is None:
-            if not extension.limiter.enabled:
-                return self.wsgi_app(environ, start_response)
-            self.wrap_views()
-            return self.respond(environ, start_response)
-        peer = key.from_environ(environ)
-        path = "/" + get_path_info(environ).lstrip("/")  # what flask.request.path is
-        gatekeeper = extension.gatekeeper
-        if peer is not None and extension._quick:
-            decision = gatekeeper.decide(peer, path)
-            if decision.allowed and not decision.permits_held:
-                # The hot path: nothing is owed after the response but its fields.
+        key = extension._quick_key
+        peer = key.from_environ(environ) if key is not None else None
+        if peer is not None:
+            raw = environ.get("PATH_INFO", "")
+            # What flask.request.path is: Werkzeug's decoding and one leading slash (ASCII needs neither).
+            path = raw if raw[:1] == "/" and raw[1:2] != "/" and raw.isascii() else _request_path(environ)
+            gatekeeper = extension.gatekeeper
+            admitted = gatekeeper.admit_quick(peer, path)
+            if type(admitted) is tuple:  # the hot path: only the fields are owed
                 environ[_ADMISSION] = _NOT_LIMITED
-                fields = gatekeeper.fields(decision)
-                if not fields:
+                if not admitted:
                     return self.wsgi_app(environ, start_response)
 
                 def start_with_fields(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
-                    headers.extend(fields)
+                    headers.extend(admitted)
                     return start_response(status, headers, exc_info)
 
                 return self.wsgi_app(environ, start_with_fields)
-            admission = gatekeeper.admission(decision, peer, path)
-        elif extension.limiter.enabled:
-            admission = gatekeeper.admit(peer, path)
-        else:
+            assert isinstance(admitted, Decision)
+            admission = gatekeeper.admission(admitted, peer, path)
+        elif not extension.limiter.enabled:
             return self.wsgi_app(environ, start_response)
+        elif not extension._at_gate or extension._environ_key is None:
+            self.wrap_views()
+            return self.respond(environ, start_response)
+        else:  # a missing key, delay mode, refund_when
+            admission = extension.gatekeeper.admit(extension._environ_key.from_environ(environ), _request_path(environ))
         environ[_ADMISSION] = admission
         if admission.status:
             return extension._refusal(admission)(environ, start_response)
@@ -344,9 +348,7 @@ class _Gate:
         key = extension._environ_key
         if key is None or extension.options.cost is not None:  # not made inside Flask's request context
             return _NOT_LIMITED
-        admission: Admission = extension.gatekeeper.admit(
-            key.from_environ(environ), "/" + get_path_info(environ).lstrip("/")
-        )
+        admission: Admission = extension.gatekeeper.admit(key.from_environ(environ), _request_path(environ))
         environ[_ADMISSION] = admission
         return admission
 
@@ -361,7 +363,8 @@ class _Gate:
             view: Callable[..., Any] = current
             if getattr(view, _WRAPPED_BY, None) is self:
                 view = view.__wrapped__  # type: ignore[attr-defined]  # wrapped before: anew from the original
-            routes[endpoint] = route = self.extension._route_of(endpoint, view)
+            # A mark may have been put on the wrapper (what app.view_functions holds) or on the original.
+            routes[endpoint] = route = self.extension._route_of(endpoint, current, view)
             views[endpoint] = self.wrapped(view, route)
         self.routes = routes
         self.wrapped_at = (self.extension._marks, len(views))
@@ -407,6 +410,11 @@ class _Gate:
 
         setattr(limited, _WRAPPED_BY, self)
         return limited
+
+
+def _request_path(environ: dict[str, Any]) -> str:
+    """What ``flask.request.path`` is for ``environ``: ``PATH_INFO`` decoded by Werkzeug, one leading slash."""
+    return "/" + get_path_info(environ).lstrip("/")
 
 
 def _discard(data: bytes) -> None:

@@ -472,6 +472,11 @@ impl PyDecision {
         self.flags & ALLOWED != 0
     }
 
+    #[must_use]
+    pub const fn holds_permits(&self) -> bool {
+        self.flags & PERMITS_HELD != 0
+    }
+
     fn reported(&self, value: u64) -> Option<u64> {
         (self.flags & REPORTED != 0).then_some(value)
     }
@@ -498,7 +503,16 @@ impl PyDecision {
 
     /// The fields as a tuple of `(name, value)` pairs, str or (`raw`) bytes; from the cache when a
     /// response with the same fields was made lately.
-    fn field_tuple<'py>(&self, py: Python<'py>, ietf: bool, legacy: bool, raw: bool) -> PyResult<Bound<'py, PyTuple>> {
+    ///
+    /// # Errors
+    /// Python could not make the strings (out of memory).
+    pub fn field_tuple<'py>(
+        &self,
+        py: Python<'py>,
+        ietf: bool,
+        legacy: bool,
+        raw: bool,
+    ) -> PyResult<Bound<'py, PyTuple>> {
         let key = self.field_key(ietf, legacy, raw);
         let Some(group) = self.group.as_ref().filter(|_| key.reported) else {
             return key.build(py, None);
