@@ -21,11 +21,13 @@ What is measured
     ``wrk -t1 -c<connections> -d<seconds>s``. Runs are interleaved (run 1 of every case, then run 2, ...)
     so drift of a shared machine hits every case alike; the table reports the median of the runs.
 
-Targets (issue 9, the 2-core machine)
-    ratekeeper allowed costs at most 3 % of the no-limiter req/s (slowapi: about -21 %);
-    ratekeeper refused serves at least as many req/s as the no-limiter app (slowapi: about -44 %);
+Targets (the 2-core machine)
+    ratekeeper allowed, with the IETF fields on every response (and on 429s only), costs at most 2 % of the
+    no-limiter req/s with FastAPI and 3 % with Flask (slowapi: about -21 %);
+    ratekeeper refused serves at least 1.2x the no-limiter app's req/s, with both (slowapi: about -44 %);
     with 2 uvicorn workers, the shared store serves within 3 % of the req/s of each worker's own memory.
-    Printed as PASS / MISS; with ``--check`` a miss is exit status 1.
+    Printed as PASS / MISS; with ``--check`` a miss is exit status 1. ``benches/web_inprocess.py`` measures
+    the same paths without a server, where the noise of this shared machine is smaller.
 
 Usage
     python benches/http_bench.py                 # 5 runs of 5 s per case, both frameworks
@@ -65,6 +67,8 @@ HEADER = "X-Account-ID: bench"
 MINUS = "\N{MINUS SIGN}"
 WORKERS = 2  # gunicorn sync workers: one per core
 SHARED_PATH = "BENCH_SHARED_PATH"  # web_apps.py's region path, for the ratekeeper-shared variant
+ALLOWED_COST_AT_MOST = {"fastapi": 2, "flask": 3}  # % of the no-limiter req/s an allowed request may cost
+REFUSED_AT_LEAST = 1.2  # x the no-limiter req/s that refusals are served at
 
 
 @dataclass(frozen=True)
@@ -326,13 +330,18 @@ def targets(results: list[Measured]) -> list[tuple[bool, str]]:
             ratio = result.median / base
             if result.case.refused:
                 verdicts.append(
-                    (ratio >= 1.0, f"{framework}: ratekeeper refused serves {ratio:.3f}x the no-limiter req/s (>= 1)")
+                    (
+                        ratio >= REFUSED_AT_LEAST,
+                        f"{framework}: ratekeeper refused serves {ratio:.3f}x the no-limiter req/s "
+                        f"(>= {REFUSED_AT_LEAST})",
+                    )
                 )
             else:
+                cost = ALLOWED_COST_AT_MOST[framework]
                 verdicts.append(
                     (
-                        ratio >= 0.97,
-                        f"{framework}: {result.case.variant} costs {change(result.median, base)} (>= {MINUS}3 %)",
+                        ratio >= 1 - cost / 100,
+                        f"{framework}: {result.case.variant} costs {change(result.median, base)} (>= {MINUS}{cost} %)",
                     )
                 )
     return verdicts
