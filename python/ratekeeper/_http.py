@@ -11,8 +11,10 @@ policy names with parameters::
 
 ``q`` is the group's quota (its first rate limit's burst, or its permits with ``qu="concurrent-requests"``),
 ``w`` its window in whole seconds, ``r`` what the key has left, and ``t`` the seconds until it may make one
-more request (rounded up; on a refusal, when the refused request would pass). Later drafts rename fields:
-the serializer is chosen by ``draft`` so a new one can be added beside it.
+more request (rounded up; on a refusal, when the refused request would pass). The core serializes them
+(``Decision._fields``, ``_raw_fields``, ``Limiter._admit_web``: strings built once and reused while a group's
+numbers repeat). Later drafts rename fields: ``HeaderOptions.draft`` names the serializer, so a new one can
+be added beside it.
 """
 
 from __future__ import annotations

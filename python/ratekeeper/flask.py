@@ -199,7 +199,7 @@ class RateLimit:
             return self.on_refused(admission.decision)
         return Response(admission.body, status=admission.status, headers=admission.fields, mimetype="application/json")
 
-    def _held(self, app: flask.Flask, admission: Admission, returned: Any) -> Response:
+    def _held(self, app: flask.Flask, request: flask.Request, admission: Admission, returned: Any) -> Response:
         """The view's response, once its permits are given back (the work is done), or handed to its
         streamed body (the work goes on while it streams)."""
         response = app.make_response(returned)  # what Flask would make of it next; a Response is kept
@@ -210,7 +210,7 @@ class RateLimit:
             release = functools.partial(self.gatekeeper.release, admission)
             response.response = _ReleasingBody(response.response, release)
             response.call_on_close(release)  # a server that never iterates the body still closes it
-            flask.request.environ[_STREAMED] = True
+            request.environ[_STREAMED] = True
         else:
             # Holding the permits while the server writes the body would refuse a client that asks again
             # as soon as it has read it.
@@ -390,7 +390,7 @@ class _Gate:
                 except BaseException:
                     extension.gatekeeper.release(admission)
                     raise
-                return extension._held(app, admission, returned)
+                return extension._held(app, request, admission, returned)
 
             setattr(limited_async, _WRAPPED_BY, self)
             return limited_async
@@ -408,7 +408,7 @@ class _Gate:
             except BaseException:
                 extension.gatekeeper.release(admission)
                 raise
-            return extension._held(app, admission, returned)
+            return extension._held(app, request, admission, returned)
 
         setattr(limited, _WRAPPED_BY, self)
         return limited
