@@ -102,11 +102,12 @@ class RateLimitMiddleware:
                         await self.app(scope, receive, send)
                         return
 
-                    async def send_with_fields(message: Message) -> None:
+                    # Not a coroutine function: it hands back send's awaitable, one coroutine less a message.
+                    def send_with_fields(message: Message) -> Awaitable[None]:
                         if message["type"] == "http.response.start":
                             # A new message: the app may send the same one (and its headers) again.
                             message = {**message, "headers": [*message.get("headers", ()), *admitted]}
-                        await send(message)
+                        return send(message)
 
                     await self.app(scope, receive, send_with_fields)
                     return
