@@ -33,6 +33,7 @@ Usage
     python benches/http_bench.py                 # 5 runs of 5 s per case, both frameworks
     python benches/http_bench.py --quick         # 1 run of 2 s
     python benches/http_bench.py --only fastapi --runs 7 --seconds 10 --connections 64
+    python benches/http_bench.py --variants none,ratekeeper-allowed,ratekeeper-refused
 
 Needs ``wrk`` (Debian: ``apt-get install wrk``) and the bench extra (``pip install -e '.[bench]'``).
 """
@@ -385,6 +386,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=int, default=5, help="seconds of wrk per run (default 5)")
     parser.add_argument("--connections", type=int, default=50, help="wrk connections (default 50)")
     parser.add_argument("--only", choices=("fastapi", "flask"), help="one framework")
+    parser.add_argument(
+        "--variants",
+        help="only these web_apps.py variants, comma-separated (e.g. none,ratekeeper-allowed); default all",
+    )
     parser.add_argument("--quick", action="store_true", help="1 run of 2 s")
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
     parser.add_argument(
@@ -400,7 +405,10 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which("wrk") is None:
         print("wrk is not installed (Debian: apt-get install wrk)", file=sys.stderr)
         return 2
-    cases = [case for case in CASES if args.only in (None, case.framework)]
+    variants = set(args.variants.split(",")) if args.variants else None
+    cases = [
+        case for case in CASES if args.only in (None, case.framework) and (variants is None or case.variant in variants)
+    ]
     print(f"{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}", file=sys.stderr)
     print(versions(), file=sys.stderr)
     runs = f"{args.runs} run(s) x {args.seconds} s per case, wrk -t1 -c{args.connections}, median reported"
