@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import flask
+from werkzeug.http import HTTP_STATUS_CODES
 from werkzeug.wrappers import Response
 from werkzeug.wsgi import get_path_info
 
@@ -294,7 +295,7 @@ class _Gate:
             admission = extension.gatekeeper.admit(extension._environ_key.from_environ(environ), _request_path(environ))
         environ[_ADMISSION] = admission
         if admission.status:
-            return extension._refusal(admission)(environ, start_response)
+            return self.refuse(admission, environ, start_response)
         if admission.permits:
             self.wrap_views()  # each view gives its permits back when it returns, or when its body ends
         return self.respond(environ, start_response)
@@ -315,7 +316,7 @@ class _Gate:
             if admission is None:
                 admission = self.decide_late(environ)
                 if admission.status:
-                    late.append(extension._refusal(admission)(environ, start_response))
+                    late.append(self.refuse(admission, environ, start_response))
                     return _discard
             if not admission.status:  # a refusal's fields are set already
                 headers.extend(admission.fields)
@@ -337,6 +338,16 @@ class _Gate:
                 close()
             return late[0]
         return body
+
+    def refuse(self, admission: Admission, environ: dict[str, Any], start_response: StartResponse) -> Any:
+        """Answers a refused request: ``on_refused``'s response, or the JSON 429 with the fields."""
+        if admission.refused_by_limit and self.extension.on_refused is not None:
+            return self.extension._refusal(admission)(environ, start_response)
+        # The JSON answer as WSGI bytes: a Werkzeug Response costs more than the rest of a refusal.
+        body = admission.body
+        headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body))), *admission.fields]
+        start_response(f"{admission.status} {HTTP_STATUS_CODES[admission.status]}", headers)
+        return [] if environ.get("REQUEST_METHOD") == "HEAD" else [body]
 
     def decide_late(self, environ: dict[str, Any]) -> Admission:
         """The decision for a request no view wrapper saw, made as its response starts: by the marks of

@@ -280,6 +280,8 @@ def test_without_marks_a_refusal_is_answered_before_flask_routes_or_runs_the_app
     assert refused.json() == {"detail": "Rate limit exceeded", "status": 429, "retry_after": 20}
     assert members(refused.headers["RateLimit-Policy"]) == {"api": {"q": 3, "w": 60}}
     assert seen == ["/api/items"] * 3  # the refusal never reached Flask
+    head = app.test_client().head("/api/items", headers=KEY)
+    assert (head.status_code, head.data, head.headers["Content-Type"]) == (429, b"", "application/json")
 
 
 def test_without_marks_refund_when_gives_successful_requests_back(limiter: rk.Limiter) -> None:
