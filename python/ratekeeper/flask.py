@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -255,7 +256,7 @@ class _Gate:
     (see the module's docstring); adds the fields and applies ``refund_when`` when the response starts, and
     gives back permits still held when the app raises or no view took them."""
 
-    __slots__ = ("app", "extension", "routes", "wrapped_at", "wsgi_app")
+    __slots__ = ("app", "extension", "routes", "wrapped_at", "wrapping", "wsgi_app")
 
     def __init__(self, app: flask.Flask, wsgi_app: Callable[[dict[str, Any], Any], Any], extension: RateLimit) -> None:
         self.app = app
@@ -263,6 +264,7 @@ class _Gate:
         self.extension = extension
         self.routes: dict[str, Route] = {}  # endpoint -> route, as the views were wrapped
         self.wrapped_at: tuple[int, int] | None = None  # (marks, number of views) then
+        self.wrapping = threading.Lock()
 
     def serve(self, environ: dict[str, Any], start_response: StartResponse) -> Any:
         """The app behind the gate, as WSGI calls it (a bound method: a call costs less than an instance's)."""
@@ -371,6 +373,13 @@ class _Gate:
         views = self.app.view_functions
         if self.wrapped_at == (self.extension._marks, len(views)):
             return
+        with self.wrapping:  # other requests wait: a view not wrapped yet would not decide its request
+            if self.wrapped_at != (self.extension._marks, len(views)):
+                self.wrap_all(views)
+
+    def wrap_all(self, views: dict[str, Any]) -> None:
+        """Wraps every view anew from its original, by the marks as they are now."""
+        marks = self.extension._marks  # read first: a mark made meanwhile has the views wrapped again
         routes: dict[str, Route] = {}
         for endpoint, current in list(views.items()):
             view: Callable[..., Any] = current
@@ -380,7 +389,7 @@ class _Gate:
             routes[endpoint] = route = self.extension._route_of(endpoint, current, view)
             views[endpoint] = self.wrapped(view, route)
         self.routes = routes
-        self.wrapped_at = (self.extension._marks, len(views))
+        self.wrapped_at = (marks, len(views))
 
     def wrapped(self, view: Callable[..., Any], route: Route) -> Callable[..., Any]:
         """``view``, deciding its request by ``route`` unless the gate did, and giving back its permits."""
