@@ -45,8 +45,9 @@ bench: ## criterion benches of the core, ratekeeper against peer libraries, a me
 	$(PYTHON) benches/shared_bench.py
 
 .PHONY: bench-web
-bench-web: ## wrk: what a limiter costs FastAPI and Flask apps, then the quota server's profiles (needs wrk)
+bench-web: ## in process, then wrk: what a limiter costs FastAPI and Flask apps; the quota server's profiles (needs wrk)
 	$(PYTHON) -m pip install --quiet -e '.[bench]'
+	$(PYTHON) benches/web_inprocess.py
 	$(PYTHON) benches/http_bench.py
 	$(PYTHON) benches/http_profiles.py
 

@@ -22,16 +22,19 @@ What is measured
     ``wrk -t1 -c<connections> -d<seconds>s``. Runs are interleaved (run 1 of every case, then run 2, ...)
     so drift of a shared machine hits every case alike; the table reports the median of the runs.
 
-Targets (issue 9, the 2-core machine)
-    ratekeeper allowed costs at most 3 % of the no-limiter req/s (slowapi: about -21 %);
-    ratekeeper refused serves at least as many req/s as the no-limiter app (slowapi: about -44 %);
+Targets (the 2-core machine)
+    ratekeeper allowed, with the IETF fields on every response (and on 429s only), costs at most 2 % of the
+    no-limiter req/s with FastAPI and 3 % with Flask (slowapi: about -21 %);
+    ratekeeper refused serves at least 1.2x the no-limiter app's req/s, with both (slowapi: about -44 %);
     with 2 uvicorn workers, the shared store serves within 3 % of the req/s of each worker's own memory.
-    Printed as PASS / MISS; with ``--check`` a miss is exit status 1.
+    Printed as PASS / MISS; with ``--check`` a miss is exit status 1. ``benches/web_inprocess.py`` measures
+    the same paths without a server, where the noise of this shared machine is smaller.
 
 Usage
     python benches/http_bench.py                 # 5 runs of 5 s per case, both frameworks
     python benches/http_bench.py --quick         # 1 run of 2 s
     python benches/http_bench.py --only fastapi --runs 7 --seconds 10 --connections 64
+    python benches/http_bench.py --variants none,ratekeeper-allowed,ratekeeper-refused
 
 Needs ``wrk`` (Debian: ``apt-get install wrk``) and the bench extra (``pip install -e '.[bench]'``).
 """
@@ -66,6 +69,8 @@ HEADER = "X-Account-ID: bench"
 MINUS = "\N{MINUS SIGN}"
 WORKERS = 2  # gunicorn sync workers: one per core
 SHARED_PATH = "BENCH_SHARED_PATH"  # web_apps.py's region path, for the ratekeeper-shared variant
+ALLOWED_COST_AT_MOST = {"fastapi": 2, "flask": 3}  # % of the no-limiter req/s an allowed request may cost
+REFUSED_AT_LEAST = 1.2  # x the no-limiter req/s that refusals are served at
 
 
 @dataclass(frozen=True)
@@ -333,13 +338,18 @@ def targets(results: list[Measured]) -> list[tuple[bool, str]]:
             ratio = result.median / base
             if result.case.refused:
                 verdicts.append(
-                    (ratio >= 1.0, f"{framework}: ratekeeper refused serves {ratio:.3f}x the no-limiter req/s (>= 1)")
+                    (
+                        ratio >= REFUSED_AT_LEAST,
+                        f"{framework}: ratekeeper refused serves {ratio:.3f}x the no-limiter req/s "
+                        f"(>= {REFUSED_AT_LEAST})",
+                    )
                 )
             else:
+                cost = ALLOWED_COST_AT_MOST[framework]
                 verdicts.append(
                     (
-                        ratio >= 0.97,
-                        f"{framework}: {result.case.variant} costs {change(result.median, base)} (>= {MINUS}3 %)",
+                        ratio >= 1 - cost / 100,
+                        f"{framework}: {result.case.variant} costs {change(result.median, base)} (>= {MINUS}{cost} %)",
                     )
                 )
     return verdicts
@@ -386,6 +396,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=int, default=5, help="seconds of wrk per run (default 5)")
     parser.add_argument("--connections", type=int, default=50, help="wrk connections (default 50)")
     parser.add_argument("--only", choices=("fastapi", "flask", "django"), help="one framework")
+    parser.add_argument(
+        "--variants",
+        help="only these web_apps.py variants, comma-separated (e.g. none,ratekeeper-allowed); default all",
+    )
     parser.add_argument("--quick", action="store_true", help="1 run of 2 s")
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
     parser.add_argument(
@@ -401,7 +415,10 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which("wrk") is None:
         print("wrk is not installed (Debian: apt-get install wrk)", file=sys.stderr)
         return 2
-    cases = [case for case in CASES if args.only in (None, case.framework)]
+    variants = set(args.variants.split(",")) if args.variants else None
+    cases = [
+        case for case in CASES if args.only in (None, case.framework) and (variants is None or case.variant in variants)
+    ]
     print(f"{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}", file=sys.stderr)
     print(versions(), file=sys.stderr)
     runs = f"{args.runs} run(s) x {args.seconds} s per case, wrk -t1 -c{args.connections}, median reported"

@@ -3,7 +3,7 @@
 import asyncio
 import os
 from collections.abc import Awaitable, Callable, Iterable
-from typing import ClassVar, Literal, final
+from typing import Any, ClassVar, Literal, final
 
 from typing_extensions import TypeAlias, disjoint_base
 
@@ -227,6 +227,22 @@ class Decision:
         """Whether this admission took concurrency permits that must be given back (``concurrent`` and
         the web integrations do it when the request ends); False for a refusal or a group without them."""
     def __bool__(self) -> bool: ...
+    def _fields(self, ietf: bool, legacy: bool) -> tuple[tuple[str, str], ...]:
+        """The rate-limit fields of a response to this decision (draft-ietf-httpapi-ratelimit-headers-10),
+        as ``(name, value)`` str pairs for a WSGI ``start_response``.
+
+        Args:
+            ietf: the ``RateLimit-Policy`` and ``RateLimit`` fields.
+            legacy: the ``X-RateLimit-Limit``, ``-Remaining`` and ``-Reset`` fields.
+
+        Returns:
+            A refusal's ``Retry-After`` first (none when it can never pass), then the fields asked for;
+            none of those for an exempt or unrouted request. The same tuple may be handed out again for
+            a decision with the same fields (a small cache: building the strings costs more than the
+            decision).
+        """
+    def _raw_fields(self, ietf: bool, legacy: bool) -> tuple[tuple[bytes, bytes], ...]:
+        """:meth:`_fields` as lower-case latin-1 bytes pairs, ready to append to an ASGI message's headers."""
 
 @final
 class GroupPolicy:
@@ -599,6 +615,23 @@ class Limiter:
     def _acquire(
         self, peer: str, path: str | None = None, *, group: str | None = None, cost: int = 1, take: _Take = ...
     ) -> Decision: ...
+    def _admit_web(
+        self, ietf: bool, legacy: bool, raw: bool, peer: str, path: str
+    ) -> tuple[tuple[Any, Any], ...] | Decision:
+        """``_acquire(peer, path, take=_Take.BOTH)`` for a web adapter's hot path.
+
+        Args:
+            ietf: the allowed response's ``RateLimit-Policy`` and ``RateLimit`` fields.
+            legacy: its ``X-RateLimit-*`` fields.
+            raw: the fields as lower-case bytes pairs (ASGI), not str pairs (WSGI).
+            peer: the key.
+            path: what the rules route on.
+
+        Returns:
+            For a request allowed without concurrency permits, its response's fields, as
+            :meth:`Decision._fields` / :meth:`Decision._raw_fields` give them (no ``Decision`` is made);
+            for any other, its :class:`Decision`.
+        """
     def _release(self, peer: str, path: str | None = None, *, group: str | None = None, cost: int = 1) -> None: ...
     def reduce(self, peer: str, path: str | None = None, n: int = 1, *, group: str | None = None) -> bool:
         """Gives ``n`` tokens back to the key (manual reduction, e.g. when a handler's transaction

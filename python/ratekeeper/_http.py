@@ -11,8 +11,10 @@ policy names with parameters::
 
 ``q`` is the group's quota (its first rate limit's burst, or its permits with ``qu="concurrent-requests"``),
 ``w`` its window in whole seconds, ``r`` what the key has left, and ``t`` the seconds until it may make one
-more request (rounded up; on a refusal, when the refused request would pass). Later drafts rename fields:
-the serializer is chosen by ``draft`` so a new one can be added beside it.
+more request (rounded up; on a refusal, when the refused request would pass). The core serializes them
+(``Decision._fields``, ``_raw_fields``, ``Limiter._admit_web``: strings built once and reused while a group's
+numbers repeat). Later drafts rename fields: ``HeaderOptions.draft`` names the serializer, so a new one can
+be added beside it.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import functools
 import json
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
@@ -41,6 +43,7 @@ __all__ = [
     "WebSettings",
     "check_integration",
     "missing_key_body",
+    "raw_response_headers",
     "refusal_body",
     "response_headers",
 ]
@@ -160,70 +163,45 @@ def check_integration(limiter: object, mode: str, max_delay: float) -> None:
         raise InvalidValue("max_delay", f"must be a number of seconds >= 0, got {max_delay!r}")
 
 
-@functools.lru_cache(maxsize=1024)
-@functools.lru_cache(maxsize=4096)
-def _sf_string(text: str) -> str:
-    """A Structured Field String: printable ASCII in quotes, with ``\\`` and ``"`` escaped (cached: a
-    handful of group names, on every response)."""
-    safe = "".join(c if " " <= c <= "~" else "?" for c in text)
-    return '"' + safe.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
 def _seconds(value: float) -> int:
     """Whole seconds, rounded up, for a field or Retry-After (a client waiting that long is served)."""
     return max(0, math.ceil(value))
 
 
-@functools.lru_cache(maxsize=4096)
-def _policy_field(group: str, limit: int, window: float | None) -> tuple[str, str]:
-    """The group's Structured Field name and its ``RateLimit-Policy`` value (cached: the same few on every
-    response)."""
-    name = _sf_string(group)
-    if window is None:
-        return name, f'{name};q={limit};qu="concurrent-requests"'
-    return name, f"{name};q={limit};w={_seconds(window)}"
-
-
-def response_headers(decision: Decision, options: HeaderOptions) -> list[tuple[str, str]]:
+def response_headers(decision: Decision, options: HeaderOptions) -> Sequence[tuple[str, str]]:
     """The fields for a response to a request the limiter decided (none for exempt or unrouted ones).
 
-    A refusal also carries ``Retry-After`` (never earlier than ``t``), unless it can never pass.
+    A refusal also carries ``Retry-After`` (never earlier than ``t``), unless it can never pass. The
+    draft-10 serializer is the core's (``Decision._fields``): one build of the strings, no Python per field.
     """
-    headers: list[tuple[str, str]] = []
-    refused = not decision.allowed
-    if refused and not math.isinf(decision.retry_after):
-        headers.append(("Retry-After", str(_seconds(decision.retry_after))))
-    if decision.group is None or decision.limit is None or decision.remaining is None:
-        return headers
-    if not refused and not options.on_allowed:
-        return headers
-    wait = decision.retry_after if refused else decision.next_after
-    reset = None if math.isinf(wait) else _seconds(wait)
-    if options.ietf:
-        name, policy = _policy_field(decision.group, decision.limit, decision.window)
-        headers.append(("RateLimit-Policy", policy))
-        state = f"{name};r={decision.remaining}"
-        if reset is not None:
-            state += f";t={reset}"
-        headers.append(("RateLimit", state))
-    if options.legacy:
-        headers.append(("X-RateLimit-Limit", str(decision.limit)))
-        headers.append(("X-RateLimit-Remaining", str(decision.remaining)))
-        if reset is not None:
-            headers.append(("X-RateLimit-Reset", str(reset)))
-    return headers
+    if decision.allowed and not options.on_allowed:
+        return ()
+    return decision._fields(options.ietf, options.legacy)
+
+
+def raw_response_headers(decision: Decision, options: HeaderOptions) -> Sequence[tuple[bytes, bytes]]:
+    """:func:`response_headers` as lower-case bytes pairs, as an ASGI message carries them."""
+    if decision.allowed and not options.on_allowed:
+        return ()
+    return decision._raw_fields(options.ietf, options.legacy)
 
 
 def refusal_body(decision: Decision) -> bytes:
     """The JSON body of a 429: ``{"detail": ..., "status": 429, "retry_after": seconds}``
     (``retry_after`` is ``null`` when the request can never pass, e.g. a cost above the burst)."""
-    if decision.refused_by == "concurrency":
+    retry = None if math.isinf(decision.retry_after) else _seconds(decision.retry_after)
+    return _refusal_json(decision.refused_by == "concurrency", retry)
+
+
+@functools.lru_cache(maxsize=1024)
+def _refusal_json(by_concurrency: bool, retry: int | None) -> bytes:
+    # Cached: a flood of refusals asks for the same few bodies, and json.dumps costs more than the decision.
+    if by_concurrency:
         detail = "Too many concurrent requests"
-    elif math.isinf(decision.retry_after):
+    elif retry is None:
         detail = "Rate limit exceeded: this request is larger than the limit allows"
     else:
         detail = "Rate limit exceeded"
-    retry = None if math.isinf(decision.retry_after) else _seconds(decision.retry_after)
     return json.dumps({"detail": detail, "status": 429, "retry_after": retry}).encode()
 
 
@@ -237,7 +215,8 @@ class Admission:
 
     Attributes:
         status: 0 to serve the request; else the status to answer it with (429, or the missing key's).
-        fields: the headers of that answer, or, when served, the rate-limit fields to add to the response.
+        fields: the headers of that answer, or, when served, the rate-limit fields to add to the response:
+            ``(name, value)`` str pairs, or lower-case bytes pairs from a ``raw`` :class:`Gatekeeper`.
         body: the JSON body of the answer (empty when served).
         decision: the limiter's decision; ``None`` when nothing was decided (no key: unrouted or refused).
         permits: whether concurrency permits are held (:meth:`Gatekeeper.release` gives them back once).
@@ -248,7 +227,7 @@ class Admission:
     def __init__(
         self,
         status: int,
-        fields: list[tuple[str, str]],
+        fields: Sequence[tuple[Any, Any]],
         body: bytes = b"",
         decision: Decision | None = None,
         route: tuple[str, str | None, str | None, int] = ("", None, None, 0),
@@ -272,11 +251,36 @@ class Gatekeeper:
     methods.
     """
 
-    __slots__ = ("limiter", "options")
+    __slots__ = ("_ietf", "_legacy", "_on_allowed", "admit_quick", "limiter", "options", "quick", "raw")
 
-    def __init__(self, options: WebOptions) -> None:
+    def __init__(self, options: WebOptions, *, raw: bool = False) -> None:
         self.options = options
         self.limiter = options.limiter
+        self.raw = raw  # the fields as ASGI's bytes pairs, not str pairs
+        #: Whether :attr:`admit_quick` may stand for :meth:`admit` of a request with a key (refuse mode:
+        #: delay mode waits in :meth:`admit`).
+        self.quick = options.mode == "refuse"
+        fields = options.fields
+        self._ietf, self._legacy, self._on_allowed = fields.ietf, fields.legacy, fields.on_allowed
+        #: ``admit_quick(peer, path)``: :meth:`admit` of a request with a key on ``path`` at cost 1 (when
+        #: :attr:`quick`), for an adapter's hot path. A request allowed with no permits held owes nothing
+        #: but its response's fields, and gets them (a tuple; no Decision or Admission is made); any other
+        #: gets its Decision, for :meth:`admission`. A partial of the core's method: no Python frame.
+        self.admit_quick: Callable[[str, str], tuple[tuple[Any, Any], ...] | Decision] = functools.partial(
+            self.limiter._admit_web, fields.ietf and fields.on_allowed, fields.legacy and fields.on_allowed, raw
+        )
+
+    def fields(self, decision: Decision) -> Sequence[tuple[Any, Any]]:
+        """The rate-limit fields of a response to ``decision``, in this gatekeeper's form."""
+        if decision.allowed and not self._on_allowed:
+            return ()
+        if self.raw:
+            return decision._raw_fields(self._ietf, self._legacy)
+        return decision._fields(self._ietf, self._legacy)
+
+    def admission(self, decision: Decision, peer: str, path: str) -> Admission:
+        """The admission of a request with a key on ``path`` that :attr:`admit_quick` gave a ``decision``."""
+        return self._admission(decision, (peer, path, None, 1))
 
     def admit(self, peer: str | None, path: str, group: str | None = None, cost: int = 1) -> Admission:
         """Decides a request of ``peer`` (``None``: its key function found none) on ``path``, or in the
@@ -319,17 +323,17 @@ class Gatekeeper:
         if self.options.on_missing_key == "anonymous":
             return self.options.anonymous_key
         status = self.options.missing_key_status
-        return Admission(status, [], missing_key_body(status))
+        return Admission(status, (), missing_key_body(status))
 
     def _admission(self, decision: Decision, route: tuple[str, str | None, str | None, int]) -> Admission:
-        fields = response_headers(decision, self.options.fields)
+        fields = self.fields(decision)
         if decision.allowed:
             return Admission(0, fields, decision=decision, route=route)
         if not self.options.shadow:
             return Admission(429, fields, refusal_body(decision), decision, route)
         log.info("ratekeeper shadow mode: would refuse %r on %s (group %r)", route[0], route[1], decision.group)
         # Served: the fields say what the limiter decided, without a Retry-After (nothing to retry).
-        served = [field for field in fields if field[0] != "Retry-After"]
+        served = [field for field in fields if field[0] not in ("Retry-After", b"retry-after")]
         return Admission(0, served, decision=decision, route=route)
 
     def release(self, admission: Admission) -> None:
@@ -377,4 +381,4 @@ class Gatekeeper:
 
 
 # A request needing no decision (no key, on a path no rule limits): served as it is.
-_NOT_LIMITED = Admission(0, [])
+_NOT_LIMITED = Admission(0, ())

@@ -11,12 +11,12 @@ and client disconnects as well. Lifespan and other scope types pass through.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ratekeeper._core import Decision
 from ratekeeper._errors import InvalidType
-from ratekeeper._http import Gatekeeper, WebOptions, WebSettings
+from ratekeeper._http import Admission, Gatekeeper, WebOptions, WebSettings
 from ratekeeper.keys import KeyFunction, key_of
 from ratekeeper.limiter import Limiter
 
@@ -30,14 +30,6 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-# The names response_headers() gives, encoded once.
-_FIELD_NAMES = ("Retry-After", "RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining")
-_NAMES = {name: name.lower().encode("latin-1") for name in (*_FIELD_NAMES, "X-RateLimit-Reset")}
-
-
-def _encode(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
-    return [(_NAMES.get(name) or name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers]
 
 
 class RateLimitMiddleware:
@@ -81,20 +73,63 @@ class RateLimitMiddleware:
             raise InvalidType("path", f"must be callable, got {type(path).__name__}")
         self.app = app
         self.limiter = limiter
-        self.gatekeeper = Gatekeeper(self.options)
+        self.gatekeeper = Gatekeeper(self.options, raw=True)
         self.on_refused = on_refused
         self.path = path
+        key = self.options.key_function
+        # The hot path: a key read from the scope, cost 1, routed on the scope's path, decided at once in
+        # memory (not in Redis: that is awaited), nothing owed after an allowed response but its fields.
+        self._quick_key = (
+            key
+            if isinstance(key, KeyFunction)
+            and self.options.cost is None
+            and path is None
+            and self.gatekeeper.quick
+            and self.options.refund_when is None
+            and not limiter._waits_on_io
+            else None
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        key = self._quick_key
+        if key is not None and scope["type"] == "http":
+            peer = key.from_scope(scope)
+            if peer is not None:
+                path = scope.get("path", "")
+                admitted = self.gatekeeper.admit_quick(peer, path)
+                if type(admitted) is tuple:  # the hot path: only the fields are owed
+                    if not admitted:
+                        await self.app(scope, receive, send)
+                        return
+
+                    # Not a coroutine function: it hands back send's awaitable, one coroutine less a message.
+                    def send_with_fields(message: Message) -> Awaitable[None]:
+                        if message["type"] == "http.response.start":
+                            # A new message: the app may send the same one (and its headers) again.
+                            message = {**message, "headers": [*message.get("headers", ()), *admitted]}
+                        return send(message)
+
+                    await self.app(scope, receive, send_with_fields)
+                    return
+                assert isinstance(admitted, Decision)
+                await self._serve(scope, receive, send, self.gatekeeper.admission(admitted, peer, path))
+                return
         kind = scope["type"]
         if kind not in ("http", "websocket") or not self.limiter.enabled:
             await self.app(scope, receive, send)
             return
         path = self.path(scope) if self.path is not None else scope.get("path", "")
-        key = self.options.key_function
-        peer = key.from_scope(scope) if isinstance(key, KeyFunction) else await self._peer(scope)
+        key_function = self.options.key_function
+        if isinstance(key_function, KeyFunction):
+            peer = key_function.from_scope(scope)
+        else:
+            peer = await self._peer(scope)
         cost = self._cost(scope) if self.options.cost is not None else 1
-        admission = await self.gatekeeper.aadmit(peer, path, None, cost)
+        await self._serve(scope, receive, send, await self.gatekeeper.aadmit(peer, path, None, cost))
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send, admission: Admission) -> None:
+        """Answers a refusal, or calls the app, adding the fields and settling what is owed after."""
+        kind = scope["type"]
         if admission.status:
             if admission.refused_by_limit and self.on_refused is not None:
                 assert admission.decision is not None
@@ -106,7 +141,7 @@ class RateLimitMiddleware:
             # Nothing to add to the response or do after it: no wrapper on the app's messages.
             await self.app(scope, receive, send)
             return
-        extra = _encode(admission.fields)
+        extra = admission.fields
         status = 0
 
         async def send_with_fields(message: Message) -> None:
@@ -150,14 +185,10 @@ class RateLimitMiddleware:
         receive: Receive,
         send: Send,
         status: int,
-        headers: list[tuple[str, str]],
+        headers: Sequence[tuple[bytes, bytes]],
         body: bytes,
     ) -> None:
-        fields = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            *_encode(headers),
-        ]
+        fields = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers]
         if scope["type"] == "http":
             await send({"type": "http.response.start", "status": status, "headers": fields})
             await send({"type": "http.response.body", "body": body})

@@ -515,6 +515,28 @@ impl PyLimiter {
         Ok(self.decision(py, &decision))
     }
 
+    /// `_acquire(peer, path, take=BOTH)` for a web adapter's hot path: a request allowed without
+    /// permits gets its response's fields (`Decision._fields`, or `_raw_fields` when `raw`) and no
+    /// `Decision` is made; any other request gets its `Decision`. The options come first, for a
+    /// `functools.partial` to hold them.
+    fn _admit_web<'py>(
+        &self,
+        py: Python<'py>,
+        ietf: bool,
+        legacy: bool,
+        raw: bool,
+        peer: &Bound<'py, PyAny>,
+        path: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let (peer, target) = (text("peer", peer)?, target(Some(path), None)?);
+        let decision = self.decide(py, peer, target, Request::new(1).reporting().taking(Take::RatesAndPermits))?;
+        let decision = self.decision(py, &decision);
+        if decision.is_allowed() && !decision.holds_permits() {
+            return Ok(decision.field_tuple(py, ietf, legacy, raw)?.into_any());
+        }
+        Ok(Bound::new(py, decision)?.into_any())
+    }
+
     /// Releases `cost` of the concurrency permits `_acquire` took (a request ended).
     #[pyo3(signature = (peer, path=None, *, group=None, cost=Cost(1)), text_signature = "(self, peer, path=None, *, group=None, cost=1)")]
     fn _release(

@@ -307,3 +307,18 @@ def test_bad_options_are_named() -> None:
     with pytest.raises(rk.InvalidType, match="HeaderOptions, got dict") as bad_headers:
         RateLimitMiddleware(FastAPI(), limiter=limiter, headers={"on_allowed": False})  # type: ignore[arg-type]
     assert bad_headers.value.loc == ("headers",)
+
+
+def test_the_fields_are_added_to_a_copy_of_the_apps_start_message(limiter: rk.Limiter) -> None:
+    # A raw ASGI app sending the same message object (and headers list) for every response.
+    start = {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]}
+    body = {"type": "http.response.body", "body": b"ok"}
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send(start)
+        await send(body)
+
+    with Server(RateLimitMiddleware(app, limiter=limiter, key=header("X-API-Key"))) as client:
+        responses = [client.get("/api/items", headers=KEY) for _ in range(2)]
+    assert [members(r.headers["RateLimit"]) for r in responses] == [{"api": {"r": r, "t": 20}} for r in (2, 1)]
+    assert start["headers"] == [(b"content-type", b"text/plain")]

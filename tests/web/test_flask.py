@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from collections.abc import Iterator
@@ -279,6 +280,8 @@ def test_without_marks_a_refusal_is_answered_before_flask_routes_or_runs_the_app
     assert refused.json() == {"detail": "Rate limit exceeded", "status": 429, "retry_after": 20}
     assert members(refused.headers["RateLimit-Policy"]) == {"api": {"q": 3, "w": 60}}
     assert seen == ["/api/items"] * 3  # the refusal never reached Flask
+    head = app.test_client().head("/api/items", headers=KEY)
+    assert (head.status_code, head.data, head.headers["Content-Type"]) == (429, b"", "application/json")
 
 
 def test_without_marks_refund_when_gives_successful_requests_back(limiter: rk.Limiter) -> None:
@@ -300,3 +303,141 @@ def test_a_view_raising_through_flask_gives_its_permit_back(limiter: rk.Limiter,
         assert probe.allowed
         assert probe.permits_held
         limiter._release("alice", "/boom")
+
+
+# --- the structure: a WSGI gate and view wrappers, no Flask hooks ----------------------------------------------
+
+
+def hooks(app: flask.Flask) -> list[Any]:
+    """Every request hook registered on ``app`` (and its blueprints)."""
+    registries = (app.before_request_funcs, app.after_request_funcs, app.teardown_request_funcs)
+    return [hook for registry in registries for functions in registry.values() for hook in functions]
+
+
+def test_the_extension_registers_no_request_hooks(limiter: rk.Limiter, marked: bool) -> None:
+    app, _ = make_app(limiter, marked=marked, key=header("X-API-Key"))
+    with Served(app) as client:
+        assert client.get("/api/items", headers=KEY).status_code == 200
+        assert client.get("/api/missing", headers=KEY).status_code == 404
+    assert hooks(app) == []
+
+
+def test_a_marked_app_decides_unmarked_views_and_404s_by_path(limiter: rk.Limiter) -> None:
+    app, _ = make_app(limiter, key=header("X-API-Key"))  # marked: views decide, not the gate
+    with Served(app) as client:
+        items = client.get("/api/items", headers=KEY)
+        missing = client.get("/api/missing", headers=KEY)  # no view: decided when its response starts
+        assert (items.status_code, missing.status_code) == (200, 404)
+        assert members(missing.headers["RateLimit"]) == {"api": {"r": 1, "t": 20}}
+        assert client.get("/api/items", headers=KEY).status_code == 200
+        refused = client.get("/api/missing", headers=KEY)
+        assert client.get("/api/items", headers=KEY).status_code == 429
+    assert refused.status_code == 429
+    assert refused.json() == {"detail": "Rate limit exceeded", "status": 429, "retry_after": 20}
+    api = limiter.stats()["groups"]["api"]
+    assert (api["allowed"], api["refused"]) == (3, 2)
+
+
+def test_a_request_answered_by_the_apps_before_request_is_decided_by_its_views_mark(limiter: rk.Limiter) -> None:
+    app, _ = make_app(limiter, key=header("X-API-Key"))
+    # An app hook answering before the view runs: the view's wrapper never sees the request.
+    app.before_request(lambda: ("closed", 503) if flask.request.path == "/login" else None)
+    with Served(app) as client:
+        codes = [client.post("/login", headers=KEY).status_code for _ in range(3)]
+        assert client.get("/api/items", headers=KEY).status_code == 200
+    assert codes == [503, 503, 429]  # the login group's 2/min, not the path's rules
+    group = next(name for name in limiter.stats()["groups"] if name.endswith("login"))
+    assert limiter.stats()["groups"][group]["refused"] == 1
+
+
+def test_view_wrappers_keep_the_views_name_docs_and_marks(limiter: rk.Limiter) -> None:
+    app, rate_limit = make_app(limiter, key=header("X-API-Key"))
+
+    @app.get("/documented")
+    @rate_limit.limit("5/min", group="documented")
+    def documented() -> str:
+        """What the view does."""
+        return "documented"
+
+    original = app.view_functions["documented"]
+    with Served(app) as client:
+        assert client.get("/documented", headers=KEY).status_code == 200
+    wrapper = app.view_functions["documented"]
+    assert wrapper is not original
+    assert wrapper.__wrapped__ is original  # type: ignore[attr-defined]
+    assert (wrapper.__name__, wrapper.__doc__) == ("documented", "What the view does.")
+    assert wrapper._ratekeeper_group == "documented"  # type: ignore[attr-defined]
+
+
+def test_marks_in_either_decorator_order_and_blueprints_limited_after_registration(clock: rk.ManualClock) -> None:
+    limiter = rk.Limiter(rules=[rk.Rule("^/nothing-here$", "unused", "1/min")], clock=clock)  # only the marks limit
+    app = flask.Flask(__name__)
+    rate_limit = RateLimit(app, limiter=limiter, key=header("X-API-Key"))
+
+    @rate_limit.limit("1/min")  # outside the route: the function Flask registered carries the mark
+    @app.get("/outer")
+    def outer() -> str:
+        return "outer"
+
+    bp = flask.Blueprint("reports", __name__, url_prefix="/reports")
+
+    @bp.get("/daily")
+    def daily() -> str:
+        return "daily"
+
+    app.register_blueprint(bp)
+    rate_limit.limit_blueprint(bp, "1/min")  # after registering: the views are wrapped at the first request
+    with Served(app) as client:
+        assert [client.get("/outer", headers=KEY).status_code for _ in range(2)] == [200, 429]
+        assert [client.get("/reports/daily", headers=KEY).status_code for _ in range(2)] == [200, 429]
+
+
+def test_a_mark_added_after_the_first_request_is_honoured(limiter: rk.Limiter) -> None:
+    app, rate_limit = make_app(limiter, marked=False, key=header("X-API-Key"))
+    with Served(app) as client:
+        assert client.get("/api/items", headers=KEY).status_code == 200  # decided at the gate
+        rate_limit.exempt(app.view_functions["items"])
+        assert [client.get("/api/items", headers=KEY).status_code for _ in range(5)] == [200] * 5
+    assert limiter.stats()["groups"]["api"]["requests"] == 1
+
+
+def test_key_callables_and_costs_are_given_flask_request_for_views_and_404s(limiter: rk.Limiter) -> None:
+    seen: list[str] = []
+
+    def key(request: flask.Request) -> str | None:
+        seen.append(request.path)
+        return request.headers.get("X-API-Key")
+
+    app, _ = make_app(limiter, marked=False, key=key, cost=lambda request: 2 if request.path == "/api/items" else 1)
+    with Served(app) as client:
+        assert client.get("/api/items", headers=KEY).status_code == 200  # 2 of 3
+        assert client.get("/api/missing", headers=KEY).status_code == 404  # 1 of 3
+        assert client.get("/api/missing", headers=KEY).status_code == 429
+    assert seen == ["/api/items", "/api/missing", "/api/missing"]
+
+
+def test_an_async_view_stays_async_and_is_limited(limiter: rk.Limiter) -> None:
+    pytest.importorskip("asgiref")  # Flask runs async views through it
+    app, rate_limit = make_app(limiter, key=header("X-API-Key"))
+
+    @app.get("/slow")
+    @rate_limit.limit("1/min")
+    async def slow() -> str:
+        return "slow"
+
+    with Served(app) as client:
+        assert [client.get("/slow", headers=KEY).status_code for _ in range(2)] == [200, 429]
+    assert inspect.iscoroutinefunction(app.view_functions["slow"])
+
+
+def test_a_streamed_view_of_a_marked_app_holds_its_permit_until_the_body_ends(limiter: rk.Limiter) -> None:
+    app, _ = make_app(limiter, key=header("X-API-Key"))
+    client = app.test_client()
+    response = client.get("/stream", headers=KEY, buffered=False)
+    body = iter(response.response)
+    next(body)
+    assert client.get("/boom", headers=KEY).status_code == 429  # the stream's permit is held
+    for _ in body:
+        pass
+    response.close()
+    assert client.get("/boom", headers=KEY).status_code == 500  # given back: the view ran (and failed)
