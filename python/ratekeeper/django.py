@@ -293,7 +293,7 @@ def _load(raw: object) -> _Config:
 # --- deciding a request ---------------------------------------------------------------------------------------------
 
 
-def _add_fields(response: HttpResponseBase, fields: list[tuple[str, str]]) -> None:
+def _add_fields(response: HttpResponseBase, fields: Sequence[tuple[str, str]]) -> None:
     """Adds the rate-limit fields to a response; a second limit's (a view's and the middleware's) joins the
     first's ``RateLimit`` and ``RateLimit-Policy`` lists, and the longer ``Retry-After`` stays."""
     headers = response.headers
