@@ -43,12 +43,12 @@ def _count(text: str) -> int:
 
 def metrics_url(target: str) -> str:
     """The metrics URL ``top`` reads: ``host:port`` and ``host:port/path`` are taken as plain HTTP, and a
-    URL without a path (or a bare ``host:port``) gets ``/metrics``."""
+    URL without any path (a bare ``host:port`` too) gets ``/metrics``; a path given, ``/`` included, stays."""
     import urllib.parse
 
     url = target if "://" in target else f"http://{target}"
     parts = urllib.parse.urlsplit(url)
-    if parts.path in ("", "/"):
+    if not parts.path:
         parts = parts._replace(path="/metrics")
     return urllib.parse.urlunsplit(parts)
 

@@ -42,7 +42,7 @@ def test_help_says_what_a_command_does_not_where_its_design_came_from(
     ("given", "read"),
     [
         ("127.0.0.1:9100", "http://127.0.0.1:9100/metrics"),
-        ("localhost:9100/", "http://localhost:9100/metrics"),
+        ("localhost:9100/", "http://localhost:9100/"),
         ("localhost:9100/stats/prom", "http://localhost:9100/stats/prom"),
         ("http://10.0.0.1:8080/metrics", "http://10.0.0.1:8080/metrics"),
         ("https://api.example.com", "https://api.example.com/metrics"),
