@@ -224,9 +224,16 @@ def refusal_body(decision: Decision) -> bytes:
     else:
         detail = "Rate limit exceeded"
     retry = None if math.isinf(decision.retry_after) else _seconds(decision.retry_after)
+    return _refusal_json(detail, retry)
+
+
+@functools.lru_cache(maxsize=4096)
+def _refusal_json(detail: str, retry: int | None) -> bytes:
+    # Cached: json.dumps costs more than the decision, and a flood of refusals repeats a few waits.
     return json.dumps({"detail": detail, "status": 429, "retry_after": retry}).encode()
 
 
+@functools.lru_cache(maxsize=8)
 def missing_key_body(status: int) -> bytes:
     """The JSON body for a request whose key function found no key."""
     return json.dumps({"detail": "This request carries no key the rate limiter can use", "status": status}).encode()
