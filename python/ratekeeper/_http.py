@@ -205,6 +205,7 @@ def _refusal_json(by_concurrency: bool, retry: int | None) -> bytes:
     return json.dumps({"detail": detail, "status": 429, "retry_after": retry}).encode()
 
 
+@functools.lru_cache(maxsize=8)
 def missing_key_body(status: int) -> bytes:
     """The JSON body for a request whose key function found no key."""
     return json.dumps({"detail": "This request carries no key the rate limiter can use", "status": status}).encode()

@@ -36,6 +36,7 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_asy
 from django.conf import settings as django_settings
 from django.core.signals import setting_changed
 from django.http import HttpRequest, HttpResponse
+from django.http.response import ResponseHeaders
 from django.utils.module_loading import import_string
 
 from ratekeeper._core import Decision, Limit, Rate, Rule
@@ -88,6 +89,8 @@ SETTINGS = {
     "COST": "a callable of the request giving its cost (or its dotted path)",
     "REFUND_WHEN": "a predicate on the response status: true gives the request back (or its dotted path)",
     "ON_REFUSED": "a callable (request, decision) -> HttpResponse answering a refusal (or its dotted path)",
+    "LOG_REFUSALS": "log the limiter's own 4xx answers as Django logs any 4xx (a 'django.request' warning each);"
+    " default False: a flood of refusals would flood the log, and the limiter counts them (stats, metrics)",
 }
 
 # Settings given to WebOptions as they are, by their lower-case names.
@@ -181,6 +184,7 @@ class _Config:
     exempt: tuple[re.Pattern[str], ...]
     web: dict[str, Any]  # WebOptions' keywords but the key
     on_refused: Callable[[HttpRequest, Decision], HttpResponseBase] | None
+    log_refusals: bool
 
     def options(self, limiter: Limiter, key: KeyCallable | None, cost: Any = None) -> WebOptions:
         """The web options of the settings, for ``limiter``; ``key`` and ``cost`` replace the settings'."""
@@ -282,7 +286,11 @@ def _load(raw: object) -> _Config:
     web = {name.lower(): raw[name] for name in _WEB_OPTIONS if name in raw}
     web["cost"], web["refund_when"] = _function(raw, "COST"), _function(raw, "REFUND_WHEN")
     key = _function(raw, "KEY")
-    config = _Config(limiter, configured, key, trusted, tuple(patterns), web, _function(raw, "ON_REFUSED"))
+    log_refusals = raw.get("LOG_REFUSALS", False)
+    if not isinstance(log_refusals, bool):
+        raise InvalidType(("RATEKEEPER", "LOG_REFUSALS"), f"must be a bool, got {type(log_refusals).__name__}")
+    on_refused = _function(raw, "ON_REFUSED")
+    config = _Config(limiter, configured, key, trusted, tuple(patterns), web, on_refused, log_refusals)
     try:
         config.options(limiter, None)  # every option checked now, not at the first request
     except InvalidArgument as error:
@@ -293,83 +301,149 @@ def _load(raw: object) -> _Config:
 # --- deciding a request ---------------------------------------------------------------------------------------------
 
 
+def _plain_store() -> bool:
+    """Whether ``ResponseHeaders`` keeps its fields as ``_store[name.lower()] = (name, value)``, as it has
+    since Django 3.2: the fields can then be written there directly (see :func:`_add_fields`)."""
+    probe = ResponseHeaders({"RateLimit": "x"})
+    store = getattr(probe, "_store", None)
+    return isinstance(store, dict) and store == {"ratelimit": ("RateLimit", "x")}
+
+
+_PLAIN_STORE = _plain_store()
+
+
 def _add_fields(response: HttpResponseBase, fields: Sequence[tuple[str, str]]) -> None:
     """Adds the rate-limit fields to a response; a second limit's (a view's and the middleware's) joins the
     first's ``RateLimit`` and ``RateLimit-Policy`` lists, and the longer ``Retry-After`` stays."""
     headers = response.headers
+    if _PLAIN_STORE and type(headers) is ResponseHeaders:
+        # The fields are printable ASCII by construction: nothing for Django to check or encode, and each
+        # read or write through the case-insensitive mapping costs about as much as the decision.
+        store = headers._store
+        for name, value in fields:
+            lower = name.lower()
+            if lower in store:
+                _join_field(headers, name, value)
+            else:
+                store[lower] = (name, value)
+        return
     for name, value in fields:
-        old = headers.get(name)
-        if old is None:
-            headers[name] = value
-        elif name in ("RateLimit", "RateLimit-Policy"):
-            headers[name] = f"{old}, {value}"
-        elif name == "Retry-After":
-            headers[name] = max(old, value, key=lambda seconds: int(seconds) if seconds.isdigit() else 0)
-        else:
-            headers[name] = value
+        _join_field(headers, name, value)
+
+
+def _join_field(headers: ResponseHeaders, name: str, value: str) -> None:
+    old = headers.get(name)
+    if old is None:
+        headers[name] = value
+    elif name in ("RateLimit", "RateLimit-Policy"):
+        headers[name] = f"{old}, {value}"
+    elif name == "Retry-After":
+        headers[name] = max(old, value, key=lambda seconds: int(seconds) if seconds.isdigit() else 0)
+    else:
+        headers[name] = value
+
+
+def _refusal_response(admission: Admission) -> HttpResponse:
+    """The limiter's own answer: the JSON body and the fields, in a plain ``HttpResponse``."""
+    response = HttpResponse(admission.body, status=admission.status, content_type="application/json")
+    _add_fields(response, admission.fields)
+    return response
 
 
 class _Gate:
-    """The Django side of :class:`Gatekeeper`: reads the request, answers refusals, finishes responses."""
+    """The Django side of :class:`Gatekeeper`: reads the request, answers refusals, finishes responses.
 
-    __slots__ = ("cost", "gatekeeper", "key", "on_refused", "options")
+    What the options fix is looked up once, here, not at every request."""
 
-    def __init__(self, options: WebOptions, on_refused: Callable[[HttpRequest, Decision], HttpResponseBase] | None):
+    __slots__ = ("cost", "from_environ", "gatekeeper", "key", "log_refusals", "on_refused", "options", "refunds")
+
+    def __init__(
+        self,
+        options: WebOptions,
+        on_refused: Callable[[HttpRequest, Decision], HttpResponseBase] | None,
+        log_refusals: bool = False,
+    ) -> None:
         self.options = options
         self.gatekeeper = Gatekeeper(options)
-        self.key = options.key_function
+        self.key = key = options.key_function
+        # META is the WSGI environ, and ASGI Django fills it alike (REMOTE_ADDR, HTTP_*).
+        self.from_environ = key.from_environ if isinstance(key, KeyFunction) else None
         self.cost = options.cost
+        self.refunds = options.refund_when is not None
         self.on_refused = on_refused
+        self.log_refusals = log_refusals
 
     def refusal(self, request: HttpRequest, admission: Admission) -> HttpResponseBase:
         if admission.refused_by_limit and self.on_refused is not None:
             assert admission.decision is not None
-            return self.on_refused(request, admission.decision)
-        return HttpResponse(
-            admission.body, status=admission.status, content_type="application/json", headers=dict(admission.fields)
-        )
+            response = self.on_refused(request, admission.decision)
+        else:
+            response = _refusal_response(admission)
+        if not self.log_refusals:
+            # Django's handler logs a "django.request" warning for every 4xx unless the response says it
+            # has been logged; the limiter counts its refusals itself (stats, metrics).
+            response._has_been_logged = True
+        return response
 
     def run(
-        self, request: HttpRequest, path: str, group: str | None, respond: Callable[[], HttpResponseBase]
+        self,
+        request: HttpRequest,
+        path: str,
+        group: str | None,
+        respond: Callable[[HttpRequest], HttpResponseBase],
     ) -> HttpResponseBase:
-        """Decides the request, then serves it with ``respond()`` or answers the refusal."""
+        """Decides the request, then serves it with ``respond(request)`` or answers the refusal."""
+        from_environ = self.from_environ
+        peer = from_environ(request.META) if from_environ is not None else _peer_of(self.key, request)
         cost = self.cost(request) if self.cost is not None else 1
-        admission = self.gatekeeper.admit(_peer_of(self.key, request), path, group, cost)
+        admission = self.gatekeeper.admit(peer, path, group, cost)
         if admission.status:
             return self.refusal(request, admission)
-        try:
-            response = respond()
-        except BaseException:
-            self.gatekeeper.release(admission)
-            raise
+        if admission.permits:
+            try:
+                response = respond(request)
+            except BaseException:
+                self.gatekeeper.release(admission)
+                raise
+        else:  # nothing to give back if the view raises: no try block to enter
+            response = respond(request)
         if admission.fields:
             _add_fields(response, admission.fields)
-        self.gatekeeper.settle(admission, response.status_code)
-        if admission.permits:
-            if response.streaming:
-                _release_after_streaming(response, self.gatekeeper, admission)
-            else:
-                # The work is done: held while the server writes the body, a permit would refuse a client
-                # that asks again as soon as it has read it.
-                self.gatekeeper.release(admission)
+        if self.refunds:
+            self.gatekeeper.settle(admission, response.status_code)
+        if not admission.permits:
+            return response
+        if response.streaming:
+            _release_after_streaming(response, self.gatekeeper, admission)
+        else:
+            # The work is done: held while the server writes the body, a permit would refuse a client
+            # that asks again as soon as it has read it.
+            self.gatekeeper.release(admission)
         return response
 
     async def arun(
-        self, request: HttpRequest, path: str, group: str | None, respond: Callable[[], Awaitable[HttpResponseBase]]
+        self,
+        request: HttpRequest,
+        path: str,
+        group: str | None,
+        respond: Callable[[HttpRequest], Awaitable[HttpResponseBase]],
     ) -> HttpResponseBase:
         """:meth:`run` on an event loop: the key, the decision and what follows never block it."""
+        from_environ = self.from_environ
+        peer = from_environ(request.META) if from_environ is not None else await _apeer_of(self.key, request)
         cost = self.cost(request) if self.cost is not None else 1
-        admission = await self.gatekeeper.aadmit(await _apeer_of(self.key, request), path, group, cost)
+        admission = await self.gatekeeper.aadmit(peer, path, group, cost)
         if admission.status:
             return self.refusal(request, admission)
         try:
-            response = await respond()
+            response = await respond(request)
         except BaseException:
             await self.gatekeeper.arelease(admission)
             raise
         if admission.fields:
             _add_fields(response, admission.fields)
-        await self.gatekeeper.asettle(admission, response.status_code)
+        if self.refunds:
+            await self.gatekeeper.asettle(admission, response.status_code)
         if admission.permits:
             if response.streaming:
                 _release_after_streaming(response, self.gatekeeper, admission)
@@ -455,31 +529,57 @@ class RateLimitMiddleware:
                 "the middleware needs a limiter: set RATEKEEPER['LIMITER'] (a Limiter or its dotted path) or "
                 "RATEKEEPER['CONFIG'] (a config file)",
             )
-        self._gate: tuple[_Config, _Gate] | None = None
+        self._state = self._build()
 
-    def _current(self) -> tuple[_Config, _Gate]:
+    def _build(self) -> tuple[int, _Gate, Limiter, Callable[[str], object] | None]:
+        """What the settings fix, for their generation: one tuple, swapped whole, so a thread serving a
+        request while the settings change (tests) sees the old settings or the new, never a mix."""
+        generation = _generation[0]
         config = _config()
-        gate = self._gate
-        if gate is None or gate[0] is not config:  # the settings changed (tests): rebuilt once
-            gate = self._gate = (config, _Gate(config.options(config.limiter, None), config.on_refused))
-        return gate
+        gate = _Gate(config.options(config.limiter, None), config.on_refused, config.log_refusals)
+        state = (generation, gate, config.limiter, _exempt_search(config.exempt))
+        self._state = state
+        return state
 
     def __call__(self, request: HttpRequest) -> Any:
         if self.is_async:
             return self.__acall__(request)
-        config, gate = self._current()
+        generation, gate, limiter, exempt = self._state
+        if generation != _generation[0]:  # the settings changed: rebuilt once
+            generation, gate, limiter, exempt = self._build()
         path = request.path_info
-        if not config.limiter.enabled or (config.exempt and any(p.search(path) for p in config.exempt)):
+        if not limiter.enabled or (exempt is not None and exempt(path)):
             return self.get_response(request)
-        return gate.run(request, path, None, functools.partial(self.get_response, request))
+        return gate.run(request, path, None, self.get_response)
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
-        config, gate = self._current()
+        generation, gate, limiter, exempt = self._state
+        if generation != _generation[0]:
+            generation, gate, limiter, exempt = self._build()
         path = request.path_info
-        if not config.limiter.enabled or (config.exempt and any(p.search(path) for p in config.exempt)):
+        if not limiter.enabled or (exempt is not None and exempt(path)):
             response: HttpResponseBase = await self.get_response(request)
             return response
-        return await gate.arun(request, path, None, functools.partial(self.get_response, request))
+        return await gate.arun(request, path, None, self.get_response)
+
+
+# A numbered backreference or conditional would refer to another group once the patterns are joined.
+_NUMBERED_GROUP_REFERENCE = re.compile(r"\\[1-9]|\(\?\(\d")
+
+
+def _exempt_search(patterns: tuple[re.Pattern[str], ...]) -> Callable[[str], object] | None:
+    """One search for ``EXEMPT_PATHS``: the patterns joined into one regex when that means the same
+    (no inline global flags, no numbered references), else each tried in turn; ``None`` when none."""
+    if not patterns:
+        return None
+    if len(patterns) == 1:
+        return patterns[0].search
+    if not any(_NUMBERED_GROUP_REFERENCE.search(p.pattern) for p in patterns):
+        try:
+            return re.compile("|".join(f"(?:{p.pattern})" for p in patterns)).search
+        except re.error:  # e.g. "(?i)" inside, or a group name used twice
+            pass
+    return lambda path: any(p.search(path) for p in patterns)
 
 
 # --- the view decorator ---------------------------------------------------------------------------------------------
@@ -503,7 +603,7 @@ class _ViewLimit:
             limiter = self.limiter if self.limiter is not None else config.limiter
             limiter.add_group(self.name, self.limits)
             options = config.options(limiter, self.key, self.cost)
-            built = self._built = (_generation[0], _Gate(options, config.on_refused))
+            built = self._built = (_generation[0], _Gate(options, config.on_refused, config.log_refusals))
         return built[1]
 
 
@@ -561,13 +661,15 @@ def limit(
 
             async def limited_async(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
                 return await state.gate().arun(
-                    request, request.path_info, state.name, lambda: view(request, *args, **kwargs)
+                    request, request.path_info, state.name, lambda request: view(request, *args, **kwargs)
                 )
 
             return functools.wraps(view)(limited_async)  # type: ignore[return-value]
 
         def limited(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-            return state.gate().run(request, request.path_info, state.name, lambda: view(request, *args, **kwargs))
+            return state.gate().run(
+                request, request.path_info, state.name, lambda request: view(request, *args, **kwargs)
+            )
 
         return functools.wraps(view)(limited)  # type: ignore[return-value]
 
@@ -585,7 +687,7 @@ def _limit_class(view: Any, state: _ViewLimit) -> Any:
 
         async def limited_async(self: Any, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
             return await state.gate().arun(
-                request, request.path_info, state.name, lambda: dispatch(self, request, *args, **kwargs)
+                request, request.path_info, state.name, lambda request: dispatch(self, request, *args, **kwargs)
             )
 
         view.dispatch = functools.wraps(dispatch)(limited_async)
@@ -593,7 +695,7 @@ def _limit_class(view: Any, state: _ViewLimit) -> Any:
 
         def limited(self: Any, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
             return state.gate().run(
-                request, request.path_info, state.name, lambda: dispatch(self, request, *args, **kwargs)
+                request, request.path_info, state.name, lambda request: dispatch(self, request, *args, **kwargs)
             )
 
         view.dispatch = functools.wraps(dispatch)(limited)

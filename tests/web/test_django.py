@@ -156,6 +156,88 @@ def test_the_settings_modes_apply_shadow_and_on_refused(client: httpx.Client, si
     assert (answer.status_code, answer.text) == (418, "refused in api, 1200.0 s")
 
 
+def test_the_limiters_answers_are_not_logged_as_4xx_unless_log_refusals(
+    site: ModuleType, limiter: rk.Limiter, caplog: pytest.LogCaptureFixture
+) -> None:
+    from django.test import AsyncClient, Client, override_settings
+
+    def warnings() -> list[tuple[str, int]]:
+        return [(r.getMessage(), r.status_code) for r in caplog.records if r.name == "django.request"]  # type: ignore[attr-defined]
+
+    async def async_codes(count: int) -> list[int]:
+        client = AsyncClient()
+        return [(await client.get("/async/api/items")).status_code for _ in range(count)]
+
+    base = {"LIMITER": "django_site.limits.limiter", "TRUSTED_PROXIES": ["127.0.0.1"]}
+    caplog.set_level("WARNING", logger="django.request")
+    # The default: the middleware's and @limit's refusals, WSGI and ASGI, and ON_REFUSED's, are not logged.
+    assert [Client().get("/api/items").status_code for _ in range(4)] == [200, 200, 200, 429]
+    assert [Client().get("/login").status_code for _ in range(3)] == [200, 200, 429]
+    assert asyncio.run(async_codes(4)) == [200, 200, 200, 429]
+    with override_settings(RATEKEEPER={**base, "ON_REFUSED": "django_site.limits.teapot"}):
+        assert Client().get("/api/items").status_code == 418
+    assert warnings() == []
+    assert Client().get("/no/such/page").status_code == 404  # Django's other 4xx are logged as ever
+    assert warnings() == [("Not Found: /no/such/page", 404)]
+    caplog.clear()
+    limiter.reset()
+    with override_settings(RATEKEEPER={**base, "LOG_REFUSALS": True}):
+        assert [Client().get("/api/items").status_code for _ in range(4)] == [200, 200, 200, 429]
+        assert [Client().get("/login").status_code for _ in range(3)] == [200, 200, 429]
+        assert asyncio.run(async_codes(4)) == [200, 200, 200, 429]
+    assert warnings() == [
+        ("Too Many Requests: /api/items", 429),
+        ("Too Many Requests: /login", 429),
+        ("Too Many Requests: /async/api/items", 429),
+    ]
+
+
+def test_exempt_paths_joined_into_one_regex_match_as_each_would() -> None:
+    import re
+
+    from ratekeeper.django import _exempt_search
+
+    paths = ["/health", "/HEALTH", "/healthz", "/static/a.css", "/a/a", "/a/b", "/b/b", "/x", ""]
+    cases = [
+        [r"^/health$", r"^/static/"],
+        [r"^/(health|ready)$", r"^/static/(?P<name>.+)$"],
+        [r"^/health$", r"(?i)^/health$"],  # a global flag: cannot be joined, tried one by one
+        [r"^/(a)/\1$", r"^/(b)/\1$"],  # numbered references: cannot be joined either
+        [r"^/x$"],
+    ]
+    for patterns in cases:
+        compiled = tuple(re.compile(pattern) for pattern in patterns)
+        search = _exempt_search(compiled)
+        assert search is not None
+        for path in paths:
+            assert bool(search(path)) == any(p.search(path) for p in compiled), (patterns, path)
+    assert _exempt_search(()) is None
+
+
+def test_the_fields_are_added_alike_directly_or_through_djangos_headers(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ratekeeper.django as rkd
+    from django.http import HttpResponse
+
+    def added(plain_store: bool) -> list[tuple[str, str]]:
+        monkeypatch.setattr(rkd, "_PLAIN_STORE", plain_store)
+        response = HttpResponse("ok", headers={"RateLimit": '"view";r=1', "Retry-After": "5"})
+        rkd._add_fields(
+            response,
+            [("Retry-After", "60"), ("RateLimit-Policy", '"api";q=3;w=3600'), ("RateLimit", '"api";r=0;t=60')],
+        )
+        rkd._add_fields(response, [("Retry-After", "7")])
+        return list(response.items())
+
+    assert rkd._PLAIN_STORE  # this Django keeps its fields where the middleware writes them
+    assert added(True) == added(False)
+    assert dict(added(True)) == {
+        "Content-Type": "text/html; charset=utf-8",
+        "RateLimit": '"view";r=1, "api";r=0;t=60',
+        "Retry-After": "60",
+        "RateLimit-Policy": '"api";q=3;w=3600',
+    }
+
+
 # --- @limit -------------------------------------------------------------------------------------------------------
 
 
@@ -327,6 +409,7 @@ def test_middleware_decorator_and_throttle_on_every_store(site: ModuleType, make
         ({"TRUSTED_PROXIES": ["10.0.0.0/8", "proxy"]}, rk.InvalidValue, ("RATEKEEPER", "TRUSTED_PROXIES", 1)),
         ({"EXEMPT_PATHS": "^/health$"}, rk.InvalidType, ("RATEKEEPER", "EXEMPT_PATHS")),
         ({"EXEMPT_PATHS": ["^/(health"]}, rk.InvalidValue, ("RATEKEEPER", "EXEMPT_PATHS", 0)),
+        ({"LOG_REFUSALS": "yes"}, rk.InvalidType, ("RATEKEEPER", "LOG_REFUSALS")),
     ],
 )
 def test_bad_settings_name_the_setting(
