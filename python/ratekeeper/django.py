@@ -355,7 +355,17 @@ class _Gate:
 
     What the options fix is looked up once, here, not at every request."""
 
-    __slots__ = ("cost", "from_environ", "gatekeeper", "key", "log_refusals", "on_refused", "options", "refunds")
+    __slots__ = (
+        "cost",
+        "from_environ",
+        "gatekeeper",
+        "key",
+        "log_refusals",
+        "on_refused",
+        "options",
+        "quick",
+        "refunds",
+    )
 
     def __init__(
         self,
@@ -372,6 +382,9 @@ class _Gate:
         self.refunds = options.refund_when is not None
         self.on_refused = on_refused
         self.log_refusals = log_refusals
+        # A request with a key at cost 1 in refuse mode, nothing to refund: one core call decides it and,
+        # when it is allowed with no permits held, hands back only its fields (no Decision, no Admission).
+        self.quick = self.gatekeeper.quick and self.cost is None and not self.refunds
 
     def refusal(self, request: HttpRequest, admission: Admission) -> HttpResponseBase:
         if admission.refused_by_limit and self.on_refused is not None:
@@ -395,8 +408,18 @@ class _Gate:
         """Decides the request, then serves it with ``respond(request)`` or answers the refusal."""
         from_environ = self.from_environ
         peer = from_environ(request.META) if from_environ is not None else _peer_of(self.key, request)
-        cost = self.cost(request) if self.cost is not None else 1
-        admission = self.gatekeeper.admit(peer, path, group, cost)
+        if self.quick and group is None and peer is not None:
+            admitted = self.gatekeeper.admit_quick(peer, path)
+            if type(admitted) is tuple:  # allowed, nothing held: only the fields are owed
+                response = respond(request)
+                if admitted:
+                    _add_fields(response, admitted)
+                return response
+            assert isinstance(admitted, Decision)
+            admission = self.gatekeeper.admission(admitted, peer, path)
+        else:
+            cost = self.cost(request) if self.cost is not None else 1
+            admission = self.gatekeeper.admit(peer, path, group, cost)
         if admission.status:
             return self.refusal(request, admission)
         if admission.permits:
