@@ -13,6 +13,8 @@ use crate::room::table_hash;
 
 /// A slot of a probed array.
 pub(crate) trait Probed: Copy {
+    /// A free slot.
+    fn vacant() -> Self;
     fn occupied(&self) -> bool;
     /// The key's identity (its hash without the low byte).
     fn identity(&self) -> u64;
@@ -65,9 +67,9 @@ pub(crate) fn place<S: Probed>(slots: &mut [S], slot: S) -> usize {
     index
 }
 
-/// Empties slot `hole` (writing `vacant` there), moving back the slots after it that probing would no
+/// Empties slot `hole`, moving back the slots after it that probing would no
 /// longer reach.
-pub(crate) fn shift_back<S: Probed>(slots: &mut [S], mut hole: usize, vacant: S) {
+pub(crate) fn shift_back<S: Probed>(slots: &mut [S], mut hole: usize) {
     let len = slots.len();
     let mut index = next(hole, len);
     while slots[index].occupied() {
@@ -80,7 +82,7 @@ pub(crate) fn shift_back<S: Probed>(slots: &mut [S], mut hole: usize, vacant: S)
         }
         index = next(index, len);
     }
-    slots[hole] = vacant;
+    slots[hole] = S::vacant();
 }
 
 /// The fewest slots that hold `len` entries at most 7/8 full.
@@ -89,19 +91,18 @@ pub(crate) fn slots_for(len: usize) -> usize {
     (len * 8).div_ceil(7) + 1
 }
 
-/// An in-memory probed table of slots `T` (`vacant` marks a free slot), grown by doubling up to a
-/// chosen size (see [`LineTable::insert`]).
+/// An in-memory probed table of slots `T`, grown by doubling up to a chosen size (see
+/// [`LineTable::insert`]).
 #[derive(Debug)]
 pub(crate) struct LineTable<T> {
     slots: Box<[T]>,
     len: usize,
-    vacant: T,
 }
 
 impl<T: Probed> LineTable<T> {
     /// An empty table; it allocates on its first insert.
-    pub fn new(vacant: T) -> Self {
-        Self { slots: Box::default(), len: 0, vacant }
+    pub fn new() -> Self {
+        Self { slots: Box::default(), len: 0 }
     }
 
     #[inline]
@@ -133,7 +134,7 @@ impl<T: Probed> LineTable<T> {
     pub fn remove(&mut self, identity: u64) -> Option<T> {
         let index = find(&self.slots, identity)?;
         let removed = self.slots[index];
-        shift_back(&mut self.slots, index, self.vacant);
+        shift_back(&mut self.slots, index);
         self.len -= 1;
         Some(removed)
     }
@@ -144,7 +145,7 @@ impl<T: Probed> LineTable<T> {
         let before = self.len;
         for slot in &mut self.slots {
             if slot.occupied() && !keep(slot) {
-                *slot = self.vacant;
+                *slot = T::vacant();
                 self.len -= 1;
             }
         }
@@ -160,7 +161,7 @@ impl<T: Probed> LineTable<T> {
         let mut displaced = Vec::new();
         for (index, slot) in self.slots.iter_mut().enumerate() {
             if slot.occupied() && home(slot.identity(), len) != index {
-                displaced.push(std::mem::replace(slot, self.vacant));
+                displaced.push(std::mem::replace(slot, T::vacant()));
             }
         }
         for slot in displaced {
@@ -173,7 +174,7 @@ impl<T: Probed> LineTable<T> {
     }
 
     pub fn clear(&mut self) {
-        self.slots.fill(self.vacant);
+        self.slots.fill(T::vacant());
         self.len = 0;
     }
 
@@ -201,7 +202,7 @@ impl<T: Probed> LineTable<T> {
 
     /// Places every entry anew in `size` slots.
     fn resize(&mut self, size: usize) {
-        let old = std::mem::replace(&mut self.slots, vec![self.vacant; size].into_boxed_slice());
+        let old = std::mem::replace(&mut self.slots, vec![T::vacant(); size].into_boxed_slice());
         for slot in old.iter().filter(|slot| slot.occupied()) {
             place(&mut self.slots, *slot);
         }
@@ -218,6 +219,10 @@ mod tests {
     const VACANT: Entry = Entry(u64::MAX);
 
     impl Probed for Entry {
+        fn vacant() -> Self {
+            VACANT
+        }
+
         fn occupied(&self) -> bool {
             *self != VACANT
         }
@@ -229,7 +234,7 @@ mod tests {
 
     #[test]
     fn every_entry_stays_reachable_through_inserts_removals_and_resizes() {
-        let mut table = LineTable::new(VACANT);
+        let mut table = LineTable::new();
         let mut held = std::collections::BTreeSet::new();
         let mut x = 0x2545_F491_4F6C_DD1D_u64;
         for step in 0..20_000u64 {
@@ -268,7 +273,7 @@ mod tests {
                 x ^= x << 17;
                 x
             };
-            let mut table = LineTable::new(VACANT);
+            let mut table = LineTable::new();
             let mut held = std::collections::BTreeSet::new();
             for _ in 0..20 {
                 while held.len() < 100 {
@@ -288,7 +293,7 @@ mod tests {
 
     #[test]
     fn a_table_grows_to_its_planned_size_not_to_a_power_of_two() {
-        let mut table = LineTable::new(VACANT);
+        let mut table = LineTable::new();
         for identity in 0..1_000 {
             table.insert(Entry(identity), 1_000);
         }

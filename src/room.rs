@@ -57,6 +57,11 @@ pub(crate) trait Tagged: Copy {
 
 impl<T: Tagged> Probed for T {
     #[inline]
+    fn vacant() -> Self {
+        Tagged::vacant()
+    }
+
+    #[inline]
     fn occupied(&self) -> bool {
         self.tag() != VACANT_TAG
     }
@@ -99,7 +104,7 @@ pub(crate) struct BoundedTable<T> {
 impl<T: Tagged> BoundedTable<T> {
     /// The table of one of `shards` shards, which hold at most `max` entries between them.
     pub fn new(count: Arc<AtomicUsize>, max: usize, shards: usize) -> Self {
-        Self { table: LineTable::new(T::vacant()), count, max, room: Room::new(max.div_ceil(shards.max(1))) }
+        Self { table: LineTable::new(), count, max, room: Room::new(max.div_ceil(shards.max(1))) }
     }
 
     /// The entry of `key`, without counting a use.

@@ -44,6 +44,10 @@ pub struct RegionSlot {
 }
 
 impl Probed for RegionSlot {
+    fn vacant() -> Self {
+        Self::default()
+    }
+
     #[inline]
     fn occupied(&self) -> bool {
         self.owner & OCCUPIED != 0
@@ -435,7 +439,7 @@ impl RegionTable {
         let index = self.find(key)?;
         let removed = self.slots()[index];
         self.free_log(removed.log);
-        probe::shift_back(self.slots_mut(), index, RegionSlot::default());
+        probe::shift_back(self.slots_mut(), index);
         self.head().len -= 1;
         self.keys().fetch_sub(1, Ordering::Relaxed);
         Some(removed.packed_owner())
