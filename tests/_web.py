@@ -1,11 +1,16 @@
-"""Real servers for the web tests: uvicorn in a thread, and a Structured Field reader for the IETF fields."""
+"""Real servers for the web tests: uvicorn in a thread, gunicorn in a process, and a Structured Field reader
+for the IETF fields."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
+import sys
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -57,3 +62,22 @@ def stop(process: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def gunicorn_threads(app: str, chdir: Path, log: Path, env: dict[str, str] | None = None) -> Iterator[httpx.Client]:
+    """gunicorn serving the WSGI ``app`` (``module:name`` in ``chdir``): one worker of four threads (gthread)
+    on a free loopback port, its output in ``log``; a client of it, then the server stopped."""
+    from test_web_servers import free_port, wait_for_port
+
+    port = free_port()
+    command = [sys.executable, "-m", "gunicorn", "--chdir", str(chdir), "--bind", f"127.0.0.1:{port}"]
+    command += ["--workers", "1", "--threads", "4", "--log-level", "warning", app]
+    with log.open("wb") as output:
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)
+    try:
+        wait_for_port(port, process, log)
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+            yield client
+    finally:
+        stop(process)

@@ -21,7 +21,7 @@ import httpx
 import pytest
 import ratekeeper as rk
 from _support import MakeLimiter
-from _web import Server, members, stop
+from _web import Server, gunicorn_threads, members
 
 pytest.importorskip("django")
 pytest.importorskip("rest_framework")
@@ -512,39 +512,10 @@ def test_django_and_drf_are_imported_only_when_used() -> None:
 @pytest.fixture(scope="module")
 def gunicorn_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     """gunicorn serving the test project (WSGI): one worker of four threads; its clock stays at 0."""
-    from test_web_servers import free_port, wait_for_port
-
-    port = free_port()
     log = tmp_path_factory.mktemp("gunicorn") / "gunicorn.log"
     environment = {**os.environ, "DJANGO_SETTINGS_MODULE": "django_site.settings"}
-    with log.open("wb") as output:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gunicorn",
-                "--chdir",
-                str(HERE),
-                "--bind",
-                f"127.0.0.1:{port}",
-                "--workers",
-                "1",
-                "--threads",
-                "4",
-                "--log-level",
-                "warning",
-                "django_site.wsgi:application",
-            ],
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            env=environment,
-        )
-    try:
-        wait_for_port(port, process, log)
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
-            yield client
-    finally:
-        stop(process)
+    with gunicorn_threads("django_site.wsgi:application", HERE, log, environment) as client:
+        yield client
 
 
 def test_on_gunicorn_the_middleware_refuses_with_exact_fields(gunicorn_site: httpx.Client) -> None:

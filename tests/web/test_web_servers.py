@@ -13,7 +13,6 @@ import pwd
 import shutil
 import socket
 import subprocess
-import sys
 import textwrap
 import time
 from collections.abc import Iterator
@@ -22,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 import ratekeeper as rk
-from _web import Server, stop
+from _web import Server, gunicorn_threads, stop
 from fastapi import FastAPI
 from ratekeeper.asgi import RateLimitMiddleware
 from ratekeeper.keys import client_ip
@@ -177,35 +176,8 @@ def gunicorn(tmp_path: Path) -> Iterator[httpx.Client]:
     """gunicorn serving the streaming Flask app: one worker of four threads (gthread)."""
     pytest.importorskip("gunicorn")
     (tmp_path / "stream_app.py").write_text(STREAM_APP)
-    port = free_port()
-    log = tmp_path / "gunicorn.log"
-    with log.open("wb") as output:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gunicorn",
-                "--chdir",
-                str(tmp_path),
-                "--bind",
-                f"127.0.0.1:{port}",
-                "--workers",
-                "1",
-                "--threads",
-                "4",
-                "--log-level",
-                "warning",
-                "stream_app:app",
-            ],
-            stdout=output,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        wait_for_port(port, process, log)
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
-            yield client
-    finally:
-        stop(process)
+    with gunicorn_threads("stream_app:app", tmp_path, tmp_path / "gunicorn.log") as client:
+        yield client
 
 
 KEY = {"X-API-Key": "alice"}
