@@ -11,7 +11,7 @@ use crate::quota::QuotaSettings;
 pub enum Policy {
     /// Every limit must admit ("10/s and 1000/hour"); a refusal by one consumes nothing from the others.
     All,
-    /// The first limit that admits takes the request (seed 003: sliding window, then leaky tokens).
+    /// The first limit that admits takes the request (sliding window, then leaky tokens).
     Fallback,
 }
 
@@ -73,7 +73,7 @@ pub struct RuleSpec {
     /// Rate limits, combined by `policy`, and concurrency limits, which are gates taken with permits.
     pub limits: Vec<Limit>,
     pub policy: Policy,
-    /// Whether `reduce` may give tokens back (seed 003's `is_manual_reduction_disabled`, inverted).
+    /// Whether `reduce` may give tokens back (the node limiter's `is_manual_reduction_disabled`, inverted).
     pub reduction: bool,
 }
 

@@ -1,4 +1,4 @@
-//! Per-key quotas (seed 002): what each (peer, group) key is allowed, fetched off the hot path.
+//! Per-key quotas: what each (peer, group) key is allowed, fetched off the hot path.
 //!
 //! A key's quota record lives in its shard beside its states, so a decision reads it under the lock it
 //! already holds. The first decision of a key creates the record on the failsafe and queues one fetch

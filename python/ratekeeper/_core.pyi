@@ -405,7 +405,7 @@ class Redis:
         url: ``redis://[user:password@]host[:port][/db]``, ``rediss://`` (TLS),
             ``unix:///path/to/redis.sock[?db=N]``, or a Redis Cluster:
             ``redis+cluster://[user:password@]host:port,host:port`` (``rediss+cluster://`` with TLS).
-        mode: ``"exact"``, or ``"sync"`` (seed 001): decisions stay in this process's memory at
+        mode: ``"exact"``, or ``"sync"`` (local counts, synced): decisions stay in this process's memory at
             in-memory speed, and every ``sync_interval`` seconds one pipelined round trip pushes each
             key's usage since the last push to a counter in Redis and charges what the other processes
             used meanwhile to the local state. Over-admission is bounded (see the README); ``on_error``

@@ -283,8 +283,8 @@ def _top_refused(limiter: Limiter, n: int) -> list[Family]:
 
 
 def node_limiter_families(limiter: Limiter) -> list[Family]:
-    """Seed 003's own ``ar_limiter_*`` metrics (without the namespace), labelled ``limiter_id`` (the group),
-    for dashboards built on the Arweave node's limiter (see :func:`ratekeeper.compat.node_limiter`)."""
+    """The Arweave node limiter's own ``ar_limiter_*`` metrics (without the namespace), labelled ``limiter_id``
+    (the group), for the dashboards built on them (see :func:`ratekeeper.compat.node_limiter`)."""
     stats = limiter.stats()
     groups = stats["groups"]
 

@@ -1,9 +1,9 @@
-"""Seed 002's HTTP server, for real: ``python -m ratekeeper serve`` (needs ``pip install 'ratekeeper[serve]'``).
+"""The per-account quota server over HTTP: ``python -m ratekeeper serve`` (needs ``pip install 'ratekeeper[serve]'``).
 
 Every request to any path answers ``200 ok`` unless the limiter refuses it (429, JSON body, ``Retry-After``
 and the IETF ``RateLimit`` fields). Requests are keyed by the ``X-Account-ID`` header; a request without
 it is decided as ``ANONYMOUS``. Each account's quota comes from a provider (:class:`AccountDirectory`,
-seed 002's table in :data:`QUOTAS`), fetched off the request path by worker threads: until an account's
+the table in :data:`QUOTAS`), fetched off the request path by worker threads: until an account's
 quota lands, or when the provider does not know it, the account runs on the failsafe quota (5/min).
 
 ========================  ======================================================================
@@ -57,7 +57,7 @@ QUOTAS: dict[str, str] = {
     "dave@example.com": "10/s",
     ANONYMOUS: "10/min",
 }
-# Seed 002 bounds its state map so that a flood of new ids cannot exhaust memory.
+# The state map is bounded so that a flood of new ids cannot exhaust memory.
 MAX_KEYS = 100_000
 
 Scope = MutableMapping[str, Any]
@@ -66,7 +66,7 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 
 class AccountDirectory:
-    """Seed 002's quota provider: a table lookup that raises ``LookupError`` for an unknown account.
+    """The quota provider: a table lookup that raises ``LookupError`` for an unknown account.
 
     It counts its calls (thread-safe), so a caller can see how often quotas were fetched.
     """

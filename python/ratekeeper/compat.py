@@ -1,9 +1,9 @@
 """Presets that reproduce the seeds' rate limiters with ratekeeper's Limiter.
 
-- :func:`peer_throttle` — seed 000, Arweave's ``ar_rate_limiter`` (Erlang gen_server): per (peer, type)
+- :func:`peer_throttle` — Arweave's ``ar_rate_limiter`` (Erlang gen_server): per (peer, type)
   sliding log over ``throttle_period``; a request waits (``lim.throttle``) instead of being refused
   while the window already holds the threshold, 80 % of the period's share of the rpm.
-- :func:`node_limiter` — seed 003, the Arweave node's hybrid HTTP limiter: per group, a concurrency
+- :func:`node_limiter` — the Arweave node's hybrid HTTP limiter: per group, a concurrency
   limit, then a sliding window, then leaky-bucket tokens as the fallback; manual reduction of tokens.
 
 Both return a plain :class:`~ratekeeper.Limiter`. Bad options raise :class:`~ratekeeper.InvalidValue` /
@@ -48,7 +48,7 @@ def _limiter_error(error: InvalidArgument, rule_places: list[RulePlaces], prefix
 
 
 # ---------------------------------------------------------------------------------------------------
-# Seed 000: ar_rate_limiter
+# Arweave's peer throttle: ar_rate_limiter
 # ---------------------------------------------------------------------------------------------------
 
 PEER_THROTTLE_OPTIONS = ("throttle_period", "throttle_rpm_by_path", "throttle_exempt_peers", "throttle_exempt_paths")
@@ -56,7 +56,7 @@ DEFAULT_THROTTLE_PERIOD_MS = 30_000
 
 
 def throttle_threshold(rpm: int, period_ms: int = DEFAULT_THROTTLE_PERIOD_MS) -> int:
-    """Requests admitted per ``period_ms`` window for ``rpm`` requests per minute, as seed 000 computes it.
+    """Requests admitted per ``period_ms`` window for ``rpm`` requests per minute, as ar_rate_limiter computes it.
 
     The period's share of the rpm (``rpm * period_ms // 60000``, half of it for the default 30 s), of
     which 80 % is admitted, and at least 1: rpm 60 -> 24, rpm 10 -> 4, rpm 1 -> 1.
@@ -101,7 +101,7 @@ def _type_rpm(spec: object, loc: Loc) -> tuple[str, int]:
 
 
 def peer_throttle(opts: Mapping[Any, Any], *, clock: ManualClock | None = None) -> Limiter:
-    """A limiter that behaves like seed 000's ``ar_rate_limiter``; call ``throttle(peer, path)`` on it.
+    """A limiter that behaves like Arweave's ``ar_rate_limiter``; call ``throttle(peer, path)`` on it.
 
     Options (names and values may be str or bytes, like the seed's binaries):
 
@@ -167,7 +167,7 @@ def peer_throttle(opts: Mapping[Any, Any], *, clock: ManualClock | None = None) 
 
 
 # ---------------------------------------------------------------------------------------------------
-# Seed 003: the node's hybrid limiter
+# The Arweave node's hybrid limiter
 # ---------------------------------------------------------------------------------------------------
 
 # The seed's groups and their default leaky_limit.
@@ -245,7 +245,7 @@ def node_limiter(
     exempt_peers: Iterable[str] | None = None,
     clock: ManualClock | None = None,
 ) -> Limiter:
-    """A limiter that behaves like seed 003's hybrid node limiter.
+    """A limiter that behaves like the Arweave node's hybrid limiter.
 
     Args:
         config: flat settings ``<group>.<setting>``, with or without the ``http_api.limiter.`` prefix:

@@ -150,7 +150,7 @@ class RateLimitCollector:
 
 
 class NodeLimiterCollector(RateLimitCollector):
-    """Seed 003's own metric names, for dashboards built on the Arweave node's limiter:
+    """The Arweave node limiter's own metric names, for the dashboards built on them:
     ``ar_limiter_requests_total{limiter_id}``, ``ar_limiter_rejected_total``,
     ``ar_limiter_reduce_requests_total``, ``ar_limiter_peers``, ``ar_limiter_tracked_items_total``,
     ``ar_limiter_cleanup_tick_expired_sliding_peers_deleted_total`` and

@@ -1,4 +1,4 @@
-//! Concurrency permits (seed 003): at most N requests in flight per key, held for the request's
+//! Concurrency permits: at most N requests in flight per key, held for the request's
 //! duration. State: `a` = permits in use; `t` = `u64::MAX` while any is, so the store never drops a
 //! key with requests in flight.
 

@@ -1,4 +1,4 @@
-//! GCRA (seed 004): one theoretical arrival time per key.
+//! GCRA (the cooldown score): one theoretical arrival time per key.
 //!
 //! Time is kept exactly as a rational: `tat = t + a / count` nanoseconds, so that the emission interval
 //! `period / count` needs no rounding. That makes both invariants exact: in any closed window of length
@@ -198,7 +198,7 @@ mod tests {
         Harness::new(text, burst, Kind::Gcra)
     }
 
-    /// Seed 004's transcript: 3 per 60 s; the score delta it prints is `reset_after` for an admission
+    /// The cooldown score's worked example: 3 per 60 s; the score delta it prints is `reset_after` for an admission
     /// and (score − now) for a refusal, whose retry time is that minus the 60 s tolerance.
     #[test]
     fn the_next_unit_comes_back_one_interval_after_the_oldest_use() {

@@ -1,4 +1,4 @@
-//! Leaky bucket (seed 003): each request adds `cost` tokens; every `tick_interval` the bucket loses
+//! Leaky bucket: each request adds `cost` tokens; every `tick_interval` the bucket loses
 //! `tick_reduction` tokens; a request that would overflow the capacity is refused. A rate `R/T` means
 //! R tokens leak every T; the burst is the capacity (default R). Ticks are aligned to the moment the
 //! bucket last started filling from empty.
@@ -88,7 +88,7 @@ impl LeakyBucket {
         self.capacity.div_ceil(self.reduction).saturating_mul(self.interval_ns)
     }
 
-    /// Takes `cost` tokens out (seed 003's manual reduction, or a cancelled wait).
+    /// Takes `cost` tokens out (a handler's manual reduction, or a cancelled wait).
     #[must_use]
     pub fn refund(&self, state: &State, now: u64, cost: u64) -> State {
         let (base, level) = self.level_at(state, now);
@@ -112,7 +112,7 @@ mod tests {
 
     #[test]
     fn fills_to_capacity_and_leaks_per_tick() {
-        // Seed 003's `metrics` group: capacity 2, 2 tokens leak every 30 s.
+        // The node limiter's `metrics` group: capacity 2, 2 tokens leak every 30 s.
         let mut h = Harness::new("2/30s", None, Kind::LeakyBucket);
         assert!(h.decide(S, 1).allowed);
         assert!(h.decide(2 * S, 1).allowed);

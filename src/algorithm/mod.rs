@@ -400,7 +400,7 @@ impl Limit {
         }
     }
 
-    /// Gives back `units` of the newest usage (seed 003's manual reduction), in O(1) or O(log runs)
+    /// Gives back `units` of the newest usage (a handler's manual reduction), in O(1) or O(log runs)
     /// whatever `units`.
     #[must_use]
     pub fn reduce(&self, state: &State, log: &mut Log, now: u64, units: u64) -> State {

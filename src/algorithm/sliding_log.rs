@@ -1,4 +1,4 @@
-//! Sliding log (seed 000): the exact admissions of the last window; admit iff fewer than `limit` (minus
+//! Sliding log: the exact admissions of the last window; admit iff fewer than `limit` (minus
 //! the cost) units fall in `(at − W, at]`. An admission is one run (its stamp and its units), whatever
 //! its cost, so memory is O(admissions in the window) per key, never O(units): a cost of 2³² − 1 is one
 //! run. Runs carry cumulative counts, so counting the units after any stamp is a binary search, and a
@@ -433,7 +433,7 @@ mod tests {
 
     #[test]
     fn exact_window_of_timestamps() {
-        // Seed 000: 4 per 30 s window; the fifth waits until the first stamp leaves.
+        // ar_rate_limiter's case: 4 per 30 s window; the fifth waits until the first stamp leaves.
         let mut h = Harness::new("4/30s", None, Kind::SlidingLog);
         for ms in [0, 1_000, 2_000, 3_000] {
             assert!(h.decide(ms * MS, 1).allowed);

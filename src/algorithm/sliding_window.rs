@@ -1,4 +1,4 @@
-//! Sliding window counter (seed 001): the count of the current window plus the previous window's count
+//! Sliding window counter: the count of the current window plus the previous window's count
 //! weighted by how much of it the sliding window still overlaps. Windows are aligned to the clock's
 //! zero, as in the seed. Exact integer arithmetic: admit iff
 //! `(current + cost) × W + previous × (W − elapsed) <= limit × W`.

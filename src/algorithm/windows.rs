@@ -1,5 +1,5 @@
 //! Windows aligned to the key's first request, and after a window that ended unused to the next one:
-//! seed 002's token bucket with monotonic burst windows, and the fixed window. Both grant `capacity`
+//! the token bucket with monotonic burst windows, and the fixed window. Both grant `capacity`
 //! permits at each window start; unused permits do not carry over. Aligning per key avoids the fleet-wide
 //! spike at clock-aligned boundaries.
 //!

@@ -627,7 +627,7 @@ local function decide(KEYS, ARGV)
     persist_moved(0)
     return { '1' }
   end
-  -- A give-back: seed 003's reduction ("reduce": every limit under "all", the last one under "fallback"),
+  -- A give-back: a handler's manual reduction ("reduce": every limit under "all", the last one under "fallback"),
   -- or the refund of a cancelled wait's slot ("refund:<written>": the limits that took it; max_wait_ns
   -- then says when the slot was, after now). A key with no state has nothing to give back.
   local refunded_bits = string.match(operation, '^refund:(%d+)$')

@@ -1,4 +1,4 @@
-//! The Redis backend (issue 10): limits shared by every process that uses the same Redis.
+//! The Redis backend: limits shared by every process that uses the same Redis.
 //!
 //! Exact mode: each decision is one call of `decide.lua` (`FCALL`, or `EVALSHA` on a server without
 //! functions: see `function.rs`), which reads, decides and writes the key's states atomically on
@@ -152,7 +152,7 @@ impl Backend {
         }
     }
 
-    /// Gives `tokens` back to `peer`'s limits in Redis (seed 003's reduction); false when nothing limits
+    /// Gives `tokens` back to `peer`'s limits in Redis (a handler's manual reduction); false when nothing limits
     /// the request or its group disables reduction. While Redis cannot answer: `local` reduces in this
     /// process's memory, `allow` and `deny` give nothing back (the usage stays: never more admitted).
     ///

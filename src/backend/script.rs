@@ -153,7 +153,7 @@ pub fn arguments(key: &RemoteKey, request: Request, leases: Leases<'_>, caller: 
 
 const NO_LEASES: Leases<'static> = Leases { prefix: "", ttl_ms: 0 };
 
-/// The script's `ARGV` to reduce: give `tokens` back to the key's limits (seed 003's manual reduction).
+/// The script's `ARGV` to reduce: give `tokens` back to the key's limits (a handler's manual reduction).
 #[must_use]
 pub fn reduce_arguments(key: &RemoteKey, tokens: u64, caller: Caller<'_>) -> Vec<String> {
     encode(key, "reduce", (tokens, 0), "rates", NO_LEASES, caller)

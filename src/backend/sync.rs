@@ -1,4 +1,4 @@
-//! Sync mode (seed 001): decisions stay in this process's core at in-memory speed; every interval one
+//! Sync mode: decisions stay in this process's core at in-memory speed; every interval one
 //! pipelined round trip pushes each key's usage since the last push to a counter in Redis and reads
 //! the counter back, and what the other nodes added meanwhile is charged to the local state
 //! (`Limiter::absorb`). Counters expire with their group's horizon, so Redis holds only active keys.

@@ -83,8 +83,8 @@ impl Limiter {
         Ok(())
     }
 
-    /// Gives `tokens` back (seed 003's manual reduction): under `all` to every rate limit of the group;
-    /// under `fallback` to the last one, the fallback (seed 003's leaky tokens), since the limits
+    /// Gives `tokens` back (a handler's manual reduction): under `all` to every rate limit of the group;
+    /// under `fallback` to the last one, the fallback (the leaky tokens), since the limits
     /// before it admitted nothing the fallback had to take. False when no group limits the request or
     /// the group disables reduction.
     ///

@@ -140,7 +140,7 @@ fn all_policy_is_all_or_nothing() {
 
 #[test]
 fn fallback_policy_tries_the_next_limit() {
-    // Seed 003: a sliding window of 2/s, then a leaky bucket of 3 tokens leaking 3 per 30 s.
+    // The node limiter's case: a sliding window of 2/s, then a leaky bucket of 3 tokens leaking 3 per 30 s.
     let (lim, clock) =
         group(vec![limit("2/s", Kind::SlidingWindow), limit("3/30s", Kind::LeakyBucket)], Policy::Fallback);
     let admitted = (0..10).filter(|_| allowed(&lim, "a", None)).count();

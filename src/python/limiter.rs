@@ -551,7 +551,7 @@ impl PyLimiter {
         Ok(self.in_store(py, |store, limiter| store.release(limiter, peer, target, cost.0))?)
     }
 
-    /// Gives `n` tokens back to the key's rate limits (seed 003's manual reduction): every rate limit
+    /// Gives `n` tokens back to the key's rate limits (a handler's manual reduction): every rate limit
     /// under policy "all", the last one (the fallback) under "fallback". False when nothing limits the
     /// request or the group disables reduction.
     #[pyo3(signature = (peer, path=None, n=1, *, group=None))]

@@ -1,4 +1,4 @@
-//! The shared-memory store (issue 21): states that every worker process of one machine shares, in a
+//! The shared-memory store: states that every worker process of one machine shares, in a
 //! file mapped into each. `region` maps the file, `lock` is the robust lock each shard has, `table` is
 //! one shard's states, `layout` says where everything is.
 

@@ -91,7 +91,7 @@ pub trait StateStore: Send + Sync {
         self.decide(limiter, peer, target, request).map(Some)
     }
 
-    /// Gives `n` back to the key's rate limits (seed 003's manual reduction); false when nothing limits
+    /// Gives `n` back to the key's rate limits (a handler's manual reduction); false when nothing limits
     /// the request or its group disables reduction.
     ///
     /// # Errors
