@@ -237,7 +237,7 @@ enum SlotRef<'a> {
 }
 
 impl SlotRef<'_> {
-    /// Its state, copied out (the packed memory slot has no aligned reference to lend).
+    /// Its state, copied out: a change is made on the copy and written back with `set`.
     #[inline]
     fn state(&self) -> State {
         match self {

@@ -252,17 +252,16 @@ class Gatekeeper:
     methods.
     """
 
-    __slots__ = ("_ietf", "_legacy", "_on_allowed", "admit_quick", "limiter", "options", "quick", "raw")
+    __slots__ = ("admit_quick", "limiter", "options", "quick", "raw")
 
     def __init__(self, options: WebOptions, *, raw: bool = False) -> None:
         self.options = options
         self.limiter = options.limiter
         self.raw = raw  # the fields as ASGI's bytes pairs, not str pairs
-        #: Whether :attr:`admit_quick` may stand for :meth:`admit` of a request with a key (refuse mode:
-        #: delay mode waits in :meth:`admit`).
-        self.quick = options.mode == "refuse"
+        #: Whether :attr:`admit_quick` may stand for :meth:`admit` of a request with a key: refuse mode (delay
+        #: mode waits in :meth:`admit`), cost 1 (no ``cost=``), nothing to settle after (no ``refund_when``).
+        self.quick = options.mode == "refuse" and options.cost is None and options.refund_when is None
         fields = options.fields
-        self._ietf, self._legacy, self._on_allowed = fields.ietf, fields.legacy, fields.on_allowed
         #: ``admit_quick(peer, path)``: :meth:`admit` of a request with a key on ``path`` at cost 1 (when
         #: :attr:`quick`), for an adapter's hot path. A request allowed with no permits held owes nothing
         #: but its response's fields, and gets them (a tuple; no Decision or Admission is made); any other
@@ -273,11 +272,8 @@ class Gatekeeper:
 
     def fields(self, decision: Decision) -> Sequence[tuple[Any, Any]]:
         """The rate-limit fields of a response to ``decision``, in this gatekeeper's form."""
-        if decision.allowed and not self._on_allowed:
-            return ()
-        if self.raw:
-            return decision._raw_fields(self._ietf, self._legacy)
-        return decision._fields(self._ietf, self._legacy)
+        serialize = raw_response_headers if self.raw else response_headers
+        return serialize(decision, self.options.fields)
 
     def admission(self, decision: Decision, peer: str, path: str) -> Admission:
         """The admission of a request with a key on ``path`` that :attr:`admit_quick` gave a ``decision``."""

@@ -81,12 +81,7 @@ class RateLimitMiddleware:
         # memory (not in Redis: that is awaited), nothing owed after an allowed response but its fields.
         self._quick_key = (
             key
-            if isinstance(key, KeyFunction)
-            and self.options.cost is None
-            and path is None
-            and self.gatekeeper.quick
-            and self.options.refund_when is None
-            and not limiter._waits_on_io
+            if isinstance(key, KeyFunction) and path is None and self.gatekeeper.quick and not limiter._waits_on_io
             else None
         )
 

@@ -363,7 +363,6 @@ class _Gate:
         "log_refusals",
         "on_refused",
         "options",
-        "quick",
         "refunds",
     )
 
@@ -382,9 +381,6 @@ class _Gate:
         self.refunds = options.refund_when is not None
         self.on_refused = on_refused
         self.log_refusals = log_refusals
-        # A request with a key at cost 1 in refuse mode, nothing to refund: one core call decides it and,
-        # when it is allowed with no permits held, hands back only its fields (no Decision, no Admission).
-        self.quick = self.gatekeeper.quick and self.cost is None and not self.refunds
 
     def refusal(self, request: HttpRequest, admission: Admission) -> HttpResponseBase:
         if admission.refused_by_limit and self.on_refused is not None:
@@ -408,7 +404,9 @@ class _Gate:
         """Decides the request, then serves it with ``respond(request)`` or answers the refusal."""
         from_environ = self.from_environ
         peer = from_environ(request.META) if from_environ is not None else _peer_of(self.key, request)
-        if self.quick and group is None and peer is not None:
+        if self.gatekeeper.quick and group is None and peer is not None:
+            # One core call decides it and, when it is allowed with no permits held, hands back only its
+            # fields (no Decision, no Admission).
             admitted = self.gatekeeper.admit_quick(peer, path)
             if type(admitted) is tuple:  # allowed, nothing held: only the fields are owed
                 response = respond(request)

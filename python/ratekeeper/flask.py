@@ -100,7 +100,7 @@ class RateLimit:
         self._at_gate = self._environ_key is not None and self.options.cost is None
         # The key, while the gate may take the gatekeeper's hot path (nothing is owed after an allowed
         # response but its fields); else None.
-        quick = self._at_gate and self.gatekeeper.quick and self.options.refund_when is None
+        quick = self._at_gate and self.gatekeeper.quick
         self._quick_key = self._environ_key if quick else None
         self._marks = 0  # bumped by every mark: each app's views are wrapped anew on its next request
         if app is not None:

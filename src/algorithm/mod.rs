@@ -27,7 +27,6 @@ pub static NO_LOG: Log = Log::new();
 /// longer constrains anything. Dropping it then never admits more than keeping it would: for GCRA,
 /// sliding windows, logs and leaky buckets the next decision is the same; windows aligned per key
 /// (token bucket, fixed window) restart at the key's next request, which ends them later, not sooner.
-// Aligned to 4, not 8: the state map's slots (a tag, a state and a group id) then pack into 28 bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[repr(C)] // also laid out in the shared region
 pub struct State {
