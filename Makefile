@@ -28,9 +28,14 @@ lint: ## cargo fmt, clippy, ruff, mypy --strict, stubtest
 	$(PYTHON) -m mypy.stubtest ratekeeper._core
 
 .PHONY: test
-test: install lint ## install, lint, then every test: cargo test and pytest
+test: install lint ## install, lint, then every test: cargo test, pytest and the docs site's strict build
 	cargo test
 	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(PYTHON) -m pytest -q
+	NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs build --strict --quiet
+
+.PHONY: docs
+docs: ## build the documentation site into site/ (mkdocs, warnings are errors)
+	NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs build --strict
 
 .PHONY: demo
 demo: ## the demo
