@@ -1,36 +1,28 @@
-"""The README's complete web examples, run as they are written, on a real server."""
+"""What the README's and the guide's web examples build, run as they are written and driven on a real server.
+
+Each page's blocks run in order in one namespace (``tests/_docs.py``); ``<!-- name: NAME -->`` marks the
+block after which a test takes what it needs from that namespace.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import os
-import re
 import sys
 import types
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import ratekeeper as rk
+from _docs import page_namespace
 from _web import Server, members
 
-README = Path(__file__).resolve().parent.parent.parent / "README.md"
 
-
-def example(name: str) -> dict[str, Any]:
-    """Runs the README's code block marked ``<!-- example: NAME ... -->`` and returns its namespace."""
-    text = README.read_text(encoding="utf-8")
-    found = re.search(rf"<!-- example: {name}\b.*?-->\n```python\n(.*?)\n```", text, re.DOTALL)
-    assert found, f"README.md has no example {name!r}"
-    namespace: dict[str, Any] = {"__name__": f"readme_{name}"}
-    exec(compile(found.group(1), f"README.md:{name}", "exec"), namespace)
-    return namespace
-
-
-def test_the_fastapi_example_limits_paths_and_routes() -> None:
-    app = example("fastapi")["app"]
+@pytest.mark.parametrize("page", ["README.md", "docs/fastapi.md"])
+def test_the_fastapi_example_limits_paths_and_routes(page: str) -> None:
+    app = page_namespace(page, "fastapi")["app"]
     with Server(app) as client:
         items = client.get("/api/items")
         assert items.status_code == 200
@@ -43,10 +35,11 @@ def test_the_fastapi_example_limits_paths_and_routes() -> None:
         assert "RateLimit" not in health.headers
 
 
-def test_the_flask_example_limits_paths_and_views() -> None:
+@pytest.mark.parametrize("page", ["README.md", "docs/flask.md"])
+def test_the_flask_example_limits_paths_and_views(page: str) -> None:
     from test_flask import Served
 
-    app = example("flask")["app"]
+    app = page_namespace(page, "flask")["app"]
     with Served(app) as client:
         items = client.get("/api/items", headers={"X-API-Key": "k"})
         assert items.status_code == 200
@@ -63,13 +56,13 @@ def test_the_metrics_examples_serve_the_limiters_numbers_beside_the_limits() -> 
         families = {f.name: f for f in text_string_to_metric_families(text)}
         return {s.labels["result"]: s.value for s in families["ratekeeper_requests"].samples}
 
-    fastapi_app = example("metrics_fastapi")["app"]
+    fastapi_app = page_namespace("docs/metrics.md", "metrics_fastapi")["app"]
     with Server(fastapi_app) as client:
         assert client.get("/api/items").status_code == 200
         scraped = [client.get("/metrics", follow_redirects=True) for _ in range(3)]
         assert [r.status_code for r in scraped] == [200] * 3
         assert requests_total(scraped[-1].text)["allowed"] == 1
-    flask_app = example("metrics_flask")["app"]
+    flask_app = page_namespace("docs/metrics.md", "metrics_flask")["app"]
     with Served(flask_app) as client:
         assert client.get("/api/items").status_code == 200
         scraped = [client.get("/metrics") for _ in range(3)]
@@ -106,11 +99,10 @@ def test_the_django_examples_limit_paths_and_views(django_site: None) -> None:
     from django.core.asgi import get_asgi_application
     from django.test import override_settings
 
-    settings = example("django_settings")
-    views = example("django_views")
+    views = page_namespace("docs/django.md", "django_views")  # the settings block comes first
     with (
-        urlconf("readme_django_views", views) as name,
-        override_settings(MIDDLEWARE=settings["MIDDLEWARE"], RATEKEEPER=settings["RATEKEEPER"], ROOT_URLCONF=name),
+        urlconf("docs_django", views) as name,
+        override_settings(MIDDLEWARE=views["MIDDLEWARE"], RATEKEEPER=views["RATEKEEPER"], ROOT_URLCONF=name),
         Server(get_asgi_application()) as client,
     ):
         items = client.get("/api/items")
@@ -118,10 +110,10 @@ def test_the_django_examples_limit_paths_and_views(django_site: None) -> None:
         assert members(items.headers["RateLimit-Policy"]) == {"api": {"q": 100, "w": 60}}
         logins = [client.get("/login") for _ in range(6)]
         assert [r.status_code for r in logins] == [200] * 5 + [429]
-        assert members(logins[-1].headers["RateLimit"]) == {"readme_django_views.login": {"r": 0, "t": 12}}
+        assert members(logins[-1].headers["RateLimit"]) == {"docs_django.login": {"r": 0, "t": 12}}
         report = client.get("/report")  # async, keyed by user: no user here, so by client IP
         assert report.json() == {"rows": 0}
-        assert members(report.headers["RateLimit"]) == {"readme_django_views.Report": {"r": 9, "t": 6}}
+        assert members(report.headers["RateLimit"]) == {"docs_django.Report": {"r": 9, "t": 6}}
 
 
 def test_the_drf_example_throttles_with_drfs_own_settings(django_site: None) -> None:
@@ -130,7 +122,7 @@ def test_the_drf_example_throttles_with_drfs_own_settings(django_site: None) -> 
     from django.urls import path
     from django.utils.module_loading import import_string
 
-    drf = example("drf")
+    drf = page_namespace("docs/django.md", "drf")
     rest_framework = {**settings.REST_FRAMEWORK, **drf["REST_FRAMEWORK"]}
     # DRF reads DEFAULT_THROTTLE_CLASSES once, when rest_framework.views is imported (before this test):
     # the view gets them as a project that starts with these settings would.
@@ -166,7 +158,7 @@ class Answer:
 
 
 def test_the_sync_calls_example_waits_its_turn() -> None:
-    namespace = example("limited_sync")
+    namespace = page_namespace("docs/outgoing-calls.md", "limited_sync")
     asked: list[tuple[str, str]] = []
 
     class FakeClient:
@@ -174,8 +166,8 @@ def test_the_sync_calls_example_waits_its_turn() -> None:
             asked.append((url, headers["Authorization"]))
             return Answer([{"number": 1}] if "issues" in url else {"rate": {}})
 
-    namespace["client"].close()
-    namespace["client"] = FakeClient()
+    namespace["github_api"].close()
+    namespace["github_api"] = FakeClient()
     assert namespace["issues"]("octo/repo", token="t1") == [{"number": 1}]
     assert namespace["rate_limit_status"]("t1") == {"rate": {}}
     assert asked == [("/repos/octo/repo/issues", "Bearer t1"), ("/rate_limit", "Bearer t1")]
@@ -184,7 +176,7 @@ def test_the_sync_calls_example_waits_its_turn() -> None:
 
 
 def test_the_async_calls_example_waits_its_turn() -> None:
-    namespace = example("limited_async")
+    namespace = page_namespace("docs/outgoing-calls.md", "limited_async")
     posted: list[tuple[str, str]] = []
 
     class FakeAsyncClient:
@@ -192,8 +184,9 @@ def test_the_async_calls_example_waits_its_turn() -> None:
             posted.append((url, headers["X-API-Key"]))
             return Answer({"text": "done"} if url.endswith("complete") else [0.5])
 
-    asyncio.run(namespace["client"].aclose())
-    namespace["client"] = FakeAsyncClient()
+    namespace["github_api"].close()
+    asyncio.run(namespace["models_api"].aclose())
+    namespace["models_api"] = FakeAsyncClient()
     assert asyncio.run(namespace["complete"]("x" * 8000, api_key="k")) == "done"
     assert asyncio.run(namespace["embed_all"](["a", "b"], "k")) == [[0.5], [0.5]]
     assert posted == [("/v1/complete", "k"), ("/v1/embed", "k"), ("/v1/embed", "k")]
