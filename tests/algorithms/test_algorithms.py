@@ -111,7 +111,7 @@ def test_fixed_window_admits_at_most_its_limit_per_window_started_by_an_admissio
     make_limiter: MakeLimiter, traffic: tuple[Spec, Requests], start_us: int
 ) -> None:
     # A window starts at an admission and lasts one period; the first admission after it ended starts the
-    # next (README "Removed in this release": windows are no longer aligned to the key's first admission).
+    # next (docs/errors.md, "Removed and changed": windows are no longer aligned to the key's first admission).
     spec, requests = traffic
     limiter, clock = spec.limiter(make_limiter, start_us)
     admitted = run(limiter, clock, requests)

@@ -954,7 +954,7 @@ def test_admissions_never_exceed_the_quotas_in_force(actions: list[tuple[str, An
 def test_a_provider_saying_no_such_key_is_not_a_failure_and_logs_no_warning(
     limiters: Callable[..., rk.Limiter], clock: rk.ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # Issue 8, defect 5: LookupError is how a provider says "no such account" (the README's example). It used
+    # Issue 8, defect 5: LookupError is how a provider says "no such account" (the example of docs/quotas.md). It used
     # to log a WARNING for every unknown key and count as a failure, retried with backoff every few seconds.
     caplog.set_level(logging.DEBUG, logger="ratekeeper")
     provider = Provider(LookupError)

@@ -7,7 +7,7 @@ algorithm changes), starts new groups empty (also one removed and added back) an
 and exemptions.
 
 Every test runs on each store (``make_limiter``: memory, and Redis in exact mode) and asserts the semantics
-the README states ("Live reconfiguration"), but those that read what only memory has (``len(limiter)``).
+docs/reconfiguration.md states, but those that read what only memory has (``len(limiter)``).
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ def test_a_colon_in_a_name_never_shares_a_budget_in_sync_mode(redis_server: Redi
 
 def test_the_key_format(redis_server: RedisServer, redis_prefix: str) -> None:
     # <prefix>{<len(group)>:<group>:<peer>}:<limit index>:<algorithm>, and :used in sync mode: as the
-    # README says.
+    # key format in docs/workers-and-machines.md says.
     rules = [rk.Rule(r"^/", "x:a", limits=[rk.Limit("3/s"), rk.Limit("9/h", algorithm="fixed_window")])]
     lim = rk.Limiter(rules=rules, backend=rk.Redis(redis_server.url, prefix=redis_prefix, on_error="raise"))
     assert lim.allow("b", "/")

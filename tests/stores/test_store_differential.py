@@ -4,7 +4,7 @@ A differential property: random scripts run on an in-memory limiter and on anoth
 in exact mode; a shared-memory region, issue 21) side by side, each on a ManualClock of its own moved
 together, and every step must give the same outcome on both: every field of every decision
 (``retry_after`` included) exactly, the same exceptions, the same waits, equal clocks after each blocking
-wait, and the same quotas, rules and routes. Memory is the specification (README "Live reconfiguration"):
+wait, and the same quotas, rules and routes. Memory is the specification (docs/reconfiguration.md):
 a change of limits (``update_rule``, a reload, ``set_quota``) moves every state to the new limit at the
 instant of the change, keeping what it used, also when a limit's algorithm changed; a group or limit that
 comes back after a reload starts empty.
@@ -457,7 +457,7 @@ def test_a_changed_rate_applies_at_the_instant_of_the_change(pair: Callable[...,
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_a_reload_that_changes_an_algorithm_keeps_the_usage(pair: Callable[..., Pair], algorithm: rk.Algorithm) -> None:
-    # README: what a key used under the old algorithm is charged to the new one. Redis started the new
+    # docs/reconfiguration.md: what a key used under the old algorithm is charged to the new one. Redis started the new
     # algorithm's state from scratch: 59 left instead of 49.
     after = ALGORITHMS[(ALGORITHMS.index(algorithm) + 1) % len(ALGORITHMS)]
     memory, redis, _, _ = pair([rk.Rule("^/", "g", "60/min", algorithm=algorithm)])
@@ -470,7 +470,7 @@ def test_a_reload_that_changes_an_algorithm_keeps_the_usage(pair: Callable[..., 
 
 
 def test_a_group_dropped_by_a_reload_and_added_back_starts_empty(pair: Callable[..., Pair]) -> None:
-    # README: new groups start empty, also a group removed and added back. Redis found the old keys.
+    # docs/reconfiguration.md: new groups start empty, also a group removed and added back. Redis found the old keys.
     both = [rk.Rule("^/a", "g", "60/min"), rk.Rule("^/b", "h", "60/min")]
     memory, redis, _, _ = pair(both)
     for lim in (memory, redis):
