@@ -3,9 +3,11 @@ ones on a real server (uvicorn or Werkzeug, in a thread), the timing on a ``Manu
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import ratekeeper as rk
 from _docs import page_namespace
 from _web import Server, members
@@ -50,3 +52,53 @@ def test_fastapi_per_user_answers_a_request_without_a_user_as_the_page_says() ->
     assert anonymous == [200] * 20 + [429]
     assert signed_in.status_code == 200
     assert members(signed_in.headers["RateLimit"]) == {"GET /search": {"r": 19, "t": 3}}
+
+
+# --- docs/recipes/login-failures.md --------------------------------------------------------------------------------
+
+
+def on_clock(monkeypatch: pytest.MonkeyPatch, clock: rk.ManualClock, page: str, name: str) -> dict[str, Any]:
+    """The namespace of ``page`` after block ``name``, run as written but with every ``rk.Limiter`` it makes
+    on ``clock``: the test moves time instead of sleeping."""
+    real = rk.Limiter
+    monkeypatch.setattr(rk, "Limiter", lambda *args, **kwargs: real(*args, clock=clock, **kwargs))
+    try:
+        return page_namespace(page, name)
+    finally:
+        monkeypatch.setattr(rk, "Limiter", real)
+
+
+def werkzeug(monkeypatch: pytest.MonkeyPatch, app: Any) -> Any:
+    """The Flask tests' server (Werkzeug's, threaded) for ``app``; their module is beside, in tests/web."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "web"))
+    from test_flask import Served
+
+    return Served(app)
+
+
+def login_attempts(client: httpx.Client, passwords: list[str]) -> list[int]:
+    return [client.post("/login", json={"username": "alice", "password": p}).status_code for p in passwords]
+
+
+@pytest.mark.parametrize("framework", ["fastapi", "flask"])
+def test_login_throttling_counts_only_failures(
+    monkeypatch: pytest.MonkeyPatch, clock: rk.ManualClock, framework: str
+) -> None:
+    namespace = on_clock(monkeypatch, clock, "docs/recipes/login-failures.md", framework)
+    served = Server(namespace["app"]) if framework == "fastapi" else werkzeug(monkeypatch, namespace["flask_app"])
+    right, wrong = "correct horse", "guess"
+    with served as client:
+        # Successes are given back: ten of them leave the whole budget of 5 failures.
+        assert login_attempts(client, [right] * 10) == [200] * 10
+        assert login_attempts(client, [wrong] * 5) == [401] * 5
+        locked = client.post("/login", json={"username": "alice", "password": right})
+        assert locked.status_code == 429  # the right password too: a guesser cannot tell
+        assert locked.headers["Retry-After"] == "180"
+        assert locked.json() == {"detail": "Rate limit exceeded", "status": 429, "retry_after": 180}
+        clock.advance(179)
+        assert login_attempts(client, [right]) == [429]
+        clock.advance(1)
+        # One attempt back: a success leaves it there, a failure spends it for another 3 minutes.
+        assert login_attempts(client, [right, right, wrong, wrong, right]) == [200, 200, 401, 429, 429]
+        clock.advance(180)
+        assert login_attempts(client, [right]) == [200]
