@@ -102,3 +102,34 @@ def test_login_throttling_counts_only_failures(
         assert login_attempts(client, [right, right, wrong, wrong, right]) == [200, 200, 401, 429, 429]
         clock.advance(180)
         assert login_attempts(client, [right]) == [200]
+
+
+# --- docs/recipes/api-key-tiers.md ---------------------------------------------------------------------------------
+
+
+def api_calls(client: httpx.Client, api_key: str, times: int) -> list[int]:
+    return [client.get("/api/items", headers={"X-API-Key": api_key}).status_code for _ in range(times)]
+
+
+def test_api_key_tiers_give_each_key_its_plans_rate(monkeypatch: pytest.MonkeyPatch, clock: rk.ManualClock) -> None:
+    namespace = on_clock(monkeypatch, clock, "docs/recipes/api-key-tiers.md", "upgrade")
+    lim: rk.Limiter = namespace["lim"]
+    with Server(namespace["app"]) as client, lim:
+        assert client.get("/api/items").status_code == 401  # no key
+        # Each key's first request is decided on the failsafe and queues its fetch.
+        first = {key: client.get("/api/items", headers={"X-API-Key": key}) for key in ("key-free-1", "key-pro-1")}
+        assert members(first["key-pro-1"].headers["RateLimit-Policy"]) == {"api": {"q": 10, "w": 60}}
+        assert lim.wait_quotas(5)
+        assert lim.quota("key-pro-1", "api").source == "provider"
+        pro = client.get("/api/items", headers={"X-API-Key": "key-pro-1"})
+        assert members(pro.headers["RateLimit-Policy"]) == {"api": {"q": 100, "w": 60}}
+        assert api_calls(client, "key-pro-1", 99) == [200] * 98 + [429]  # 100 in all, the first on the failsafe
+        assert api_calls(client, "key-free-1", 10) == [200] * 9 + [429]
+        # A made-up key runs on the failsafe, the free plan.
+        assert api_calls(client, "key-invented", 11) == [200] * 10 + [429]
+        assert lim.wait_quotas(5)
+        assert lim.quota("key-invented", "api").source == "failsafe"
+        # The upgrade is in force at the next request; the 10 used carry over: 90 left of 100.
+        namespace["on_plan_changed"]("key-free-1", "pro")
+        assert api_calls(client, "key-free-1", 91) == [200] * 90 + [429]
+        assert lim.quota("key-free-1", "api").source == "set"
