@@ -3,12 +3,14 @@ ones on a real server (uvicorn or Werkzeug, in a thread), the timing on a ``Manu
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import ratekeeper as rk
+import uvicorn
 from _docs import page_namespace
 from _web import Server, members
 
@@ -133,3 +135,79 @@ def test_api_key_tiers_give_each_key_its_plans_rate(monkeypatch: pytest.MonkeyPa
         namespace["on_plan_changed"]("key-free-1", "pro")
         assert api_calls(client, "key-free-1", 91) == [200] * 90 + [429]
         assert lim.quota("key-free-1", "api").source == "set"
+
+
+# --- docs/recipes/behind-a-proxy.md --------------------------------------------------------------------------------
+
+PROXY_PAGE = "docs/recipes/behind-a-proxy.md"
+CLIENT = "203.0.113.7"  # a client behind the proxy
+OTHER_CLIENT = "198.51.100.9"
+DIRECT = "127.0.0.2"  # a peer that is not a proxy: it reaches the app directly (the proxy is 127.0.0.1)
+
+
+class ProxyHeadersServer(Server):
+    """uvicorn as ``uvicorn --proxy-headers --forwarded-allow-ips ALLOWED`` runs it."""
+
+    def __init__(self, app: Any, forwarded_allow_ips: str) -> None:
+        super().__init__(app)
+        config = uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            lifespan="off",
+            proxy_headers=True,
+            forwarded_allow_ips=forwarded_allow_ips,
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+
+def direct_client(proxied: httpx.Client) -> httpx.Client:
+    """A client of the same server connecting from ``DIRECT``, not from the proxy's address."""
+    return httpx.Client(
+        base_url=proxied.base_url, transport=httpx.HTTPTransport(local_address=DIRECT), timeout=proxied.timeout
+    )
+
+
+def forwarded(value: str) -> dict[str, str]:
+    return {"X-Forwarded-For": value}
+
+
+def test_behind_a_proxy_ratekeeper_keys_on_the_client_the_proxy_names(
+    monkeypatch: pytest.MonkeyPatch, clock: rk.ManualClock
+) -> None:
+    namespace = on_clock(monkeypatch, clock, PROXY_PAGE, "key")
+    with Server(namespace["app"]) as proxy, direct_client(proxy) as direct:
+        # The requests of the test client come from 127.0.0.1: they stand for nginx's.
+        assert proxy.get("/whoami", headers=forwarded(CLIENT)).json() == {"peer": "127.0.0.1", "key": CLIENT}
+        spoofed = proxy.get("/whoami", headers=forwarded(f"6.6.6.6, {CLIENT}")).json()
+        assert spoofed == {"peer": "127.0.0.1", "key": CLIENT}
+        assert direct.get("/whoami", headers=forwarded("6.6.6.6")).json() == {"peer": DIRECT, "key": DIRECT}
+        # Budgets: the spoofer spends its own; another client behind the proxy and a direct peer have theirs.
+        codes = [proxy.get("/api/items", headers=forwarded(CLIENT)).status_code for _ in range(2)]
+        codes += [proxy.get("/api/items", headers=forwarded(f"6.6.6.6, {CLIENT}")).status_code for _ in range(2)]
+        assert codes == [200, 200, 200, 429]
+        assert proxy.get("/api/items", headers=forwarded(OTHER_CLIENT)).status_code == 200
+        assert direct.get("/api/items", headers=forwarded(CLIENT)).status_code == 200
+        # Without the header, the proxy's own requests share the proxy's key.
+        assert proxy.get("/api/items").status_code == 200
+    assert namespace["lim"].top_refused(5) == [(CLIENT, 1)]
+
+
+def test_behind_a_proxy_uvicorn_rewrites_the_client_for_the_allowed_proxies_only(
+    monkeypatch: pytest.MonkeyPatch, clock: rk.ManualClock
+) -> None:
+    namespace = on_clock(monkeypatch, clock, PROXY_PAGE, "uvicorn")
+    with ProxyHeadersServer(namespace["uvicorn_app"], "127.0.0.1") as proxy, direct_client(proxy) as direct:
+        answer = proxy.get("/whoami", headers=forwarded(f"6.6.6.6, {CLIENT}")).json()
+        assert answer == {"peer": CLIENT, "key": CLIENT}
+        assert direct.get("/whoami", headers=forwarded("6.6.6.6")).json() == {"peer": DIRECT, "key": DIRECT}
+
+
+def test_behind_a_proxy_both_at_once_key_on_the_client(monkeypatch: pytest.MonkeyPatch, clock: rk.ManualClock) -> None:
+    # The page's first app on a uvicorn that rewrites too: the rewritten peer is no proxy, read as it is.
+    namespace = on_clock(monkeypatch, clock, PROXY_PAGE, "key")
+    with ProxyHeadersServer(namespace["app"], "127.0.0.1") as proxy:
+        answer = proxy.get("/whoami", headers=forwarded(f"6.6.6.6, {CLIENT}")).json()
+    assert answer == {"peer": CLIENT, "key": CLIENT}
