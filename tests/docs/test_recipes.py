@@ -3,6 +3,7 @@ ones on a real server (uvicorn or Werkzeug, in a thread), the timing on a ``Manu
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ import httpx
 import pytest
 import ratekeeper as rk
 import uvicorn
-from _docs import page_namespace
+from _docs import ROOT, page_namespace
 from _web import Server, members
 
 
@@ -61,9 +62,9 @@ def test_fastapi_per_user_answers_a_request_without_a_user_as_the_page_says() ->
 
 def on_clock(monkeypatch: pytest.MonkeyPatch, clock: rk.ManualClock, page: str, name: str) -> dict[str, Any]:
     """The namespace of ``page`` after block ``name``, run as written but with every ``rk.Limiter`` it makes
-    on ``clock``: the test moves time instead of sleeping."""
+    on ``clock`` (unless the page gives one): the test moves time instead of sleeping."""
     real = rk.Limiter
-    monkeypatch.setattr(rk, "Limiter", lambda *args, **kwargs: real(*args, clock=clock, **kwargs))
+    monkeypatch.setattr(rk, "Limiter", lambda *args, **kwargs: real(*args, **{"clock": clock, **kwargs}))
     try:
         return page_namespace(page, name)
     finally:
@@ -211,3 +212,65 @@ def test_behind_a_proxy_both_at_once_key_on_the_client(monkeypatch: pytest.Monke
     with ProxyHeadersServer(namespace["app"], "127.0.0.1") as proxy:
         answer = proxy.get("/whoami", headers=forwarded(f"6.6.6.6, {CLIENT}")).json()
     assert answer == {"peer": CLIENT, "key": CLIENT}
+
+
+# --- docs/recipes/outgoing-hard-window.md --------------------------------------------------------------------------
+
+HARD_WINDOW_PAGE = "docs/recipes/outgoing-hard-window.md"
+
+
+def test_outgoing_hard_window_measurement_shows_what_the_page_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    namespace = page_namespace(HARD_WINDOW_PAGE, "measure")
+    printed = capsys.readouterr().out.strip()
+    page = (ROOT / HARD_WINDOW_PAGE).read_text(encoding="utf-8")
+    assert f"```text\n{printed}\n```" in page  # the output shown is the output of the block above it
+    assert namespace["worst"] == {
+        "gcra": 99,
+        "token_bucket": 99,
+        "fixed_window": 99,
+        "leaky_bucket": 99,
+        "sliding_window": 98,
+        "sliding_log": 50,
+    }
+    # GCRA's 99 are in the caller's first minute: the burst of 50, then one every 1.2 s.
+    first_minute = [stamp for stamp in namespace["greedy_caller"]("gcra") if stamp < 60]
+    assert len(first_minute) == 99
+    assert first_minute[50] == pytest.approx(1.2)
+
+
+class Answer:
+    def __init__(self, body: Any) -> None:
+        self.body = body
+
+    def json(self) -> Any:
+        return self.body
+
+
+def test_outgoing_hard_window_never_sends_more_than_50_in_any_minute(
+    monkeypatch: pytest.MonkeyPatch, clock: rk.ManualClock
+) -> None:
+    namespace = on_clock(monkeypatch, clock, HARD_WINDOW_PAGE, "calls")
+    most_in_any_window = page_namespace(HARD_WINDOW_PAGE, "measure")["most_in_any_window"]
+    sent: list[float] = []  # when each call reached the partner's client, on the limiter's clock
+
+    class Partner:
+        def get(self, url: str) -> Answer:
+            sent.append(clock.now())
+            return Answer({"order": url.rsplit("/", 1)[-1]})
+
+    class AsyncPartner:
+        async def get(self, url: str) -> Answer:
+            return Partner().get(url)
+
+    namespace["client"].close()
+    asyncio.run(namespace["async_client"].aclose())
+    namespace["client"], namespace["async_client"] = Partner(), AsyncPartner()
+    assert [namespace["order_status"](str(i)) for i in range(120)] == [{"order": str(i)} for i in range(120)]
+    # 50 at once; the 51st when the first is 60 s old, then each as the oldest leaves the window.
+    assert sent[:51] == [0.0] * 50 + [60.0]
+    assert sent[-1] == 120.0
+    orders = [str(i) for i in range(100)]
+    assert asyncio.run(namespace["statuses"](orders)) == [{"order": order} for order in orders]
+    assert most_in_any_window(sent) == 50
+    assert len(sent) == 220
+    assert sent[-1] == pytest.approx(240.0)
