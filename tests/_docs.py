@@ -76,7 +76,8 @@ def run_page(page: Path, until: str | None = None) -> dict[str, Any]:
                 if block.language != "python" or block.skip is not None:
                     continue
                 where = f"{page.relative_to(ROOT)}:{block.line}"
-                exec(compile(block.code, where, "exec"), namespace)
+                # dont_inherit: the page runs as written, not under this module's `from __future__ import annotations`.
+                exec(compile(block.code, where, "exec", dont_inherit=True), namespace)
                 if until is not None and block.name == until:
                     return namespace
         finally:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
+import httpx
 import pytest
 import ratekeeper as rk
 from _web import Server, members
-from fastapi import APIRouter, Depends, FastAPI
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import StreamingResponse
 from ratekeeper.fastapi import RouteLimits
 from ratekeeper.keys import header
@@ -104,3 +107,210 @@ def test_a_route_concurrency_limit_holds_its_permit_until_the_response_is_sent(l
         assert statuses == [200, 429, 429]
         refused = next(request.result() for request in requests if request.result().status_code == 429)
         assert refused.json()["detail"] == "Too many concurrent requests"
+
+
+# --- keys from a dependency (the user an auth dependency found) ----------------------------------------------------
+
+TOKENS = {"token-alice": "alice", "token-bob": "bob"}
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def sync_current_user(request: Request) -> str | None:
+    """The user of the request's bearer token, or None when it has none (an anonymous visitor)."""
+    authorization = request.headers.get("Authorization", "")
+    return TOKENS.get(authorization.removeprefix("Bearer "))
+
+
+async def async_current_user(request: Request) -> str | None:
+    return sync_current_user(request)
+
+
+@pytest.mark.parametrize("current_user", [sync_current_user, async_current_user], ids=["sync", "async"])
+def test_a_key_dependency_gives_each_user_a_budget_of_their_own(
+    limiter: rk.Limiter, current_user: Callable[[Request], object]
+) -> None:
+    app = FastAPI()
+    limits = RouteLimits(app, limiter=limiter)
+
+    @app.get("/reports", dependencies=[Depends(limits.route("2/min", key=Depends(current_user)))])
+    def reports() -> str:
+        return "reports"
+
+    with Server(app) as client:
+        alice = [client.get("/reports", headers=bearer("token-alice")).status_code for _ in range(3)]
+        bob = [client.get("/reports", headers=bearer("token-bob")).status_code for _ in range(3)]
+    assert alice == [200, 200, 429]
+    assert bob == [200, 200, 429]
+    assert not limiter.check("alice", group="GET /reports").allowed
+    # Not the client's address, which both users share here: it has its whole budget (2, less this check).
+    assert limiter.check("127.0.0.1", group="GET /reports").remaining == 1
+
+
+def test_a_key_dependency_given_to_route_limits_is_every_routes_default(limiter: rk.Limiter) -> None:
+    app = FastAPI()
+    limits = RouteLimits(app, limiter=limiter, key=Depends(sync_current_user))
+
+    @app.get("/a", dependencies=[Depends(limits.route("1/min"))])
+    def a() -> str:
+        return "a"
+
+    @app.get("/b", dependencies=[Depends(limits.route("1/min", key=header("X-API-Key")))])
+    def b() -> str:
+        return "b"
+
+    with Server(app) as client:
+        assert client.get("/a", headers=bearer("token-alice")).status_code == 200
+        assert client.get("/a", headers=bearer("token-alice")).status_code == 429
+        assert client.get("/a", headers=bearer("token-bob")).status_code == 200
+        # A route's own key function replaces the default dependency.
+        assert client.get("/b", headers={**bearer("token-alice"), **KEY}).status_code == 200
+        assert client.get("/b", headers={**bearer("token-bob"), **KEY}).status_code == 429
+
+
+def test_the_key_dependency_runs_once_per_request_when_the_route_uses_it_too(limiter: rk.Limiter) -> None:
+    app = FastAPI()
+    limits = RouteLimits(app, limiter=limiter)
+    calls: list[str | None] = []
+
+    async def current_user(request: Request) -> str | None:
+        user = sync_current_user(request)
+        calls.append(user)
+        return user
+
+    @app.get("/me", dependencies=[Depends(limits.route("5/min", key=Depends(current_user)))])
+    def me(user: str | None = Depends(current_user)) -> dict[str, str | None]:
+        return {"user": user}
+
+    with Server(app) as client:
+        answers = [client.get("/me", headers=bearer(token)) for token in ("token-alice", "token-bob")]
+    assert [answer.json() for answer in answers] == [{"user": "alice"}, {"user": "bob"}]
+    assert calls == ["alice", "bob"]
+
+
+def test_an_int_key_is_its_decimal_text(limiter: rk.Limiter) -> None:
+    app = FastAPI()
+    limits = RouteLimits(app, limiter=limiter)
+
+    def user_id() -> int:
+        return 42
+
+    @app.get("/n", dependencies=[Depends(limits.route("1/min", key=Depends(user_id)))])
+    def n() -> str:
+        return "n"
+
+    with Server(app) as client:
+        assert client.get("/n").status_code == 200
+    assert not limiter.check("42", group="GET /n").allowed
+
+
+def test_a_key_dependency_returning_an_object_is_a_clear_error(limiter: rk.Limiter) -> None:
+    class User:
+        name = "alice"
+
+    def current_user() -> User:
+        return User()
+
+    app = FastAPI()
+    limits = RouteLimits(app, limiter=limiter)
+
+    @app.get("/x", dependencies=[Depends(limits.route("1/min", key=Depends(current_user)))])
+    def x() -> str:
+        return "x"
+
+    async def ask() -> None:
+        # In process: the app's exception reaches the test (a real server would answer 500 and log it).
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://test") as client:
+            await client.get("/x")
+
+    # Not str(user): an object's default text holds its address, a new key on every request.
+    with pytest.raises(rk.InvalidType) as error:
+        asyncio.run(ask())
+    assert error.value.loc == ("key",)
+    assert "current_user must return a str, an int or None, got User" in str(error.value)
+
+
+def anonymous_app(limiter: rk.Limiter, **options: Any) -> FastAPI:
+    app = FastAPI()
+    limits = RouteLimits(app, limiter=limiter, key=Depends(sync_current_user), **options)
+
+    @app.get("/default", dependencies=[Depends(limits.route("2/min"))])
+    def default() -> str:
+        return "default"
+
+    @app.get("/members", dependencies=[Depends(limits.route("2/min", on_missing_key="refuse", missing_key_status=401))])
+    def members_only() -> str:
+        return "members"
+
+    return app
+
+
+def test_a_missing_user_shares_the_anonymous_key_by_default(limiter: rk.Limiter) -> None:
+    with Server(anonymous_app(limiter)) as client:
+        anonymous = [client.get("/default").status_code for _ in range(3)]
+        assert client.get("/default", headers=bearer("token-alice")).status_code == 200
+        # A route's own on_missing_key: refused at once, counted nowhere.
+        refused = client.get("/members")
+        assert refused.status_code == 401
+        assert refused.json() == {"detail": "This request carries no key the rate limiter can use", "status": 401}
+        assert client.get("/members", headers=bearer("token-alice")).status_code == 200
+    assert anonymous == [200, 200, 429]
+    assert limiter.check("anonymous", group="GET /members").remaining == 1  # 2, less this check
+
+
+def test_on_missing_key_refuse_answers_missing_key_status(limiter: rk.Limiter) -> None:
+    with Server(anonymous_app(limiter, on_missing_key="refuse", missing_key_status=403)) as client:
+        assert client.get("/default").status_code == 403
+        assert client.get("/members").status_code == 401  # the route's own status
+        assert client.get("/default", headers=bearer("token-bob")).status_code == 200
+    assert limiter.check("anonymous", group="GET /default").remaining == 1  # 2, less this check
+
+
+def test_a_custom_anonymous_key_is_the_one_missing_users_share(limiter: rk.Limiter) -> None:
+    with Server(anonymous_app(limiter, anonymous_key="guests")) as client:
+        assert client.get("/default").status_code == 200
+    assert limiter.check("guests", group="GET /default").remaining == 0  # 1 used of 2, less this check
+
+
+def test_bad_key_arguments_are_refused_at_declaration_naming_the_field() -> None:
+    limiter = rk.Limiter("1/s")
+
+    def current_user(token: str = Depends(sync_current_user)) -> str:
+        return token
+
+    with pytest.raises(rk.InvalidValue) as empty:
+        RouteLimits(FastAPI(), limiter=limiter, key=Depends())
+    assert empty.value.loc == ("key",)
+    assert "Depends() needs the dependency" in str(empty.value)
+    with pytest.raises(rk.InvalidType) as not_callable:
+        RouteLimits(FastAPI(), limiter=limiter).route("1/s", key="X-API-Key")  # type: ignore[arg-type]
+    assert str(not_callable.value) == "key: must be a callable of the request or Depends(dependency), got 'X-API-Key'"
+    # A dependency given as a plain key function would be called with the request and nothing it needs.
+    with pytest.raises(rk.InvalidType) as undeclared:
+        RouteLimits(FastAPI(), limiter=limiter, key=current_user)
+    assert str(undeclared.value) == (
+        "key: current_user has FastAPI dependencies of its own: give key=Depends(current_user)"
+    )
+
+
+def test_bad_missing_key_options_are_refused_naming_the_field_and_value() -> None:
+    limiter = rk.Limiter("1/s")
+    with pytest.raises(rk.InvalidValue) as allow:
+        RouteLimits(FastAPI(), limiter=limiter, on_missing_key="allow")  # type: ignore[arg-type]
+    assert str(allow.value) == "on_missing_key: must be 'refuse' or 'anonymous', got 'allow'"
+    limits = RouteLimits(FastAPI(), limiter=limiter)
+    with pytest.raises(rk.InvalidValue) as per_route:
+        limits.route("1/s", on_missing_key="deny")  # type: ignore[arg-type]
+    assert per_route.value.loc == ("on_missing_key",)
+    assert "'deny'" in str(per_route.value)
+    with pytest.raises(rk.InvalidValue) as status:
+        limits.route("1/s", missing_key_status=500)
+    assert str(status.value) == "missing_key_status: must be 401, 403 or 429, got 500"
+    with pytest.raises(rk.InvalidType) as cost:
+        limits.route("1/s", cost=3)  # type: ignore[arg-type]
+    assert str(cost.value) == "cost: must be callable, got int"
+    with pytest.raises(rk.InvalidType) as group:
+        limits.route("1/s", group=7)  # type: ignore[arg-type]
+    assert str(group.value) == "group: must be a str, got int"
