@@ -718,6 +718,16 @@ impl<C> StateMap<C> {
         (max_keys.max(1) / MIN_KEYS_PER_SHARD).clamp(1, MAX_SHARED_SHARDS).next_power_of_two().min(MAX_SHARED_SHARDS)
     }
 
+    /// Starts fetching the region's lock and slots for `key` (see `SharedRegion::prefetch`); nothing
+    /// for a store in memory, whose shards are few and stay in the caches.
+    #[inline]
+    pub fn prefetch(&self, key: u64) {
+        if let Some(region) = &self.region {
+            #[allow(clippy::cast_possible_truncation)]
+            region.prefetch(key.checked_shr(self.region_shift).unwrap_or(0) as usize);
+        }
+    }
+
     /// The shard that holds `key`, locked. The shard comes from the key's top bits (a table places
     /// by a mix of them all), and keys that share their top 32 bits share a shard: see [`StateMap::related_key`].
     #[inline]

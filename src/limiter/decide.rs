@@ -99,6 +99,7 @@ impl Limiter {
         // measured 3-5 ns slower.
         let started = sample_latency().then(Instant::now);
         let peer_hash = self.hasher.hash_one(peer);
+        self.states.prefetch(peer_hash);
         let now = self.clock.now_ns();
         let mut shard = self.states.lock(peer_hash);
         // As `Locked` does, by hand: taken out (no reference count touched) and put back. After a

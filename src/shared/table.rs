@@ -25,8 +25,9 @@ type Entries = Vec<(u64, u64)>;
 
 /// Marks an occupied slot in its owner word (an owner packs into 26 bits).
 const OCCUPIED: u32 = 1 << 31;
-/// Active slots of an empty shard.
-const MIN_ACTIVE: usize = 64;
+/// Active slots of an empty shard: its first block, kept with every other shard's first block (see
+/// `ShardPlace::first`).
+pub const MIN_ACTIVE: usize = 48;
 /// (stamp, units) entries per log chunk.
 pub const CHUNK_ENTRIES: usize = 15;
 
@@ -94,8 +95,9 @@ pub struct Chunk {
 pub struct ShardHead {
     pub lock: SharedMutex,
     len: u32,
-    /// The slots in use from the start of the shard's (0: `MIN_ACTIVE`): doubled as the shard fills, so
-    /// that a region used below its bound keeps its states close together (fewer pages, fewer misses).
+    /// The slots in use (0: `MIN_ACTIVE`): doubled as the shard fills, so that a region used below its
+    /// bound keeps its states close together (fewer pages, fewer misses). Up to `MIN_ACTIVE` they are
+    /// the shard's first block, beyond it the start of its own slots.
     active: u32,
     inserts_since_decay: u32,
     /// The free list's first chunk plus one.
@@ -194,6 +196,12 @@ pub struct ShardPlace {
     pub journal_slots: *mut RegionSlot,
     pub head: *mut ShardHead,
     pub counts: *mut ShardCounts,
+    /// The slots of a shard holding few states (`MIN_ACTIVE`, or its capacity if less). Every shard's
+    /// first block sits beside the others': a region far below its bound (100,000 states of 1,000,000)
+    /// then keeps them on a few pages, where shards' own slots would put each shard's on a page of
+    /// its own, and a lookup would miss the TLB as well as the caches.
+    pub first: *mut RegionSlot,
+    /// The shard's own slots, `capacity` of them, used once it outgrows its first block.
     pub slots: *mut RegionSlot,
     pub capacity: usize,
     pub chunks: *mut Chunk,
@@ -231,47 +239,78 @@ impl RegionTable {
         unsafe { &mut *self.place.head }
     }
 
+    /// Where `active` slots live: the first block, or the shard's own slots.
+    #[inline]
+    fn area(&self, active: usize) -> *mut RegionSlot {
+        if active <= self.first_len() {
+            self.place.first
+        } else {
+            self.place.slots
+        }
+    }
+
+    #[inline]
+    fn first_len(&self) -> usize {
+        MIN_ACTIVE.min(self.place.capacity)
+    }
+
     #[inline]
     fn slots(&self) -> &[RegionSlot] {
-        // SAFETY: see `new`.
-        unsafe { std::slice::from_raw_parts(self.place.slots, self.active()) }
+        let active = self.active();
+        // SAFETY: see `new`; `area` holds at least `active` slots.
+        unsafe { std::slice::from_raw_parts(self.area(active), active) }
     }
 
     #[inline]
     #[allow(clippy::mut_from_ref)]
     fn slots_mut(&self) -> &mut [RegionSlot] {
+        let active = self.active();
         // SAFETY: see `new`; the lock is held.
-        unsafe { std::slice::from_raw_parts_mut(self.place.slots, self.active()) }
+        unsafe { std::slice::from_raw_parts_mut(self.area(active), active) }
     }
 
-    /// Every slot of the shard, the active ones and those beyond (empty, unless a process died growing).
+    /// Every slot of the shard, in its first block and in its own slots: those not active are empty,
+    /// unless a process died growing the shard.
     #[allow(clippy::mut_from_ref)]
-    fn all_slots_mut(&self) -> &mut [RegionSlot] {
-        // SAFETY: see `new`; the lock is held.
-        unsafe { std::slice::from_raw_parts_mut(self.place.slots, self.place.capacity) }
+    fn all_slots_mut(&self) -> [&mut [RegionSlot]; 2] {
+        // SAFETY: see `new`; the lock is held; the two areas do not overlap.
+        unsafe {
+            [
+                std::slice::from_raw_parts_mut(self.place.first, self.first_len()),
+                std::slice::from_raw_parts_mut(self.place.slots, self.place.capacity),
+            ]
+        }
     }
 
-    /// How many slots from the start are in use.
+    /// Empties every slot of the shard.
+    fn empty_all_slots(&self) {
+        for area in self.all_slots_mut() {
+            area.fill(RegionSlot::default());
+        }
+    }
+
+    /// How many slots are in use.
     #[inline]
     fn active(&self) -> usize {
         // SAFETY: see `new`; read under the lock.
         let active = unsafe { (*self.place.head).active } as usize;
         if active == 0 {
-            MIN_ACTIVE.min(self.place.capacity)
+            self.first_len()
         } else {
             active.min(self.place.capacity)
         }
+    }
+
+    #[allow(clippy::cast_possible_truncation)] // a shard's capacity fits in u32
+    fn set_active(&self, active: usize) {
+        self.head().active = active as u32;
     }
 
     /// Doubles the active slots (up to the shard's capacity), placing every state anew.
     fn grow(&mut self) {
         let active = (self.active() * 2).min(self.place.capacity);
         let kept: Vec<(RegionSlot, Option<Entries>)> = self.iter().map(|slot| (*slot, None)).collect();
-        #[allow(clippy::cast_possible_truncation)] // a shard's capacity fits in u32
-        {
-            self.head().active = active as u32;
-        }
-        self.rebuild(kept);
+        self.rebuild(kept, active);
     }
 
     #[allow(clippy::mut_from_ref)]
@@ -470,11 +509,12 @@ impl RegionTable {
                 self.free_log(slot.log);
             }
         }
-        self.rebuild(kept);
+        self.rebuild(kept, self.active());
     }
 
-    /// Refills the array with `kept` (each with new log entries to write, if they changed).
-    fn rebuild(&mut self, kept: Vec<(RegionSlot, Option<Entries>)>) {
+    /// Refills the array with `kept` (each with new log entries to write, if they changed), `active`
+    /// slots of it.
+    fn rebuild(&mut self, kept: Vec<(RegionSlot, Option<Entries>)>, active: usize) {
         let slots: Vec<RegionSlot> = kept
             .into_iter()
             .map(|(mut slot, entries)| {
@@ -494,9 +534,16 @@ impl RegionTable {
         // SAFETY: see `new`; the journal's lock is held.
         let others = unsafe { (*self.place.journal).shard } != 0;
         if !others {
-            self.journal(&slots);
+            self.journal(&slots, active);
         }
+        let left = self.area(self.active());
+        self.set_active(active);
         self.place_all(&slots);
+        if left != self.area(active) {
+            // Moved out of the first block: emptied, so that a repair finds each state once.
+            // SAFETY: see `new`; the lock is held.
+            unsafe { std::slice::from_raw_parts_mut(left, self.first_len()) }.fill(RegionSlot::default());
+        }
         if !others {
             // SAFETY: see `new`; the journal's lock is held.
             unsafe { (*self.place.journal).shard = 0 };
@@ -514,15 +561,15 @@ impl RegionTable {
         self.set_len(before, slots.len());
     }
 
-    /// Records `slots` as this shard's, about to be placed (the journal's lock held).
-    fn journal(&self, slots: &[RegionSlot]) {
+    /// Records `slots` as this shard's, about to be placed in `active` slots (the journal's lock held).
+    fn journal(&self, slots: &[RegionSlot], active: usize) {
         // SAFETY: see `new`; the journal's lock is held, its slots are a shard's capacity, and a shard
         // never holds more states than its capacity.
         unsafe {
             let journal = self.place.journal;
             std::ptr::copy_nonoverlapping(slots.as_ptr(), self.place.journal_slots, slots.len());
             (*journal).len = slots.len() as u64;
-            (*journal).active = self.active() as u64;
+            (*journal).active = active as u64;
             std::sync::atomic::fence(Ordering::Release);
             (*journal).shard = self.place.index as u64 + 1;
         }
@@ -539,11 +586,8 @@ impl RegionTable {
         let len = usize::try_from(journal.len).unwrap_or(0).min(self.place.capacity);
         // SAFETY: within the journal's slots.
         let slots: Vec<RegionSlot> = unsafe { std::slice::from_raw_parts(self.place.journal_slots, len) }.to_vec();
-        #[allow(clippy::cast_possible_truncation)] // a shard's capacity fits in u32
-        {
-            self.head().active = usize::try_from(journal.active).unwrap_or(0).min(self.place.capacity) as u32;
-        }
-        self.all_slots_mut().fill(RegionSlot::default());
+        self.set_active(usize::try_from(journal.active).unwrap_or(0).min(self.place.capacity));
+        self.empty_all_slots();
         for slot in slots.into_iter().filter(RegionSlot::occupied) {
             self.place_slot(slot);
         }
@@ -618,7 +662,7 @@ impl RegionTable {
         let head = self.head();
         head.dropped += dropped;
         head.evictions += evicted;
-        self.rebuild(kept.into_iter().map(|slot| (slot, None)).collect());
+        self.rebuild(kept.into_iter().map(|slot| (slot, None)).collect(), self.active());
     }
 
     /// The sliding log of `key` (empty if none).
@@ -759,8 +803,8 @@ impl RegionTable {
         let mut used = vec![false; chunk_count];
         let mut seen = std::collections::HashSet::new();
         let mut kept = Vec::new();
-        for index in 0..self.place.capacity {
-            let mut slot = self.all_slots_mut()[index];
+        let every_slot: Vec<RegionSlot> = self.all_slots_mut().iter().flat_map(|area| area.iter().copied()).collect();
+        for mut slot in every_slot {
             if !slot.occupied() || !seen.insert(slot.identity()) {
                 continue;
             }
@@ -796,17 +840,14 @@ impl RegionTable {
             self.head().free_chunks = index + 1;
         }
         let before = self.len();
-        self.all_slots_mut().fill(RegionSlot::default());
+        self.empty_all_slots();
         let count = kept.len();
         // Enough active slots for every state kept (a process may have died growing them).
-        let mut active = MIN_ACTIVE.min(self.place.capacity);
+        let mut active = self.first_len();
         while count * 8 > active * 7 && active < self.place.capacity {
             active = (active * 2).min(self.place.capacity);
         }
-        #[allow(clippy::cast_possible_truncation)] // a shard's capacity fits in u32
-        {
-            self.head().active = active.max(self.active()) as u32;
-        }
+        self.set_active(active.max(self.active()));
         for slot in kept {
             self.place_slot(slot);
         }
@@ -844,7 +885,7 @@ mod tests {
         let bytes = std::mem::size_of::<JournalHead>()
             + std::mem::size_of::<ShardHead>()
             + std::mem::size_of::<ShardCounts>()
-            + 2 * capacity * std::mem::size_of::<RegionSlot>()
+            + (2 * capacity + MIN_ACTIVE) * std::mem::size_of::<RegionSlot>()
             + chunk_count as usize * std::mem::size_of::<Chunk>();
         let mut memory = vec![0u128; bytes.div_ceil(16) + 4];
         let base = memory.as_mut_ptr().cast::<u8>();
@@ -855,10 +896,11 @@ mod tests {
             let journal = base.cast::<JournalHead>();
             let head = journal.add(1).cast::<ShardHead>();
             let counts = head.add(1).cast::<ShardCounts>();
-            let slots = counts.add(1).cast::<RegionSlot>();
+            let first = counts.add(1).cast::<RegionSlot>();
+            let slots = first.add(MIN_ACTIVE);
             let journal_slots = slots.add(capacity);
             let chunks = journal_slots.add(capacity).cast::<Chunk>();
-            ShardPlace { index: 0, journal, journal_slots, head, counts, slots, capacity, chunks, chunk_count }
+            ShardPlace { index: 0, journal, journal_slots, head, counts, first, slots, capacity, chunks, chunk_count }
         };
         let keys = Box::new(AtomicU64::new(0));
         let mut tally = Box::<Tally>::default();
@@ -949,8 +991,8 @@ mod tests {
         }
         // As a process killed inside `rebuild`: the states journaled, the slots emptied, nothing placed.
         let slots: Vec<RegionSlot> = f.table.iter().copied().collect();
-        f.table.journal(&slots);
-        f.table.all_slots_mut().fill(RegionSlot::default());
+        f.table.journal(&slots, f.table.active());
+        f.table.empty_all_slots();
         f.table.repair();
         assert_eq!(f.table.len(), 40);
         for i in 0..40 {
@@ -960,6 +1002,46 @@ mod tests {
         f.table.remove(key(0));
         f.table.repair();
         assert_eq!(f.table.len(), 39);
+    }
+
+    #[test]
+    fn a_shard_moves_from_its_first_block_to_its_own_slots_losing_nothing() {
+        let mut f = fixture(320, 0, 1_000);
+        for i in 0..40 {
+            f.table.insert(key(i), State { t: i, a: 0, b: 0 }, 3, 0, |_, _| panic!("no room needed"));
+        }
+        assert_eq!(f.table.slots().as_ptr(), f.table.place.first.cast_const(), "40 states fit the first block");
+        for i in 40..200 {
+            f.table.insert(key(i), State { t: i, a: 0, b: 0 }, 3, 0, |_, _| panic!("no room needed"));
+        }
+        assert_eq!(f.table.slots().as_ptr(), f.table.place.slots.cast_const());
+        let [first, _] = f.table.all_slots_mut();
+        assert!(first.iter().all(|slot| !slot.occupied()), "the first block was left behind empty");
+        for i in 0..200 {
+            assert_eq!(f.table.get(key(i)).map(|s| s.state.t), Some(i), "key {i}");
+        }
+        assert_eq!(f.table.len(), 200);
+    }
+
+    #[test]
+    fn a_move_out_of_the_first_block_cut_short_is_repaired_from_both_areas() {
+        let mut f = fixture(320, 0, 1_000);
+        for i in 0..40 {
+            f.table.insert(key(i), State { t: i, a: 0, b: 0 }, 3, 0, |_, _| {});
+        }
+        // As a process killed moving the shard unjournaled (another shard's journal was pending): the
+        // shard says its own slots are in use, half the states are placed there, all are in the first block.
+        let moving: Vec<RegionSlot> = f.table.iter().copied().collect();
+        f.table.set_active(96);
+        for slot in &moving[..20] {
+            f.table.place_slot(*slot);
+        }
+        f.table.repair();
+        assert_eq!(f.table.len(), 40);
+        assert_eq!(f.table.iter().count(), 40);
+        for i in 0..40 {
+            assert_eq!(f.table.get(key(i)).map(|s| s.state.t), Some(i), "key {i}");
+        }
     }
 
     #[test]
