@@ -9,10 +9,23 @@ export CARGO_TARGET_DIR_PY := target/py
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
+# WHEEL=dist/ratekeeper-*.whl: `make install` / `make test` install that built wheel instead of the source
+# (what CI does, so the tests import the installed wheel; run it with a fresh venv's PYTHON).
+WHEEL ?=
+
 .PHONY: install
-install: ## install the package and its test dependencies (editable, release build)
+install: ## install the package and its test dependencies (editable, release build; WHEEL=path: that wheel)
+ifdef WHEEL
+	$(PYTHON) -m pip install --quiet '$(WHEEL)[test]'
+else
 	$(PYTHON) -m pip install --quiet 'maturin>=1.9.4,<2'
 	CARGO_TARGET_DIR=$(CARGO_TARGET_DIR_PY) $(PYTHON) -m pip install --quiet --no-build-isolation -e '.[test]'
+endif
+
+.PHONY: wheel
+wheel: ## build the abi3 wheel (one per platform, for every CPython >= 3.9) into dist/
+	$(PYTHON) -m pip install --quiet 'maturin>=1.9.4,<2'
+	CARGO_TARGET_DIR=$(CARGO_TARGET_DIR_PY) $(PYTHON) -m maturin build --release --out dist
 
 .PHONY: build-dev
 build-dev: ## rebuild the extension after a Rust change
