@@ -26,7 +26,7 @@ else
 endif
 
 .PHONY: wheel
-wheel: ## build the abi3 wheel (one per platform, for every CPython >= 3.9) into dist/
+wheel: ## build the abi3 wheel (one per platform, for every CPython >= 3.10) into dist/
 	$(PYTHON) -m pip install --quiet 'maturin>=1.9.4,<2'
 	CARGO_TARGET_DIR=$(CARGO_TARGET_DIR_PY) $(PYTHON) -m maturin build --release --out dist
 

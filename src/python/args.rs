@@ -1,7 +1,5 @@
 //! Arguments from Python, and the core's errors as Python exceptions (one place for both).
 
-use std::borrow::Cow;
-
 use pyo3::exceptions::{PyConnectionError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -198,8 +196,6 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Cost {
 
 /// One converter per argument (a field's name is part of its error), for `#[pyo3(from_py_with = ...)]`.
 pub mod field {
-    use std::borrow::Cow;
-
     use pyo3::prelude::*;
 
     use super::{flag, int_at_least, positive_int, seconds, text};
@@ -263,23 +259,23 @@ pub mod field {
         })
     }
 
-    pub fn algorithm<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<Cow<'a, str>> {
+    pub fn algorithm<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<&'a str> {
         text("algorithm", obj)
     }
 
-    pub fn policy<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<Cow<'a, str>> {
+    pub fn policy<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<&'a str> {
         text("policy", obj)
     }
 
-    pub fn mode<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<Cow<'a, str>> {
+    pub fn mode<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<&'a str> {
         text("mode", obj)
     }
 
-    pub fn prefix<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<Cow<'a, str>> {
+    pub fn prefix<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<&'a str> {
         text("prefix", obj)
     }
 
-    pub fn on_error<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<Cow<'a, str>> {
+    pub fn on_error<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<&'a str> {
         text("on_error", obj)
     }
 }
@@ -299,19 +295,17 @@ pub fn not_unicode(field: &str) -> Error {
     Error::value(field, "must be valid Unicode, got a str with a lone surrogate (such as '\\ud800')")
 }
 
-/// A str argument of the hot path; the error names the field (pyo3's only notes it). Borrowed in a
-/// build for one Python version; copied in the abi3 wheel, since the stable ABI only lends a str's
-/// UTF-8 from Python 3.10 and the wheel also serves 3.9.
+/// A str argument of the hot path, borrowed; the error names the field (pyo3's only notes it).
 #[inline]
-pub fn text<'a>(field: &str, obj: &'a Bound<'_, PyAny>) -> PyResult<Cow<'a, str>> {
+pub fn text<'a>(field: &str, obj: &'a Bound<'_, PyAny>) -> PyResult<&'a str> {
     match obj.cast::<PyString>() {
-        Ok(s) => s.to_cow().map_err(|_| not_unicode(field).into()),
+        Ok(s) => s.to_str().map_err(|_| not_unicode(field).into()),
         Err(_) => Err(Error::type_error(field, format!("must be a str, got {}", type_name(obj))).into()),
     }
 }
 
 #[inline]
-pub fn optional_text<'a>(field: &str, obj: Option<&'a Bound<'_, PyAny>>) -> PyResult<Option<Cow<'a, str>>> {
+pub fn optional_text<'a>(field: &str, obj: Option<&'a Bound<'_, PyAny>>) -> PyResult<Option<&'a str>> {
     match obj {
         None => Ok(None),
         Some(o) if o.is_none() => Ok(None),
@@ -319,32 +313,16 @@ pub fn optional_text<'a>(field: &str, obj: Option<&'a Bound<'_, PyAny>>) -> PyRe
     }
 }
 
-/// What a request is for, as given (`get` lends it as a `Target`): its path, or the group named with
-/// `group=` (not both).
-pub enum TargetArg<'a> {
-    Path(Option<Cow<'a, str>>),
-    Group(Cow<'a, str>),
-}
-
-impl TargetArg<'_> {
-    #[inline]
-    pub fn get(&self) -> Target<'_> {
-        match self {
-            Self::Path(path) => Target::Path(path.as_deref()),
-            Self::Group(group) => Target::Group(group),
-        }
-    }
-}
-
+/// What a request is for: its path, or the group named with `group=` (not both).
 #[inline]
-pub fn target<'a>(path: Option<&'a Bound<'_, PyAny>>, group: Option<&'a Bound<'_, PyAny>>) -> PyResult<TargetArg<'a>> {
+pub fn target<'a>(path: Option<&'a Bound<'_, PyAny>>, group: Option<&'a Bound<'_, PyAny>>) -> PyResult<Target<'a>> {
     let path = optional_text("path", path)?;
     match optional_text("group", group)? {
-        None => Ok(TargetArg::Path(path)),
+        None => Ok(Target::Path(path)),
         Some(_) if path.is_some() => {
             Err(Error::value("group", "give a path (routed by the rules) or a group, not both").into())
         }
-        Some(group) => Ok(TargetArg::Group(group)),
+        Some(group) => Ok(Target::Group(group)),
     }
 }
 
@@ -353,7 +331,7 @@ pub fn str_arg(field: &str, obj: &Bound<'_, PyAny>) -> Result<String, Error> {
     let s = obj
         .cast::<PyString>()
         .map_err(|_| Error::type_error(field, format!("must be a str, got {}", type_name(obj))))?;
-    s.to_cow().map(Cow::into_owned).map_err(|_| not_unicode(field))
+    s.to_str().map(str::to_owned).map_err(|_| not_unicode(field))
 }
 
 /// A list of str; a single str is refused (it would be read as its characters).

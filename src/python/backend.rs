@@ -1,6 +1,5 @@
 //! `rk.Redis`: where a limiter keeps its states when several processes share its limits.
 
-use std::borrow::Cow;
 use std::time::Duration;
 
 use pyo3::prelude::*;
@@ -19,22 +18,17 @@ pub struct PyRedis {
 #[pymethods]
 impl PyRedis {
     #[new]
-    #[pyo3(
-        signature = (
-            url, *, mode=Cow::Borrowed("exact"), timeout=0.05, prefix=Cow::Borrowed("ratekeeper:"),
-            on_error=Cow::Borrowed("local"), sync_interval=1.0, tls_ca_file=None, lease_ttl=300.0
-        ),
-        text_signature = "(url, *, mode=\"exact\", timeout=0.05, prefix=\"ratekeeper:\", on_error=\"local\", \
-                          sync_interval=1.0, tls_ca_file=None, lease_ttl=300.0)"
-    )]
-    // The str arguments come as `Cow` (borrowed, or copied in the abi3 wheel on Python 3.9), by value from pyo3.
-    #[allow(clippy::too_many_arguments, clippy::needless_pass_by_value)]
+    #[pyo3(signature = (
+        url, *, mode="exact", timeout=0.05, prefix="ratekeeper:", on_error="local", sync_interval=1.0, tls_ca_file=None,
+        lease_ttl=300.0
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn py_new(
         url: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = field::mode)] mode: Cow<'_, str>,
+        #[pyo3(from_py_with = field::mode)] mode: &str,
         #[pyo3(from_py_with = field::timeout)] timeout: f64,
-        #[pyo3(from_py_with = field::prefix)] prefix: Cow<'_, str>,
-        #[pyo3(from_py_with = field::on_error)] on_error: Cow<'_, str>,
+        #[pyo3(from_py_with = field::prefix)] prefix: &str,
+        #[pyo3(from_py_with = field::on_error)] on_error: &str,
         #[pyo3(from_py_with = field::sync_interval)] sync_interval: f64,
         #[pyo3(from_py_with = field::tls_ca_file)] tls_ca_file: Option<std::path::PathBuf>,
         #[pyo3(from_py_with = field::lease_ttl)] lease_ttl: f64,
@@ -44,14 +38,14 @@ impl PyRedis {
             return Err(Error::type_error("url", message).into());
         }
         let url = str_arg("url", url)?;
-        let mode = match &*mode {
+        let mode = match mode {
             "exact" => "exact",
             "sync" => "sync",
             _ => return Err(Error::value("mode", format!("must be 'exact' or 'sync', got '{mode}'")).into()),
         };
         let sync_interval = Duration::from_nanos(positive_seconds("sync_interval", sync_interval)?);
         let timeout = Duration::from_nanos(positive_seconds("timeout", timeout)?);
-        let on_error = OnError::parse(&on_error)?;
+        let on_error = OnError::parse(on_error)?;
         // Checked now, so that a typo fails here rather than at the first request.
         Client::check_url(&url)?;
         let tls_ca = match tls_ca_file {
@@ -62,7 +56,7 @@ impl PyRedis {
             ),
         };
         let lease_ttl = Duration::from_nanos(positive_seconds("lease_ttl", lease_ttl)?);
-        let settings = Settings { url, tls_ca, timeout, prefix: prefix.into_owned(), on_error, lease_ttl };
+        let settings = Settings { url, tls_ca, timeout, prefix: prefix.to_owned(), on_error, lease_ttl };
         Ok(Self { spec: Spec { settings, sync_interval: (mode == "sync").then_some(sync_interval) }, mode })
     }
 

@@ -1,6 +1,5 @@
 //! `ratekeeper._core.Limiter`: the core's decisions for Python; the Python subclass adds waiting.
 
-use std::borrow::Cow;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -193,10 +192,8 @@ impl PyLimiter {
         request: Request,
     ) -> PyResult<limiter::Decision> {
         let peer = text("peer", peer)?;
-        let peer = &*peer;
         if group.is_none_or(PyAnyMethods::is_none) {
             let path = optional_text("path", path)?;
-            let path = path.as_deref();
             self.wait_first_fetch(py, peer, Target::Path(path));
             if !self.store.waits_on_io() {
                 return Ok(self.store.decide_here(&self.inner, peer, path, request));
@@ -204,7 +201,6 @@ impl PyLimiter {
             return self.decide(py, peer, Target::Path(path), request);
         }
         let target = target(path, group)?;
-        let target = target.get();
         self.wait_first_fetch(py, peer, target);
         self.decide(py, peer, target, request)
     }
@@ -313,16 +309,11 @@ fn quota_settings(py: Python<'_>, quotas: Option<&Bound<'_, PyAny>>) -> PyResult
 #[pymethods]
 impl PyLimiter {
     #[new]
-    #[pyo3(
-        signature = (
-            rate=None, *, rules=None, exempt_peers=None, exempt_paths=None, max_keys=1_000_000, burst=None,
-            algorithm=Cow::Borrowed("gcra"), clock=None, quotas=None, track_usage=false, backend=None
-        ),
-        text_signature = "(rate=None, *, rules=None, exempt_peers=None, exempt_paths=None, max_keys=1000000, \
-                          burst=None, algorithm=\"gcra\", clock=None, quotas=None, track_usage=False, backend=None)"
-    )]
-    // The str arguments come as `Cow` (borrowed, or copied in the abi3 wheel on Python 3.9), by value from pyo3.
-    #[allow(clippy::too_many_arguments, clippy::needless_pass_by_value)]
+    #[pyo3(signature = (
+        rate=None, *, rules=None, exempt_peers=None, exempt_paths=None, max_keys=1_000_000, burst=None,
+        algorithm="gcra", clock=None, quotas=None, track_usage=false, backend=None
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn py_new(
         py: Python<'_>,
         rate: Option<&Bound<'_, PyAny>>,
@@ -331,7 +322,7 @@ impl PyLimiter {
         exempt_paths: Option<&Bound<'_, PyAny>>,
         #[pyo3(from_py_with = field::max_keys)] max_keys: usize,
         burst: Option<&Bound<'_, PyAny>>,
-        #[pyo3(from_py_with = field::algorithm)] algorithm: Cow<'_, str>,
+        #[pyo3(from_py_with = field::algorithm)] algorithm: &str,
         clock: Option<&Bound<'_, PyAny>>,
         quotas: Option<&Bound<'_, PyAny>>,
         #[pyo3(from_py_with = field::track_usage)] track_usage: bool,
@@ -342,7 +333,7 @@ impl PyLimiter {
             None => Vec::new(),
         };
         match rate.filter(|r| !r.is_none()) {
-            Some(rate) => specs.push(RuleSpec::single("", "default", limit_arg(rate, burst, &algorithm)?)?),
+            Some(rate) => specs.push(RuleSpec::single("", "default", limit_arg(rate, burst, algorithm)?)?),
             None if rules.is_none_or(PyAnyMethods::is_none) => {
                 return Err(Error::value("rate", "give a rate (e.g. Limiter('10/min')) or rules=[Rule(...)]").into())
             }
@@ -447,7 +438,6 @@ impl PyLimiter {
         wait_quota: bool,
     ) -> PyResult<PyReservation> {
         let (peer, target) = (text("peer", peer)?, target(path, group)?);
-        let (peer, target) = (&*peer, target.get());
         if wait_quota {
             self.wait_first_fetch(py, peer, target);
         }
@@ -479,7 +469,6 @@ impl PyLimiter {
         let this = slf.get();
         let py = slf.py();
         let (peer, target) = (text("peer", peer)?, target(path, group)?);
-        let (peer, target) = (&*peer, target.get());
         let mut request = Request::new(cost.0).waiting(nanos("timeout", timeout)?).taking(take.into());
         if report {
             request = request.reporting();
@@ -522,7 +511,6 @@ impl PyLimiter {
         take: PyTake,
     ) -> PyResult<PyDecision> {
         let (peer, target) = (text("peer", peer)?, target(path, group)?);
-        let (peer, target) = (&*peer, target.get());
         let decision = self.decide(py, peer, target, Request::new(cost.0).reporting().taking(take.into()))?;
         Ok(self.decision(py, &decision))
     }
@@ -541,7 +529,6 @@ impl PyLimiter {
         path: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let (peer, target) = (text("peer", peer)?, target(Some(path), None)?);
-        let (peer, target) = (&*peer, target.get());
         let decision = self.decide(py, peer, target, Request::new(1).reporting().taking(Take::RatesAndPermits))?;
         let decision = self.decision(py, &decision);
         if decision.is_allowed() && !decision.holds_permits() {
@@ -561,7 +548,6 @@ impl PyLimiter {
         cost: Cost,
     ) -> PyResult<()> {
         let (peer, target) = (text("peer", peer)?, target(path, group)?);
-        let (peer, target) = (&*peer, target.get());
         Ok(self.in_store(py, |store, limiter| store.release(limiter, peer, target, cost.0))?)
     }
 
@@ -578,7 +564,6 @@ impl PyLimiter {
         group: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         let (peer, target) = (text("peer", peer)?, target(path, group)?);
-        let (peer, target) = (&*peer, target.get());
         Ok(self.in_store(py, |store, limiter| store.reduce(limiter, peer, target, n))?)
     }
 
@@ -592,7 +577,6 @@ impl PyLimiter {
         group: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Option<PyResolution>> {
         let (peer, target) = (text("peer", peer)?, target(path, group)?);
-        let (peer, target) = (&*peer, target.get());
         Ok(self.inner.resolve(peer, target)?.map(PyResolution::from))
     }
 
@@ -600,7 +584,7 @@ impl PyLimiter {
     #[pyo3(signature = (group, peer=None))]
     fn group_policy(&self, group: &Bound<'_, PyAny>, peer: Option<&Bound<'_, PyAny>>) -> PyResult<PyGroupPolicy> {
         let group = text("group", group)?;
-        Ok(self.inner.group_policy(&group, optional_text("peer", peer)?.as_deref())?.into())
+        Ok(self.inner.group_policy(group, optional_text("peer", peer)?)?.into())
     }
 
     /// Stops limiting: every request is allowed (and not counted) until `on()`.
@@ -681,7 +665,7 @@ impl PyLimiter {
     #[pyo3(signature = (peer=None))]
     fn reset(&self, py: Python<'_>, peer: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         let peer = optional_text("peer", peer)?;
-        Ok(py.detach(|| self.store.reset(&self.inner, peer.as_deref()))?)
+        Ok(py.detach(|| self.store.reset(&self.inner, peer))?)
     }
 
     /// Counters and sizes, by group: a `ratekeeper.Stats` dict. Reads one shard at a time.
@@ -755,13 +739,13 @@ impl PyLimiter {
         #[pyo3(from_py_with = field::top_n)] n: usize,
         group: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<(String, u64)>> {
-        Ok(self.inner.top_refused(n, optional_text("group", group)?.as_deref())?.peers)
+        Ok(self.inner.top_refused(n, optional_text("group", group)?)?.peers)
     }
 
     /// How far `top_refused`'s counts may be from the true counts (for one group: only above them).
     #[pyo3(signature = (group = None))]
     fn top_refused_error(&self, group: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {
-        Ok(self.inner.top_refused(0, optional_text("group", group)?.as_deref())?.error_bound)
+        Ok(self.inner.top_refused(0, optional_text("group", group)?)?.error_bound)
     }
 
     fn __len__(&self) -> usize {
@@ -777,7 +761,6 @@ impl PyLimiter {
     #[pyo3(signature = (peer, group, n))]
     fn absorb(&self, peer: &Bound<'_, PyAny>, group: &Bound<'_, PyAny>, n: &Bound<'_, PyAny>) -> PyResult<()> {
         let (peer, group) = (text("peer", peer)?, text("group", group)?);
-        let (peer, group) = (&*peer, &*group);
         Ok(self.inner.absorb(peer, group, positive_int("n", n)?)?)
     }
 
@@ -795,7 +778,6 @@ impl PyLimiter {
         rate: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
         let (peer, group) = (text("peer", peer)?, text("group", group)?);
-        let (peer, group) = (&*peer, &*group);
         let rate = if rate.is_none() { None } else { Some(PyRate::from_arg("rate", rate)?) };
         Ok(self.in_store(py, |store, limiter| store.set_quota(limiter, peer, group, rate))?)
     }
@@ -803,7 +785,6 @@ impl PyLimiter {
     #[pyo3(signature = (peer, group))]
     fn quota(&self, peer: &Bound<'_, PyAny>, group: &Bound<'_, PyAny>) -> PyResult<PyQuotaInfo> {
         let (peer, group) = (text("peer", peer)?, text("group", group)?);
-        let (peer, group) = (&*peer, &*group);
         let (info, rule_rate) = self.inner.quota(peer, group)?;
         Ok(PyQuotaInfo::new(&info, rule_rate, self.inner.now_ns()))
     }
@@ -817,7 +798,6 @@ impl PyLimiter {
         group: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         let (peer, target) = (text("peer", peer)?, target(path, group)?);
-        let (peer, target) = (&*peer, target.get());
         Ok(self.inner.first_fetch_pending(peer, target).is_some())
     }
 
@@ -888,7 +868,7 @@ impl PyLimiter {
         let group = text("group", group)?;
         let rate = rate.filter(|r| !r.is_none()).map(|r| PyRate::from_arg("rate", r)).transpose()?;
         let burst = burst.filter(|b| !b.is_none()).map(|b| positive_int("burst", b)).transpose()?;
-        Ok(self.inner.update_rule(&group, rate, burst)?)
+        Ok(self.inner.update_rule(group, rate, burst)?)
     }
 
     /// Replaces the rules and exemptions, keeping the state of groups that keep their name.

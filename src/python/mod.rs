@@ -35,56 +35,6 @@ mod _core {
         use pyo3::types::PyModuleMethods;
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
         m.add("NANOS_PER_SEC", crate::rate::NANOS_PER_SEC)?;
-        if m.py().version_info() < (3, 10) {
-            super::restore_signatures(m)?;
-        }
         Ok(())
     }
-}
-
-/// Python 3.9's `PyType_FromSpec` (the only way the abi3 core can make a class) drops the
-/// `Name(signature)\n--\n\n` line that pyo3 puts first in a class's doc, and with it the class's
-/// `__text_signature__`, which `inspect.signature` reads (and with it `help()` and the config file's
-/// `[backend]` keys). 3.10 keeps it. On 3.9 each class with a constructor gets it back as `__signature__`.
-fn restore_signatures(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
-    use pyo3::impl_::pyclass::PyClassImpl;
-    use pyo3::prelude::*;
-
-    fn restore<T: PyClassImpl + pyo3::PyTypeInfo>(m: &Bound<'_, PyModule>) -> PyResult<()> {
-        let py = m.py();
-        let doc = T::DOC.to_string_lossy();
-        let Some(signature) = doc.split_once("\n--\n\n").and_then(|(head, _)| head.find('(').map(|i| &head[i..]))
-        else {
-            return Ok(());
-        };
-        let inspect = py.import("inspect")?;
-        let class = py.get_type::<T>();
-        let signature =
-            inspect.getattr("_signature_fromstr")?.call1((inspect.getattr("Signature")?, &class, signature))?;
-        class.setattr("__signature__", signature)
-    }
-    macro_rules! restore_all {
-        ($($class:ty),*) => { $(restore::<$class>(m)?;)* };
-    }
-    restore_all!(
-        PyCompletions,
-        PyDecision,
-        PyFetchJob,
-        PyFetchQueue,
-        PyFetchResult,
-        PyGroupPolicy,
-        PyLimit,
-        PyLimiter,
-        PyManualClock,
-        PyQuotaInfo,
-        PyQuotas,
-        PyRate,
-        PyRedis,
-        PyReservation,
-        PyResolution,
-        PyRule,
-        PyShared,
-        PyTake
-    );
-    Ok(())
 }

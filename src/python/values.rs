@@ -1,7 +1,6 @@
 //! The value classes of the boundary: rates, limits, rules, the manual clock, quota settings, and what
 //! the limiter answers (decisions, policies, resolutions, quota info).
 
-use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 
@@ -38,7 +37,7 @@ impl PyRate {
             return Ok(rate.get().inner);
         }
         if let Ok(text) = obj.cast::<PyString>() {
-            let text = text.to_cow().map_err(|_| not_unicode(field))?;
+            let text = text.to_str().map_err(|_| not_unicode(field))?;
             return text.parse::<rate::Rate>().map_err(|e| e.within(field));
         }
         Err(Error::type_error(field, format!("must be a rate string like '10/min' or a Rate, got {}", type_name(obj))))
@@ -112,22 +111,17 @@ pub fn limit_arg(rate: &Bound<'_, PyAny>, burst: Option<&Bound<'_, PyAny>>, algo
 #[pymethods]
 impl PyLimit {
     #[new]
-    #[pyo3(
-        signature = (rate=None, *, burst=None, algorithm=Cow::Borrowed("gcra"), concurrency=None),
-        text_signature = "(rate=None, *, burst=None, algorithm=\"gcra\", concurrency=None)"
-    )]
-    // The str argument comes as `Cow` (borrowed, or copied in the abi3 wheel on Python 3.9), by value from pyo3.
-    #[allow(clippy::needless_pass_by_value)]
+    #[pyo3(signature = (rate=None, *, burst=None, algorithm="gcra", concurrency=None))]
     fn py_new(
         rate: Option<&Bound<'_, PyAny>>,
         burst: Option<&Bound<'_, PyAny>>,
-        #[pyo3(from_py_with = field::algorithm)] algorithm: Cow<'_, str>,
+        #[pyo3(from_py_with = field::algorithm)] algorithm: &str,
         concurrency: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let rate = rate.filter(|r| !r.is_none());
         let concurrency = concurrency.filter(|c| !c.is_none());
         let inner = match (rate, concurrency) {
-            (Some(rate), None) => limit_arg(rate, burst, &algorithm)?,
+            (Some(rate), None) => limit_arg(rate, burst, algorithm)?,
             (None, Some(permits)) => {
                 if burst.is_some_and(|b| !b.is_none()) {
                     return Err(Error::value("burst", "a concurrency limit takes no burst").into());
@@ -193,24 +187,16 @@ pub struct PyRule {
 #[pymethods]
 impl PyRule {
     #[new]
-    #[pyo3(
-        signature = (
-            pattern, group, rate=None, *, burst=None, algorithm=Cow::Borrowed("gcra"), limits=None,
-            policy=Cow::Borrowed("all"), reduction=true
-        ),
-        text_signature = "(pattern, group, rate=None, *, burst=None, algorithm=\"gcra\", limits=None, \
-                          policy=\"all\", reduction=True)"
-    )]
-    // The str arguments come as `Cow` (borrowed, or copied in the abi3 wheel on Python 3.9), by value from pyo3.
-    #[allow(clippy::too_many_arguments, clippy::needless_pass_by_value)]
+    #[pyo3(signature = (pattern, group, rate=None, *, burst=None, algorithm="gcra", limits=None, policy="all", reduction=true))]
+    #[allow(clippy::too_many_arguments)]
     fn py_new(
         pattern: &Bound<'_, PyAny>,
         group: &Bound<'_, PyAny>,
         rate: Option<&Bound<'_, PyAny>>,
         burst: Option<&Bound<'_, PyAny>>,
-        #[pyo3(from_py_with = field::algorithm)] algorithm: Cow<'_, str>,
+        #[pyo3(from_py_with = field::algorithm)] algorithm: &str,
         limits: Option<&Bound<'_, PyAny>>,
-        #[pyo3(from_py_with = field::policy)] policy: Cow<'_, str>,
+        #[pyo3(from_py_with = field::policy)] policy: &str,
         #[pyo3(from_py_with = field::reduction)] reduction: bool,
     ) -> PyResult<Self> {
         let pattern = Pattern::new(&str_arg("pattern", pattern)?)?;
@@ -219,7 +205,7 @@ impl PyRule {
             return Err(Error::value("group", "must be a non-empty name").into());
         }
         let limits = match (rate.filter(|r| !r.is_none()), limits.filter(|l| !l.is_none())) {
-            (Some(rate), None) => vec![limit_arg(rate, burst, &algorithm)?],
+            (Some(rate), None) => vec![limit_arg(rate, burst, algorithm)?],
             (None, Some(limits)) => {
                 if burst.is_some_and(|b| !b.is_none()) || algorithm != "gcra" {
                     return Err(Error::value("limits", "give burst and algorithm inside each Limit").into());
@@ -245,7 +231,7 @@ impl PyRule {
             (Some(_), Some(_)) => return Err(Error::value("limits", "give either rate or limits, not both").into()),
             (None, None) => return Err(Error::value("rate", "give a rate such as '10/s', or limits=[...]").into()),
         };
-        Ok(Self { spec: RuleSpec { pattern, group, limits, policy: Policy::parse(&policy)?, reduction } })
+        Ok(Self { spec: RuleSpec { pattern, group, limits, policy: Policy::parse(policy)?, reduction } })
     }
 
     #[getter]
