@@ -9,13 +9,30 @@ export CARGO_TARGET_DIR_PY := target/py
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
+# WHEEL=dist/ratekeeper-*.whl: `make install` / `make test` install that built wheel instead of the source
+# (what CI does, so the tests import the installed wheel; run it with a fresh venv's PYTHON).
+WHEEL ?=
+# The core is now _core.abi3.so; a _core.cpython-3XX-*.so left by an older build would be imported before it.
+RM_STALE_CORE = rm -f python/ratekeeper/_core.cpython-*
+
 .PHONY: install
-install: ## install the package and its test dependencies (editable, release build)
+install: ## install the package and its test dependencies (editable, release build; WHEEL=path: that wheel)
+ifdef WHEEL
+	$(PYTHON) -m pip install --quiet '$(WHEEL)[test]'
+else
 	$(PYTHON) -m pip install --quiet 'maturin>=1.9.4,<2'
+	$(RM_STALE_CORE)
 	CARGO_TARGET_DIR=$(CARGO_TARGET_DIR_PY) $(PYTHON) -m pip install --quiet --no-build-isolation -e '.[test]'
+endif
+
+.PHONY: wheel
+wheel: ## build the abi3 wheel (one per platform, for every CPython >= 3.10) into dist/
+	$(PYTHON) -m pip install --quiet 'maturin>=1.9.4,<2'
+	CARGO_TARGET_DIR=$(CARGO_TARGET_DIR_PY) $(PYTHON) -m maturin build --release --out dist
 
 .PHONY: build-dev
 build-dev: ## rebuild the extension after a Rust change
+	$(RM_STALE_CORE)
 	CARGO_TARGET_DIR=$(CARGO_TARGET_DIR_PY) $(PYTHON) -m pip install --quiet --no-build-isolation --no-deps -e .
 
 .PHONY: lint
