@@ -362,7 +362,9 @@ def write_tsv(path: Path, results: list[Measured]) -> None:
         writer = csv.writer(out, delimiter="\t", lineterminator="\n")
         writer.writerow(["framework", "case", "run", "requests_per_s", "p50_ms", "p99_ms", "non_2xx"])
         for result in results:
-            for run, values in enumerate(zip(result.requests_per_s, result.p50_ms, result.p99_ms, result.non_2xx), 1):
+            for run, values in enumerate(
+                zip(result.requests_per_s, result.p50_ms, result.p99_ms, result.non_2xx, strict=True), 1
+            ):
                 rate, p50, p99, non_2xx = values
                 writer.writerow(
                     [

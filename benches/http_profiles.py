@@ -291,7 +291,9 @@ def draw_charts(runs: list[Run], directory: Path) -> list[Path]:
 
     figure, axes = plt.subplots(figsize=(9, 4.5))
     width = 0.4
-    for offset, (what, colour) in zip((-width / 2, width / 2), (("allowed", "tab:green"), ("denied", "tab:red"))):
+    for offset, (what, colour) in zip(
+        (-width / 2, width / 2), (("allowed", "tab:green"), ("denied", "tab:red")), strict=False
+    ):
         values = [per_second(profile, what) for profile in PROFILES]
         positions = [index + offset for index in range(len(PROFILES))]
         bars = axes.bar(positions, [max(value, 1e-3) for value in values], width, label=what, color=colour)
@@ -309,7 +311,7 @@ def draw_charts(runs: list[Run], directory: Path) -> list[Path]:
 
     # Box plots from wrk's percentiles: box p25-p75, line p50, whiskers p1-p99, a dot at p99.9.
     figure, grid = plt.subplots(1, len(trials), figsize=(4.2 * len(trials), 4.5), sharey=True, squeeze=False)
-    for axes, trial in zip(grid[0], trials):
+    for axes, trial in zip(grid[0], trials, strict=False):
         mine = {run.profile.name: run for run in runs if run.trial == trial}
         stats = [
             {
@@ -324,7 +326,7 @@ def draw_charts(runs: list[Run], directory: Path) -> list[Path]:
             for name in names
         ]
         boxes = axes.bxp(stats, patch_artist=True, showfliers=True)
-        for name, box in zip(names, boxes["boxes"]):
+        for name, box in zip(names, boxes["boxes"], strict=False):
             box.set_facecolor("lightgrey" if name == "admin" else "tab:blue")
             box.set_alpha(0.8)
         axes.tick_params(axis="x", labelrotation=45)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Callable, Literal, Protocol, TypeVar, get_args
+from typing import Any, Literal, Protocol, TypeVar, get_args
 
 import ratekeeper as rk
 from hypothesis import HealthCheck, settings
@@ -122,14 +123,14 @@ def assert_within_limits_in_force(admissions: dict[int, int], changes: list[tupl
 
     def integral(a: int, b: int) -> Fraction:
         total = Fraction(0)
-        for (start, _, rate), end in zip(changes, ends):
+        for (start, _, rate), end in zip(changes, ends, strict=True):
             low, high = max(a, start), min(b, end)
             if high > low:
                 total += rate * (high - low)
         return total
 
     def max_burst(a: int, b: int) -> int:
-        return max(burst for (start, burst, _), end in zip(changes, ends) if start <= b and end >= a)
+        return max(burst for (start, burst, _), end in zip(changes, ends, strict=True) if start <= b and end >= a)
 
     for i, t_i in enumerate(times):
         total = 0

@@ -3,9 +3,9 @@
 import asyncio
 import os
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, ClassVar, Literal, final
+from typing import Any, ClassVar, Literal, TypeAlias, final
 
-from typing_extensions import TypeAlias, disjoint_base
+from typing_extensions import disjoint_base
 
 from ratekeeper._stats import Algorithm, PolicyName, SharedStats, Stats
 

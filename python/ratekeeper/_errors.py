@@ -11,7 +11,7 @@ instead of rewording text.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BackendUnavailable", "InvalidArgument", "InvalidType", "InvalidValue", "Loc", "RateLimited", "format_loc"]
 
-Loc = tuple[Union[str, int], ...]
+Loc = tuple[str | int, ...]
 
 
 def format_loc(loc: Sequence[str | int]) -> str:

@@ -592,9 +592,9 @@ def routes_of(limiter_or_config: _CoreLimiter | Mapping[str, Any]) -> tuple[Rout
 def _table_text(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
     body = [list(row) for row in rows]
     widths = [max([len(header)] + [len(row[i]) for row in body]) for i, header in enumerate(headers)]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(headers, widths)).rstrip()]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(headers, widths, strict=True)).rstrip()]
     lines.append("  ".join("-" * width for width in widths))
-    lines.extend("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in body)
+    lines.extend("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in body)
     return lines
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Literal, Union
+from typing import Literal
 
 from fastapi import FastAPI, Request, Response
 from fastapi.params import Depends
@@ -43,7 +43,7 @@ __all__ = ["KeyMissing", "RouteKey", "RouteLimits"]
 
 #: Who is asking at a route: a key function of the ``Request`` (sync or async), or ``Depends(dependency)``
 #: whose result (a str, an int or ``None``) is the key.
-RouteKey = Union[KeyCallable, Depends]
+RouteKey = KeyCallable | Depends
 
 MissingKey = Literal["refuse", "anonymous"]
 

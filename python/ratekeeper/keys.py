@@ -16,15 +16,15 @@ from __future__ import annotations
 import inspect
 import ipaddress
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from ratekeeper._errors import InvalidType, InvalidValue
 
 __all__ = ["ClientIP", "ForwardingHeader", "Header", "KeyCallable", "KeyFunction", "client_ip", "header", "key_of"]
 
-_Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
+_Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 #: A key function: a callable of the framework's request, sync or async, giving the key or ``None``.
-KeyCallable = Callable[[Any], Union[str, Awaitable[Union[str, None]], None]]
+KeyCallable = Callable[[Any], str | Awaitable[str | None] | None]
 
 
 class KeyFunction:

@@ -17,7 +17,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar, Union, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ratekeeper._core import Decision, Limit, ManualClock, Rate, Rule, _Completions, _Reservation, _Take
 from ratekeeper._core import Limiter as _CoreLimiter
@@ -35,9 +35,9 @@ if TYPE_CHECKING:
 __all__ = ["NAMED_ONLY", "Limited", "Limiter", "Permit"]
 
 #: What :meth:`Limiter.limited` keys a call by: a fixed key, or a callable of the call's arguments.
-KeySource = Union[str, Callable[..., str]]
+KeySource = str | Callable[..., str]
 #: What a limited call costs: a fixed count, or a callable of the call's arguments.
-CostSource = Union[int, Callable[..., int]]
+CostSource = int | Callable[..., int]
 
 #: The pattern of a group reached only by name (``add_group``): it matches no path.
 NAMED_ONLY = "a^"

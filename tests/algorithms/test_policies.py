@@ -125,7 +125,7 @@ def test_all_admits_iff_every_limit_does_and_a_refusal_consumes_nothing(
             continue
         # The wait is the longest of the refusing limits' waits; the others keep what they had.
         assert ns(got.retry_after) == max(ns(d.retry_after) for d in decisions if not d.allowed)
-        for m, d in zip(models, decisions):
+        for m, d in zip(models, decisions, strict=True):
             if d.allowed:
                 m.rebuild()
         assert limiter.check(PEER, cost=cost).retry_after == got.retry_after

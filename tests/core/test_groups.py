@@ -10,7 +10,8 @@ concurrency permits refused it. ``resolve`` routes without deciding. ``add_group
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import ratekeeper as rk

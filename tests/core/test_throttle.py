@@ -8,6 +8,7 @@ The cancellation and Ctrl-C tests use the real clock but never wait for time to 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import signal
 import threading
@@ -220,4 +221,4 @@ def test_random_cancellations_never_put_two_admissions_in_one_slot(
             _, victim = held.pop(waiting[len(waiting) // 2])
             limiter._refund(victim)
     slots = sorted(deadline for deadline, _ in held)
-    assert all(later - earlier >= 100_000_000 for earlier, later in zip(slots, slots[1:]))
+    assert all(later - earlier >= 100_000_000 for earlier, later in itertools.pairwise(slots))

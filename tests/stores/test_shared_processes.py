@@ -412,7 +412,7 @@ def test_processes_killed_while_deciding_neither_wedge_the_others_nor_over_admit
         joined(list(running.values()))
 
     over = 0
-    for target, ((peer, path), limit) in enumerate(zip(TARGETS, LIMITS)):
+    for target, ((peer, path), limit) in enumerate(zip(TARGETS, LIMITS, strict=True)):
         reported = sum(admitted[slot * len(TARGETS) + target] for slot in range(slots))
         total = reported + drain(limiter, peer, path)
         assert total <= limit + KILLS, f"{peer} admitted {total} of {limit}"

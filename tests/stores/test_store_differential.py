@@ -326,7 +326,7 @@ def play(memory: Side, redis: Side, script: list[Step], name: str = "redis") -> 
             lines.insert(len(script), "    (the script ends; one request of each key follows)")
         views = [
             f"\n  memory {what}: {mine!r}\n  {name:<6} {what}: {theirs!r}"
-            for (what, mine), (_, theirs) in zip(expected_view, got_view)
+            for (what, mine), (_, theirs) in zip(expected_view, got_view, strict=True)
             if mine != theirs
         ]
         raise AssertionError(
@@ -390,7 +390,7 @@ def sides(other_store: OtherStore) -> Callable[[dict[str, GroupSpec], int], tupl
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
-    groups=st.tuples(group_specs, group_specs).map(lambda specs: dict(zip(PATHS, specs))),
+    groups=st.tuples(group_specs, group_specs).map(lambda specs: dict(zip(PATHS, specs, strict=True))),
     start=st.integers(0, 10**6 * S),
     script=st.lists(steps, min_size=1, max_size=40),
 )
