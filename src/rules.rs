@@ -53,8 +53,9 @@ fn flat(error: &regex::Error) -> String {
 pub struct Router {
     /// Patterns of the rules, in order; the first match wins. Tried one by one: `is_match` stops at
     /// the first hit and costs 15-40 ns for typical rules, where `RegexSet::matches` (which must find
-    /// every match) costs 120-230 ns.
-    rules: Vec<Regex>,
+    /// every match) costs 120-230 ns. `None`: the empty pattern, which matches every path (the
+    /// catch-all `"default"` group of `Limiter("10/min")`), decided without running a regex.
+    rules: Vec<Option<Regex>>,
     /// The group of each rule.
     groups: Vec<usize>,
     /// The route of a request without a path: the first rule that matches the empty string.
@@ -75,6 +76,7 @@ impl Router {
     ) -> Result<Self> {
         let (rules, groups): (Vec<Regex>, Vec<usize>) = rules.into_iter().unzip();
         let no_path = rules.iter().position(|r| r.is_match("")).map_or(Route::Unlimited, |i| Route::Group(groups[i]));
+        let rules = rules.into_iter().map(|r| (!r.as_str().is_empty()).then_some(r)).collect();
         let exempt_paths = if exempt_paths.is_empty() {
             None
         } else {
@@ -127,7 +129,10 @@ impl Router {
     #[inline]
     #[must_use]
     pub fn route_path(&self, path: &str) -> Route {
-        self.rules.iter().position(|r| r.is_match(path)).map_or(Route::Unlimited, |i| Route::Group(self.groups[i]))
+        self.rules
+            .iter()
+            .position(|r| r.as_ref().is_none_or(|r| r.is_match(path)))
+            .map_or(Route::Unlimited, |i| Route::Group(self.groups[i]))
     }
 }
 
@@ -438,6 +443,16 @@ mod tests {
         let rules = vec![(compile(r"^/api/").unwrap(), 0), (compile("").unwrap(), 1)];
         let r = Router::new(rules, [], &[]).unwrap();
         assert_eq!(r.route("p", None), Route::Group(1));
+    }
+
+    #[test]
+    fn the_empty_pattern_catches_every_path_after_the_rules_before_it() {
+        let rules = vec![(compile(r"^/api/").unwrap(), 0), (compile("").unwrap(), 1), (compile("x").unwrap(), 2)];
+        let r = Router::new(rules, [], &[]).unwrap();
+        assert_eq!(r.route("p", Some("/api/v1")), Route::Group(0));
+        for path in ["/", "/x", "", "/\u{e9}t\u{e9}"] {
+            assert_eq!(r.route("p", Some(path)), Route::Group(1), "{path:?}");
+        }
     }
 
     #[test]
