@@ -285,15 +285,18 @@ class Limiter(_CoreLimiter):
     Args:
         rate: a catch-all limit (group ``"default"``) for every path no rule matches, e.g. ``"10/min"``.
         rules: :class:`Rule` objects, tried in order; the first whose pattern matches the path wins.
-        exempt_peers: peers never limited (exact match); exempt_paths: path regexes never limited.
+        exempt_peers: peers never limited (exact match).
+        exempt_paths: path regexes never limited.
         max_keys: the most (peer, group) states kept; past it idle ones are dropped, then the least used.
-        burst: the burst of ``rate`` (default: its count); algorithm: the algorithm of ``rate``
-            (``"gcra"``, ``"token_bucket"``, ``"fixed_window"``, ``"sliding_window"``, ``"sliding_log"``,
-            ``"leaky_bucket"``).
+        burst: the burst of ``rate`` (default: its count; see "What a rate means" in the guide).
+        algorithm: the algorithm of ``rate`` (``"gcra"``, ``"token_bucket"``, ``"fixed_window"``,
+            ``"sliding_window"``, ``"sliding_log"``, ``"leaky_bucket"``).
         clock: a :class:`ManualClock` for tests.
         quotas: per-key quotas, a :class:`Quotas`. With a provider, worker threads fetch quotas;
             :meth:`close` (or a ``with`` block) stops them.
         track_usage: record admissions per key for :meth:`drain_pending` (syncing usage between nodes).
+        backend: where the states live: ``None`` (this process's memory), :class:`Shared` (every process
+            of this machine) or :class:`Redis` (every machine).
 
     Raises:
         InvalidValue, InvalidType: a bad argument; ``.loc`` says where (``("rules", 2, "pattern")``).

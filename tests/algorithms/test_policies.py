@@ -261,7 +261,7 @@ def test_reduce_gives_back_what_the_policy_took(make_limiter: MakeLimiter, polic
     assert admitted == (2 if policy == "all" else 4)
     assert limiter.reduce(PEER, None, 2)
     # Under `all` every limit counted each request: each gets 2 back, and together they admit 2 more.
-    # Under `fallback` the tokens go back to the last limit (seed 003's leaky tokens) only: 2 more, not 4.
+    # Under `fallback` the tokens go back to the last limit (the node limiter's leaky tokens) only: 2 more, not 4.
     assert sum(limiter.allow(PEER) for _ in range(10)) == 2
 
 

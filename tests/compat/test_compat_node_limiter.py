@@ -1,4 +1,4 @@
-"""Seed 003 (the Arweave node's hybrid HTTP limiter) through ``ratekeeper.compat.node_limiter``.
+"""The Arweave node's hybrid HTTP limiter through ``ratekeeper.compat.node_limiter``.
 
 Per (peer, group): a concurrency limit refuses first; otherwise a sliding window admits; past it,
 leaky-bucket tokens admit (``leaky_tick_reduction`` drained every ``leaky_tick_interval``); once they are
@@ -180,7 +180,7 @@ def test_manual_reduction_gives_leaky_tokens_back(clock: rk.ManualClock) -> None
 
 
 def test_manual_reduction_after_the_window_gives_back_only_leaky_tokens(clock: rk.ManualClock) -> None:
-    # Defect 1 of issue 8. Seed 003: "manual reduction reduces the leaky tokens", so with the window and
+    # A defect once. The node limiter's design: "manual reduction reduces the leaky tokens", so with the window and
     # the bucket both full, reducing 2 lets exactly 2 more in; the window's admissions stay counted.
     lim = hybrid(clock, sliding_window_limit=5, sliding_window_duration=1000, leaky_limit=5)
     assert admitted(lim, "peer", "/x", 5) == 5  # the sliding window

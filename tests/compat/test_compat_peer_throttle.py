@@ -1,4 +1,4 @@
-"""Seed 000 (``ar_rate_limiter``, an Erlang gen_server) through ``ratekeeper.compat.peer_throttle``.
+"""Arweave's peer throttle (``ar_rate_limiter``, an Erlang gen_server) through ``ratekeeper.compat.peer_throttle``.
 
 The seed's eunit tests are ported one by one, with their names. Their timing runs on a ManualClock: where
 the seed asserts a call was "instant" (< 100 ms), the clock must not have moved; where it asserts a delay of

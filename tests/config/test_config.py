@@ -448,7 +448,7 @@ def test_routing_table_of_a_limiter_not_built_from_a_config() -> None:
 
 
 def test_routing_table_shows_the_rate_in_force_after_update_rule() -> None:
-    # Defect 3 of issue 8: the table was the config's, kept aside, so it went on showing 10/s.
+    # A defect once: the table was the config's, kept aside, so it went on showing 10/s.
     lim = rk.Limiter.from_config({"groups": {"api": {"paths": ["^/api/"], "rate": "10/s"}}})
     lim.update_rule("api", rate="20/s")
     table = config.routing_table(lim)

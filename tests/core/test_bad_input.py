@@ -1,4 +1,4 @@
-"""Issue 18, "bad input": every public entry point refuses a bad argument with ``rk.InvalidValue`` or
+"""Bad input: every public entry point refuses a bad argument with ``rk.InvalidValue`` or
 ``rk.InvalidType`` naming the field (in the text and in ``.loc``), never with Python's own message, an
 ``OverflowError``, a ``UnicodeEncodeError`` or a panic, and never by accepting it silently.
 

@@ -1,6 +1,6 @@
-"""Seed 002's wrk experiment as a test: per-account quotas, an unknown account, a flood of new ids, an exempt admin.
+"""The quota server's wrk experiment as a test: per-account quotas, an unknown account, a flood of ids, an exempt admin.
 
-One limiter configured like seed 002's server (the rule rate 60/min, quotas from a provider that looks the
+One limiter configured like the quota server (the rule rate 60/min, quotas from a provider that looks the
 account up in a dict and raises for an unknown one, a 5/min failsafe until a key's quota lands) and one
 thread per profile, as ``wrk`` runs one sequence per profile:
 

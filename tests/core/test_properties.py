@@ -141,7 +141,7 @@ def bucket_traffic(draw: st.DrawFn) -> tuple[TokenBucket, list[tuple[int, int]]]
 def test_token_bucket_admits_at_most_burst_per_window_started_by_an_admission(
     make_limiter: MakeLimiter, traffic: tuple[TokenBucket, list[tuple[int, int]]], start_us: int
 ) -> None:
-    # A burst window starts at an admission; the first admission after it ended starts the next (issue 20:
+    # A burst window starts at an admission; the first admission after it ended starts the next (a change:
     # windows are no longer aligned to the key's first request; docs/errors.md, "Removed and changed").
     bucket, requests = traffic
     limiter, clock = bucket.limiter(make_limiter, start_us)

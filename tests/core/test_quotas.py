@@ -335,7 +335,7 @@ class ProviderAbort(BaseException):
 def test_a_provider_raising_outside_exception_is_a_failure_and_the_worker_serves_on(
     limiters: Callable[..., rk.Limiter], raised: type[BaseException]
 ) -> None:
-    # Issue 18, item 7: such an exception ended the only worker: the failure went uncounted, the key stayed
+    # Once, such an exception ended the only worker: the failure went uncounted, the key stayed
     # "fetching" and every later fetch waited in the queue for ever.
     provider = Provider(raised, "5/min")
     limiter = limiters(quotas=rk.Quotas(provider, failsafe="2/min", workers=1))
@@ -420,7 +420,7 @@ def test_an_async_fetch_is_timed_out_in_real_time_by_the_worker(limiters: Callab
 def test_a_fetch_waiting_for_a_worker_is_never_failed_nor_queued_twice(
     limiters: Callable[..., rk.Limiter], clock: rk.ManualClock, gate: threading.Event
 ) -> None:
-    # Issue 18, item 8: the timeout counted from when the fetch was queued, so a fetch still waiting behind
+    # Once, the timeout counted from when the fetch was queued, so a fetch still waiting behind
     # others was failed at the key's next use, and a retry queued on top while the first still ran later.
     provider = Provider("5/min", gate=gate)
     limiter = limiters(quotas=rk.Quotas(provider, failsafe="2/min", timeout=2.0, workers=1))
@@ -695,7 +695,7 @@ async def test_athrottle_waits_for_the_first_fetch_without_blocking_the_loop(
 def test_busy_accounts_keep_their_quotas_through_a_flood_of_many_times_max_keys_new_accounts(
     limiters: Callable[..., rk.Limiter], flood_known: bool
 ) -> None:
-    # Issue 18, item 9: records were evicted by use counts alone, halved once per max_keys of new keys. A flood
+    # Once, records were evicted by use counts alone, halved once per max_keys of new keys. A flood
     # thread holding the GIL inserts several times max_keys between two turns of the threads serving busy
     # accounts: their counts fell to 0, below a new key's 1, and they were evicted onto the failsafe. Here each
     # busy account is used 50 times, then 10 x max_keys one-shot accounts arrive, five times over.
@@ -954,7 +954,7 @@ def test_admissions_never_exceed_the_quotas_in_force(actions: list[tuple[str, An
 def test_a_provider_saying_no_such_key_is_not_a_failure_and_logs_no_warning(
     limiters: Callable[..., rk.Limiter], clock: rk.ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # Issue 8, defect 5: LookupError is how a provider says "no such account" (the example of docs/quotas.md). It used
+    # LookupError is how a provider says "no such account" (the example of docs/quotas.md). It used
     # to log a WARNING for every unknown key and count as a failure, retried with backoff every few seconds.
     caplog.set_level(logging.DEBUG, logger="ratekeeper")
     provider = Provider(LookupError)
@@ -985,7 +985,7 @@ def test_a_provider_saying_no_such_key_is_not_a_failure_and_logs_no_warning(
 async def test_first_fetch_waiters_stop_on_asyncio_timeout_as_older_pythons_raise_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Issue 8, defect 4: before Python 3.11 asyncio.wait_for raises asyncio.TimeoutError, which is not the
+    # Before Python 3.11 asyncio.wait_for raises asyncio.TimeoutError, which is not the
     # builtin TimeoutError; `except TimeoutError` let it escape. Emulated here with a distinct class.
     from ratekeeper._quota import FirstFetchWaiters
 

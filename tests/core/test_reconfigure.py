@@ -475,7 +475,7 @@ def test_rules_and_exemptions_in_force_follow_update_rule(make_limiter: MakeLimi
 def test_concurrent_update_rule_on_different_groups_loses_no_update(
     make_limiter: MakeLimiter, clock: rk.ManualClock
 ) -> None:
-    # Defect 2 of issue 8. A GIL build serialises the calls (update_rule holds the GIL), so this guards
+    # A defect once. A GIL build serialises the calls (update_rule holds the GIL), so this guards
     # free-threaded Python (the module declares gil_used = false) and any change that lets go of the GIL.
     groups = [f"g{i}" for i in range(8)]
     limiter = make_limiter(rules=[rk.Rule(f"^/{g}", g, "1/min") for g in groups], clock=clock)

@@ -1,4 +1,4 @@
-"""Observability: the Prometheus collector (parsed back with prometheus-client's own parser), seed 003's
+"""Observability: the Prometheus collector (parsed back with prometheus-client's own parser), the node limiter's
 metrics moving as a scripted workload says, consistency under threads, the refused-peers sketch on a Zipf
 flood, the OpenTelemetry instruments through the SDK's in-memory reader, and a real scrape of /metrics."""
 
@@ -49,7 +49,7 @@ def names(samples: Samples) -> set[str]:
     return {name for name, _ in samples}
 
 
-# --- seed 003's list, row by row ---------------------------------------------------------------------------------
+# --- the node limiter's list, row by row ------------------------------------------------------------------------------
 
 
 def test_requests_results_waits_reductions_and_keys_move_as_the_workload_says(clock: rk.ManualClock) -> None:
@@ -492,7 +492,7 @@ def test_the_serve_command_serves_its_metrics_over_http(served: tuple[httpx.Clie
     assert limiter.top_refused(1) == [("alice@example.com", refused)]
 
 
-# --- seed 003's own names ----------------------------------------------------------------------------------------
+# --- the node limiter's own names -------------------------------------------------------------------------------------
 
 
 def test_the_node_limiter_collector_exports_seed_003s_names(clock: rk.ManualClock) -> None:

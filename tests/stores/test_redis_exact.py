@@ -184,7 +184,7 @@ def test_a_cancelled_wait_gives_its_slot_back_as_in_memory(
 def test_a_changed_quota_carries_usage_over_as_in_memory(
     pair: Callable[..., tuple[rk.Limiter, ...]], algorithm: rk.Algorithm, steps: list[tuple[str, int, str | None]]
 ) -> None:
-    # Seed 002: a key starts on the failsafe, then its own quota lands; what it used carries over. In
+    # A key starts on the failsafe, then its own quota lands; what it used carries over. In
     # memory the change is applied when the quota is set, in Redis at the key's next decision: a quota
     # step decides at once, so both apply it at the same instant.
     memory, redis, memory_clock, redis_clock = pair(rate="5/10s", algorithm=algorithm)

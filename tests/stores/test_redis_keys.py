@@ -1,4 +1,4 @@
-"""The Redis backend's keys (issue 19) on a real redis-server: a (group, peer) pair is encoded without
+"""The Redis backend's keys on a real redis-server: a (group, peer) pair is encoded without
 ambiguity (a ``:`` in a name never makes two limits share a budget), one key's keys keep one Cluster hash
 tag, and ``reset`` removes what the limiter owns in Redis, and only that."""
 

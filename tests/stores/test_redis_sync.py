@@ -1,4 +1,4 @@
-"""The Redis backend's sync mode (seed 001): local decisions, usage pushed and pulled in one pipelined
+"""The Redis backend's sync mode: local decisions, usage pushed and pulled in one pipelined
 round trip per interval. Timers are set to an hour and syncs are made by hand (``sync_now``), so every
 test is deterministic on ManualClocks."""
 
@@ -210,7 +210,7 @@ def test_a_limiter_dropped_while_its_timer_runs_goes_quietly(redis_server: Redis
     assert "panicked" not in run.stderr, run.stderr
 
 
-# The asyncio twins in sync mode (issue 19): decisions are local there, so the twins decide at once,
+# The asyncio twins in sync mode: decisions are local there, so the twins decide at once,
 # with no round trip, and agree with the blocking calls.
 
 

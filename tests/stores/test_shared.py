@@ -1,4 +1,4 @@
-"""Issue 21: the shared-memory store in one process: its arguments, its config table, what it shows, and
+"""The shared-memory store in one process: its arguments, its config table, what it shows, and
 two limiters on one region behaving as two processes would (each its own rules, quotas and counters; one
 set of states). Real processes are in ``test_shared_processes.py``."""
 

@@ -1,7 +1,7 @@
-"""Issue 20: one semantics of reconfiguration and quotas for every store.
+"""One semantics of reconfiguration and quotas for every store.
 
 A differential property: random scripts run on an in-memory limiter and on another store's limiter (Redis
-in exact mode; a shared-memory region, issue 21) side by side, each on a ManualClock of its own moved
+in exact mode; a shared-memory region) side by side, each on a ManualClock of its own moved
 together, and every step must give the same outcome on both: every field of every decision
 (``retry_after`` included) exactly, the same exceptions, the same waits, equal clocks after each blocking
 wait, and the same quotas, rules and routes. Memory is the specification (docs/reconfiguration.md):

@@ -1,4 +1,4 @@
-"""``benches/http_profiles.py``: seed 002's wrk experiment runs end to end, and its checks catch a breach.
+"""``benches/http_profiles.py``: the quota server's wrk experiment runs end to end, and its checks catch a breach.
 
 The end-to-end run starts ``python -m ratekeeper serve`` and one real ``wrk`` per profile for one short
 trial; CI installs wrk (``.ci/run``).

@@ -1,4 +1,4 @@
-"""Seed 002's server (``python -m ratekeeper serve``): every profile of its wrk experiment on a real uvicorn.
+"""The quota server (``python -m ratekeeper serve``): every profile of its wrk experiment on a real uvicorn.
 
 Time is a ManualClock; a quota lands when the test waits for the fetch queue (``wait_quotas``), so each
 profile is decided first on the failsafe, then on its own quota, as in the seed.
