@@ -11,6 +11,7 @@ import asyncio
 import itertools
 import math
 import signal
+import sys
 import threading
 import time
 from typing import Any
@@ -166,8 +167,16 @@ def test_ctrl_c_interrupts_throttle_and_gives_its_slot_back() -> None:
     limiter.check("alice")
 
     def press_ctrl_c() -> None:
-        time.sleep(0.1)
-        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        # Once the main thread is in the wait, not at a fixed delay: under load a SIGINT that came earlier
+        # could be handled while Python ran a finalizer, which swallows the KeyboardInterrupt.
+        main = threading.main_thread().ident
+        assert main is not None
+        for _ in range(1_000):
+            frame = sys._current_frames().get(main)
+            if frame is not None and frame.f_code.co_name == "_wait":
+                break
+            time.sleep(0.01)
+        signal.pthread_kill(main, signal.SIGINT)
 
     helper = threading.Thread(target=press_ctrl_c)
     started = time.monotonic()
