@@ -38,6 +38,21 @@ def clock() -> rk.ManualClock:
 
 
 @pytest.fixture(scope="session")
+def django_site() -> None:
+    """Django set up in this process with the test project's settings (``tests/web/django_site``), for the
+    Django tests and the guide's Django and DRF pages. Django and DRF are test dependencies: never skipped."""
+    import sys
+
+    import django
+
+    web = str(Path(__file__).resolve().parent / "web")
+    if web not in sys.path:
+        sys.path.insert(0, web)
+    os.environ["DJANGO_SETTINGS_MODULE"] = "django_site.settings"
+    django.setup()
+
+
+@pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """One real redis-server for the session (tests keep apart by key prefix)."""
     server = RedisServer(tmp_path_factory.mktemp("redis"))

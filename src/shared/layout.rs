@@ -19,8 +19,8 @@ use crate::state_map::StateMap;
 use super::lock::{Guard, SharedMutex};
 use super::region::Region;
 use super::table::{
-    alive, Chunk, JournalHead, RegionSlot, RegionTable, ShardCounts, ShardHead, ShardPlace, Tally, CHUNK_ENTRIES,
-    MIN_ACTIVE,
+    alive, first_block_len, Chunk, JournalHead, RegionSlot, RegionTable, ShardCounts, ShardHead, ShardPlace, Tally,
+    CHUNK_ENTRIES,
 };
 
 /// Bumped whenever anything in the region is laid out differently.
@@ -120,16 +120,17 @@ impl Shape {
 
     /// Slots in a shard's first block (see `ShardPlace::first`).
     const fn first_len(&self) -> usize {
-        if self.capacity < MIN_ACTIVE {
-            self.capacity
-        } else {
-            MIN_ACTIVE
-        }
+        first_block_len(self.capacity)
     }
 
     /// Where every shard's first block is, after the heads and counts.
     const fn firsts_offset(&self) -> usize {
         self.shards_offset() + self.heads_bytes() + self.counts_bytes()
+    }
+
+    /// Where shard `shard`'s first block is.
+    const fn first_offset(&self, shard: usize) -> usize {
+        self.firsts_offset() + shard * self.first_len() * std::mem::size_of::<RegionSlot>()
     }
 
     /// Every shard's first block, one after the other.
@@ -402,9 +403,8 @@ impl SharedRegion {
             let heads = base.add(shape.shards_offset());
             let head = heads.cast::<ShardHead>().add(shard);
             let counts = heads.add(shape.heads_bytes()).cast::<ShardCounts>().add(shard);
-            let firsts = base.add(shape.firsts_offset());
-            let first = firsts.cast::<RegionSlot>().add(shard * shape.first_len());
-            let start = firsts.add(shape.firsts_bytes() + shard * shape.shard_bytes());
+            let first = base.add(shape.first_offset(shard)).cast::<RegionSlot>();
+            let start = base.add(shape.firsts_offset() + shape.firsts_bytes() + shard * shape.shard_bytes());
             let slots = start.cast::<RegionSlot>();
             let chunks = slots.add(shape.capacity).cast::<Chunk>();
             let journal = base.add(Shape::journal_offset()).cast::<JournalHead>();
@@ -450,9 +450,7 @@ impl SharedRegion {
     /// stay in the caches.)
     #[inline]
     pub fn prefetch(&self, shard: usize) {
-        let shape = self.shape;
-        let offset = shape.firsts_offset() + shard * shape.first_len() * std::mem::size_of::<RegionSlot>();
-        prefetch_line(self.region.contents().wrapping_add(offset));
+        prefetch_line(self.region.contents().wrapping_add(self.shape.first_offset(shard)));
     }
 
     /// The lock of shard `shard` (see `SharedMutex::lock_whole`).

@@ -28,6 +28,16 @@ const OCCUPIED: u32 = 1 << 31;
 /// Active slots of an empty shard: its first block, kept with every other shard's first block (see
 /// `ShardPlace::first`).
 pub const MIN_ACTIVE: usize = 48;
+
+/// Slots in the first block of a shard of `capacity` slots: `MIN_ACTIVE`, or its capacity if less.
+#[must_use]
+pub const fn first_block_len(capacity: usize) -> usize {
+    if capacity < MIN_ACTIVE {
+        capacity
+    } else {
+        MIN_ACTIVE
+    }
+}
 /// (stamp, units) entries per log chunk.
 pub const CHUNK_ENTRIES: usize = 15;
 
@@ -251,7 +261,7 @@ impl RegionTable {
 
     #[inline]
     fn first_len(&self) -> usize {
-        MIN_ACTIVE.min(self.place.capacity)
+        first_block_len(self.place.capacity)
     }
 
     #[inline]

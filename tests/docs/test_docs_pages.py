@@ -5,8 +5,6 @@ What the web pages build (an ``app``) is driven on a real server by ``tests/web/
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,22 +19,10 @@ def uses_django(page: Path) -> bool:
     return "from django" in text or "rest_framework" in text
 
 
-@pytest.fixture
-def django_project() -> None:
-    """The Django test project's settings (tests/web/django_site), which the Django page's views need."""
-    django = pytest.importorskip("django")
-    pytest.importorskip("rest_framework")
-    web = str(ROOT / "tests" / "web")
-    if web not in sys.path:
-        sys.path.insert(0, web)
-    os.environ["DJANGO_SETTINGS_MODULE"] = "django_site.settings"
-    django.setup()
-
-
 @pytest.mark.parametrize("page", pages(), ids=lambda page: str(page.relative_to(ROOT)))
 def test_the_page_runs(page: Path, request: pytest.FixtureRequest) -> None:
     if uses_django(page):
-        request.getfixturevalue("django_project")
+        request.getfixturevalue("django_site")
     run_page(page)
 
 

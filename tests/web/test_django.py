@@ -23,20 +23,13 @@ import ratekeeper as rk
 from _support import MakeLimiter
 from _web import Server, gunicorn_threads, members
 
-pytest.importorskip("django")
-pytest.importorskip("rest_framework")
-
 HERE = Path(__file__).resolve().parent
 UNTRUSTED = "127.0.0.2"  # a client that is not the trusted proxy (127.0.0.1)
 
 
 @pytest.fixture(scope="module")
-def site() -> ModuleType:
+def site(django_site: None) -> ModuleType:
     """The test project, set up in this process; its ``limits`` module (the limiter and its clock)."""
-    import django
-
-    os.environ["DJANGO_SETTINGS_MODULE"] = "django_site.settings"
-    django.setup()
     from django_site import limits
 
     return limits

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import sys
 import types
 from collections.abc import Iterator
@@ -84,15 +83,6 @@ def urlconf(name: str, namespace: dict[str, Any]) -> Iterator[str]:
         yield name
     finally:
         del sys.modules[name]
-
-
-@pytest.fixture(scope="module")
-def django_site() -> None:
-    """The Django test project's settings, which each example overrides with its own."""
-    django = pytest.importorskip("django")
-    pytest.importorskip("rest_framework")
-    os.environ["DJANGO_SETTINGS_MODULE"] = "django_site.settings"
-    django.setup()
 
 
 def test_the_django_examples_limit_paths_and_views(django_site: None) -> None:
