@@ -2,7 +2,7 @@
 
 import asyncio
 import os
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, ClassVar, Literal, TypeAlias, final
 
 from typing_extensions import disjoint_base
@@ -632,6 +632,24 @@ class Limiter:
             :meth:`Decision._fields` / :meth:`Decision._raw_fields` give them (no ``Decision`` is made);
             for any other, its :class:`Decision`.
         """
+    def _admit_scope(
+        self, ietf: bool, legacy: bool, header: bytes | None, scope: Mapping[str, Any]
+    ) -> tuple[tuple[bytes, bytes], ...] | Decision | None:
+        """:meth:`_admit_web` of an ASGI HTTP ``scope`` (raw fields), its key and path read from the scope
+        in one call: what the ASGI middleware's hot path makes of a request.
+
+        Args:
+            ietf: the allowed response's ``RateLimit-Policy`` and ``RateLimit`` fields.
+            legacy: its ``X-RateLimit-*`` fields.
+            header: the request header holding the key (lower-case bytes, read as ``keys.header`` reads
+                it), or ``None`` for the client's address (as ``keys.client_ip()`` with no proxies).
+            scope: the ASGI scope.
+
+        Returns:
+            What :meth:`_admit_web` returns; ``None``, having decided nothing, when the scope is not an
+            HTTP request, carries no key, or holds anything unusual: the caller reads it in Python.
+        """
+
     def _release(self, peer: str, path: str | None = None, *, group: str | None = None, cost: int = 1) -> None: ...
     def reduce(self, peer: str, path: str | None = None, n: int = 1, *, group: str | None = None) -> bool:
         """Gives ``n`` tokens back to the key (manual reduction, e.g. when a handler's transaction

@@ -11,6 +11,7 @@ and client disconnects as well. Lifespan and other scope types pass through.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -77,37 +78,43 @@ class RateLimitMiddleware:
         self.on_refused = on_refused
         self.path = path
         key = self.options.key_function
-        # The hot path: a key read from the scope, cost 1, routed on the scope's path, decided at once in
-        # memory (not in Redis: that is awaited), nothing owed after an allowed response but its fields.
-        self._quick_key = (
-            key
-            if isinstance(key, KeyFunction) and path is None and self.gatekeeper.quick and not limiter._waits_on_io
-            else None
-        )
+        # The hot path, one call into the core: a key the core reads from the scope (a header, or the
+        # client's address with no proxies), cost 1, routed on the scope's path, decided at once in memory
+        # (not in Redis: that is awaited), nothing owed after an allowed response but its fields.
+        self._admit_scope: Callable[[Scope], tuple[tuple[bytes, bytes], ...] | Decision | None] | None = None
+        quick = path is None and self.gatekeeper.quick and not limiter._waits_on_io
+        if quick and isinstance(key, KeyFunction) and (where := key._scope_key()) is not False:
+            fields = self.options.fields
+            self._admit_scope = functools.partial(
+                limiter._admit_scope, fields.ietf and fields.on_allowed, fields.legacy and fields.on_allowed, where
+            )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        key = self._quick_key
-        if key is not None and scope["type"] == "http":
-            peer = key.from_scope(scope)
-            if peer is not None:
-                path = scope.get("path", "")
-                admitted = self.gatekeeper.admit_quick(peer, path)
-                if type(admitted) is tuple:  # the hot path: only the fields are owed
-                    if not admitted:
-                        await self.app(scope, receive, send)
-                        return
-
-                    # Not a coroutine function: it hands back send's awaitable, one coroutine less a message.
-                    def send_with_fields(message: Message) -> Awaitable[None]:
-                        if message["type"] == "http.response.start":
-                            # A new message: the app may send the same one (and its headers) again.
-                            message = {**message, "headers": [*message.get("headers", ()), *admitted]}
-                        return send(message)
-
-                    await self.app(scope, receive, send_with_fields)
+        admit = self._admit_scope
+        if admit is not None:
+            admitted = admit(scope)
+            if type(admitted) is tuple:  # the hot path: only the fields are owed
+                if not admitted:
+                    await self.app(scope, receive, send)
                     return
+
+                # Not a coroutine function: it hands back send's awaitable, one coroutine less a message.
+                def send_with_fields(message: Message) -> Awaitable[None]:
+                    if message["type"] == "http.response.start":
+                        # A new message: the app may send the same one (and its headers) again.
+                        message = {**message, "headers": [*message.get("headers", ()), *admitted]}
+                    return send(message)
+
+                await self.app(scope, receive, send_with_fields)
+                return
+            if admitted is not None:  # refused, or permits held: read the key again for the admission
+                key = self.options.key_function
                 assert isinstance(admitted, Decision)
-                await self._serve(scope, receive, send, self.gatekeeper.admission(admitted, peer, path))
+                assert isinstance(key, KeyFunction)
+                peer = key.from_scope(scope)
+                assert peer is not None
+                admission = self.gatekeeper.admission(admitted, peer, scope.get("path", ""))
+                await self._serve(scope, receive, send, admission)
                 return
         kind = scope["type"]
         if kind not in ("http", "websocket") or not self.limiter.enabled:

@@ -41,6 +41,11 @@ class KeyFunction:
     def from_environ(self, environ: Mapping[str, Any]) -> str | None:
         raise NotImplementedError
 
+    def _scope_key(self) -> bytes | Literal[False] | None:
+        """Where the core may read this key in a scope itself (``Limiter._admit_scope``): a header's
+        lower-case name, ``None`` for the client's address, or ``False`` when only :meth:`from_scope` can."""
+        return False
+
 
 def _scope_header(scope: Mapping[str, Any], name: bytes) -> str | None:
     """The last value of header ``name`` (lower-case bytes) in an ASGI scope, or several joined by ``,``."""
@@ -141,6 +146,10 @@ class ClientIP(KeyFunction):
         if not self._networks:  # the common case: no proxy, no header to read
             return peer
         return self._resolve(peer, _scope_header(scope, self._raw))
+
+    def _scope_key(self) -> bytes | Literal[False] | None:
+        # Behind proxies the address is resolved in Python; a subclass may read the scope its own way.
+        return None if not self._networks and type(self).from_scope is ClientIP.from_scope else False
 
     def __repr__(self) -> str:
         return f"client_ip(trusted_proxies={[str(n) for n in self._networks]!r}, header={self._header!r})"
@@ -269,6 +278,9 @@ class Header(KeyFunction):
             if key == self._raw:
                 return value.decode("latin-1").strip() or None
         return None
+
+    def _scope_key(self) -> bytes | Literal[False] | None:
+        return self._raw if type(self).from_scope is Header.from_scope else False
 
     def __repr__(self) -> str:
         return f"header({self._name!r})"

@@ -5,12 +5,13 @@ use std::time::{Duration, Instant};
 
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString};
+use pyo3::types::{PyBytes, PyDict, PyString};
 
 use super::aio::{Completion, PyCompletions};
 use super::args::{field, nanos, optional_text, positive_int, secs, strings, target, text, type_name, Cost};
 use super::backend::PyRedis;
 use super::fetch::{finish, time_left, PyFetchJob, PyFetchQueue, PyFetchResult};
+use super::scope::{with_scope_request, ScopeKey};
 use super::shared::PyShared;
 use super::values::{
     limit_arg, PyDecision, PyGroupPolicy, PyManualClock, PyQuotaInfo, PyQuotas, PyRate, PyResolution, PyRule,
@@ -212,6 +213,23 @@ impl PyLimiter {
         let answer = self.in_store(py, |store, limiter| store.decide(limiter, peer, target, request))?;
         log_notice(py, &answer);
         Ok(answer.decision)
+    }
+
+    /// A web request at cost 1: the fields `(ietf, legacy, raw)` of an allowed one holding no permits (no
+    /// `Decision` made), or the `Decision` of any other.
+    fn admit_web<'py>(
+        &self,
+        py: Python<'py>,
+        peer: &str,
+        target: Target<'_>,
+        (ietf, legacy, raw): (bool, bool, bool),
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let decision = self.decide(py, peer, target, Request::new(1).reporting().taking(Take::RatesAndPermits))?;
+        let decision = self.decision(py, &decision);
+        if decision.is_allowed() && !decision.holds_permits() {
+            return Ok(decision.field_tuple(py, ietf, legacy, raw)?.into_any());
+        }
+        Ok(Bound::new(py, decision)?.into_any())
     }
 
     fn reservation(&self, py: Python<'_>, decision: &limiter::Decision, request: Reserved) -> PyResult<PyReservation> {
@@ -529,12 +547,27 @@ impl PyLimiter {
         path: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let (peer, target) = (text("peer", peer)?, target(Some(path), None)?);
-        let decision = self.decide(py, peer, target, Request::new(1).reporting().taking(Take::RatesAndPermits))?;
-        let decision = self.decision(py, &decision);
-        if decision.is_allowed() && !decision.holds_permits() {
-            return Ok(decision.field_tuple(py, ietf, legacy, raw)?.into_any());
-        }
-        Ok(Bound::new(py, decision)?.into_any())
+        self.admit_web(py, peer, target, (ietf, legacy, raw))
+    }
+
+    /// `_admit_web` of an ASGI HTTP `scope` (raw fields), its key read from the scope: the request header
+    /// named `header` (lower-case bytes), or the client's address when `header` is None. None, deciding
+    /// nothing, when the scope is not one this reads or carries no key: the caller reads it in Python.
+    fn _admit_scope<'py>(
+        &self,
+        py: Python<'py>,
+        ietf: bool,
+        legacy: bool,
+        header: Option<&Bound<'py, PyBytes>>,
+        scope: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let key = match header {
+            Some(name) => ScopeKey::Header(name.as_bytes()),
+            None => ScopeKey::ClientAddress,
+        };
+        with_scope_request(scope, key, |peer, path| {
+            self.admit_web(py, peer, Target::Path(Some(path)), (ietf, legacy, true))
+        })
     }
 
     /// Releases `cost` of the concurrency permits `_acquire` took (a request ended).

@@ -6,6 +6,7 @@ mod args;
 mod backend;
 mod fetch;
 mod limiter;
+mod scope;
 mod shared;
 mod values;
 

@@ -322,3 +322,50 @@ def test_the_fields_are_added_to_a_copy_of_the_apps_start_message(limiter: rk.Li
         responses = [client.get("/api/items", headers=KEY) for _ in range(2)]
     assert [members(r.headers["RateLimit"]) for r in responses] == [{"api": {"r": r, "t": 20}} for r in (2, 1)]
     assert start["headers"] == [(b"content-type", b"text/plain")]
+
+
+def call(app: Any, scope: dict[str, Any]) -> int:
+    """The status ``app`` answers an HTTP ``scope`` with, called in process."""
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    asyncio.run(app(scope, receive, send))
+    return int(sent[0]["status"])
+
+
+async def plain(scope: Any, receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        [(b"x-api-key", b"k1")],
+        ((b"x-api-key", b"k1"),),  # servers other than uvicorn may give a tuple, or lists for pairs
+        [[b"x-api-key", b"k1"]],
+    ],
+)
+def test_every_scope_shape_is_limited_alike(clock: rk.ManualClock, headers: Any) -> None:
+    limiter = rk.Limiter(rate="1/minute", clock=clock)
+    app = RateLimitMiddleware(plain, limiter=limiter, key=header("X-API-Key"))
+    scope = {"type": "http", "path": "/", "headers": headers, "client": ("192.0.2.1", 1)}
+    assert [call(app, dict(scope)) for _ in range(2)] == [200, 429]
+    assert not limiter.check("k1", "/").allowed
+
+
+def test_a_key_function_subclass_reads_the_scope_its_own_way(clock: rk.ManualClock) -> None:
+    class Lowered(type(header("X"))):  # type: ignore[misc]
+        def from_scope(self, scope: Any) -> str | None:
+            found = super().from_scope(scope)
+            return found.lower() if found else None
+
+    limiter = rk.Limiter(rate="1/minute", clock=clock)
+    app = RateLimitMiddleware(plain, limiter=limiter, key=Lowered("X-API-Key"))
+    statuses = [call(app, {"type": "http", "path": "/", "headers": [(b"x-api-key", k)]}) for k in (b"AB", b"ab")]
+    assert statuses == [200, 429]  # one key, "ab", as the subclass reads it

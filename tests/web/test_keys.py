@@ -10,6 +10,7 @@ import io
 from typing import Any
 
 import pytest
+import ratekeeper as rk
 from ratekeeper import InvalidValue
 from ratekeeper.keys import KeyFunction, client_ip, header
 from starlette.requests import HTTPConnection
@@ -123,3 +124,63 @@ def test_an_unknown_forwarding_header_is_refused() -> None:
     with pytest.raises(InvalidValue) as error:
         client_ip(trusted_proxies=TRUSTED, header="x-real-ip")  # type: ignore[arg-type]
     assert error.value.loc == ("header",)
+
+
+# The ASGI middleware's hot path: the core reads the key from the scope itself (Limiter._admit_scope).
+# It must decide under the very key from_scope gives, or give the request back to Python undecided.
+@pytest.mark.parametrize(
+    "value",
+    [b"k1", b"  k2 ", b"", b"   ", b"caf\xe9", b"\x1c\xa0 k3\x85\t", b"\xff"],
+)
+def test_the_core_reads_a_header_key_as_from_scope_does(value: bytes) -> None:
+    key = header("X-API-Key")
+    # A repeated header: from_scope takes the first.
+    scope = {"type": "http", "path": "/", "headers": [(b"host", b"h"), (b"x-api-key", value), (b"x-api-key", b"k9")]}
+    expected = key.from_scope(scope)
+    limiter = rk.Limiter(rate="1/minute")
+    admitted = limiter._admit_scope(True, False, key._scope_key(), scope)  # type: ignore[arg-type]
+    if expected is None:
+        assert admitted is None  # nothing decided: the middleware applies on_missing_key
+        return
+    assert isinstance(admitted, tuple)
+    assert not limiter.check(expected, "/").allowed  # the core spent this very key's one request
+    assert limiter.check("k9", "/").allowed
+
+
+@pytest.mark.parametrize("client", [("192.0.2.1", 50000), ("2001:db8::1", 1, 0, 0)])
+def test_the_core_reads_the_client_address_as_from_scope_does(client: tuple[Any, ...]) -> None:
+    key = client_ip()
+    scope = {"type": "http", "path": "/", "headers": [], "client": client}
+    limiter = rk.Limiter(rate="1/minute")
+    assert limiter._admit_scope(True, False, key._scope_key(), scope) is not None  # type: ignore[arg-type]
+    assert not limiter.check(client[0], "/").allowed
+
+
+@pytest.mark.parametrize(
+    "scope",
+    [
+        {"type": "lifespan"},
+        {"type": "websocket", "path": "/", "headers": [(b"x-api-key", b"k1")]},
+        {"type": "http", "path": "/", "headers": ((b"x-api-key", b"k1"),)},  # a tuple, not a list
+        {"type": "http", "path": "/", "headers": [[b"x-api-key", b"k1"]]},  # lists, not tuples
+        {"type": "http", "path": "/", "headers": [(b"x-api-key", bytearray(b"k1"))]},
+        {"type": "http", "path": b"/", "headers": [(b"x-api-key", b"k1")]},  # a bytes path
+    ],
+)
+def test_the_core_leaves_a_scope_it_does_not_read_to_python_undecided(scope: dict[str, Any]) -> None:
+    limiter = rk.Limiter(rate="1/minute")
+    assert limiter._admit_scope(True, False, b"x-api-key", scope) is None  # type: ignore[arg-type]
+    assert limiter._admit_scope(True, False, None, {**scope, "client": None}) is None  # type: ignore[arg-type]
+    assert limiter.check("k1", "/").allowed  # nothing was spent
+
+
+def test_only_the_key_functions_the_core_reads_alike_are_read_by_it() -> None:
+    class Lowered(type(header("X"))):  # type: ignore[misc]
+        def from_scope(self, scope: Any) -> str | None:
+            found = super().from_scope(scope)
+            return found.lower() if found else None
+
+    assert header("X-API-Key")._scope_key() == b"x-api-key"
+    assert client_ip()._scope_key() is None
+    assert client_ip(trusted_proxies=["10.0.0.0/8"])._scope_key() is False  # resolved in Python
+    assert Lowered("X-API-Key")._scope_key() is False  # its own from_scope is used
