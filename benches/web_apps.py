@@ -12,6 +12,9 @@ same module:
   ratekeeper-shared-allowed  ratekeeper, 10^9/s, its states in the shared-memory region at the path in
                         ``BENCH_SHARED_PATH`` (``backend=rk.Shared(path=...)``): every worker of the server
                         (``uvicorn --workers 2``) decides on the same states
+  fields-only-allowed   FastAPI only, no limiter: a pure ASGI middleware that adds the two IETF fields an
+                        allowed request gets (constant bytes, no decision): what the fields alone cost the
+                        server, the floor of any limiter that sends them
   slowapi-allowed       FastAPI only: slowapi's documented set-up, 10^9/second
   slowapi-refused       FastAPI only: slowapi, 1/hour
   flask-limiter-allowed Flask only: flask-limiter's documented set-up, 10^9/second, memory storage
@@ -31,7 +34,15 @@ from typing import Any
 ALLOWED = "1000000000/second"
 REFUSED = "1/hour"
 HEADER = "X-Account-ID"
-LIBRARIES = ("ratekeeper", "ratekeeper-quiet", "ratekeeper-shared", "slowapi", "flask-limiter", "django-ratelimit")
+LIBRARIES = (
+    "fields-only",
+    "ratekeeper",
+    "ratekeeper-quiet",
+    "ratekeeper-shared",
+    "slowapi",
+    "flask-limiter",
+    "django-ratelimit",
+)
 SHARED_PATH = "BENCH_SHARED_PATH"
 
 
@@ -86,6 +97,27 @@ def nodelay_on_inherited_sockets() -> None:
     asyncio.base_events._set_nodelay = nodelay  # type: ignore[attr-defined]
 
 
+class FieldsOnly:
+    """The ``fields-only`` variant: the fields of an allowed request added to every response, nothing decided."""
+
+    FIELDS = ((b"ratelimit-policy", b'"default";q=1000000000;w=1'), (b"ratelimit", b'"default";r=999999999;t=1'))
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        def send_with_fields(message: Any) -> Any:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), *self.FIELDS]}
+            return send(message)
+
+        await self.app(scope, receive, send_with_fields)
+
+
 def fastapi_app() -> Any:
     from fastapi import FastAPI, Request
     from fastapi.responses import PlainTextResponse
@@ -108,7 +140,9 @@ def fastapi_app() -> Any:
             return "ok"
 
         return app
-    if library.startswith("ratekeeper"):
+    if library == "fields-only":
+        app.add_middleware(FieldsOnly)
+    elif library.startswith("ratekeeper"):
         from ratekeeper.asgi import RateLimitMiddleware
         from ratekeeper.keys import header
 
