@@ -70,7 +70,7 @@ bench: ## criterion benches of the core, ratekeeper against peer libraries, a me
 bench-web: ## in process, counted, then wrk: what a limiter costs FastAPI, Flask and Django apps; the quota server's profiles (needs wrk, valgrind)
 	$(PYTHON) -m pip install --quiet -e '.[bench]'
 	$(PYTHON) benches/web_inprocess.py
-	$(PYTHON) benches/asgi_instructions.py
+	$(PYTHON) benches/web_instructions.py
 	$(PYTHON) benches/django_inprocess.py
 	$(PYTHON) benches/http_bench.py
 	$(PYTHON) benches/http_profiles.py

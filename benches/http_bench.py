@@ -12,6 +12,7 @@ What is measured
                                       app sets TCP_NODELAY, which ``--workers`` loses (uvicorn #3149: ~40 ms
                                       a request otherwise, whatever the limiter)
       Flask on gunicorn (2 sync workers, one per core): none | ratekeeper | flask-limiter, allowed and refused
+                                      | fields-only
       Django on gunicorn (the same): none | ratekeeper | django-ratelimit (default cache), allowed and refused
 
     "allowed": a limit of 10^9/s, every request is admitted and gets its headers; "refused": 1/hour, every
@@ -25,15 +26,16 @@ What is measured
 
 Targets (the 2-core machine)
     ratekeeper allowed, with the IETF fields on every response (and on 429s only), costs at most 2 % of the
-    no-limiter req/s with FastAPI and 3 % with Flask (slowapi: about -21 %). With FastAPI the fields alone
-    cost uvicorn more than that (it checks every header line with two regular expressions): when the
-    ``fields-only-allowed`` case runs (the two fields added by a bare middleware, no limiter), the fields-on
-    case is measured against it instead, which leaves ratekeeper's own part; ``asgi_instructions.py``
-    counts both exactly. ratekeeper refused serves at least 1.2x the no-limiter app's req/s, with both
-    (slowapi: about -44 %); with 2 uvicorn workers, the shared store serves within 3 % of the req/s of each
-    worker's own memory. Printed as PASS / MISS; with ``--check`` a miss is exit status 1.
-    ``benches/web_inprocess.py`` measures the same paths without a server, where the noise of this shared
-    machine is smaller.
+    no-limiter req/s with FastAPI and 3 % with Flask and Django (slowapi: about -21 %). The fields alone
+    cost uvicorn and gunicorn more than that (each header line is checked with regular expressions and
+    formatted in Python): where the ``fields-only-allowed`` case runs (the two fields added by a bare
+    middleware, no limiter), the fields-on case is measured against it instead, which leaves ratekeeper's
+    own part. ratekeeper refused serves at least 1.2x the no-limiter app's req/s (Django: 1x); with 2
+    uvicorn workers, the shared store serves within 3 % of the req/s of each worker's own memory.
+    Printed as PASS / MISS; with ``--check`` a miss is exit status 1. On a shared 2-core VM the runs of one
+    case spread by more than these percentages: ``benches/web_instructions.py`` counts the same requests'
+    instructions and cache misses under callgrind, and ``benches/web_inprocess.py`` times them without a
+    server.
 
 Usage
     python benches/http_bench.py                 # 5 runs of 5 s per case, both frameworks
@@ -137,6 +139,7 @@ CASES = (
     Case("flask", "ratekeeper-allowed"),
     Case("flask", "ratekeeper-refused"),
     Case("flask", "ratekeeper-quiet-allowed"),
+    Case("flask", "fields-only-allowed"),
     Case("flask", "flask-limiter-allowed"),
     Case("flask", "flask-limiter-refused"),
     Case("django", "none"),

@@ -12,9 +12,9 @@ same module:
   ratekeeper-shared-allowed  ratekeeper, 10^9/s, its states in the shared-memory region at the path in
                         ``BENCH_SHARED_PATH`` (``backend=rk.Shared(path=...)``): every worker of the server
                         (``uvicorn --workers 2``) decides on the same states
-  fields-only-allowed   FastAPI only, no limiter: a pure ASGI middleware that adds the two IETF fields an
-                        allowed request gets (constant bytes, no decision): what the fields alone cost the
-                        server, the floor of any limiter that sends them
+  fields-only-allowed   FastAPI and Flask, no limiter: a bare middleware (ASGI, or WSGI around Flask's app)
+                        that adds the two IETF fields an allowed request gets (constants, no decision): what
+                        the fields alone cost the server, the floor of any limiter that sends them
   slowapi-allowed       FastAPI only: slowapi's documented set-up, 10^9/second
   slowapi-refused       FastAPI only: slowapi, 1/hour
   flask-limiter-allowed Flask only: flask-limiter's documented set-up, 10^9/second, memory storage
@@ -118,6 +118,19 @@ class FieldsOnly:
         await self.app(scope, receive, send_with_fields)
 
 
+def fields_only_wsgi(app: Any) -> Any:
+    """The ``fields-only`` variant for WSGI: the same fields, as str pairs, added in ``start_response``."""
+    fields = [(name.decode(), value.decode()) for name, value in FieldsOnly.FIELDS]
+
+    def with_fields(environ: Any, start_response: Any) -> Any:
+        def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            return start_response(status, [*headers, *fields], exc_info)
+
+        return app(environ, start)
+
+    return with_fields
+
+
 def fastapi_app() -> Any:
     from fastapi import FastAPI, Request
     from fastapi.responses import PlainTextResponse
@@ -172,7 +185,9 @@ def flask_app() -> Any:
     def root() -> str:
         return "ok"
 
-    if library == "flask-limiter":
+    if library == "fields-only":
+        app.wsgi_app = fields_only_wsgi(app.wsgi_app)  # type: ignore[method-assign]
+    elif library == "flask-limiter":
         # flask-limiter's documented set-up: Limiter(key_func, app=app, default_limits=..., storage_uri=...).
         from flask_limiter import Limiter
 
