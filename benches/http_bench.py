@@ -146,6 +146,7 @@ CASES = (
     Case("django", "ratekeeper-allowed"),
     Case("django", "ratekeeper-refused"),
     Case("django", "ratekeeper-quiet-allowed"),
+    Case("django", "fields-only-allowed"),
     Case("django", "django-ratelimit-allowed"),
     Case("django", "django-ratelimit-refused"),
 )

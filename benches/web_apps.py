@@ -12,7 +12,7 @@ same module:
   ratekeeper-shared-allowed  ratekeeper, 10^9/s, its states in the shared-memory region at the path in
                         ``BENCH_SHARED_PATH`` (``backend=rk.Shared(path=...)``): every worker of the server
                         (``uvicorn --workers 2``) decides on the same states
-  fields-only-allowed   FastAPI and Flask, no limiter: a bare middleware (ASGI, or WSGI around Flask's app)
+  fields-only-allowed   no limiter: a bare middleware (ASGI; WSGI around Flask's app; Django's own kind)
                         that adds the two IETF fields an allowed request gets (constants, no decision): what
                         the fields alone cost the server, the floor of any limiter that sends them
   slowapi-allowed       FastAPI only: slowapi's documented set-up, 10^9/second
@@ -224,6 +224,21 @@ def django_refused(request: Any, exception: Exception) -> Any:
 urlpatterns: list[Any] = []  # Django's ROOT_URLCONF is this module; django_app() fills it
 
 
+class DjangoFieldsOnly:
+    """The ``fields-only`` variant for Django: a bare middleware setting the same fields on every response."""
+
+    FIELDS = tuple((name.decode(), value.decode()) for name, value in FieldsOnly.FIELDS)
+
+    def __init__(self, get_response: Any) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: Any) -> Any:
+        response = self.get_response(request)
+        for name, value in self.FIELDS:
+            response.headers[name] = value
+        return response
+
+
 def django_app() -> Any:
     """Django as a WSGI app, configured here (no project): the middleware, or django-ratelimit's decorator."""
     import django
@@ -243,6 +258,8 @@ def django_app() -> Any:
             "KEY": header(HEADER),
             **{name.upper(): value for name, value in ratekeeper_options(library).items()},
         }
+    elif library == "fields-only":
+        middleware = [f"{__name__}.DjangoFieldsOnly"]
     elif library == "django-ratelimit":
         middleware = ["django_ratelimit.middleware.RatelimitMiddleware"]
         options["RATELIMIT_VIEW"] = f"{__name__}.django_refused"
