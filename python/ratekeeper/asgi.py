@@ -33,6 +33,16 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
+def _admit_in_python(
+    key: KeyFunction, admit_quick: Callable[[str, str], tuple[tuple[bytes, bytes], ...] | Decision], scope: Scope
+) -> tuple[tuple[bytes, bytes], ...] | Decision | None:
+    """``Limiter._admit_scope`` for a key function the core does not read: the key read by ``key``."""
+    if scope["type"] != "http":
+        return None
+    peer = key.from_scope(scope)
+    return None if peer is None else admit_quick(peer, scope.get("path", ""))
+
+
 class RateLimitMiddleware:
     """Decides every request with ``limiter`` before the app sees it.
 
@@ -88,6 +98,8 @@ class RateLimitMiddleware:
             self._admit_scope = functools.partial(
                 limiter._admit_scope, fields.ietf and fields.on_allowed, fields.legacy and fields.on_allowed, where
             )
+        elif quick and isinstance(key, KeyFunction):  # e.g. client_ip behind proxies: the key read in Python
+            self._admit_scope = functools.partial(_admit_in_python, key, self.gatekeeper.admit_quick)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         admit = self._admit_scope

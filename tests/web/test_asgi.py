@@ -369,3 +369,14 @@ def test_a_key_function_subclass_reads_the_scope_its_own_way(clock: rk.ManualClo
     app = RateLimitMiddleware(plain, limiter=limiter, key=Lowered("X-API-Key"))
     statuses = [call(app, {"type": "http", "path": "/", "headers": [(b"x-api-key", k)]}) for k in (b"AB", b"ab")]
     assert statuses == [200, 429]  # one key, "ab", as the subclass reads it
+
+
+def test_behind_trusted_proxies_the_forwarded_client_is_the_key(clock: rk.ManualClock) -> None:
+    limiter = rk.Limiter(rate="1/minute", clock=clock)
+    key = client_ip(trusted_proxies=["10.0.0.0/8"])
+    app = RateLimitMiddleware(plain, limiter=limiter, key=key)
+
+    def via_proxy(client: bytes) -> dict[str, Any]:
+        return {"type": "http", "path": "/", "headers": [(b"x-forwarded-for", client)], "client": ("10.0.0.5", 1)}
+
+    assert [call(app, via_proxy(c)) for c in (b"198.51.100.7", b"198.51.100.7", b"198.51.100.8")] == [200, 429, 200]
