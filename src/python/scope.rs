@@ -29,34 +29,26 @@ pub fn with_scope_request<T>(
     let Some(kind) = scope.get_item(intern!(py, "type"))? else { return Ok(None) };
     // Servers pass the interned "http" of their source: the same object as ours, compared by address.
     let http = intern!(py, "http");
-    if !kind.is(http) && !kind.cast::<PyString>().is_ok_and(|s| s.to_str().is_ok_and(|s| s == "http")) {
+    if !kind.is(http) && as_str(&kind) != Some("http") {
         return Ok(None);
     }
-    let path = match scope.get_item(intern!(py, "path"))? {
-        None => None,
-        Some(path) => match path.cast_into::<PyString>() {
-            Ok(path) => Some(path),
-            Err(_) => return Ok(None),
-        },
-    };
+    let path = scope.get_item(intern!(py, "path"))?;
     let path = match &path {
-        Some(path) => match path.to_str() {
-            Ok(path) => path,
-            Err(_) => return Ok(None),
-        },
         None => "",
+        Some(path) => match as_str(path) {
+            Some(path) => path,
+            None => return Ok(None),
+        },
     };
     match key {
         ScopeKey::ClientAddress => {
             let Some(client) = scope.get_item(intern!(py, "client"))? else { return Ok(None) };
             let Ok(client) = client.cast_into::<PyTuple>() else { return Ok(None) };
             let Ok(host) = client.get_item(0) else { return Ok(None) };
-            let Ok(host) = host.cast_into::<PyString>() else { return Ok(None) };
-            let Ok(peer) = host.to_str() else { return Ok(None) };
-            if peer.is_empty() {
-                return Ok(None);
+            match as_str(&host) {
+                Some(peer) if !peer.is_empty() => decide(peer, path).map(Some),
+                _ => Ok(None),
             }
-            decide(peer, path).map(Some)
         }
         ScopeKey::Header(name) => {
             let Some(headers) = scope.get_item(intern!(py, "headers"))? else { return Ok(None) };
@@ -82,6 +74,11 @@ pub fn with_scope_request<T>(
             Ok(None)
         }
     }
+}
+
+/// The text of a str, or None for anything else (a str with a lone surrogate included).
+fn as_str<'a>(obj: &'a Bound<'_, PyAny>) -> Option<&'a str> {
+    obj.cast::<PyString>().ok()?.to_str().ok()
 }
 
 /// `bytes.decode("latin-1")`: every byte is the code point of its value.
