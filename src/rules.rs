@@ -347,7 +347,8 @@ impl Rules {
             } else {
                 let mut group = Self::group(rule, quotas, ids.id(&rule.group).map_err(place)?).map_err(place)?;
                 let old = previous.and_then(|rules| rules.groups.iter().find(|g| g.name == group.name));
-                group.inherit(old, version, hasher);
+                // Processes sharing a region name a group's keys alike whatever their rules' history.
+                group.inherit(old, if ids.registry.is_some() { 0 } else { version }, hasher);
                 groups.push(group);
                 groups.len() - 1
             };

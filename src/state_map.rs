@@ -20,7 +20,7 @@ use std::borrow::Cow;
 
 use parking_lot::{Mutex, MutexGuard};
 
-use crate::algorithm::{Log, State, NO_LOG};
+use crate::algorithm::{Limit, Log, State, NO_LOG};
 use crate::room::{BoundedTable, Freed, Removal, Tagged, IDENTITY_SHIFT, VACANT_TAG};
 use crate::shared::layout::SharedRegion;
 use crate::shared::lock::Guard;
@@ -215,6 +215,12 @@ struct RegionPart {
     tables: Box<[RegionTable]>,
     /// The table the lock of a key took.
     current: usize,
+    region: Arc<SharedRegion>,
+    /// The region's ids of the limits this shard has decided under, most recent first (a group's few
+    /// limits and quotas: a short scan beats a hash).
+    defs: Vec<(Limit, u16)>,
+    /// The id of the limit the last `Shard::reconcile` was for: what a state inserted next is written under.
+    def: u16,
 }
 
 impl RegionPart {
@@ -227,6 +233,26 @@ impl RegionPart {
     #[inline]
     fn table_ref(&self) -> &RegionTable {
         &self.tables[self.current]
+    }
+
+    /// The region's id of `limit`, registered there if new (0: the region holds no more).
+    #[inline]
+    fn def_of(&mut self, limit: &Limit) -> u16 {
+        if let Some(&(_, def)) = self.defs.first().filter(|(known, _)| known == limit) {
+            return def;
+        }
+        self.def_of_cold(limit)
+    }
+
+    #[cold]
+    fn def_of_cold(&mut self, limit: &Limit) -> u16 {
+        let def = match self.defs.iter().position(|(known, _)| known == limit) {
+            Some(at) => self.defs.remove(at).1,
+            None => self.region.def_id(limit),
+        };
+        self.defs.truncate(15);
+        self.defs.insert(0, (*limit, def));
+        def
     }
 }
 
@@ -291,6 +317,65 @@ impl<C> Shard<C> {
         self.slot_mut(key).map(|slot| slot.state())
     }
 
+    /// In a shared region, makes the state of `key` (if any) one written under `limit`: a state another
+    /// process wrote under another limit (other rules in a rolling deploy, a `reload()`, another quota)
+    /// is converted as a reconfiguration converts it, keeping what it used, never read as if written
+    /// under this one. A state inserted next is marked as written under `limit`. Nothing in memory,
+    /// where one process's states follow its limits.
+    #[inline]
+    pub fn reconcile(&mut self, key: u64, limit: &Limit, now: u64) {
+        if let Some(region) = &mut self.region {
+            let def = region.def_of(limit);
+            region.def = def;
+            let Some(was) = region.table_ref().get(key).map(RegionSlot::def) else { return };
+            if was != def {
+                self.convert(key, was, limit, def, now);
+            }
+        }
+    }
+
+    /// In a shared region, marks the next state inserted as written under `limit` (see `reconcile`).
+    #[inline]
+    pub fn expect(&mut self, limit: &Limit) {
+        if let Some(region) = &mut self.region {
+            region.def = region.def_of(limit);
+        }
+    }
+
+    /// Whether the states live in a shared region (where `reconcile` converts them).
+    #[inline]
+    #[must_use]
+    pub const fn in_region(&self) -> bool {
+        self.region.is_some()
+    }
+
+    /// Converts the region state of `key`, written under limit `was`, to `limit` (id `def`).
+    #[cold]
+    fn convert(&mut self, key: u64, was: u16, limit: &Limit, def: u16, now: u64) {
+        let Some(region) = &mut self.region else { return };
+        // An unrecorded writer (the region held no more ids), or one the region cannot read back: read
+        // as written under `limit`, as every state was before states said what wrote them.
+        let from = region.region.limit_def(was);
+        let table = region.table();
+        let Some(slot) = table.get_mut(key) else { return };
+        slot.set_def(def);
+        let Some(from) = from else { return };
+        let state = slot.state;
+        let logs = from.uses_log() || limit.uses_log();
+        let mut log = if logs { table.log(key) } else { Log::new() };
+        let converted = limit.rescale(&from, &state, &mut log, now);
+        if let Some(slot) = table.get_mut(key) {
+            slot.state = converted;
+        }
+        if logs {
+            let Self { group_evictions, group_dropped, evictions, region: Some(region), .. } = self else { return };
+            let kept = if limit.uses_log() { log } else { Log::new() };
+            region.table().set_log(key, &kept, now, |p, r| {
+                count_removal((group_evictions, group_dropped, evictions), p, r);
+            });
+        }
+    }
+
     /// Replaces the state of `key` by what `change` makes of it, counted as a use; `None`: no such
     /// key; `Some(Err)`: `change` declined and nothing was written. One lookup for both.
     #[inline]
@@ -306,7 +391,8 @@ impl<C> Shard<C> {
         debug_assert!(owner.group < 1 << Owner::GROUP_BITS && owner.limit < 1 << Owner::LIMIT_BITS);
         if let Some(region) = &mut self.region {
             let Self { group_evictions, group_dropped, evictions, .. } = self;
-            region.table().insert(key, state, owner.pack(key), now, |packed, removal| {
+            let def = region.def;
+            region.table().insert(key, state, owner.pack(key), def, now, |packed, removal| {
                 count_removal((group_evictions, group_dropped, evictions), packed, removal);
             });
             return;
@@ -657,6 +743,9 @@ impl<C> StateMap<C> {
                     region: region.as_ref().map(|r| RegionPart {
                         tables: (0..region_per_shard).map(|part| r.table(index * region_per_shard + part)).collect(),
                         current: 0,
+                        region: Arc::clone(r),
+                        defs: Vec::new(),
+                        def: 0,
                     }),
                     data: data(),
                 }))

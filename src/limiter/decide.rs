@@ -220,6 +220,9 @@ impl KeyStates<'_> {
     #[allow(clippy::inline_always)]
     #[inline(always)]
     fn decide(&mut self, quota: Option<&Limit>, request: Request) -> Judgement {
+        if self.shard.in_region() {
+            self.reconcile(&self.group.limits_with(quota.copied()));
+        }
         if self.group.simple && request.take != Take::Permits {
             // A simple group's only limit is its first rate limit: the one a quota replaces.
             let limit = quota.unwrap_or(&self.group.limits[0]);
@@ -237,6 +240,15 @@ impl KeyStates<'_> {
         self.decide_group(&group.limits_with(quota.copied()), request)
     }
 
+    /// Makes each limit's state one written under that limit (a shared region's states may have been
+    /// written by a process with other rules: see `Shard::reconcile`).
+    #[inline(never)]
+    pub fn reconcile(&mut self, limits: &[Limit]) {
+        for (index, limit) in limits.iter().enumerate() {
+            self.shard.reconcile(self.limit_key(index), limit, self.now);
+        }
+    }
+
     /// The hot path: one plain limit decided in place at `now`. The retry time when refused (a waiter may
     /// still reserve a later slot through `decide_group`).
     #[allow(clippy::inline_always)]
@@ -252,6 +264,7 @@ impl KeyStates<'_> {
             return decided;
         }
         let admitted = simple(limit.evaluate(&State::default(), &NO_LOG, now, cost)?);
+        self.shard.expect(limit);
         self.shard.insert(key, admitted, now, Owner::new(self.group.id, 0));
         Ok(())
     }
@@ -307,6 +320,7 @@ impl KeyStates<'_> {
             let freed = self.shard.take_dead_leases(key);
             if freed > 0 {
                 let state = gate.refund(&self.shard.load(key), &mut Log::new(), self.now, self.now, freed);
+                self.shard.expect(gate);
                 self.shard.store(key, state, self.now, Owner::new(self.group.id, index));
                 reclaimed = true;
             }
@@ -378,6 +392,7 @@ impl KeyStates<'_> {
             let key = self.limit_key(index);
             // Permits held before, to record what this admission took (see `Shard::lease`).
             let held = if limits[index].is_concurrency() { self.shard.find(key).map_or(0, |s| s.a) } else { 0 };
+            self.shard.expect(&limits[index]);
             match (admit, &limits[index].algorithm) {
                 (Admit::State(state), _) => self.shard.store(key, state, self.now, Owner::new(self.group.id, index)),
                 (Admit::Log { at, cost, idle_at }, Algorithm::SlidingLog(log)) => {

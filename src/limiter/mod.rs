@@ -211,9 +211,9 @@ impl Limiter {
     }
 
     /// A limiter whose states live in `region`, shared with every process that opens it: keys hash
-    /// alike (the region's seeds) and group ids are the region's. A group whose limits differ from
-    /// those the region last recorded carries its states' usage over to this limiter's, as
-    /// `update_rule` does.
+    /// alike (the region's seeds), group ids are the region's, and each state says what limit wrote
+    /// it, so that processes with other rules for a group convert each other's states as `update_rule`
+    /// does, keeping what they used.
     ///
     /// # Errors
     /// As [`Limiter::new`]; a region made for another `max_keys`; more group names than it holds.
@@ -229,9 +229,7 @@ impl Limiter {
                 ),
             ));
         }
-        let limiter = Self::build(config, clock, Some(region))?;
-        limiter.adopt_shared_limits(&limiter.rules());
-        Ok(limiter)
+        Self::build(config, clock, Some(region))
     }
 
     fn build(config: Config, clock: Clock, region: Option<Arc<SharedRegion>>) -> Result<Self> {

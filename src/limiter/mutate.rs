@@ -26,6 +26,7 @@ impl Limiter {
                 continue;
             }
             let key = group.limit_key(base, i);
+            shard.reconcile(key, limit, now);
             if let Some(state) = shard.touch(key) {
                 // Only a sliding log has stamps; others must not leave an empty log behind.
                 let changed = if limit.uses_log() {
@@ -122,6 +123,7 @@ impl Limiter {
         let (_, g, shard) = key.parts();
         for (i, limit) in Group::rate_limits(&g.limits_with(quota)) {
             let state_key = g.limit_key(base, i);
+            shard.reconcile(state_key, limit, now);
             let state = shard.load(state_key);
             let mut log = if limit.uses_log() { shard.log(state_key).into_owned() } else { Log::new() };
             let charged = limit.charge(&state, &mut log, now, units);

@@ -116,6 +116,11 @@ impl Limiter {
         }
         let Some(p) = group.primary else { return };
         let key = group.limit_key(base, p);
+        if shard.in_region() {
+            // A region's state says what it was written under (`old`, or another process's limit).
+            shard.reconcile(key, new, now);
+            return;
+        }
         let Some(state) = shard.touch(key) else { return };
         let rescaled = if new.uses_log() {
             shard.with_log(key, |log| new.rescale(old, &state, log, now))

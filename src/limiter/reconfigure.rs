@@ -50,7 +50,11 @@ impl Limiter {
         // Shard by shard, under its lock: its decisions see the old rules and states, or the new rules
         // and states moved at one instant, never a mix. Counters are kept by group id: nothing to move.
         for mut shard in self.states.shards() {
-            for m in &changed {
+            // A shared region's states say what they were written under, and each decision converts
+            // them to the limits in force in its process (see `Shard::reconcile`): walking them here
+            // would read other processes' states as written under this one's old rules.
+            let walk = if shard.in_region() { &[][..] } else { &changed[..] };
+            for m in walk {
                 shard.change_group(m.new.id, |data, key, index, state, log| {
                     Self::move_state(
                         (&m.old, m.old_version),
@@ -66,7 +70,6 @@ impl Limiter {
             }
             shard.data.rules = Some(Arc::clone(&rules));
         }
-        self.record_shared_limits(&rules);
         Ok(())
     }
 

@@ -516,3 +516,55 @@ fn a_process_killed_holding_a_shard_hands_it_on_whole() {
     assert_eq!(lim.len(), 2);
     std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }
+
+const RATE_KINDS: [Kind; 6] =
+    [Kind::Gcra, Kind::TokenBucket, Kind::FixedWindow, Kind::SlidingWindow, Kind::SlidingLog, Kind::LeakyBucket];
+
+fn rule_of(rate: &str, kind: Kind) -> RuleSpec {
+    RuleSpec::single("", "g", limit(rate, kind)).unwrap()
+}
+
+#[test]
+fn processes_with_other_algorithms_interleaved_never_admit_more_than_the_largest_burst() {
+    let clock = Arc::new(ManualClock::new(0));
+    for (i, &a) in RATE_KINDS.iter().enumerate() {
+        for (j, &b) in RATE_KINDS.iter().enumerate() {
+            for (rate_a, rate_b) in [("10/hour", "10/hour"), ("5/hour", "20/hour"), ("20/hour", "5/hour")] {
+                let path = region_path(&format!("pairs-{i}-{j}-{rate_a}"));
+                let first = shared_limiter(&path, vec![rule_of(rate_a, a)], &clock);
+                let second = shared_limiter(&path, vec![rule_of(rate_b, b)], &clock);
+                // As a rolling deploy interleaves old and new workers, at one instant.
+                let admitted =
+                    (0..100).filter(|n| allowed(if n % 3 == 0 { &first } else { &second }, "alice", None)).count();
+                let count = |rate: &str| rate.split('/').next().unwrap().parse::<usize>().unwrap();
+                let largest = count(rate_a).max(count(rate_b));
+                assert!(admitted <= largest, "{a:?} {rate_a} with {b:?} {rate_b}: {admitted} admitted");
+                // And one within both limits is never refused: the first five of a fresh key.
+                let fresh = (0..5).filter(|n| allowed(if n % 2 == 0 { &first } else { &second }, "bob", None)).count();
+                assert_eq!(fresh, 5, "{a:?} {rate_a} with {b:?} {rate_b}");
+                std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+            }
+        }
+    }
+}
+
+#[test]
+fn a_reload_in_one_process_never_lets_the_others_admit_more() {
+    let clock = Arc::new(ManualClock::new(0));
+    for (i, &kind) in RATE_KINDS.iter().enumerate() {
+        let path = region_path(&format!("reload-{i}"));
+        let flapping = shared_limiter(&path, vec![rule_of("10/hour", kind)], &clock);
+        let steady = shared_limiter(&path, vec![rule_of("10/hour", kind)], &clock);
+        let mut admitted = 0;
+        for round in 0..40 {
+            let rate = ["20/hour", "10/hour", "5/hour", "15/hour"][round % 4];
+            flapping.update_rule("g", Some(rate.parse().unwrap()), None).unwrap();
+            admitted += usize::from(allowed(&steady, "alice", None));
+            admitted += usize::from(allowed(&flapping, "alice", None));
+            clock.advance_ns(S);
+        }
+        // 40 s of an hour's rates: at most the largest burst in force, 20.
+        assert!(admitted <= 20, "{kind:?}: {admitted} admitted");
+        std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+    }
+}

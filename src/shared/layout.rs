@@ -20,11 +20,11 @@ use super::lock::{Guard, SharedMutex};
 use super::region::Region;
 use super::table::{
     alive, first_block_len, Chunk, JournalHead, RegionSlot, RegionTable, ShardCounts, ShardHead, ShardPlace, Tally,
-    CHUNK_ENTRIES,
+    CHUNK_ENTRIES, MAX_DEFS,
 };
 
 /// Bumped whenever anything in the region is laid out differently.
-pub const LAYOUT: u32 = 2;
+pub const LAYOUT: u32 = 3;
 /// Group names a region can hold (memory's limit is 4096).
 pub const MAX_GROUPS: usize = 1024;
 /// Limits of a group whose definition the region keeps (to carry usage over when another process
@@ -59,7 +59,7 @@ struct Meta {
 const _: () = assert!(std::mem::size_of::<Meta>() <= META_BYTES);
 
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct LimitRecord {
     kind: u32,
     burst_set: u32,
@@ -75,6 +75,17 @@ struct GroupRecord {
     limits_len: u32,
     name: [u8; NAME_BYTES],
     limits: [LimitRecord; MAX_GROUP_LIMITS],
+}
+
+/// The limit definitions a region has recorded, so that a state says what it was written under (its
+/// `RegionSlot::def`, an index here): every process registers the limits it decides under, and one
+/// that meets a state written under another converts it. Records are written once, before `next`
+/// counts them, and never change: read without the lock.
+#[repr(C, align(64))]
+struct DefsHead {
+    lock: SharedMutex,
+    /// The next id to hand out (ids start at 1; 0 means unrecorded).
+    next: AtomicU32,
 }
 
 const fn round64(n: usize) -> usize {
@@ -142,9 +153,14 @@ impl Shape {
         META_BYTES
     }
 
+    /// The limit definitions: their head, then `MAX_DEFS` records (the first unused).
+    const fn defs_offset() -> usize {
+        round64(META_BYTES + MAX_GROUPS * std::mem::size_of::<GroupRecord>())
+    }
+
     /// The tallies: `TALLY_STRIPES` per process slot, a slot's all together.
     const fn tallies_offset() -> usize {
-        round64(META_BYTES + MAX_GROUPS * std::mem::size_of::<GroupRecord>())
+        round64(Self::defs_offset() + std::mem::size_of::<DefsHead>() + MAX_DEFS * std::mem::size_of::<LimitRecord>())
     }
 
     /// The journal of rebuilds (see `JournalHead`): its head, then a shard's capacity of slots.
@@ -311,6 +327,9 @@ impl SharedRegion {
             meta.capacity = shape.capacity as u64;
             meta.chunk_count = u64::from(shape.chunk_count);
             SharedMutex::init(&raw mut meta.groups_lock)?;
+            let defs = base.add(Shape::defs_offset()).cast::<DefsHead>();
+            SharedMutex::init(&raw mut (*defs).lock)?;
+            (*defs).next = AtomicU32::new(1);
             SharedMutex::init(&raw mut (*base.add(Shape::journal_offset()).cast::<JournalHead>()).lock)?;
             for shard in 0..shape.shards {
                 SharedMutex::init(&raw mut (*Self::place_in(base, shape, shard).head).lock)?;
@@ -545,6 +564,61 @@ impl SharedRegion {
         before
     }
 
+    fn defs_head(&self) -> &DefsHead {
+        // SAFETY: within the region (see `Shape::tallies_offset`), initialised by its creator.
+        unsafe { &*self.region.contents().add(Shape::defs_offset()).cast::<DefsHead>() }
+    }
+
+    fn def_record(&self, id: usize) -> *mut LimitRecord {
+        debug_assert!(id < MAX_DEFS);
+        // SAFETY: within the definitions' records (see `Shape::tallies_offset`).
+        unsafe {
+            self.region
+                .contents()
+                .add(Shape::defs_offset() + std::mem::size_of::<DefsHead>())
+                .cast::<LimitRecord>()
+                .add(id)
+        }
+    }
+
+    /// The region's id of `limit`, recorded if new: the same in every process. 0 when the region holds
+    /// `MAX_DEFS - 1` definitions already (such states are read as written under the reader's limit).
+    #[must_use]
+    pub fn def_id(&self, limit: &Limit) -> u16 {
+        let record = record_of(limit);
+        let head = self.defs_head();
+        // SAFETY: initialised by the region's creator.
+        let _held = unsafe { SharedMutex::at((&raw const head.lock).cast_mut()) }.lock_whole();
+        let next = (head.next.load(Ordering::Acquire) as usize).clamp(1, MAX_DEFS);
+        // SAFETY: records below `next` are written; the lock is held for the one written here.
+        let found = (1..next).find(|&id| unsafe { *self.def_record(id) } == record);
+        let id = match found {
+            Some(id) => id,
+            None if next < MAX_DEFS => {
+                // SAFETY: an unused record, written before `next` publishes it.
+                unsafe { *self.def_record(next) = record };
+                #[allow(clippy::cast_possible_truncation)] // below MAX_DEFS
+                head.next.store(next as u32 + 1, Ordering::Release);
+                next
+            }
+            None => 0,
+        };
+        #[allow(clippy::cast_possible_truncation)] // below MAX_DEFS
+        let id = id as u16;
+        id
+    }
+
+    /// The limit recorded as `id` (`None`: unrecorded, or not a limit: a corrupt record).
+    #[must_use]
+    pub fn limit_def(&self, id: u16) -> Option<Limit> {
+        let id = usize::from(id);
+        if id == 0 || id >= (self.defs_head().next.load(Ordering::Acquire) as usize).min(MAX_DEFS) {
+            return None;
+        }
+        // SAFETY: a record published before `next` counted it, never written again.
+        limit_of(&unsafe { *self.def_record(id) })
+    }
+
     /// What the region holds, read shard by shard (`locked`: under each shard's lock, as a live process
     /// does; otherwise as it is, for `inspect`).
     #[must_use]
@@ -651,7 +725,7 @@ mod tests {
         {
             let _held = first.lock(0);
             let mut table = first.table(0);
-            table.insert(7 << 8, crate::algorithm::State { t: 9, a: 1, b: 2 }, 0, 0, |_, _| {});
+            table.insert(7 << 8, crate::algorithm::State { t: 9, a: 1, b: 2 }, 0, 0, 0, |_, _| {});
         }
         let held = second.lock(0);
         assert_eq!(second.table(0).get(7 << 8).map(|s| s.state.t), Some(9));
@@ -675,7 +749,7 @@ mod tests {
                 let mut table = region.table(shard_of(k));
                 for _ in 0..64 {
                     if table.get_mut(k).is_none() {
-                        table.insert(k, busy_state, 0, 0, |_, _| {});
+                        table.insert(k, busy_state, 0, 0, 0, |_, _| {});
                     }
                 }
                 drop(held);
@@ -693,7 +767,7 @@ mod tests {
                 for i in 0.. {
                     let k = key(round << 32 | i);
                     let _held = region.lock(shard_of(k));
-                    region.table(shard_of(k)).insert(k, crate::algorithm::State::default(), 0, 0, |_, _| {});
+                    region.table(shard_of(k)).insert(k, crate::algorithm::State::default(), 0, 0, 0, |_, _| {});
                 }
             }
             std::thread::sleep(std::time::Duration::from_micros(500 + round * 97 % 3_000));

@@ -50,9 +50,17 @@ pub struct RegionSlot {
     pub state: State,
     /// The packed owner (see `state_map::Owner`), with `OCCUPIED` set.
     pub owner: u32,
-    /// The first chunk of its sliding log, plus one; 0: none.
-    log: u32,
+    /// The first chunk of its sliding log plus one (0: none) in the low `CHAIN_BITS`, and above them the
+    /// region's id of the limit the state was written under (see `layout::LimitDefs`; 0: unrecorded),
+    /// so that a process deciding under another limit converts the state rather than misreading it.
+    link: u32,
 }
+
+/// Bits of `RegionSlot::link` that hold the first chunk of a log: a shard's pool has fewer chunks.
+pub const CHAIN_BITS: u32 = 20;
+const CHAIN_MASK: u32 = (1 << CHAIN_BITS) - 1;
+/// Limit definitions a region can tell apart (ids 1 to `MAX_DEFS - 1`; 0: unrecorded).
+pub const MAX_DEFS: usize = 1 << (32 - CHAIN_BITS);
 
 impl Probed for RegionSlot {
     fn vacant() -> Self {
@@ -86,6 +94,32 @@ impl RegionSlot {
     #[allow(clippy::cast_possible_truncation)]
     const fn uses(&self) -> u8 {
         self.tag as u8
+    }
+
+    /// The first chunk of its sliding log, plus one; 0: none.
+    #[inline]
+    const fn log(&self) -> u32 {
+        self.link & CHAIN_MASK
+    }
+
+    #[inline]
+    fn set_log(&mut self, first: u32) {
+        debug_assert!(first <= CHAIN_MASK);
+        self.link = (self.link & !CHAIN_MASK) | (first & CHAIN_MASK);
+    }
+
+    /// The id of the limit the state was written under (0: unrecorded).
+    #[inline]
+    #[must_use]
+    pub const fn def(&self) -> u16 {
+        #[allow(clippy::cast_possible_truncation)] // 12 bits
+        let def = (self.link >> CHAIN_BITS) as u16;
+        def
+    }
+
+    #[inline]
+    pub fn set_def(&mut self, def: u16) {
+        self.link = (self.link & CHAIN_MASK) | (u32::from(def) << CHAIN_BITS);
     }
 }
 
@@ -460,10 +494,18 @@ impl RegionTable {
         self.keys().load(Ordering::Relaxed) >= self.max_keys || self.len() * 8 >= self.place.capacity * 7
     }
 
-    /// Adds `state` for `key` (which `get_mut` did not find), owned by `owner` (packed), making room
-    /// first when full (`gone` sees each state removed, and why).
+    /// Adds `state` for `key` (which `get_mut` did not find), owned by `owner` (packed) and written under
+    /// limit `def`, making room first when full (`gone` sees each state removed, and why).
     #[inline(never)]
-    pub(crate) fn insert(&mut self, key: u64, state: State, owner: u32, now: u64, gone: impl FnMut(u32, Removal)) {
+    pub(crate) fn insert(
+        &mut self,
+        key: u64,
+        state: State,
+        owner: u32,
+        def: u16,
+        now: u64,
+        gone: impl FnMut(u32, Removal),
+    ) {
         if self.full() {
             self.make_room(now, None, gone);
         }
@@ -471,7 +513,9 @@ impl RegionTable {
             self.grow();
         }
         let tag = (key >> IDENTITY_SHIFT) << IDENTITY_SHIFT | 1;
-        self.place_slot(RegionSlot { tag, state, owner: owner | OCCUPIED, log: 0 });
+        let mut slot = RegionSlot { tag, state, owner: owner | OCCUPIED, link: 0 };
+        slot.set_def(def);
+        self.place_slot(slot);
         let head = self.head();
         head.len += 1;
         head.inserts_since_decay = head.inserts_since_decay.saturating_add(1);
@@ -487,7 +531,7 @@ impl RegionTable {
     pub fn remove(&mut self, key: u64) -> Option<u32> {
         let index = self.find(key)?;
         let removed = self.slots()[index];
-        self.free_log(removed.log);
+        self.free_log(removed.log());
         probe::shift_back(self.slots_mut(), index);
         self.head().len -= 1;
         self.keys().fetch_sub(1, Ordering::Relaxed);
@@ -504,19 +548,19 @@ impl RegionTable {
             if !slot.occupied() {
                 continue;
             }
-            let mut log = self.read_log(slot.log);
+            let mut log = self.read_log(slot.log());
             let before = log.entries();
             if keep(&mut slot, &mut log) {
                 let entries = log.entries();
                 if entries == before {
                     kept.push((slot, None));
                 } else {
-                    self.free_log(slot.log);
-                    slot.log = 0;
+                    self.free_log(slot.log());
+                    slot.set_log(0);
                     kept.push((slot, Some(entries)));
                 }
             } else {
-                self.free_log(slot.log);
+                self.free_log(slot.log());
             }
         }
         self.rebuild(kept, self.active());
@@ -529,7 +573,7 @@ impl RegionTable {
             .into_iter()
             .map(|(mut slot, entries)| {
                 if let Some(entries) = entries {
-                    slot.log = self.write_entries(&entries).unwrap_or(0);
+                    slot.set_log(self.write_entries(&entries).unwrap_or(0));
                 }
                 slot
             })
@@ -644,7 +688,7 @@ impl RegionTable {
             let mut slot = *slot;
             if slot.state.is_idle(now) {
                 gone(slot.packed_owner(), Removal::Dropped);
-                self.free_log(slot.log);
+                self.free_log(slot.log());
                 dropped += 1;
                 continue;
             }
@@ -663,7 +707,7 @@ impl RegionTable {
                 let evict = movable(slot) && evictions.evicts(slot.uses());
                 if evict {
                     gone(slot.packed_owner(), Removal::Evicted);
-                    self.free_log(slot.log);
+                    self.free_log(slot.log());
                     evicted += 1;
                 }
                 !evict
@@ -678,35 +722,35 @@ impl RegionTable {
     /// The sliding log of `key` (empty if none).
     #[must_use]
     pub fn log(&self, key: u64) -> Log {
-        self.get(key).map_or_else(Log::new, |slot| self.read_log(slot.log))
+        self.get(key).map_or_else(Log::new, |slot| self.read_log(slot.log()))
     }
 
     /// Whether `key` has a sliding log here.
     #[inline(never)]
     #[must_use]
     pub fn has_log(&self, key: u64) -> bool {
-        self.get(key).is_some_and(|slot| slot.log != 0)
+        self.get(key).is_some_and(|slot| slot.log() != 0)
     }
 
     /// Replaces the sliding log of `key` (which has a slot) by `log`. When the pool has no room, the
     /// least used states are evicted for it; a log longer than the whole pool keeps its newest entries.
     pub(crate) fn set_log(&mut self, key: u64, log: &Log, now: u64, mut gone: impl FnMut(u32, Removal)) {
         let Some(index) = self.find(key) else { return };
-        let old = self.slots()[index].log;
+        let old = self.slots()[index].log();
         self.free_log(old);
-        self.slots_mut()[index].log = 0;
+        self.slots_mut()[index].set_log(0);
         let mut entries = log.entries();
         loop {
             if let Some(first) = self.write_entries(&entries) {
                 if let Some(index) = self.find(key) {
-                    self.slots_mut()[index].log = first;
+                    self.slots_mut()[index].set_log(first);
                     return;
                 }
                 // Evicted to make room for itself: the state is gone, so is its log.
                 self.free_log(first);
                 return;
             }
-            let others = self.iter().filter(|s| s.log != 0 && s.identity() != key >> IDENTITY_SHIFT).count();
+            let others = self.iter().filter(|s| s.log() != 0 && s.identity() != key >> IDENTITY_SHIFT).count();
             if others == 0 {
                 // Nothing else to evict: keep what fits, the newest.
                 let fits = (self.place.chunk_count as usize) * CHUNK_ENTRIES;
@@ -820,7 +864,7 @@ impl RegionTable {
             }
             // A chain is kept only if it stays in the pool, has no cycle and shares no chunk.
             let mut chain = Vec::new();
-            let mut at = slot.log;
+            let mut at = slot.log();
             let mut whole = true;
             while at != 0 {
                 let index = at as usize - 1;
@@ -836,7 +880,7 @@ impl RegionTable {
                     used[i] = true;
                 }
             } else {
-                slot.log = 0;
+                slot.set_log(0);
             }
             kept.push(slot);
         }
@@ -937,7 +981,7 @@ mod tests {
     fn inserts_finds_and_removes_keep_every_other_key_reachable() {
         let mut f = fixture(64, 4, 1_000);
         for i in 0..50 {
-            f.table.insert(key(i), State { t: i, a: 0, b: 0 }, 3, 0, |_, _| panic!("no room needed"));
+            f.table.insert(key(i), State { t: i, a: 0, b: 0 }, 3, 0, 0, |_, _| panic!("no room needed"));
         }
         for i in (0..50).step_by(3) {
             assert_eq!(f.table.remove(key(i)), Some(3));
@@ -953,7 +997,7 @@ mod tests {
     fn a_full_shard_drops_idle_states_then_evicts_the_least_used() {
         let mut f = fixture(128, 0, 100);
         let hot = key(u64::MAX);
-        f.table.insert(hot, busy(), 0, 0, |_, _| {});
+        f.table.insert(hot, busy(), 0, 0, 0, |_, _| {});
         let mut evicted = 0;
         for i in 0..10_000 {
             if i % 20 == 0 {
@@ -961,7 +1005,7 @@ mod tests {
             }
             let idle = i % 2 == 0;
             let state = if idle { State::default() } else { busy() };
-            f.table.insert(key(i), state, 0, 10, |_, removal| evicted += u64::from(removal == Removal::Evicted));
+            f.table.insert(key(i), state, 0, 0, 10, |_, removal| evicted += u64::from(removal == Removal::Evicted));
         }
         assert!(f.table.len() <= 100);
         assert!(evicted > 0);
@@ -970,7 +1014,7 @@ mod tests {
     #[test]
     fn logs_are_kept_in_chunks_and_given_back() {
         let mut f = fixture(32, 4, 100);
-        f.table.insert(key(1), busy(), 0, 0, |_, _| {});
+        f.table.insert(key(1), busy(), 0, 0, 0, |_, _| {});
         let log = Log::from_entries((0..40).map(|i| (i, 1 + i % 2)));
         f.table.set_log(key(1), &log, 0, |_, _| {});
         assert_eq!(f.table.log(key(1)).entries(), log.entries());
@@ -983,11 +1027,11 @@ mod tests {
     fn a_log_without_room_evicts_another_keys_log() {
         let mut f = fixture(32, 2, 100);
         for i in 0..2 {
-            f.table.insert(key(i), busy(), 0, 0, |_, _| {});
+            f.table.insert(key(i), busy(), 0, 0, 0, |_, _| {});
             f.table.set_log(key(i), &Log::from_entries((0..15).map(|t| (t, 1))), 0, |_, _| {});
         }
         f.table.get_mut(key(1));
-        f.table.insert(key(2), busy(), 0, 0, |_, _| {});
+        f.table.insert(key(2), busy(), 0, 0, 0, |_, _| {});
         f.table.set_log(key(2), &Log::from_entries((0..15).map(|t| (t, 1))), 0, |_, _| {});
         assert_eq!(f.table.log(key(2)).units(), 15);
         assert!(f.table.get(key(0)).is_none() || f.table.get(key(1)).is_none() || f.table.log(key(0)).is_empty());
@@ -997,7 +1041,7 @@ mod tests {
     fn a_rebuild_cut_short_after_emptying_the_slots_is_restored_from_the_journal() {
         let mut f = fixture(128, 4, 1_000);
         for i in 0..40 {
-            f.table.insert(key(i), State { t: 100 + i, a: 0, b: 0 }, 3, 0, |_, _| {});
+            f.table.insert(key(i), State { t: 100 + i, a: 0, b: 0 }, 3, 0, 0, |_, _| {});
         }
         // As a process killed inside `rebuild`: the states journaled, the slots emptied, nothing placed.
         let slots: Vec<RegionSlot> = f.table.iter().copied().collect();
@@ -1018,11 +1062,11 @@ mod tests {
     fn a_shard_moves_from_its_first_block_to_its_own_slots_losing_nothing() {
         let mut f = fixture(320, 0, 1_000);
         for i in 0..40 {
-            f.table.insert(key(i), State { t: i, a: 0, b: 0 }, 3, 0, |_, _| panic!("no room needed"));
+            f.table.insert(key(i), State { t: i, a: 0, b: 0 }, 3, 0, 0, |_, _| panic!("no room needed"));
         }
         assert_eq!(f.table.slots().as_ptr(), f.table.place.first.cast_const(), "40 states fit the first block");
         for i in 40..200 {
-            f.table.insert(key(i), State { t: i, a: 0, b: 0 }, 3, 0, |_, _| panic!("no room needed"));
+            f.table.insert(key(i), State { t: i, a: 0, b: 0 }, 3, 0, 0, |_, _| panic!("no room needed"));
         }
         assert_eq!(f.table.slots().as_ptr(), f.table.place.slots.cast_const());
         let [first, _] = f.table.all_slots_mut();
@@ -1037,7 +1081,7 @@ mod tests {
     fn a_move_out_of_the_first_block_cut_short_is_repaired_from_both_areas() {
         let mut f = fixture(320, 0, 1_000);
         for i in 0..40 {
-            f.table.insert(key(i), State { t: i, a: 0, b: 0 }, 3, 0, |_, _| {});
+            f.table.insert(key(i), State { t: i, a: 0, b: 0 }, 3, 0, 0, |_, _| {});
         }
         // As a process killed moving the shard unjournaled (another shard's journal was pending): the
         // shard says its own slots are in use, half the states are placed there, all are in the first block.
@@ -1058,7 +1102,7 @@ mod tests {
     fn repair_removes_a_duplicate_and_a_broken_chain_and_recounts() {
         let mut f = fixture(32, 4, 100);
         for i in 0..5 {
-            f.table.insert(key(i), busy(), 0, 0, |_, _| {});
+            f.table.insert(key(i), busy(), 0, 0, 0, |_, _| {});
         }
         f.table.set_log(key(0), &Log::from_entries((0..20).map(|t| (t, 1))), 0, |_, _| {});
         // A copy of a slot left behind by a shift cut short, a chain pointing out of the pool, a count off.
@@ -1066,7 +1110,7 @@ mod tests {
         let free = (0..32).find(|&i| !f.table.slots()[i].occupied()).unwrap();
         f.table.slots_mut()[free] = copy;
         let broken = f.table.find(key(2)).unwrap();
-        f.table.slots_mut()[broken].log = 99;
+        f.table.slots_mut()[broken].set_log(99);
         f.table.head().len = 17;
         f.table.repair();
         assert_eq!(f.table.len(), 5);
