@@ -238,22 +238,28 @@ impl RegionPart {
     /// The region's id of `limit`, registered there if new (0: the region holds no more).
     #[inline]
     fn def_of(&mut self, limit: &Limit) -> u16 {
-        if let Some(&(_, def)) = self.defs.first().filter(|(known, _)| known == limit) {
-            return def;
-        }
-        self.def_of_cold(limit)
+        def_in(&self.region, &mut self.defs, limit)
     }
+}
 
-    #[cold]
-    fn def_of_cold(&mut self, limit: &Limit) -> u16 {
-        let def = match self.defs.iter().position(|(known, _)| known == limit) {
-            Some(at) => self.defs.remove(at).1,
-            None => self.region.def_id(limit),
-        };
-        self.defs.truncate(15);
-        self.defs.insert(0, (*limit, def));
-        def
+/// The id of `limit` in `region`, through `defs`, the ids a shard knows (most recent first).
+#[inline]
+fn def_in(region: &SharedRegion, defs: &mut Vec<(Limit, u16)>, limit: &Limit) -> u16 {
+    if let Some(&(_, def)) = defs.first().filter(|(known, _)| known == limit) {
+        return def;
     }
+    def_in_cold(region, defs, limit)
+}
+
+#[cold]
+fn def_in_cold(region: &SharedRegion, defs: &mut Vec<(Limit, u16)>, limit: &Limit) -> u16 {
+    let def = match defs.iter().position(|(known, _)| known == limit) {
+        Some(at) => defs.remove(at).1,
+        None => region.def_id(limit),
+    };
+    defs.truncate(15);
+    defs.insert(0, (*limit, def));
+    def
 }
 
 /// A slot found for a change, in memory or in a region.
@@ -504,28 +510,31 @@ impl<C> Shard<C> {
         }
     }
 
-    /// Runs `change` on every state of `group` with the shard's data, its key, its limit's index and
-    /// its log (empty for limits that keep none); a state `change` declines (false) is removed.
+    /// Runs `change` on every state of `group` with the shard's data, its key, its limit's index, the
+    /// limit it was written under, and its log (empty for limits that keep none); a state `change`
+    /// declines (false) is removed. The limit written under is known in a shared region (`None` in
+    /// memory, or unrecorded): `change` sets it to the limit the state is now written under.
     pub fn change_group(
         &mut self,
         group: u32,
-        mut change: impl FnMut(&mut C, u64, usize, &mut State, &mut Log) -> bool,
+        mut change: impl FnMut(&mut C, u64, usize, &mut Option<Limit>, &mut State, &mut Log) -> bool,
     ) {
-        if let Some(region) = &mut self.region {
+        if let Some(part) = &mut self.region {
             let data = &mut self.data;
-            for table in &mut region.tables {
+            let RegionPart { tables, region, defs, .. } = part;
+            for table in tables.iter_mut() {
                 table.retain(|slot, log| {
                     let owner = Owner::unpack(slot.packed_owner());
                     if owner.group != group {
                         return true;
                     }
-                    change(
-                        data,
-                        Owner::whole_key(slot.identity(), slot.packed_owner()),
-                        owner.limit,
-                        &mut slot.state,
-                        log,
-                    )
+                    let mut written = region.limit_def(slot.def());
+                    let key = Owner::whole_key(slot.identity(), slot.packed_owner());
+                    let keep = change(data, key, owner.limit, &mut written, &mut slot.state, log);
+                    if let Some(limit) = written {
+                        slot.set_def(def_in(region, defs, &limit));
+                    }
+                    keep
                 });
             }
             return;
@@ -539,7 +548,7 @@ impl<C> Shard<C> {
             let identity = slot.identity();
             let mut log = logs.take(identity);
             let mut state = slot.state;
-            let keep = change(data, slot.key(), owner.limit, &mut state, &mut log);
+            let keep = change(data, slot.key(), owner.limit, &mut None, &mut state, &mut log);
             slot.state = state;
             if keep {
                 if !log.is_empty() {
@@ -1065,7 +1074,7 @@ mod tests {
         }
         shard.insert(99 << 8, busy(0), 0, Owner::new(4, 0));
         let mut seen = Vec::new();
-        shard.change_group(3, |(), key, limit, state, _| {
+        shard.change_group(3, |(), key, limit, _, state, _| {
             seen.push((key, limit));
             state.a = 7;
             limit != 3

@@ -50,18 +50,15 @@ impl Limiter {
         // Shard by shard, under its lock: its decisions see the old rules and states, or the new rules
         // and states moved at one instant, never a mix. Counters are kept by group id: nothing to move.
         for mut shard in self.states.shards() {
-            // A shared region's states say what they were written under, and each decision converts
-            // them to the limits in force in its process (see `Shard::reconcile`): walking them here
-            // would read other processes' states as written under this one's old rules.
-            let walk = if shard.in_region() { &[][..] } else { &changed[..] };
-            for m in walk {
-                shard.change_group(m.new.id, |data, key, index, state, log| {
+            for m in &changed {
+                shard.change_group(m.new.id, |data, key, index, written, state, log| {
                     Self::move_state(
                         (&m.old, m.old_version),
                         (&m.new, m.new_version),
                         data,
                         key,
                         index,
+                        written,
                         state,
                         log,
                         now,
@@ -115,7 +112,8 @@ impl Limiter {
 
     /// Moves the state of limit `index` of a key from the old group's limit to the new one's at `now`,
     /// keeping what it used (each through the key's quota, where one replaces the limit); false: the
-    /// limit is gone.
+    /// limit is gone. A state that says what it was written under (`written`, in a shared region: maybe
+    /// another process's limit) is moved from that, and `written` becomes the new limit.
     #[allow(clippy::too_many_arguments)]
     fn move_state(
         (old, old_version): (&Group, u64),
@@ -123,17 +121,19 @@ impl Limiter {
         data: &mut ShardData,
         key: u64,
         index: usize,
+        written: &mut Option<Limit>,
         state: &mut State,
         log: &mut Log,
         now: u64,
     ) -> bool {
         let base = StateMap::<ShardData>::unrelated_key(key, Group::signature(index));
         let record = data.quotas.get(base);
-        let (Some(from), Some(to)) =
-            (Self::key_limit(old, old_version, index, record), Self::key_limit(new, new_version, index, record))
-        else {
-            return false;
+        let from = written.or_else(|| Self::key_limit(old, old_version, index, record));
+        let (Some(from), Some(to)) = (from, Self::key_limit(new, new_version, index, record)) else {
+            // A shared region's state of a limit gone here stays for the processes that may keep it.
+            return written.is_some();
         };
+        *written = Some(to);
         if from != to {
             *state = to.rescale(&from, state, log, now);
             if !to.uses_log() {
