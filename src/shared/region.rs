@@ -4,7 +4,8 @@
 //!
 //! Safety of the file: it is created exclusively (`O_EXCL`) with mode 0600; attaching refuses a
 //! symbolic link (`O_NOFOLLOW`), anything but a regular file, a file owned by another user or open to
-//! others (any local user could otherwise reset everyone's limits). Its whole size is reserved when it is made (`posix_fallocate`), so a full
+//! others, and a folder other users may write to without the sticky bit (any local user could otherwise
+//! reset everyone's limits). Its whole size is reserved when it is made (`posix_fallocate`), so a full
 //! tmpfs is an error then, never a `SIGBUS` on a later write.
 //!
 //! The header (the first 64 bytes) says what the region holds: a magic, the layout version, the size and
@@ -98,11 +99,12 @@ impl Region {
     ///
     /// # Errors
     /// The file cannot be made or opened; it is a symbolic link, not a regular file, owned by another
-    /// user or open to others; not a region of this library, its header corrupt, its length not its
-    /// header's size; no room for `size` bytes (a full tmpfs); another layout or size; what `init`
-    /// returns.
+    /// user or open to others, in a folder others may write to (without the sticky bit); not a region
+    /// of this library, its header corrupt, its length not its header's size; no room for `size` bytes
+    /// (a full tmpfs); another layout or size; what `init` returns.
     pub fn open(path: &Path, size: usize, layout: u32, init: impl FnOnce(&Self) -> Result<()>) -> Result<Self> {
         let total = HEADER_BYTES.checked_add(size).ok_or_else(|| Error::value("size", "too large"))?;
+        check_folder(path)?;
         let created = OpenOptions::new()
             .read(true)
             .write(true)
@@ -423,6 +425,32 @@ impl Seen {
     }
 }
 
+/// Refuses a folder that other users may write to, unless it has the sticky bit (as `/dev/shm` and
+/// `/tmp` have): another user could remove the region there and make everyone's limits anew.
+fn check_folder(path: &Path) -> Result<()> {
+    let folder = match path.parent() {
+        Some(folder) if !folder.as_os_str().is_empty() => folder,
+        _ => Path::new("."),
+    };
+    // A folder that cannot be looked at: opening the file says why.
+    let Ok(meta) = std::fs::metadata(folder) else { return Ok(()) };
+    let mode = meta.mode();
+    if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+        return Err(Error::value(
+            "path",
+            format!(
+                "refusing the folder {} of the shared region {}: its mode {:o} lets other users write to it \
+                 without the sticky bit, so another user could remove the region and reset everyone's limits \
+                 (use a folder only you can write to, or a sticky one as /dev/shm)",
+                folder.display(),
+                path.display(),
+                mode & 0o7777
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Takes the creator's lock on `file` if it is free: its creator is gone (or finished), and no other
 /// process is removing it.
 fn try_lock(file: &File) -> bool {
@@ -693,6 +721,24 @@ mod tests {
         }
         file.set_len(4096 + HEADER_BYTES as u64).unwrap();
         assert!(Region::open(&path, 4096, 1, |_| Ok(())).is_ok(), "whole again");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_folder_others_may_write_to_is_refused_unless_sticky() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = dir("k");
+        let open = dir.join("open");
+        std::fs::create_dir(&open).unwrap();
+        for mode in [0o777, 0o775, 0o757] {
+            std::fs::set_permissions(&open, std::fs::Permissions::from_mode(mode)).unwrap();
+            let error = Region::open(&open.join("r"), 4096, 1, |_| Ok(())).unwrap_err().to_string();
+            assert!(error.contains(&format!("refusing the folder {}", open.display())), "{error}");
+            assert!(error.contains("reset everyone's limits"), "{error}");
+            assert!(!open.join("r").exists());
+        }
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        assert!(Region::open(&open.join("r"), 4096, 1, |_| Ok(())).unwrap().created());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
