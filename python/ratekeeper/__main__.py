@@ -65,16 +65,19 @@ def show_top(url: str, namespace: str, every: float | None, count: int | None) -
 
 
 def inspect_region(name: str | None, path: str | None, as_json: bool) -> int:
-    """Prints what a shared region holds, read without writing to it: exit 0, or 2 if it cannot be read."""
+    """Prints what a shared region holds, read without writing to it: exit 0, or 2 with one line saying why
+    it cannot be read (a missing, foreign, corrupt or truncated file)."""
     import json
 
-    from ratekeeper import Shared, _core
+    from ratekeeper import InvalidArgument, Shared, _core
 
     try:
         region = Shared(name, path=path)
         stats = _core._inspect_region(region.path)
-    except (ValueError, TypeError) as error:
-        print(f"error: {error}", file=sys.stderr)
+    except (ValueError, TypeError, OSError) as error:
+        # A refused file's message names it and the cause: its location ("path: ") adds nothing here.
+        message = error.msg if isinstance(error, InvalidArgument) and error.loc == ("path",) else str(error)
+        print(f"ratekeeper inspect: {' '.join(message.split())}", file=sys.stderr)
         return 2
     if as_json:
         print(json.dumps(stats, indent=2))

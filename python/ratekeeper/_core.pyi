@@ -488,8 +488,11 @@ class Shared:
 
     Raises:
         InvalidValue: neither or both of ``name`` and ``path``, a name with other characters; when the
-            limiter is built: a region owned by another user, open to other users, a symbolic link, made
-            by another version (layout) or for another ``max_keys``, or no room for it.
+            limiter is built: a region owned by another user, open to other users, a symbolic link, in
+            a folder other users may write to (unless sticky, as ``/dev/shm``), made by another version
+            (layout) or for another ``max_keys``; a file that is not a region, a corrupt header, a file
+            truncated or extended (never removed: only an unfinished region whose creator died, or an
+            empty file, is made anew); or no room for it.
         InvalidType: a name that is not a str, a path that is not a str or ``os.PathLike``.
     """
 

@@ -8,6 +8,7 @@
 //! only to sleep on a contended lock.
 
 use std::cell::UnsafeCell;
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 
@@ -42,6 +43,22 @@ unsafe fn mark_consistent(_mutex: *mut libc::pthread_mutex_t) -> i32 {
 
 /// Tries before sleeping on a held lock.
 const SPINS: usize = 64;
+
+/// The wall-clock time `after` from now, as `pthread_mutex_timedlock` wants it.
+#[allow(clippy::useless_conversion)] // `time_t` and `c_long` are `i32` on some 32-bit targets
+fn wall_clock_after(after: Duration) -> libc::timespec {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid timespec to fill; CLOCK_REALTIME always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &raw mut now) };
+    let nanos = i64::from(now.tv_nsec) + i64::from(after.subsec_nanos());
+    let secs = i64::from(now.tv_sec)
+        .saturating_add(i64::try_from(after.as_secs()).unwrap_or(i64::MAX))
+        .saturating_add(nanos / 1_000_000_000);
+    libc::timespec {
+        tv_sec: secs.try_into().unwrap_or(libc::time_t::MAX),
+        tv_nsec: (nanos % 1_000_000_000).try_into().unwrap_or_default(),
+    }
+}
 
 /// A mutex living in shared memory (the region's bytes, not this process's heap).
 #[repr(C)]
@@ -121,6 +138,62 @@ impl SharedMutex {
         // SAFETY: the mutex was initialised (see `init` / `at`).
         let code = unsafe { libc::pthread_mutex_lock(self.raw.get()) };
         self.locked(code)
+    }
+
+    /// Waits for the lock at most `deadline`: `None` when it is still held then. A dead holder's lock is
+    /// taken all the same, the guard marked [`Guard::recovered`], and a lock nobody can take any more is
+    /// made anew, as [`SharedMutex::lock_whole`] does.
+    ///
+    /// The wait is `pthread_mutex_timedlock`'s, which counts on the wall clock (`CLOCK_REALTIME`; the
+    /// `libc` crate has no `pthread_mutex_clocklock`, and linking to it would need glibc 2.30): a wait
+    /// woken early by the clock set forward goes on for the rest, one lengthened by the clock set back
+    /// is not shortened.
+    #[must_use]
+    pub fn lock_within(&self, deadline: Duration) -> Option<Guard<'_>> {
+        let started = Instant::now();
+        // As in `lock`: a holder keeps the lock for tens of nanoseconds.
+        for _ in 0..SPINS {
+            // SAFETY: the mutex was initialised (see `init` / `at`).
+            match unsafe { libc::pthread_mutex_trylock(self.raw.get()) } {
+                libc::EBUSY => std::hint::spin_loop(),
+                code => {
+                    if let Some(guard) = self.taken_or_remade(code) {
+                        return Some(guard);
+                    }
+                }
+            }
+        }
+        loop {
+            let left = deadline.checked_sub(started.elapsed())?;
+            let at = wall_clock_after(left);
+            // SAFETY: the mutex was initialised; `at` is a valid time.
+            let code = unsafe { libc::pthread_mutex_timedlock(self.raw.get(), &raw const at) };
+            if let Some(guard) = self.taken_or_remade(code) {
+                return Some(guard);
+            }
+            if code != libc::ETIMEDOUT {
+                // Not expected; not a reason to spin hot until the deadline either.
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// The guard for what a lock call returned; when the lock cannot be taken any more
+    /// (`ENOTRECOVERABLE`), the mutex is made anew and tried once. `None` if it is not held.
+    fn taken_or_remade(&self, code: i32) -> Option<Guard<'_>> {
+        match code {
+            0 | libc::EOWNERDEAD => self.locked(code).ok(),
+            // SAFETY: as in `lock_whole`: a mutex nobody can lock any more has no holder to disturb.
+            libc::ENOTRECOVERABLE if unsafe { Self::init(std::ptr::from_ref(self).cast_mut()) }.is_ok() => {
+                // SAFETY: the mutex was just initialised.
+                let code = unsafe { libc::pthread_mutex_trylock(self.raw.get()) };
+                let mut guard = self.locked(code).ok()?;
+                guard.recovered = true;
+                Some(guard)
+            }
+            // Still held (EBUSY, ETIMEDOUT), or an error that leaves it to its holder: never remade then.
+            _ => None,
+        }
     }
 
     /// The guard for what `pthread_mutex_lock` or `pthread_mutex_trylock` returned.
@@ -268,5 +341,85 @@ mod tests {
         }
         // SAFETY: every writer has ended.
         assert_eq!(unsafe { value.read_volatile() }, 60_000);
+    }
+
+    /// Forks a child that takes the lock and stops itself (`SIGSTOP`) holding it; once continued it lets
+    /// the lock go and ends. Returns when the child is stopped: its pid.
+    fn stopped_holder(mutex: &SharedMutex) -> i32 {
+        // SAFETY: the child only locks, stops, unlocks and ends.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let guard = mutex.lock();
+            // SAFETY: stops this child until SIGCONT.
+            unsafe { libc::raise(libc::SIGSTOP) };
+            drop(guard);
+            // SAFETY: ends the child at once.
+            unsafe { libc::_exit(0) };
+        }
+        let mut status = 0;
+        // SAFETY: our own child; returns once it has stopped.
+        unsafe { libc::waitpid(pid, &raw mut status, libc::WUNTRACED) };
+        assert!(libc::WIFSTOPPED(status), "the holder stopped");
+        pid
+    }
+
+    #[test]
+    fn lock_within_gives_up_at_the_deadline_then_takes_the_lock_once_let_go() {
+        let region = region("within");
+        // SAFETY: as above.
+        let mutex = unsafe { SharedMutex::init(region.contents().cast()) }.unwrap();
+        let holder = stopped_holder(mutex);
+        let started = std::time::Instant::now();
+        let waited = mutex.lock_within(Duration::from_millis(50));
+        let took = started.elapsed();
+        assert!(waited.is_none(), "the stopped holder still has it");
+        assert!(took >= Duration::from_millis(50), "gave up early: {took:?}");
+        // Generous: only that it did return, not how fast the machine is.
+        assert!(took < Duration::from_secs(10), "{took:?}");
+        // SAFETY: our stopped child: it goes on, lets the lock go and ends.
+        unsafe { libc::kill(holder, libc::SIGCONT) };
+        let guard = mutex.lock_within(Duration::from_secs(10)).expect("let go by the holder");
+        assert!(!guard.recovered);
+        let mut status = 0;
+        // SAFETY: our child.
+        unsafe { libc::waitpid(holder, &raw mut status, 0) };
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "{status}");
+    }
+
+    /// Whether the thread `tid` of this process sleeps (state `S`: here, in the futex wait).
+    fn sleeping(tid: i32) -> bool {
+        std::fs::read_to_string(format!("/proc/self/task/{tid}/stat"))
+            .is_ok_and(|stat| stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('S')))
+    }
+
+    #[test]
+    fn a_holder_killed_while_lock_within_waits_hands_it_over_marked_recovered() {
+        let region = region("within-killed");
+        // SAFETY: as above.
+        let mutex = unsafe { SharedMutex::init(region.contents().cast()) }.unwrap();
+        let holder = stopped_holder(mutex);
+        let (tell, waiter) = std::sync::mpsc::channel();
+        std::thread::scope(|scope| {
+            let waiting = scope.spawn(move || {
+                // SAFETY: gettid has no preconditions.
+                tell.send(unsafe { libc::gettid() }).unwrap();
+                mutex.lock_within(Duration::from_secs(30)).map(|guard| guard.recovered)
+            });
+            let tid = waiter.recv().unwrap();
+            // Bounded polling: the waiter is asleep on the lock, past its spinning.
+            let started = std::time::Instant::now();
+            while !sleeping(tid) && started.elapsed() < Duration::from_secs(10) {
+                std::thread::yield_now();
+            }
+            // SAFETY: our stopped child, killed holding the lock.
+            unsafe { libc::kill(holder, libc::SIGKILL) };
+            let mut status = 0;
+            // SAFETY: our child.
+            unsafe { libc::waitpid(holder, &raw mut status, 0) };
+            assert!(libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGKILL);
+            assert_eq!(waiting.join().unwrap(), Some(true), "handed over, marked recovered");
+        });
+        assert!(!mutex.lock_within(Duration::from_secs(1)).unwrap().recovered, "consistent again");
     }
 }
