@@ -207,8 +207,8 @@ impl Group {
 pub const MAX_GROUP_NAMES: usize = 4096;
 
 /// Where the ids of group names come from when several processes must agree on them (a shared
-/// region's table of names).
-pub type GroupRegistry = std::sync::Arc<dyn Fn(&str) -> Result<u32> + Send + Sync>;
+/// region's table of names): a name's id and the seed of its keys, registered as used by this process.
+pub type GroupRegistry = std::sync::Arc<dyn Fn(&str) -> Result<(u32, u64)> + Send + Sync>;
 
 /// The ids of every group name a limiter has seen: ids are never reused, so counters kept by id stay
 /// right across reconfigurations.
@@ -232,19 +232,25 @@ impl GroupIds {
         Self { registry: Some(registry), ..Self::default() }
     }
 
-    fn id(&mut self, name: &str) -> Result<u32> {
-        if let Some(&id) = self.ids.get(name) {
-            return Ok(id);
-        }
+    /// The id of `name`, and the seed of its keys when a registry gives them (`None`: the group's own).
+    fn id(&mut self, name: &str) -> Result<(u32, Option<u64>)> {
         if let Some(registry) = &self.registry {
-            let id = registry(name)?;
+            // Asked every time: the registry counts this process among the name's users, and may have
+            // given the id of a name no process used any more to another name meanwhile.
+            let (id, seed) = registry(name)?;
             let index = id as usize;
             if index >= self.names.len() {
                 self.names.resize(index + 1, String::new());
             }
+            if let Some(was) = Some(&self.names[index]).filter(|was| !was.is_empty() && *was != name) {
+                self.ids.remove(was);
+            }
             name.clone_into(&mut self.names[index]);
             self.ids.insert(name.to_owned(), id);
-            return Ok(id);
+            return Ok((id, Some(seed)));
+        }
+        if let Some(&id) = self.ids.get(name) {
+            return Ok((id, None));
         }
         if self.names.len() >= MAX_GROUP_NAMES {
             return Err(Error::value(
@@ -259,7 +265,7 @@ impl GroupIds {
         let id = self.names.len() as u32;
         self.ids.insert(name.to_owned(), id);
         self.names.push(name.to_owned());
-        Ok(id)
+        Ok((id, None))
     }
 
     /// Every name, by id (empty where a shared region gave the id to another process's group).
@@ -345,10 +351,14 @@ impl Rules {
                 }
                 index
             } else {
-                let mut group = Self::group(rule, quotas, ids.id(&rule.group).map_err(place)?).map_err(place)?;
+                let (id, seed) = ids.id(&rule.group).map_err(place)?;
+                let mut group = Self::group(rule, quotas, id).map_err(place)?;
                 let old = previous.and_then(|rules| rules.groups.iter().find(|g| g.name == group.name));
-                // Processes sharing a region name a group's keys alike whatever their rules' history.
-                group.inherit(old, if ids.registry.is_some() { 0 } else { version }, hasher);
+                group.inherit(old, version, hasher);
+                // Processes sharing a region name a group's keys alike, whatever their rules' history.
+                if let Some(seed) = seed {
+                    group.seed = seed;
+                }
                 groups.push(group);
                 groups.len() - 1
             };
@@ -469,7 +479,7 @@ mod tests {
     #[test]
     fn group_ids_are_stable_and_bounded() {
         let mut ids = GroupIds::default();
-        assert_eq!((ids.id("a").unwrap(), ids.id("b").unwrap(), ids.id("a").unwrap()), (0, 1, 0));
+        assert_eq!((ids.id("a").unwrap().0, ids.id("b").unwrap().0, ids.id("a").unwrap().0), (0, 1, 0));
         assert_eq!(ids.name(1), Some("b"));
         for i in 2..MAX_GROUP_NAMES {
             ids.id(&i.to_string()).unwrap();

@@ -27,7 +27,7 @@ use crate::shared::lock::Guard;
 use crate::shared::table::{RegionSlot, RegionTable};
 
 const MAX_SHARDS: usize = 64;
-const MAX_SHARED_SHARDS: usize = 4096;
+pub const MAX_SHARED_SHARDS: usize = 4096;
 /// `related_key`'s multiplier (odd, so invertible modulo 2³²) and its inverse.
 const RELATED_MIX: u32 = 0x85EB_CA6B;
 const RELATED_MIX_INVERSE: u32 = {

@@ -482,9 +482,10 @@ class Shared:
     Args:
         name: the region's name: letters, digits, ``.``, ``_``, ``-``.
         path: the region's file instead of a name (e.g. on a tmpfs of your own).
-        log_entries: sliding-log (stamp, units) entries the region holds, spread over its shards;
-            default: a quarter of ``max_keys``, and room for 16 full logs per shard when the rules have
-            a sliding log. A log that outgrows it evicts the least used states.
+        log_entries: sliding-log (stamp, units) entries the region's pool holds, one key's log up to
+            all of them; default: an eighth of ``max_keys``, at least 16,384 (256 KiB), whatever the rules
+            (so every deploy fits the region the first process made; the creator's number holds). When
+            the pool is full, a log evicts the least used states of its shard.
 
     Raises:
         InvalidValue: neither or both of ``name`` and ``path``, a name with other characters; when the

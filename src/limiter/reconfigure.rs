@@ -32,9 +32,11 @@ impl Limiter {
     /// holder may need `current`).
     fn install_rules(&self, config: RulesConfig) -> Result<()> {
         let now = self.clock.now_ns();
+        let before;
         let rules = {
             let mut current = self.current.lock();
             let Current { rules, ids } = &mut *current;
+            before = Arc::clone(rules);
             let version = rules.version() + 1;
             let mut built = Rules::build(config, &self.quotas, version, &self.hasher, ids, Some(rules))?;
             if let Some(bound) = self.limit_bound.get() {
@@ -47,17 +49,26 @@ impl Limiter {
         // This reconfiguration's moves (the last ones `moves_after` made) say which groups changed.
         let changed: Vec<&GroupMove> =
             rules.moves.iter().filter(|m| m.new_version == rules.version() && !m.gone).collect();
+        // In a shared region, a limit gone from these rules keeps its states while another process
+        // uses the group (its rules may still have the limit); this process no longer uses a group gone.
+        let region = self.states.shared_region();
+        let shared: Vec<bool> =
+            changed.iter().map(|m| region.is_some_and(|r| r.group_used_by_others(m.new.id))).collect();
+        if let Some(region) = region {
+            for was in before.groups.iter().filter(|was| !rules.groups.iter().any(|g| g.id == was.id)) {
+                region.release_group(was.id);
+            }
+        }
         // Shard by shard, under its lock: its decisions see the old rules and states, or the new rules
         // and states moved at one instant, never a mix. Counters are kept by group id: nothing to move.
         for mut shard in self.states.shards() {
-            for m in &changed {
+            for (m, &shared) in changed.iter().zip(&shared) {
                 shard.change_group(m.new.id, |data, key, index, written, state, log| {
                     Self::move_state(
                         (&m.old, m.old_version),
                         (&m.new, m.new_version),
                         data,
-                        key,
-                        index,
+                        (key, index, shared),
                         written,
                         state,
                         log,
@@ -113,14 +124,14 @@ impl Limiter {
     /// Moves the state of limit `index` of a key from the old group's limit to the new one's at `now`,
     /// keeping what it used (each through the key's quota, where one replaces the limit); false: the
     /// limit is gone. A state that says what it was written under (`written`, in a shared region: maybe
-    /// another process's limit) is moved from that, and `written` becomes the new limit.
+    /// another process's limit) is moved from that, and `written` becomes the new limit; one of a limit
+    /// gone stays when the group is `shared` with another running process.
     #[allow(clippy::too_many_arguments)]
     fn move_state(
         (old, old_version): (&Group, u64),
         (new, new_version): (&Group, u64),
         data: &mut ShardData,
-        key: u64,
-        index: usize,
+        (key, index, shared): (u64, usize, bool),
         written: &mut Option<Limit>,
         state: &mut State,
         log: &mut Log,
@@ -130,8 +141,7 @@ impl Limiter {
         let record = data.quotas.get(base);
         let from = written.or_else(|| Self::key_limit(old, old_version, index, record));
         let (Some(from), Some(to)) = (from, Self::key_limit(new, new_version, index, record)) else {
-            // A shared region's state of a limit gone here stays for the processes that may keep it.
-            return written.is_some();
+            return written.is_some() && shared;
         };
         *written = Some(to);
         if from != to {

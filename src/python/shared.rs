@@ -10,7 +10,6 @@ use pyo3::types::PyDict;
 use super::args::{int_at_least, str_arg, type_name};
 use crate::error::Error;
 use crate::shared::layout::{region_path, RegionSummary, SharedRegion};
-use crate::shared::table::CHUNK_ENTRIES;
 
 #[pyclass(frozen, name = "Shared", module = "ratekeeper._core")]
 pub struct PyShared {
@@ -20,31 +19,33 @@ pub struct PyShared {
 }
 
 impl PyShared {
-    /// The region for a limiter of `max_keys` states: made now, or attached to. Log entries default to
-    /// a quarter of `max_keys`, and when the rules have a sliding log (of `needs_log` entries at most) to
-    /// room for 16 full logs a shard at least (a log takes whole chunks of 15 entries).
+    /// The region for a limiter of `max_keys` states: made now, or attached to. Its log pool holds
+    /// `log_entries` sliding-log entries (default: an eighth of `max_keys`, at least 16,384), whatever the rules: a
+    /// process with a sliding log the pool cannot hold for one key is refused, naming the setting.
     ///
     /// # Errors
-    /// As `SharedRegion::open`; a sliding log of the rules that a shard cannot hold.
+    /// As `SharedRegion::open`; a sliding log of the rules longer than the whole pool.
     pub fn open(&self, max_keys: usize, needs_log: usize) -> Result<Arc<SharedRegion>, Error> {
-        let shards = crate::state_map::StateMap::<()>::shared_shard_count(max_keys);
-        let full_logs = needs_log.div_ceil(CHUNK_ENTRIES).saturating_mul(CHUNK_ENTRIES).saturating_mul(16);
-        let log_entries = self.log_entries.unwrap_or_else(|| (max_keys / 4).max(full_logs.saturating_mul(shards)));
+        let log_entries = self.log_entries.unwrap_or((max_keys / DEFAULT_LOG_SHARE).max(MIN_DEFAULT_LOG_ENTRIES));
         let region = SharedRegion::open(&self.path, max_keys, log_entries)?;
-        if needs_log > region.log_entries_per_shard() {
+        if needs_log > region.log_entries() {
             return Err(Error::value(
                 "log_entries",
                 format!(
-                    "a sliding_log limit of {needs_log} needs {needs_log} log entries per key; the shared region \
-                     {} holds {} per shard (log_entries={log_entries}): give rk.Shared(log_entries=...) more",
+                    "a sliding_log limit of {needs_log} needs {needs_log} log entries for one key; the shared region \
+                     {} holds {} in all (log_entries={log_entries}): give rk.Shared(log_entries=...) more",
                     self.path.display(),
-                    region.log_entries_per_shard()
+                    region.log_entries()
                 ),
             ));
         }
         Ok(Arc::new(region))
     }
 }
+
+/// `log_entries` is `max_keys` over this by default, and at least `MIN_DEFAULT_LOG_ENTRIES` (256 KiB).
+const DEFAULT_LOG_SHARE: usize = 8;
+const MIN_DEFAULT_LOG_ENTRIES: usize = 16_384;
 
 #[pymethods]
 impl PyShared {

@@ -19,24 +19,24 @@ use crate::state_map::StateMap;
 use super::lock::{Guard, SharedMutex};
 use super::region::Region;
 use super::table::{
-    alive, first_block_len, Chunk, JournalHead, RegionSlot, RegionTable, ShardCounts, ShardHead, ShardPlace, Tally,
-    CHUNK_ENTRIES, MAX_DEFS,
+    alive, first_block_len, Chunk, JournalHead, PoolHead, RegionSlot, RegionTable, ShardCounts, ShardHead, ShardPlace,
+    Tally, CHUNK_ENTRIES, MAX_CHUNKS, MAX_DEFS,
 };
 
 /// Bumped whenever anything in the region is laid out differently.
 pub const LAYOUT: u32 = 3;
-/// Group names a region can hold (memory's limit is 4096).
-pub const MAX_GROUPS: usize = 1024;
-/// Limits of a group whose definition the region keeps (to carry usage over when another process
-/// brings other limits); a group with more starts afresh in that case.
-const MAX_GROUP_LIMITS: usize = 8;
+/// Group names a region holds at once, as memory does: a name no running process uses is freed.
+pub const MAX_GROUPS: usize = crate::rules::MAX_GROUP_NAMES;
 /// Peers refused most, kept per shard.
 use super::table::{truncate, NAME_BYTES};
 const META_BYTES: usize = 4096;
-/// Process slots: each counts its decisions apart; past them, processes share slots (still exact).
-const MAX_PROCESSES: usize = 32;
+/// Process slots: each counts its decisions and the group names it uses apart; past them, processes
+/// share slots (counts still exact), and names are no longer freed (a sharer's use cannot be told).
+const MAX_PROCESSES: usize = 256;
+/// Words of a group's bitmap of process slots using it.
+const USER_WORDS: usize = MAX_PROCESSES / 64;
 /// Tallies per process slot: a shard counts in stripe `shard % TALLY_STRIPES`.
-const TALLY_STRIPES: usize = 64;
+const TALLY_STRIPES: usize = 16;
 /// Fixed seeds for group names' hashes: the same in every process.
 const NAME_SEEDS: [u64; 4] = [0x7261_7465_6b65_6570, 0x6572_2067_726f_7570, 0x6e61_6d65_7321, 0x0102_0304];
 
@@ -50,7 +50,8 @@ struct Meta {
     /// States held in the whole region.
     keys: AtomicU64,
     groups: AtomicU32,
-    _pad: u32,
+    /// Set once processes had to share a slot: names are never freed from then on.
+    crowded: AtomicU32,
     groups_lock: SharedMutex,
     /// The pid of each process slot's holder (0: free): which tallies a process counts in.
     processes: [AtomicU32; MAX_PROCESSES],
@@ -68,13 +69,20 @@ struct LimitRecord {
     period_ns: u64,
 }
 
+/// A group name the region has given an id (its index), written under the groups' lock.
 #[repr(C)]
 struct GroupRecord {
     hash: u64,
     name_len: u32,
-    limits_len: u32,
+    /// Set when the last running process that used the name dropped it from its rules (not when it
+    /// ended: a restart keeps the limits).
+    released: u32,
     name: [u8; NAME_BYTES],
-    limits: [LimitRecord; MAX_GROUP_LIMITS],
+    /// Bumped when the name is taken up again after it was released: its keys start afresh, as a group
+    /// removed and added back does in memory.
+    generation: u64,
+    /// The process slots whose rules have the group, a bit each.
+    users: [u64; USER_WORDS],
 }
 
 /// The limit definitions a region has recorded, so that a state says what it was written under (its
@@ -104,21 +112,28 @@ impl Shape {
     fn new(max_keys: usize, log_entries: usize) -> Result<Self> {
         let shards = StateMap::<()>::shared_shard_count(max_keys);
         let share = max_keys.max(1).div_ceil(shards);
-        // Full at the bound at 80 %: probes stay short; a shard alone is full at 7/8.
-        let capacity = share + share / 4 + 8;
-        let chunks = log_entries.div_ceil(shards).div_ceil(CHUNK_ENTRIES);
-        let chunk_count = u32::try_from(chunks).map_err(|_| Error::value("log_entries", "too large"))?;
+        // A shard is full at 7/8 of its slots (probes stay short): 1.04 times its share at a million keys
+        // (245 of 291), so near the bound a shard above its share makes room a little early; beyond that
+        // slots are memory (32 bytes each) that Docker's 64 MB /dev/shm cannot spare.
+        let capacity = share + share / 8 + 16;
+        let chunks = log_entries.div_ceil(CHUNK_ENTRIES);
+        let most = MAX_CHUNKS * CHUNK_ENTRIES;
+        let chunk_count = u32::try_from(chunks).ok().filter(|&c| c as usize <= MAX_CHUNKS).ok_or_else(|| {
+            Error::value("log_entries", format!("at most {most} in a shared region, got {log_entries}"))
+        })?;
         Ok(Self { shards, capacity, chunk_count })
     }
 
-    /// A shard's own slots and log chunks. Its head (lock), counts and first block are in arrays of
-    /// their own before them, every shard's together: a decision's lock, and the states of a shard
-    /// holding few, are then in a small area that stays in the caches and the TLB.
+    /// A shard's own slots. Its head (lock), counts and first block are in arrays of their own before
+    /// them, every shard's together: a decision's lock, and the states of a shard holding few, are then
+    /// in a small area that stays in the caches and the TLB.
     const fn shard_bytes(&self) -> usize {
-        round64(
-            self.capacity * std::mem::size_of::<RegionSlot>()
-                + self.chunk_count as usize * std::mem::size_of::<Chunk>(),
-        )
+        round64(self.capacity * std::mem::size_of::<RegionSlot>())
+    }
+
+    /// The pool of log chunks, after every shard's slots: its head, then its chunks.
+    const fn pool_offset(&self) -> usize {
+        self.firsts_offset() + self.firsts_bytes() + self.shards * self.shard_bytes()
     }
 
     const fn heads_bytes(&self) -> usize {
@@ -182,7 +197,8 @@ impl Shape {
             .checked_add(self.heads_bytes())?
             .checked_add(self.counts_bytes())?
             .checked_add(self.firsts_bytes())?;
-        self.shard_bytes().checked_mul(self.shards)?.checked_add(heads)
+        let pool = std::mem::size_of::<PoolHead>() + self.chunk_count as usize * std::mem::size_of::<Chunk>();
+        self.shard_bytes().checked_mul(self.shards)?.checked_add(heads)?.checked_add(pool)
     }
 }
 
@@ -226,8 +242,9 @@ pub struct SharedRegion {
     region: Region,
     shape: Shape,
     max_keys: usize,
-    /// This process's slot (see `MAX_PROCESSES`).
-    slot: usize,
+    /// This process's slot (see `MAX_PROCESSES`; `my_slot`), and whether it claimed one (not `inspect`).
+    slot: std::sync::atomic::AtomicUsize,
+    claimed: bool,
 }
 
 impl std::fmt::Debug for SharedRegion {
@@ -236,6 +253,18 @@ impl std::fmt::Debug for SharedRegion {
             .field("path", &self.region.path())
             .field("max_keys", &self.max_keys)
             .finish_non_exhaustive()
+    }
+}
+
+impl Drop for SharedRegion {
+    /// Gives the process slot back, with its uses of group names (a process that ends without dropping
+    /// it is found ended by the next process to look).
+    fn drop(&mut self) {
+        let slot = self.slot.load(Ordering::Relaxed);
+        if self.claimed && self.meta().processes[slot].load(Ordering::Acquire) == std::process::id() {
+            self.forget_slot(slot);
+            self.meta().processes[slot].store(0, Ordering::Release);
+        }
     }
 }
 
@@ -278,19 +307,20 @@ impl SharedRegion {
         let shape = Shape::new(max_keys, log_entries)?;
         let size = shape.size().ok_or_else(|| Error::value("max_keys", "too large for a shared region"))?;
         let region = Region::open(path, size, LAYOUT, |region| Self::init(region, shape, max_keys))?;
-        let mut shared = Self { region, shape, max_keys, slot: 0 };
-        shared.slot = shared.claim_slot();
-        let meta = shared.meta();
-        if meta.max_keys != max_keys as u64 {
+        // Another process may have made it with another log pool (`log_entries`): its numbers hold.
+        let (recorded, made_for) = Self::recorded_shape(&region)?;
+        if made_for != max_keys as u64 {
             return Err(Error::value(
                 "max_keys",
                 format!(
-                    "the shared region {} was made for max_keys={}, this limiter has {max_keys}",
+                    "the shared region {} was made for max_keys={made_for}, this limiter has {max_keys} (give \
+                     every process the same max_keys, or another region)",
                     path.display(),
-                    meta.max_keys
                 ),
             ));
         }
+        let mut shared = Self { region, shape: recorded, max_keys, slot: 0.into(), claimed: true };
+        shared.slot = shared.claim_slot().into();
         Ok(shared)
     }
 
@@ -300,18 +330,37 @@ impl SharedRegion {
     /// As [`Region::inspect`]; a region whose numbers do not add up.
     pub fn inspect(path: &Path) -> Result<Self> {
         let region = Region::inspect(path, LAYOUT)?;
-        // SAFETY: the region is at least as large as its meta (checked below through its size).
+        let (shape, max_keys) = Self::recorded_shape(&region)?;
+        let max_keys = usize::try_from(max_keys).unwrap_or(usize::MAX);
+        Ok(Self { region, shape, max_keys, slot: 0.into(), claimed: false })
+    }
+
+    /// The shape and bound the region's meta records, checked against its checksum and its size.
+    fn recorded_shape(region: &Region) -> Result<(Shape, u64)> {
+        let corrupt =
+            |why: &str| Error::value("path", format!("refusing the shared region {}: {why}", region.path().display()));
+        if region.len() < META_BYTES {
+            return Err(corrupt("it is too small for its numbers: not a whole ratekeeper region"));
+        }
+        // SAFETY: the contents hold a meta (checked above); plain integers, valid for any bytes.
         let meta = unsafe { &*region.contents().cast::<Meta>() };
+        if region.meta_sum() != meta_sum(meta) {
+            return Err(corrupt("its numbers (seeds, max_keys, shape) are corrupt"));
+        }
         let shape = Shape {
             shards: usize::try_from(meta.shards).unwrap_or(0),
             capacity: usize::try_from(meta.capacity).unwrap_or(0),
-            chunk_count: u32::try_from(meta.chunk_count).unwrap_or(0),
+            chunk_count: u32::try_from(meta.chunk_count).unwrap_or(u32::MAX),
         };
-        if shape.size() != Some(region.len()) || !shape.shards.is_power_of_two() {
-            return Err(Error::value("path", format!("{} is not a whole ratekeeper region", path.display())));
+        let sane = shape.shards.is_power_of_two()
+            && shape.shards <= crate::state_map::MAX_SHARED_SHARDS
+            && shape.capacity >= 1
+            && u32::try_from(shape.capacity).is_ok()
+            && shape.chunk_count as usize <= MAX_CHUNKS;
+        if !sane || shape.size() != Some(region.len()) {
+            return Err(corrupt("its numbers do not add up to its size: not a whole ratekeeper region"));
         }
-        let max_keys = usize::try_from(meta.max_keys).unwrap_or(usize::MAX);
-        Ok(Self { region, shape, max_keys, slot: 0 })
+        Ok((shape, meta.max_keys))
     }
 
     fn init(region: &Region, shape: Shape, max_keys: usize) -> Result<()> {
@@ -326,6 +375,7 @@ impl SharedRegion {
             meta.shards = shape.shards as u64;
             meta.capacity = shape.capacity as u64;
             meta.chunk_count = u64::from(shape.chunk_count);
+            region.set_meta_sum(meta_sum(meta))?;
             SharedMutex::init(&raw mut meta.groups_lock)?;
             let defs = base.add(Shape::defs_offset()).cast::<DefsHead>();
             SharedMutex::init(&raw mut (*defs).lock)?;
@@ -334,6 +384,7 @@ impl SharedRegion {
             for shard in 0..shape.shards {
                 SharedMutex::init(&raw mut (*Self::place_in(base, shape, shard).head).lock)?;
             }
+            SharedMutex::init(&raw mut (*base.add(shape.pool_offset()).cast::<PoolHead>()).lock)?;
         }
         Ok(())
     }
@@ -349,13 +400,29 @@ impl SharedRegion {
         if let Some(free) = processes.iter().position(|slot| take(slot, 0)) {
             return free;
         }
-        processes
-            .iter()
-            .position(|slot| {
-                let holder = slot.load(Ordering::Acquire);
-                !alive(holder) && take(slot, holder)
-            })
-            .unwrap_or(pid as usize % MAX_PROCESSES)
+        let ended = processes.iter().position(|slot| {
+            let holder = slot.load(Ordering::Acquire);
+            !alive(holder) && take(slot, holder)
+        });
+        if let Some(slot) = ended {
+            self.forget_slot(slot);
+            return slot;
+        }
+        self.meta().crowded.store(1, Ordering::Relaxed);
+        pid as usize % MAX_PROCESSES
+    }
+
+    /// This process's slot: the one claimed at opening, or a new one in a child forked since (which
+    /// must not count among the group users of its parent's slot).
+    fn my_slot(&self) -> usize {
+        let slot = self.slot.load(Ordering::Relaxed);
+        // `inspect` maps the region read-only and claims nothing.
+        if !self.claimed || self.meta().processes[slot].load(Ordering::Acquire) == std::process::id() {
+            return slot;
+        }
+        let claimed = self.claim_slot();
+        self.slot.store(claimed, Ordering::Relaxed);
+        claimed
     }
 
     fn tally(&self, slot: usize, shard: usize) -> *mut Tally {
@@ -408,9 +475,9 @@ impl SharedRegion {
         self.shape.shards
     }
 
-    /// Sliding-log entries one shard can hold.
+    /// Sliding-log entries the region's pool holds (one log may take them all).
     #[must_use]
-    pub fn log_entries_per_shard(&self) -> usize {
+    pub fn log_entries(&self) -> usize {
         self.shape.chunk_count as usize * CHUNK_ENTRIES
     }
 
@@ -425,7 +492,8 @@ impl SharedRegion {
             let first = base.add(shape.first_offset(shard)).cast::<RegionSlot>();
             let start = base.add(shape.firsts_offset() + shape.firsts_bytes() + shard * shape.shard_bytes());
             let slots = start.cast::<RegionSlot>();
-            let chunks = slots.add(shape.capacity).cast::<Chunk>();
+            let pool = base.add(shape.pool_offset()).cast::<PoolHead>();
+            let chunks = pool.add(1).cast::<Chunk>();
             let journal = base.add(Shape::journal_offset()).cast::<JournalHead>();
             let journal_slots = journal.add(1).cast::<RegionSlot>();
             ShardPlace {
@@ -437,6 +505,7 @@ impl SharedRegion {
                 first,
                 slots,
                 capacity: shape.capacity,
+                pool,
                 chunks,
                 chunk_count: shape.chunk_count,
             }
@@ -455,7 +524,7 @@ impl SharedRegion {
         unsafe {
             RegionTable::new(
                 self.place(shard),
-                self.tally(self.slot, shard),
+                self.tally(self.my_slot(), shard),
                 &raw const self.meta().keys,
                 self.max_keys as u64,
             )
@@ -496,72 +565,130 @@ impl SharedRegion {
         unsafe { SharedMutex::at((&raw const self.meta().groups_lock).cast_mut()) }.lock_whole()
     }
 
-    /// The region's id of group `name`, registered if new: the same in every process.
+    /// Whether process slot `slot` is held by a running process.
+    fn slot_alive(&self, slot: usize) -> bool {
+        let pid = self.meta().processes[slot].load(Ordering::Acquire);
+        pid != 0 && alive(pid)
+    }
+
+    /// Whether a running process other than this one uses `record` (its dead users forgotten).
+    fn used_by_others(&self, record: &mut GroupRecord) -> bool {
+        let mine = self.my_slot();
+        let mut others = false;
+        for slot in 0..MAX_PROCESSES {
+            let (word, bit) = (slot / 64, 1u64 << (slot % 64));
+            if record.users[word] & bit == 0 || slot == mine {
+                continue;
+            }
+            if self.slot_alive(slot) {
+                others = true;
+            } else {
+                record.users[word] &= !bit;
+            }
+        }
+        others || self.meta().crowded.load(Ordering::Relaxed) != 0
+    }
+
+    /// The region's id of group `name` and the seed of its keys, the same in every process, and this
+    /// process counted among its users. A name released by the last process that used it starts afresh
+    /// (a new seed), one whose processes ended keeps its keys (a restart keeps the limits); a new name
+    /// takes a free id, or the id of a name no running process uses.
     ///
     /// # Errors
-    /// The region holds `MAX_GROUPS` names already.
-    pub fn group_id(&self, name: &str) -> Result<u32> {
+    /// `MAX_GROUPS` names in use by running processes already.
+    pub fn group_id(&self, name: &str) -> Result<(u32, u64)> {
         let hash = Self::name_hash(name);
         let _held = self.lock_groups();
-        let count = self.meta().groups.load(Ordering::Acquire) as usize;
-        if let Some(id) = (0..count).find(|&id| self.group_record(id).hash == hash) {
+        let count = (self.meta().groups.load(Ordering::Acquire) as usize).min(MAX_GROUPS);
+        let found = (0..count).find(|&id| self.group_record(id).hash == hash);
+        let id = if let Some(id) = found {
+            let record = self.group_record(id);
+            if record.released != 0 {
+                record.released = 0;
+                record.generation = record.generation.wrapping_add(1);
+            }
+            id
+        } else {
+            let id = if count < MAX_GROUPS {
+                #[allow(clippy::cast_possible_truncation)] // below MAX_GROUPS
+                self.meta().groups.store(count as u32 + 1, Ordering::Release);
+                count
+            } else {
+                let slot = self.my_slot();
+                let free = |record: &mut GroupRecord| {
+                    record.users[slot / 64] & 1 << (slot % 64) == 0 && !self.used_by_others(record)
+                };
+                (0..count).find(|&id| free(self.group_record(id))).ok_or_else(|| {
+                    Error::value(
+                        "group",
+                        format!(
+                            "{name:?} would be the shared region's {}th group name in use; at most {MAX_GROUPS}",
+                            MAX_GROUPS + 1
+                        ),
+                    )
+                })?
+            };
+            let record = self.group_record(id);
+            record.hash = hash;
+            let shown = truncate(name, NAME_BYTES);
+            record.name = [0; NAME_BYTES];
+            record.name[..shown.len()].copy_from_slice(shown.as_bytes());
             #[allow(clippy::cast_possible_truncation)]
-            return Ok(id as u32);
-        }
-        if count >= MAX_GROUPS {
-            return Err(Error::value(
-                "group",
-                format!("{name:?} would be the shared region's {}th group name; at most {MAX_GROUPS}", count + 1),
-            ));
-        }
-        let record = self.group_record(count);
-        record.hash = hash;
-        let shown = truncate(name, NAME_BYTES);
-        record.name[..shown.len()].copy_from_slice(shown.as_bytes());
-        #[allow(clippy::cast_possible_truncation)]
-        {
-            record.name_len = shown.len() as u32;
-            record.limits_len = 0;
-        }
+            {
+                record.name_len = shown.len() as u32;
+            }
+            record.generation = record.generation.wrapping_add(1);
+            record.users = [0; USER_WORDS];
+            record.released = 0;
+            id
+        };
+        let record = self.group_record(id);
+        let slot = self.my_slot();
+        record.users[slot / 64] |= 1 << (slot % 64);
+        let seed = Self::name_hash(&format!("{name}\0{}", record.generation));
         #[allow(clippy::cast_possible_truncation)] // below MAX_GROUPS
-        let id = count as u32;
-        self.meta().groups.store(id + 1, Ordering::Release);
-        Ok(id)
+        Ok((id as u32, seed))
+    }
+
+    /// This process no longer uses group `id` (its rules dropped it): when no other running process
+    /// does, the name starts afresh if taken up again.
+    pub fn release_group(&self, id: u32) {
+        let _held = self.lock_groups();
+        let slot = self.my_slot();
+        if (id as usize) < MAX_GROUPS {
+            let record = self.group_record(id as usize);
+            record.users[slot / 64] &= !(1 << (slot % 64));
+            if !self.used_by_others(record) {
+                record.released = 1;
+            }
+        }
+    }
+
+    /// Whether a running process other than this one uses group `id`.
+    #[must_use]
+    pub fn group_used_by_others(&self, id: u32) -> bool {
+        let _held = self.lock_groups();
+        (id as usize) < MAX_GROUPS && self.used_by_others(self.group_record(id as usize))
+    }
+
+    /// Forgets this process's slot's uses of every group (a slot taken over from an ended process).
+    fn forget_slot(&self, slot: usize) {
+        let _held = self.lock_groups();
+        let count = (self.meta().groups.load(Ordering::Acquire) as usize).min(MAX_GROUPS);
+        for id in 0..count {
+            self.group_record(id).users[slot / 64] &= !(1 << (slot % 64));
+        }
     }
 
     /// The name group `id` was registered with (cut to 48 bytes).
     #[must_use]
     pub fn group_name(&self, id: u32) -> Option<String> {
-        let count = self.meta().groups.load(Ordering::Acquire) as usize;
+        let count = (self.meta().groups.load(Ordering::Acquire) as usize).min(MAX_GROUPS);
         let id = id as usize;
         (id < count).then(|| {
             let record = self.group_record(id);
             String::from_utf8_lossy(&record.name[..(record.name_len as usize).min(NAME_BYTES)]).into_owned()
         })
-    }
-
-    /// Records `limits` as group `id`'s, returning those recorded before (`None`: none, or more than
-    /// the region keeps).
-    #[must_use]
-    pub fn swap_group_limits(&self, id: u32, limits: &[Limit]) -> Option<Vec<Limit>> {
-        let _held = self.lock_groups();
-        let record = self.group_record(id as usize);
-        let before = (1..=MAX_GROUP_LIMITS)
-            .contains(&(record.limits_len as usize))
-            .then(|| record.limits[..record.limits_len as usize].iter().map(limit_of).collect::<Option<Vec<_>>>())
-            .flatten();
-        if limits.len() <= MAX_GROUP_LIMITS {
-            for (slot, limit) in record.limits.iter_mut().zip(limits) {
-                *slot = record_of(limit);
-            }
-            #[allow(clippy::cast_possible_truncation)]
-            {
-                record.limits_len = limits.len() as u32;
-            }
-        } else {
-            record.limits_len = 0;
-        }
-        before
     }
 
     fn defs_head(&self) -> &DefsHead {
@@ -676,6 +803,17 @@ const KINDS: [Kind; 7] = [
     Kind::Concurrency,
 ];
 
+/// The checksum of the meta's numbers that never change (see `Region::set_meta_sum`).
+fn meta_sum(meta: &Meta) -> u64 {
+    let numbers = [meta.seeds[0], meta.seeds[1], meta.seeds[2], meta.seeds[3], meta.max_keys].into_iter().chain([
+        meta.shards,
+        meta.capacity,
+        meta.chunk_count,
+    ]);
+    let bytes: Vec<u8> = numbers.flat_map(u64::to_le_bytes).collect();
+    super::region::checksum(&bytes)
+}
+
 fn record_of(limit: &Limit) -> LimitRecord {
     #[allow(clippy::cast_possible_truncation)]
     let kind = KINDS.iter().position(|&k| k == limit.kind()).unwrap_or(0) as u32;
@@ -715,13 +853,19 @@ mod tests {
         let second = SharedRegion::open(&path, 10_000, 1_000).unwrap();
         assert!(first.created() && !second.created());
         assert_eq!(first.seeds(), second.seeds());
-        assert_eq!(first.group_id("api").unwrap(), 0);
-        assert_eq!(second.group_id("login").unwrap(), 1);
-        assert_eq!(first.group_id("login").unwrap(), 1);
+        let api = first.group_id("api").unwrap();
+        let login = second.group_id("login").unwrap();
+        assert_eq!((api.0, login.0), (0, 1));
+        assert_eq!(first.group_id("login").unwrap(), login, "one id and one seed in every process");
         assert_eq!(second.group_name(0).as_deref(), Some("api"));
         let limit = Limit::new(Rate::new(10, 1_000_000_000).unwrap(), Some(3), Kind::SlidingLog).unwrap();
-        assert_eq!(first.swap_group_limits(0, &[limit]), None);
-        assert_eq!(second.swap_group_limits(0, &[limit]), Some(vec![limit]));
+        let other = Limit::new(Rate::new(10, 1_000_000_000).unwrap(), None, Kind::Gcra).unwrap();
+        let id = first.def_id(&limit);
+        assert_ne!(id, 0);
+        assert_eq!(second.def_id(&limit), id);
+        assert_ne!(second.def_id(&other), id);
+        assert_eq!(first.limit_def(id), Some(limit));
+        assert_eq!(first.limit_def(0), None);
         {
             let _held = first.lock(0);
             let mut table = first.table(0);
@@ -731,7 +875,9 @@ mod tests {
         assert_eq!(second.table(0).get(7 << 8).map(|s| s.state.t), Some(9));
         drop(held);
         let other = SharedRegion::open(&path, 20_000, 1_000).unwrap_err().to_string();
-        assert!(other.contains("another max_keys"), "{other}");
+        assert!(other.contains("made for max_keys=10000, this limiter has 20000"), "{other}");
+        // Another log pool: the region's numbers hold.
+        assert_eq!(SharedRegion::open(&path, 10_000, 50_000).unwrap().log_entries(), first.log_entries());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -792,6 +938,45 @@ mod tests {
             }
             use_busy();
         }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_group_name_no_running_process_uses_starts_afresh_and_frees_its_id() {
+        let dir = dir("names");
+        let path = dir.join("r");
+        let first = SharedRegion::open(&path, 10_000, 1_000).unwrap();
+        let second = SharedRegion::open(&path, 10_000, 1_000).unwrap();
+        let (id, seed) = first.group_id("api").unwrap();
+        assert_eq!(second.group_id("api").unwrap(), (id, seed));
+        // The first drops it, the second keeps it: the first takes it up again with the same keys.
+        first.release_group(id);
+        assert!(first.group_used_by_others(id));
+        assert_eq!(first.group_id("api").unwrap(), (id, seed));
+        // Dropped by the last process that used it: taken up again, its keys start afresh.
+        first.release_group(id);
+        second.release_group(id);
+        assert!(!first.group_used_by_others(id));
+        let (again, fresh) = first.group_id("api").unwrap();
+        assert_eq!(again, id);
+        assert_ne!(fresh, seed);
+        // A process that ends (here: drops its region) stops using its names, which keep their keys.
+        drop(first);
+        assert!(!second.group_used_by_others(id));
+        let third = SharedRegion::open(&path, 10_000, 1_000).unwrap();
+        assert_eq!(third.group_id("api").unwrap(), (id, fresh));
+        drop(third);
+        // Every id in use: a new name takes the id of one nobody uses.
+        second.group_id("api").unwrap();
+        for n in 1..MAX_GROUPS {
+            second.group_id(&format!("g{n}")).unwrap();
+        }
+        let error = second.group_id("one-more").unwrap_err().to_string();
+        assert!(error.contains("at most 4096"), "{error}");
+        second.release_group(7);
+        assert_eq!(second.group_id("one-more").unwrap().0, 7);
+        assert_eq!(second.group_name(7).as_deref(), Some("one-more"));
+        drop(second);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

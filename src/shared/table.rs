@@ -27,7 +27,7 @@ type Entries = Vec<(u64, u64)>;
 const OCCUPIED: u32 = 1 << 31;
 /// Active slots of an empty shard: its first block, kept with every other shard's first block (see
 /// `ShardPlace::first`).
-pub const MIN_ACTIVE: usize = 48;
+pub const MIN_ACTIVE: usize = 40;
 
 /// Slots in the first block of a shard of `capacity` slots: `MIN_ACTIVE`, or its capacity if less.
 #[must_use]
@@ -59,6 +59,8 @@ pub struct RegionSlot {
 /// Bits of `RegionSlot::link` that hold the first chunk of a log: a shard's pool has fewer chunks.
 pub const CHAIN_BITS: u32 = 20;
 const CHAIN_MASK: u32 = (1 << CHAIN_BITS) - 1;
+/// Log chunks a region's pool can hold: a chain's link is `CHAIN_BITS` wide.
+pub const MAX_CHUNKS: usize = CHAIN_MASK as usize;
 /// Limit definitions a region can tell apart (ids 1 to `MAX_DEFS - 1`; 0: unrecorded).
 pub const MAX_DEFS: usize = 1 << (32 - CHAIN_BITS);
 
@@ -127,12 +129,34 @@ impl RegionSlot {
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct Chunk {
-    /// The next chunk plus one; 0: last. In the free list, the next free chunk.
+    /// The next chunk plus one; 0: last. In a free list, the next free chunk.
     next: u32,
     len: u32,
-    _pad: u64,
+    /// The shard holding it, plus one (in a log or its free list); 0: the pool's. Changed only under
+    /// that shard's lock, so a repair of the shard finds every chunk it held.
+    owner: u32,
+    _pad: u32,
     entries: [(u64, u64); CHUNK_ENTRIES],
 }
+
+/// The region's pool of log chunks, for every shard: a log of one key may take the whole pool, and the
+/// region's size does not depend on the rules' sliding logs. A shard keeps the chunks it frees in a
+/// list of its own (under its own lock) and comes here, under the pool's lock, only when that list is
+/// empty or holds more than `KEEP_FREE`.
+#[repr(C, align(64))]
+pub struct PoolHead {
+    pub lock: SharedMutex,
+    /// The free list's first chunk plus one.
+    free: u32,
+    /// Chunks in the free list.
+    free_count: u32,
+    /// Chunks never handed out begin here.
+    fresh: u32,
+}
+
+/// Chunks a shard takes from the pool at once, and the most it keeps free before giving half back.
+const TAKE_BATCH: u32 = 4;
+const KEEP_FREE: u32 = 16;
 
 /// A shard's header in the region: its lock and what it counts, written under the lock.
 #[repr(C, align(64))]
@@ -144,10 +168,9 @@ pub struct ShardHead {
     /// the shard's first block, beyond it the start of its own slots.
     active: u32,
     inserts_since_decay: u32,
-    /// The free list's first chunk plus one.
+    /// The shard's own free list of log chunks: its first plus one, and its length.
     free_chunks: u32,
-    /// Chunks never handed out begin here.
-    fresh_chunks: u32,
+    free_count: u32,
     /// States evicted as least used, and idle states dropped to make room, by every process.
     pub evictions: u64,
     pub dropped: u64,
@@ -156,7 +179,7 @@ pub struct ShardHead {
 /// Bytes of a name kept in the region (a group's, a refused peer's), cut on a character boundary.
 pub const NAME_BYTES: usize = 48;
 /// Peers refused most, kept per shard.
-const TOP_REFUSED: usize = 8;
+const TOP_REFUSED: usize = 4;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -248,6 +271,8 @@ pub struct ShardPlace {
     /// The shard's own slots, `capacity` of them, used once it outgrows its first block.
     pub slots: *mut RegionSlot,
     pub capacity: usize,
+    /// The region's pool of log chunks (see `PoolHead`), `chunk_count` of them.
+    pub pool: *mut PoolHead,
     pub chunks: *mut Chunk,
     pub chunk_count: u32,
 }
@@ -752,28 +777,41 @@ impl RegionTable {
             }
             let others = self.iter().filter(|s| s.log() != 0 && s.identity() != key >> IDENTITY_SHIFT).count();
             if others == 0 {
-                // Nothing else to evict: keep what fits, the newest.
-                let fits = (self.place.chunk_count as usize) * CHUNK_ENTRIES;
-                entries.drain(..entries.len().saturating_sub(fits));
-                if entries.len() <= fits && self.free_chunk_count() * CHUNK_ENTRIES >= entries.len() {
-                    continue;
+                // Nothing else here to evict (other shards' logs hold the pool): keep the newest entries
+                // that fit, if any do.
+                let fits = self.free_chunk_count() * CHUNK_ENTRIES;
+                if fits == 0 || fits >= entries.len() {
+                    return;
                 }
-                return;
+                entries.drain(..entries.len() - fits);
+                continue;
             }
             // Never the key whose log this is: it would make room by losing what it makes room for.
             self.make_room(now, Some(key >> IDENTITY_SHIFT), &mut gone);
         }
     }
 
+    /// Chunks this shard could take now: its own free ones and the pool's (read without the pool's
+    /// lock: a hint).
     fn free_chunk_count(&self) -> usize {
-        let head = self.head();
-        let mut free = (self.place.chunk_count - head.fresh_chunks) as usize;
-        let mut at = head.free_chunks;
-        while at != 0 && free <= self.place.chunk_count as usize {
-            free += 1;
-            at = self.chunk(at - 1).next;
-        }
-        free
+        // SAFETY: see `new`; plain integers read as they are.
+        let (free, fresh) = unsafe {
+            let pool = self.place.pool;
+            ((&raw const (*pool).free_count).read_volatile(), (&raw const (*pool).fresh).read_volatile())
+        };
+        let never_handed = self.place.chunk_count.saturating_sub(fresh);
+        (self.head().free_count as usize).saturating_add(free as usize).saturating_add(never_handed as usize)
+    }
+
+    /// This shard's mark on the chunks it holds.
+    #[allow(clippy::cast_possible_truncation)] // a region has at most MAX_SHARED_SHARDS shards
+    const fn owner_mark(&self) -> u32 {
+        self.place.index as u32 + 1
+    }
+
+    /// Whether `at` (a chunk plus one) is a chunk of the pool this shard holds.
+    fn holds(&self, at: u32) -> bool {
+        at != 0 && at <= self.place.chunk_count && self.chunk(at - 1).owner == self.owner_mark()
     }
 
     fn read_log(&self, mut at: u32) -> Log {
@@ -782,7 +820,7 @@ impl RegionTable {
         }
         let mut entries = Vec::new();
         let mut hops = 0;
-        while at != 0 && at <= self.place.chunk_count && hops < self.place.chunk_count {
+        while self.holds(at) && hops < self.place.chunk_count {
             let chunk = self.chunk(at - 1);
             entries.extend_from_slice(&chunk.entries[..(chunk.len as usize).min(CHUNK_ENTRIES)]);
             at = chunk.next;
@@ -819,32 +857,123 @@ impl RegionTable {
     fn take_chunk(&self) -> Option<u32> {
         let head = self.head();
         if head.free_chunks != 0 {
-            let index = head.free_chunks - 1;
-            head.free_chunks = self.chunk(index).next;
-            return Some(index);
+            if self.holds(head.free_chunks) {
+                let index = head.free_chunks - 1;
+                head.free_chunks = self.chunk(index).next;
+                head.free_count = head.free_count.saturating_sub(1);
+                return Some(index);
+            }
+            // Not a list of ours (corrupt bytes): forgotten; a repair finds the chunks we hold.
+            head.free_chunks = 0;
+            head.free_count = 0;
         }
-        if head.fresh_chunks < self.place.chunk_count {
-            head.fresh_chunks += 1;
-            return Some(head.fresh_chunks - 1);
+        self.take_from_pool()
+    }
+
+    /// Takes up to `TAKE_BATCH` chunks from the pool under its lock: one to use, the rest to keep.
+    #[cold]
+    fn take_from_pool(&self) -> Option<u32> {
+        let pool = self.pool();
+        let held = pool.lock.lock_whole();
+        if held.recovered {
+            self.repair_pool();
         }
-        None
+        let mut taken = None;
+        for _ in 0..TAKE_BATCH {
+            if pool.free != 0 && !(pool.free <= self.place.chunk_count && self.chunk(pool.free - 1).owner == 0) {
+                self.repair_pool(); // not a list of the pool's chunks (corrupt bytes)
+            }
+            let index = if pool.free != 0 && pool.free <= self.place.chunk_count {
+                let index = pool.free - 1;
+                pool.free = self.chunk(index).next;
+                pool.free_count = pool.free_count.saturating_sub(1);
+                index
+            } else if pool.fresh < self.place.chunk_count {
+                pool.fresh += 1;
+                pool.fresh - 1
+            } else {
+                break;
+            };
+            let chunk = self.chunk(index);
+            chunk.owner = self.owner_mark();
+            match taken {
+                None => taken = Some(index),
+                Some(_) => self.keep_free(index),
+            }
+        }
+        drop(held);
+        taken
+    }
+
+    /// Puts chunk `index` (held by this shard) on its own free list.
+    fn keep_free(&self, index: u32) {
+        let head = self.head();
+        self.chunk(index).next = head.free_chunks;
+        head.free_chunks = index + 1;
+        head.free_count += 1;
+    }
+
+    #[allow(clippy::mut_from_ref)]
+    fn pool(&self) -> &mut PoolHead {
+        // SAFETY: see `new`; written under the pool's lock.
+        unsafe { &mut *self.place.pool }
+    }
+
+    /// Rebuilds the pool's free list after a process died holding its lock: every chunk handed out
+    /// that no shard holds (the pool's lock held).
+    fn repair_pool(&self) {
+        let pool = self.pool();
+        pool.fresh = pool.fresh.min(self.place.chunk_count);
+        pool.free = 0;
+        pool.free_count = 0;
+        for index in (0..pool.fresh).rev() {
+            let chunk = self.chunk(index);
+            if chunk.owner == 0 {
+                chunk.next = pool.free;
+                pool.free = index + 1;
+                pool.free_count += 1;
+            }
+        }
     }
 
     fn free_log(&self, mut at: u32) {
         let mut hops = 0;
-        while at != 0 && at <= self.place.chunk_count && hops < self.place.chunk_count {
+        while self.holds(at) && hops < self.place.chunk_count {
             let index = at - 1;
-            let chunk = self.chunk(index);
-            at = chunk.next;
-            chunk.next = self.head().free_chunks;
-            self.head().free_chunks = index + 1;
+            at = self.chunk(index).next;
+            self.keep_free(index);
             hops += 1;
+        }
+        if self.head().free_count > KEEP_FREE {
+            self.give_back(KEEP_FREE / 2);
         }
     }
 
+    /// Gives the pool the chunks of this shard's free list beyond `keep`.
+    #[cold]
+    fn give_back(&self, keep: u32) {
+        let pool = self.pool();
+        let held = pool.lock.lock_whole();
+        if held.recovered {
+            self.repair_pool();
+        }
+        let shard = self.head();
+        while shard.free_count > keep && self.holds(shard.free_chunks) {
+            let index = shard.free_chunks - 1;
+            let chunk = self.chunk(index);
+            shard.free_chunks = chunk.next;
+            shard.free_count -= 1;
+            chunk.owner = 0;
+            chunk.next = pool.free;
+            pool.free = index + 1;
+            pool.free_count += 1;
+        }
+        drop(held);
+    }
+
     /// Makes the shard whole after a process died holding its lock, whatever it was writing: one slot
-    /// per identity (a shift may have copied one), log chains within the pool and not shared, the free
-    /// list rebuilt from the chunks no slot uses, the counts recounted. What the dead process was
+    /// per identity (a shift may have copied one), log chains within the chunks it holds and not shared,
+    /// its free list rebuilt from the chunks it holds that no slot uses, the counts recounted. What the dead process was
     /// deciding may be lost; nothing else is.
     pub fn repair(&mut self) {
         {
@@ -862,13 +991,13 @@ impl RegionTable {
             if !slot.occupied() || !seen.insert(slot.identity()) {
                 continue;
             }
-            // A chain is kept only if it stays in the pool, has no cycle and shares no chunk.
+            // A chain is kept only if it stays in chunks this shard holds, has no cycle and shares none.
             let mut chain = Vec::new();
             let mut at = slot.log();
             let mut whole = true;
             while at != 0 {
                 let index = at as usize - 1;
-                if index >= chunk_count || used[index] || chain.contains(&index) {
+                if !self.holds(at) || used[index] || chain.contains(&index) {
                     whole = false;
                     break;
                 }
@@ -884,14 +1013,15 @@ impl RegionTable {
             }
             kept.push(slot);
         }
+        // The free list: every chunk this shard holds that no log uses.
         let head = self.head();
         head.free_chunks = 0;
-        head.fresh_chunks = self.place.chunk_count;
-        for index in (0..chunk_count).rev().filter(|&i| !used[i]) {
-            #[allow(clippy::cast_possible_truncation)]
-            let index = index as u32;
-            self.chunk(index).next = self.head().free_chunks;
-            self.head().free_chunks = index + 1;
+        head.free_count = 0;
+        #[allow(clippy::cast_possible_truncation)] // chunk_count is a u32
+        for index in (0..chunk_count as u32).rev() {
+            if !used[index as usize] && self.chunk(index).owner == self.owner_mark() {
+                self.keep_free(index);
+            }
         }
         let before = self.len();
         self.empty_all_slots();
@@ -939,6 +1069,7 @@ mod tests {
         let bytes = std::mem::size_of::<JournalHead>()
             + std::mem::size_of::<ShardHead>()
             + std::mem::size_of::<ShardCounts>()
+            + std::mem::size_of::<PoolHead>()
             + (2 * capacity + MIN_ACTIVE) * std::mem::size_of::<RegionSlot>()
             + chunk_count as usize * std::mem::size_of::<Chunk>();
         let mut memory = vec![0u128; bytes.div_ceil(16) + 4];
@@ -950,11 +1081,24 @@ mod tests {
             let journal = base.cast::<JournalHead>();
             let head = journal.add(1).cast::<ShardHead>();
             let counts = head.add(1).cast::<ShardCounts>();
-            let first = counts.add(1).cast::<RegionSlot>();
+            let pool = counts.add(1).cast::<PoolHead>();
+            let first = pool.add(1).cast::<RegionSlot>();
             let slots = first.add(MIN_ACTIVE);
             let journal_slots = slots.add(capacity);
             let chunks = journal_slots.add(capacity).cast::<Chunk>();
-            ShardPlace { index: 0, journal, journal_slots, head, counts, first, slots, capacity, chunks, chunk_count }
+            ShardPlace {
+                index: 0,
+                journal,
+                journal_slots,
+                head,
+                counts,
+                first,
+                slots,
+                capacity,
+                pool,
+                chunks,
+                chunk_count,
+            }
         };
         let keys = Box::new(AtomicU64::new(0));
         let mut tally = Box::<Tally>::default();
@@ -1061,11 +1205,11 @@ mod tests {
     #[test]
     fn a_shard_moves_from_its_first_block_to_its_own_slots_losing_nothing() {
         let mut f = fixture(320, 0, 1_000);
-        for i in 0..40 {
+        for i in 0..30 {
             f.table.insert(key(i), State { t: i, a: 0, b: 0 }, 3, 0, 0, |_, _| panic!("no room needed"));
         }
-        assert_eq!(f.table.slots().as_ptr(), f.table.place.first.cast_const(), "40 states fit the first block");
-        for i in 40..200 {
+        assert_eq!(f.table.slots().as_ptr(), f.table.place.first.cast_const(), "30 states fit the first block");
+        for i in 30..200 {
             f.table.insert(key(i), State { t: i, a: 0, b: 0 }, 3, 0, 0, |_, _| panic!("no room needed"));
         }
         assert_eq!(f.table.slots().as_ptr(), f.table.place.slots.cast_const());

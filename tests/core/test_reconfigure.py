@@ -21,7 +21,6 @@ import ratekeeper as rk
 from _support import (
     ALGORITHMS,
     MakeLimiter,
-    Store,
     admitted,
     assert_within_limits_in_force,
     fresh_per_example,
@@ -251,7 +250,7 @@ def test_reload_adds_new_groups_empty_and_drops_removed_ones(config_file: Path, 
 
 
 def test_a_group_removed_then_added_back_starts_empty(
-    make_limiter: MakeLimiter, store: Store, config_file: Path, clock: rk.ManualClock
+    make_limiter: MakeLimiter, config_file: Path, clock: rk.ManualClock
 ) -> None:
     limiter = limiter_from_file(make_limiter, config_file, clock)
     assert admitted(limiter, "alice", 5, "/search") == 2
@@ -259,12 +258,8 @@ def test_a_group_removed_then_added_back_starts_empty(
     limiter.reload(config_file)
     config_file.write_text(FIRST)
     limiter.reload(config_file)
-    if store == "shared":
-        # A shared region names a group's keys by its name alone: another worker may have kept the group
-        # all along, and a worker that reloads must not get a budget of its own beside theirs.
-        assert admitted(limiter, "alice", 5, "/search") == 0
-        return
-    # search is a new group again: alice's usage went with the group it belonged to.
+    # search is a new group again: alice's usage went with the group it belonged to (in a shared region:
+    # no running process used the group any more).
     assert admitted(limiter, "alice", 5, "/search") == 2
 
 
@@ -280,6 +275,23 @@ def test_a_group_a_worker_adds_by_reload_is_one_budget_with_a_worker_started_wit
     reloading.reload(config_file)
     started = limiter_from_file(shared, config_file, clock)
     assert admitted(reloading, "alice", 1, "/search") + admitted(started, "alice", 5, "/search") == 2
+
+
+def test_a_group_one_worker_drops_and_adds_back_keeps_what_another_worker_used(
+    config_file: Path, clock: rk.ManualClock, tmp_path: Path
+) -> None:
+    def shared(*args: Any, **options: Any) -> rk.Limiter:
+        return rk.Limiter(*args, backend=rk.Shared(path=str(tmp_path / "region")), **options)
+
+    reloading = limiter_from_file(shared, config_file, clock)
+    steady = limiter_from_file(shared, config_file, clock)
+    assert admitted(steady, "alice", 5, "/search") == 2
+    config_file.write_text(SECOND)
+    reloading.reload(config_file)
+    config_file.write_text(FIRST)
+    reloading.reload(config_file)
+    # The steady worker kept the group all along: one budget, spent.
+    assert admitted(reloading, "alice", 5, "/search") + admitted(steady, "alice", 5, "/search") == 0
 
 
 def test_reload_follows_the_new_exemptions(make_limiter: MakeLimiter, config_file: Path, clock: rk.ManualClock) -> None:

@@ -140,13 +140,24 @@ def test_a_region_made_for_another_max_keys_is_refused(tmp_path: Path) -> None:
         shared(path, "3/hour", max_keys=2_000)
 
 
-def test_a_sliding_log_larger_than_a_shard_holds_is_refused_at_construction(tmp_path: Path) -> None:
+def test_a_sliding_log_larger_than_the_region_holds_is_refused_at_construction(tmp_path: Path) -> None:
     backend = rk.Shared(path=tmp_path / "region", log_entries=100)
     with pytest.raises(ValueError, match=r"log_entries: a sliding_log limit of 500 needs 500 log entries"):
         rk.Limiter("500/hour", algorithm="sliding_log", backend=backend, max_keys=1_000)
-    # By default the region makes room for the rules' logs.
-    lim = shared(tmp_path / "other", "500/hour", algorithm="sliding_log", max_keys=1_000)
-    assert admitted(lim, "alice", 600) == 500
+    # By default the region's pool holds 16,384 entries, whatever the rules: one key may take them all.
+    lim = shared(tmp_path / "other", "16000/hour", algorithm="sliding_log", max_keys=1_000)
+    assert admitted(lim, "alice", 16_100) == 16_000
+
+
+def test_the_region_is_the_same_size_whatever_the_rules(tmp_path: Path) -> None:
+    plain = shared(tmp_path / "plain", "10/hour", max_keys=10_000)
+    logged = shared(tmp_path / "logged", "1000/hour", algorithm="sliding_log", max_keys=10_000)
+    assert plain.allow("alice")
+    assert logged.allow("alice")
+    assert (tmp_path / "plain").stat().st_size == (tmp_path / "logged").stat().st_size
+    # A deploy that adds a sliding log attaches to the region the old rules made.
+    deploy = shared(tmp_path / "plain", "1000/hour", algorithm="sliding_log", max_keys=10_000)
+    assert deploy.allow("alice")
 
 
 def test_a_manual_clock_drives_a_shared_limiter(tmp_path: Path, clock: rk.ManualClock) -> None:
