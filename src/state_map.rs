@@ -682,12 +682,30 @@ pub struct StateMap<C> {
     shard_shift: u32,
     keys: Arc<AtomicUsize>,
     max_keys: usize,
-    /// The region the states live in, when processes share them.
-    region: Option<Arc<SharedRegion>>,
+    /// The regions the states live in, when processes share them.
+    region: Option<Regions>,
     /// A key's shard of the region is its top bits from here; each shard of the process holds
     /// `region_per_shard` of them.
     region_shift: u32,
     region_per_shard: usize,
+}
+
+/// The region a store's states live in now, and every region they lived in before: kept mapped for
+/// the store's life, so that a thread that read a region's address before the store moved (see
+/// `StateMap::move_to`) never reads an unmapped one. A move is rare (the file was removed or replaced).
+#[derive(Debug)]
+struct Regions {
+    current: Mutex<Arc<SharedRegion>>,
+    /// The current region's address, for the prefetch hint (which may read any address).
+    hint: std::sync::atomic::AtomicPtr<SharedRegion>,
+    retired: Mutex<Vec<Arc<SharedRegion>>>,
+}
+
+impl Regions {
+    fn new(region: Arc<SharedRegion>) -> Self {
+        let hint = std::sync::atomic::AtomicPtr::new(Arc::as_ptr(&region).cast_mut());
+        Self { current: Mutex::new(region), hint, retired: Mutex::new(Vec::new()) }
+    }
 }
 
 /// A shard locked for this thread: the process's lock, and the region's when the states live there
@@ -762,19 +780,69 @@ impl<C> StateMap<C> {
             .collect();
         let shard_shift = 64 - wanted.trailing_zeros();
         let region_shift = 64 - region_shards.trailing_zeros();
+        let region = region.map(Regions::new);
         Self { shards, shard_shift, keys, max_keys, region, region_shift, region_per_shard }
     }
 
-    /// The region the states live in, if shared.
+    /// The region the states live in now, if shared.
     #[must_use]
-    pub fn shared_region(&self) -> Option<&Arc<SharedRegion>> {
-        self.region.as_ref()
+    pub fn shared_region(&self) -> Option<Arc<SharedRegion>> {
+        self.region.as_ref().map(|regions| Arc::clone(&regions.current.lock()))
+    }
+
+    /// Moves the states to `new`, a region for the same `max_keys` (the file at the path now), one
+    /// process shard at a time: under the process shard's lock and the locks of its part of both
+    /// regions, `carry` moves each state of the old part into the new one (and empties the old, so that
+    /// another process moving too carries nothing twice); from then on the shard decides in `new`.
+    /// A no-op in memory, or when `new` has another number of shards (it cannot: same `max_keys`).
+    pub fn move_to(
+        &self,
+        new: &Arc<SharedRegion>,
+        mut carry: impl FnMut(&SharedRegion, &mut RegionTable, &mut RegionTable),
+    ) {
+        let Some(regions) = &self.region else { return };
+        let old = Arc::clone(&regions.current.lock());
+        if Arc::ptr_eq(&old, new) || old.shards() != new.shards() {
+            return;
+        }
+        for index in 0..self.shards.len() {
+            let mut shard = self.shards[index].0.lock();
+            let first = index * self.region_per_shard;
+            let parts = first..first + self.region_per_shard;
+            // Old before new, in index order, as every process that moves takes them.
+            let old_held: Vec<Guard<'_>> = parts.clone().map(|i| old.lock(i)).collect();
+            let new_held: Vec<Guard<'_>> = parts.clone().map(|i| new.lock(i)).collect();
+            let Some(part) = &mut shard.region else { continue };
+            for (i, (old_guard, new_guard)) in parts.clone().zip(old_held.iter().zip(&new_held)) {
+                let mut from = old.table(i);
+                let mut to = new.table(i);
+                if old_guard.recovered {
+                    from.repair();
+                }
+                if new_guard.recovered {
+                    to.repair();
+                }
+                carry(&old, &mut from, &mut to);
+            }
+            part.tables = parts.map(|i| new.table(i)).collect();
+            part.region = Arc::clone(new);
+            part.defs.clear();
+            drop(new_held);
+            drop(old_held);
+        }
+        regions.hint.store(Arc::as_ptr(new).cast_mut(), Ordering::Release);
+        regions.retired.lock().push(old);
+        *regions.current.lock() = Arc::clone(new);
     }
 
     /// The region's lock of the shard of `key`, taken with the process's shard (held in `shard`). Out of
     /// line: the in-memory hot path keeps only the test for a region.
     #[inline(never)]
-    fn lock_region<'a>(&self, region: &'a SharedRegion, shard: &mut Shard<C>, key: u64) -> RegionHeld<'a> {
+    fn lock_region<'a>(&'a self, shard: &mut Shard<C>, key: u64) -> RegionHeld<'a> {
+        let Some(part) = &shard.region else { return RegionHeld::None };
+        // SAFETY: every region the store has lived in stays mapped for its life (`Regions`); the
+        // shard's part names the one its tables are in, read under the shard's lock.
+        let region: &'a SharedRegion = unsafe { &*Arc::as_ptr(&part.region) };
         #[allow(clippy::cast_possible_truncation)]
         let index = key.checked_shr(self.region_shift).unwrap_or(0) as usize;
         let held = region.lock(index);
@@ -789,7 +857,10 @@ impl<C> StateMap<C> {
     }
 
     /// Every region shard of process shard `index`, locked in order, for a walk.
-    fn lock_region_part<'a>(&self, region: &'a SharedRegion, shard: &mut Shard<C>, index: usize) -> RegionHeld<'a> {
+    fn lock_region_part<'a>(&'a self, shard: &mut Shard<C>, index: usize) -> RegionHeld<'a> {
+        let Some(part) = &shard.region else { return RegionHeld::None };
+        // SAFETY: as in `lock_region`.
+        let region: &'a SharedRegion = unsafe { &*Arc::as_ptr(&part.region) };
         let first = index * self.region_per_shard;
         let held: Vec<Guard<'a>> = (first..first + self.region_per_shard).map(|i| region.lock(i)).collect();
         if let Some(part) = &mut shard.region {
@@ -820,7 +891,9 @@ impl<C> StateMap<C> {
     /// for a store in memory, whose shards are few and stay in the caches.
     #[inline]
     pub fn prefetch(&self, key: u64) {
-        if let Some(region) = &self.region {
+        if let Some(regions) = &self.region {
+            // SAFETY: every region the store has lived in stays mapped for its life (`Regions`).
+            let region = unsafe { &*regions.hint.load(Ordering::Relaxed) };
             #[allow(clippy::cast_possible_truncation)]
             region.prefetch(key.checked_shr(self.region_shift).unwrap_or(0) as usize);
         }
@@ -837,7 +910,7 @@ impl<C> StateMap<C> {
         let mut shard = self.shards[index].0.lock();
         let region = match &self.region {
             None => RegionHeld::None,
-            Some(region) => self.lock_region(region, &mut shard, key),
+            Some(_) => self.lock_region(&mut shard, key),
         };
         ShardGuard { _region: region, shard }
     }
@@ -874,7 +947,7 @@ impl<C> StateMap<C> {
             let mut shard = self.shards[index].0.lock();
             let region = match &self.region {
                 None => RegionHeld::None,
-                Some(region) => self.lock_region_part(region, &mut shard, index),
+                Some(_) => self.lock_region_part(&mut shard, index),
             };
             ShardGuard { _region: region, shard }
         })
@@ -882,8 +955,8 @@ impl<C> StateMap<C> {
 
     #[must_use]
     pub fn len(&self) -> usize {
-        if let Some(region) = &self.region {
-            return usize::try_from(region.keys()).unwrap_or(usize::MAX);
+        if let Some(regions) = &self.region {
+            return usize::try_from(regions.current.lock().keys()).unwrap_or(usize::MAX);
         }
         self.keys.load(Ordering::Relaxed)
     }

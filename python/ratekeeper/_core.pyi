@@ -563,6 +563,7 @@ class Limiter:
         """The backend the states live in; ``None``: this process's memory."""
     @property
     def _waits_on_io(self) -> bool: ...
+    def _check_region(self) -> None: ...
     def sync_now(self) -> tuple[int, int]:
         """Sync mode: pushes this process's usage and absorbs the others' now, without waiting for the
         timer: ``(keys synced, units the others used that were charged here)``.

@@ -76,6 +76,7 @@ impl Limiter {
                 }
                 let started = sample_latency().then(Instant::now);
                 let now = self.clock.now_ns();
+                self.watch_region(now);
                 let mut locked = self.lock_peer(peer);
                 let route = locked.rules().route(peer, target)?;
                 let decision = self.decide_route(&mut locked.held(), route, peer, now, request);
@@ -101,6 +102,7 @@ impl Limiter {
         let peer_hash = self.hasher.hash_one(peer);
         self.states.prefetch(peer_hash);
         let now = self.clock.now_ns();
+        self.watch_region(now);
         let mut shard = self.states.lock(peer_hash);
         // As `Locked` does, by hand: taken out (no reference count touched) and put back. After a
         // panic between the two, the next lock of the shard takes the limiter's copy.

@@ -191,6 +191,9 @@ pub struct Limiter {
     /// What every limit must satisfy where the states live (a Redis script's exact arithmetic): checked
     /// for the rules at construction and for every limit installed later (reconfigurations, quotas).
     limit_bound: std::sync::OnceLock<LimitBound>,
+    /// When (on the limiter's clock) a decision next checks that the shared region's file is still at
+    /// its path (`u64::MAX`: in memory, never).
+    next_region_check: std::sync::atomic::AtomicU64,
 }
 
 /// A check of one limit against what a store can hold.
@@ -240,13 +243,10 @@ impl Limiter {
             None => (ahash::RandomState::new(), GroupIds::default()),
             Some(region) => {
                 let [a, b, c, d] = region.seeds();
-                let registry = Arc::clone(region);
-                (
-                    ahash::RandomState::with_seeds(a, b, c, d),
-                    GroupIds::registered(Arc::new(move |name| registry.group_id(name))),
-                )
+                (ahash::RandomState::with_seeds(a, b, c, d), Self::region_ids(region))
             }
         };
+        let shared = region.is_some();
         let rules = Arc::new(Rules::build(config.rules, &config.quotas, 0, &hasher, &mut ids, None)?);
         let max_keys = config.max_keys;
         let shards = region.as_ref().map_or_else(|| StateMap::<ShardData>::shard_count(max_keys), |r| r.shards());
@@ -269,6 +269,7 @@ impl Limiter {
             track_usage: config.track_usage,
             latency: LatencyHistogram::default(),
             limit_bound: std::sync::OnceLock::new(),
+            next_region_check: std::sync::atomic::AtomicU64::new(if shared { 0 } else { u64::MAX }),
         })
     }
 

@@ -30,7 +30,7 @@ impl Limiter {
     /// state of a limit that changed to the new limit as it goes. The caller holds `reconfiguring`
     /// throughout; `current` is held only while building, never while waiting for a shard (a shard's
     /// holder may need `current`).
-    fn install_rules(&self, config: RulesConfig) -> Result<()> {
+    pub(super) fn install_rules(&self, config: RulesConfig) -> Result<()> {
         let now = self.clock.now_ns();
         let before;
         let rules = {
@@ -53,9 +53,11 @@ impl Limiter {
         // uses the group (its rules may still have the limit); this process no longer uses a group gone.
         let region = self.states.shared_region();
         let shared: Vec<bool> =
-            changed.iter().map(|m| region.is_some_and(|r| r.group_used_by_others(m.new.id))).collect();
+            changed.iter().map(|m| region.as_ref().is_some_and(|r| r.group_used_by_others(m.new.id))).collect();
         if let Some(region) = region {
-            for was in before.groups.iter().filter(|was| !rules.groups.iter().any(|g| g.id == was.id)) {
+            // By name: after a move to another region, ids of the rules before are the old region's.
+            let gone = before.groups.iter().filter(|was| !rules.groups.iter().any(|g| g.name == was.name));
+            for was in gone.filter(|was| region.group_name(was.id).is_some_and(|name| name == was.name)) {
                 region.release_group(was.id);
             }
         }

@@ -568,3 +568,45 @@ fn a_reload_in_one_process_never_lets_the_others_admit_more() {
         std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
     }
 }
+
+#[test]
+fn a_removed_region_file_is_made_anew_and_the_states_carried_into_it() {
+    let path = region_path("removed");
+    let clock = Arc::new(ManualClock::new(0));
+    let old = shared_limiter(&path, vec![rule("", "g", "10/hour")], &clock);
+    let other_old = shared_limiter(&path, vec![rule("", "g", "10/hour")], &clock);
+    assert_eq!((0..6).filter(|_| allowed(&old, "alice", None)).count(), 6);
+    std::fs::remove_file(&path).unwrap();
+    // A process started since makes a new file and decides in it: alice is fresh there.
+    let started = shared_limiter(&path, vec![rule("", "g", "10/hour")], &clock);
+    assert_eq!((0..3).filter(|_| allowed(&started, "alice", None)).count(), 3);
+    // The old processes notice at their next decision after the check interval, and carry what alice
+    // used into the file now at the path: 6 + 3 of 10 used.
+    clock.advance_ns(super::shared::REGION_CHECK_NS);
+    let admitted = (0..10).filter(|n| allowed(if n % 2 == 0 { &old } else { &other_old }, "alice", None)).count()
+        + (0..10).filter(|_| allowed(&started, "alice", None)).count();
+    assert_eq!(admitted, 1);
+    assert!(allowed(&old, "bob", None), "bob was never refused");
+    assert_eq!(old.shared_summary().unwrap().path, started.shared_summary().unwrap().path);
+    assert_eq!(old.shared_summary().unwrap().keys, 2, "alice and bob, each once");
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
+
+#[test]
+fn a_region_removed_with_nobody_starting_meanwhile_loses_nothing() {
+    let path = region_path("removed-alone");
+    let clock = Arc::new(ManualClock::new(0));
+    let first = shared_limiter(&path, vec![rule("", "g", "5/hour"), rule("^/x", "x", "2/hour")], &clock);
+    let second = shared_limiter(&path, vec![rule("^/x", "x", "2/hour"), rule("", "g", "5/hour")], &clock);
+    assert_eq!((0..5).filter(|_| allowed(&first, "alice", None)).count(), 5);
+    assert_eq!((0..2).filter(|_| allowed(&second, "alice", Some("/x"))).count(), 2);
+    std::fs::remove_file(&path).unwrap();
+    first.check_region_now();
+    second.check_region_now();
+    assert!(!allowed(&first, "alice", None) && !allowed(&second, "alice", None));
+    assert!(!allowed(&first, "alice", Some("/x")) && !allowed(&second, "alice", Some("/x")));
+    assert!(path.exists(), "the first to notice made the file anew");
+    let after = shared_limiter(&path, vec![rule("", "g", "5/hour")], &clock);
+    assert!(!allowed(&after, "alice", None), "a process started after the move sees alice spent");
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}

@@ -630,6 +630,12 @@ impl PyLimiter {
         self.inner.set_enabled(true);
     }
 
+    /// `rk.Shared`: checks at the next decision that the region's file is still at its path, rather than
+    /// at the first decision a quarter of a second after the last check (tests).
+    fn _check_region(&self) {
+        self.inner.check_region_now();
+    }
+
     /// Whether decisions wait on I/O (Redis exact mode), so that the asyncio twins await them; false
     /// when this process decides (memory, sync mode).
     #[getter]

@@ -83,6 +83,8 @@ struct GroupRecord {
     generation: u64,
     /// The process slots whose rules have the group, a bit each.
     users: [u64; USER_WORDS],
+    /// The seed of the group's keys (from its name and generation).
+    seed: u64,
 }
 
 /// The limit definitions a region has recorded, so that a state says what it was written under (its
@@ -369,8 +371,7 @@ impl SharedRegion {
         // `init` returns; each part is written once, at its own offset.
         unsafe {
             let meta = &mut *base.cast::<Meta>();
-            let random = ahash::RandomState::new();
-            meta.seeds = [0u64, 1, 2, 3].map(|i| random.hash_one(i));
+            meta.seeds = seeds_for_user();
             meta.max_keys = max_keys as u64;
             meta.shards = shape.shards as u64;
             meta.capacity = shape.capacity as u64;
@@ -445,6 +446,14 @@ impl SharedRegion {
     #[must_use]
     pub fn path(&self) -> &Path {
         self.region.path()
+    }
+
+    /// Whether the file at the region's path is still the one mapped (see `Region::still_at_path`).
+    ///
+    /// # Errors
+    /// The mapped file cannot be looked at.
+    pub fn still_at_path(&self) -> Result<super::region::AtPath> {
+        self.region.still_at_path()
     }
 
     /// Whether this process made the region.
@@ -597,6 +606,19 @@ impl SharedRegion {
     /// # Errors
     /// `MAX_GROUPS` names in use by running processes already.
     pub fn group_id(&self, name: &str) -> Result<(u32, u64)> {
+        self.register_group(name, true)
+    }
+
+    /// As `group_id`, without counting this process among the name's users (it carries states of
+    /// another process's group to another region: see `Limiter::move_region`).
+    ///
+    /// # Errors
+    /// As `group_id`.
+    pub fn group_id_unused(&self, name: &str) -> Result<(u32, u64)> {
+        self.register_group(name, false)
+    }
+
+    fn register_group(&self, name: &str, use_it: bool) -> Result<(u32, u64)> {
         let hash = Self::name_hash(name);
         let _held = self.lock_groups();
         let count = (self.meta().groups.load(Ordering::Acquire) as usize).min(MAX_GROUPS);
@@ -643,11 +665,13 @@ impl SharedRegion {
             id
         };
         let record = self.group_record(id);
-        let slot = self.my_slot();
-        record.users[slot / 64] |= 1 << (slot % 64);
-        let seed = Self::name_hash(&format!("{name}\0{}", record.generation));
+        if use_it {
+            let slot = self.my_slot();
+            record.users[slot / 64] |= 1 << (slot % 64);
+        }
+        record.seed = Self::name_hash(&format!("{name}\0{}", record.generation));
         #[allow(clippy::cast_possible_truncation)] // below MAX_GROUPS
-        Ok((id as u32, seed))
+        Ok((id as u32, record.seed))
     }
 
     /// This process no longer uses group `id` (its rules dropped it): when no other running process
@@ -678,6 +702,16 @@ impl SharedRegion {
         for id in 0..count {
             self.group_record(id).users[slot / 64] &= !(1 << (slot % 64));
         }
+    }
+
+    /// The whole name of group `id` and the seed of its keys (`None`: no such group, or a name longer
+    /// than the region keeps).
+    #[must_use]
+    pub fn group_whole(&self, id: u32) -> Option<(String, u64)> {
+        let _held = self.lock_groups();
+        let name = self.group_name(id)?;
+        let record = self.group_record(id as usize);
+        (Self::name_hash(&name) == record.hash).then_some((name, record.seed))
     }
 
     /// The name group `id` was registered with (cut to 48 bytes).
@@ -802,6 +836,24 @@ const KINDS: [Kind; 7] = [
     Kind::LeakyBucket,
     Kind::Concurrency,
 ];
+
+/// The seeds peers' hashes are keyed with in every region this user makes until the machine restarts,
+/// so that a process whose region was removed or replaced carries its states into the new one with
+/// their keys (see `Limiter::move_region`). Secret from the network (they come from the kernel's boot
+/// id, which only local users can read), so that nobody can choose peers that pile into one shard;
+/// random where the boot id cannot be read.
+fn seeds_for_user() -> [u64; 4] {
+    let Ok(boot) = std::fs::read_to_string("/proc/sys/kernel/random/boot_id") else {
+        let random = ahash::RandomState::new();
+        return [0u64, 1, 2, 3].map(|i| random.hash_one(i));
+    };
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let user = unsafe { libc::geteuid() };
+    [0u8, 1, 2, 3].map(|i| {
+        let secret = format!("ratekeeper seeds {i} {} {user}", boot.trim());
+        super::region::checksum(secret.as_bytes())
+    })
+}
 
 /// The checksum of the meta's numbers that never change (see `Region::set_meta_sum`).
 fn meta_sum(meta: &Meta) -> u64 {
