@@ -154,6 +154,33 @@ impl Shape {
         self.shards_offset() + self.heads_bytes() + self.counts_bytes()
     }
 
+    /// Every part of the region, named, as (start, end) offsets in its contents: what the fuzz test
+    /// corrupts one at a time.
+    #[cfg(test)]
+    pub(crate) fn areas(&self) -> Vec<(&'static str, usize, usize)> {
+        let numbers = std::mem::offset_of!(Meta, keys);
+        let lock = std::mem::offset_of!(Meta, groups_lock);
+        let processes = std::mem::offset_of!(Meta, processes);
+        let heads = self.shards_offset();
+        let pool = self.pool_offset();
+        vec![
+            ("meta numbers", 0, numbers),
+            ("meta counts", numbers, lock),
+            ("groups lock", lock, processes),
+            ("process slots", processes, std::mem::size_of::<Meta>()),
+            ("group records", Self::groups_offset(), Self::defs_offset()),
+            ("limit definitions", Self::defs_offset(), Self::tallies_offset()),
+            ("tallies", Self::tallies_offset(), Self::journal_offset()),
+            ("journal", Self::journal_offset(), heads),
+            ("shard heads", heads, heads + self.heads_bytes()),
+            ("shard counts", heads + self.heads_bytes(), self.firsts_offset()),
+            ("first blocks", self.firsts_offset(), self.firsts_offset() + self.firsts_bytes()),
+            ("shard slots", self.firsts_offset() + self.firsts_bytes(), pool),
+            ("pool head", pool, pool + std::mem::size_of::<PoolHead>()),
+            ("chunks", pool + std::mem::size_of::<PoolHead>(), self.size().unwrap_or(pool)),
+        ]
+    }
+
     /// Where shard `shard`'s first block is.
     const fn first_offset(&self, shard: usize) -> usize {
         self.firsts_offset() + shard * self.first_len() * std::mem::size_of::<RegionSlot>()
@@ -321,6 +348,12 @@ impl SharedRegion {
         }
         let mut shared = Self { region, shape: recorded, max_keys, slot: 0.into(), claimed: true };
         shared.slot = shared.claim_slot().into();
+        if shared.meta().keys.load(Ordering::Relaxed) > shared.slot_count() {
+            // Corrupt: counted anew from the shards' counts (read as they are: a count others change
+            // meanwhile may end a little off, better than one that says the region is always full).
+            let counted = (0..recorded.shards).map(|shard| shared.table(shard).head_counts().0).sum();
+            shared.meta().keys.store(counted, Ordering::Relaxed);
+        }
         Ok(shared)
     }
 
@@ -447,6 +480,12 @@ impl SharedRegion {
         self.region.path()
     }
 
+    /// The parts of the region (see `Shape::areas`).
+    #[cfg(test)]
+    pub(crate) fn areas(&self) -> Vec<(&'static str, usize, usize)> {
+        self.shape.areas()
+    }
+
     /// Whether this process made the region.
     #[must_use]
     pub const fn created(&self) -> bool {
@@ -456,7 +495,12 @@ impl SharedRegion {
     /// States held in the whole region.
     #[must_use]
     pub fn keys(&self) -> u64 {
-        self.meta().keys.load(Ordering::Relaxed)
+        self.meta().keys.load(Ordering::Relaxed).min(self.slot_count())
+    }
+
+    /// Every shard's slots: more states than this are corrupt bytes.
+    fn slot_count(&self) -> u64 {
+        (self.shape.shards * self.shape.capacity) as u64
     }
 
     #[must_use]
@@ -498,6 +542,7 @@ impl SharedRegion {
             let journal_slots = journal.add(1).cast::<RegionSlot>();
             ShardPlace {
                 index: shard,
+                shards: shape.shards,
                 journal,
                 journal_slots,
                 head,
@@ -543,10 +588,17 @@ impl SharedRegion {
 
     /// The lock of shard `shard` (see `SharedMutex::lock_whole`).
     #[must_use]
+    ///
+    /// A shard whose numbers are impossible (corrupt bytes, see `RegionTable::corrupt`) is handed over
+    /// marked recovered, as one whose holder died: its holder repairs it before reading it.
     pub fn lock(&self, shard: usize) -> Guard<'_> {
-        // SAFETY: initialised by the region's creator.
+        // SAFETY: initialised by the region's creator (or made anew by `lock_whole`).
         let mutex = unsafe { SharedMutex::at(&raw mut (*self.place(shard).head).lock) };
-        mutex.lock_whole()
+        let mut guard = mutex.lock_whole();
+        if !guard.recovered && self.table(shard).corrupt() {
+            guard.recovered = true;
+        }
+        guard
     }
 
     #[allow(clippy::mut_from_ref)]
@@ -761,11 +813,13 @@ impl SharedRegion {
             let _held = locked.then(|| self.lock(shard));
             let table = self.table(shard);
             let (len, evictions, dropped) = table.head_counts();
+            // Saturating: counts are display, and their bytes may be anything.
             summary.keys += len;
-            summary.evictions += evictions;
-            summary.dropped += dropped;
+            summary.evictions = summary.evictions.saturating_add(evictions);
+            summary.dropped = summary.dropped.saturating_add(dropped);
             for (name, hash, count) in table.counts().refused_most() {
-                refused.entry(hash).or_insert((name, 0)).1 += count;
+                let total = &mut refused.entry(hash).or_insert((name, 0)).1;
+                *total = total.saturating_add(count);
             }
             for slot in table.iter() {
                 *group_keys.entry(crate::state_map::Owner::unpack(slot.packed_owner()).group).or_default() += 1;
@@ -775,8 +829,8 @@ impl SharedRegion {
             for stripe in 0..TALLY_STRIPES {
                 // SAFETY: a tally of this region (atomics, valid for any bytes).
                 let tally = unsafe { &*self.tally(slot, stripe) };
-                summary.allowed += tally.allowed.load(Ordering::Relaxed);
-                summary.refused += tally.refused.load(Ordering::Relaxed);
+                summary.allowed = summary.allowed.saturating_add(tally.allowed.load(Ordering::Relaxed));
+                summary.refused = summary.refused.saturating_add(tally.refused.load(Ordering::Relaxed));
             }
         }
         let mut top: Vec<(String, u64)> = refused.into_values().collect();

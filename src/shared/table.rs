@@ -256,8 +256,9 @@ pub struct JournalHead {
 /// Where one shard lives in the region.
 #[derive(Debug, Clone, Copy)]
 pub struct ShardPlace {
-    /// The shard's index (the journal names shards by it).
+    /// The shard's index (the journal names shards by it), and how many the region has.
     pub index: usize,
+    pub shards: usize,
     pub journal: *mut JournalHead,
     /// The journal's slots: as many as a shard's.
     pub journal_slots: *mut RegionSlot,
@@ -358,6 +359,36 @@ impl RegionTable {
         }
     }
 
+    /// Whether `active` is a number of active slots the shard can have: 0 (its first block), its first
+    /// block doubled some times, or its capacity (see `grow`, `repair`).
+    fn valid_active(&self, active: usize) -> bool {
+        let first = self.first_len();
+        active == 0
+            || active == self.place.capacity
+            || (active >= first
+                && active < self.place.capacity
+                && active.is_multiple_of(first)
+                && (active / first).is_power_of_two())
+    }
+
+    /// Whether the shard's numbers are impossible (corrupt bytes): its active slots, its count, its free
+    /// list of chunks. Cheap (its head's first line, beside the lock), so checked at every lock; such a
+    /// shard is repaired, which rebuilds it from its slots (the region as a whole is not refused: one
+    /// corrupt shard costs its own states at most). What the numbers cannot tell, garbage in the slots
+    /// or chunks, is caught where it is met: probes end after one lap, chains are bounded, and a state
+    /// that finds no free slot has the shard repaired.
+    #[must_use]
+    pub fn corrupt(&self) -> bool {
+        // SAFETY: see `new`; read under the lock.
+        let head = unsafe { &*self.place.head };
+        let active = head.active as usize;
+        let slots = if active == 0 { self.first_len() } else { active };
+        !self.valid_active(active)
+            || head.len as usize > slots
+            || head.free_chunks > self.place.chunk_count
+            || head.free_count > self.place.chunk_count
+    }
+
     /// How many slots are in use.
     #[inline]
     fn active(&self) -> usize {
@@ -399,7 +430,8 @@ impl RegionTable {
             let len = (&raw const (*head).len).read_volatile();
             let evictions = (&raw const (*head).evictions).read_volatile();
             let dropped = (&raw const (*head).dropped).read_volatile();
-            (u64::from(len), evictions, dropped)
+            // Never more than the shard can hold, whatever the bytes say.
+            (u64::from(len).min(self.place.capacity as u64), evictions, dropped)
         }
     }
 
@@ -430,7 +462,7 @@ impl RegionTable {
     fn note_refusal(counts: &mut ShardCounts, peer: &str, hash: u64) {
         let top = &mut counts.top;
         if let Some(record) = top.iter_mut().find(|r| r.count > 0 && r.hash == hash) {
-            record.count += 1;
+            record.count = record.count.saturating_add(1);
             return;
         }
         let Some(record) = top.iter_mut().min_by_key(|r| r.count) else { return };
@@ -438,7 +470,7 @@ impl RegionTable {
         record.name = [0; NAME_BYTES];
         record.name[..shown.len()].copy_from_slice(shown.as_bytes());
         record.hash = hash;
-        record.count += 1;
+        record.count = record.count.saturating_add(1);
     }
 
     /// Records that this process took (`delta` > 0) or gave back (`delta` < 0) permits of `key`.
@@ -516,7 +548,10 @@ impl RegionTable {
 
     /// Whether inserting now must make room first: the region is at its bound, or this shard nearly full.
     fn full(&self) -> bool {
-        self.keys().load(Ordering::Relaxed) >= self.max_keys || self.len() * 8 >= self.place.capacity * 7
+        let keys = self.keys().load(Ordering::Relaxed);
+        // A count past every slot of the region is corrupt (see `SharedRegion::open`): not a bound.
+        let counted = keys >= self.max_keys && keys <= (self.place.shards * self.place.capacity) as u64;
+        counted || self.len() * 8 >= self.place.capacity * 7
     }
 
     /// Adds `state` for `key` (which `get_mut` did not find), owned by `owner` (packed) and written under
@@ -540,16 +575,23 @@ impl RegionTable {
         let tag = (key >> IDENTITY_SHIFT) << IDENTITY_SHIFT | 1;
         let mut slot = RegionSlot { tag, state, owner: owner | OCCUPIED, link: 0 };
         slot.set_def(def);
-        self.place_slot(slot);
+        if !self.place_slot(slot) {
+            // More slots occupied than counted (corrupt bytes): the repair recounts and makes room.
+            self.repair();
+            if !self.place_slot(slot) {
+                return;
+            }
+        }
         let head = self.head();
-        head.len += 1;
+        head.len = head.len.saturating_add(1);
         head.inserts_since_decay = head.inserts_since_decay.saturating_add(1);
         self.keys().fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Writes `slot` into the first free slot of its probe run (the array always has one: see `full`).
-    fn place_slot(&self, slot: RegionSlot) {
-        probe::place(self.slots_mut(), slot);
+    /// Writes `slot` into the first free slot of its probe run (the array has one, see `full`, unless
+    /// its bytes are corrupt: false then, and the slot is not written).
+    fn place_slot(&self, slot: RegionSlot) -> bool {
+        probe::try_place(self.slots_mut(), slot).is_some()
     }
 
     /// Removes `key`'s state and log; returns its owner (packed), if it had a state.
@@ -558,7 +600,8 @@ impl RegionTable {
         let removed = self.slots()[index];
         self.free_log(removed.log());
         probe::shift_back(self.slots_mut(), index);
-        self.head().len -= 1;
+        let head = self.head();
+        head.len = head.len.saturating_sub(1);
         self.keys().fetch_sub(1, Ordering::Relaxed);
         Some(removed.packed_owner())
     }
@@ -567,7 +610,7 @@ impl RegionTable {
     /// the others; `keep` sees each slot's packed owner. The array is rebuilt, so a walk leaves it
     /// compact.
     pub fn retain(&mut self, mut keep: impl FnMut(&mut RegionSlot, &mut Log) -> bool) {
-        let mut kept = Vec::with_capacity(self.len());
+        let mut kept = Vec::with_capacity(self.len().min(self.place.capacity));
         for index in 0..self.active() {
             let mut slot = self.slots()[index];
             if !slot.occupied() {
@@ -611,6 +654,13 @@ impl RegionTable {
         // A process died rebuilding another shard: its journal waits for that shard's next holder, and
         // this rebuild goes unjournaled (only a second death, in this one, could lose its states).
         // SAFETY: see `new`; the journal's lock is held.
+        let pending = unsafe { (*self.place.journal).shard };
+        if pending > self.place.shards as u64 {
+            // Names no shard (corrupt bytes): nothing to restore, and it must not stop later journals.
+            // SAFETY: see `new`; the journal's lock is held.
+            unsafe { (*self.place.journal).shard = 0 };
+        }
+        // SAFETY: as above.
         let others = unsafe { (*self.place.journal).shard } != 0;
         if !others {
             self.journal(&slots, active);
@@ -634,10 +684,9 @@ impl RegionTable {
     fn place_all(&mut self, slots: &[RegionSlot]) {
         let before = self.len();
         self.slots_mut().fill(RegionSlot::default());
-        for slot in slots {
-            self.place_slot(*slot);
-        }
-        self.set_len(before, slots.len());
+        // More than fit only from corrupt bytes: those are dropped.
+        let placed = slots.iter().filter(|slot| self.place_slot(**slot)).count();
+        self.set_len(before, placed);
     }
 
     /// Records `slots` as this shard's, about to be placed in `active` slots (the journal's lock held).
@@ -665,9 +714,16 @@ impl RegionTable {
         let len = usize::try_from(journal.len).unwrap_or(0).min(self.place.capacity);
         // SAFETY: within the journal's slots.
         let slots: Vec<RegionSlot> = unsafe { std::slice::from_raw_parts(self.place.journal_slots, len) }.to_vec();
-        self.set_active(usize::try_from(journal.active).unwrap_or(0).min(self.place.capacity));
+        // The journal's numbers are checked as the shard's are (corrupt bytes): its states get the room
+        // they need, at most the shard's, each once.
+        let mut seen = std::collections::HashSet::new();
+        let slots: Vec<RegionSlot> =
+            slots.into_iter().filter(|slot| slot.occupied() && seen.insert(slot.identity())).collect();
+        let written = usize::try_from(journal.active).unwrap_or(0);
+        let active = if self.valid_active(written) { written } else { 0 };
+        self.set_active(active.max(self.active_for(slots.len())));
         self.empty_all_slots();
-        for slot in slots.into_iter().filter(RegionSlot::occupied) {
+        for slot in slots {
             self.place_slot(slot);
         }
         journal.shard = 0;
@@ -675,6 +731,7 @@ impl RegionTable {
 
     /// Records `count` states where `before` were counted, in the shard and the region's count.
     fn set_len(&self, before: usize, count: usize) {
+        let before = before.min(self.place.capacity);
         #[allow(clippy::cast_possible_truncation)]
         {
             self.head().len = count as u32;
@@ -707,7 +764,7 @@ impl RegionTable {
         if decay {
             head.inserts_since_decay = 0;
         }
-        let mut kept: Vec<RegionSlot> = Vec::with_capacity(before);
+        let mut kept: Vec<RegionSlot> = Vec::with_capacity(before.min(self.place.capacity));
         let mut dropped = 0u64;
         for slot in self.iter() {
             let mut slot = *slot;
@@ -739,8 +796,8 @@ impl RegionTable {
             });
         }
         let head = self.head();
-        head.dropped += dropped;
-        head.evictions += evicted;
+        head.dropped = head.dropped.wrapping_add(dropped);
+        head.evictions = head.evictions.wrapping_add(evicted);
         self.rebuild(kept.into_iter().map(|slot| (slot, None)).collect(), self.active());
     }
 
@@ -910,7 +967,7 @@ impl RegionTable {
         let head = self.head();
         self.chunk(index).next = head.free_chunks;
         head.free_chunks = index + 1;
-        head.free_count += 1;
+        head.free_count = head.free_count.saturating_add(1);
     }
 
     #[allow(clippy::mut_from_ref)]
@@ -966,7 +1023,7 @@ impl RegionTable {
             chunk.owner = 0;
             chunk.next = pool.free;
             pool.free = index + 1;
-            pool.free_count += 1;
+            pool.free_count = pool.free_count.saturating_add(1);
         }
         drop(held);
     }
@@ -1023,19 +1080,26 @@ impl RegionTable {
                 self.keep_free(index);
             }
         }
+        // More states than the shard holds come only from corrupt bytes: those past it are dropped (the
+        // chunks of their logs stay the shard's until its next repair finds them free).
+        kept.truncate(self.place.capacity * 7 / 8);
         let before = self.len();
         self.empty_all_slots();
-        let count = kept.len();
         // Enough active slots for every state kept (a process may have died growing them).
+        let now = self.active();
+        let now = if self.valid_active(self.head().active as usize) { now } else { 0 };
+        self.set_active(self.active_for(kept.len()).max(now));
+        let count = kept.into_iter().filter(|slot| self.place_slot(*slot)).count();
+        self.set_len(before, count);
+    }
+
+    /// The fewest active slots for `count` states, 7/8 full at most (up to the shard's capacity).
+    fn active_for(&self, count: usize) -> usize {
         let mut active = self.first_len();
         while count * 8 > active * 7 && active < self.place.capacity {
             active = (active * 2).min(self.place.capacity);
         }
-        self.set_active(active.max(self.active()));
-        for slot in kept {
-            self.place_slot(slot);
-        }
-        self.set_len(before, count);
+        active
     }
 }
 
@@ -1088,6 +1152,7 @@ mod tests {
             let chunks = journal_slots.add(capacity).cast::<Chunk>();
             ShardPlace {
                 index: 0,
+                shards: 1,
                 journal,
                 journal_slots,
                 head,
@@ -1262,5 +1327,39 @@ mod tests {
         assert_eq!(f.table.log(key(0)).units(), 20);
         assert!(f.table.log(key(2)).is_empty());
         assert_eq!(f.table.free_chunk_count(), 2);
+    }
+
+    #[test]
+    fn a_shard_of_garbage_slots_answers_and_is_repaired_to_what_fits() {
+        let mut f = fixture(64, 4, 1_000);
+        // Every slot occupied (corrupt bytes), the count saying one: no probe may go round forever.
+        for area in f.table.all_slots_mut() {
+            for (i, slot) in area.iter_mut().enumerate() {
+                *slot = RegionSlot {
+                    tag: key(10_000 + i as u64),
+                    owner: OCCUPIED,
+                    link: u32::MAX,
+                    ..RegionSlot::default()
+                };
+            }
+        }
+        f.table.head().len = 1;
+        assert!(!f.table.corrupt(), "numbers that fit: only the slots say otherwise");
+        assert!(f.table.get(key(1)).is_none());
+        assert!(f.table.log(key(1)).is_empty());
+        f.table.insert(key(1), busy(), 0, 0, 0, |_, _| {});
+        assert!(f.table.get(key(1)).is_some(), "placed after the repair made room");
+        assert_eq!(f.table.iter().count(), f.table.len());
+        assert!(f.table.len() <= 64 * 7 / 8 + 1);
+        assert!(f.table.remove(key(1)).is_some());
+        // Impossible numbers are told at once (the lock hands such a shard over for repair).
+        for (len, active) in [(100, 0), (5, 3), (5, 1_000), (41, 40)] {
+            f.table.head().len = len;
+            f.table.head().active = active;
+            assert!(f.table.corrupt(), "len {len} active {active}");
+            f.table.repair();
+            assert!(!f.table.corrupt(), "repaired: len {len} active {active}");
+            assert_eq!(f.table.iter().count(), f.table.len());
+        }
     }
 }
