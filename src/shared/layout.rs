@@ -19,12 +19,12 @@ use crate::state_map::StateMap;
 use super::lock::{Guard, SharedMutex};
 use super::region::Region;
 use super::table::{
-    alive, first_block_len, Chunk, JournalHead, PoolHead, RegionSlot, RegionTable, ShardCounts, ShardHead, ShardPlace,
-    Tally, CHUNK_ENTRIES, MAX_CHUNKS, MAX_DEFS,
+    alive, first_block_len, Chunk, JournalHead, Lease, LeaseOverflow, PoolHead, RegionSlot, RegionTable, ShardCounts,
+    ShardHead, ShardPlace, Tally, CHUNK_ENTRIES, MAX_CHUNKS, MAX_DEFS, OVERFLOW_LEASES,
 };
 
 /// Bumped whenever anything in the region is laid out differently.
-pub const LAYOUT: u32 = 3;
+pub const LAYOUT: u32 = 4;
 /// Group names a region holds at once, as memory does: a name no running process uses is freed.
 pub const MAX_GROUPS: usize = crate::rules::MAX_GROUP_NAMES;
 /// Peers refused most, kept per shard.
@@ -170,7 +170,8 @@ impl Shape {
             ("process slots", processes, std::mem::size_of::<Meta>()),
             ("group records", Self::groups_offset(), Self::defs_offset()),
             ("limit definitions", Self::defs_offset(), Self::tallies_offset()),
-            ("tallies", Self::tallies_offset(), Self::journal_offset()),
+            ("tallies", Self::tallies_offset(), Self::leases_offset()),
+            ("overflow leases", Self::leases_offset(), Self::journal_offset()),
             ("journal", Self::journal_offset(), heads),
             ("shard heads", heads, heads + self.heads_bytes()),
             ("shard counts", heads + self.heads_bytes(), self.firsts_offset()),
@@ -205,9 +206,18 @@ impl Shape {
         round64(Self::defs_offset() + std::mem::size_of::<DefsHead>() + MAX_DEFS * std::mem::size_of::<LimitRecord>())
     }
 
+    /// The overflow table of leases (see `LeaseOverflow`): its head, then its entries.
+    const fn leases_offset() -> usize {
+        round64(Self::tallies_offset() + MAX_PROCESSES * TALLY_STRIPES * std::mem::size_of::<Tally>())
+    }
+
     /// The journal of rebuilds (see `JournalHead`): its head, then a shard's capacity of slots.
     const fn journal_offset() -> usize {
-        round64(Self::tallies_offset() + MAX_PROCESSES * TALLY_STRIPES * std::mem::size_of::<Tally>())
+        round64(
+            Self::leases_offset()
+                + std::mem::size_of::<LeaseOverflow>()
+                + OVERFLOW_LEASES * std::mem::size_of::<Lease>(),
+        )
     }
 
     const fn shards_offset(&self) -> usize {
@@ -414,6 +424,7 @@ impl SharedRegion {
             SharedMutex::init(&raw mut (*defs).lock)?;
             (*defs).next = AtomicU32::new(1);
             SharedMutex::init(&raw mut (*base.add(Shape::journal_offset()).cast::<JournalHead>()).lock)?;
+            SharedMutex::init(&raw mut (*base.add(Shape::leases_offset()).cast::<LeaseOverflow>()).lock)?;
             for shard in 0..shape.shards {
                 SharedMutex::init(&raw mut (*Self::place_in(base, shape, shard).head).lock)?;
             }
@@ -540,6 +551,8 @@ impl SharedRegion {
             let chunks = pool.add(1).cast::<Chunk>();
             let journal = base.add(Shape::journal_offset()).cast::<JournalHead>();
             let journal_slots = journal.add(1).cast::<RegionSlot>();
+            let overflow = base.add(Shape::leases_offset()).cast::<LeaseOverflow>();
+            let overflow_leases = overflow.add(1).cast::<Lease>();
             ShardPlace {
                 index: shard,
                 shards: shape.shards,
@@ -550,6 +563,8 @@ impl SharedRegion {
                 first,
                 slots,
                 capacity: shape.capacity,
+                overflow,
+                overflow_leases,
                 pool,
                 chunks,
                 chunk_count: shape.chunk_count,
@@ -1041,5 +1056,80 @@ mod tests {
             let error = region_path(Some(bad), None).unwrap_err().to_string();
             assert!(error.contains("name"), "{error}");
         }
+    }
+
+    /// The shard holding each state of the region: (shard, identity) pairs.
+    fn states(region: &SharedRegion) -> std::collections::HashSet<(usize, u64)> {
+        (0..region.shards())
+            .flat_map(|shard| {
+                let _held = region.lock(shard);
+                region.table(shard).iter().map(|slot| (shard, slot.identity())).collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn permits_of_killed_processes_come_back_whatever_their_number_in_a_shard() {
+        use crate::clock::{Clock, ManualClock};
+        use crate::config::{Config, RuleSpec, RulesConfig};
+        use crate::limiter::{Limiter, Request, Take, Target};
+        let dir = dir("leases");
+        let region = std::sync::Arc::new(SharedRegion::open(&dir.join("r"), 1_000, 0).unwrap());
+        let rule = RuleSpec::single("", "g", Limit::concurrency(1).unwrap()).unwrap();
+        let config = Config {
+            rules: RulesConfig { rules: vec![rule], ..RulesConfig::default() },
+            max_keys: 1_000,
+            ..Config::default()
+        };
+        let lim = Limiter::new_shared(config, Clock::Manual(std::sync::Arc::new(ManualClock::new(0))), region.clone())
+            .unwrap();
+        let take = |peer: &str| {
+            lim.decide(peer, Target::Path(None), Request::new(1).taking(Take::Permits)).unwrap().outcome.allowed
+        };
+        // Peers whose permits' states land in one shard: found by taking and giving back a permit.
+        let mut by_shard: std::collections::HashMap<usize, Vec<String>> = std::collections::HashMap::new();
+        for i in 0..400 {
+            let peer = format!("peer-{i}");
+            let before = states(&region);
+            assert!(take(&peer));
+            lim.release(&peer, Target::Path(None), 1).unwrap();
+            for (shard, _) in states(&region).difference(&before) {
+                by_shard.entry(*shard).or_default().push(peer.clone());
+            }
+        }
+        let peers = by_shard.into_values().max_by_key(Vec::len).unwrap();
+        let peers = &peers[..peers.len().min(24)];
+        assert!(peers.len() > 16 + 4, "{} peers in one shard", peers.len());
+        let holders: Vec<i32> = peers
+            .iter()
+            .map(|peer| {
+                // SAFETY: the child takes a permit, stops, and is killed.
+                let pid = unsafe { libc::fork() };
+                if pid == 0 {
+                    let code = if take(peer) { libc::SIGSTOP } else { libc::SIGUSR1 };
+                    // SAFETY: stops (or ends) this child: the parent kills it.
+                    unsafe { libc::raise(code) };
+                    unsafe { libc::_exit(1) };
+                }
+                let mut status = 0;
+                // SAFETY: our child; returns once it has stopped holding the permit.
+                unsafe { libc::waitpid(pid, &raw mut status, libc::WUNTRACED) };
+                assert!(libc::WIFSTOPPED(status), "{peer}: the child took the permit");
+                pid
+            })
+            .collect();
+        for peer in peers {
+            assert!(!take(peer), "{peer}'s permit is held by a live process");
+        }
+        for pid in holders {
+            // SAFETY: our stopped children, killed holding their permits.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+        }
+        let lost: Vec<&String> = peers.iter().filter(|peer| !take(peer)).collect();
+        assert!(lost.is_empty(), "permits of killed holders never came back: {lost:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -12,7 +12,7 @@
 // The region is page-aligned and lays every part out at a multiple of 64 bytes.
 #![allow(clippy::cast_ptr_alignment)]
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::algorithm::{Log, State};
 use crate::probe::{self, Probed};
@@ -191,15 +191,32 @@ struct RefusedRecord {
 
 /// Concurrency permits held by one process for one key: what its death gives back.
 #[repr(C)]
-#[derive(Debug, Clone, Copy)]
-struct Lease {
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Lease {
     identity: u64,
     pid: u32,
     permits: u32,
 }
 
-/// Leases kept per shard; a holder past them keeps its permits unrecorded (given back only by it).
+/// Leases kept per shard, in its counts (free: no permits). Past them, a shard records leases in the
+/// region's overflow table.
 const LEASES: usize = 16;
+/// Leases the region's overflow table holds, for every shard: with the shards' own, the bound on
+/// processes holding permits of keys at once, each key and process one lease (a shard's 16, then
+/// these 4,096 in all). Past it a permit is refused, as by a full gate (see `reserve_lease`), never
+/// granted unrecorded: a holder killed then would keep it for good.
+pub const OVERFLOW_LEASES: usize = 4096;
+
+/// The region's overflow table of leases: its lock, then `OVERFLOW_LEASES` entries (free: no pid and
+/// no permits; reserved for a process about to take permits: a pid and no permits yet). Taken under a
+/// shard's lock, never the other way round.
+#[repr(C, align(64))]
+pub struct LeaseOverflow {
+    pub lock: SharedMutex,
+    /// Entries not free: a hint read without the lock, so that decisions of shards that never
+    /// overflowed do not look at the table.
+    used: AtomicU32,
+}
 
 /// Decisions one process made, in one of its stripes (see `layout`): each process counts in its own, as
 /// a count every process wrote would move its cache line between their cores at every decision, and
@@ -272,6 +289,9 @@ pub struct ShardPlace {
     /// The shard's own slots, `capacity` of them, used once it outgrows its first block.
     pub slots: *mut RegionSlot,
     pub capacity: usize,
+    /// The region's overflow table of leases and its `OVERFLOW_LEASES` entries.
+    pub overflow: *mut LeaseOverflow,
+    pub overflow_leases: *mut Lease,
     /// The region's pool of log chunks (see `PoolHead`), `chunk_count` of them.
     pub pool: *mut PoolHead,
     pub chunks: *mut Chunk,
@@ -473,22 +493,87 @@ impl RegionTable {
         record.count = record.count.saturating_add(1);
     }
 
-    /// Records that this process took (`delta` > 0) or gave back (`delta` < 0) permits of `key`.
-    pub fn lease(&mut self, key: u64, delta: i64) {
+    /// Records that this process took (`delta` > 0) or gave back (`delta` < 0) permits of `key`, in the
+    /// shard's leases, else in the region's overflow table. False: the permits taken could not be
+    /// recorded (every lease in use; see `reserve_lease`, which makes sure there is room first).
+    pub fn lease(&mut self, key: u64, delta: i64) -> bool {
         let identity = key >> IDENTITY_SHIFT;
         let pid = std::process::id();
-        let leases = &mut self.counts().leases;
-        if let Some(lease) = leases.iter_mut().find(|l| l.permits > 0 && l.identity == identity && l.pid == pid) {
+        let apply = |lease: &mut Lease| {
             let permits = (i64::from(lease.permits) + delta).clamp(0, i64::from(u32::MAX));
             #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
             {
                 lease.permits = permits as u32;
             }
-        } else if delta > 0 {
-            if let Some(lease) = leases.iter_mut().find(|l| l.permits == 0) {
-                *lease = Lease { identity, pid, permits: u32::try_from(delta).unwrap_or(u32::MAX) };
-            }
+        };
+        let leases = &mut self.counts().leases;
+        if let Some(lease) = leases.iter_mut().find(|l| l.permits > 0 && l.identity == identity && l.pid == pid) {
+            apply(lease);
+            return true;
         }
+        if self.overflow_used() {
+            let held = self.lock_overflow();
+            if let Some(lease) = self.overflow_leases().iter_mut().find(|l| l.identity == identity && l.pid == pid) {
+                apply(lease);
+                if lease.permits == 0 {
+                    *lease = Lease::default();
+                    self.overflow_count(-1);
+                }
+                return true;
+            }
+            drop(held);
+        }
+        if delta <= 0 {
+            return true; // nothing recorded to give back
+        }
+        let leases = &mut self.counts().leases;
+        let permits = u32::try_from(delta).unwrap_or(u32::MAX);
+        if let Some(lease) = leases.iter_mut().find(|l| l.permits == 0) {
+            *lease = Lease { identity, pid, permits };
+            return true;
+        }
+        let held = self.lock_overflow();
+        let recorded = self.overflow_entry(identity, pid).map(|lease| *lease = Lease { identity, pid, permits });
+        drop(held);
+        recorded.is_some()
+    }
+
+    /// Makes sure that permits of `key` this process takes now can be recorded (`lease`): a lease of
+    /// its own already, a free one in the shard, or an entry of the overflow table reserved for it.
+    /// False when none is left: the gate must refuse, as a full one does.
+    #[must_use]
+    pub fn reserve_lease(&mut self, key: u64) -> bool {
+        let identity = key >> IDENTITY_SHIFT;
+        let pid = std::process::id();
+        let leases = &self.counts().leases;
+        if leases.iter().any(|l| l.permits == 0 || (l.identity == identity && l.pid == pid)) {
+            return true;
+        }
+        let held = self.lock_overflow();
+        let reserved = self.overflow_entry(identity, pid).is_some();
+        drop(held);
+        reserved
+    }
+
+    /// The overflow entry of (`identity`, `pid`), or a free one taken for it (reserved: no permits yet).
+    /// Entries reserved by processes that ended are taken back when none is free. The overflow's lock
+    /// held.
+    fn overflow_entry(&self, identity: u64, pid: u32) -> Option<&mut Lease> {
+        let entries = self.overflow_leases();
+        let index = entries
+            .iter()
+            .position(|l| l.identity == identity && l.pid == pid)
+            .or_else(|| {
+                let free = entries.iter().position(|l| l.pid == 0 && l.permits == 0)?;
+                self.overflow_count(1);
+                Some(free)
+            })
+            .or_else(|| entries.iter().position(|l| l.permits == 0 && !alive(l.pid)))?;
+        let entry = &mut entries[index];
+        if entry.identity != identity || entry.pid != pid {
+            *entry = Lease { identity, pid, permits: 0 };
+        }
+        Some(entry)
     }
 
     /// The permits of `key` held by processes that have ended, their leases removed: what the key's
@@ -503,7 +588,52 @@ impl RegionTable {
                 lease.permits = 0;
             }
         }
+        if self.overflow_used() {
+            let held = self.lock_overflow();
+            for lease in self.overflow_leases().iter_mut() {
+                if lease.identity == identity && lease.pid != 0 && !alive(lease.pid) {
+                    freed += u64::from(lease.permits);
+                    *lease = Lease::default();
+                    self.overflow_count(-1);
+                }
+            }
+            drop(held);
+        }
         freed
+    }
+
+    fn overflow(&self) -> &LeaseOverflow {
+        // SAFETY: see `new`.
+        unsafe { &*self.place.overflow }
+    }
+
+    /// Whether the overflow table may hold entries (a hint, read without its lock).
+    fn overflow_used(&self) -> bool {
+        self.overflow().used.load(Ordering::Relaxed) != 0
+    }
+
+    fn overflow_count(&self, change: i32) {
+        let used = &self.overflow().used;
+        let now = used.load(Ordering::Relaxed);
+        used.store(now.saturating_add_signed(change), Ordering::Relaxed);
+    }
+
+    #[allow(clippy::mut_from_ref)]
+    fn overflow_leases(&self) -> &mut [Lease] {
+        // SAFETY: see `new`; written under the overflow's lock, which the caller holds.
+        unsafe { std::slice::from_raw_parts_mut(self.place.overflow_leases, OVERFLOW_LEASES) }
+    }
+
+    /// The overflow table's lock; when its holder died (or the lock was made anew), its count of used
+    /// entries is counted again.
+    fn lock_overflow(&self) -> super::lock::Guard<'_> {
+        let held = self.overflow().lock.lock_whole();
+        if held.recovered {
+            let used = self.overflow_leases().iter().filter(|l| l.pid != 0 || l.permits != 0).count();
+            #[allow(clippy::cast_possible_truncation)] // at most OVERFLOW_LEASES
+            self.overflow().used.store(used as u32, Ordering::Relaxed);
+        }
+        held
     }
 
     fn keys(&self) -> &AtomicU64 {
@@ -1131,6 +1261,8 @@ mod tests {
 
     fn fixture(capacity: usize, chunk_count: u32, max_keys: u64) -> Fixture {
         let bytes = std::mem::size_of::<JournalHead>()
+            + std::mem::size_of::<LeaseOverflow>()
+            + OVERFLOW_LEASES * std::mem::size_of::<Lease>()
             + std::mem::size_of::<ShardHead>()
             + std::mem::size_of::<ShardCounts>()
             + std::mem::size_of::<PoolHead>()
@@ -1143,7 +1275,9 @@ mod tests {
         let place = unsafe {
             // A zeroed pthread mutex is a valid (plain) one: enough for one process.
             let journal = base.cast::<JournalHead>();
-            let head = journal.add(1).cast::<ShardHead>();
+            let overflow = journal.add(1).cast::<LeaseOverflow>();
+            let overflow_leases = overflow.add(1).cast::<Lease>();
+            let head = overflow_leases.add(OVERFLOW_LEASES).cast::<ShardHead>();
             let counts = head.add(1).cast::<ShardCounts>();
             let pool = counts.add(1).cast::<PoolHead>();
             let first = pool.add(1).cast::<RegionSlot>();
@@ -1160,6 +1294,8 @@ mod tests {
                 first,
                 slots,
                 capacity,
+                overflow,
+                overflow_leases,
                 pool,
                 chunks,
                 chunk_count,
@@ -1361,5 +1497,24 @@ mod tests {
             assert!(!f.table.corrupt(), "repaired: len {len} active {active}");
             assert_eq!(f.table.iter().count(), f.table.len());
         }
+    }
+
+    #[test]
+    fn leases_past_the_shards_go_to_the_overflow_and_past_it_are_refused() {
+        let mut f = fixture(64, 0, 1_000);
+        for i in 0..(LEASES + OVERFLOW_LEASES) as u64 {
+            assert!(f.table.reserve_lease(key(i)), "lease {i}");
+            assert!(f.table.lease(key(i), 1), "lease {i}");
+        }
+        let one_more = key(u64::MAX);
+        assert!(!f.table.reserve_lease(one_more), "every lease in use: refused");
+        assert!(!f.table.lease(one_more, 1));
+        // More permits of a key already leased, and giving back, need no new entry.
+        assert!(f.table.reserve_lease(key(4_000)) && f.table.lease(key(4_000), 1));
+        assert!(f.table.lease(key(4_000), -2));
+        assert!(f.table.reserve_lease(one_more), "the entry given back is free again");
+        assert!(f.table.lease(one_more, 1));
+        // A live process's leases are never taken as dead.
+        assert_eq!(f.table.take_dead_leases(key(3)) + f.table.take_dead_leases(key(4_001)), 0);
     }
 }
