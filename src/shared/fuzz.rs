@@ -4,8 +4,9 @@
 //! crash or a hang is observed rather than suffered: the child must exit, by itself, with success or
 //! a returned error.
 //!
-//! `RK_FUZZ_SEED=N` replays one seed (printed with every failure); `RK_FUZZ_CASES` sets the cases per
-//! seed.
+//! `RK_FUZZ_SEED=N` runs one seed (printed with every failure); `RK_FUZZ_CASES` sets the cases per
+//! seed. The template region gets random hash seeds each run, so a failing case's file is kept (its
+//! path is printed) to replay it: `RK_FUZZ_REPLAY=FILE`.
 
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -135,6 +136,11 @@ fn run_child(path: &Path) -> Result<i32, String> {
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork failed");
     if pid == 0 {
+        // The test harness captures the default hook's output: the panic is written beside the case.
+        let said = path.with_extension("panic");
+        std::panic::set_hook(Box::new(move |info| {
+            let _ = std::fs::write(&said, format!("{info}\n{}", std::backtrace::Backtrace::force_capture()));
+        }));
         let code = std::panic::catch_unwind(|| work(path)).unwrap_or(PANICKED);
         // SAFETY: ends the child at once, running nothing of the parent's (no test harness).
         unsafe { libc::_exit(code) };
@@ -209,6 +215,16 @@ fn seeds() -> Vec<u64> {
 fn corrupt_regions_never_hang_crash_or_panic_a_worker() {
     let dir: PathBuf = super::test_dir("fuzz", "any-bytes");
     let template_path = dir.join("template");
+    if let Ok(replay) = std::env::var("RK_FUZZ_REPLAY") {
+        // A kept case, as it was.
+        let path = dir.join("replay");
+        std::fs::copy(replay, &path).unwrap();
+        let outcome = run_child(&path);
+        let said = std::fs::read_to_string(path.with_extension("panic")).unwrap_or_default();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(matches!(outcome, Ok(0 | REFUSED)), "{outcome:?}\n{said}");
+        return;
+    }
     template(&template_path);
     let areas = SharedRegion::inspect(&template_path).unwrap().areas();
     let pristine = std::fs::read(&template_path).unwrap();
@@ -228,15 +244,15 @@ fn corrupt_regions_never_hang_crash_or_panic_a_worker() {
             std::fs::copy(&template_path, &path).unwrap();
             let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
             let writes = 1 + rng.below(3);
-            let mut changed = false;
             let mut what = Vec::new();
             for _ in 0..writes {
                 let (at, bytes) = corrupt(&file, &mut rng, start, end);
-                let before = &pristine[HEADER_BYTES + at..HEADER_BYTES + at + bytes.len()];
-                changed |= before != bytes.as_slice();
                 what.push(format!("{} bytes at {at:#x}", bytes.len()));
             }
             drop(file);
+            // A later write may put back what an earlier one changed.
+            let (from, to) = (HEADER_BYTES + start, HEADER_BYTES + end);
+            let changed = std::fs::read(&path).unwrap()[from..to] != pristine[from..to];
             run += 1;
             per_area[area].0 += 1;
             let outcome = run_child(&path);
@@ -247,12 +263,28 @@ fn corrupt_regions_never_hang_crash_or_panic_a_worker() {
                 }
                 Ok(0 | REFUSED) => None,
                 Ok(ABSURD) => Some("absurd counts".to_owned()),
-                Ok(PANICKED) => Some("panicked".to_owned()),
+                Ok(PANICKED) => Some(format!(
+                    "panicked: {}",
+                    std::fs::read_to_string(path.with_extension("panic"))
+                        .unwrap_or_default()
+                        .lines()
+                        .next()
+                        .unwrap_or("")
+                )),
                 Ok(code) => Some(format!("exit code {code}")),
                 Err(why) => Some(why),
             };
             if let Some(bad) = bad {
-                failures.push(format!("seed {seed} case {case}, {name}: {}: {bad}", what.join(", ")));
+                // Kept to replay (the template's hash seeds are random: a seed alone does not replay).
+                let kept = std::env::temp_dir().join("rk-fuzz-failures");
+                let _ = std::fs::create_dir_all(&kept);
+                let kept = kept.join(format!("seed-{seed}-case-{case}"));
+                let _ = std::fs::copy(&path, &kept);
+                failures.push(format!(
+                    "seed {seed} case {case}, {name}: {}: {bad} (file: {})",
+                    what.join(", "),
+                    kept.display()
+                ));
             }
         }
     }

@@ -40,6 +40,8 @@ pub const fn first_block_len(capacity: usize) -> usize {
 }
 /// (stamp, units) entries per log chunk.
 pub const CHUNK_ENTRIES: usize = 15;
+/// The most units a log read from the region holds: far above any limit, far below overflow.
+const LOG_UNITS: u64 = 1 << 62;
 
 /// One state in the region: 32 bytes.
 #[repr(C)]
@@ -1007,9 +1009,18 @@ impl RegionTable {
         }
         let mut entries = Vec::new();
         let mut hops = 0;
-        while self.holds(at) && hops < self.place.chunk_count {
+        let mut units = 0u64;
+        'chain: while self.holds(at) && hops < self.place.chunk_count {
             let chunk = self.chunk(at - 1);
-            entries.extend_from_slice(&chunk.entries[..(chunk.len as usize).min(CHUNK_ENTRIES)]);
+            for &entry in &chunk.entries[..(chunk.len as usize).min(CHUNK_ENTRIES)] {
+                // Past `LOG_UNITS` only from corrupt bytes: the rest is dropped, so that sums of units
+                // (and a cost added to them) never overflow.
+                if entry.1 > LOG_UNITS - units {
+                    break 'chain;
+                }
+                units += entry.1;
+                entries.push(entry);
+            }
             at = chunk.next;
             hops += 1;
         }
