@@ -36,14 +36,15 @@ fn next(index: usize, len: usize) -> usize {
     }
 }
 
-/// The index of the slot of `identity`, if the array holds one.
+/// The index of the slot of `identity`, if the array holds one. At most one lap: an array with no free
+/// slot (a shared region's bytes can say anything) ends the probe too.
 #[inline]
 pub(crate) fn find<S: Probed>(slots: &[S], identity: u64) -> Option<usize> {
     if slots.is_empty() {
         return None;
     }
     let mut index = home(identity, slots.len());
-    loop {
+    for _ in 0..slots.len() {
         let slot = &slots[index];
         if !slot.occupied() {
             return None;
@@ -53,6 +54,7 @@ pub(crate) fn find<S: Probed>(slots: &[S], identity: u64) -> Option<usize> {
         }
         index = next(index, slots.len());
     }
+    None
 }
 
 /// Writes `slot` (whose identity the array does not hold) into the first free slot of its run, and
@@ -67,12 +69,32 @@ pub(crate) fn place<S: Probed>(slots: &mut [S], slot: S) -> usize {
     index
 }
 
+/// Writes `slot` as `place` does, unless the array has no free slot (a shared region's bytes can say
+/// anything): `None` then, after one lap.
+#[inline]
+pub(crate) fn try_place<S: Probed>(slots: &mut [S], slot: S) -> Option<usize> {
+    if slots.is_empty() {
+        return None;
+    }
+    let mut index = home(slot.identity(), slots.len());
+    for _ in 0..slots.len() {
+        if !slots[index].occupied() {
+            slots[index] = slot;
+            return Some(index);
+        }
+        index = next(index, slots.len());
+    }
+    None
+}
+
 /// Empties slot `hole`, moving back the slots after it that probing would no
-/// longer reach.
+/// longer reach (at most one lap, for an array with no other free slot).
 pub(crate) fn shift_back<S: Probed>(slots: &mut [S], mut hole: usize) {
     let len = slots.len();
     let mut index = next(hole, len);
-    while slots[index].occupied() {
+    let mut steps = 0;
+    while slots[index].occupied() && steps < len {
+        steps += 1;
         let start = home(slots[index].identity(), len);
         // The slot may move into the hole if its home is not in (hole, index] (cyclically).
         let stays = if hole <= index { hole < start && start <= index } else { hole < start || start <= index };

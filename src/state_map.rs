@@ -483,8 +483,16 @@ impl<C> Shard<C> {
     /// a region: a process that dies holding them gives them back through `take_dead_leases`.
     pub fn lease(&mut self, key: u64, delta: i64) {
         if let Some(region) = &mut self.region {
-            region.table().lease(key, delta);
+            // Room was made first (`reserve_lease`) for what a decision takes; a give-back always fits.
+            let _recorded = region.table().lease(key, delta);
         }
+    }
+
+    /// Whether permits of `key` this process takes now can be recorded in the region, so that its
+    /// death gives them back (always in memory): false when every lease is in use.
+    #[must_use]
+    pub fn reserve_lease(&mut self, key: u64) -> bool {
+        self.region.as_mut().is_none_or(|region| region.table().reserve_lease(key))
     }
 
     /// The permits of `key` held by processes that have ended (0 in memory), forgotten.

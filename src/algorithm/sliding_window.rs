@@ -44,7 +44,8 @@ impl SlidingWindow {
         if state.t == 0 {
             return View { start, current: 0, previous: 0 };
         }
-        let stored = state.t - 2 * w;
+        // Saturating: a state read from a shared region's file may be any bytes.
+        let stored = state.t.saturating_sub(2 * w);
         let (current, previous) = (u64::from(state.a), u64::from(state.b));
         if stored >= start {
             // This window, or a later one a waiter reserved (its start is then after `at`).

@@ -290,6 +290,11 @@ impl KeyStates<'_> {
         for _ in 0..MAX_ATTEMPTS {
             let at = self.now.saturating_add(wait);
             match self.evaluate(limits, at, request.cost, request.take) {
+                // A permit a shared region could not record (every lease in use) is refused, as a full
+                // gate refuses: granted unrecorded, its holder's death would never give it back.
+                Ok(admits) if !self.leases_reserved(limits, &admits) => {
+                    return Judgement::refused(0, Refusal::Concurrency);
+                }
                 Ok(admits) => {
                     let mut receipt = self.commit(limits, &admits, at);
                     receipt.wait_ns = wait;
@@ -311,6 +316,14 @@ impl KeyStates<'_> {
             }
         }
         Judgement::refused(wait, Refusal::Rate)
+    }
+
+    /// Whether the permits `admits` takes can be recorded (see `Shard::reserve_lease`).
+    fn leases_reserved(&mut self, limits: &[Limit], admits: &[(usize, Admit)]) -> bool {
+        admits
+            .iter()
+            .filter(|&&(index, _)| limits[index].is_concurrency())
+            .all(|&(index, _)| self.shard.reserve_lease(self.limit_key(index)))
     }
 
     /// Gives back the permits of the key's gates that ended processes held; whether there were any.

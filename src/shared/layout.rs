@@ -19,12 +19,12 @@ use crate::state_map::StateMap;
 use super::lock::{Guard, SharedMutex};
 use super::region::Region;
 use super::table::{
-    alive, first_block_len, Chunk, JournalHead, PoolHead, RegionSlot, RegionTable, ShardCounts, ShardHead, ShardPlace,
-    Tally, CHUNK_ENTRIES, MAX_CHUNKS, MAX_DEFS,
+    alive, first_block_len, Chunk, JournalHead, Lease, LeaseOverflow, PoolHead, RegionSlot, RegionTable, ShardCounts,
+    ShardHead, ShardPlace, Tally, CHUNK_ENTRIES, MAX_CHUNKS, MAX_DEFS, OVERFLOW_LEASES,
 };
 
 /// Bumped whenever anything in the region is laid out differently.
-pub const LAYOUT: u32 = 3;
+pub const LAYOUT: u32 = 4;
 /// Group names a region holds at once, as memory does: a name no running process uses is freed.
 pub const MAX_GROUPS: usize = crate::rules::MAX_GROUP_NAMES;
 /// Peers refused most, kept per shard.
@@ -156,6 +156,34 @@ impl Shape {
         self.shards_offset() + self.heads_bytes() + self.counts_bytes()
     }
 
+    /// Every part of the region, named, as (start, end) offsets in its contents: what the fuzz test
+    /// corrupts one at a time.
+    #[cfg(test)]
+    pub(crate) fn areas(&self) -> Vec<(&'static str, usize, usize)> {
+        let numbers = std::mem::offset_of!(Meta, keys);
+        let lock = std::mem::offset_of!(Meta, groups_lock);
+        let processes = std::mem::offset_of!(Meta, processes);
+        let heads = self.shards_offset();
+        let pool = self.pool_offset();
+        vec![
+            ("meta numbers", 0, numbers),
+            ("meta counts", numbers, lock),
+            ("groups lock", lock, processes),
+            ("process slots", processes, std::mem::size_of::<Meta>()),
+            ("group records", Self::groups_offset(), Self::defs_offset()),
+            ("limit definitions", Self::defs_offset(), Self::tallies_offset()),
+            ("tallies", Self::tallies_offset(), Self::leases_offset()),
+            ("overflow leases", Self::leases_offset(), Self::journal_offset()),
+            ("journal", Self::journal_offset(), heads),
+            ("shard heads", heads, heads + self.heads_bytes()),
+            ("shard counts", heads + self.heads_bytes(), self.firsts_offset()),
+            ("first blocks", self.firsts_offset(), self.firsts_offset() + self.firsts_bytes()),
+            ("shard slots", self.firsts_offset() + self.firsts_bytes(), pool),
+            ("pool head", pool, pool + std::mem::size_of::<PoolHead>()),
+            ("chunks", pool + std::mem::size_of::<PoolHead>(), self.size().unwrap_or(pool)),
+        ]
+    }
+
     /// Where shard `shard`'s first block is.
     const fn first_offset(&self, shard: usize) -> usize {
         self.firsts_offset() + shard * self.first_len() * std::mem::size_of::<RegionSlot>()
@@ -180,9 +208,18 @@ impl Shape {
         round64(Self::defs_offset() + std::mem::size_of::<DefsHead>() + MAX_DEFS * std::mem::size_of::<LimitRecord>())
     }
 
+    /// The overflow table of leases (see `LeaseOverflow`): its head, then its entries.
+    const fn leases_offset() -> usize {
+        round64(Self::tallies_offset() + MAX_PROCESSES * TALLY_STRIPES * std::mem::size_of::<Tally>())
+    }
+
     /// The journal of rebuilds (see `JournalHead`): its head, then a shard's capacity of slots.
     const fn journal_offset() -> usize {
-        round64(Self::tallies_offset() + MAX_PROCESSES * TALLY_STRIPES * std::mem::size_of::<Tally>())
+        round64(
+            Self::leases_offset()
+                + std::mem::size_of::<LeaseOverflow>()
+                + OVERFLOW_LEASES * std::mem::size_of::<Lease>(),
+        )
     }
 
     const fn shards_offset(&self) -> usize {
@@ -323,6 +360,12 @@ impl SharedRegion {
         }
         let mut shared = Self { region, shape: recorded, max_keys, slot: 0.into(), claimed: true };
         shared.slot = shared.claim_slot().into();
+        if shared.meta().keys.load(Ordering::Relaxed) > shared.slot_count() {
+            // Corrupt: counted anew from the shards' counts (read as they are: a count others change
+            // meanwhile may end a little off, better than one that says the region is always full).
+            let counted = (0..recorded.shards).map(|shard| shared.table(shard).head_counts().0).sum();
+            shared.meta().keys.store(counted, Ordering::Relaxed);
+        }
         Ok(shared)
     }
 
@@ -382,6 +425,7 @@ impl SharedRegion {
             SharedMutex::init(&raw mut (*defs).lock)?;
             (*defs).next = AtomicU32::new(1);
             SharedMutex::init(&raw mut (*base.add(Shape::journal_offset()).cast::<JournalHead>()).lock)?;
+            SharedMutex::init(&raw mut (*base.add(Shape::leases_offset()).cast::<LeaseOverflow>()).lock)?;
             for shard in 0..shape.shards {
                 SharedMutex::init(&raw mut (*Self::place_in(base, shape, shard).head).lock)?;
             }
@@ -456,6 +500,12 @@ impl SharedRegion {
         self.region.still_at_path()
     }
 
+    /// The parts of the region (see `Shape::areas`).
+    #[cfg(test)]
+    pub(crate) fn areas(&self) -> Vec<(&'static str, usize, usize)> {
+        self.shape.areas()
+    }
+
     /// Whether this process made the region.
     #[must_use]
     pub const fn created(&self) -> bool {
@@ -465,7 +515,12 @@ impl SharedRegion {
     /// States held in the whole region.
     #[must_use]
     pub fn keys(&self) -> u64 {
-        self.meta().keys.load(Ordering::Relaxed)
+        self.meta().keys.load(Ordering::Relaxed).min(self.slot_count())
+    }
+
+    /// Every shard's slots: more states than this are corrupt bytes.
+    fn slot_count(&self) -> u64 {
+        (self.shape.shards * self.shape.capacity) as u64
     }
 
     #[must_use]
@@ -505,8 +560,11 @@ impl SharedRegion {
             let chunks = pool.add(1).cast::<Chunk>();
             let journal = base.add(Shape::journal_offset()).cast::<JournalHead>();
             let journal_slots = journal.add(1).cast::<RegionSlot>();
+            let overflow = base.add(Shape::leases_offset()).cast::<LeaseOverflow>();
+            let overflow_leases = overflow.add(1).cast::<Lease>();
             ShardPlace {
                 index: shard,
+                shards: shape.shards,
                 journal,
                 journal_slots,
                 head,
@@ -514,6 +572,8 @@ impl SharedRegion {
                 first,
                 slots,
                 capacity: shape.capacity,
+                overflow,
+                overflow_leases,
                 pool,
                 chunks,
                 chunk_count: shape.chunk_count,
@@ -552,10 +612,17 @@ impl SharedRegion {
 
     /// The lock of shard `shard` (see `SharedMutex::lock_whole`).
     #[must_use]
+    ///
+    /// A shard whose numbers are impossible (corrupt bytes, see `RegionTable::corrupt`) is handed over
+    /// marked recovered, as one whose holder died: its holder repairs it before reading it.
     pub fn lock(&self, shard: usize) -> Guard<'_> {
-        // SAFETY: initialised by the region's creator.
+        // SAFETY: initialised by the region's creator (or made anew by `lock_whole`).
         let mutex = unsafe { SharedMutex::at(&raw mut (*self.place(shard).head).lock) };
-        mutex.lock_whole()
+        let mut guard = mutex.lock_whole();
+        if !guard.recovered && self.table(shard).corrupt() {
+            guard.recovered = true;
+        }
+        guard
     }
 
     #[allow(clippy::mut_from_ref)]
@@ -795,11 +862,13 @@ impl SharedRegion {
             let _held = locked.then(|| self.lock(shard));
             let table = self.table(shard);
             let (len, evictions, dropped) = table.head_counts();
+            // Saturating: counts are display, and their bytes may be anything.
             summary.keys += len;
-            summary.evictions += evictions;
-            summary.dropped += dropped;
+            summary.evictions = summary.evictions.saturating_add(evictions);
+            summary.dropped = summary.dropped.saturating_add(dropped);
             for (name, hash, count) in table.counts().refused_most() {
-                refused.entry(hash).or_insert((name, 0)).1 += count;
+                let total = &mut refused.entry(hash).or_insert((name, 0)).1;
+                *total = total.saturating_add(count);
             }
             for slot in table.iter() {
                 *group_keys.entry(crate::state_map::Owner::unpack(slot.packed_owner()).group).or_default() += 1;
@@ -809,8 +878,8 @@ impl SharedRegion {
             for stripe in 0..TALLY_STRIPES {
                 // SAFETY: a tally of this region (atomics, valid for any bytes).
                 let tally = unsafe { &*self.tally(slot, stripe) };
-                summary.allowed += tally.allowed.load(Ordering::Relaxed);
-                summary.refused += tally.refused.load(Ordering::Relaxed);
+                summary.allowed = summary.allowed.saturating_add(tally.allowed.load(Ordering::Relaxed));
+                summary.refused = summary.refused.saturating_add(tally.refused.load(Ordering::Relaxed));
             }
         }
         let mut top: Vec<(String, u64)> = refused.into_values().collect();
@@ -1039,5 +1108,80 @@ mod tests {
             let error = region_path(Some(bad), None).unwrap_err().to_string();
             assert!(error.contains("name"), "{error}");
         }
+    }
+
+    /// The shard holding each state of the region: (shard, identity) pairs.
+    fn states(region: &SharedRegion) -> std::collections::HashSet<(usize, u64)> {
+        (0..region.shards())
+            .flat_map(|shard| {
+                let _held = region.lock(shard);
+                region.table(shard).iter().map(|slot| (shard, slot.identity())).collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn permits_of_killed_processes_come_back_whatever_their_number_in_a_shard() {
+        use crate::clock::{Clock, ManualClock};
+        use crate::config::{Config, RuleSpec, RulesConfig};
+        use crate::limiter::{Limiter, Request, Take, Target};
+        let dir = dir("leases");
+        let region = std::sync::Arc::new(SharedRegion::open(&dir.join("r"), 1_000, 0).unwrap());
+        let rule = RuleSpec::single("", "g", Limit::concurrency(1).unwrap()).unwrap();
+        let config = Config {
+            rules: RulesConfig { rules: vec![rule], ..RulesConfig::default() },
+            max_keys: 1_000,
+            ..Config::default()
+        };
+        let lim = Limiter::new_shared(config, Clock::Manual(std::sync::Arc::new(ManualClock::new(0))), region.clone())
+            .unwrap();
+        let take = |peer: &str| {
+            lim.decide(peer, Target::Path(None), Request::new(1).taking(Take::Permits)).unwrap().outcome.allowed
+        };
+        // Peers whose permits' states land in one shard: found by taking and giving back a permit.
+        let mut by_shard: std::collections::HashMap<usize, Vec<String>> = std::collections::HashMap::new();
+        for i in 0..400 {
+            let peer = format!("peer-{i}");
+            let before = states(&region);
+            assert!(take(&peer));
+            lim.release(&peer, Target::Path(None), 1).unwrap();
+            for (shard, _) in states(&region).difference(&before) {
+                by_shard.entry(*shard).or_default().push(peer.clone());
+            }
+        }
+        let peers = by_shard.into_values().max_by_key(Vec::len).unwrap();
+        let peers = &peers[..peers.len().min(24)];
+        assert!(peers.len() > 16 + 4, "{} peers in one shard", peers.len());
+        let holders: Vec<i32> = peers
+            .iter()
+            .map(|peer| {
+                // SAFETY: the child takes a permit, stops, and is killed.
+                let pid = unsafe { libc::fork() };
+                if pid == 0 {
+                    let code = if take(peer) { libc::SIGSTOP } else { libc::SIGUSR1 };
+                    // SAFETY: stops (or ends) this child: the parent kills it.
+                    unsafe { libc::raise(code) };
+                    unsafe { libc::_exit(1) };
+                }
+                let mut status = 0;
+                // SAFETY: our child; returns once it has stopped holding the permit.
+                unsafe { libc::waitpid(pid, &raw mut status, libc::WUNTRACED) };
+                assert!(libc::WIFSTOPPED(status), "{peer}: the child took the permit");
+                pid
+            })
+            .collect();
+        for peer in peers {
+            assert!(!take(peer), "{peer}'s permit is held by a live process");
+        }
+        for pid in holders {
+            // SAFETY: our stopped children, killed holding their permits.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+        }
+        let lost: Vec<&String> = peers.iter().filter(|peer| !take(peer)).collect();
+        assert!(lost.is_empty(), "permits of killed holders never came back: {lost:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -6,8 +6,19 @@
 //!
 //! Proven and cheap: glibc's fast path is one compare-and-swap in user space; the kernel is entered
 //! only to sleep on a contended lock.
+//!
+//! The mutex lives in a file any process of the user may have written garbage into, and glibc trusts
+//! its 40 bytes: a garbage `__kind` can make it abort (its assertions) or take a path we never set up,
+//! and a garbage `__lock` naming a thread that will never let go makes every waiter sleep forever. So
+//! every lock first checks the kind word against the one `init` writes (one load, in the line the lock
+//! is in), and a wait that lasts past `CHECK_AFTER` looks at the holder the lock word names: a lock
+//! that is not ours, or held by no live thread of a process mapping the region, is made anew ([`heal`])
+//! and handed over marked recovered, so that what it guards is repaired.
+//!
+//! [`heal`]: SharedMutex::heal
 
 use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
@@ -43,6 +54,74 @@ unsafe fn mark_consistent(_mutex: *mut libc::pthread_mutex_t) -> i32 {
 
 /// Tries before sleeping on a held lock.
 const SPINS: usize = 64;
+
+/// How long a wait lasts before the holder is looked at (see [`SharedMutex::heal`]). Holders keep the
+/// lock for microseconds; the look costs a `stat` and maybe a read of the holder's memory map, so it
+/// is not done at every contended lock.
+const CHECK_AFTER: Duration = Duration::from_millis(20);
+
+/// The bits of a robust futex word (see `futex(2)`): the holder's thread id, and its death.
+const FUTEX_TID_MASK: i32 = 0x3fff_ffff;
+const FUTEX_OWNER_DIED: i32 = 0x4000_0000;
+
+/// Where glibc keeps the lock word and the kind in a `pthread_mutex_t` (`__lock` at 0, `__kind` at 16
+/// on every 64-bit glibc: `struct __pthread_mutex_s`). Elsewhere the words are not looked at: a lock is
+/// trusted as glibc trusts it.
+#[cfg(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64"))]
+const WORDS: Option<(usize, usize)> = Some((0, 16));
+#[cfg(not(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64")))]
+const WORDS: Option<(usize, usize)> = None;
+
+/// The kind word `init` writes (robust, process-shared), learned from a scratch mutex once per process.
+fn expected_kind() -> Option<i32> {
+    static KIND: std::sync::OnceLock<Option<i32>> = std::sync::OnceLock::new();
+    *KIND.get_or_init(|| {
+        WORDS?;
+        // SAFETY: a zeroed pthread_mutex_t is valid memory for init; destroyed before it goes.
+        let mut scratch = SharedMutex { raw: UnsafeCell::new(unsafe { std::mem::zeroed() }) };
+        // SAFETY: our own stack memory, used by no one else.
+        unsafe { SharedMutex::init(&raw mut scratch) }.ok()?;
+        let kind = scratch.word(1).map(|w| w.load(Ordering::Relaxed));
+        // SAFETY: initialised above, not locked.
+        unsafe { libc::pthread_mutex_destroy(scratch.raw.get()) };
+        kind
+    })
+}
+
+/// This thread's id, as glibc writes it into a lock it takes.
+fn my_tid() -> i32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() }
+}
+
+/// The device and inode of the file mapped at `at` in this process (`None`: not a file's mapping).
+fn mapped_file(at: usize) -> Option<String> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines().find_map(|line| {
+        let mut fields = line.split_whitespace();
+        let (start, end) = fields.next()?.split_once('-')?;
+        let (start, end) = (usize::from_str_radix(start, 16).ok()?, usize::from_str_radix(end, 16).ok()?);
+        let (_perms, _offset, dev, inode) = (fields.next()?, fields.next()?, fields.next()?, fields.next()?);
+        (start <= at && at < end && inode != "0").then(|| format!("{dev} {inode}"))
+    })
+}
+
+/// Whether thread `tid` is alive in a process that maps the file `file` (device and inode), or, for a
+/// mutex in no file (tests' heap memory), merely alive. A process whose map cannot be read (another
+/// user's, or one made undumpable) is not one of the region's.
+fn live_holder(tid: i32, file: Option<&str>) -> bool {
+    if tid <= 0 || tid == my_tid() {
+        // No holder, or this thread, which never waits for a lock it holds: garbage.
+        return false;
+    }
+    let Some(file) = file else {
+        return std::path::Path::new(&format!("/proc/{tid}")).exists();
+    };
+    // A dead thread's /proc entry is gone (a zombie's map is empty): either way, not a holder.
+    std::fs::read_to_string(format!("/proc/{tid}/maps")).is_ok_and(|maps| {
+        maps.lines().any(|line| line.split_whitespace().skip(3).take(2).collect::<Vec<_>>().join(" ") == file)
+    })
+}
 
 /// The wall-clock time `after` from now, as `pthread_mutex_timedlock` wants it.
 #[allow(clippy::useless_conversion)] // `time_t` and `c_long` are `i32` on some 32-bit targets
@@ -126,6 +205,9 @@ impl SharedMutex {
     /// The lock cannot be taken (a holder died and the one after it did not recover it: never here,
     /// every guard recovers).
     pub fn lock(&self) -> Result<Guard<'_>> {
+        if !self.kind_is_ours() {
+            return Err(failed("pthread_mutex_lock", libc::EINVAL));
+        }
         // A holder keeps the lock for a decision (tens of nanoseconds): spinning a little first saves
         // the two system calls of sleeping on the futex and being woken, which cost microseconds.
         for _ in 0..SPINS {
@@ -148,34 +230,108 @@ impl SharedMutex {
     /// `libc` crate has no `pthread_mutex_clocklock`, and linking to it would need glibc 2.30): a wait
     /// woken early by the clock set forward goes on for the rest, one lengthened by the clock set back
     /// is not shortened.
+    ///
+    /// A lock whose words are not a lock of ours, or held by no live process of the region, is made
+    /// anew at once or after `CHECK_AFTER` ([`SharedMutex::heal`]) and taken, marked recovered.
     #[must_use]
     pub fn lock_within(&self, deadline: Duration) -> Option<Guard<'_>> {
-        let started = Instant::now();
-        // As in `lock`: a holder keeps the lock for tens of nanoseconds.
-        for _ in 0..SPINS {
-            // SAFETY: the mutex was initialised (see `init` / `at`).
-            match unsafe { libc::pthread_mutex_trylock(self.raw.get()) } {
-                libc::EBUSY => std::hint::spin_loop(),
-                code => {
-                    if let Some(guard) = self.taken_or_remade(code) {
-                        return Some(guard);
-                    }
+        // Read only once the lock is found held: the clock costs as much as an uncontended lock.
+        let mut started = None;
+        let mut left = || deadline.checked_sub(started.get_or_insert_with(Instant::now).elapsed());
+        let mut healed = false;
+        loop {
+            if !self.kind_is_ours() {
+                healed |= self.heal(true);
+                if !self.kind_is_ours() {
+                    // Another process is making it anew: its holder for microseconds.
+                    left()?;
+                    std::thread::yield_now();
+                    continue;
                 }
             }
-        }
-        loop {
-            let left = deadline.checked_sub(started.elapsed())?;
-            let at = wall_clock_after(left);
+            // As in `lock`: a holder keeps the lock for tens of nanoseconds.
+            for _ in 0..SPINS {
+                // SAFETY: the mutex was initialised and is of our kind (checked above).
+                match unsafe { libc::pthread_mutex_trylock(self.raw.get()) } {
+                    libc::EBUSY => std::hint::spin_loop(),
+                    code => match self.taken_or_remade(code) {
+                        Some(guard) => return Some(guard.healed(healed)),
+                        None => break,
+                    },
+                }
+            }
+            let at = wall_clock_after(left()?.min(CHECK_AFTER));
             // SAFETY: the mutex was initialised; `at` is a valid time.
             let code = unsafe { libc::pthread_mutex_timedlock(self.raw.get(), &raw const at) };
             if let Some(guard) = self.taken_or_remade(code) {
-                return Some(guard);
+                return Some(guard.healed(healed));
             }
-            if code != libc::ETIMEDOUT {
+            match code {
+                // Held past CHECK_AFTER, or held (says the word) by this very thread: look at the holder.
+                libc::ETIMEDOUT | libc::EDEADLK | libc::EBUSY => healed |= self.heal(false),
                 // Not expected; not a reason to spin hot until the deadline either.
-                std::thread::yield_now();
+                _ => std::thread::yield_now(),
             }
         }
+    }
+
+    /// The word `index` of the mutex (0: `__lock`, 1: `__kind`), where glibc's layout is known.
+    fn word(&self, index: usize) -> Option<&AtomicI32> {
+        let (lock, kind) = WORDS?;
+        let offset = if index == 0 { lock } else { kind };
+        // SAFETY: within the 40 bytes of the mutex, 4-aligned (the mutex is 8-aligned); glibc reads and
+        // writes these words atomically too.
+        Some(unsafe { &*self.raw.get().cast::<AtomicI32>().add(offset / 4) })
+    }
+
+    /// Whether the kind word is the one `init` writes (true where it cannot be told).
+    #[inline]
+    fn kind_is_ours(&self) -> bool {
+        match (self.word(1), expected_kind()) {
+            (Some(kind), Some(expected)) => kind.load(Ordering::Relaxed) == expected,
+            _ => true,
+        }
+    }
+
+    /// Makes the mutex anew when it cannot be a live lock of ours: its kind is not ours (`kind_bad`), or
+    /// its lock word names no holder that lives in a process mapping the region (garbage, which no one
+    /// would ever let go). Whether it did; the caller then takes it and repairs what it guards.
+    ///
+    /// The lock word is first swapped, from the value judged, to this thread's id: a process that took
+    /// the lock in between (the word changed) is never disturbed, and lockers arriving meanwhile wait
+    /// for a live holder. Then `pthread_mutex_init` writes every word, and the waiters asleep on the old
+    /// word are woken to try again.
+    ///
+    /// Limits: holders are told by their thread ids, so processes sharing a region must share a pid
+    /// namespace (as pids in leases already assume) and be readable by each other in /proc (same user,
+    /// dumpable: any ordinary worker). A garbage word naming a live thread of a process that maps the
+    /// region is waited for until that thread ends.
+    pub fn heal(&self, kind_bad: bool) -> bool {
+        let Some(lock) = self.word(0) else { return false };
+        let word = lock.load(Ordering::Acquire);
+        if !kind_bad && word & FUTEX_OWNER_DIED != 0 {
+            return false; // a dead holder's lock, which glibc hands over (EOWNERDEAD)
+        }
+        if !kind_bad && word == 0 {
+            return false; // let go meanwhile
+        }
+        let file = mapped_file(self.raw.get() as usize);
+        if live_holder(word & FUTEX_TID_MASK, file.as_deref()) {
+            return false;
+        }
+        if lock.compare_exchange(word, my_tid(), Ordering::AcqRel, Ordering::Acquire).is_err() {
+            return false;
+        }
+        // SAFETY: the lock word is ours: no live process holds this mutex, and none can take it now.
+        if unsafe { Self::init(std::ptr::from_ref(self).cast_mut()) }.is_err() {
+            lock.store(0, Ordering::Release);
+        }
+        // SAFETY: FUTEX_WAKE on the lock word (an aligned i32 of shared memory): wakes its sleepers, who
+        // retry on the new mutex.
+        unsafe {
+            libc::syscall(libc::SYS_futex, std::ptr::from_ref(lock), libc::FUTEX_WAKE, i32::MAX, 0, 0, 0);
+        }
+        true
     }
 
     /// The guard for what a lock call returned; when the lock cannot be taken any more
@@ -214,23 +370,14 @@ impl SharedMutex {
 }
 
 impl SharedMutex {
-    /// Takes the lock, whatever happened to it: when `lock` fails (only `ENOTRECOVERABLE`, a process
-    /// that died between learning of a dead holder and marking the lock consistent), the mutex is made
-    /// anew and taken, marked recovered. Never fails, so a decision never has to.
+    /// Takes the lock, whatever happened to it: a dead holder's, one nobody can lock any more
+    /// (`ENOTRECOVERABLE`), one whose words are garbage (see [`SharedMutex::heal`]) is taken, marked
+    /// recovered. Never fails, so a decision never has to; waits only for a live holder.
     pub fn lock_whole(&self) -> Guard<'_> {
         loop {
-            if let Ok(guard) = self.lock() {
+            if let Some(guard) = self.lock_within(Duration::from_hours(1)) {
                 return guard;
             }
-            // SAFETY: the mutex lives in the region for as long as `self`; a mutex nobody can lock any
-            // more has no holder to disturb.
-            if unsafe { Self::init(std::ptr::from_ref(self).cast_mut()) }.is_ok() {
-                if let Ok(mut guard) = self.lock() {
-                    guard.recovered = true;
-                    return guard;
-                }
-            }
-            std::thread::yield_now();
         }
     }
 }
@@ -238,8 +385,17 @@ impl SharedMutex {
 /// The lock, held until dropped.
 pub struct Guard<'a> {
     mutex: &'a SharedMutex,
-    /// The previous holder died holding the lock: what it guards may be half-written.
+    /// The previous holder died holding the lock, or the lock was made anew: what it guards may be
+    /// half-written.
     pub recovered: bool,
+}
+
+impl Guard<'_> {
+    #[must_use]
+    const fn healed(mut self, healed: bool) -> Self {
+        self.recovered |= healed;
+        self
+    }
 }
 
 impl Drop for Guard<'_> {
@@ -421,5 +577,28 @@ mod tests {
             assert_eq!(waiting.join().unwrap(), Some(true), "handed over, marked recovered");
         });
         assert!(!mutex.lock_within(Duration::from_secs(1)).unwrap().recovered, "consistent again");
+    }
+
+    #[test]
+    fn a_lock_of_garbage_words_is_made_anew_and_taken_marked_recovered() {
+        let region = region("garbage");
+        // SAFETY: as above.
+        let mutex = unsafe { SharedMutex::init(region.contents().cast()) }.unwrap();
+        let expected = expected_kind().expect("glibc, 64-bit");
+        assert_eq!(expected & 0x80, 0x80, "process-shared");
+        let words = std::ptr::from_ref(mutex).cast_mut().cast::<i32>();
+        // A kind that is not ours (glibc could abort on it); a lock word naming a thread that does not
+        // exist, only waiters, this very thread (which holds nothing), init (no mapping of the region).
+        let garbage = [(4, 0x7fff), (4, 0), (4, 3), (0, 0x3fff_fff0), (0, i32::MIN), (0, my_tid()), (0, 1)];
+        for (index, value) in garbage {
+            // SAFETY: a word of the mutex, which no one holds.
+            unsafe { words.add(index).write_volatile(value) };
+            let started = Instant::now();
+            let guard = mutex.lock_within(Duration::from_secs(30)).expect("healed");
+            assert!(guard.recovered, "word {index} = {value:#x}: marked for repair");
+            assert!(started.elapsed() < Duration::from_secs(10));
+            drop(guard);
+            assert!(!mutex.lock_whole().recovered, "word {index} = {value:#x}: a lock again");
+        }
     }
 }

@@ -7,6 +7,9 @@ pub mod lock;
 pub mod region;
 pub mod table;
 
+#[cfg(test)]
+mod fuzz;
+
 /// A fresh folder for a test's regions, `rk-KIND-PID-TEST` under the temporary folder (the test removes it).
 #[cfg(test)]
 pub(crate) fn test_dir(kind: &str, test: &str) -> std::path::PathBuf {

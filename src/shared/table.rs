@@ -12,7 +12,7 @@
 // The region is page-aligned and lays every part out at a multiple of 64 bytes.
 #![allow(clippy::cast_ptr_alignment)]
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::algorithm::{Log, State};
 use crate::probe::{self, Probed};
@@ -40,6 +40,8 @@ pub const fn first_block_len(capacity: usize) -> usize {
 }
 /// (stamp, units) entries per log chunk.
 pub const CHUNK_ENTRIES: usize = 15;
+/// The most units a log read from the region holds: far above any limit, far below overflow.
+const LOG_UNITS: u64 = 1 << 62;
 
 /// One state in the region: 32 bytes.
 #[repr(C)]
@@ -191,15 +193,32 @@ struct RefusedRecord {
 
 /// Concurrency permits held by one process for one key: what its death gives back.
 #[repr(C)]
-#[derive(Debug, Clone, Copy)]
-struct Lease {
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Lease {
     identity: u64,
     pid: u32,
     permits: u32,
 }
 
-/// Leases kept per shard; a holder past them keeps its permits unrecorded (given back only by it).
+/// Leases kept per shard, in its counts (free: no permits). Past them, a shard records leases in the
+/// region's overflow table.
 const LEASES: usize = 16;
+/// Leases the region's overflow table holds, for every shard: with the shards' own, the bound on
+/// processes holding permits of keys at once, each key and process one lease (a shard's 16, then
+/// these 4,096 in all). Past it a permit is refused, as by a full gate (see `reserve_lease`), never
+/// granted unrecorded: a holder killed then would keep it for good.
+pub const OVERFLOW_LEASES: usize = 4096;
+
+/// The region's overflow table of leases: its lock, then `OVERFLOW_LEASES` entries (free: no pid and
+/// no permits; reserved for a process about to take permits: a pid and no permits yet). Taken under a
+/// shard's lock, never the other way round.
+#[repr(C, align(64))]
+pub struct LeaseOverflow {
+    pub lock: SharedMutex,
+    /// Entries not free: a hint read without the lock, so that decisions of shards that never
+    /// overflowed do not look at the table.
+    used: AtomicU32,
+}
 
 /// Decisions one process made, in one of its stripes (see `layout`): each process counts in its own, as
 /// a count every process wrote would move its cache line between their cores at every decision, and
@@ -256,8 +275,9 @@ pub struct JournalHead {
 /// Where one shard lives in the region.
 #[derive(Debug, Clone, Copy)]
 pub struct ShardPlace {
-    /// The shard's index (the journal names shards by it).
+    /// The shard's index (the journal names shards by it), and how many the region has.
     pub index: usize,
+    pub shards: usize,
     pub journal: *mut JournalHead,
     /// The journal's slots: as many as a shard's.
     pub journal_slots: *mut RegionSlot,
@@ -271,6 +291,9 @@ pub struct ShardPlace {
     /// The shard's own slots, `capacity` of them, used once it outgrows its first block.
     pub slots: *mut RegionSlot,
     pub capacity: usize,
+    /// The region's overflow table of leases and its `OVERFLOW_LEASES` entries.
+    pub overflow: *mut LeaseOverflow,
+    pub overflow_leases: *mut Lease,
     /// The region's pool of log chunks (see `PoolHead`), `chunk_count` of them.
     pub pool: *mut PoolHead,
     pub chunks: *mut Chunk,
@@ -358,6 +381,36 @@ impl RegionTable {
         }
     }
 
+    /// Whether `active` is a number of active slots the shard can have: 0 (its first block), its first
+    /// block doubled some times, or its capacity (see `grow`, `repair`).
+    fn valid_active(&self, active: usize) -> bool {
+        let first = self.first_len();
+        active == 0
+            || active == self.place.capacity
+            || (active >= first
+                && active < self.place.capacity
+                && active.is_multiple_of(first)
+                && (active / first).is_power_of_two())
+    }
+
+    /// Whether the shard's numbers are impossible (corrupt bytes): its active slots, its count, its free
+    /// list of chunks. Cheap (its head's first line, beside the lock), so checked at every lock; such a
+    /// shard is repaired, which rebuilds it from its slots (the region as a whole is not refused: one
+    /// corrupt shard costs its own states at most). What the numbers cannot tell, garbage in the slots
+    /// or chunks, is caught where it is met: probes end after one lap, chains are bounded, and a state
+    /// that finds no free slot has the shard repaired.
+    #[must_use]
+    pub fn corrupt(&self) -> bool {
+        // SAFETY: see `new`; read under the lock.
+        let head = unsafe { &*self.place.head };
+        let active = head.active as usize;
+        let slots = if active == 0 { self.first_len() } else { active };
+        !self.valid_active(active)
+            || head.len as usize > slots
+            || head.free_chunks > self.place.chunk_count
+            || head.free_count > self.place.chunk_count
+    }
+
     /// How many slots are in use.
     #[inline]
     fn active(&self) -> usize {
@@ -399,7 +452,8 @@ impl RegionTable {
             let len = (&raw const (*head).len).read_volatile();
             let evictions = (&raw const (*head).evictions).read_volatile();
             let dropped = (&raw const (*head).dropped).read_volatile();
-            (u64::from(len), evictions, dropped)
+            // Never more than the shard can hold, whatever the bytes say.
+            (u64::from(len).min(self.place.capacity as u64), evictions, dropped)
         }
     }
 
@@ -430,7 +484,7 @@ impl RegionTable {
     fn note_refusal(counts: &mut ShardCounts, peer: &str, hash: u64) {
         let top = &mut counts.top;
         if let Some(record) = top.iter_mut().find(|r| r.count > 0 && r.hash == hash) {
-            record.count += 1;
+            record.count = record.count.saturating_add(1);
             return;
         }
         let Some(record) = top.iter_mut().min_by_key(|r| r.count) else { return };
@@ -438,25 +492,90 @@ impl RegionTable {
         record.name = [0; NAME_BYTES];
         record.name[..shown.len()].copy_from_slice(shown.as_bytes());
         record.hash = hash;
-        record.count += 1;
+        record.count = record.count.saturating_add(1);
     }
 
-    /// Records that this process took (`delta` > 0) or gave back (`delta` < 0) permits of `key`.
-    pub fn lease(&mut self, key: u64, delta: i64) {
+    /// Records that this process took (`delta` > 0) or gave back (`delta` < 0) permits of `key`, in the
+    /// shard's leases, else in the region's overflow table. False: the permits taken could not be
+    /// recorded (every lease in use; see `reserve_lease`, which makes sure there is room first).
+    pub fn lease(&mut self, key: u64, delta: i64) -> bool {
         let identity = key >> IDENTITY_SHIFT;
         let pid = std::process::id();
-        let leases = &mut self.counts().leases;
-        if let Some(lease) = leases.iter_mut().find(|l| l.permits > 0 && l.identity == identity && l.pid == pid) {
+        let apply = |lease: &mut Lease| {
             let permits = (i64::from(lease.permits) + delta).clamp(0, i64::from(u32::MAX));
             #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
             {
                 lease.permits = permits as u32;
             }
-        } else if delta > 0 {
-            if let Some(lease) = leases.iter_mut().find(|l| l.permits == 0) {
-                *lease = Lease { identity, pid, permits: u32::try_from(delta).unwrap_or(u32::MAX) };
-            }
+        };
+        let leases = &mut self.counts().leases;
+        if let Some(lease) = leases.iter_mut().find(|l| l.permits > 0 && l.identity == identity && l.pid == pid) {
+            apply(lease);
+            return true;
         }
+        if self.overflow_used() {
+            let held = self.lock_overflow();
+            if let Some(lease) = self.overflow_leases().iter_mut().find(|l| l.identity == identity && l.pid == pid) {
+                apply(lease);
+                if lease.permits == 0 {
+                    *lease = Lease::default();
+                    self.overflow_count(-1);
+                }
+                return true;
+            }
+            drop(held);
+        }
+        if delta <= 0 {
+            return true; // nothing recorded to give back
+        }
+        let leases = &mut self.counts().leases;
+        let permits = u32::try_from(delta).unwrap_or(u32::MAX);
+        if let Some(lease) = leases.iter_mut().find(|l| l.permits == 0) {
+            *lease = Lease { identity, pid, permits };
+            return true;
+        }
+        let held = self.lock_overflow();
+        let recorded = self.overflow_entry(identity, pid).map(|lease| *lease = Lease { identity, pid, permits });
+        drop(held);
+        recorded.is_some()
+    }
+
+    /// Makes sure that permits of `key` this process takes now can be recorded (`lease`): a lease of
+    /// its own already, a free one in the shard, or an entry of the overflow table reserved for it.
+    /// False when none is left: the gate must refuse, as a full one does.
+    #[must_use]
+    pub fn reserve_lease(&mut self, key: u64) -> bool {
+        let identity = key >> IDENTITY_SHIFT;
+        let pid = std::process::id();
+        let leases = &self.counts().leases;
+        if leases.iter().any(|l| l.permits == 0 || (l.identity == identity && l.pid == pid)) {
+            return true;
+        }
+        let held = self.lock_overflow();
+        let reserved = self.overflow_entry(identity, pid).is_some();
+        drop(held);
+        reserved
+    }
+
+    /// The overflow entry of (`identity`, `pid`), or a free one taken for it (reserved: no permits yet).
+    /// Entries reserved by processes that ended are taken back when none is free. The overflow's lock
+    /// held.
+    fn overflow_entry(&self, identity: u64, pid: u32) -> Option<&mut Lease> {
+        let entries = self.overflow_leases();
+        let index = entries
+            .iter()
+            .position(|l| l.identity == identity && l.pid == pid)
+            .or_else(|| {
+                let free = entries.iter().position(|l| l.pid == 0 && l.permits == 0)?;
+                self.overflow_count(1);
+                Some(free)
+            })
+            .or_else(|| entries.iter().position(|l| l.permits == 0 && !alive(l.pid)))?;
+        let entry = &mut entries[index];
+        if entry.identity != identity || entry.pid != pid {
+            *entry = Lease { identity, pid, permits: 0 };
+        }
+        Some(entry)
     }
 
     /// The permits of `key` held by processes that have ended, their leases removed: what the key's
@@ -471,7 +590,52 @@ impl RegionTable {
                 lease.permits = 0;
             }
         }
+        if self.overflow_used() {
+            let held = self.lock_overflow();
+            for lease in self.overflow_leases().iter_mut() {
+                if lease.identity == identity && lease.pid != 0 && !alive(lease.pid) {
+                    freed += u64::from(lease.permits);
+                    *lease = Lease::default();
+                    self.overflow_count(-1);
+                }
+            }
+            drop(held);
+        }
         freed
+    }
+
+    fn overflow(&self) -> &LeaseOverflow {
+        // SAFETY: see `new`.
+        unsafe { &*self.place.overflow }
+    }
+
+    /// Whether the overflow table may hold entries (a hint, read without its lock).
+    fn overflow_used(&self) -> bool {
+        self.overflow().used.load(Ordering::Relaxed) != 0
+    }
+
+    fn overflow_count(&self, change: i32) {
+        let used = &self.overflow().used;
+        let now = used.load(Ordering::Relaxed);
+        used.store(now.saturating_add_signed(change), Ordering::Relaxed);
+    }
+
+    #[allow(clippy::mut_from_ref)]
+    fn overflow_leases(&self) -> &mut [Lease] {
+        // SAFETY: see `new`; written under the overflow's lock, which the caller holds.
+        unsafe { std::slice::from_raw_parts_mut(self.place.overflow_leases, OVERFLOW_LEASES) }
+    }
+
+    /// The overflow table's lock; when its holder died (or the lock was made anew), its count of used
+    /// entries is counted again.
+    fn lock_overflow(&self) -> super::lock::Guard<'_> {
+        let held = self.overflow().lock.lock_whole();
+        if held.recovered {
+            let used = self.overflow_leases().iter().filter(|l| l.pid != 0 || l.permits != 0).count();
+            #[allow(clippy::cast_possible_truncation)] // at most OVERFLOW_LEASES
+            self.overflow().used.store(used as u32, Ordering::Relaxed);
+        }
+        held
     }
 
     fn keys(&self) -> &AtomicU64 {
@@ -516,7 +680,10 @@ impl RegionTable {
 
     /// Whether inserting now must make room first: the region is at its bound, or this shard nearly full.
     fn full(&self) -> bool {
-        self.keys().load(Ordering::Relaxed) >= self.max_keys || self.len() * 8 >= self.place.capacity * 7
+        let keys = self.keys().load(Ordering::Relaxed);
+        // A count past every slot of the region is corrupt (see `SharedRegion::open`): not a bound.
+        let counted = keys >= self.max_keys && keys <= (self.place.shards * self.place.capacity) as u64;
+        counted || self.len() * 8 >= self.place.capacity * 7
     }
 
     /// Adds `state` for `key` (which `get_mut` did not find), owned by `owner` (packed) and written under
@@ -540,16 +707,23 @@ impl RegionTable {
         let tag = (key >> IDENTITY_SHIFT) << IDENTITY_SHIFT | 1;
         let mut slot = RegionSlot { tag, state, owner: owner | OCCUPIED, link: 0 };
         slot.set_def(def);
-        self.place_slot(slot);
+        if !self.place_slot(slot) {
+            // More slots occupied than counted (corrupt bytes): the repair recounts and makes room.
+            self.repair();
+            if !self.place_slot(slot) {
+                return;
+            }
+        }
         let head = self.head();
-        head.len += 1;
+        head.len = head.len.saturating_add(1);
         head.inserts_since_decay = head.inserts_since_decay.saturating_add(1);
         self.keys().fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Writes `slot` into the first free slot of its probe run (the array always has one: see `full`).
-    fn place_slot(&self, slot: RegionSlot) {
-        probe::place(self.slots_mut(), slot);
+    /// Writes `slot` into the first free slot of its probe run (the array has one, see `full`, unless
+    /// its bytes are corrupt: false then, and the slot is not written).
+    fn place_slot(&self, slot: RegionSlot) -> bool {
+        probe::try_place(self.slots_mut(), slot).is_some()
     }
 
     /// Removes `key`'s state and log; returns its owner (packed), if it had a state.
@@ -558,7 +732,8 @@ impl RegionTable {
         let removed = self.slots()[index];
         self.free_log(removed.log());
         probe::shift_back(self.slots_mut(), index);
-        self.head().len -= 1;
+        let head = self.head();
+        head.len = head.len.saturating_sub(1);
         self.keys().fetch_sub(1, Ordering::Relaxed);
         Some(removed.packed_owner())
     }
@@ -567,7 +742,7 @@ impl RegionTable {
     /// the others; `keep` sees each slot's packed owner. The array is rebuilt, so a walk leaves it
     /// compact.
     pub fn retain(&mut self, mut keep: impl FnMut(&mut RegionSlot, &mut Log) -> bool) {
-        let mut kept = Vec::with_capacity(self.len());
+        let mut kept = Vec::with_capacity(self.len().min(self.place.capacity));
         for index in 0..self.active() {
             let mut slot = self.slots()[index];
             if !slot.occupied() {
@@ -611,6 +786,13 @@ impl RegionTable {
         // A process died rebuilding another shard: its journal waits for that shard's next holder, and
         // this rebuild goes unjournaled (only a second death, in this one, could lose its states).
         // SAFETY: see `new`; the journal's lock is held.
+        let pending = unsafe { (*self.place.journal).shard };
+        if pending > self.place.shards as u64 {
+            // Names no shard (corrupt bytes): nothing to restore, and it must not stop later journals.
+            // SAFETY: see `new`; the journal's lock is held.
+            unsafe { (*self.place.journal).shard = 0 };
+        }
+        // SAFETY: as above.
         let others = unsafe { (*self.place.journal).shard } != 0;
         if !others {
             self.journal(&slots, active);
@@ -634,10 +816,9 @@ impl RegionTable {
     fn place_all(&mut self, slots: &[RegionSlot]) {
         let before = self.len();
         self.slots_mut().fill(RegionSlot::default());
-        for slot in slots {
-            self.place_slot(*slot);
-        }
-        self.set_len(before, slots.len());
+        // More than fit only from corrupt bytes: those are dropped.
+        let placed = slots.iter().filter(|slot| self.place_slot(**slot)).count();
+        self.set_len(before, placed);
     }
 
     /// Records `slots` as this shard's, about to be placed in `active` slots (the journal's lock held).
@@ -665,9 +846,16 @@ impl RegionTable {
         let len = usize::try_from(journal.len).unwrap_or(0).min(self.place.capacity);
         // SAFETY: within the journal's slots.
         let slots: Vec<RegionSlot> = unsafe { std::slice::from_raw_parts(self.place.journal_slots, len) }.to_vec();
-        self.set_active(usize::try_from(journal.active).unwrap_or(0).min(self.place.capacity));
+        // The journal's numbers are checked as the shard's are (corrupt bytes): its states get the room
+        // they need, at most the shard's, each once.
+        let mut seen = std::collections::HashSet::new();
+        let slots: Vec<RegionSlot> =
+            slots.into_iter().filter(|slot| slot.occupied() && seen.insert(slot.identity())).collect();
+        let written = usize::try_from(journal.active).unwrap_or(0);
+        let active = if self.valid_active(written) { written } else { 0 };
+        self.set_active(active.max(self.active_for(slots.len())));
         self.empty_all_slots();
-        for slot in slots.into_iter().filter(RegionSlot::occupied) {
+        for slot in slots {
             self.place_slot(slot);
         }
         journal.shard = 0;
@@ -675,6 +863,7 @@ impl RegionTable {
 
     /// Records `count` states where `before` were counted, in the shard and the region's count.
     fn set_len(&self, before: usize, count: usize) {
+        let before = before.min(self.place.capacity);
         #[allow(clippy::cast_possible_truncation)]
         {
             self.head().len = count as u32;
@@ -707,7 +896,7 @@ impl RegionTable {
         if decay {
             head.inserts_since_decay = 0;
         }
-        let mut kept: Vec<RegionSlot> = Vec::with_capacity(before);
+        let mut kept: Vec<RegionSlot> = Vec::with_capacity(before.min(self.place.capacity));
         let mut dropped = 0u64;
         for slot in self.iter() {
             let mut slot = *slot;
@@ -739,8 +928,8 @@ impl RegionTable {
             });
         }
         let head = self.head();
-        head.dropped += dropped;
-        head.evictions += evicted;
+        head.dropped = head.dropped.wrapping_add(dropped);
+        head.evictions = head.evictions.wrapping_add(evicted);
         self.rebuild(kept.into_iter().map(|slot| (slot, None)).collect(), self.active());
     }
 
@@ -820,9 +1009,18 @@ impl RegionTable {
         }
         let mut entries = Vec::new();
         let mut hops = 0;
-        while self.holds(at) && hops < self.place.chunk_count {
+        let mut units = 0u64;
+        'chain: while self.holds(at) && hops < self.place.chunk_count {
             let chunk = self.chunk(at - 1);
-            entries.extend_from_slice(&chunk.entries[..(chunk.len as usize).min(CHUNK_ENTRIES)]);
+            for &entry in &chunk.entries[..(chunk.len as usize).min(CHUNK_ENTRIES)] {
+                // Past `LOG_UNITS` only from corrupt bytes: the rest is dropped, so that sums of units
+                // (and a cost added to them) never overflow.
+                if entry.1 > LOG_UNITS - units {
+                    break 'chain;
+                }
+                units += entry.1;
+                entries.push(entry);
+            }
             at = chunk.next;
             hops += 1;
         }
@@ -910,7 +1108,7 @@ impl RegionTable {
         let head = self.head();
         self.chunk(index).next = head.free_chunks;
         head.free_chunks = index + 1;
-        head.free_count += 1;
+        head.free_count = head.free_count.saturating_add(1);
     }
 
     #[allow(clippy::mut_from_ref)]
@@ -966,7 +1164,7 @@ impl RegionTable {
             chunk.owner = 0;
             chunk.next = pool.free;
             pool.free = index + 1;
-            pool.free_count += 1;
+            pool.free_count = pool.free_count.saturating_add(1);
         }
         drop(held);
     }
@@ -1023,19 +1221,26 @@ impl RegionTable {
                 self.keep_free(index);
             }
         }
+        // More states than the shard holds come only from corrupt bytes: those past it are dropped (the
+        // chunks of their logs stay the shard's until its next repair finds them free).
+        kept.truncate(self.place.capacity * 7 / 8);
         let before = self.len();
         self.empty_all_slots();
-        let count = kept.len();
         // Enough active slots for every state kept (a process may have died growing them).
+        let now = self.active();
+        let now = if self.valid_active(self.head().active as usize) { now } else { 0 };
+        self.set_active(self.active_for(kept.len()).max(now));
+        let count = kept.into_iter().filter(|slot| self.place_slot(*slot)).count();
+        self.set_len(before, count);
+    }
+
+    /// The fewest active slots for `count` states, 7/8 full at most (up to the shard's capacity).
+    fn active_for(&self, count: usize) -> usize {
         let mut active = self.first_len();
         while count * 8 > active * 7 && active < self.place.capacity {
             active = (active * 2).min(self.place.capacity);
         }
-        self.set_active(active.max(self.active()));
-        for slot in kept {
-            self.place_slot(slot);
-        }
-        self.set_len(before, count);
+        active
     }
 }
 
@@ -1067,6 +1272,8 @@ mod tests {
 
     fn fixture(capacity: usize, chunk_count: u32, max_keys: u64) -> Fixture {
         let bytes = std::mem::size_of::<JournalHead>()
+            + std::mem::size_of::<LeaseOverflow>()
+            + OVERFLOW_LEASES * std::mem::size_of::<Lease>()
             + std::mem::size_of::<ShardHead>()
             + std::mem::size_of::<ShardCounts>()
             + std::mem::size_of::<PoolHead>()
@@ -1079,7 +1286,9 @@ mod tests {
         let place = unsafe {
             // A zeroed pthread mutex is a valid (plain) one: enough for one process.
             let journal = base.cast::<JournalHead>();
-            let head = journal.add(1).cast::<ShardHead>();
+            let overflow = journal.add(1).cast::<LeaseOverflow>();
+            let overflow_leases = overflow.add(1).cast::<Lease>();
+            let head = overflow_leases.add(OVERFLOW_LEASES).cast::<ShardHead>();
             let counts = head.add(1).cast::<ShardCounts>();
             let pool = counts.add(1).cast::<PoolHead>();
             let first = pool.add(1).cast::<RegionSlot>();
@@ -1088,6 +1297,7 @@ mod tests {
             let chunks = journal_slots.add(capacity).cast::<Chunk>();
             ShardPlace {
                 index: 0,
+                shards: 1,
                 journal,
                 journal_slots,
                 head,
@@ -1095,6 +1305,8 @@ mod tests {
                 first,
                 slots,
                 capacity,
+                overflow,
+                overflow_leases,
                 pool,
                 chunks,
                 chunk_count,
@@ -1262,5 +1474,58 @@ mod tests {
         assert_eq!(f.table.log(key(0)).units(), 20);
         assert!(f.table.log(key(2)).is_empty());
         assert_eq!(f.table.free_chunk_count(), 2);
+    }
+
+    #[test]
+    fn a_shard_of_garbage_slots_answers_and_is_repaired_to_what_fits() {
+        let mut f = fixture(64, 4, 1_000);
+        // Every slot occupied (corrupt bytes), the count saying one: no probe may go round forever.
+        for area in f.table.all_slots_mut() {
+            for (i, slot) in area.iter_mut().enumerate() {
+                *slot = RegionSlot {
+                    tag: key(10_000 + i as u64),
+                    owner: OCCUPIED,
+                    link: u32::MAX,
+                    ..RegionSlot::default()
+                };
+            }
+        }
+        f.table.head().len = 1;
+        assert!(!f.table.corrupt(), "numbers that fit: only the slots say otherwise");
+        assert!(f.table.get(key(1)).is_none());
+        assert!(f.table.log(key(1)).is_empty());
+        f.table.insert(key(1), busy(), 0, 0, 0, |_, _| {});
+        assert!(f.table.get(key(1)).is_some(), "placed after the repair made room");
+        assert_eq!(f.table.iter().count(), f.table.len());
+        assert!(f.table.len() <= 64 * 7 / 8 + 1);
+        assert!(f.table.remove(key(1)).is_some());
+        // Impossible numbers are told at once (the lock hands such a shard over for repair).
+        for (len, active) in [(100, 0), (5, 3), (5, 1_000), (41, 40)] {
+            f.table.head().len = len;
+            f.table.head().active = active;
+            assert!(f.table.corrupt(), "len {len} active {active}");
+            f.table.repair();
+            assert!(!f.table.corrupt(), "repaired: len {len} active {active}");
+            assert_eq!(f.table.iter().count(), f.table.len());
+        }
+    }
+
+    #[test]
+    fn leases_past_the_shards_go_to_the_overflow_and_past_it_are_refused() {
+        let mut f = fixture(64, 0, 1_000);
+        for i in 0..(LEASES + OVERFLOW_LEASES) as u64 {
+            assert!(f.table.reserve_lease(key(i)), "lease {i}");
+            assert!(f.table.lease(key(i), 1), "lease {i}");
+        }
+        let one_more = key(u64::MAX);
+        assert!(!f.table.reserve_lease(one_more), "every lease in use: refused");
+        assert!(!f.table.lease(one_more, 1));
+        // More permits of a key already leased, and giving back, need no new entry.
+        assert!(f.table.reserve_lease(key(4_000)) && f.table.lease(key(4_000), 1));
+        assert!(f.table.lease(key(4_000), -2));
+        assert!(f.table.reserve_lease(one_more), "the entry given back is free again");
+        assert!(f.table.lease(one_more, 1));
+        // A live process's leases are never taken as dead.
+        assert_eq!(f.table.take_dead_leases(key(3)) + f.table.take_dead_leases(key(4_001)), 0);
     }
 }
