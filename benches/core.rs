@@ -191,7 +191,7 @@ fn shared_region(c: &mut Criterion) {
         rules: RulesConfig { rules: vec![rule("", "default", Kind::Gcra)], ..RulesConfig::default() },
         ..Config::default()
     };
-    let shared = Limiter::new_shared(config, Clock::Machine, region).unwrap();
+    let shared = Limiter::new_shared(config, Clock::Machine, region, _core::limiter::OnStall::Allow).unwrap();
     let memory = limiter(vec![rule("", "default", Kind::Gcra)]);
     let mut group = c.benchmark_group("shared");
     group.throughput(Throughput::Elements(1));

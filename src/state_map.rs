@@ -15,6 +15,7 @@ use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use std::borrow::Cow;
 
@@ -27,6 +28,10 @@ use crate::shared::lock::Guard;
 use crate::shared::table::{RegionSlot, RegionTable};
 
 const MAX_SHARDS: usize = 64;
+/// The longest a decision waits for a shared region's shard that another process holds: one stopped
+/// holding it (SIGSTOP, a debugger, a frozen container) keeps it for the whole stop, and every process
+/// deciding for its keys would wait as long.
+pub const STALL: Duration = Duration::from_millis(50);
 pub const MAX_SHARED_SHARDS: usize = 4096;
 /// `related_key`'s multiplier (odd, so invertible modulo 2³²) and its inverse.
 const RELATED_MIX: u32 = 0x85EB_CA6B;
@@ -843,17 +848,18 @@ impl<C> StateMap<C> {
         *regions.current.lock() = Arc::clone(new);
     }
 
-    /// The region's lock of the shard of `key`, taken with the process's shard (held in `shard`). Out of
-    /// line: the in-memory hot path keeps only the test for a region.
+    /// The region's lock of the shard of `key`, taken with the process's shard (held in `shard`), waited
+    /// for at most `deadline` (`None`: when a holder keeps it longer). Out of line: the in-memory hot path
+    /// keeps only the test for a region.
     #[inline(never)]
-    fn lock_region<'a>(&'a self, shard: &mut Shard<C>, key: u64) -> RegionHeld<'a> {
-        let Some(part) = &shard.region else { return RegionHeld::None };
+    fn lock_region<'a>(&'a self, shard: &mut Shard<C>, key: u64, deadline: Option<Duration>) -> Option<RegionHeld<'a>> {
+        let Some(part) = &shard.region else { return Some(RegionHeld::None) };
         // SAFETY: every region the store has lived in stays mapped for its life (`Regions`); the
         // shard's part names the one its tables are in, read under the shard's lock.
         let region: &'a SharedRegion = unsafe { &*Arc::as_ptr(&part.region) };
         #[allow(clippy::cast_possible_truncation)]
         let index = key.checked_shr(self.region_shift).unwrap_or(0) as usize;
-        let held = region.lock(index);
+        let held = region.lock_within(index, deadline)?;
         if let Some(part) = &mut shard.region {
             part.current = index % self.region_per_shard;
             if held.recovered {
@@ -861,7 +867,7 @@ impl<C> StateMap<C> {
                 part.table().repair();
             }
         }
-        RegionHeld::One(held)
+        Some(RegionHeld::One(held))
     }
 
     /// Every region shard of process shard `index`, locked in order, for a walk.
@@ -918,9 +924,26 @@ impl<C> StateMap<C> {
         let mut shard = self.shards[index].0.lock();
         let region = match &self.region {
             None => RegionHeld::None,
-            Some(_) => self.lock_region(&mut shard, key),
+            // Without a deadline the region's lock is always taken.
+            Some(_) => self.lock_region(&mut shard, key, None).unwrap_or(RegionHeld::None),
         };
         ShardGuard { _region: region, shard }
+    }
+
+    /// As [`StateMap::lock`], for a decision: a shared region's lock is waited for at most `STALL`;
+    /// `None` when a holder keeps it longer (a process stopped holding it), for the caller to decide
+    /// without the states.
+    #[inline]
+    #[must_use]
+    pub fn lock_deciding(&self, key: u64) -> Option<ShardGuard<'_, C>> {
+        #[allow(clippy::cast_possible_truncation)]
+        let index = key.checked_shr(self.shard_shift).unwrap_or(0) as usize;
+        let mut shard = self.shards[index].0.lock();
+        let region = match &self.region {
+            None => RegionHeld::None,
+            Some(_) => self.lock_region(&mut shard, key, Some(STALL))?,
+        };
+        Some(ShardGuard { _region: region, shard })
     }
 
     /// A key for another state of the same owner (e.g. the second limit of a rule) that lives in the

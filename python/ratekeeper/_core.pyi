@@ -466,18 +466,22 @@ class Shared:
     services) decides on the same states, exactly, at close to in-memory speed.
 
     The states live in a file mapped into each process: ``/dev/shm/ratekeeper-NAME``, or ``path``. The
-    first process creates it (mode 0600, exclusively) sized from the limiter's ``max_keys`` (about 45
-    bytes a key, plus 17 bytes a sliding-log entry: 50 MB for 1,000,000 keys), its space reserved at
-    once, so a full ``/dev/shm`` is an error then and never a crash later; the others attach to it,
-    whatever the start method. The
+    first process creates it (mode 0600, exclusively) sized from the limiter's ``max_keys`` and
+    ``log_entries`` alone, whatever the rules (about 47 bytes a key, plus 17 bytes a sliding-log entry:
+    48.9 MB for 1,000,000 keys, within Docker's 64 MB ``/dev/shm``), its space reserved at once, so a
+    full ``/dev/shm`` is an error then and never a crash later; the others attach to it, whatever the
+    start method. Processes whose rules differ (a rolling deploy, a ``reload()``) convert each other's
+    states as ``update_rule`` does: each state says what limit wrote it. The
     core's own algorithms decide on it under one robust lock per shard: a worker killed while holding
     one costs the others nothing but that worker's decision in flight. Time is the kernel's monotonic
     clock, one for every process (a :class:`ManualClock` still drives tests). When full, idle states
     are dropped first, then the least used, as in memory. Concurrency permits held by a process that
     dies come back at the next request the gate would refuse.
 
-    The file outlives the processes (a restart keeps its limits; a reboot clears ``/dev/shm``). Remove
-    it to start afresh, or to change ``max_keys``.
+    The file outlives the processes (a restart keeps its limits; a reboot clears ``/dev/shm``). A
+    file removed or replaced while workers run is followed: each worker moves to the file at the path
+    within a quarter of a second, carrying what each key used. To start afresh, or to change
+    ``max_keys``, stop every worker and remove the file.
 
     Args:
         name: the region's name: letters, digits, ``.``, ``_``, ``-``.
@@ -486,9 +490,14 @@ class Shared:
             all of them; default: an eighth of ``max_keys``, at least 16,384 (256 KiB), whatever the rules
             (so every deploy fits the region the first process made; the creator's number holds). When
             the pool is full, a log evicts the least used states of its shard.
+        on_stall: what decides a request whose shard another process has held for 50 ms (a process
+            stopped holding it: SIGSTOP, a debugger, a frozen container): ``"allow"`` admits it,
+            ``"deny"`` refuses it (``retry_after`` 0.05 s), without its states either way; counted in
+            ``stats()["shared"]["stalls"]``.
 
     Raises:
-        InvalidValue: neither or both of ``name`` and ``path``, a name with other characters; when the
+        InvalidValue: neither or both of ``name`` and ``path``, a name with other characters, an
+            ``on_stall`` other than ``"allow"`` or ``"deny"``; when the
             limiter is built: a region owned by another user, open to other users, a symbolic link, in
             a folder other users may write to (unless sticky, as ``/dev/shm``), made by another version
             (layout) or for another ``max_keys``; a file that is not a region, a corrupt header, a file
@@ -498,7 +507,12 @@ class Shared:
     """
 
     def __new__(
-        cls, name: str | None = None, *, path: str | os.PathLike[str] | None = None, log_entries: int | None = None
+        cls,
+        name: str | None = None,
+        *,
+        path: str | os.PathLike[str] | None = None,
+        log_entries: int | None = None,
+        on_stall: Literal["allow", "deny"] = "allow",
     ) -> Shared: ...
     @property
     def name(self) -> str | None: ...
@@ -507,6 +521,8 @@ class Shared:
         """The region's file."""
     @property
     def log_entries(self) -> int | None: ...
+    @property
+    def on_stall(self) -> Literal["allow", "deny"]: ...
 
 def _inspect_region(path: str | os.PathLike[str]) -> SharedStats:
     """Looks at the region at ``path`` without writing to it or taking its locks."""

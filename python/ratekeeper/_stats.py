@@ -80,10 +80,13 @@ class SharedStats(TypedDict):
     allowed: int
     refused: int
     #: The peers refused most across every process, as ``(peer, refusals)``, most first (each shard
-    #: keeps its 8 most refused; counts never below the truth).
+    #: keeps its 4 most refused; counts never below the truth).
     top_refused: list[tuple[str, int]]
     #: States held per group name.
     groups: dict[str, int]
+    #: Decisions this process made without their states, another process having held their shard for
+    #: 50 ms (stopped holding it), decided by ``rk.Shared(on_stall=...)`` (0 from ``inspect``).
+    stalls: int
 
 
 class Stats(TypedDict):

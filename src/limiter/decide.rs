@@ -77,7 +77,10 @@ impl Limiter {
                 let started = sample_latency().then(Instant::now);
                 let now = self.clock.now_ns();
                 self.watch_region(now);
-                let mut locked = self.lock_peer(peer);
+                let Some(mut locked) = self.lock_peer_deciding(peer) else {
+                    let route = self.rules().route(peer, target)?;
+                    return Ok(self.stalled(route));
+                };
                 let route = locked.rules().route(peer, target)?;
                 let decision = self.decide_route(&mut locked.held(), route, peer, now, request);
                 drop(locked);
@@ -103,7 +106,9 @@ impl Limiter {
         self.states.prefetch(peer_hash);
         let now = self.clock.now_ns();
         self.watch_region(now);
-        let mut shard = self.states.lock(peer_hash);
+        let Some(mut shard) = self.states.lock_deciding(peer_hash) else {
+            return self.stalled(self.rules().router.route(peer, path));
+        };
         // As `Locked` does, by hand: taken out (no reference count touched) and put back. After a
         // panic between the two, the next lock of the shard takes the limiter's copy.
         let rules = shard.data.rules.take().unwrap_or_else(|| self.rules());
@@ -116,6 +121,31 @@ impl Limiter {
             self.record_latency(started);
         }
         decision
+    }
+
+    /// The decision of a request whose shared shard a stopped process holds: its `on_stall`'s, without
+    /// its states (nothing is written, nothing to give back).
+    #[cold]
+    fn stalled(&self, route: Route) -> Decision {
+        let Route::Group(index) = route else { return Decision::free(route) };
+        self.stalls.fetch_add(1, Ordering::Relaxed);
+        let outcome = match self.on_stall {
+            super::OnStall::Allow => Outcome::admitted(0),
+            #[allow(clippy::cast_possible_truncation)] // 50 ms
+            super::OnStall::Deny => Outcome::refused(crate::state_map::STALL.as_nanos() as u64),
+        };
+        Decision {
+            group: Some(self.rules().groups[index].id),
+            refused_by: (!outcome.allowed).then_some(Refusal::Rate),
+            outcome,
+            ..Decision::free(route)
+        }
+    }
+
+    /// Decisions this process made without their states, a stopped process holding their shared shard.
+    #[must_use]
+    pub fn stalls(&self) -> u64 {
+        self.stalls.load(Ordering::Relaxed)
     }
 
     #[cold]

@@ -194,6 +194,19 @@ pub struct Limiter {
     /// When (on the limiter's clock) a decision next checks that the shared region's file is still at
     /// its path (`u64::MAX`: in memory, never).
     next_region_check: std::sync::atomic::AtomicU64,
+    /// What decides a request whose shared shard a stopped process holds (see `state_map::STALL`).
+    on_stall: OnStall,
+    /// Decisions made so by this process.
+    stalls: std::sync::atomic::AtomicU64,
+}
+
+/// What decides a request whose shard of a shared region another process holds longer than
+/// `state_map::STALL` (stopped holding it): it is admitted, or refused, without its states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnStall {
+    #[default]
+    Allow,
+    Deny,
 }
 
 /// A check of one limit against what a store can hold.
@@ -210,7 +223,7 @@ impl Limiter {
     /// A group defined twice with different limits, a rule without limits, a bad exempt path, a
     /// failsafe that does not fit a group's limit, or `max_keys` of zero.
     pub fn new(config: Config, clock: Clock) -> Result<Self> {
-        Self::build(config, clock, None)
+        Self::build(config, clock, None, OnStall::Allow)
     }
 
     /// A limiter whose states live in `region`, shared with every process that opens it: keys hash
@@ -220,7 +233,7 @@ impl Limiter {
     ///
     /// # Errors
     /// As [`Limiter::new`]; a region made for another `max_keys`; more group names than it holds.
-    pub fn new_shared(config: Config, clock: Clock, region: Arc<SharedRegion>) -> Result<Self> {
+    pub fn new_shared(config: Config, clock: Clock, region: Arc<SharedRegion>, on_stall: OnStall) -> Result<Self> {
         if config.max_keys != region.max_keys() {
             return Err(Error::value(
                 "max_keys",
@@ -232,10 +245,10 @@ impl Limiter {
                 ),
             ));
         }
-        Self::build(config, clock, Some(region))
+        Self::build(config, clock, Some(region), on_stall)
     }
 
-    fn build(config: Config, clock: Clock, region: Option<Arc<SharedRegion>>) -> Result<Self> {
+    fn build(config: Config, clock: Clock, region: Option<Arc<SharedRegion>>, on_stall: OnStall) -> Result<Self> {
         if config.max_keys == 0 {
             return Err(Error::value("max_keys", "must be at least 1, got 0"));
         }
@@ -270,6 +283,8 @@ impl Limiter {
             latency: LatencyHistogram::default(),
             limit_bound: std::sync::OnceLock::new(),
             next_region_check: std::sync::atomic::AtomicU64::new(if shared { 0 } else { u64::MAX }),
+            on_stall,
+            stalls: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -327,6 +342,14 @@ impl Limiter {
     #[must_use]
     pub fn group_name(&self, id: u32) -> Option<String> {
         self.current.lock().ids.name(id).map(str::to_owned)
+    }
+
+    /// As `lock_peer`, for a decision: `None` when a stopped process holds the peer's shared shard.
+    #[inline]
+    fn lock_peer_deciding(&self, peer: &str) -> Option<Locked<'_>> {
+        let peer_hash = self.hasher.hash_one(peer);
+        let shard = self.states.lock_deciding(peer_hash)?;
+        Some(Locked::new(shard, peer_hash, || self.rules()))
     }
 
     /// The shard of `peer`, locked, with the rules it follows.

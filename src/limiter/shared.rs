@@ -24,7 +24,9 @@ impl Limiter {
     pub fn shared_summary(&self) -> Option<RegionSummary> {
         let region = self.states.shared_region()?;
         let names = self.current.lock().ids.clone_names();
-        Some(region.summary(true, &|id| names.get(id as usize).filter(|n| !n.is_empty()).cloned()))
+        let mut summary = region.summary(true, &|id| names.get(id as usize).filter(|n| !n.is_empty()).cloned());
+        summary.stalls = self.stalls();
+        Some(summary)
     }
 
     /// Group ids and seeds given by `region`.

@@ -424,7 +424,7 @@ fn shared_limiter(path: &std::path::Path, rules: Vec<RuleSpec>, clock: &Arc<Manu
     let config =
         Config { rules: RulesConfig { rules, ..RulesConfig::default() }, max_keys: 1_000, ..Config::default() };
     let region = Arc::new(crate::shared::layout::SharedRegion::open(path, 1_000, 1_000).unwrap());
-    Limiter::new_shared(config, Clock::Manual(clock.clone()), region).unwrap()
+    Limiter::new_shared(config, Clock::Manual(clock.clone()), region, crate::limiter::OnStall::Allow).unwrap()
 }
 
 fn region_path(test: &str) -> std::path::PathBuf {
@@ -608,5 +608,63 @@ fn a_region_removed_with_nobody_starting_meanwhile_loses_nothing() {
     assert!(path.exists(), "the first to notice made the file anew");
     let after = shared_limiter(&path, vec![rule("", "g", "5/hour")], &clock);
     assert!(!allowed(&after, "alice", None), "a process started after the move sees alice spent");
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
+
+#[test]
+fn a_process_stopped_holding_a_shard_stalls_a_decision_at_most_the_deadline_then_on_stall_decides() {
+    let path = region_path("stopped");
+    let clock = Arc::new(ManualClock::new(0));
+    let config =
+        |rules| Config { rules: RulesConfig { rules, ..RulesConfig::default() }, max_keys: 1_000, ..Config::default() };
+    let open = || Arc::new(crate::shared::layout::SharedRegion::open(&path, 1_000, 1_000).unwrap());
+    let allowing = shared_limiter(&path, vec![rule("", "g", "1/hour")], &clock);
+    let denying = Limiter::new_shared(
+        config(vec![rule("", "g", "1/hour")]),
+        Clock::Manual(clock.clone()),
+        open(),
+        crate::limiter::OnStall::Deny,
+    )
+    .unwrap();
+    assert!(allowed(&allowing, "alice", None));
+    let peer_hash = allowing.hasher.hash_one("alice");
+    // SAFETY: the child only locks alice's shard and stops itself.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let held = allowing.states.lock(peer_hash);
+        // SAFETY: stops this child, holding the lock, until the parent kills it.
+        unsafe { libc::raise(libc::SIGSTOP) };
+        drop(held);
+        // SAFETY: ends the child without running the parent's test harness.
+        unsafe { libc::_exit(0) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for our own child to stop.
+    unsafe { libc::waitpid(pid, &raw mut status, libc::WUNTRACED) };
+    assert!(libc::WIFSTOPPED(status));
+    let started = std::time::Instant::now();
+    let stalled = decide(&allowing, "alice", None, 1, 0, false);
+    let waited = started.elapsed();
+    assert!(stalled.outcome.allowed, "decided by on_stall='allow' without alice's state (spent)");
+    assert!(waited >= crate::state_map::STALL, "waited {waited:?}");
+    assert!(waited < std::time::Duration::from_secs(10), "waited {waited:?}: not bounded");
+    let refused = decide(&denying, "alice", None, 1, 0, false);
+    assert!(!refused.outcome.allowed && refused.outcome.retry_after_ns > 0);
+    assert_eq!((allowing.stalls(), denying.stalls()), (1, 1));
+    // Another key's shard is not held: decided on its state at once.
+    let shift = 64 - allowing.states.shared_region().unwrap().shards().trailing_zeros();
+    let other = (0..1_000)
+        .map(|i| format!("peer-{i}"))
+        .find(|p| allowing.hasher.hash_one(p.as_str()) >> shift != peer_hash >> shift)
+        .unwrap();
+    assert!(allowed(&allowing, &other, None) && !allowed(&allowing, &other, None));
+    // SAFETY: our stopped child.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+        libc::waitpid(pid, &raw mut status, 0);
+    }
+    // The dead holder's lock is taken at once, the shard repaired: alice is spent as before.
+    assert!(!allowed(&allowing, "alice", None));
+    assert_eq!(allowing.stalls(), 1);
     std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }

@@ -402,7 +402,8 @@ impl PyLimiter {
                 let region = py.detach(|| shared.open(max_keys, needs_log))?;
                 // Every process reads one clock (the kernel's monotonic clock), unless a test drives it.
                 let clock = if manual.is_some() { clock } else { Clock::Machine };
-                (Arc::new(Limiter::new_shared(config, clock, region)?), Store::Shared(crate::store::Shared))
+                let limiter = Limiter::new_shared(config, clock, region, shared.on_stall())?;
+                (Arc::new(limiter), Store::Shared(crate::store::Shared))
             }
         };
         let backend = backend.map(|b| b.clone().unbind());

@@ -9,6 +9,7 @@ use pyo3::types::PyDict;
 
 use super::args::{int_at_least, str_arg, type_name};
 use crate::error::Error;
+use crate::limiter::OnStall;
 use crate::shared::layout::{region_path, RegionSummary, SharedRegion};
 
 #[pyclass(frozen, name = "Shared", module = "ratekeeper._core")]
@@ -16,6 +17,7 @@ pub struct PyShared {
     path: PathBuf,
     name: Option<String>,
     log_entries: Option<usize>,
+    on_stall: OnStall,
 }
 
 impl PyShared {
@@ -43,6 +45,14 @@ impl PyShared {
     }
 }
 
+impl PyShared {
+    /// What decides a request whose shard a stopped process holds.
+    #[must_use]
+    pub const fn on_stall(&self) -> OnStall {
+        self.on_stall
+    }
+}
+
 /// `log_entries` is `max_keys` over this by default, and at least `MIN_DEFAULT_LOG_ENTRIES` (256 KiB).
 const DEFAULT_LOG_SHARE: usize = 8;
 const MIN_DEFAULT_LOG_ENTRIES: usize = 16_384;
@@ -50,12 +60,22 @@ const MIN_DEFAULT_LOG_ENTRIES: usize = 16_384;
 #[pymethods]
 impl PyShared {
     #[new]
-    #[pyo3(signature = (name=None, *, path=None, log_entries=None))]
+    #[pyo3(
+        signature = (name=None, *, path=None, log_entries=None, on_stall=None),
+        text_signature = "(name=None, *, path=None, log_entries=None, on_stall='allow')"
+    )]
     fn py_new(
         name: Option<&Bound<'_, PyAny>>,
         path: Option<&Bound<'_, PyAny>>,
         log_entries: Option<&Bound<'_, PyAny>>,
+        on_stall: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let on_stall = on_stall.map(|s| str_arg("on_stall", s)).transpose()?;
+        let on_stall = match on_stall.as_deref().unwrap_or("allow") {
+            "allow" => OnStall::Allow,
+            "deny" => OnStall::Deny,
+            other => return Err(Error::value("on_stall", format!("must be 'allow' or 'deny', got {other:?}")).into()),
+        };
         let name = name.filter(|n| !n.is_none()).map(|n| str_arg("name", n)).transpose()?;
         let path = match path.filter(|p| !p.is_none()) {
             None => None,
@@ -74,7 +94,7 @@ impl PyShared {
             None => None,
             Some(l) => Some(usize::try_from(int_at_least("log_entries", l, 0)?).unwrap_or(usize::MAX)),
         };
-        Ok(Self { path, name, log_entries })
+        Ok(Self { path, name, log_entries, on_stall })
     }
 
     #[getter]
@@ -90,6 +110,14 @@ impl PyShared {
     #[getter]
     fn log_entries(&self) -> Option<usize> {
         self.log_entries
+    }
+
+    #[getter(on_stall)]
+    const fn on_stall_name(&self) -> &'static str {
+        match self.on_stall {
+            OnStall::Allow => "allow",
+            OnStall::Deny => "deny",
+        }
     }
 
     fn __repr__(&self) -> String {
@@ -112,6 +140,7 @@ pub fn summary_dict<'py>(py: Python<'py>, summary: &RegionSummary) -> PyResult<B
     dict.set_item("refused", summary.refused)?;
     dict.set_item("top_refused", summary.top_refused.clone())?;
     dict.set_item("groups", summary.group_keys.iter().cloned().collect::<std::collections::BTreeMap<_, _>>())?;
+    dict.set_item("stalls", summary.stalls)?;
     Ok(dict)
 }
 

@@ -73,7 +73,7 @@ fn limiter(path: &Path, clock: &Arc<ManualClock>) -> crate::error::Result<Limite
         ..Config::default()
     };
     let region = Arc::new(SharedRegion::open(path, MAX_KEYS, LOG_ENTRIES)?);
-    Limiter::new_shared(config, Clock::Manual(clock.clone()), region)
+    Limiter::new_shared(config, Clock::Manual(clock.clone()), region, crate::limiter::OnStall::Allow)
 }
 
 const PATHS: [&str; 4] = ["/g", "/l", "/w", "/c"];

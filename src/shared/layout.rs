@@ -327,6 +327,8 @@ pub struct RegionSummary {
     pub top_refused: Vec<(String, u64)>,
     /// States held per group name.
     pub group_keys: Vec<(String, u64)>,
+    /// Decisions the process asking made without their states (see `state_map::STALL`).
+    pub stalls: u64,
 }
 
 impl SharedRegion {
@@ -616,13 +618,24 @@ impl SharedRegion {
     /// A shard whose numbers are impossible (corrupt bytes, see `RegionTable::corrupt`) is handed over
     /// marked recovered, as one whose holder died: its holder repairs it before reading it.
     pub fn lock(&self, shard: usize) -> Guard<'_> {
+        self.lock_within(shard, None).unwrap_or_else(|| unreachable!("no deadline"))
+    }
+
+    /// The lock of shard `shard`, waited for at most `deadline` (`None`: as long as it takes); `None`
+    /// when a holder keeps it longer (a process stopped holding it: SIGSTOP, a debugger, a frozen
+    /// container).
+    #[must_use]
+    pub fn lock_within(&self, shard: usize, deadline: Option<std::time::Duration>) -> Option<Guard<'_>> {
         // SAFETY: initialised by the region's creator (or made anew by `lock_whole`).
         let mutex = unsafe { SharedMutex::at(&raw mut (*self.place(shard).head).lock) };
-        let mut guard = mutex.lock_whole();
+        let mut guard = match deadline {
+            None => mutex.lock_whole(),
+            Some(deadline) => mutex.lock_within(deadline)?,
+        };
         if !guard.recovered && self.table(shard).corrupt() {
             guard.recovered = true;
         }
-        guard
+        Some(guard)
     }
 
     #[allow(clippy::mut_from_ref)]
@@ -1133,8 +1146,13 @@ mod tests {
             max_keys: 1_000,
             ..Config::default()
         };
-        let lim = Limiter::new_shared(config, Clock::Manual(std::sync::Arc::new(ManualClock::new(0))), region.clone())
-            .unwrap();
+        let lim = Limiter::new_shared(
+            config,
+            Clock::Manual(std::sync::Arc::new(ManualClock::new(0))),
+            region.clone(),
+            crate::limiter::OnStall::Allow,
+        )
+        .unwrap();
         let take = |peer: &str| {
             lim.decide(peer, Target::Path(None), Request::new(1).taking(Take::Permits)).unwrap().outcome.allowed
         };

@@ -219,3 +219,17 @@ def test_the_file_can_be_removed_while_in_use_and_a_new_one_starts_afresh(tmp_pa
     assert not old.allow("alice")  # the mapping lives on with the limiter
     fresh = shared(path, "1/hour")
     assert fresh.allow("alice")
+
+
+def test_on_stall_is_checked_named_and_counted(tmp_path: Path) -> None:
+    assert rk.Shared(path=tmp_path / "r").on_stall == "allow"
+    assert rk.Shared(path=tmp_path / "r", on_stall="deny").on_stall == "deny"
+    with pytest.raises(ValueError, match=r"on_stall: must be 'allow' or 'deny', got \"wait\""):
+        rk.Shared(path=tmp_path / "r", on_stall="wait")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"on_stall: must be a str, got int"):
+        rk.Shared(path=tmp_path / "r", on_stall=1)  # type: ignore[arg-type]
+    lim = rk.Limiter("1/hour", max_keys=1_000, backend=rk.Shared(path=tmp_path / "r", on_stall="deny"))
+    assert lim.allow("alice")
+    shown = lim.stats()["shared"]
+    assert shown is not None
+    assert shown["stalls"] == 0
