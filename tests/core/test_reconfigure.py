@@ -263,12 +263,19 @@ def test_a_group_removed_then_added_back_starts_empty(
     assert admitted(limiter, "alice", 5, "/search") == 2
 
 
+def shared_at(path: Path) -> MakeLimiter:
+    """``rk.Limiter(...)`` on the shared region at ``path``: each call a worker of its own."""
+
+    def make(*args: Any, **options: Any) -> rk.Limiter:
+        return rk.Limiter(*args, backend=rk.Shared(path=str(path)), **options)
+
+    return make
+
+
 def test_a_group_a_worker_adds_by_reload_is_one_budget_with_a_worker_started_with_it(
     config_file: Path, clock: rk.ManualClock, tmp_path: Path
 ) -> None:
-    def shared(*args: Any, **options: Any) -> rk.Limiter:
-        return rk.Limiter(*args, backend=rk.Shared(path=str(tmp_path / "region")), **options)
-
+    shared = shared_at(tmp_path / "region")
     config_file.write_text(SECOND)
     reloading = limiter_from_file(shared, config_file, clock)
     config_file.write_text(FIRST)
@@ -280,9 +287,7 @@ def test_a_group_a_worker_adds_by_reload_is_one_budget_with_a_worker_started_wit
 def test_a_group_one_worker_drops_and_adds_back_keeps_what_another_worker_used(
     config_file: Path, clock: rk.ManualClock, tmp_path: Path
 ) -> None:
-    def shared(*args: Any, **options: Any) -> rk.Limiter:
-        return rk.Limiter(*args, backend=rk.Shared(path=str(tmp_path / "region")), **options)
-
+    shared = shared_at(tmp_path / "region")
     reloading = limiter_from_file(shared, config_file, clock)
     steady = limiter_from_file(shared, config_file, clock)
     assert admitted(steady, "alice", 5, "/search") == 2

@@ -16,10 +16,10 @@ import ratekeeper as rk
 BURST = 10
 
 
-def worker(path: str, commands: Connection) -> None:
+def worker(path: str, commands: Connection, rate: str, algorithm: str) -> None:
     """Decides for ``alice`` as told: ``("take", n)`` admits up to n and answers how many, ``"check"``
     forces the check of the file, ``"stop"`` ends."""
-    limiter = rk.Limiter(f"{BURST}/hour", max_keys=1_000, backend=rk.Shared(path=path))
+    limiter = rk.Limiter(rate, algorithm=algorithm, max_keys=1_000, backend=rk.Shared(path=path))  # type: ignore[arg-type]
     commands.send("ready")
     while True:
         command = commands.recv()
@@ -34,9 +34,16 @@ def worker(path: str, commands: Connection) -> None:
 
 
 class Worker:
-    def __init__(self, context: multiprocessing.context.BaseContext, path: Path) -> None:
+    def __init__(
+        self,
+        context: multiprocessing.context.BaseContext,
+        path: Path,
+        rate: str = f"{BURST}/hour",
+        algorithm: str = "gcra",
+    ) -> None:
         self.here, there = multiprocessing.Pipe()
-        self.process = context.Process(target=worker, args=(str(path), there))  # type: ignore[attr-defined]
+        process = context.Process(target=worker, args=(str(path), there, rate, algorithm))  # type: ignore[attr-defined]
+        self.process = process
         self.process.start()
         assert self.ask_ready()
 
@@ -110,4 +117,27 @@ def test_a_removed_file_is_made_anew_by_the_first_worker_to_notice_and_nothing_i
         late.stop()
     finally:
         for each in old:
+            each.stop()
+
+
+@pytest.mark.parametrize(
+    ("old_algorithm", "new_algorithm"), [("token_bucket", "leaky_bucket"), ("gcra", "sliding_log")]
+)
+def test_a_rolling_deploy_that_changes_the_algorithm_admits_the_burst_once(
+    tmp_path: Path, old_algorithm: str, new_algorithm: str
+) -> None:
+    """Old and new workers side by side, each deciding under its own rules: one budget, never 60 of 10."""
+    context = multiprocessing.get_context("spawn")
+    path = tmp_path / "region"
+    workers = [Worker(context, path, algorithm=old_algorithm), Worker(context, path, algorithm=new_algorithm)]
+    try:
+        admitted = sum(workers[n % 2].take(1) for n in range(60))
+        assert admitted == BURST
+        # Then a new worker with a larger rate: what the others used is carried over, as update_rule does.
+        bigger = Worker(context, path, rate=f"{2 * BURST}/hour", algorithm=new_algorithm)
+        more = bigger.take(2 * BURST)
+        assert more <= BURST
+        bigger.stop()
+    finally:
+        for each in workers:
             each.stop()
