@@ -83,6 +83,7 @@ def test_the_typed_dicts_are_exported() -> None:
         "refused",
         "top_refused",
         "groups",
+        "stalls",
     }
     assert set(rk.GroupStats.__annotations__) == GROUP_KEYS
 

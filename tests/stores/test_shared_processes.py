@@ -687,6 +687,7 @@ def test_inspect_shows_what_two_processes_decided_without_writing(tmp_path: Path
         "refused": 10,
         "top_refused": [["alice", 8], ["carol", 2]],
         "groups": {"default": 4},
+        "stalls": 0,
     }
     text = inspect("--path", str(path))
     assert text.returncode == 0, text.stderr
