@@ -153,6 +153,9 @@ pub struct Group {
     pub primary: Option<usize>,
     /// `primary` with the failsafe's rate.
     pub(crate) failsafe: Option<Limit>,
+    /// A shared region's id of the first limit (see `SharedRegion::def_id`), so that a simple group's
+    /// decision finds it without comparing limits; 0 in memory.
+    pub(crate) first_def: u16,
 }
 
 impl Group {
@@ -210,6 +213,9 @@ pub const MAX_GROUP_NAMES: usize = 4096;
 /// region's table of names): a name's id and the seed of its keys, registered as used by this process.
 pub type GroupRegistry = std::sync::Arc<dyn Fn(&str) -> Result<(u32, u64)> + Send + Sync>;
 
+/// Where the ids of limits come from in a shared region (see `SharedRegion::def_id`).
+pub type DefRegistry = std::sync::Arc<dyn Fn(&Limit) -> u16 + Send + Sync>;
+
 /// The ids of every group name a limiter has seen: ids are never reused, so counters kept by id stay
 /// right across reconfigurations.
 #[derive(Default)]
@@ -217,6 +223,7 @@ pub struct GroupIds {
     ids: HashMap<String, u32>,
     names: Vec<String>,
     registry: Option<GroupRegistry>,
+    defs: Option<DefRegistry>,
 }
 
 impl std::fmt::Debug for GroupIds {
@@ -228,8 +235,8 @@ impl std::fmt::Debug for GroupIds {
 impl GroupIds {
     /// Ids given by `registry` (the same for a name in every process that shares it).
     #[must_use]
-    pub fn registered(registry: GroupRegistry) -> Self {
-        Self { registry: Some(registry), ..Self::default() }
+    pub fn registered(registry: GroupRegistry, defs: DefRegistry) -> Self {
+        Self { registry: Some(registry), defs: Some(defs), ..Self::default() }
     }
 
     /// The id of `name`, and the seed of its keys when a registry gives them (`None`: the group's own).
@@ -359,6 +366,9 @@ impl Rules {
                 if let Some(seed) = seed {
                     group.seed = seed;
                 }
+                if let Some(defs) = &ids.defs {
+                    group.first_def = defs(&group.limits[0]);
+                }
                 groups.push(group);
                 groups.len() - 1
             };
@@ -386,6 +396,7 @@ impl Rules {
             seed: 0,
             primary,
             failsafe,
+            first_def: 0,
         })
     }
 

@@ -396,6 +396,30 @@ impl<C> Shard<C> {
         Some(change(&slot.state()).map(|changed| slot.set(changed)))
     }
 
+    /// As `update`, for a state decided under `limit` at `now`: in a shared region, one written under
+    /// another limit is converted first (see `reconcile`), in the same lookup when it was not. `def`:
+    /// the region's id of `limit` when known (0: looked up).
+    #[inline]
+    pub fn update_as<E>(
+        &mut self,
+        key: u64,
+        (limit, def): (&Limit, u16),
+        now: u64,
+        change: impl FnOnce(&State) -> Result<State, E>,
+    ) -> Option<Result<(), E>> {
+        if let Some(region) = &mut self.region {
+            let def = if def == 0 { region.def_of(limit) } else { def };
+            region.def = def;
+            let was = region.table_ref().get(key)?.def();
+            if was != def {
+                self.convert(key, was, limit, def, now);
+            }
+        }
+        // `change` is called in one place, so that it is inlined.
+        let slot = self.slot_mut(key)?;
+        Some(change(&slot.state()).map(|changed| slot.set(changed)))
+    }
+
     /// Stores the state of a key of `group` that `get_mut` did not find, making room first if the store
     /// is full. Group ids index the per-group counts, so they should be small (a group's index).
     pub fn insert(&mut self, key: u64, state: State, now: u64, owner: Owner) {
@@ -933,7 +957,8 @@ impl<C> StateMap<C> {
     /// As [`StateMap::lock`], for a decision: a shared region's lock is waited for at most `STALL`;
     /// `None` when a holder keeps it longer (a process stopped holding it), for the caller to decide
     /// without the states.
-    #[inline]
+    #[allow(clippy::inline_always)] // the hot path: as a call of its own it cost a copy of the guard
+    #[inline(always)]
     #[must_use]
     pub fn lock_deciding(&self, key: u64) -> Option<ShardGuard<'_, C>> {
         #[allow(clippy::cast_possible_truncation)]

@@ -252,10 +252,12 @@ impl KeyStates<'_> {
     #[allow(clippy::inline_always)]
     #[inline(always)]
     fn decide(&mut self, quota: Option<&Limit>, request: Request) -> Judgement {
-        if self.shard.in_region() {
+        let simple = self.group.simple && request.take != Take::Permits;
+        // A simple group's one limit is reconciled by `decide_simple` in its own lookup.
+        if self.shard.in_region() && !simple {
             self.reconcile(&self.group.limits_with(quota.copied()));
         }
-        if self.group.simple && request.take != Take::Permits {
+        if simple {
             // A simple group's only limit is its first rate limit: the one a quota replaces.
             let limit = quota.unwrap_or(&self.group.limits[0]);
             match self.decide_simple(limit, request.cost) {
@@ -292,7 +294,11 @@ impl KeyStates<'_> {
             Admit::Log { .. } => unreachable!("a simple group has no sliding log"),
         };
         let now = self.now;
-        if let Some(decided) = self.shard.update(key, |state| limit.evaluate(state, &NO_LOG, now, cost).map(simple)) {
+        // The group's own limit has its region id at hand; a quota's is looked up.
+        let def = if std::ptr::eq(limit, self.group.limits.as_ptr()) { self.group.first_def } else { 0 };
+        let decided =
+            self.shard.update_as(key, (limit, def), now, |state| limit.evaluate(state, &NO_LOG, now, cost).map(simple));
+        if let Some(decided) = decided {
             return decided;
         }
         let admitted = simple(limit.evaluate(&State::default(), &NO_LOG, now, cost)?);

@@ -31,8 +31,8 @@ impl Limiter {
 
     /// Group ids and seeds given by `region`.
     pub(super) fn region_ids(region: &Arc<SharedRegion>) -> GroupIds {
-        let registry = Arc::clone(region);
-        GroupIds::registered(Arc::new(move |name| registry.group_id(name)))
+        let (registry, defs) = (Arc::clone(region), Arc::clone(region));
+        GroupIds::registered(Arc::new(move |name| registry.group_id(name)), Arc::new(move |limit| defs.def_id(limit)))
     }
 
     /// Checks, at a decision `REGION_CHECK_NS` or more after the last check, that the region's file is

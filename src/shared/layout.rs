@@ -632,7 +632,7 @@ impl SharedRegion {
             None => mutex.lock_whole(),
             Some(deadline) => mutex.lock_within(deadline)?,
         };
-        if !guard.recovered && self.table(shard).corrupt() {
+        if !guard.recovered && self.place(shard).corrupt() {
             guard.recovered = true;
         }
         Some(guard)

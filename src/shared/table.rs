@@ -300,6 +300,29 @@ pub struct ShardPlace {
     pub chunk_count: u32,
 }
 
+impl ShardPlace {
+    /// Whether the shard's numbers are impossible (corrupt bytes): its active slots, its count, its free
+    /// list of chunks. Cheap (its head's first line, beside the lock), so checked at every lock; such a
+    /// shard is repaired, which rebuilds it from its slots (the region as a whole is not refused: one
+    /// corrupt shard costs its own states at most). What the numbers cannot tell, garbage in the slots
+    /// or chunks, is caught where it is met: probes end after one lap, chains are bounded, and a state
+    /// that finds no free slot has the shard repaired.
+    /// Bounds only (no division): any `active` within them is a table probes can work in.
+    #[inline]
+    #[must_use]
+    pub fn corrupt(&self) -> bool {
+        // SAFETY: the place is in a mapped region; read under the shard's lock.
+        let head = unsafe { &*self.head };
+        let first = first_block_len(self.capacity);
+        let active = head.active as usize;
+        let slots = if active == 0 { first } else { active };
+        (active != 0 && (active < first || active > self.capacity))
+            || head.len as usize > slots
+            || head.free_chunks > self.chunk_count
+            || head.free_count > self.chunk_count
+    }
+}
+
 /// One shard's states in the region, as this process sees them. Every method but `head` requires the
 /// shard's region lock to be held (`StateMap::lock` takes it with the process's own shard lock).
 #[derive(Debug)]
@@ -393,22 +416,10 @@ impl RegionTable {
                 && (active / first).is_power_of_two())
     }
 
-    /// Whether the shard's numbers are impossible (corrupt bytes): its active slots, its count, its free
-    /// list of chunks. Cheap (its head's first line, beside the lock), so checked at every lock; such a
-    /// shard is repaired, which rebuilds it from its slots (the region as a whole is not refused: one
-    /// corrupt shard costs its own states at most). What the numbers cannot tell, garbage in the slots
-    /// or chunks, is caught where it is met: probes end after one lap, chains are bounded, and a state
-    /// that finds no free slot has the shard repaired.
+    /// Whether the shard's numbers are impossible (see `ShardPlace::corrupt`).
     #[must_use]
     pub fn corrupt(&self) -> bool {
-        // SAFETY: see `new`; read under the lock.
-        let head = unsafe { &*self.place.head };
-        let active = head.active as usize;
-        let slots = if active == 0 { self.first_len() } else { active };
-        !self.valid_active(active)
-            || head.len as usize > slots
-            || head.free_chunks > self.place.chunk_count
-            || head.free_count > self.place.chunk_count
+        self.place.corrupt()
     }
 
     /// How many slots are in use.
