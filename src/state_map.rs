@@ -224,8 +224,6 @@ struct RegionPart {
     /// The region's ids of the limits this shard has decided under, most recent first (a group's few
     /// limits and quotas: a short scan beats a hash).
     defs: Vec<(Limit, u16)>,
-    /// The id of the limit the last `Shard::reconcile` was for: what a state inserted next is written under.
-    def: u16,
 }
 
 impl RegionPart {
@@ -331,25 +329,16 @@ impl<C> Shard<C> {
     /// In a shared region, makes the state of `key` (if any) one written under `limit`: a state another
     /// process wrote under another limit (other rules in a rolling deploy, a `reload()`, another quota)
     /// is converted as a reconfiguration converts it, keeping what it used, never read as if written
-    /// under this one. A state inserted next is marked as written under `limit`. Nothing in memory,
-    /// where one process's states follow its limits.
+    /// under this one. Nothing in memory, where one process's states follow its limits. `def`: the
+    /// region's id of `limit` when known (0: looked up).
     #[inline]
-    pub fn reconcile(&mut self, key: u64, limit: &Limit, now: u64) {
+    pub fn reconcile(&mut self, key: u64, (limit, def): (&Limit, u16), now: u64) {
         if let Some(region) = &mut self.region {
-            let def = region.def_of(limit);
-            region.def = def;
+            let def = if def == 0 { region.def_of(limit) } else { def };
             let Some(was) = region.table_ref().get(key).map(RegionSlot::def) else { return };
             if was != def {
                 self.convert(key, was, limit, def, now);
             }
-        }
-    }
-
-    /// In a shared region, marks the next state inserted as written under `limit` (see `reconcile`).
-    #[inline]
-    pub fn expect(&mut self, limit: &Limit) {
-        if let Some(region) = &mut self.region {
-            region.def = region.def_of(limit);
         }
     }
 
@@ -396,37 +385,14 @@ impl<C> Shard<C> {
         Some(change(&slot.state()).map(|changed| slot.set(changed)))
     }
 
-    /// As `update`, for a state decided under `limit` at `now`: in a shared region, one written under
-    /// another limit is converted first (see `reconcile`), in the same lookup when it was not. `def`:
-    /// the region's id of `limit` when known (0: looked up).
-    #[inline]
-    pub fn update_as<E>(
-        &mut self,
-        key: u64,
-        (limit, def): (&Limit, u16),
-        now: u64,
-        change: impl FnOnce(&State) -> Result<State, E>,
-    ) -> Option<Result<(), E>> {
-        if let Some(region) = &mut self.region {
-            let def = if def == 0 { region.def_of(limit) } else { def };
-            region.def = def;
-            let was = region.table_ref().get(key)?.def();
-            if was != def {
-                self.convert(key, was, limit, def, now);
-            }
-        }
-        // `change` is called in one place, so that it is inlined.
-        let slot = self.slot_mut(key)?;
-        Some(change(&slot.state()).map(|changed| slot.set(changed)))
-    }
-
-    /// Stores the state of a key of `group` that `get_mut` did not find, making room first if the store
-    /// is full. Group ids index the per-group counts, so they should be small (a group's index).
-    pub fn insert(&mut self, key: u64, state: State, now: u64, owner: Owner) {
+    /// Stores the state of a key of `group` that `get_mut` did not find, written under `limit`, making
+    /// room first if the store is full. Group ids index the per-group counts, so they should be small (a
+    /// group's index).
+    pub fn insert(&mut self, key: u64, state: State, now: u64, (owner, limit): (Owner, &Limit)) {
         debug_assert!(owner.group < 1 << Owner::GROUP_BITS && owner.limit < 1 << Owner::LIMIT_BITS);
         if let Some(region) = &mut self.region {
+            let def = region.def_of(limit);
             let Self { group_evictions, group_dropped, evictions, .. } = self;
-            let def = region.def;
             region.table().insert(key, state, owner.pack(key), def, now, |packed, removal| {
                 count_removal((group_evictions, group_dropped, evictions), packed, removal);
             });
@@ -539,12 +505,21 @@ impl<C> Shard<C> {
         self.table.get(key).map(|s| s.state)
     }
 
-    /// Writes `state` for `key`, inserting it for `owner` if needed (a stored key keeps its owner).
-    pub fn store(&mut self, key: u64, state: State, now: u64, owner: Owner) {
-        match self.slot_mut(key) {
-            Some(slot) => slot.set(state),
-            None => self.insert(key, state, now, owner),
+    /// Writes `state` for `key`, written under `limit`, inserting it for `owner` if needed (a stored key
+    /// keeps its owner).
+    pub fn store(&mut self, key: u64, state: State, now: u64, (owner, limit): (Owner, &Limit)) {
+        if let Some(region) = &mut self.region {
+            let def = region.def_of(limit);
+            if let Some(slot) = region.table().get_mut(key) {
+                slot.state = state;
+                slot.set_def(def);
+                return;
+            }
+        } else if let Some(slot) = self.table.get_mut(key) {
+            slot.state = state;
+            return;
         }
+        self.insert(key, state, now, (owner, limit));
     }
 
     /// Runs `change` on every state of `group` with the shard's data, its key, its limit's index, the
@@ -809,7 +784,6 @@ impl<C> StateMap<C> {
                         current: 0,
                         region: Arc::clone(r),
                         defs: Vec::new(),
-                        def: 0,
                     }),
                     data: data(),
                 }))
@@ -1036,6 +1010,14 @@ mod tests {
         ahash::RandomState::with_seeds(1, 2, 3, 4).hash_one(i)
     }
 
+    /// An owner, and the limit its state is written under (which only a shared region records).
+    fn owned(group: u32, limit: usize) -> (Owner, &'static Limit) {
+        static WRITTEN: std::sync::LazyLock<Limit> = std::sync::LazyLock::new(|| {
+            Limit::new(crate::rate::Rate::new(10, 1_000_000_000).unwrap(), None, crate::algorithm::Kind::Gcra).unwrap()
+        });
+        (Owner::new(group, limit), &WRITTEN)
+    }
+
     fn busy(now: u64) -> State {
         State { t: now + 1_000, a: 0, b: 0 }
     }
@@ -1046,7 +1028,7 @@ mod tests {
         let mut shard = store.lock(key(1));
         let walk = |shard: &Shard<()>| shard.logs.map.values().map(log_bytes).sum::<usize>();
         for i in 0..50 {
-            shard.insert(key(i), busy(0), 0, Owner::new(0, 0));
+            shard.insert(key(i), busy(0), 0, owned(0, 0));
             shard.with_log(key(i), |log| (0..i).for_each(|at| log.insert(at, 1)));
         }
         assert_eq!(shard.logs.bytes, walk(&shard));
@@ -1065,7 +1047,7 @@ mod tests {
         for i in 0..100_000 {
             let mut shard = store.lock(key(i));
             if shard.touch(key(i)).is_none() {
-                shard.insert(key(i), busy(0), 0, Owner::new(0, 0));
+                shard.insert(key(i), busy(0), 0, owned(0, 0));
             }
         }
         assert!(store.len() <= 1_000, "{}", store.len());
@@ -1086,12 +1068,12 @@ mod tests {
                 let key = |i: u64| hasher.hash_one(i);
                 let store: StateMap<()> = StateMap::new(2_000, || ());
                 let hot = key(u64::MAX);
-                store.lock(hot).insert(hot, busy(0), 0, Owner::new(0, 0));
+                store.lock(hot).insert(hot, busy(0), 0, owned(0, 0));
                 for i in 0..100_000 {
                     if i % every == 0 {
                         assert!(store.lock(hot).touch(hot).is_some(), "seed {seed}, 1 use per {every}: evicted at {i}");
                     }
-                    store.lock(key(i)).insert(key(i), busy(0), 0, Owner::new(0, 0));
+                    store.lock(key(i)).insert(key(i), busy(0), 0, owned(0, 0));
                 }
                 let evictions: u64 = store.shards().map(|s| s.evictions).sum();
                 assert!(evictions > 95_000 && store.len() <= 2_000);
@@ -1103,10 +1085,10 @@ mod tests {
     fn idle_states_are_dropped_before_anything_is_evicted() {
         let store: StateMap<()> = StateMap::new(256, || ());
         for i in 0..256 {
-            store.lock(key(i)).insert(key(i), State { t: 10, a: 0, b: 0 }, 0, Owner::new(0, 0));
+            store.lock(key(i)).insert(key(i), State { t: 10, a: 0, b: 0 }, 0, owned(0, 0));
         }
         // At time 10 every state is idle: making room drops them without counting evictions.
-        store.lock(key(1_000)).insert(key(1_000), busy(10), 10, Owner::new(0, 0));
+        store.lock(key(1_000)).insert(key(1_000), busy(10), 10, owned(0, 0));
         assert_eq!(store.shards().map(|s| s.evictions).sum::<u64>(), 0);
         assert_eq!(store.len(), 1);
     }
@@ -1119,7 +1101,7 @@ mod tests {
         assert_ne!(k >> IDENTITY_SHIFT, r >> IDENTITY_SHIFT);
         assert_eq!(k >> store.shard_shift, r >> store.shard_shift);
         let mut shard = store.lock(k);
-        shard.store(k, busy(0), 0, Owner::new(0, 0));
+        shard.store(k, busy(0), 0, owned(0, 0));
         assert_eq!(shard.load(r), State::default());
         assert!(shard.remove(k));
         assert!(!shard.remove(k));
@@ -1135,13 +1117,13 @@ mod tests {
         let store: StateMap<()> = StateMap::new(1_000_000, || ());
         for i in 0..30 {
             let group = u32::from(i % 3 == 0);
-            store.lock(key(i)).insert(key(i), busy(0), 0, Owner::new(group, 0));
+            store.lock(key(i)).insert(key(i), busy(0), 0, owned(group, 0));
         }
         assert_eq!(group_counts(&store, 0), (20, 0));
         assert_eq!(group_counts(&store, 1), (10, 0));
         assert_eq!(group_counts(&store, 7), (0, 0));
         // Writing an existing state keeps its group.
-        store.lock(key(0)).store(key(0), busy(5), 5, Owner::new(0, 0));
+        store.lock(key(0)).store(key(0), busy(5), 5, owned(0, 0));
         assert_eq!(group_counts(&store, 1), (10, 0));
 
         assert!(store.lock(key(0)).remove(key(0)));
@@ -1153,7 +1135,7 @@ mod tests {
         store.shards().for_each(|mut s| s.clear());
         assert_eq!(group_counts(&store, 0), (0, 0));
         assert_eq!(group_counts(&store, 1), (0, 0));
-        store.lock(key(3)).insert(key(3), busy(0), 0, Owner::new(1, 0));
+        store.lock(key(3)).insert(key(3), busy(0), 0, owned(1, 0));
         assert_eq!(group_counts(&store, 1), (1, 0));
     }
 
@@ -1161,12 +1143,12 @@ mod tests {
     fn a_flood_counts_evictions_per_group_and_drops_as_none() {
         let store: StateMap<()> = StateMap::new(1_000, || ());
         for i in 0..1_000 {
-            store.lock(key(i)).insert(key(i), State { t: 10, a: 0, b: 0 }, 0, Owner::new(2, 0));
+            store.lock(key(i)).insert(key(i), State { t: 10, a: 0, b: 0 }, 0, owned(2, 0));
         }
         // At time 10 every state of group 2 is idle: dropped, not evicted.
         for i in 1_000..20_000 {
             let group = u32::try_from(i % 2).unwrap();
-            store.lock(key(i)).insert(key(i), busy(10), 10, Owner::new(group, 0));
+            store.lock(key(i)).insert(key(i), busy(10), 10, owned(group, 0));
         }
         assert_eq!(group_counts(&store, 2), (0, 0));
         let (keys_0, evicted_0) = group_counts(&store, 0);
@@ -1199,9 +1181,9 @@ mod tests {
         let store: StateMap<()> = StateMap::new(1_000, || ());
         let mut shard = store.lock(0);
         for i in 0..10u64 {
-            shard.insert(i << 8 | 0xAB, busy(0), 0, Owner::new(3, usize::try_from(i % 4).unwrap()));
+            shard.insert(i << 8 | 0xAB, busy(0), 0, owned(3, usize::try_from(i % 4).unwrap()));
         }
-        shard.insert(99 << 8, busy(0), 0, Owner::new(4, 0));
+        shard.insert(99 << 8, busy(0), 0, owned(4, 0));
         let mut seen = Vec::new();
         shard.change_group(3, |(), key, limit, _, state, _| {
             seen.push((key, limit));

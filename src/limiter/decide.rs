@@ -78,8 +78,8 @@ impl Limiter {
                 let now = self.clock.now_ns();
                 self.watch_region(now);
                 let Some(mut locked) = self.lock_peer_deciding(peer) else {
-                    let route = self.rules().route(peer, target)?;
-                    return Ok(self.stalled(route));
+                    let rules = self.rules();
+                    return Ok(self.stalled(rules.route(peer, target)?, &rules));
                 };
                 let route = locked.rules().route(peer, target)?;
                 let decision = self.decide_route(&mut locked.held(), route, peer, now, request);
@@ -107,7 +107,8 @@ impl Limiter {
         let now = self.clock.now_ns();
         self.watch_region(now);
         let Some(mut shard) = self.states.lock_deciding(peer_hash) else {
-            return self.stalled(self.rules().router.route(peer, path));
+            let rules = self.rules();
+            return self.stalled(rules.router.route(peer, path), &rules);
         };
         // As `Locked` does, by hand: taken out (no reference count touched) and put back. After a
         // panic between the two, the next lock of the shard takes the limiter's copy.
@@ -126,7 +127,7 @@ impl Limiter {
     /// The decision of a request whose shared shard a stopped process holds: its `on_stall`'s, without
     /// its states (nothing is written, nothing to give back).
     #[cold]
-    fn stalled(&self, route: Route) -> Decision {
+    fn stalled(&self, route: Route, rules: &crate::rules::Rules) -> Decision {
         let Route::Group(index) = route else { return Decision::free(route) };
         self.stalls.fetch_add(1, Ordering::Relaxed);
         let outcome = match self.on_stall {
@@ -135,7 +136,7 @@ impl Limiter {
             super::OnStall::Deny => Outcome::refused(crate::state_map::STALL.as_nanos() as u64),
         };
         Decision {
-            group: Some(self.rules().groups[index].id),
+            group: Some(rules.groups[index].id),
             refused_by: (!outcome.allowed).then_some(Refusal::Rate),
             outcome,
             ..Decision::free(route)
@@ -279,7 +280,7 @@ impl KeyStates<'_> {
     #[inline(never)]
     pub fn reconcile(&mut self, limits: &[Limit]) {
         for (index, limit) in limits.iter().enumerate() {
-            self.shard.reconcile(self.limit_key(index), limit, self.now);
+            self.shard.reconcile(self.limit_key(index), (limit, 0), self.now);
         }
     }
 
@@ -296,14 +297,12 @@ impl KeyStates<'_> {
         let now = self.now;
         // The group's own limit has its region id at hand; a quota's is looked up.
         let def = if std::ptr::eq(limit, self.group.limits.as_ptr()) { self.group.first_def } else { 0 };
-        let decided =
-            self.shard.update_as(key, (limit, def), now, |state| limit.evaluate(state, &NO_LOG, now, cost).map(simple));
-        if let Some(decided) = decided {
+        self.shard.reconcile(key, (limit, def), now);
+        if let Some(decided) = self.shard.update(key, |state| limit.evaluate(state, &NO_LOG, now, cost).map(simple)) {
             return decided;
         }
         let admitted = simple(limit.evaluate(&State::default(), &NO_LOG, now, cost)?);
-        self.shard.expect(limit);
-        self.shard.insert(key, admitted, now, Owner::new(self.group.id, 0));
+        self.shard.insert(key, admitted, now, (Owner::new(self.group.id, 0), limit));
         Ok(())
     }
 
@@ -371,8 +370,7 @@ impl KeyStates<'_> {
             let freed = self.shard.take_dead_leases(key);
             if freed > 0 {
                 let state = gate.refund(&self.shard.load(key), &mut Log::new(), self.now, self.now, freed);
-                self.shard.expect(gate);
-                self.shard.store(key, state, self.now, Owner::new(self.group.id, index));
+                self.shard.store(key, state, self.now, (Owner::new(self.group.id, index), gate));
                 reclaimed = true;
             }
         }
@@ -443,11 +441,13 @@ impl KeyStates<'_> {
             let key = self.limit_key(index);
             // Permits held before, to record what this admission took (see `Shard::lease`).
             let held = if limits[index].is_concurrency() { self.shard.find(key).map_or(0, |s| s.a) } else { 0 };
-            self.shard.expect(&limits[index]);
             match (admit, &limits[index].algorithm) {
-                (Admit::State(state), _) => self.shard.store(key, state, self.now, Owner::new(self.group.id, index)),
+                (Admit::State(state), _) => {
+                    self.shard.store(key, state, self.now, (Owner::new(self.group.id, index), &limits[index]));
+                }
                 (Admit::Log { at, cost, idle_at }, Algorithm::SlidingLog(log)) => {
-                    self.shard.store(key, State { t: idle_at, a: 0, b: 0 }, self.now, Owner::new(self.group.id, index));
+                    let owner = (Owner::new(self.group.id, index), &limits[index]);
+                    self.shard.store(key, State { t: idle_at, a: 0, b: 0 }, self.now, owner);
                     self.shard.with_log(key, |stamps| log.append(stamps, self.now, at, cost));
                 }
                 (Admit::Log { .. }, _) => unreachable!("only a sliding log admits into a log"),

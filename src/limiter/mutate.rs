@@ -26,7 +26,7 @@ impl Limiter {
                 continue;
             }
             let key = group.limit_key(base, i);
-            shard.reconcile(key, limit, now);
+            shard.reconcile(key, (limit, 0), now);
             if let Some(state) = shard.touch(key) {
                 // Only a sliding log has stamps; others must not leave an empty log behind.
                 let changed = if limit.uses_log() {
@@ -34,7 +34,7 @@ impl Limiter {
                 } else {
                     change(limit, &state, &mut Log::new(), now)
                 };
-                shard.store(key, changed, now, Owner::new(group.id, i));
+                shard.store(key, changed, now, (Owner::new(group.id, i), limit));
                 if limit.is_concurrency() {
                     shard.lease(key, i64::from(changed.a) - i64::from(state.a));
                 }
@@ -123,12 +123,12 @@ impl Limiter {
         let (_, g, shard) = key.parts();
         for (i, limit) in Group::rate_limits(&g.limits_with(quota)) {
             let state_key = g.limit_key(base, i);
-            shard.reconcile(state_key, limit, now);
+            shard.reconcile(state_key, (limit, 0), now);
             let state = shard.load(state_key);
             let mut log = if limit.uses_log() { shard.log(state_key).into_owned() } else { Log::new() };
             let charged = limit.charge(&state, &mut log, now, units);
             // The state first: a region keeps a log only with its key's state.
-            shard.store(state_key, charged, now, Owner::new(g.id, i));
+            shard.store(state_key, charged, now, (Owner::new(g.id, i), limit));
             if limit.uses_log() {
                 shard.put_log(state_key, log);
             }

@@ -118,7 +118,7 @@ impl Limiter {
         let key = group.limit_key(base, p);
         if shard.in_region() {
             // A region's state says what it was written under (`old`, or another process's limit).
-            shard.reconcile(key, new, now);
+            shard.reconcile(key, (new, 0), now);
             return;
         }
         let Some(state) = shard.touch(key) else { return };
@@ -127,7 +127,7 @@ impl Limiter {
         } else {
             new.rescale(old, &state, &mut Log::new(), now)
         };
-        shard.store(key, rescaled, now, Owner::new(group.id, p));
+        shard.store(key, rescaled, now, (Owner::new(group.id, p), new));
     }
 
     /// Installs `quota` for the key (provider answers and `set_quota`), rescaling its state; the

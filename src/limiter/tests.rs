@@ -497,7 +497,7 @@ fn a_process_killed_holding_a_shard_hands_it_on_whole() {
             12_345 << 8,
             crate::algorithm::State { t: u64::MAX, a: 1, b: 0 },
             0,
-            crate::state_map::Owner::new(0, 0),
+            (crate::state_map::Owner::new(0, 0), &limit("3/min", Kind::Gcra)),
         );
         // SAFETY: dies holding the shard's region lock, mid-decision as far as anybody knows.
         unsafe { libc::raise(libc::SIGKILL) };
