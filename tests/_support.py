@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
+from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar, get_args
 
 import ratekeeper as rk
@@ -43,6 +45,14 @@ def fresh_per_example(test: Test) -> Test:
     a 200 ms deadline) instead of the profile's. Made at decoration, it inherits the profile in force.
     """
     return settings(suppress_health_check=[HealthCheck.function_scoped_fixture])(test)
+
+
+def removed_with(limiter: rk.Limiter, region: Path) -> rk.Limiter:
+    """``limiter``, whose shared region's file ``region`` is removed when it is collected: a test's
+    many regions do not pile up, and none is removed under a live limiter (which would make it anew at
+    its next decision, following the file at its path)."""
+    weakref.finalize(limiter, region.unlink, True)
+    return limiter
 
 
 def ns(seconds: float) -> float:

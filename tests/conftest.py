@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import ratekeeper as rk
 from _redis import RedisCluster, RedisServer
-from _support import STORES, MakeLimiter, Store
+from _support import STORES, MakeLimiter, Store, removed_with
 from hypothesis import settings
 
 # Hypothesis imports its patch writer (libcst, then mypy_extensions) while reporting a failing example, and
@@ -95,8 +95,9 @@ def make_limiter(store: Store, request: pytest.FixtureRequest) -> MakeLimiter:
     ManualClock the script decides at the clock's time, as memory does.
     Only the ``redis`` runs ask for the session's redis-server: memory-only runs never start one.
 
-    In a shared region it is a region of its own at every call, its file removed once the limiter has
-    mapped it (the mapping lives on with the limiter), ``max_keys`` 100,000 unless the test gives one.
+    In a shared region it is a region of its own at every call, its file removed when the limiter is
+    collected (a file removed under a live limiter would be made anew at its first decision, which
+    follows the file at its path), ``max_keys`` 100,000 unless the test gives one.
     """
     if store == "memory":
 
@@ -111,9 +112,7 @@ def make_limiter(store: Store, request: pytest.FixtureRequest) -> MakeLimiter:
         def in_shared(*args: Any, **options: Any) -> rk.Limiter:
             path = folder / f"region-{next(regions)}"
             options.setdefault("max_keys", 100_000)
-            limiter = rk.Limiter(*args, backend=rk.Shared(path=path), **options)
-            path.unlink()
-            return limiter
+            return removed_with(rk.Limiter(*args, backend=rk.Shared(path=path), **options), path)
 
         return in_shared
     server: RedisServer = request.getfixturevalue("redis_server")

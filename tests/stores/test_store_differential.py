@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import pytest
 import ratekeeper as rk
 from _redis import RedisServer
-from _support import ALGORITHMS, seen
+from _support import ALGORITHMS, removed_with, seen
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ratekeeper._core import _Reservation
@@ -344,7 +344,7 @@ OtherStore = Callable[[list[rk.Rule], rk.ManualClock], rk.Limiter]
 def other_store(request: pytest.FixtureRequest) -> OtherStore:
     """``other_store(rules, clock)``: a limiter on the store held to memory, with fresh states at each call:
     Redis in exact mode under a prefix of its own, or a shared-memory region of its own (its file removed
-    once mapped)."""
+    when the limiter is collected)."""
     if request.param == "shared":
         folder = request.getfixturevalue("tmp_path")
         regions = itertools.count()
@@ -353,9 +353,7 @@ def other_store(request: pytest.FixtureRequest) -> OtherStore:
             path = folder / f"region-{next(regions)}"
             # Room for every sliding log of a script (its keys share shards).
             backend = rk.Shared(path=path, log_entries=100_000)
-            limiter = rk.Limiter(rules=rules, clock=clock, backend=backend, max_keys=10_000)
-            path.unlink()
-            return limiter
+            return removed_with(rk.Limiter(rules=rules, clock=clock, backend=backend, max_keys=10_000), path)
 
         return shared
     server: RedisServer = request.getfixturevalue("redis_server")
