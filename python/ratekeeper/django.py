@@ -26,22 +26,28 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
+import math
 import os
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+import threading
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.conf import settings as django_settings
+from django.core.exceptions import PermissionDenied
 from django.core.signals import setting_changed
 from django.http import HttpRequest, HttpResponse
 from django.http.response import ResponseHeaders
 from django.utils.module_loading import import_string
 
 from ratekeeper._core import Decision, Limit, Rate, Rule
-from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue
+from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue, Loc
 from ratekeeper._http import Admission, Gatekeeper, WebOptions
+from ratekeeper._stats import Algorithm
 from ratekeeper.keys import ClientIP, KeyCallable, KeyFunction, client_ip
 from ratekeeper.limiter import NAMED_ONLY, Limiter
 
@@ -56,15 +62,23 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "ALL",
     "SETTINGS",
+    "UNSAFE",
     "AnonRateKeeperThrottle",
     "RateKeeperThrottle",
     "RateLimitMiddleware",
+    "Ratelimited",
     "ScopedRateKeeperThrottle",
+    "Usage",
     "UserKey",
     "UserRateKeeperThrottle",
     "get_limiter",
+    "get_usage",
+    "is_ratelimited",
     "limit",
+    "ratelimit",
+    "usage",
     "user",
 ]
 
@@ -89,12 +103,31 @@ SETTINGS = {
     "COST": "a callable of the request giving its cost (or its dotted path)",
     "REFUND_WHEN": "a predicate on the response status: true gives the request back (or its dotted path)",
     "ON_REFUSED": "a callable (request, decision) -> HttpResponse answering a refusal (or its dotted path)",
-    "LOG_REFUSALS": "log the limiter's own 4xx answers as Django logs any 4xx (a 'django.request' warning each);"
+    "LOG_REFUSALS": "log the limiter's own 4xx answers as Django logs any 4xx (a 'django.request' warning each),"
+    " and one 'ratekeeper.refusals' record per refusal with its peer, group, path and retry_after;"
     " default False: a flood of refusals would flood the log, and the limiter counts them (stats, metrics)",
+    "PENALTY": "a ratekeeper.Penalty: a key refused that often within a time is refused for a while,"
+    " whatever its rates",
+    "ALGORITHM": "the algorithm of the rates @limit is given as strings (default 'gcra'; 'fixed_window' decides"
+    " as django-ratelimit)",
+    "THROTTLE_ALGORITHM": "the algorithm of the DRF throttles' rates given as strings (default 'sliding_log',"
+    " DRF's own; 'gcra' spreads a burst's refusals evenly)",
+    "IPV4_PREFIX": "the default key groups IPv4 clients by this many leading bits (default 32: each address)",
+    "IPV6_PREFIX": "the default key groups IPv6 clients by this many leading bits (default 128; 64: a subnet)",
 }
+
+_ALGORITHMS: tuple[Algorithm, ...] = (
+    "gcra",
+    "token_bucket",
+    "fixed_window",
+    "sliding_window",
+    "sliding_log",
+    "leaky_bucket",
+)
 
 # Settings given to WebOptions as they are, by their lower-case names.
 _WEB_OPTIONS = ("MODE", "MAX_DELAY", "SHADOW", "HEADERS", "ON_MISSING_KEY", "MISSING_KEY_STATUS", "ANONYMOUS_KEY")
+_WEB_FIELDS = frozenset(field.name for field in fields(WebOptions))
 
 
 def user(fallback: KeyCallable | None = None) -> UserKey:
@@ -185,6 +218,9 @@ class _Config:
     web: dict[str, Any]  # WebOptions' keywords but the key
     on_refused: Callable[[HttpRequest, Decision], HttpResponseBase] | None
     log_refusals: bool
+    trusted_proxies: tuple[str, ...]
+    algorithm: Algorithm  # ALGORITHM: @limit's rates given as strings
+    throttle_algorithm: Algorithm  # THROTTLE_ALGORITHM: the DRF throttles'
 
     def options(self, limiter: Limiter, key: KeyCallable | None, cost: Any = None) -> WebOptions:
         """The web options of the settings, for ``limiter``; ``key`` and ``cost`` replace the settings'."""
@@ -268,10 +304,22 @@ def _load(raw: object) -> _Config:
         if not _default_limiter:
             _default_limiter.append(Limiter(rules=[]))
         limiter = _default_limiter[0]
+    proxies = raw.get("TRUSTED_PROXIES", ())
+    prefixes = {}
+    for name in ("IPV4_PREFIX", "IPV6_PREFIX"):
+        if name in raw:
+            prefixes[name.lower()] = raw[name]
     try:
-        trusted = client_ip(raw.get("TRUSTED_PROXIES", ()))
+        trusted = client_ip(proxies, **prefixes)
+    except TypeError as error:
+        if isinstance(error, InvalidArgument):
+            raise _at(error, str(error.loc[0]).upper()) from None
+        # A core without client_ip's prefixes (ratekeeper.keys): say which setting it cannot take.
+        raise InvalidValue(("RATEKEEPER", next(iter(prefixes), "IPV4_PREFIX").upper()), str(error)) from None
     except InvalidArgument as error:
-        raise _at(error, "TRUSTED_PROXIES") from None
+        raise _at(
+            error, "TRUSTED_PROXIES" if error.loc[:1] == ("trusted_proxies",) else str(error.loc[0]).upper()
+        ) from None
     exempt = raw.get("EXEMPT_PATHS", ())
     if isinstance(exempt, str) or not isinstance(exempt, Sequence):
         raise InvalidType(("RATEKEEPER", "EXEMPT_PATHS"), f"must be a list of regexes, got {type(exempt).__name__}")
@@ -284,13 +332,35 @@ def _load(raw: object) -> _Config:
         except re.error as error:
             raise InvalidValue(("RATEKEEPER", "EXEMPT_PATHS", index), f"{pattern!r} is not a regex: {error}") from None
     web = {name.lower(): raw[name] for name in _WEB_OPTIONS if name in raw}
+    if "PENALTY" in raw:
+        web["penalty"] = raw["PENALTY"]
     web["cost"], web["refund_when"] = _function(raw, "COST"), _function(raw, "REFUND_WHEN")
     key = _function(raw, "KEY")
     log_refusals = raw.get("LOG_REFUSALS", False)
     if not isinstance(log_refusals, bool):
         raise InvalidType(("RATEKEEPER", "LOG_REFUSALS"), f"must be a bool, got {type(log_refusals).__name__}")
+    if log_refusals and "log_refusals" in _WEB_FIELDS:
+        web["log_refusals"] = True  # the record on "ratekeeper.refusals", beside Django's own
     on_refused = _function(raw, "ON_REFUSED")
-    config = _Config(limiter, configured, key, trusted, tuple(patterns), web, on_refused, log_refusals)
+    algorithms = []
+    for name, default in (("ALGORITHM", "gcra"), ("THROTTLE_ALGORITHM", "sliding_log")):
+        algorithm = raw.get(name, default)
+        if algorithm not in _ALGORITHMS:
+            raise InvalidValue(("RATEKEEPER", name), f"must be one of {', '.join(_ALGORITHMS)}, got {algorithm!r}")
+        algorithms.append(algorithm)
+    config = _Config(
+        limiter,
+        configured,
+        key,
+        trusted,
+        tuple(patterns),
+        web,
+        on_refused,
+        log_refusals,
+        tuple(proxies),
+        algorithms[0],
+        algorithms[1],
+    )
     try:
         config.options(limiter, None)  # every option checked now, not at the first request
     except InvalidArgument as error:
@@ -394,14 +464,26 @@ class _Gate:
             response._has_been_logged = True
         return response
 
+    def limited(self, request: HttpRequest, admission: Admission) -> bool:
+        """``block=False``: a refusal by a limit is served with ``request.limited`` set and the rate-limit
+        fields but ``Retry-After`` (the view answers); a missing key is refused still."""
+        if not admission.refused_by_limit:
+            return False
+        request.limited = True
+        admission.status = 0
+        admission.fields = [field for field in admission.fields if field[0] != "Retry-After"]
+        return True
+
     def run(
         self,
         request: HttpRequest,
         path: str,
         group: str | None,
         respond: Callable[[HttpRequest], HttpResponseBase],
+        block: bool = True,
     ) -> HttpResponseBase:
-        """Decides the request, then serves it with ``respond(request)`` or answers the refusal."""
+        """Decides the request, then serves it with ``respond(request)`` or answers the refusal (with
+        ``block`` False, serves it with ``request.limited`` set, for the view to decide)."""
         from_environ = self.from_environ
         peer = from_environ(request.META) if from_environ is not None else _peer_of(self.key, request)
         if self.gatekeeper.quick and group is None and peer is not None:
@@ -418,7 +500,7 @@ class _Gate:
         else:
             cost = self.cost(request) if self.cost is not None else 1
             admission = self.gatekeeper.admit(peer, path, group, cost)
-        if admission.status:
+        if admission.status and (block or not self.limited(request, admission)):
             return self.refusal(request, admission)
         if admission.permits:
             try:
@@ -448,13 +530,14 @@ class _Gate:
         path: str,
         group: str | None,
         respond: Callable[[HttpRequest], Awaitable[HttpResponseBase]],
+        block: bool = True,
     ) -> HttpResponseBase:
         """:meth:`run` on an event loop: the key, the decision and what follows never block it."""
         from_environ = self.from_environ
         peer = from_environ(request.META) if from_environ is not None else await _apeer_of(self.key, request)
         cost = self.cost(request) if self.cost is not None else 1
         admission = await self.gatekeeper.aadmit(peer, path, group, cost)
-        if admission.status:
+        if admission.status and (block or not self.limited(request, admission)):
             return self.refusal(request, admission)
         try:
             response = await respond(request)
@@ -603,72 +686,269 @@ def _exempt_search(patterns: tuple[re.Pattern[str], ...]) -> Callable[[str], obj
     return lambda path: any(p.search(path) for p in patterns)
 
 
+# --- groups added to the limiter ------------------------------------------------------------------------------------
+
+# The groups this module added to each limiter, with the limits it gave them: only those may be rebuilt with
+# other limits (the settings changed, a throttle class's rate changed); a group of the user's own is never
+# touched.
+_added: weakref.WeakKeyDictionary[Limiter, dict[str, list[Limit]]] = weakref.WeakKeyDictionary()
+_groups_lock = threading.Lock()
+
+
+def _set_group(limiter: Limiter, name: str, limits: Sequence[Limit | Rate | str], loc: Loc) -> None:
+    """Adds the per-route group ``name`` with ``limits``; when this module added it before with other limits,
+    its limits are replaced in place and its keys keep their states, as :meth:`Limiter.reload` keeps them.
+
+    Raises:
+        InvalidValue: ``name`` is a group of the limiter's own (its rules) with other limits, at ``loc``.
+    """
+    wanted = Rule(NAMED_ONLY, name, limits=limits)
+    with _groups_lock:
+        rules = limiter.rules
+        same = [index for index, rule in enumerate(rules) if rule.group == name]
+        if not same:
+            limiter.add_group(name, wanted.limits)
+        elif rules[same[0]].limits != wanted.limits:
+            ours = _added.get(limiter, {}).get(name)
+            found = rules[same[0]]
+            if len(same) > 1 or found.pattern != NAMED_ONLY or ours is None or found.limits != ours:
+                raise InvalidValue(loc, f"group {name!r} already exists in the limiter with other limits: {found!r}")
+            rules[same[0]] = wanted
+            limiter._reconfigure(rules, limiter.exempt_peers, limiter.exempt_paths)
+        _added.setdefault(limiter, {})[name] = wanted.limits
+
+
+def _peer_rate_items(value: object, loc: Loc) -> list[object] | None:
+    """A rate as the peers write it, as limit items: a tuple ``(count, seconds)`` (django-ratelimit's) is a
+    :class:`Rate`; strings such as ``"100/10"``, ``"10/s; 100/min"`` or ``"0/m"`` are read by the core's
+    peer spellings; ``None`` is no limit."""
+    if isinstance(value, tuple) and len(value) == 2 and all(type(part) is int for part in value):
+        count, seconds = value
+        if count == 0:
+            return [_block_all(loc)]
+        try:
+            return [Rate(count, per=float(seconds))]
+        except InvalidArgument as error:
+            raise error.at(*loc) from None
+    items: list[object] = list(value) if isinstance(value, list) else [value]
+    try:
+        from ratekeeper._peer_rates import expand_limits  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:  # the peers' spellings are read by the core's own rates only
+        return None if all(item is None for item in items) else [item for item in items if item is not None]
+    expanded: list[object] | None = expand_limits(items, str(loc[0]) if len(loc) == 1 else ".".join(map(str, loc)))
+    return expanded
+
+
+def _block_all(loc: Loc) -> Limit:
+    """The limit that admits nothing (a count of 0: django-ratelimit's ``"0/m"``)."""
+    try:
+        from ratekeeper._peer_rates import BLOCK_ALL  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        raise InvalidValue(loc, "a count of 0 (refuse every request) is not supported by this core") from None
+    block_all: Limit = BLOCK_ALL
+    return block_all
+
+
+def _built_limits(items: Sequence[object], algorithm: Algorithm, loc: Loc) -> list[Limit]:
+    """Limit items as :class:`Limit`, a rate (``"5/min"``, :class:`Rate`) enforced by ``algorithm``."""
+    limits: list[Limit] = []
+    for index, item in enumerate(items):
+        if isinstance(item, Limit):
+            limits.append(item)
+        elif isinstance(item, (str, Rate)):
+            try:
+                limits.append(Limit(item, algorithm=algorithm))
+            except InvalidArgument as error:
+                raise error.at(*loc, index) from None
+        else:
+            raise InvalidType((*loc, index), f"must be a rate or a ratekeeper.Limit, got {type(item).__name__}")
+    return limits
+
+
+def _spelled(limits: Sequence[Limit]) -> str:
+    """The limits as a group name's suffix: ``"10/min"``, ``"10/s; 1000/h"``."""
+    return "; ".join(
+        str(limit.rate) if limit.rate is not None and limit.burst == limit.rate.count else repr(limit)
+        for limit in limits
+    )
+
+
 # --- the view decorator ---------------------------------------------------------------------------------------------
+
+# Which limit() claimed each group name derived from a view: a second decorator on the same view (stacked, or
+# the same view decorated twice) gets a name of its own ("view#2"), so that each is a limit of its own.
+_claims: dict[str, object] = {}
+
+
+def _claim(name: str, owner: object) -> str:
+    with _groups_lock:
+        for number in itertools.count(1):
+            candidate = name if number == 1 else f"{name}#{number}"
+            holder = _claims.setdefault(candidate, owner)
+            if holder is owner:
+                return candidate
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _view_name(view: Any) -> str:
+    """The dotted name of a view: a function's, a class-based view's class (also for an ``as_view()``
+    result), or, for a method decorated by ``method_decorator``, its class's and the method's."""
+    view_class = getattr(view, "view_class", None) or getattr(view, "cls", None)
+    if isinstance(view_class, type):
+        return f"{view_class.__module__}.{view_class.__qualname__}"
+    if isinstance(view, functools.partial):
+        bound = view.func
+        owner = getattr(bound, "__self__", None)
+        if owner is not None:  # method_decorator: a partial of the method bound to the view instance
+            cls = type(owner)
+            return f"{cls.__module__}.{cls.__qualname__}.{getattr(bound, '__name__', 'view')}"
+        view = bound
+    module = getattr(view, "__module__", None) or "view"
+    return f"{module}.{getattr(view, '__qualname__', type(view).__qualname__)}"
+
+
+RateOfRequest = Callable[[HttpRequest], object]
 
 
 class _ViewLimit:
-    """One decorated view's limit: its group, added to the limiter at the first request."""
+    """One decorated view's limit: its group (or, for a rate computed per request, its groups), added to the
+    limiter at the first request, and made again when the settings change."""
 
-    __slots__ = ("_built", "cost", "key", "limiter", "limits", "name")
+    __slots__ = ("_built", "_computed", "algorithm", "block", "cost", "key", "limiter", "methods", "name", "rate_of")
 
     def __init__(
-        self, name: str, limits: list[Limit | Rate | str], key: KeyCallable | None, limiter: Limiter | None, cost: Any
+        self,
+        name: str,
+        limits: list[object] | RateOfRequest,
+        options: tuple[KeyCallable | None, Limiter | None, Any, frozenset[str] | None, bool, Algorithm | None],
     ) -> None:
-        self.name, self.limits, self.key, self.limiter, self.cost = name, limits, key, limiter, cost
-        self._built: tuple[int, _Gate] | None = None
+        self.name = name
+        self.key, self.limiter, self.cost, self.methods, self.block, self.algorithm = options
+        self.rate_of: RateOfRequest | None = limits if callable(limits) else None
+        self._computed: list[object] = [] if callable(limits) else limits
+        self._built: tuple[int, _Gate, Limiter, dict[str, str | None]] | None = None
 
-    def gate(self) -> _Gate:
+    def built(self) -> tuple[int, _Gate, Limiter, dict[str, str | None]]:
         built = self._built
         if built is None or built[0] != _generation[0]:
             config = _config()
             limiter = self.limiter if self.limiter is not None else config.limiter
-            limiter.add_group(self.name, self.limits)
+            if self.rate_of is None:
+                algorithm = self.algorithm or config.algorithm
+                _set_group(limiter, self.name, _built_limits(self._computed, algorithm, ("limits",)), ("group",))
             options = config.options(limiter, self.key, self.cost)
-            built = self._built = (_generation[0], _Gate(options, config.on_refused, config.log_refusals))
-        return built[1]
+            gate = _Gate(options, config.on_refused, config.log_refusals)
+            built = self._built = (_generation[0], gate, limiter, {})
+        return built
+
+    def gate(self) -> _Gate:
+        return self.built()[1]
+
+    def group(self, request: HttpRequest) -> str | None:
+        """The group deciding ``request``; ``None`` when its method is not limited or its rate is ``None``."""
+        if self.methods is not None and request.method not in self.methods:
+            return None
+        if self.rate_of is None:
+            return self.name
+        _, _, limiter, groups = self.built()
+        rate = self.rate_of(request)
+        spelled = repr(rate)
+        if spelled in groups:
+            return groups[spelled]
+        items = _peer_rate_items(rate, ("rate",))
+        if items is None:
+            groups[spelled] = None
+            return None
+        limits = _built_limits(items, self.algorithm or _config().algorithm, ("rate",))
+        name = f"{self.name}@{_spelled(limits)}"
+        _set_group(limiter, name, limits, ("rate",))
+        groups[spelled] = name
+        return name
+
+    def decision(self, request: HttpRequest, cost: int) -> Decision | None:
+        """What this limit would decide for ``request`` now, counting nothing."""
+        group = self.group(request)
+        if group is None:
+            return None
+        gate = self.gate()
+        peer = _peer_of(gate.key, request)
+        if peer is None:
+            return None
+        return gate.gatekeeper.limiter.peek(peer, None, cost=cost, group=group)
+
+
+def _unlimited(request: HttpRequest, block: bool) -> None:
+    if not block and not hasattr(request, "limited"):
+        request.limited = False
 
 
 def limit(
-    *limits: Limit | Rate | str,
+    *limits: Limit | Rate | str | RateOfRequest,
     group: str | None = None,
     key: KeyCallable | None = None,
     limiter: Limiter | None = None,
     cost: Callable[[HttpRequest], int] | None = None,
+    methods: Iterable[str] | None = None,
+    block: bool = True,
+    algorithm: Algorithm | None = None,
 ) -> Callable[[View], View]:
     """A decorator limiting a view by ``limits`` (combined by policy ``"all"``), in a group of its own.
 
-    It decorates a function view (sync or async), a class-based view (its ``dispatch``: every method), or,
-    through ``method_decorator``, one method of a class-based view. The group is named after the view
-    (``"myapp.views.login"``) unless ``group`` names one that several views share. The other options
-    (mode, fields, missing keys, ``ON_REFUSED`` ...) are the ``RATEKEEPER`` settings'.
+    It decorates a function view (sync or async), a class-based view (its ``dispatch``: every method), an
+    ``as_view()`` result, or, through ``method_decorator``, one method of a class-based view. The group is
+    named after the view (``"myapp.views.login"``; a second ``@limit`` on the same view, ``"...login#2"``: each
+    is a limit of its own) unless ``group`` names one that several views share. The other options (mode,
+    fields, missing keys, ``ON_REFUSED`` ...) are the ``RATEKEEPER`` settings'.
 
     Args:
-        limits: e.g. ``"5/min"``, or several (``"10/s", "1000/hour"``), or :class:`~ratekeeper.Limit`.
+        limits: e.g. ``"5/min"``, or several (``"10/s", "1000/hour"``, or ``"10/s; 1000/hour"``), or
+            :class:`~ratekeeper.Limit`; or one callable of the request giving its rate (a rate, a list, or
+            ``None``: not limited), each distinct rate a group of its own (``"myapp.views.search@10/min"``).
         group: the group's name, to share it between views.
         key: this view's key function (default: the ``KEY`` setting, else the client's IP).
         limiter: the limiter to add the group to (default: :func:`get_limiter`).
         cost: a callable of the request giving its cost.
+        methods: the HTTP methods limited (``["POST"]``); others pass without a decision. Default: all.
+        block: ``False`` serves a refused request too, with ``request.limited`` set (``False`` when admitted),
+            for the view to decide; default ``True`` answers 429.
+        algorithm: the algorithm of the rates given as strings (default: the ``ALGORITHM`` setting, ``"gcra"``;
+            ``"fixed_window"`` decides as django-ratelimit).
 
     Raises:
         InvalidValue, InvalidType: a bad argument, named by ``loc``.
     """
     if not limits:
         raise InvalidValue("limits", "give at least one limit, e.g. limit('5/min')")
-    wanted = list(limits)
-    Rule(NAMED_ONLY, group if group is not None else "view", limits=wanted)  # checked now, not at a request
+    if len(limits) == 1 and callable(limits[0]) and not isinstance(limits[0], (Limit, Rate)):
+        wanted: list[object] | RateOfRequest = limits[0]
+    else:
+        items = _peer_rate_items(list(limits), ("limits",))
+        if items is None:
+            raise InvalidValue("limits", "no limit given (None); leave the view undecorated to not limit it")
+        checked = _built_limits(items, algorithm or "gcra", ("limits",))
+        Rule(NAMED_ONLY, group if group is not None else "view", limits=checked)  # checked now, not at a request
+        wanted = items
     for name, value in (("key", key), ("cost", cost)):
         if value is not None and not callable(value):
             raise InvalidType(name, f"must be callable, got {type(value).__name__}")
     if limiter is not None and not isinstance(limiter, Limiter):
         raise InvalidType("limiter", f"must be a ratekeeper.Limiter, got {type(limiter).__name__}")
+    if not isinstance(block, bool):
+        raise InvalidType("block", f"must be a bool, got {type(block).__name__}")
+    if algorithm is not None and algorithm not in _ALGORITHMS:
+        raise InvalidValue("algorithm", f"must be one of {', '.join(_ALGORITHMS)}, got {algorithm!r}")
+    limited_methods = _methods(methods, "methods")
+    options = (key, limiter, cost, limited_methods, block, algorithm)
+    owner = object()  # this decorator: the views it decorates claim their group names for it
     # method_decorator decorates anew at every request: each view's limit is made once.
     made: dict[str, _ViewLimit] = {}
 
     def view_limit(view: Any) -> _ViewLimit:
-        name = group if group is not None else f"{view.__module__}.{view.__qualname__}"
+        name = group if group is not None else _view_name(view)
         found = made.get(name)
         if found is None:
-            found = made[name] = _ViewLimit(name, wanted, key, limiter, cost)
+            claimed = name if group is not None else _claim(name, owner)
+            found = made[name] = _ViewLimit(claimed, wanted, options)
         return found
 
     def decorate(view: View) -> View:
@@ -681,20 +961,68 @@ def limit(
         if iscoroutinefunction(view):
 
             async def limited_async(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+                _unlimited(request, state.block)
+                group = state.group(request)
+                if group is None:
+                    response: HttpResponseBase = await view(request, *args, **kwargs)
+                    return response
                 return await state.gate().arun(
-                    request, request.path_info, state.name, lambda request: view(request, *args, **kwargs)
+                    request, request.path_info, group, lambda request: view(request, *args, **kwargs), state.block
                 )
 
-            return functools.wraps(view)(limited_async)  # type: ignore[return-value]
+            wrapper: Any = functools.wraps(view)(limited_async)
+        else:
 
-        def limited(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-            return state.gate().run(
-                request, request.path_info, state.name, lambda request: view(request, *args, **kwargs)
-            )
+            def limited(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+                _unlimited(request, state.block)
+                group = state.group(request)
+                if group is None:
+                    response: HttpResponseBase = view(request, *args, **kwargs)
+                    return response
+                return state.gate().run(
+                    request, request.path_info, group, lambda request: view(request, *args, **kwargs), state.block
+                )
 
-        return functools.wraps(view)(limited)  # type: ignore[return-value]
+            wrapper = functools.wraps(view)(limited)
+        wrapper._ratekeeper_limit = state
+        return wrapper  # type: ignore[no-any-return]
 
     return decorate
+
+
+def _methods(methods: object, loc: str) -> frozenset[str] | None:
+    """HTTP methods, upper-cased; ``None`` (or django-ratelimit's ``ALL``) for every method."""
+    if methods is None or methods == ALL:
+        return None
+    if isinstance(methods, str):
+        methods = [methods]
+    if not isinstance(methods, Iterable):
+        raise InvalidType(loc, f"must be a list of HTTP methods, got {type(methods).__name__}")
+    names = []
+    for index, method in enumerate(methods):
+        if not isinstance(method, str) or not method.isalpha():
+            raise InvalidValue((loc, index), f"must be an HTTP method such as 'POST', got {method!r}")
+        names.append(method.upper())
+    return frozenset(names)
+
+
+def usage(view: Any, request: HttpRequest, *, cost: int = 1) -> Decision | None:
+    """What the ``@limit`` of ``view`` would decide for ``request`` now, counting nothing: its ``remaining``,
+    ``retry_after`` and ``reset_after`` (django-ratelimit's ``get_usage`` with ``increment=False``).
+
+    ``None`` when the view's limit does not apply to the request (its method, a rate of ``None``, no key).
+    For stacked limits, the outermost's.
+
+    Raises:
+        InvalidType: ``view`` is not limited by :func:`limit`.
+    """
+    state = getattr(view, "_ratekeeper_limit", None)
+    if state is None:
+        dispatch = getattr(view, "dispatch", None)
+        state = getattr(dispatch, "_ratekeeper_limit", None)
+    if not isinstance(state, _ViewLimit):
+        raise InvalidType("view", f"is not limited by ratekeeper.django.limit: {view!r}")
+    return state.decision(request, cost)
 
 
 def _limit_class(view: Any, state: _ViewLimit) -> Any:
@@ -707,20 +1035,304 @@ def _limit_class(view: Any, state: _ViewLimit) -> Any:
     if view.view_is_async:
 
         async def limited_async(self: Any, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+            _unlimited(request, state.block)
+            group = state.group(request)
+            if group is None:
+                response: HttpResponseBase = await dispatch(self, request, *args, **kwargs)
+                return response
             return await state.gate().arun(
-                request, request.path_info, state.name, lambda request: dispatch(self, request, *args, **kwargs)
+                request,
+                request.path_info,
+                group,
+                lambda request: dispatch(self, request, *args, **kwargs),
+                state.block,
             )
 
-        view.dispatch = functools.wraps(dispatch)(limited_async)
+        limited_dispatch: Any = functools.wraps(dispatch)(limited_async)
     else:
 
         def limited(self: Any, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+            _unlimited(request, state.block)
+            group = state.group(request)
+            if group is None:
+                response: HttpResponseBase = dispatch(self, request, *args, **kwargs)
+                return response
             return state.gate().run(
-                request, request.path_info, state.name, lambda request: dispatch(self, request, *args, **kwargs)
+                request,
+                request.path_info,
+                group,
+                lambda request: dispatch(self, request, *args, **kwargs),
+                state.block,
             )
 
-        view.dispatch = functools.wraps(dispatch)(limited)
+        limited_dispatch = functools.wraps(dispatch)(limited)
+    limited_dispatch._ratekeeper_limit = state
+    view.dispatch = limited_dispatch
     return view
+
+
+# --- django-ratelimit's decorator and functions ---------------------------------------------------------------------
+
+#: django-ratelimit's ``method=ALL``: every HTTP method.
+ALL: tuple[None] = (None,)
+#: django-ratelimit's ``method=UNSAFE``: the methods that change things.
+UNSAFE: list[str] = ["DELETE", "PATCH", "POST", "PUT"]
+
+
+class Ratelimited(PermissionDenied):  # type: ignore[misc]  # Django has no type information
+    """Raised by :func:`ratelimit` with ``block=True`` (django-ratelimit's exception): Django answers 403,
+    or the view ``RATELIMIT_VIEW`` names through django-ratelimit's middleware."""
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What :func:`get_usage` reports, as django-ratelimit's dict does (``usage["count"]`` reads too).
+
+    Attributes:
+        count: requests counted in the key's window (refused requests are not counted: at most ``limit``).
+        limit: requests a window admits.
+        should_limit: whether the request is (``increment=True``) or the next would be refused.
+        time_left: whole seconds until the key's window ends (the rate's period when nothing is counted).
+    """
+
+    count: int
+    limit: int
+    should_limit: bool
+    time_left: int
+
+    def __getitem__(self, name: str) -> int | bool:
+        value: int | bool = getattr(self, name)
+        return value
+
+
+PeerKey = Callable[[str, HttpRequest], str]
+
+
+def _peer_ip(request: HttpRequest) -> str:
+    """django-ratelimit's ``"ip"``: the client's address behind ``TRUSTED_PROXIES``, grouped by
+    ``RATELIMIT_IPV4_MASK`` (default 32) and ``RATELIMIT_IPV6_MASK`` (default 64) bits, as it groups them."""
+    ipv4 = getattr(django_settings, "RATELIMIT_IPV4_MASK", 32)
+    ipv6 = getattr(django_settings, "RATELIMIT_IPV6_MASK", 64)
+    config = _config()
+    masks = _peer_ip_keys.get((_generation[0], ipv4, ipv6))
+    if masks is None:
+        _peer_ip_keys.clear()
+        try:
+            masks = client_ip(config.trusted_proxies, ipv4_prefix=ipv4, ipv6_prefix=ipv6)  # type: ignore[call-arg]
+        except InvalidArgument as error:
+            raise error.at(
+                "RATELIMIT_IPV4_MASK" if error.loc[:1] == ("ipv4_prefix",) else "RATELIMIT_IPV6_MASK"
+            ) from None
+        _peer_ip_keys[(_generation[0], ipv4, ipv6)] = masks
+    return masks.from_environ(request.META) or ""
+
+
+_peer_ip_keys: dict[tuple[int, object, object], ClientIP] = {}
+
+
+def _peer_user(request: HttpRequest) -> str:
+    return str(getattr(getattr(request, "user", None), "pk", None))
+
+
+def _peer_user_or_ip(request: HttpRequest) -> str:
+    user = getattr(request, "user", None)
+    return str(user.pk) if user is not None and user.is_authenticated else _peer_ip(request)
+
+
+_PEER_KEYS: dict[str, Callable[[HttpRequest], str]] = {
+    "ip": _peer_ip,
+    "user": _peer_user,
+    "user_or_ip": _peer_user_or_ip,
+}
+
+
+def _peer_key(key: object) -> PeerKey:
+    """django-ratelimit's ``key``: ``"ip"``, ``"user"``, ``"user_or_ip"``, ``"header:x-real-ip"``,
+    ``"get:q"``, ``"post:field"``, a callable of ``(group, request)`` or its dotted path."""
+    if callable(key):
+        return key
+    if not isinstance(key, str) or not key:
+        raise InvalidValue(
+            "key", f"give a key: 'ip', 'user', 'user_or_ip', 'header:x-...', 'get:q', 'post:f', a callable; got {key!r}"
+        )
+    simple = _PEER_KEYS.get(key)
+    if simple is not None:
+        return lambda group, request: simple(request)
+    if ":" in key:
+        accessor, name = key.split(":", 1)
+        if accessor == "header":
+            meta = "HTTP_" + name.replace("-", "_").upper()
+            return lambda group, request: str(request.META.get(meta, ""))
+        if accessor == "get":
+            return lambda group, request: str(request.GET.get(name, ""))
+        if accessor == "post":
+            return lambda group, request: str(request.POST.get(name, ""))
+        raise InvalidValue("key", f"unknown accessor {accessor!r} in {key!r}; known: header, get, post")
+    if "." in key:
+        imported: list[PeerKey] = []
+
+        def dotted(group: str, request: HttpRequest) -> str:
+            if not imported:
+                imported.append(_imported_callable("key", key))
+            return imported[0](group, request)
+
+        return dotted
+    raise InvalidValue(
+        "key", f"cannot read the key {key!r}: 'ip', 'user', 'user_or_ip', 'header:x-...', 'get:q', 'post:f'"
+    )
+
+
+def _imported_callable(loc: str, path: str) -> Any:
+    try:
+        found = import_string(path)
+    except ImportError as error:
+        raise InvalidValue(loc, f"cannot import {path!r}: {error}") from None
+    if not callable(found):
+        raise InvalidType(loc, f"{path!r} is not callable")
+    return found
+
+
+def _peer_group_name(fn: Any) -> str:
+    return _view_name(fn)
+
+
+# The groups of django-ratelimit's rates, by (settings generation, limiter, group name): made once each.
+_peer_groups: dict[tuple[int, int, str], bool] = {}
+
+
+def _peer_usage(
+    request: HttpRequest, group: str, key: PeerKey, rate: object, methods: frozenset[str] | None, increment: bool
+) -> Usage | None:
+    if not getattr(django_settings, "RATELIMIT_ENABLE", True):
+        return None
+    if methods is not None and request.method not in methods:
+        return None
+    if callable(rate):
+        rate = rate(group, request)
+    elif isinstance(rate, str) and "." in rate and "/" not in rate:
+        rate = _imported_callable("rate", rate)(group, request)
+    items = _peer_rate_items(rate, ("rate",))
+    if items is None:
+        return None
+    limits = _built_limits(items, "fixed_window", ("rate",))
+    # As django-ratelimit counts: by group, rate and (when not every method) the methods.
+    name = f"{group}@{_spelled(limits)}"
+    if methods is not None:
+        name += f" {','.join(sorted(methods))}"
+    limiter = get_limiter()
+    made = (_generation[0], id(limiter), name)
+    if made not in _peer_groups:
+        _set_group(limiter, name, limits, ("rate",))
+        _peer_groups[made] = True
+    peer = key(group, request)
+    if not isinstance(peer, str):
+        raise InvalidType("key", f"must return a str, got {type(peer).__name__}")
+    # Read without counting through Limiter.peek.
+    decision = limiter.check(peer, group=name) if increment else limiter.peek(peer, group=name)
+    quota = decision.limit or 0
+    remaining = decision.remaining if decision.remaining is not None else quota
+    window = decision.window or 0.0
+    time_left = math.ceil(decision.reset_after) if remaining < quota else math.ceil(window)
+    return Usage(quota - remaining, quota, not decision.allowed, time_left)
+
+
+def _peer_rate(rate: object) -> object:
+    """A ``rate`` argument checked at decoration: a fixed rate is read now, a callable or dotted path later."""
+    if rate is None or callable(rate) or (isinstance(rate, str) and "." in rate and "/" not in rate):
+        return rate
+    items = _peer_rate_items(rate, ("rate",))
+    if items is not None:
+        _built_limits(items, "fixed_window", ("rate",))
+    return rate
+
+
+def get_usage(
+    request: HttpRequest,
+    group: str | None = None,
+    fn: Any = None,
+    key: object = None,
+    rate: object = None,
+    method: object = ALL,
+    increment: bool = False,
+) -> Usage | None:
+    """django-ratelimit's ``get_usage``: the key's use of ``rate`` in ``group`` (or ``fn``'s group), counted
+    (``increment=True``) or only read (the default: through ``Limiter.peek``, counting nothing); ``None``
+    when not limited (the method, a rate of ``None``, ``RATELIMIT_ENABLE = False``).
+
+    Raises:
+        InvalidValue, InvalidType: a bad argument, named by ``loc``.
+    """
+    if group is None and fn is None:
+        raise InvalidValue("group", "give group= or fn= (the view whose group to read)")
+    name = group if group is not None else _peer_group_name(fn)
+    return _peer_usage(request, name, _peer_key(key), _peer_rate(rate), _methods(method, "method"), increment)
+
+
+def is_ratelimited(
+    request: HttpRequest,
+    group: str | None = None,
+    fn: Any = None,
+    key: object = None,
+    rate: object = None,
+    method: object = ALL,
+    increment: bool = False,
+) -> bool:
+    """django-ratelimit's ``is_ratelimited``: :func:`get_usage`'s ``should_limit`` (False when not limited)."""
+    found = get_usage(request, group, fn, key, rate, method, increment)
+    return found is not None and found.should_limit
+
+
+def ratelimit(
+    group: str | None = None, key: object = None, rate: object = None, method: object = ALL, block: bool = True
+) -> Callable[[View], View]:
+    """django-ratelimit's ``@ratelimit``, deciding as it does: fixed windows per key, group, rate and methods;
+    ``request.limited`` set on every request it sees; with ``block`` (the default) a refusal raises
+    :class:`Ratelimited` (a ``PermissionDenied``: 403), or ``RATELIMIT_EXCEPTION_CLASS``.
+
+    The counts live in the limiter of the settings (:func:`get_limiter`: every store), the ``"ip"`` key is the
+    client behind ``TRUSTED_PROXIES``, and ``RATELIMIT_ENABLE``, ``RATELIMIT_IPV4_MASK`` and
+    ``RATELIMIT_IPV6_MASK`` are read as django-ratelimit reads them.
+
+    Raises:
+        InvalidValue, InvalidType: a bad argument (a missing key, an unreadable rate), named by ``loc``.
+    """
+    peer_key = _peer_key(key)
+    fixed_rate = _peer_rate(rate)
+    methods = _methods(method, "method")
+    if not isinstance(block, bool):
+        raise InvalidType("block", f"must be a bool, got {type(block).__name__}")
+
+    def decide(request: HttpRequest, name: str) -> None:
+        old = getattr(request, "limited", False)
+        found = _peer_usage(request, name, peer_key, fixed_rate, methods, increment=True)
+        limited = found is not None and found.should_limit
+        request.limited = limited or old
+        if limited and block:
+            raised = getattr(django_settings, "RATELIMIT_EXCEPTION_CLASS", Ratelimited)
+            raise (import_string(raised) if isinstance(raised, str) else raised)()
+
+    def decorate(fn: View) -> View:
+        if not callable(fn) or isinstance(fn, type):
+            raise InvalidType("view", f"must be a view function (method_decorator for a class), got {fn!r}")
+        if iscoroutinefunction(fn):
+
+            async def wrapped_async(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+                name = group if group is not None else _peer_group_name(fn)
+                if get_limiter()._waits_on_io:
+                    await sync_to_async(decide)(request, name)
+                else:
+                    decide(request, name)
+                return await fn(request, *args, **kwargs)
+
+            return functools.wraps(fn)(wrapped_async)  # type: ignore[return-value]
+
+        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            decide(request, group if group is not None else _peer_group_name(fn))
+            return fn(request, *args, **kwargs)
+
+        return functools.wraps(fn)(wrapped)  # type: ignore[return-value]
+
+    return decorate
 
 
 # --- Django REST framework: imported when named, so that DRF stays optional ------------------------------------------
