@@ -87,6 +87,9 @@ fn unit_ns(unit: &str) -> Option<u64> {
         "h" | "hr" | "hour" | "hours" => 3_600 * NANOS_PER_SEC,
         "d" | "day" | "days" => 86_400 * NANOS_PER_SEC,
         "w" | "week" | "weeks" => 7 * 86_400 * NANOS_PER_SEC,
+        // As `limits` counts them (Flask-Limiter, slowapi): a month of 30 days, a year of 12 such months.
+        "mo" | "month" | "months" => 30 * 86_400 * NANOS_PER_SEC,
+        "y" | "year" | "years" => 360 * 86_400 * NANOS_PER_SEC,
         _ => return None,
     })
 }
@@ -97,13 +100,26 @@ impl std::str::FromStr for Rate {
     fn from_str(text: &str) -> Result<Self> {
         let bad =
             |why: &str| Error::value("", format!("{text:?} is not a rate ({why}); expected e.g. '10/min', '3/60s'"));
-        let (count, period) = text.split_once('/').ok_or_else(|| bad("no '/'"))?;
+        // "10/min", and the peers' "10 per minute" (limits, Flask-Limiter, slowapi).
+        let (count, period) = text
+            .split_once('/')
+            .or_else(|| {
+                let at = text.to_ascii_lowercase().find(" per ")?;
+                Some((&text[..at], &text[at + 5..]))
+            })
+            .ok_or_else(|| bad("no '/'"))?;
         let count: u64 = count.trim().replace('_', "").parse().map_err(|_| bad("the count is not a whole number"))?;
         let period = period.trim();
         let split = period.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_')).unwrap_or(period.len());
         let (amount, unit) = period.split_at(split);
-        let unit_ns = unit_ns(unit.trim().to_ascii_lowercase().as_str()).ok_or_else(|| bad("unknown unit"))?;
         let amount = amount.replace('_', "");
+        let unit = unit.trim().to_ascii_lowercase();
+        // A bare number of seconds, as django-ratelimit and DRF-style configs write "100/10".
+        let unit_ns = if unit.is_empty() && !amount.is_empty() {
+            NANOS_PER_SEC
+        } else {
+            unit_ns(&unit).ok_or_else(|| bad("unknown unit"))?
+        };
         let period_ns = if amount.is_empty() {
             unit_ns
         } else if let Ok(whole) = amount.parse::<u64>() {
@@ -170,8 +186,32 @@ mod tests {
     }
 
     #[test]
+    fn parses_the_peers_spellings() {
+        // django-ratelimit's bare seconds, limits' "per" and its month and year.
+        assert_eq!(parse("100/10"), Rate { count: 100, period_ns: 10 * NANOS_PER_SEC });
+        assert_eq!(parse("10 per minute"), Rate { count: 10, period_ns: 60 * NANOS_PER_SEC });
+        assert_eq!(parse("10 PER 2 minutes"), Rate { count: 10, period_ns: 120 * NANOS_PER_SEC });
+        assert_eq!(parse("5/2 hours"), Rate { count: 5, period_ns: 7_200 * NANOS_PER_SEC });
+        assert_eq!(parse("1 per month"), Rate { count: 1, period_ns: 30 * 86_400 * NANOS_PER_SEC });
+        assert_eq!(parse("1/year"), Rate { count: 1, period_ns: 360 * 86_400 * NANOS_PER_SEC });
+    }
+
+    #[test]
     fn rejects_what_is_not_a_rate() {
-        for bad in ["", "10", "10/fortnight", "x/min", "0/min", "-1/min", "1/0s", "1.5/min", "1/99999week"] {
+        for bad in [
+            "",
+            "10",
+            "10/",
+            "10 per",
+            "per minute",
+            "10/fortnight",
+            "x/min",
+            "0/min",
+            "-1/min",
+            "1/0s",
+            "1.5/min",
+            "1/99999week",
+        ] {
             let err = bad.parse::<Rate>().unwrap_err();
             assert!(err.message.contains(&format!("{bad:?}")), "{err}");
         }

@@ -608,6 +608,16 @@ class Limiter:
         """
     def allow(self, peer: str, path: str | None = None, *, cost: int = 1, group: str | None = None) -> bool:
         """``check(...).allowed`` without building a Decision: the fastest call."""
+    def peek(self, peer: str, path: str | None = None, *, cost: int = 1, group: str | None = None) -> Decision:
+        """What :meth:`check` would decide now, counting nothing, in every store: the key's states are left
+        as they are, the stats count no decision, and the Decision's ``remaining``, ``reset_after`` and
+        ``retry_after`` describe the key before this request (``allowed``: a ``check`` of ``cost`` now
+        would pass). What a "read the usage" asks (django-ratelimit's ``increment=False``).
+
+        Raises:
+            InvalidType: a peer or path that is not a str, a cost that is not an int.
+            InvalidValue: a cost below 1, an unknown group, or both ``path`` and ``group``.
+        """
     def _reserve(
         self,
         peer: str,

@@ -3,7 +3,8 @@
 --
 -- KEYS[i]  the state of limit i of one (peer, group); all share one hash tag (one Cluster slot).
 -- ARGV     now_s now_ns (empty: Redis TIME), cost, max_wait_ns, policy ("all" | "fallback"), operation
---          ("0": decide, "1": decide and report, "reduce": give `cost` back, "refund:<written>": give back
+--          ("0": decide, "1": decide and report, "peek": report what a decision would be, writing none of
+--          it, "reduce": give `cost` back, "refund:<written>": give back
 --          a cancelled wait's slot, "release": release concurrency permits, "move": only replay the
 --          moves), take ("rates" | "both" | "permits": which limits a decision takes), lease (concurrency
 --          leases' member prefix: "<node>:<n>", or "<node>:" to release), lease ttl ms, node (the
@@ -539,7 +540,7 @@ local function decide(KEYS, ARGV)
   max_wait = tonumber(ARGV[4])
   policy = ARGV[5]
   operation = ARGV[6]
-  want_report = operation == '1'
+  want_report = operation == '1' or operation == 'peek'
   take = ARGV[7]
   lease = ARGV[8]
   lease_ttl = tonumber(ARGV[9])
@@ -720,6 +721,11 @@ local function decide(KEYS, ARGV)
   for _ = 1, 8 do
     local writes, r, by = evaluate(wait)
     refused_by = by or ''
+    if writes and operation == 'peek' then
+      -- A look: what would be decided, the states left as they are (the report is of them).
+      allowed = true
+      break
+    end
     if writes then
       for i, state in pairs(writes) do
         local l = limits[i]

@@ -142,7 +142,11 @@ pub struct Caller<'a> {
 /// The script's `ARGV` for one request: see the head of `decide.lua`.
 #[must_use]
 pub fn arguments(key: &RemoteKey, request: Request, leases: Leases<'_>, caller: Caller<'_>) -> Vec<String> {
-    let operation = if request.report { "1" } else { "0" };
+    let operation = match (request.peek, request.report) {
+        (true, _) => "peek",
+        (false, true) => "1",
+        (false, false) => "0",
+    };
     let take = match request.take {
         Take::Rates => "rates",
         Take::RatesAndPermits => "both",

@@ -197,14 +197,17 @@ impl Limiter {
         let (_, group, shard) = held.key_parts(key);
         let mut states = KeyStates { shard, group, base, now };
         let judgement = states.decide(quota.as_ref(), request);
-        states.shard.count_shared(judgement.outcome.allowed, peer, peer_hash);
-        let data = &mut states.shard.data;
-        if request.take == Take::Permits {
-            data.record_permits(group.id, peer, peer_hash, judgement.outcome.allowed);
-        } else {
-            data.record_decision(group.id, peer, peer_hash, judgement.outcome.allowed, judgement.receipt.wait_ns);
+        if !request.peek {
+            states.shard.count_shared(judgement.outcome.allowed, peer, peer_hash);
+            let data = &mut states.shard.data;
+            if request.take == Take::Permits {
+                data.record_permits(group.id, peer, peer_hash, judgement.outcome.allowed);
+            } else {
+                data.record_decision(group.id, peer, peer_hash, judgement.outcome.allowed, judgement.receipt.wait_ns);
+            }
         }
-        if self.track_usage && judgement.outcome.allowed && request.take != Take::Permits {
+        let data = &mut states.shard.data;
+        if self.track_usage && judgement.outcome.allowed && request.take != Take::Permits && !request.peek {
             let pending =
                 data.pending.entry(base).or_insert_with(|| Pending { peer: peer.into(), group: group.id, units: 0 });
             pending.units = pending.units.saturating_add(request.cost);
@@ -253,10 +256,13 @@ impl KeyStates<'_> {
     #[allow(clippy::inline_always)]
     #[inline(always)]
     fn decide(&mut self, quota: Option<&Limit>, request: Request) -> Judgement {
-        let simple = self.group.simple && request.take != Take::Permits;
+        let simple = self.group.simple && request.take != Take::Permits && !request.peek;
         // A simple group's one limit is reconciled by `decide_simple` in its own lookup.
         if self.shard.in_region() && !simple {
             self.reconcile(&self.group.limits_with(quota.copied()));
+        }
+        if request.peek {
+            return self.peek(&self.group.limits_with(quota.copied()), request);
         }
         if simple {
             // A simple group's only limit is its first rate limit: the one a quota replaces.
@@ -273,6 +279,19 @@ impl KeyStates<'_> {
         }
         let group = self.group;
         self.decide_group(&group.limits_with(quota.copied()), request)
+    }
+
+    /// What `request` would be told now, the states left as they are.
+    #[cold]
+    fn peek(&self, limits: &[Limit], request: Request) -> Judgement {
+        match self.evaluate(limits, self.now, request.cost, request.take) {
+            Ok(_) => Judgement {
+                outcome: Outcome::admitted(0),
+                receipt: Receipt { limits: 0, at: self.now, wait_ns: 0, permits: false },
+                refused_by: None,
+            },
+            Err(refused) => Judgement::refused(refused.retry_ns, refused.by),
+        }
     }
 
     /// Makes each limit's state one written under that limit (a shared region's states may have been

@@ -74,13 +74,22 @@ pub struct Request {
     /// Whether to compute what the key has left (`Decision::report`).
     pub report: bool,
     pub take: Take,
+    /// Only look: what the decision would be, on the states as they are, writing and counting nothing
+    /// (its report is what the key has left before the request).
+    pub peek: bool,
 }
 
 impl Request {
     /// A decision now, for `cost`, of the rate limits, without a report: what `allow` asks.
     #[must_use]
     pub const fn new(cost: u64) -> Self {
-        Self { cost, max_wait_ns: 0, report: false, take: Take::Rates }
+        Self { cost, max_wait_ns: 0, report: false, take: Take::Rates, peek: false }
+    }
+
+    /// A look that decides nothing: see [`Request::peek`]. Reports.
+    #[must_use]
+    pub const fn peeking(cost: u64) -> Self {
+        Self { cost, max_wait_ns: 0, report: true, take: Take::Rates, peek: true }
     }
 
     #[must_use]

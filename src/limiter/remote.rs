@@ -196,7 +196,7 @@ impl Limiter {
         request: Request,
     ) -> Decision {
         let wait_ns = if verdict.allowed { verdict.wait_ns } else { 0 };
-        {
+        if !request.peek {
             let mut locked = self.lock_peer(peer);
             let peer_hash = locked.peer_hash;
             let data = &mut locked.held().shard.data;

@@ -425,6 +425,21 @@ impl PyLimiter {
         Ok(self.decision(py, &decision))
     }
 
+    /// What `check` would decide now, counting nothing: the key's states are left as they are and its
+    /// report is what it has left before the request.
+    #[pyo3(signature = (peer, path=None, *, cost=Cost(1), group=None), text_signature = "(self, peer, path=None, *, cost=1, group=None)")]
+    fn peek(
+        &self,
+        py: Python<'_>,
+        peer: &Bound<'_, PyAny>,
+        path: Option<&Bound<'_, PyAny>>,
+        cost: Cost,
+        group: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyDecision> {
+        let decision = self.decide_now(py, peer, path, group, Request::peeking(cost.0))?;
+        Ok(self.decision(py, &decision))
+    }
+
     /// Decides a request now: True when allowed. The fastest call; never blocks.
     #[pyo3(signature = (peer, path=None, *, cost=Cost(1), group=None), text_signature = "(self, peer, path=None, *, cost=1, group=None)")]
     fn allow(
