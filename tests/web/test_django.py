@@ -283,13 +283,14 @@ def test_a_view_limit_and_the_middlewares_fields_are_one_list(client: httpx.Clie
 def test_drf_refuses_with_its_own_429_and_ratekeepers_wait(client: httpx.Client, site: ModuleType) -> None:
     answers = [client.get("/drf/items") for _ in range(3)]
     assert [a.status_code for a in answers] == [200] * 3
-    assert members(answers[0].headers["RateLimit"]) == {"items": {"r": 2, "t": 1200}}
-    site.clock.advance(0.25)  # the wait is now 1199.75 s: DRF rounds it up
+    # "3/hour" as DRF's sliding log: the three leave the window an hour after they came.
+    assert members(answers[0].headers["RateLimit"]) == {"items": {"r": 2, "t": 3600}}
+    site.clock.advance(0.25)  # the wait is now 3599.75 s: DRF rounds it up
     throttled = client.get("/drf/items")
     assert throttled.status_code == 429
-    assert throttled.json() == {"detail": "Request was throttled. Expected available in 1200 seconds."}
-    assert throttled.headers["Retry-After"] == "1200"
-    assert members(throttled.headers["RateLimit"]) == {"items": {"r": 0, "t": 1200}}
+    assert throttled.json() == {"detail": "Request was throttled. Expected available in 3600 seconds."}
+    assert throttled.headers["Retry-After"] == "3600"
+    assert members(throttled.headers["RateLimit"]) == {"items": {"r": 0, "t": 3600}}
     assert members(throttled.headers["RateLimit-Policy"]) == {"items": {"q": 3, "w": 3600}}
 
 
@@ -300,8 +301,10 @@ def test_drf_views_without_a_scope_are_not_throttled(client: httpx.Client) -> No
 
 def test_drf_scope_rates_follow_the_clock(client: httpx.Client, site: ModuleType) -> None:
     assert [client.post("/drf/uploads").status_code for _ in range(3)] == [201, 201, 429]
-    site.clock.advance(30)  # "2/min": one comes back every 30 s
-    assert [client.post("/drf/uploads").status_code for _ in range(2)] == [201, 429]
+    site.clock.advance(59.5)  # "2/min" as DRF's sliding log: both come back when the minute is over
+    assert client.post("/drf/uploads").status_code == 429
+    site.clock.advance(0.5)
+    assert [client.post("/drf/uploads").status_code for _ in range(3)] == [201, 201, 429]
 
 
 def test_drf_user_throttle_keys_by_user_then_by_ip(client: httpx.Client) -> None:
@@ -333,7 +336,7 @@ def test_drf_throttle_wait_is_the_exact_retry_after(site: ModuleType, limiter: r
     assert results == [True, True, True, False]
     site.clock.advance(0.125)
     assert not throttle.allow_request(factory.get("/drf/items"), view)
-    assert throttle.wait() == 1200 - 0.125
+    assert throttle.wait() == 3600 - 0.125
     assert throttle.decision is not None
     assert throttle.decision.retry_after == throttle.wait()
 
@@ -522,8 +525,8 @@ def test_on_gunicorn_the_middleware_refuses_with_exact_fields(gunicorn_site: htt
 def test_on_gunicorn_drf_and_views_are_limited(gunicorn_site: httpx.Client) -> None:
     items = [gunicorn_site.get("/drf/items") for _ in range(4)]
     assert [a.status_code for a in items] == [200, 200, 200, 429]
-    assert items[3].headers["Retry-After"] == "1200"
-    assert json.loads(items[3].text)["detail"] == "Request was throttled. Expected available in 1200 seconds."
+    assert items[3].headers["Retry-After"] == "3600"
+    assert json.loads(items[3].text)["detail"] == "Request was throttled. Expected available in 3600 seconds."
     assert [gunicorn_site.post("/report").status_code for _ in range(3)] == [200, 200, 429]
     assert [gunicorn_site.post("/export").status_code for _ in range(2)] == [200, 429]
 
