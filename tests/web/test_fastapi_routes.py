@@ -12,8 +12,8 @@ import httpx
 import pytest
 import ratekeeper as rk
 from _web import Server, members
-from fastapi import APIRouter, Depends, FastAPI, Request
-from fastapi.responses import StreamingResponse
+from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from ratekeeper.fastapi import RouteLimits
 from ratekeeper.keys import header
 
@@ -309,8 +309,82 @@ def test_bad_missing_key_options_are_refused_naming_the_field_and_value() -> Non
         limits.route("1/s", missing_key_status=500)
     assert str(status.value) == "missing_key_status: must be 401, 403 or 429, got 500"
     with pytest.raises(rk.InvalidType) as cost:
-        limits.route("1/s", cost=3)  # type: ignore[arg-type]
-    assert str(cost.value) == "cost: must be callable, got int"
+        limits.route("1/s", cost="3")  # type: ignore[arg-type]
+    assert str(cost.value) == "cost: must be an int or a callable of the request, got str"
     with pytest.raises(rk.InvalidType) as group:
         limits.route("1/s", group=7)  # type: ignore[arg-type]
     assert str(group.value) == "group: must be a str, got int"
+
+
+# --- stacked route limits (issue 32, bug 1) -------------------------------------------------------------------------
+
+
+def test_two_equal_route_limits_on_one_route_each_count_a_request_once(limiter: rk.Limiter) -> None:
+    app = FastAPI()
+    limits = RouteLimits(app, limiter=limiter, key=header("X-API-Key"))
+
+    @app.get("/twice", dependencies=[Depends(limits.route("5/minute")), Depends(limits.route("5/minute"))])
+    def twice() -> str:
+        return "twice"
+
+    with Server(app) as client:
+        codes = [client.get("/twice", headers=KEY).status_code for _ in range(6)]
+    # Two independent limits of 5, each counting the request once: the 6th is the first refused.
+    assert codes == [200] * 5 + [429]
+    assert {"GET /twice", "GET /twice #2"} <= set(limiter.groups)
+
+
+def test_stacked_route_limits_with_other_rates_and_keys_are_independent(limiter: rk.Limiter) -> None:
+    app = FastAPI()
+    limits = RouteLimits(app, limiter=limiter, key=header("X-API-Key"))
+    per_key = limits.route("3/minute")
+    everyone = limits.route("5/minute", key=lambda request: "everyone")
+
+    @app.get("/stacked", dependencies=[Depends(per_key), Depends(everyone)])
+    def stacked() -> str:
+        return "stacked"
+
+    with Server(app) as client:
+        alice = [client.get("/stacked", headers=KEY) for _ in range(4)]
+        bob = [client.get("/stacked", headers={"X-API-Key": "bob"}).status_code for _ in range(3)]
+    # Alice's 4th is refused by her own limit, before the shared one counts it: 3 of the 5 used.
+    assert [response.status_code for response in alice] == [200, 200, 200, 429]
+    assert bob == [200, 200, 429]
+    # An allowed response names both groups, each with its own quota and what is left of it.
+    assert members(alice[0].headers["RateLimit"]) == {
+        "GET /stacked": {"r": 2, "t": 20},
+        "GET /stacked #2": {"r": 4, "t": 12},
+    }
+    assert members(alice[3].headers["RateLimit-Policy"]) == {"GET /stacked": {"q": 3, "w": 60}}
+
+
+# --- fields on allowed responses whatever the route returns (issue 32, bug 3) ---------------------------------------
+
+
+@pytest.mark.parametrize("returns", ["dict", "PlainTextResponse", "JSONResponse", "Response"])
+def test_an_allowed_response_carries_the_fields_whatever_the_route_returns(limiter: rk.Limiter, returns: str) -> None:
+    app = FastAPI()
+    limits = RouteLimits(app, limiter=limiter, key=header("X-API-Key"), headers=rk.HeaderOptions(legacy=True))
+    answers: dict[str, Callable[[], object]] = {
+        "dict": lambda: {"ok": True},
+        "PlainTextResponse": lambda: PlainTextResponse("ok"),
+        "JSONResponse": lambda: JSONResponse({"ok": True}),
+        "Response": lambda: Response(b"ok", media_type="text/plain"),
+    }
+
+    @app.get("/answer", dependencies=[Depends(limits.route("2/minute"))])
+    def answer() -> Any:
+        return answers[returns]()
+
+    with Server(app) as client:
+        allowed = client.get("/answer", headers=KEY)
+        client.get("/answer", headers=KEY)
+        refused = client.get("/answer", headers=KEY)
+    assert allowed.status_code == 200
+    assert members(allowed.headers["RateLimit-Policy"]) == {"GET /answer": {"q": 2, "w": 60}}
+    assert members(allowed.headers["RateLimit"]) == {"GET /answer": {"r": 1, "t": 30}}
+    assert (allowed.headers["X-RateLimit-Limit"], allowed.headers["X-RateLimit-Remaining"]) == ("2", "1")
+    # Once each: not added by both the route's response and the app's.
+    assert allowed.headers.get_list("RateLimit") == ['"GET /answer";r=1;t=30']
+    assert refused.status_code == 429
+    assert refused.headers.get_list("RateLimit") == ['"GET /answer";r=0;t=30']
