@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 import ratekeeper as rk
 from ratekeeper._peer_rates import expand_limits
 
