@@ -82,9 +82,11 @@ _FORWARDING_HEADERS = ("x-forwarded-for", "forwarded")
 class ClientIP(KeyFunction):
     """The client's IP address; see :func:`client_ip`."""
 
-    __slots__ = ("_environ_name", "_header", "_networks", "_raw")
+    __slots__ = ("_environ_name", "_header", "_ipv4_prefix", "_ipv6_prefix", "_networks", "_raw", "_whole")
 
-    def __init__(self, trusted_proxies: Iterable[str], header: str) -> None:
+    def __init__(
+        self, trusted_proxies: Iterable[str], header: str, ipv4_prefix: int = 32, ipv6_prefix: int = 128
+    ) -> None:
         if isinstance(trusted_proxies, str):
             raise InvalidType("trusted_proxies", "must be a list of addresses or networks, not a single str")
         networks: list[_Network] = []
@@ -99,6 +101,14 @@ class ClientIP(KeyFunction):
             raise InvalidType("header", f"must be a str, got {type(header).__name__}")
         if header.lower() not in _FORWARDING_HEADERS:
             raise InvalidValue("header", f"must be 'x-forwarded-for' or 'forwarded', got {header!r}")
+        for name, value, bits in (("ipv4_prefix", ipv4_prefix, 32), ("ipv6_prefix", ipv6_prefix, 128)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise InvalidType(name, f"must be an int, got {type(value).__name__}")
+            if not 0 <= value <= bits:
+                raise InvalidValue(name, f"must be between 0 and {bits} (bits of the address kept), got {value}")
+        self._ipv4_prefix, self._ipv6_prefix = ipv4_prefix, ipv6_prefix
+        # Whole addresses: the key is the address itself, as the core's quick path reads it.
+        self._whole = ipv4_prefix == 32 and ipv6_prefix == 128
         self._networks: tuple[_Network, ...] = tuple(networks)
         self._header = header.lower()
         self._raw = self._header.encode("latin-1")
@@ -131,28 +141,45 @@ class ClientIP(KeyFunction):
             nearest = hop
         return nearest
 
+    def _masked(self, address: str | None) -> str | None:
+        """The network of ``address`` under the prefixes (``"192.0.2.0/24"``); the address itself when
+        they keep every bit, or when it is not an IP (an RFC 7239 obfuscated name)."""
+        if self._whole or address is None:
+            return address
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            return address
+        bits = self._ipv4_prefix if ip.version == 4 else self._ipv6_prefix
+        if bits == ip.max_prefixlen:
+            return address
+        return str(ipaddress.ip_network(f"{ip}/{bits}", strict=False))
+
     def __call__(self, request: Any) -> str | None:
-        return self._resolve(_request_peer(request), _request_header(request, self._header))
+        return self._masked(self._resolve(_request_peer(request), _request_header(request, self._header)))
 
     def from_environ(self, environ: Mapping[str, Any]) -> str | None:
         peer = environ.get("REMOTE_ADDR") or None
         if not self._networks:
-            return peer
-        return self._resolve(peer, environ.get(self._environ_name))
+            return self._masked(peer)
+        return self._masked(self._resolve(peer, environ.get(self._environ_name)))
 
     def from_scope(self, scope: Mapping[str, Any]) -> str | None:
         client = scope.get("client")
         peer = str(client[0]) if client else None
         if not self._networks:  # the common case: no proxy, no header to read
-            return peer
-        return self._resolve(peer, _scope_header(scope, self._raw))
+            return self._masked(peer)
+        return self._masked(self._resolve(peer, _scope_header(scope, self._raw)))
 
     def _scope_key(self) -> bytes | Literal[False] | None:
-        # Behind proxies the address is resolved in Python; a subclass may read the scope its own way.
-        return None if not self._networks and type(self).from_scope is ClientIP.from_scope else False
+        # Behind proxies, or grouped by prefix, the key is made in Python; a subclass may read the scope
+        # its own way.
+        quick = not self._networks and self._whole and type(self).from_scope is ClientIP.from_scope
+        return None if quick else False
 
     def __repr__(self) -> str:
-        return f"client_ip(trusted_proxies={[str(n) for n in self._networks]!r}, header={self._header!r})"
+        prefixes = "" if self._whole else f", ipv4_prefix={self._ipv4_prefix}, ipv6_prefix={self._ipv6_prefix}"
+        return f"client_ip(trusted_proxies={[str(n) for n in self._networks]!r}, header={self._header!r}{prefixes})"
 
 
 def _node(text: str) -> str | None:
@@ -226,8 +253,14 @@ def _forwarded_hops(value: str) -> list[str | None]:
     return hops
 
 
-def client_ip(trusted_proxies: Sequence[str] = (), *, header: ForwardingHeader = "x-forwarded-for") -> ClientIP:
-    """The client's IP address as the key.
+def client_ip(
+    trusted_proxies: Sequence[str] = (),
+    *,
+    header: ForwardingHeader = "x-forwarded-for",
+    ipv4_prefix: int = 32,
+    ipv6_prefix: int = 128,
+) -> ClientIP:
+    """The client's IP address as the key, or the network it is in.
 
     Args:
         trusted_proxies: addresses or networks (``"10.0.0.0/8"``, ``"127.0.0.1"``) of the proxies in front
@@ -239,12 +272,18 @@ def client_ip(trusted_proxies: Sequence[str] = (), *, header: ForwardingHeader =
             ``$proxy_add_x_forwarded_for``, HAProxy's ``option forwardfor``, most load balancers) or
             ``"forwarded"`` (RFC 7239), only if they set it. The other is never read: a proxy passes a
             header it does not write through unchanged, so there it is the client's own word.
+        ipv4_prefix: the leading bits of an IPv4 address that make the key: 32 (default) keys each
+            address; 24 gives every address of a /24 one budget, as ``"192.0.2.0/24"``.
+        ipv6_prefix: the same for IPv6: 128 (default) keys each address; 64 keys each /64, what one
+            subscriber usually holds (django-ratelimit's default ``RATELIMIT_IPV6_MASK``), so a client
+            cannot take a fresh budget with every address of its own network.
 
     Raises:
         InvalidValue: an entry that is not an address or network (``loc`` ``("trusted_proxies", i)``), or
-            another ``header``.
+            another ``header``, or a prefix outside 0..32 (IPv4) or 0..128 (IPv6).
+        InvalidType: a prefix that is not an int.
     """
-    return ClientIP(trusted_proxies, header)
+    return ClientIP(trusted_proxies, header, ipv4_prefix, ipv6_prefix)
 
 
 class Header(KeyFunction):

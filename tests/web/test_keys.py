@@ -184,3 +184,56 @@ def test_only_the_key_functions_the_core_reads_alike_are_read_by_it() -> None:
     assert client_ip()._scope_key() is None
     assert client_ip(trusted_proxies=["10.0.0.0/8"])._scope_key() is False  # resolved in Python
     assert Lowered("X-API-Key")._scope_key() is False  # its own from_scope is used
+
+
+@pytest.mark.parametrize(
+    ("peer", "headers", "prefixes", "expected"),
+    [
+        ("192.0.2.77", {}, (24, 128), "192.0.2.0/24"),
+        ("2001:db8:1:2:aaaa::1", {}, (32, 64), "2001:db8:1:2::/64"),
+        ("2001:db8:1:2:aaaa::1", {}, (32, 128), "2001:db8:1:2:aaaa::1"),  # IPv6 kept whole
+        ("192.0.2.77", {}, (32, 64), "192.0.2.77"),  # IPv4 kept whole
+        ("192.0.2.77", {}, (0, 0), "0.0.0.0/0"),  # every client one budget
+        # Behind a trusted proxy the client it names is grouped, never the proxy.
+        ("10.0.0.5", {"X-Forwarded-For": "198.51.100.7"}, (16, 128), "198.51.0.0/16"),
+        ("10.0.0.5", {"X-Forwarded-For": "[2001:db8::9]:80"}, (32, 48), "2001:db8::/48"),
+    ],
+)
+def test_a_prefix_groups_a_network_into_one_key_from_every_source(
+    peer: str, headers: dict[str, str], prefixes: tuple[int, int], expected: str
+) -> None:
+    ipv4, ipv6 = prefixes
+    key = client_ip(trusted_proxies=TRUSTED, ipv4_prefix=ipv4, ipv6_prefix=ipv6)
+    assert keys_of(key, peer, headers) == {expected}
+    # Without proxies too, where the core would otherwise read the address itself.
+    if not headers:
+        assert keys_of(client_ip(ipv4_prefix=ipv4, ipv6_prefix=ipv6), peer, {}) == {expected}
+
+
+def test_addresses_of_one_network_share_a_budget() -> None:
+    limiter = rk.Limiter("2/min", clock=rk.ManualClock())
+    key = client_ip(ipv6_prefix=64)
+    peers = ["2001:db8:1:2::1", "2001:db8:1:2::2", "2001:db8:1:2:ffff::3"]
+    scopes = [request_of(peer, {})[0] for peer in peers]
+    assert [limiter.allow(str(key.from_scope(scope))) for scope in scopes] == [True, True, False]
+    assert limiter.allow(str(key.from_scope(request_of("2001:db8:1:3::1", {})[0])))  # the next /64
+
+
+def test_a_prefix_is_read_in_python_not_by_the_core() -> None:
+    assert client_ip(ipv6_prefix=64)._scope_key() is False
+    assert client_ip(ipv4_prefix=32, ipv6_prefix=128)._scope_key() is None
+    assert "ipv6_prefix=64" in repr(client_ip(ipv6_prefix=64))
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "match"),
+    [
+        ({"ipv4_prefix": 33}, rk.InvalidValue, r"ipv4_prefix: must be between 0 and 32.*got 33"),
+        ({"ipv6_prefix": -1}, rk.InvalidValue, r"ipv6_prefix: must be between 0 and 128.*got -1"),
+        ({"ipv6_prefix": "64"}, rk.InvalidType, r"ipv6_prefix: must be an int, got str"),
+        ({"ipv4_prefix": True}, rk.InvalidType, r"ipv4_prefix: must be an int, got bool"),
+    ],
+)
+def test_a_bad_prefix_is_refused_naming_it(options: dict[str, Any], error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        client_ip(**options)
