@@ -36,6 +36,7 @@ from ratekeeper.django import (
     _config,
     _Gate,
     _generation,
+    _is_count_and_period,
     _peer_of,
     _peer_rate_items,
     _set_group,
@@ -104,10 +105,6 @@ def _group(config: _Config, owner: object, name: str, rate: object, algorithm: A
     holders[name] = (owner, limits)
     groups[wanted] = name
     return name
-
-
-def _is_count_and_period(rate: object) -> bool:
-    return isinstance(rate, tuple) and len(rate) == 2 and all(type(part) is int for part in rate)
 
 
 class RateKeeperThrottle(BaseThrottle):  # type: ignore[misc]  # DRF has no type information

@@ -47,6 +47,7 @@ from django.utils.module_loading import import_string
 from ratekeeper._core import Decision, Limit, Rate, Rule
 from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue, Loc
 from ratekeeper._http import Admission, Gatekeeper, WebOptions
+from ratekeeper._peer_rates import expand_limits
 from ratekeeper._stats import Algorithm
 from ratekeeper.keys import ClientIP, KeyCallable, KeyFunction, client_ip
 from ratekeeper.limiter import NAMED_ONLY, Limiter
@@ -720,33 +721,49 @@ def _set_group(limiter: Limiter, name: str, limits: Sequence[Limit | Rate | str]
 
 def _peer_rate_items(value: object, loc: Loc) -> list[object] | None:
     """A rate as the peers write it, as limit items: a tuple ``(count, seconds)`` (django-ratelimit's) is a
-    :class:`Rate`; strings such as ``"100/10"``, ``"10/s; 100/min"`` or ``"0/m"`` are read by the core's
-    peer spellings; ``None`` is no limit."""
-    if isinstance(value, tuple) and len(value) == 2 and all(type(part) is int for part in value):
+    :class:`Rate`; a string may be a peer's spelling (``"100/10"``, ``"10 per minute"``) or hold several
+    limits (``"10/s; 100/min"``); ``None`` is no limit (``None`` returned when nothing else is given).
+
+    Raises:
+        InvalidValue, InvalidType: at ``(*loc, index)``; a count of zero among them.
+    """
+    if _is_count_and_period(value):
+        assert isinstance(value, tuple)
         count, seconds = value
-        if count == 0:
-            return [_block_all(loc)]
         try:
             return [Rate(count, per=float(seconds))]
         except InvalidArgument as error:
-            raise error.at(*loc) from None
-    items: list[object] = list(value) if isinstance(value, list) else [value]
-    try:
-        from ratekeeper._peer_rates import expand_limits  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:  # the peers' spellings are read by the core's own rates only
-        return None if all(item is None for item in items) else [item for item in items if item is not None]
-    expanded: list[object] | None = expand_limits(items, str(loc[0]) if len(loc) == 1 else ".".join(map(str, loc)))
-    return expanded
+            raise type(error)(loc, error.msg) from None
+    given: list[object] = list(value) if isinstance(value, list) else [value]
+    items: list[object] = []
+    nones = 0
+    for index, spec in enumerate(given):
+        try:
+            expanded = expand_limits([spec], "limits")
+        except InvalidArgument as error:
+            at = (*loc, index, "rate") if isinstance(error, InvalidValue) else (*loc, index)  # a rate string's
+            raise type(error)(at, error.msg) from None
+        if expanded is None:
+            nones += 1
+        else:
+            items.extend(expanded)
+    return None if nones and not items else items
 
 
-def _block_all(loc: Loc) -> Limit:
-    """The limit that admits nothing (a count of 0: django-ratelimit's ``"0/m"``)."""
-    try:
-        from ratekeeper._peer_rates import BLOCK_ALL  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        raise InvalidValue(loc, "a count of 0 (refuse every request) is not supported by this core") from None
-    block_all: Limit = BLOCK_ALL
-    return block_all
+def _is_count_and_period(value: object) -> bool:
+    """django-ratelimit's rate tuple: ``(count, seconds)``."""
+    return isinstance(value, tuple) and len(value) == 2 and all(type(part) is int for part in value)
+
+
+def _admits_nothing(rate: object) -> bool:
+    """django-ratelimit's rate of zero (``"0/m"``, ``(0, 60)``): every request is limited."""
+    if _is_count_and_period(rate):
+        assert isinstance(rate, tuple)
+        return bool(rate[0] == 0)
+    return isinstance(rate, str) and _ZERO_COUNT.match(rate) is not None
+
+
+_ZERO_COUNT = re.compile(r"^\s*0+\s*(?:/|\s+per\s+)", re.IGNORECASE)
 
 
 def _built_limits(items: Sequence[object], algorithm: Algorithm, loc: Loc) -> list[Limit]:
@@ -1118,11 +1135,12 @@ def _peer_ip(request: HttpRequest) -> str:
     if masks is None:
         _peer_ip_keys.clear()
         try:
-            masks = client_ip(config.trusted_proxies, ipv4_prefix=ipv4, ipv6_prefix=ipv6)  # type: ignore[call-arg]
+            masks = client_ip(config.trusted_proxies, ipv4_prefix=ipv4, ipv6_prefix=ipv6)  # type: ignore[call-arg,unused-ignore]
         except InvalidArgument as error:
-            raise error.at(
-                "RATELIMIT_IPV4_MASK" if error.loc[:1] == ("ipv4_prefix",) else "RATELIMIT_IPV6_MASK"
-            ) from None
+            setting = "RATELIMIT_IPV4_MASK" if error.loc[:1] == ("ipv4_prefix",) else "RATELIMIT_IPV6_MASK"
+            raise error.at(setting, drop=1) from None
+        except TypeError:  # a core whose client_ip groups no addresses: each address is its own key
+            masks = client_ip(config.trusted_proxies)
         _peer_ip_keys[(_generation[0], ipv4, ipv6)] = masks
     return masks.from_environ(request.META) or ""
 
@@ -1211,6 +1229,8 @@ def _peer_usage(
         rate = rate(group, request)
     elif isinstance(rate, str) and "." in rate and "/" not in rate:
         rate = _imported_callable("rate", rate)(group, request)
+    if _admits_nothing(rate):  # "0/m": django-ratelimit's way to refuse every request; nothing to count
+        return Usage(0, 0, True, 0)
     items = _peer_rate_items(rate, ("rate",))
     if items is None:
         return None
@@ -1239,6 +1259,8 @@ def _peer_usage(
 def _peer_rate(rate: object) -> object:
     """A ``rate`` argument checked at decoration: a fixed rate is read now, a callable or dotted path later."""
     if rate is None or callable(rate) or (isinstance(rate, str) and "." in rate and "/" not in rate):
+        return rate
+    if _admits_nothing(rate):
         return rate
     items = _peer_rate_items(rate, ("rate",))
     if items is not None:
