@@ -46,6 +46,7 @@ from starlette.routing import BaseRoute, Match
 from ratekeeper._core import Decision, Limit, Rate
 from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue, RateLimited
 from ratekeeper._http import Admission, Gatekeeper, HeaderOptions, WebOptions, refusal_body, response_headers
+from ratekeeper._peer_rates import expand_limits
 from ratekeeper._stats import Algorithm
 from ratekeeper.keys import KeyCallable, key_of
 from ratekeeper.limiter import Limiter
@@ -166,9 +167,11 @@ class RouteLimits:
         self.headers = options.fields
         # Raw (ASGI bytes) fields: the middleware adds them to the response's start message.
         self.gatekeeper = Gatekeeper(options, raw=True)
-        self.default_limits = _checked_limits(_sequence(default_limits, "default_limits"), algorithm, "default_limits")
-        self.application_limits = _checked_limits(
-            _sequence(application_limits, "application_limits"), algorithm, "application_limits"
+        self.default_limits = (
+            _checked_limits(_sequence(default_limits, "default_limits"), algorithm, "default_limits") or []
+        )
+        self.application_limits = (
+            _checked_limits(_sequence(application_limits, "application_limits"), algorithm, "application_limits") or []
         )
         if key_dependency is not None and (self.default_limits or self.application_limits):
             raise InvalidValue(
@@ -292,6 +295,7 @@ class RouteLimits:
         if message is not None and not isinstance(message, str):
             raise InvalidType("message", f"must be a str, got {type(message).__name__}")
         computed = any(callable(item) and not isinstance(item, (Limit, Rate, str)) for item in limits)
+        # None: every limit given is None, the peers' "not limited" (the route's own limits all the same).
         fixed = None if computed else _checked_limits(limits, self.algorithm, "limits")
         if key is None:
             key_dependency, key_function = self.key_dependency, self.key
@@ -321,16 +325,20 @@ class RouteLimits:
             if only is not None and request.method not in only:
                 yield None
                 return
-            if exempt_when is not None and await _called(exempt_when, request):
+            if (not computed and fixed is None) or (exempt_when is not None and await _called(exempt_when, request)):
                 yield None
                 return
             base = _base_name(request, group, by_method)
-            if fixed is not None:
+            if not computed:
+                assert fixed is not None
                 name = names.get(base) or self._add_group(
                     names, base, self._claim(base, owner) if group is None else base, fixed
                 )
             else:
                 wanted = await self._computed_limits(limits, request)
+                if wanted is None:  # not limited, this request
+                    yield None
+                    return
                 rates = "; ".join(_limit_text(limit) for limit in wanted)
                 label = f"{base} [{rates}]"
                 name = names.get(label) or self._computed_group(names, base, label, rates, wanted, owner, group)
@@ -405,8 +413,8 @@ class RouteLimits:
         stem = self._claim(base, owner) if group is None else base
         return self._add_group(names, label, f"{stem} [{rates}]", limits)
 
-    async def _computed_limits(self, limits: Sequence[RouteRate], request: Request) -> list[Limit]:
-        """The limits of ``request`` when some are computed per request."""
+    async def _computed_limits(self, limits: Sequence[RouteRate], request: Request) -> list[Limit] | None:
+        """The limits of ``request`` when some are computed per request; ``None``: not limited."""
         given: list[object] = []
         for item in limits:
             if isinstance(item, (Limit, Rate, str)) or not callable(item):
@@ -591,17 +599,17 @@ def _sequence(value: object, loc: str) -> Sequence[object]:
     return value
 
 
-def _checked_limits(items: Sequence[object], algorithm: Algorithm | None, loc: str) -> list[Limit]:
-    """``items`` as :class:`~ratekeeper.Limit` objects, a rate given the integration's ``algorithm``."""
+def _checked_limits(items: Sequence[object], algorithm: Algorithm | None, loc: str) -> list[Limit] | None:
+    """``items`` as :class:`~ratekeeper.Limit` objects, a rate given the integration's ``algorithm``: the
+    peers' spellings read (several limits in one string, ``"10 per minute"``); ``None`` when every item
+    is ``None``, the peers' "not limited"."""
+    expanded = expand_limits(items, loc)
+    if expanded is None:
+        return None
     checked = []
-    for index, item in enumerate(items):
+    for index, item in enumerate(expanded):
         try:
-            if isinstance(item, Limit):
-                checked.append(item)
-            elif isinstance(item, (str, Rate)):
-                checked.append(Limit(item, algorithm=algorithm or "gcra"))
-            else:
-                raise InvalidType((), f"must be a Limit, a Rate or a rate string, got {type(item).__name__}")
+            checked.append(item if isinstance(item, Limit) else Limit(item, algorithm=algorithm or "gcra"))
         except InvalidArgument as error:
             raise error.at(loc, index) from None
     return checked

@@ -388,3 +388,272 @@ def test_an_allowed_response_carries_the_fields_whatever_the_route_returns(limit
     assert allowed.headers.get_list("RateLimit") == ['"GET /answer";r=1;t=30']
     assert refused.status_code == 429
     assert refused.headers.get_list("RateLimit") == ['"GET /answer";r=0;t=30']
+
+
+# --- what slowapi's users declare at a route (issue 32) -------------------------------------------------------------
+
+
+def test_methods_limits_only_those_methods_of_a_route(limiter: rk.Limiter) -> None:
+    app = FastAPI()
+    limits = RouteLimits(app, limiter=limiter, key=header("X-API-Key"))
+
+    @app.api_route("/form", methods=["GET", "POST"], dependencies=[Depends(limits.route("2/min", methods=["post"]))])
+    def form() -> str:
+        return "form"
+
+    with Server(app) as client:
+        reads = [client.get("/form", headers=KEY) for _ in range(4)]
+        posts = [client.post("/form", headers=KEY).status_code for _ in range(3)]
+    assert [read.status_code for read in reads] == [200] * 4
+    assert "RateLimit" not in reads[0].headers  # not limited, so no fields
+    assert posts == [200, 200, 429]
+    assert "GET /form" not in limiter.groups
+
+
+def test_per_method_false_gives_every_method_of_a_route_one_budget(limiter: rk.Limiter) -> None:
+    app = FastAPI()
+    limits = RouteLimits(app, limiter=limiter, key=header("X-API-Key"))
+
+    @app.api_route("/any", methods=["GET", "POST"], dependencies=[Depends(limits.route("2/min", per_method=False))])
+    def any_method() -> str:
+        return "any"
+
+    @app.api_route("/each", methods=["GET", "POST"], dependencies=[Depends(limits.route("1/min", group="each"))])
+    def each() -> str:
+        return "each"
+
+    @app.api_route(
+        "/split", methods=["GET", "POST"], dependencies=[Depends(limits.route("1/min", group="split", per_method=True))]
+    )
+    def split() -> str:
+        return "split"
+
+    with Server(app) as client:
+        shared = [client.get("/any", headers=KEY).status_code, client.post("/any", headers=KEY).status_code]
+        shared.append(client.get("/any", headers=KEY).status_code)
+        named = [client.get("/each", headers=KEY).status_code, client.post("/each", headers=KEY).status_code]
+        apart = [client.get("/split", headers=KEY).status_code, client.post("/split", headers=KEY).status_code]
+    assert shared == [200, 200, 429]
+    assert named == [200, 429]  # a named group is one budget for every method
+    assert apart == [200, 200]  # unless per_method=True
+    assert {"/any", "each", "GET split", "POST split"} <= set(limiter.groups)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_exempt_when_a_predicate_of_the_request_holds_the_limit_does_not_count(
+    limiter: rk.Limiter, asynchronous: bool
+) -> None:
+    def internal(request: Request) -> bool:
+        return request.headers.get("X-Internal") == "yes"
+
+    async def internal_async(request: Request) -> bool:
+        return internal(request)
+
+    app = FastAPI()
+    limits = RouteLimits(app, limiter=limiter, key=header("X-API-Key"))
+    predicate = internal_async if asynchronous else internal
+
+    @app.get("/report", dependencies=[Depends(limits.route("1/min", exempt_when=predicate))])
+    def report() -> str:
+        return "report"
+
+    with Server(app) as client:
+        inside = [client.get("/report", headers={**KEY, "X-Internal": "yes"}).status_code for _ in range(3)]
+        outside = [client.get("/report", headers=KEY).status_code for _ in range(2)]
+    assert inside == [200, 200, 200]
+    assert outside == [200, 429]  # the exempt requests used nothing
+
+
+def test_a_rate_computed_per_request_gives_each_answer_its_own_budget(limiter: rk.Limiter) -> None:
+    def by_plan(request: Request) -> str:
+        return "3 per minute" if request.headers.get("X-Plan") == "pro" else "1/minute"
+
+    app = FastAPI()
+    limits = RouteLimits(app, limiter=limiter, key=header("X-API-Key"))
+
+    @app.get("/search", dependencies=[Depends(limits.route(by_plan))])
+    def search() -> str:
+        return "search"
+
+    with Server(app) as client:
+        free = [client.get("/search", headers=KEY).status_code for _ in range(2)]
+        pro = [client.get("/search", headers={**KEY, "X-Plan": "pro"}) for _ in range(4)]
+    assert free == [200, 429]
+    assert [response.status_code for response in pro] == [200, 200, 200, 429]
+    assert members(pro[0].headers["RateLimit-Policy"]) == {"GET /search [3/min]": {"q": 3, "w": 60}}
+    assert {"GET /search [1/min]", "GET /search [3/min]"} <= set(limiter.groups)
+
+
+def test_cost_message_and_peer_spellings_of_a_route(limiter: rk.Limiter) -> None:
+    app = FastAPI()
+    limits = RouteLimits(app, limiter=limiter, key=header("X-API-Key"))
+
+    @app.get("/export", dependencies=[Depends(limits.route("10 per minute; 100/hour", cost=4, message="Slow down"))])
+    def export() -> str:
+        return "export"
+
+    @app.get("/free", dependencies=[Depends(limits.route(None))])
+    def free() -> str:
+        return "free"
+
+    with Server(app) as client:
+        exports = [client.get("/export", headers=KEY) for _ in range(3)]
+        frees = [client.get("/free", headers=KEY) for _ in range(20)]
+    assert [response.status_code for response in exports] == [200, 200, 429]  # 4 + 4, and 4 more is 12 > 10
+    assert members(exports[0].headers["RateLimit-Policy"]) == {"GET /export": {"q": 10, "w": 60}}
+    assert exports[2].json()["detail"] == "Slow down"
+    assert {response.status_code for response in frees} == {200}  # None: not limited, as the peers read it
+    assert "RateLimit" not in frees[0].headers
+
+
+def test_block_false_serves_a_refused_request_and_tells_the_route(limiter: rk.Limiter) -> None:
+    app = FastAPI()
+    limits = RouteLimits(app, limiter=limiter, key=header("X-API-Key"))
+
+    served_anyway = Depends(limits.route("1/min", block=False))
+
+    @app.get("/feed")
+    def feed(request: Request, decision: rk.Decision = served_anyway) -> dict[str, Any]:
+        return {"limited": request.state.limited, "allowed": decision.allowed}
+
+    with Server(app) as client:
+        first, second = (client.get("/feed", headers=KEY) for _ in range(2))
+    assert (first.status_code, first.json()) == (200, {"limited": False, "allowed": True})
+    assert (second.status_code, second.json()) == (200, {"limited": True, "allowed": False})
+    # The fields say what was decided; no Retry-After on a response that was served.
+    assert members(second.headers["RateLimit"]) == {"GET /feed": {"r": 0, "t": 60}}
+    assert "Retry-After" not in second.headers
+
+
+def test_a_turned_off_limiter_limits_no_route(limiter: rk.Limiter) -> None:
+    app = FastAPI()
+    limits = RouteLimits(app, limiter=limiter, key=header("X-API-Key"), default_limits=["1/min"])
+
+    @app.get("/limited", dependencies=[Depends(limits.route("1/min"))])
+    def limited() -> str:
+        return "limited"
+
+    @app.get("/plain")
+    def plain() -> str:
+        return "plain"
+
+    limiter.off()
+    with Server(app) as client:
+        codes = [client.get(path, headers=KEY).status_code for path in ("/limited", "/plain") for _ in range(3)]
+    assert codes == [200] * 6
+
+
+# --- limits not declared at a route: application-wide and default limits --------------------------------------------
+
+
+def make_app_with_defaults(limiter: rk.Limiter, **options: Any) -> FastAPI:
+    app = FastAPI()
+    limits = RouteLimits(app, limiter=limiter, key=header("X-API-Key"), **options)
+
+    @app.get("/a")
+    def a() -> str:
+        return "a"
+
+    @app.get("/b/{item}")
+    def b(item: int) -> int:
+        return item
+
+    @app.get("/own", dependencies=[Depends(limits.route("3/min"))])
+    def own() -> str:
+        return "own"
+
+    @app.get("/both", dependencies=[Depends(limits.route("3/min", keep_defaults=True))])
+    def both() -> str:
+        return "both"
+
+    @app.get("/health")
+    @limits.exempt
+    def health() -> str:
+        return "ok"
+
+    return app
+
+
+def test_default_limits_are_counted_per_route_and_a_routes_own_limits_replace_them(limiter: rk.Limiter) -> None:
+    with Server(make_app_with_defaults(limiter, default_limits=["2/minute"])) as client:
+        a = [client.get("/a", headers=KEY) for _ in range(3)]
+        b = [client.get(f"/b/{item}", headers=KEY).status_code for item in range(3)]
+        own = [client.get("/own", headers=KEY).status_code for _ in range(4)]
+        both = [client.get("/both", headers=KEY) for _ in range(3)]
+        health = [client.get("/health", headers=KEY).status_code for _ in range(3)]
+        bob = client.get("/a", headers={"X-API-Key": "bob"}).status_code
+    assert [response.status_code for response in a] == [200, 200, 429]
+    assert a[2].json() == {"detail": "Rate limit exceeded", "status": 429, "retry_after": 30}
+    assert members(a[0].headers["RateLimit-Policy"]) == {"GET /a": {"q": 2, "w": 60}}
+    assert b == [200, 200, 429]  # one budget for the route's template, whatever the item
+    assert own == [200, 200, 200, 429]  # its own 3/min, not the defaults
+    # keep_defaults: the defaults (claimed first, by the middleware) and the route's own limit, both.
+    assert [response.status_code for response in both] == [200, 200, 429]
+    assert members(both[0].headers["RateLimit-Policy"]) == {
+        "GET /both": {"q": 2, "w": 60},
+        "GET /both #2": {"q": 3, "w": 60},
+    }
+    assert health == [200, 200, 200]
+    assert bob == 200
+
+
+def test_application_limits_are_one_budget_per_key_across_every_route(limiter: rk.Limiter) -> None:
+    with Server(make_app_with_defaults(limiter, application_limits=["4/minute"])) as client:
+        alice = [client.get(path, headers=KEY) for path in ("/a", "/b/1", "/own", "/own", "/a")]
+        health = client.get("/health", headers=KEY).status_code
+        bob = client.get("/own", headers={"X-API-Key": "bob"}).status_code
+    assert [response.status_code for response in alice] == [200, 200, 200, 200, 429]
+    assert members(alice[2].headers["RateLimit"]) == {
+        "application": {"r": 1, "t": 15},
+        "GET /own": {"r": 2, "t": 20},
+    }
+    assert alice[4].headers["Retry-After"] == "15"
+    assert health == 200  # exempt
+    assert bob == 200
+
+
+def test_algorithm_makes_every_group_of_the_integration_decide_by_it(
+    limiter: rk.Limiter, clock: rk.ManualClock
+) -> None:
+    app = make_app_with_defaults(limiter, default_limits=["2/minute"], algorithm="fixed_window")
+    with Server(app) as client:
+        first = [client.get("/own", headers=KEY).status_code for _ in range(4)]
+        assert [client.get("/a", headers=KEY).status_code for _ in range(3)] == [200, 200, 429]
+        clock.advance(30)
+        # Under GCRA a request would have come back after 20 s and 30 s; a fixed window returns at its end.
+        assert client.get("/own", headers=KEY).status_code == 429
+        assert client.get("/a", headers=KEY).status_code == 429
+        clock.advance(30)
+        later = [client.get("/own", headers=KEY).status_code for _ in range(4)]
+    assert first == [200, 200, 200, 429]
+    assert later == [200, 200, 200, 429]
+    assert rk.Limit("3/min", algorithm="fixed_window") in next(r for r in limiter.rules if r.group == "GET /own").limits
+
+
+def test_bad_integration_options_are_refused_naming_the_field() -> None:
+    limiter = rk.Limiter("1/s")
+    limits = RouteLimits(FastAPI(), limiter=limiter)
+    with pytest.raises(rk.InvalidType) as methods:
+        limits.route("1/s", methods="POST")  # type: ignore[arg-type]
+    assert str(methods.value) == "methods: must be a list of HTTP methods, e.g. methods=['POST'], got 'POST'"
+    with pytest.raises(rk.InvalidValue) as spelling:
+        limits.route("10 per fortnight")
+    assert spelling.value.loc[0].startswith("limits")
+    assert "10 per fortnight" in str(spelling.value)
+    with pytest.raises(rk.InvalidValue) as algorithm:
+        RouteLimits(FastAPI(), limiter=limiter, algorithm="fixed")  # type: ignore[arg-type]
+    assert algorithm.value.loc == ("algorithm",)
+    with pytest.raises(rk.InvalidType) as defaults:
+        RouteLimits(FastAPI(), limiter=limiter, default_limits="10/min")  # type: ignore[arg-type]
+    assert str(defaults.value) == (
+        "default_limits: must be a list of limits, e.g. default_limits=['100/min'], got '10/min'"
+    )
+    with pytest.raises(rk.InvalidValue) as dependency:
+        RouteLimits(FastAPI(), limiter=limiter, key=Depends(sync_current_user), application_limits=["10/min"])
+    assert dependency.value.loc == ("key",)
+    with pytest.raises(rk.InvalidValue) as cost:
+        limits.route("1/s", cost=0)
+    assert str(cost.value) == "cost: must be >= 1, got 0"
+    with pytest.raises(rk.InvalidType) as exempt_when:
+        limits.route("1/s", exempt_when=True)  # type: ignore[arg-type]
+    assert exempt_when.value.loc == ("exempt_when",)
