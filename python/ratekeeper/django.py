@@ -936,6 +936,8 @@ def limit(
     """
     if not limits:
         raise InvalidValue("limits", "give at least one limit, e.g. limit('5/min')")
+    if algorithm is not None and algorithm not in _ALGORITHMS:
+        raise InvalidValue("algorithm", f"must be one of {', '.join(_ALGORITHMS)}, got {algorithm!r}")
     if len(limits) == 1 and callable(limits[0]) and not isinstance(limits[0], (Limit, Rate)):
         wanted: list[object] | RateOfRequest = limits[0]
     else:
@@ -952,8 +954,6 @@ def limit(
         raise InvalidType("limiter", f"must be a ratekeeper.Limiter, got {type(limiter).__name__}")
     if not isinstance(block, bool):
         raise InvalidType("block", f"must be a bool, got {type(block).__name__}")
-    if algorithm is not None and algorithm not in _ALGORITHMS:
-        raise InvalidValue("algorithm", f"must be one of {', '.join(_ALGORITHMS)}, got {algorithm!r}")
     limited_methods = _methods(methods, "methods")
     options = (key, limiter, cost, limited_methods, block, algorithm)
     owner = object()  # this decorator: the views it decorates claim their group names for it

@@ -552,3 +552,265 @@ def test_on_gunicorn_a_streamed_response_holds_its_permit_until_the_body_is_sent
             break
         time.sleep(0.05)
     assert codes[-1] == 200, codes
+
+
+# --- stacked and shared limits (issue 32, bug 1), changed DRF rates (bug 4) ----------------------------------------
+
+
+@pytest.fixture
+def fresh(site: ModuleType) -> Iterator[rk.ManualClock]:
+    """A limiter of this test's own in the settings, on a ManualClock (returned)."""
+    from django.test import override_settings
+
+    clock = rk.ManualClock()
+    with override_settings(RATEKEEPER={"LIMITER": rk.Limiter(rules=[], clock=clock)}):
+        yield clock
+
+
+def statuses(view: Any, count: int, method: str = "get", **extra: Any) -> list[int]:
+    from django.test import RequestFactory
+
+    factory = RequestFactory()
+    return [view(getattr(factory, method)("/v", **extra)).status_code for _ in range(count)]
+
+
+def test_two_limits_stacked_on_a_view_are_two_limits(fresh: rk.ManualClock) -> None:
+    from django.http import HttpResponse
+    from ratekeeper.django import get_limiter, limit
+
+    @limit("2/min")
+    @limit("2/min")
+    def twice(request: Any) -> HttpResponse:
+        return HttpResponse("ok")
+
+    @limit("1/min")
+    @limit("3/min")
+    def unlike(request: Any) -> HttpResponse:
+        return HttpResponse("ok")
+
+    assert statuses(twice, 3) == [200, 200, 429]  # each counts the request once: both admit 2
+    assert statuses(unlike, 2) == [200, 429]  # other limits: no clash of group names
+    name = f"{__name__}.test_two_limits_stacked_on_a_view_are_two_limits.<locals>"
+    assert {f"{name}.twice", f"{name}.twice#2", f"{name}.unlike", f"{name}.unlike#2"} <= set(get_limiter().groups)
+
+
+def test_decorated_as_view_results_of_two_classes_are_limited_apart(fresh: rk.ManualClock) -> None:
+    from django.http import HttpResponse
+    from django.utils.decorators import method_decorator
+    from django.views import View
+    from ratekeeper.django import limit
+
+    class First(View):
+        def get(self, request: Any) -> HttpResponse:
+            return HttpResponse("first")
+
+    class Second(View):
+        def get(self, request: Any) -> HttpResponse:
+            return HttpResponse("second")
+
+    first, second = limit("1/min")(First.as_view()), limit("1/min")(Second.as_view())
+    assert statuses(first, 2) == [200, 429]
+    assert statuses(second, 2) == [200, 429]  # a budget of its own
+    stacked = limit("2/min")(limit("2/min")(First.as_view()))
+    assert statuses(stacked, 3) == [200, 200, 429]
+
+    @method_decorator(limit("1/min"), name="dispatch")
+    class Third(View):
+        def get(self, request: Any) -> HttpResponse:
+            return HttpResponse("third")
+
+    @method_decorator(limit("1/min"), name="dispatch")
+    class Fourth(View):
+        def get(self, request: Any) -> HttpResponse:
+            return HttpResponse("fourth")
+
+    # Both dispatch methods are View.dispatch: each class is a limit of its own all the same.
+    assert statuses(Third.as_view(), 2) == [200, 429]
+    assert statuses(Fourth.as_view(), 2) == [200, 429]
+
+
+def test_changed_throttle_rates_change_the_scopes_group(site: ModuleType) -> None:
+    from django.conf import settings
+    from django.test import override_settings
+    from django_site.views import ItemsAPI
+    from ratekeeper.django import ScopedRateKeeperThrottle
+    from rest_framework.test import APIRequestFactory
+
+    limiter = rk.Limiter(rules=[], clock=rk.ManualClock())
+
+    def allowed(rate: str, count: int) -> list[bool]:
+        drf = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {"items": rate}}
+        with override_settings(RATEKEEPER={"LIMITER": limiter}, REST_FRAMEWORK=drf):
+            throttle = ScopedRateKeeperThrottle()
+            return [throttle.allow_request(APIRequestFactory().get("/"), ItemsAPI()) for _ in range(count)]
+
+    assert allowed("1/min", 2) == [True, False]
+    # The rate changes: the group's limit with it, and the key keeps its history (one request in the log).
+    assert allowed("3/min", 3) == [True, True, False]
+    assert limiter.rules[0].limits == [rk.Limit("3/min", algorithm="sliding_log")]
+    assert allowed("1/min", 1) == [False]
+
+
+def test_a_group_of_the_limiters_own_is_never_replaced(site: ModuleType) -> None:
+    from django.test import override_settings
+    from ratekeeper.django import limit
+
+    limiter = rk.Limiter(rules=[], clock=rk.ManualClock())
+    limiter.add_group("shared", ["5/min"])
+
+    @limit("1/min", group="shared")
+    def view(request: Any) -> Any:
+        raise AssertionError("not served")
+
+    with override_settings(RATEKEEPER={"LIMITER": limiter}), pytest.raises(rk.InvalidValue) as raised:
+        statuses(view, 1)
+    assert raised.value.loc == ("group",)
+    assert limiter.rules[0].limits == [rk.Limit("5/min")]
+
+
+# --- the peers' concepts on @limit -----------------------------------------------------------------------------------
+
+
+def test_limit_methods_limits_only_those_methods(fresh: rk.ManualClock) -> None:
+    from django.http import HttpResponse
+    from ratekeeper.django import limit
+
+    @limit("1/min", methods=["post"])
+    def form(request: Any) -> HttpResponse:
+        return HttpResponse("ok")
+
+    assert statuses(form, 3) == [200, 200, 200]
+    assert "RateLimit" not in form(__import__("django.test").test.RequestFactory().get("/")).headers
+    assert statuses(form, 2, "post") == [200, 429]
+
+
+def test_block_false_serves_with_request_limited(fresh: rk.ManualClock) -> None:
+    from django.http import JsonResponse
+    from django.test import RequestFactory
+    from ratekeeper.django import limit
+
+    @limit("1/min", block=False)
+    def soft(request: Any) -> JsonResponse:
+        return JsonResponse({"limited": request.limited})
+
+    answers = [soft(RequestFactory().get("/")) for _ in range(2)]
+    assert [(a.status_code, json.loads(a.content)) for a in answers] == [
+        (200, {"limited": False}),
+        (200, {"limited": True}),
+    ]
+    assert (
+        members(answers[1].headers["RateLimit"])[
+            f"{__name__}.test_block_false_serves_with_request_limited.<locals>.soft"
+        ]["r"]
+        == 0
+    )
+    assert "Retry-After" not in answers[1].headers  # the view answered: nothing to retry
+
+
+def test_a_rate_computed_per_request(fresh: rk.ManualClock) -> None:
+    from django.http import HttpResponse
+    from django.test import RequestFactory
+    from ratekeeper.django import limit
+
+    def plan(request: Any) -> str | None:
+        tier = request.GET.get("tier")
+        return None if tier == "internal" else "3/min" if tier == "pro" else "1/min"
+
+    @limit(plan)
+    def search(request: Any) -> HttpResponse:
+        return HttpResponse("ok")
+
+    def codes(tier: str, count: int) -> list[int]:
+        return [search(RequestFactory().get("/", {"tier": tier})).status_code for _ in range(count)]
+
+    assert codes("free", 2) == [200, 429]
+    assert codes("pro", 4) == [200, 200, 200, 429]  # another rate: a group, and a budget, of its own
+    assert codes("internal", 5) == [200] * 5  # None: not limited
+    refused_answer = search(RequestFactory().get("/", {"tier": "free"}))
+    assert refused_answer.headers["Retry-After"] == "60"
+    assert f"{__name__}.test_a_rate_computed_per_request.<locals>.search@1/min" in members(
+        refused_answer.headers["RateLimit"]
+    )
+
+
+def test_the_algorithm_setting_decides_as_django_ratelimit(site: ModuleType) -> None:
+    from django.http import HttpResponse
+    from django.test import override_settings
+    from ratekeeper.django import limit
+
+    @limit("2/min")
+    def view(request: Any) -> HttpResponse:
+        return HttpResponse("ok")
+
+    clock = rk.ManualClock()
+    with override_settings(RATEKEEPER={"LIMITER": rk.Limiter(rules=[], clock=clock), "ALGORITHM": "fixed_window"}):
+        assert statuses(view, 3) == [200, 200, 429]
+        clock.advance(30)  # GCRA would admit one now; a fixed window waits for its end
+        assert statuses(view, 1) == [429]
+        clock.advance(30)
+        assert statuses(view, 3) == [200, 200, 429]
+
+
+def test_the_peers_rate_spellings_on_limit(fresh: rk.ManualClock) -> None:
+    from django.http import HttpResponse
+    from ratekeeper.django import limit
+
+    @limit("2 per 10 seconds; 3/minute")
+    def view(request: Any) -> HttpResponse:
+        return HttpResponse("ok")
+
+    assert statuses(view, 3) == [200, 200, 429]
+    fresh.advance(10)
+    assert statuses(view, 2) == [200, 429]  # the minute's 3 are used up
+    with pytest.raises(rk.InvalidValue) as raised:
+        limit("10/s", "0/m")
+    assert raised.value.loc == ("limits", 1, "rate")
+    with pytest.raises(rk.InvalidValue) as none:
+        limit(None)  # type: ignore[arg-type]
+    assert none.value.loc == ("limits",)
+
+
+@pytest.mark.skipif(not hasattr(rk.Limiter, "peek"), reason="needs Limiter.peek")
+def test_usage_reads_a_views_limit_without_counting(fresh: rk.ManualClock) -> None:
+    from django.http import HttpResponse
+    from django.test import RequestFactory
+    from ratekeeper.django import limit, usage
+
+    @limit("2/min")
+    def view(request: Any) -> HttpResponse:
+        return HttpResponse("ok")
+
+    request = RequestFactory().get("/")
+    before = usage(view, request)
+    assert before is not None
+    assert (before.allowed, before.remaining) == (True, 2)
+    assert [usage(view, request) is not None for _ in range(5)] == [True] * 5  # counting nothing
+    assert statuses(view, 2) == [200, 200]
+    after = usage(view, request)
+    assert after is not None
+    assert (after.allowed, after.remaining, after.retry_after) == (False, 0, 30.0)
+    with pytest.raises(rk.InvalidType):
+        usage(lambda request: None, request)
+
+
+def test_new_settings_and_arguments_name_the_field(site: ModuleType) -> None:
+    from django.test import override_settings
+    from ratekeeper.django import get_limiter, limit
+
+    for setting, error, loc in [
+        ({"ALGORITHM": "fifo"}, rk.InvalidValue, ("RATEKEEPER", "ALGORITHM")),
+        ({"THROTTLE_ALGORITHM": "gcra2"}, rk.InvalidValue, ("RATEKEEPER", "THROTTLE_ALGORITHM")),
+    ]:
+        with override_settings(RATEKEEPER=setting), pytest.raises(error) as raised:
+            get_limiter()
+        assert raised.value.loc == loc  # type: ignore[attr-defined]
+    cases: list[tuple[Any, type[Exception], tuple[str | int, ...]]] = [
+        (lambda: limit("5/min", methods=["GET", 3]), rk.InvalidValue, ("methods", 1)),
+        (lambda: limit("5/min", methods=7), rk.InvalidType, ("methods",)),
+        (lambda: limit("5/min", block="no"), rk.InvalidType, ("block",)),
+        (lambda: limit("5/min", algorithm="fifo"), rk.InvalidValue, ("algorithm",)),
+    ]
+    for make, error, loc in cases:
+        with pytest.raises(error) as raised:
+            make()
+        assert raised.value.loc == loc  # type: ignore[attr-defined]
