@@ -23,7 +23,7 @@ from ratekeeper._core import (
     __version__,
 )
 from ratekeeper._errors import BackendUnavailable, InvalidArgument, InvalidType, InvalidValue, RateLimited
-from ratekeeper._http import HeaderOptions
+from ratekeeper._http import HeaderOptions, Penalty
 from ratekeeper._stats import Algorithm, GroupStats, Histogram, LimitStats, PolicyName, SharedStats, Stats
 from ratekeeper.limiter import Limited, Limiter, Permit
 
@@ -48,6 +48,7 @@ __all__ = [
     "Limited",
     "Limiter",
     "ManualClock",
+    "Penalty",
     "Permit",
     "PolicyName",
     "QuotaInfo",

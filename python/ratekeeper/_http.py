@@ -24,11 +24,12 @@ import functools
 import json
 import logging
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
-from ratekeeper._core import Decision, _Take
+from ratekeeper._core import Decision, Limit, _Take
 from ratekeeper._errors import InvalidType, InvalidValue, RateLimited
 from ratekeeper.keys import KeyCallable, client_ip
 
@@ -39,6 +40,7 @@ __all__ = [
     "Admission",
     "Gatekeeper",
     "HeaderOptions",
+    "Penalty",
     "WebOptions",
     "WebSettings",
     "check_integration",
@@ -51,6 +53,8 @@ __all__ = [
 Draft = Literal["draft-10"]
 
 log = logging.getLogger("ratekeeper")
+#: One record per refusal, when an integration is asked for them (``log_refusals=True``).
+refusals_log = logging.getLogger("ratekeeper.refusals")
 
 
 @dataclass(frozen=True)
@@ -62,12 +66,16 @@ class HeaderOptions:
         legacy: also ``X-RateLimit-Limit``, ``X-RateLimit-Remaining`` and ``X-RateLimit-Reset``.
         on_allowed: the fields on allowed responses too, not only on 429s.
         draft: the version of the IETF draft the fields follow.
+        reset: what ``X-RateLimit-Reset`` holds: ``"seconds"`` from now (default, as the IETF ``t``), or
+            ``"epoch"``, the Unix time of the reset, as Flask-Limiter, slowapi and django-ratelimit's
+            users' clients read it.
     """
 
     ietf: bool = True
     legacy: bool = False
     on_allowed: bool = True
     draft: Draft = "draft-10"
+    reset: Literal["seconds", "epoch"] = "seconds"
 
     def __post_init__(self) -> None:
         for name in ("ietf", "legacy", "on_allowed"):
@@ -75,6 +83,59 @@ class HeaderOptions:
                 raise InvalidType(name, f"must be a bool, got {type(getattr(self, name)).__name__}")
         if self.draft != "draft-10":
             raise InvalidValue("draft", f"unknown draft {self.draft!r}; supported: 'draft-10'")
+        if self.reset not in ("seconds", "epoch"):
+            raise InvalidValue("reset", f"must be 'seconds' or 'epoch', got {self.reset!r}")
+
+    @property
+    def epoch_reset(self) -> bool:
+        """Whether ``X-RateLimit-Reset`` is rewritten as a Unix time (the core writes seconds from now)."""
+        return self.legacy and self.reset == "epoch"
+
+
+@dataclass(frozen=True)
+class Penalty:
+    """A key refused ``breaches`` times within ``within`` seconds is refused for ``block`` seconds,
+    whatever its rates say: a client that keeps hammering past its limit is shut out for a while.
+
+    Kept in two groups of the integration's limiter (named after the numbers), so it holds in every
+    store: a penalty earned on one worker or machine applies on all of them.
+
+    Attributes:
+        breaches: refusals that earn the penalty (at least 1).
+        within: the seconds they must fall within.
+        block: the seconds the key is then refused; its ``Retry-After`` counts down to the end.
+    """
+
+    breaches: int = 3
+    within: float = 60.0
+    block: float = 600.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.breaches, bool) or not isinstance(self.breaches, int):
+            raise InvalidType(("penalty", "breaches"), f"must be an int, got {type(self.breaches).__name__}")
+        if self.breaches < 1:
+            raise InvalidValue(("penalty", "breaches"), f"must be at least 1, got {self.breaches}")
+        for name in ("within", "block"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise InvalidType(("penalty", name), f"must be a number of seconds, got {type(value).__name__}")
+            if not 0 < value <= 10 * 366 * 86400:
+                message = f"must be a positive number of seconds up to ten years, got {value!r}"
+                raise InvalidValue(("penalty", name), message)
+
+    @property
+    def breaches_group(self) -> str:
+        return f"ratekeeper.penalty.breaches.{self.breaches}/{self.within:g}s"
+
+    @property
+    def blocked_group(self) -> str:
+        return f"ratekeeper.penalty.blocked.{self.block:g}s"
+
+    def groups(self) -> tuple[tuple[str, list[Limit]], tuple[str, list[Limit]]]:
+        """The two groups: the breaches counted in a sliding log, and the block (one admission a block)."""
+        breaches = Limit(f"{self.breaches}/{self.within!r}s", algorithm="sliding_log")
+        blocked = Limit(f"1/{self.block!r}s", algorithm="sliding_log")
+        return (self.breaches_group, [breaches]), (self.blocked_group, [blocked])
 
 
 class WebSettings(TypedDict, total=False):
@@ -91,6 +152,8 @@ class WebSettings(TypedDict, total=False):
     anonymous_key: str
     cost: Callable[[Any], int] | None
     refund_when: Callable[[int], bool] | None
+    log_refusals: bool
+    penalty: Penalty | None
 
 
 @dataclass(frozen=True)
@@ -114,6 +177,8 @@ class WebOptions:
     anonymous_key: str = "anonymous"
     cost: Callable[[Any], int] | None = None
     refund_when: Callable[[int], bool] | None = None
+    log_refusals: bool = False
+    penalty: Penalty | None = None
 
     def __post_init__(self) -> None:
         check_integration(self.limiter, self.mode, self.max_delay)
@@ -131,8 +196,11 @@ class WebOptions:
             object.__setattr__(self, "headers", HeaderOptions())
         elif not isinstance(self.headers, HeaderOptions):
             raise InvalidType("headers", f"must be a HeaderOptions, got {type(self.headers).__name__}")
-        if not isinstance(self.shadow, bool):
-            raise InvalidType("shadow", f"must be a bool, got {type(self.shadow).__name__}")
+        for name in ("shadow", "log_refusals"):
+            if not isinstance(getattr(self, name), bool):
+                raise InvalidType(name, f"must be a bool, got {type(getattr(self, name)).__name__}")
+        if self.penalty is not None and not isinstance(self.penalty, Penalty):
+            raise InvalidType("penalty", f"must be a ratekeeper.Penalty or None, got {type(self.penalty).__name__}")
         object.__setattr__(self, "max_delay", float(self.max_delay))
 
     @property
@@ -260,7 +328,13 @@ class Gatekeeper:
         self.raw = raw  # the fields as ASGI's bytes pairs, not str pairs
         #: Whether :attr:`admit_quick` may stand for :meth:`admit` of a request with a key: refuse mode (delay
         #: mode waits in :meth:`admit`), cost 1 (no ``cost=``), nothing to settle after (no ``refund_when``).
-        self.quick = options.mode == "refuse" and options.cost is None and options.refund_when is None
+        self.quick = (
+            options.mode == "refuse"
+            and options.cost is None
+            and options.refund_when is None
+            and options.penalty is None
+            and not options.fields.epoch_reset
+        )
         fields = options.fields
         #: ``admit_quick(peer, path)``: :meth:`admit` of a request with a key on ``path`` at cost 1 (when
         #: :attr:`quick`), for an adapter's hot path. A request allowed with no permits held owes nothing
@@ -273,7 +347,8 @@ class Gatekeeper:
     def fields(self, decision: Decision) -> Sequence[tuple[Any, Any]]:
         """The rate-limit fields of a response to ``decision``, in this gatekeeper's form."""
         serialize = raw_response_headers if self.raw else response_headers
-        return serialize(decision, self.options.fields)
+        fields = serialize(decision, self.options.fields)
+        return _with_epoch_reset(fields) if self.options.fields.epoch_reset else fields
 
     def admission(self, decision: Decision, peer: str, path: str) -> Admission:
         """The admission of a request with a key on ``path`` that :attr:`admit_quick` gave a ``decision``."""
@@ -286,6 +361,9 @@ class Gatekeeper:
         if isinstance(who, Admission):
             return who
         route = None if group is not None else path
+        blocked = self._blocked(who) if self.options.penalty is not None else None
+        if blocked is not None:
+            return self._admission(blocked, (who, route, group, cost))
         if self.options.mode == "refuse":
             decision = self.limiter._acquire(who, route, group=group, cost=cost, take=_Take.BOTH)
         else:
@@ -293,6 +371,8 @@ class Gatekeeper:
                 decision = self.limiter._throttle_permits(who, route, group, cost, self.options.max_delay)
             except RateLimited as refused:
                 decision = refused.decision
+        if self.options.penalty is not None and not decision.allowed and decision.group is not None:
+            self._breached(who)
         return self._admission(decision, (who, route, group, cost))
 
     async def aadmit(self, peer: str | None, path: str, group: str | None = None, cost: int = 1) -> Admission:
@@ -302,6 +382,11 @@ class Gatekeeper:
             return who
         route = None if group is not None else path
         limiter = self.limiter
+        penalty = self.options.penalty is not None
+        if penalty:
+            blocked = await self._ablocked(who)
+            if blocked is not None:
+                return self._admission(blocked, (who, route, group, cost))
         if self.options.mode == "delay":
             try:
                 decision = await limiter._athrottle_permits(who, route, group, cost, self.options.max_delay)
@@ -311,7 +396,54 @@ class Gatekeeper:
             decision = limiter._acquire(who, route, group=group, cost=cost, take=_Take.BOTH)
         else:
             decision = (await limiter._areserve(who, route, group, cost, 0.0, _Take.BOTH)).decision
+        if penalty and not decision.allowed and decision.group is not None:
+            await self._off_loop(self._breached, who)
         return self._admission(decision, (who, route, group, cost))
+
+    def _penalty_groups(self) -> Penalty:
+        """The penalty, its two groups in the limiter (added at first use, and again after a reload
+        that replaced the limiter's groups)."""
+        penalty = self.options.penalty
+        assert penalty is not None
+        for name, limits in penalty.groups():
+            if name not in self.limiter.groups:
+                self.limiter.add_group(name, limits)
+        return penalty
+
+    def _blocked(self, peer: str) -> Decision | None:
+        """The refusal of a key serving its penalty, else ``None``. Looks; counts nothing."""
+        penalty = self.options.penalty
+        assert penalty is not None
+        try:
+            look = self.limiter.peek(peer, group=penalty.blocked_group)
+        except InvalidValue:  # not added yet, or a reload replaced the groups
+            look = self.limiter.peek(peer, group=self._penalty_groups().blocked_group)
+        return None if look.allowed else look
+
+    def _breached(self, peer: str) -> None:
+        """Counts a refusal of ``peer``; the one that makes ``breaches`` within the window starts its block."""
+        penalty = self._penalty_groups()
+        self.limiter.allow(peer, group=penalty.breaches_group)
+        if not self.limiter.peek(peer, group=penalty.breaches_group).allowed:
+            self.limiter.allow(peer, group=penalty.blocked_group)
+            refusals_log.warning(
+                "ratekeeper: %r refused %d times within %gs: blocked for %gs",
+                peer,
+                penalty.breaches,
+                penalty.within,
+                penalty.block,
+                extra={"peer": peer, "penalty": penalty},
+            )
+
+    async def _ablocked(self, peer: str) -> Decision | None:
+        blocked: Decision | None = await self._off_loop(self._blocked, peer)
+        return blocked
+
+    async def _off_loop(self, call: Callable[[str], Any], peer: str) -> Any:
+        """``call(peer)`` here when the limiter decides in this process, else on a thread (Redis)."""
+        if not self.limiter._waits_on_io:
+            return call(peer)
+        return await asyncio.to_thread(call, peer)
 
     def _without_key(self, path: str, group: str | None) -> Admission | str:
         """The admission of a request without a key, or the anonymous key to decide it under."""
@@ -327,6 +459,8 @@ class Gatekeeper:
         if decision.allowed:
             return Admission(0, fields, decision=decision, route=route)
         if not self.options.shadow:
+            if self.options.log_refusals:
+                _log_refusal(decision, route)
             return Admission(429, fields, refusal_body(decision), decision, route)
         log.info("ratekeeper shadow mode: would refuse %r on %s (group %r)", route[0], route[1], decision.group)
         # Served: the fields say what the limiter decided, without a Retry-After (nothing to retry).
@@ -375,6 +509,32 @@ class Gatekeeper:
             await asyncio.to_thread(
                 limiter.reduce, admission.peer, admission.path, admission.cost, group=admission.group
             )
+
+
+def _log_refusal(decision: Decision, route: tuple[str, str | None, str | None, int]) -> None:
+    peer, path, group = route[0], route[1], decision.group
+    retry = decision.retry_after
+    refusals_log.warning(
+        "ratekeeper: refused %r on %s (group %r), retry after %.3fs",
+        peer,
+        path if path is not None else f"group {route[2]!r}",
+        group,
+        retry,
+        extra={"peer": peer, "path": path, "group": group, "retry_after": retry},
+    )
+
+
+def _with_epoch_reset(fields: Sequence[tuple[Any, Any]]) -> Sequence[tuple[Any, Any]]:
+    """``fields`` with ``X-RateLimit-Reset`` as the Unix time of the reset instead of seconds from now."""
+    now = int(time.time())
+    out: list[tuple[Any, Any]] = []
+    for name, value in fields:
+        if name == "X-RateLimit-Reset":
+            value = str(now + int(value))
+        elif name == b"x-ratelimit-reset":
+            value = str(now + int(value)).encode()
+        out.append((name, value))
+    return out
 
 
 # A request needing no decision (no key, on a path no rule limits): served as it is.
