@@ -312,11 +312,6 @@ def _load(raw: object) -> _Config:
             prefixes[name.lower()] = raw[name]
     try:
         trusted = client_ip(proxies, **prefixes)
-    except TypeError as error:
-        if isinstance(error, InvalidArgument):
-            raise _at(error, str(error.loc[0]).upper()) from None
-        # A core without client_ip's prefixes (ratekeeper.keys): say which setting it cannot take.
-        raise InvalidValue(("RATEKEEPER", next(iter(prefixes), "IPV4_PREFIX").upper()), str(error)) from None
     except InvalidArgument as error:
         raise _at(
             error, "TRUSTED_PROXIES" if error.loc[:1] == ("trusted_proxies",) else str(error.loc[0]).upper()
@@ -1135,12 +1130,10 @@ def _peer_ip(request: HttpRequest) -> str:
     if masks is None:
         _peer_ip_keys.clear()
         try:
-            masks = client_ip(config.trusted_proxies, ipv4_prefix=ipv4, ipv6_prefix=ipv6)  # type: ignore[call-arg,unused-ignore]
+            masks = client_ip(config.trusted_proxies, ipv4_prefix=ipv4, ipv6_prefix=ipv6)
         except InvalidArgument as error:
             setting = "RATELIMIT_IPV4_MASK" if error.loc[:1] == ("ipv4_prefix",) else "RATELIMIT_IPV6_MASK"
             raise error.at(setting, drop=1) from None
-        except TypeError:  # a core whose client_ip groups no addresses: each address is its own key
-            masks = client_ip(config.trusted_proxies)
         _peer_ip_keys[(_generation[0], ipv4, ipv6)] = masks
     return masks.from_environ(request.META) or ""
 
