@@ -34,7 +34,9 @@ back when the route function returns).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import functools
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping, Sequence
 from typing import Any, Literal, TypeVar
@@ -45,7 +47,7 @@ from starlette.routing import BaseRoute, Match
 
 from ratekeeper._core import Decision, Limit, Rate
 from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue, RateLimited
-from ratekeeper._http import Admission, Gatekeeper, HeaderOptions, WebOptions, refusal_body, response_headers
+from ratekeeper._http import Admission, Gatekeeper, HeaderOptions, WebOptions, refusal_body
 from ratekeeper._peer_rates import expand_limits
 from ratekeeper._stats import Algorithm
 from ratekeeper.keys import KeyCallable, key_of
@@ -67,6 +69,9 @@ _ALGORITHMS = ("gcra", "token_bucket", "fixed_window", "sliding_window", "slidin
 # The scope entry where the route limits leave the fields of an allowed request, for the middleware that
 # RouteLimits adds to put on the response: a route's own Response object never sees FastAPI's `response`.
 _FIELDS = "ratekeeper.route_fields"
+# The scope entry listing what the limits that admitted a request counted, given back if a later one
+# refuses it: a refused request counts against none of its limits, whatever their order.
+_COUNTED = "ratekeeper.route_counted"
 # The most groups one route(...) with a rate computed per request makes: one per distinct rate it gives.
 _MAX_COMPUTED_RATES = 64
 
@@ -85,11 +90,18 @@ class KeyMissing(Exception):
 
 class RouteLimited(RateLimited):
     """A route limit refused the request: a :class:`~ratekeeper.RateLimited` that also carries the
-    route's ``message`` (``None``: the default text), the ``detail`` of the 429's JSON body."""
+    route's ``message`` (``None``: the default text), the ``detail`` of the 429's JSON body, and the
+    response's ``fields`` (lower-case bytes pairs)."""
 
-    def __init__(self, decision: Decision, message: str | None = None) -> None:
+    def __init__(
+        self, decision: Decision, message: str | None = None, fields: Sequence[tuple[bytes, bytes]] = ()
+    ) -> None:
         super().__init__(decision)
         self.message = message
+        self.fields = fields
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.decision, self.message, self.fields))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,6 +179,7 @@ class RouteLimits:
         self.headers = options.fields
         # Raw (ASGI bytes) fields: the middleware adds them to the response's start message.
         self.gatekeeper = Gatekeeper(options, raw=True)
+        self._fields_of = Gatekeeper(options).fields  # as str pairs, for a RateLimited the app raised
         self.default_limits = (
             _checked_limits(_sequence(default_limits, "default_limits"), algorithm, "default_limits") or []
         )
@@ -209,11 +222,17 @@ class RouteLimits:
 
     async def _refusal(self, request: Request, error: Exception) -> Response:
         assert isinstance(error, RateLimited)
-        fields = dict(response_headers(error.decision, self.headers))
         body = refusal_body(error.decision)
-        if isinstance(error, RouteLimited) and error.message is not None:
-            body = _with_detail(body, error.message)
-        return Response(body, status_code=429, headers=fields, media_type="application/json")
+        if isinstance(error, RouteLimited):
+            fields = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in error.fields]
+            if error.message is not None:
+                body = _with_detail(body, error.message)
+        else:  # raised by the app itself, e.g. from lim.check()
+            fields = list(self._fields_of(error.decision))
+        response = Response(body, status_code=429, media_type="application/json")
+        for name, value in fields:
+            response.headers.append(name, value)
+        return response
 
     def exempt(self, endpoint: Endpoint) -> Endpoint:
         """Marks a route's function as exempt from ``default_limits`` and ``application_limits``
@@ -353,11 +372,14 @@ class RouteLimits:
             fields = admission.fields
             if admission.status:
                 if block:
-                    raise RouteLimited(admission.decision, message)
+                    await _refund_counted(request.scope)
+                    raise RouteLimited(admission.decision, message, fields)
                 # Served anyway: the fields say what was decided; no Retry-After, nothing to retry.
                 fields = [field for field in fields if field[0] != b"retry-after"]
             if not block:
                 request.state.limited = bool(admission.status) or getattr(request.state, "limited", False)
+            else:
+                _count(request.scope, self.limiter, admission)
             _put_fields(request.scope, response, fields)
             try:
                 yield admission.decision
@@ -493,15 +515,15 @@ class _RouteLimitsMiddleware:
         try:
             if self.decides and owner.limiter.enabled:
                 refusal = await self._decide(scope, admissions)
-                for admission in admissions:
-                    if not admission.status:
-                        fields.extend(admission.fields)
                 if refusal is not None:
-                    headers = [(b"content-type", b"application/json"), *refusal.fields, *fields]
+                    # Only the refusing limit's fields: the others gave back what they counted.
+                    headers = [(b"content-type", b"application/json"), *refusal.fields]
                     headers.insert(1, (b"content-length", str(len(refusal.body)).encode()))
                     await send({"type": "http.response.start", "status": refusal.status, "headers": headers})
                     await send({"type": "http.response.body", "body": refusal.body})
                     return
+                for admission in admissions:
+                    fields.extend(admission.fields)
 
             async def send_with_fields(message: MutableMapping[str, Any]) -> None:
                 if message["type"] == "http.response.start" and fields:
@@ -533,7 +555,9 @@ class _RouteLimitsMiddleware:
             admission = await owner.gatekeeper.aadmit(peer, path, group)
             admissions.append(admission)
             if admission.status:
+                await _refund_counted(scope)
                 return admission
+            _count(scope, owner.limiter, admission)
         return None
 
 
@@ -558,6 +582,28 @@ def _dependency_calls(route: BaseRoute) -> list[Callable[..., Any]]:
             calls.append(dependant.call)
         pending.extend(dependant.dependencies)
     return calls
+
+
+def _count(scope: MutableMapping[str, Any], limiter: Limiter, admission: Admission) -> None:
+    """Notes what an admitted request counted, to give it back if a later limit refuses the request."""
+    decision = admission.decision
+    if decision is not None and decision.allowed and decision.group is not None and not admission.status:
+        scope.setdefault(_COUNTED, []).append((limiter, admission))
+
+
+async def _refund_counted(scope: MutableMapping[str, Any]) -> None:
+    """Gives back what the limits that admitted the request counted, now that another refused it; the
+    refusal's response carries that limit's fields only."""
+    sink = scope.get(_FIELDS)
+    if sink is not None:
+        sink.clear()
+    counted: list[tuple[Limiter, Admission]] = scope.pop(_COUNTED, [])
+    for limiter, admission in counted:
+        give_back = functools.partial(limiter.reduce, admission.peer, None, admission.cost, group=admission.group)
+        if limiter._waits_on_io:
+            await asyncio.to_thread(give_back)
+        else:
+            give_back()
 
 
 def _put_fields(scope: MutableMapping[str, Any], response: Response, fields: Sequence[tuple[bytes, bytes]]) -> None:

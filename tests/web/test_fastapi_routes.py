@@ -356,6 +356,9 @@ def test_stacked_route_limits_with_other_rates_and_keys_are_independent(limiter:
         "GET /stacked #2": {"r": 4, "t": 12},
     }
     assert members(alice[3].headers["RateLimit-Policy"]) == {"GET /stacked": {"q": 3, "w": 60}}
+    # A refused request counts against none of its limits: Bob's 3rd, refused by the shared limit, gave
+    # back what his own limit had counted.
+    assert limiter.peek("bob", group="GET /stacked").remaining == 1
 
 
 # --- fields on allowed responses whatever the route returns (issue 32, bug 3) ---------------------------------------
