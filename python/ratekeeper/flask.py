@@ -5,65 +5,313 @@
 ... @rate_limit.limit("5/min")
 ... def login(): ...
 
-A request is decided by a per-view limit when its view has one (a group of its own in the limiter,
-decided by name), else by the limiter's rules on the path. The extension registers no Flask hook: it wraps
-``app.wsgi_app`` in a gate, and, when some request needs it, the app's view functions.
+A request is decided by the limits of its view (each ``@limit`` a group of its own in the limiter, or a
+named one several views share), else by its blueprint's, else by ``default_limits`` (one budget per view),
+else by the limiter's rules on the path; ``application_limits`` (one budget across the app) on top. The
+extension registers no Flask hook: it wraps ``app.wsgi_app`` in a gate, and, when some request needs it,
+the app's view functions.
 
-- While no view or blueprint has a mark, the key is one of :mod:`ratekeeper.keys` and there is no ``cost=``,
-  a decision depends only on the path and the key: the gate makes it from the WSGI environ before Flask
-  routes, answers a refusal itself (cheaper than serving the view), and adds the fields when the response
-  starts. Nothing else runs.
+- While no view or blueprint has a mark, the key is one of :mod:`ratekeeper.keys`, there is no ``cost=``
+  and the app has no handler for 429, a decision depends only on the path and the key: the gate makes it
+  from the WSGI environ before Flask routes, answers a refusal itself (cheaper than serving the view), and
+  adds the fields when the response starts. Nothing else runs.
 - Otherwise the view functions are wrapped, once, on the next request (Flask takes no new routes after the
-  first), and each wrapper decides its request in the request context, by its view's mark or by path. A
-  request no wrapper saw (a 404, a redirect, an answer of the app's own ``before_request``) is decided when
-  its response starts, by its view's marks if Flask found one, else by path; a refusal replaces it.
+  first), and each wrapper decides its request in the request context. A function ``@limit`` decorated
+  decides its own limits when it is called, so a helper a view calls is limited too, and a rate read from
+  ``flask.g`` by a decorator above it is there. A request no wrapper saw (a 404, a redirect, an answer of
+  the app's own ``before_request``) is decided when its response starts, by its view's marks if Flask
+  found one, else by path; a refusal replaces it.
 
 Refusals answer 429 with the JSON body and the IETF ``RateLimit`` fields of the ASGI middleware; allowed
-responses carry the fields too. Concurrency permits are held while the view works: until the view returns,
-or for a streamed body until its iterator is exhausted or closed (whichever comes first: before the server
-ends the response, or when the client leaves), and given back when the view raises.
+responses carry the fields too. Inside Flask a refusal is raised as :class:`RateLimitExceeded` (a
+``TooManyRequests``), so the app's ``errorhandler(429)`` answers it when it has one. Concurrency permits
+are held while the view works: until the view returns, or for a streamed body until its iterator is
+exhausted or closed (whichever comes first: before the server ends the response, or when the client
+leaves), and given back when the view raises.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import json
+import logging
+import math
 import threading
-from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import flask
+from werkzeug.exceptions import HTTPException, TooManyRequests
 from werkzeug.http import HTTP_STATUS_CODES
 from werkzeug.wrappers import Response
 from werkzeug.wsgi import get_path_info
 
-from ratekeeper._core import Decision, Limit, Rate
+from ratekeeper._core import Decision, Limit, Rate, Rule
 from ratekeeper._errors import InvalidType, InvalidValue
 from ratekeeper._http import _NOT_LIMITED, Admission, Gatekeeper, WebOptions, WebSettings
+from ratekeeper._peer_rates import expand_limits
 from ratekeeper.keys import KeyFunction
 from ratekeeper.limiter import Limiter
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-__all__ = ["RateLimit"]
+    from ratekeeper._stats import Algorithm
+
+__all__ = ["RateLimit", "RateLimitExceeded"]
 
 View = TypeVar("View", bound=Callable[..., Any])
+Target = TypeVar("Target")
 StartResponse = Callable[..., Any]
+LimitSpec = Limit | Rate | str
+#: What ``limit()`` takes: limits, or one callable giving them per request.
+Limits = LimitSpec | Callable[..., Any] | None
 
-_ROUTE_GROUP = "_ratekeeper_group"
+_LIMITS = "_ratekeeper_limits"  # on a function: its limits, a tuple of _RouteLimit in decoration order
 _EXEMPT = "_ratekeeper_exempt"
+_SELF_DECIDING = "_ratekeeper_self_deciding"  # on a wrapper made by limit(): the wrapper itself
 _WRAPPED_BY = "_ratekeeper_gate"  # on a view wrapper: the gate that made it (its original is __wrapped__)
 _ADMISSION = "ratekeeper.admission"  # the request's environ key for what was decided and is owed
 _STREAMED = "ratekeeper.streamed"  # set when a streamed body holds the permits until it ends
+_CALLED = "ratekeeper.called"  # limits decided in this request without a view's verdict (a set)
 
-#: (exempt, group) of a view: group ``None`` is decided by path.
-Route = tuple[bool, "str | None"]
-_BY_PATH: Route = (False, None)
+log = logging.getLogger("ratekeeper")
+
+
+class RateLimitExceeded(TooManyRequests):
+    """A refusal inside Flask: the app's ``errorhandler(429)`` (or one for ``TooManyRequests``) answers it
+    when the app has one; else its response is the JSON 429 with the rate-limit fields.
+
+    Attributes:
+        decision: the refusing :class:`~ratekeeper.Decision`.
+        description: the limit's ``error_message``, or ``"Rate limit exceeded"``.
+    """
+
+    def __init__(self, decision: Decision, admission: Admission, message: str | None = None) -> None:
+        super().__init__(description=message or "Rate limit exceeded")
+        self.decision = decision
+        self._admission = admission
+        self._message = message
+
+    def get_response(self, environ: Any = None, scope: Any = None) -> Response:
+        """The JSON 429 with the fields: what the refusal answers when the app has no handler for it."""
+        body = self._admission.body
+        if self._message is not None:
+            body = json.dumps({**json.loads(body), "detail": self._message}).encode()
+        return Response(body, status=429, headers=list(self._admission.fields), mimetype="application/json")
+
+
+def _of_request(function: Callable[..., Any], loc: str) -> Callable[[flask.Request], Any]:
+    """``function`` as a callable of the request: ours take it, Flask-Limiter's take nothing and read
+    ``flask.request``; both are accepted."""
+    if not callable(function):
+        raise InvalidType(loc, f"must be callable, got {type(function).__name__}")
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: given the request
+        return function
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if any(p.kind in positional or p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters):
+        return function
+    return lambda _request: function()
+
+
+class _RouteLimit:
+    """One ``limit(...)`` (or a blueprint's, the defaults, the application's): its limits and options.
+
+    Its requests are decided in the group ``name``, or, for a rate given per request, per method or per
+    view, in a group per rate, method and view, made at its first request.
+    """
+
+    __slots__ = (
+        "cost",
+        "deduct_when",
+        "error_message",
+        "exempt_when",
+        "extension",
+        "groups",
+        "key",
+        "limits",
+        "methods",
+        "name",
+        "on_breach",
+        "per_method",
+        "per_view",
+        "rates",
+        "shared",
+    )
+
+    def __init__(
+        self,
+        extension: RateLimit,
+        name: str,
+        limits: Sequence[Limits],
+        *,
+        shared: bool = False,
+        per_view: bool = False,
+        key: Callable[..., str | None] | None = None,
+        cost: int | Callable[..., int] | None = None,
+        methods: Iterable[str] | None = None,
+        per_method: bool = False,
+        exempt_when: Callable[..., bool] | None = None,
+        deduct_when: Callable[[Response], bool] | None = None,
+        on_breach: Callable[[Decision], Response | None] | None = None,
+        error_message: str | Callable[..., str] | None = None,
+    ) -> None:
+        self.extension = extension
+        self.name = name
+        self.shared = shared
+        self.per_view = per_view
+        self.groups: dict[str, str | None] = {}  # the group's name with its rate, method and view -> group
+        if len(limits) == 1 and callable(limits[0]) and not isinstance(limits[0], (Limit, Rate, str)):
+            self.rates: Callable[[flask.Request], Any] | None = _of_request(limits[0], "limits")
+            self.limits: list[LimitSpec] | None = None
+        else:
+            if any(callable(spec) and not isinstance(spec, (Limit, Rate, str)) for spec in limits):
+                raise InvalidValue("limits", "a callable giving the limits per request comes alone: limit(rates)")
+            self.rates = None
+            self.limits = extension._expand(limits, "limits")
+        self.key = _of_request(key, "key") if key is not None else None
+        if cost is None or callable(cost):
+            self.cost: int | Callable[[flask.Request], int] | None = (
+                _of_request(cost, "cost") if cost is not None else None
+            )
+        elif isinstance(cost, bool) or not isinstance(cost, int) or cost < 1:
+            raise InvalidValue("cost", f"must be an int >= 1 or a callable, got {cost!r}")
+        else:
+            self.cost = cost
+        if isinstance(methods, str):
+            raise InvalidType("methods", f"must be a list of methods, e.g. ['POST'], got {methods!r}")
+        self.methods = frozenset(method.upper() for method in methods) if methods is not None else None
+        if not isinstance(per_method, bool):
+            raise InvalidType("per_method", f"must be a bool, got {type(per_method).__name__}")
+        self.per_method = per_method
+        self.exempt_when = _of_request(exempt_when, "exempt_when") if exempt_when is not None else None
+        if deduct_when is not None and not callable(deduct_when):
+            raise InvalidType("deduct_when", f"must be callable, got {type(deduct_when).__name__}")
+        self.deduct_when = deduct_when
+        if on_breach is not None and not callable(on_breach):
+            raise InvalidType("on_breach", f"must be callable, got {type(on_breach).__name__}")
+        self.on_breach = on_breach
+        if error_message is not None and not isinstance(error_message, str):
+            error_message = _of_request(error_message, "error_message")
+        self.error_message: str | Callable[[flask.Request], str] | None = error_message
+        if self.limits is not None:  # bad limits raise here, at decoration
+            if per_view:  # a group per view, made at its first request: only checked now
+                Rule("^$", name, limits=self.limits)
+            else:
+                extension._declare(name, self.limits)
+
+    def applies(self, request: flask.Request) -> bool:
+        """Whether the request is limited by this: its method, and ``exempt_when``."""
+        if self.methods is not None and request.method not in self.methods:
+            return False
+        return not (self.exempt_when is not None and self.exempt_when(request))
+
+    def group(self, request: flask.Request, endpoint: str | None) -> str | None:
+        """The group that decides ``request``; ``None`` when it gives no limit (a rate of ``None`` or ``""``)
+        or a bad one (logged)."""
+        name = self.name
+        if self.per_view:
+            name += f"@{endpoint}"
+        value: Any = None
+        if self.rates is not None:
+            value = self.rates(request)
+            name += f"[{value if isinstance(value, str) else repr(value)}]"
+        if self.per_method:
+            name += f":{request.method}"
+        known = self.groups.get(name, "")
+        if known != "":
+            return known
+        limits = self.limits
+        try:
+            if self.rates is not None:
+                given = value if isinstance(value, (list, tuple)) else [value]
+                limits = None if value in (None, "") else self.extension._expand(given, "limits")
+            if limits is not None:
+                self.extension._declare(name, limits)
+        except (InvalidValue, InvalidType) as error:  # a rate given per request: never raised into the request
+            log.error("ratekeeper: %s gave no usable limits, so it does not limit this request: %s", self.name, error)
+            return None
+        group = name if limits is not None else None
+        self.groups[name] = group
+        return group
+
+    def message(self, request: flask.Request) -> str | None:
+        return self.error_message(request) if callable(self.error_message) else self.error_message
+
+
+def _marks(function: Any) -> tuple[_RouteLimit, ...]:
+    marks: tuple[_RouteLimit, ...] = getattr(function, _LIMITS, ())
+    return marks
+
+
+def _view_name(view: Callable[..., Any]) -> str:
+    """The group name a view's limits start from: its qualified name, and its ``__name__`` when that was
+    given after (``View.as_view`` names every view it makes ``view`` in its code)."""
+    name = f"{view.__module__}.{view.__qualname__}"
+    if view.__name__ != view.__qualname__.rpartition(".")[2]:
+        name += f":{view.__name__}"
+    return name
+
+
+class _Verdict:
+    """What was decided for a request inside Flask, part by part (a path's rules, each limit), and what is
+    owed when its response ends. Quacks like an :class:`Admission` for the gate."""
+
+    __slots__ = ("called", "parts", "refusal", "status")
+
+    def __init__(self, called: Iterable[_RouteLimit] = ()) -> None:
+        self.status = 0
+        self.parts: list[tuple[Admission, _RouteLimit | None]] = []
+        self.refusal: tuple[Admission, _RouteLimit | None] | None = None
+        self.called = set(called)  # the limits decided already: a limited function called later skips them
+
+    @property
+    def fields(self) -> Sequence[tuple[Any, Any]]:
+        """The refusal's fields, or those of the allowed part the client most needs: a view's own limit
+        before a shared one, the shortest window first (as Flask-Limiter picks its headers)."""
+        if self.refusal is not None:
+            return self.refusal[0].fields
+        best: tuple[bool, float] | None = None
+        fields: Sequence[tuple[Any, Any]] = ()
+        for admission, limit in self.parts:
+            if admission.decision is None or not admission.fields:
+                continue
+            rank = (limit is None or limit.shared, admission.decision.window or math.inf)
+            if best is None or rank < best:
+                best, fields = rank, admission.fields
+        return fields
+
+    @property
+    def body(self) -> bytes:
+        return self.refusal[0].body if self.refusal is not None else b""
+
+    @property
+    def decision(self) -> Decision | None:
+        return self.refusal[0].decision if self.refusal is not None else None
+
+    @property
+    def refused_by_limit(self) -> bool:
+        return self.refusal is not None and self.refusal[0].refused_by_limit
+
+    @property
+    def permits(self) -> bool:
+        return any(admission.permits for admission, _ in self.parts)
+
+    @property
+    def owes(self) -> bool:
+        """Whether the view's response is needed: permits to give back, or a ``deduct_when`` to ask."""
+        return any(admission.permits or (limit is not None and limit.deduct_when) for admission, limit in self.parts)
+
+
+Owed = Admission | _Verdict
 
 
 class RateLimit:
-    """The Flask extension; the arguments are those of :class:`ratekeeper.asgi.RateLimitMiddleware`.
+    """The Flask extension; the arguments are those of :class:`ratekeeper.asgi.RateLimitMiddleware`, and:
 
     Args:
         app: the app, or ``None`` to call :meth:`init_app` later.
@@ -77,6 +325,16 @@ class RateLimit:
         cost: a callable of the request giving its cost.
         refund_when: a predicate on the response status; when true the request is given back.
         on_refused: a callable of the refusing :class:`~ratekeeper.Decision` returning the response.
+        algorithm: the algorithm of every limit the extension makes from a rate (``@limit``, blueprints,
+            ``default_limits``, ``application_limits``); ``"fixed_window"`` decides as Flask-Limiter's
+            default strategy. Default: the limits' own (``"gcra"``). A :class:`~ratekeeper.Limit` keeps its.
+        default_limits: the limits of every view that has none of its own nor its blueprint's, counted per
+            view; without them such a view is decided by the limiter's rules on its path.
+        application_limits: limits on top of all others, one budget per key across every view.
+        exempt_static: static files (the ``static`` endpoints of the app and its blueprints) are not limited.
+
+    Raises:
+        InvalidValue, InvalidType: a bad option, named by ``loc``.
     """
 
     def __init__(
@@ -85,13 +343,32 @@ class RateLimit:
         *,
         limiter: Limiter,
         on_refused: Callable[[Decision], Response] | None = None,
+        algorithm: Algorithm | None = None,
+        default_limits: Sequence[Limits] = (),
+        application_limits: Sequence[Limits] = (),
+        exempt_static: bool = True,
         **options: Unpack[WebSettings],
     ) -> None:
         self.options = WebOptions(limiter, **options)
         self.limiter = limiter
         self.gatekeeper = Gatekeeper(self.options)
+        if on_refused is not None and not callable(on_refused):
+            raise InvalidType("on_refused", f"must be callable, got {type(on_refused).__name__}")
         self.on_refused = on_refused
-        self._blueprints: dict[str, str | None] = {}  # blueprint -> group (None: exempt)
+        if algorithm is not None:
+            try:
+                Limit("1/s", algorithm=algorithm)
+            except (InvalidValue, InvalidType) as error:
+                raise error.at("algorithm", drop=1) from None
+        self.algorithm = algorithm
+        if not isinstance(exempt_static, bool):
+            raise InvalidType("exempt_static", f"must be a bool, got {type(exempt_static).__name__}")
+        self.exempt_static = exempt_static
+        self._blueprints: dict[flask.Blueprint, tuple[_RouteLimit, ...] | None] = {}  # None: exempt
+        self._filters: list[Callable[[flask.Request], Any]] = []
+        self._named: set[str] = set()  # the group names limit() gave
+        self._declaring = threading.Lock()
+        self._gates: weakref.WeakKeyDictionary[flask.Flask, _Gate] = weakref.WeakKeyDictionary()
         key = self.options.key_function
         # The key read from the environ, when a key function of ratekeeper.keys gives it without a request.
         self._environ_key = key if isinstance(key, KeyFunction) else None
@@ -103,6 +380,10 @@ class RateLimit:
         quick = self._at_gate and self.gatekeeper.quick
         self._quick_key = self._environ_key if quick else None
         self._marks = 0  # bumped by every mark: each app's views are wrapped anew on its next request
+        self.default_limits = self._shared("flask:default", default_limits, "default_limits", per_view=True)
+        self.application_limits = self._shared("flask:application", application_limits, "application_limits")
+        if self.default_limits is not None or self.application_limits is not None:
+            self._mark()
         if app is not None:
             self.init_app(app)
 
@@ -110,41 +391,173 @@ class RateLimit:
         """Registers the extension on ``app`` (``app.extensions["ratekeeper"]``) and wraps ``app.wsgi_app``
         in its gate; no request hook is registered."""
         app.extensions["ratekeeper"] = self
-        app.wsgi_app = _Gate(app, app.wsgi_app, self).serve  # type: ignore[method-assign]
+        gate = self._gates[app] = _Gate(app, app.wsgi_app, self)
+        app.wsgi_app = gate.serve  # type: ignore[method-assign]
 
-    def limit(self, *limits: Limit | Rate | str, group: str | None = None) -> Callable[[View], View]:
-        """A decorator: the view is limited by ``limits`` in a group of its own (its function's
-        qualified name), or in the group ``group`` that several views share."""
+    def limit(
+        self,
+        *limits: Limits,
+        group: str | None = None,
+        key: Callable[..., str | None] | None = None,
+        cost: int | Callable[..., int] | None = None,
+        methods: Iterable[str] | None = None,
+        per_method: bool = False,
+        exempt_when: Callable[..., bool] | None = None,
+        deduct_when: Callable[[Response], bool] | None = None,
+        on_breach: Callable[[Decision], Response | None] | None = None,
+        error_message: str | Callable[..., str] | None = None,
+    ) -> Callable[[Target], Target]:
+        """A decorator: the view (or any function a view calls, or a blueprint) is limited by ``limits``.
+
+        Each ``limit`` is a group of its own (named after the function), counted once per request; stacked
+        ones are independent limits, all of which must admit. ``group`` names one several views share.
+        A decorated function decides its limits when it is called, so a helper a view calls is limited
+        too; a view's limits are decided once per request however many wrappers it has.
+
+        Args:
+            limits: limits (``"10/min"``, ``"10 per minute"``, ``"10/s; 100/min"``, a
+                :class:`~ratekeeper.Rate` or :class:`~ratekeeper.Limit`), or one callable of the request
+                (or of nothing) returning them per request; ``None`` or ``""`` from it means no limit.
+            group: a group name shared by every view decorated with it.
+            key: the key of this limit, a callable of the request (or of nothing); ``None`` from it means
+                this limit does not apply to the request. Default: the extension's key.
+            cost: what a request counts for: an int, or a callable of the request (or of nothing).
+            methods: only requests of these methods are limited (e.g. ``["POST"]``).
+            per_method: each method counted apart.
+            exempt_when: a predicate of the request (or of nothing): when true, this limit does not apply.
+            deduct_when: a predicate of the view's response: only responses for which it is true count.
+            on_breach: called with the refusing :class:`~ratekeeper.Decision`; a response it returns
+                answers the request.
+            error_message: the refusal's ``detail`` (and the exception's ``description``): a str or a
+                callable of the request (or of nothing).
+
+        Raises:
+            InvalidValue, InvalidType: no limits, a bad limit or option; ``loc`` names it.
+        """
         if not limits:
             raise InvalidValue("limits", "give at least one limit, e.g. limit('5/min')")
+        options: dict[str, Any] = {
+            "key": key,
+            "cost": cost,
+            "methods": methods,
+            "per_method": per_method,
+            "exempt_when": exempt_when,
+            "deduct_when": deduct_when,
+            "on_breach": on_breach,
+            "error_message": error_message,
+        }
 
-        def decorate(view: View) -> View:
-            name = group if group is not None else f"{view.__module__}.{view.__qualname__}"
-            self.limiter.add_group(name, list(limits))
-            setattr(view, _ROUTE_GROUP, name)
-            self._mark()
-            return view
+        def decorate(target: Target) -> Target:
+            if isinstance(target, flask.Blueprint):
+                self.limit_blueprint(target, *limits, group=group, **options)
+                return target
+            if not callable(target):
+                raise InvalidType("limit", f"decorates a view, a function or a blueprint, got {target!r}")
+            marks = _marks(target)
+            name = group if group is not None else _view_name(target) + (f"#{len(marks)}" if marks else "")
+            new = name not in self._named
+            self._named.add(name)
+            route_limit = _RouteLimit(self, name, limits, shared=group is not None, **options)
+            # Marked on the function too: registered with Flask before this decorator, it is what is called.
+            setattr(target, _LIMITS, (*marks, route_limit))
+            calling = target if getattr(target, _SELF_DECIDING, None) is target else self._deciding(target)
+            setattr(calling, _LIMITS, (*marks, route_limit))
+            if new:  # a function decorated anew at each call (a view's inner function) leaves the views be
+                self._mark()
+            return calling  # type: ignore[return-value]
 
         return decorate
 
-    def exempt(self, view: View) -> View:
-        """A decorator: the view is never limited."""
-        setattr(view, _EXEMPT, True)
+    def exempt(self, target: Target) -> Target:
+        """A decorator: the view (or every view of a blueprint, and of those nested in it) is never limited,
+        by its own limits, the blueprint's, the defaults or the application's."""
+        if isinstance(target, flask.Blueprint):
+            self._blueprints[target] = None
+        else:
+            setattr(target, _EXEMPT, True)
         self._mark()
-        return view
+        return target
 
     def limit_blueprint(
-        self, blueprint: flask.Blueprint, *limits: Limit | Rate | str, group: str | None = None
+        self, blueprint: flask.Blueprint, *limits: Limits, group: str | None = None, **options: Any
     ) -> None:
-        """Every view of ``blueprint`` (and of the blueprints nested in it) shares ``limits``, unless a
-        view has a limit of its own; with no limits the blueprint is exempt."""
+        """Every view of ``blueprint`` (and of the blueprints nested in it, unless they have their own)
+        shares ``limits``, unless a view has limits of its own; with no limits the blueprint is exempt.
+        ``options`` are those of :meth:`limit`."""
         if not limits:
-            self._blueprints[blueprint.name] = None
+            self._blueprints[blueprint] = None
         else:
-            name = group if group is not None else f"blueprint:{blueprint.name}"
-            self.limiter.add_group(name, list(limits))
-            self._blueprints[blueprint.name] = name
+            marks = self._blueprints.get(blueprint) or ()
+            name = group if group is not None else f"blueprint:{blueprint.name}" + (f"#{len(marks)}" if marks else "")
+            self._blueprints[blueprint] = (*marks, _RouteLimit(self, name, limits, shared=True, **options))
         self._mark()
+
+    def request_filter(self, predicate: Callable[..., Any]) -> Callable[..., Any]:
+        """A decorator: a predicate of the request (or of nothing, reading ``flask.request``); a request for
+        which one is true is not limited at all. Flask-Limiter's ``request_filter``."""
+        self._filters.append(_of_request(predicate, "request_filter"))
+        self._mark()
+        return predicate
+
+    # --- what the decorators make -------------------------------------------------------------------------
+
+    def _shared(self, name: str, limits: Sequence[Limits], loc: str, *, per_view: bool = False) -> _RouteLimit | None:
+        if isinstance(limits, (str, Limit, Rate)) or callable(limits):
+            limits = [limits]
+        if not limits:
+            return None
+        try:
+            return _RouteLimit(self, name, list(limits), shared=True, per_view=per_view)
+        except (InvalidValue, InvalidType) as error:
+            raise error.at(loc, drop=1) from None
+
+    def _expand(self, specs: Sequence[Any], loc: str) -> list[LimitSpec] | None:
+        """The limits of ``specs`` as the limiter takes them, in the extension's algorithm; ``None`` for
+        no limit."""
+        items = expand_limits(specs, loc)
+        if items is None:
+            return None
+        if self.algorithm is not None:
+            items = [Limit(item, algorithm=self.algorithm) if isinstance(item, (str, Rate)) else item for item in items]
+        return items
+
+    def _declare(self, name: str, limits: Sequence[LimitSpec]) -> None:
+        """Adds the group ``name`` to the limiter, once (adding groups is a read and a write of its rules)."""
+        with self._declaring:
+            self.limiter.add_group(name, list(limits))  # the same limits again do nothing; others raise
+
+    def _deciding(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        """``function``, deciding its limits when called in a request (unless decided for it already)."""
+        extension = self
+
+        if inspect.iscoroutinefunction(function):
+
+            @functools.wraps(function)
+            async def limited_async(*args: Any, **kwargs: Any) -> Any:
+                held = extension._decide_call(limited_async)
+                if not held:
+                    return await function(*args, **kwargs)
+                try:
+                    return await function(*args, **kwargs)
+                finally:
+                    extension._release(held)
+
+            calling: Callable[..., Any] = limited_async
+        else:
+
+            @functools.wraps(function)
+            def limited(*args: Any, **kwargs: Any) -> Any:
+                held = extension._decide_call(limited)
+                if not held:
+                    return function(*args, **kwargs)
+                try:
+                    return function(*args, **kwargs)
+                finally:
+                    extension._release(held)
+
+            calling = limited
+        setattr(calling, _SELF_DECIDING, calling)  # functools.wraps copies attributes, never this identity
+        return calling
 
     def _mark(self) -> None:
         # A request's decision now may depend on its view, which only Flask's routing finds.
@@ -152,72 +565,145 @@ class RateLimit:
         self._quick_key = None
         self._marks += 1
 
-    def _route_of(self, endpoint: str, *views: Callable[..., Any]) -> Route:
-        """(exempt, group) of the view at ``endpoint``: its own mark (on the function Flask calls, or on the
-        one it wraps), else its blueprints', else by path."""
-        if any(getattr(view, _EXEMPT, False) for view in views):
-            return True, None
-        for view in views:
-            own: str | None = getattr(view, _ROUTE_GROUP, None)
-            if own is not None:
-                return False, own
-        blueprint = endpoint.rpartition(".")[0]
-        while blueprint:  # innermost first, as flask.request.blueprints lists them
-            if blueprint in self._blueprints:
-                group = self._blueprints[blueprint]
-                return group is None, group
-            blueprint = blueprint.rpartition(".")[0]
-        return _BY_PATH
+    # --- deciding ---------------------------------------------------------------------------------------
 
-    def _admission(self, request: flask.Request, route: Route) -> Admission:
-        """What was decided for ``request`` (at the gate), or its decision now by ``route``; left in the
-        environ for the gate."""
-        environ = request.environ
-        admission: Admission | None = environ.get(_ADMISSION)
-        if admission is not None:
-            return admission
-        if self._at_gate:  # the gate's hot path decided it, and nothing is owed (it leaves no trace)
-            return _NOT_LIMITED
-        exempt, group = route
-        if exempt or not self.limiter.enabled:
-            admission = environ[_ADMISSION] = _NOT_LIMITED
-            return admission
+    def _filtered(self, request: flask.Request) -> bool:
+        return any(predicate(request) for predicate in self._filters)
+
+    def _peer(self, request: flask.Request) -> str | None:
         key = self.options.key_function
         if isinstance(key, KeyFunction):
-            peer = key.from_environ(environ)
-        else:
-            given = key(request)
-            if given is not None and not isinstance(given, str):
-                raise InvalidType("key", f"must return a str or None (Flask calls it synchronously), got {given!r}")
-            peer = given
-        cost = self.options.cost(request) if self.options.cost is not None else 1
-        admission = environ[_ADMISSION] = self.gatekeeper.admit(peer, request.path, group, cost)
-        return admission
+            return key.from_environ(request.environ)
+        given = key(request)
+        if given is not None and not isinstance(given, str):
+            raise InvalidType("key", f"must return a str or None (Flask calls it synchronously), got {given!r}")
+        return given
 
-    def _refusal(self, admission: Admission) -> Response:
-        """The answer to a refused request: ``on_refused``'s, or the JSON 429 with the fields."""
-        if admission.refused_by_limit and self.on_refused is not None:
-            assert admission.decision is not None
-            return self.on_refused(admission.decision)
-        return Response(admission.body, status=admission.status, headers=admission.fields, mimetype="application/json")
+    def _cost(self, request: flask.Request, limit: _RouteLimit | None) -> int:
+        cost = limit.cost if limit is not None and limit.cost is not None else self.options.cost
+        if cost is None:
+            return 1
+        return cost if isinstance(cost, int) else cost(request)
 
-    def _held(self, app: flask.Flask, request: flask.Request, admission: Admission, returned: Any) -> Response:
-        """The view's response, once its permits are given back (the work is done), or handed to its
-        streamed body (the work goes on while it streams)."""
-        response = app.make_response(returned)  # what Flask would make of it next; a Response is kept
-        if response.is_streamed:
-            # Held until the body's iterator is exhausted (before the server ends the response) or closed
-            # (the client left), whichever comes first. Not at the response's close: the server closes it
-            # after the client has the last byte, so a client asking again at once would find it taken.
-            release = functools.partial(self.gatekeeper.release, admission)
-            response.response = _ReleasingBody(response.response, release)
-            response.call_on_close(release)  # a server that never iterates the body still closes it
-            request.environ[_STREAMED] = True
-        else:
-            # Holding the permits while the server writes the body would refuse a client that asks again
-            # as soon as it has read it.
+    def _decide(
+        self, request: flask.Request, verdict: _Verdict, limits: Iterable[_RouteLimit], by_path: bool = False
+    ) -> None:
+        """Decides ``request`` by the path's rules (``by_path``) and by each of ``limits`` that applies, into
+        ``verdict``. When one refuses, those allowed in this call are given back: a refusal counts nothing."""
+        gatekeeper = self.gatekeeper
+        endpoint = request.endpoint
+        peer: str | None = None
+        peer_read = False
+        decided: list[tuple[Admission, _RouteLimit | None]] = []
+        steps: list[_RouteLimit | None] = [None] if by_path else []
+        steps.extend(limits)
+        for limit in steps:
+            if limit is None:
+                group = None
+            else:
+                if not limit.applies(request):
+                    continue
+                group = limit.group(request, endpoint)
+                if group is None:
+                    continue
+            if limit is not None and limit.key is not None:
+                who = limit.key(request)
+                if who is None:  # this limit's key says it does not apply (Flask-Limiter skips it too)
+                    continue
+            else:
+                if not peer_read:
+                    peer, peer_read = self._peer(request), True
+                who = peer
+            admission = gatekeeper.admit(who, request.path, group, self._cost(request, limit))
+            if admission.status:
+                for given, _ in decided:
+                    self._give_back(given)
+                verdict.status = admission.status
+                verdict.refusal = (admission, limit)
+                return
+            if admission.decision is not None:
+                decided.append((admission, limit))
+        verdict.parts.extend(decided)
+
+    def _give_back(self, admission: Admission) -> None:
+        """Undoes an allowed admission: its count and its permits."""
+        decision = admission.decision
+        if decision is not None and decision.allowed:
+            self.limiter.reduce(admission.peer, admission.path, admission.cost, group=admission.group)
+        self.gatekeeper.release(admission)
+
+    def _release(self, owed: Owed | Sequence[tuple[Admission, _RouteLimit | None]]) -> None:
+        parts = owed.parts if isinstance(owed, _Verdict) else owed if not isinstance(owed, Admission) else None
+        if parts is None:
+            self.gatekeeper.release(owed)  # type: ignore[arg-type]
+            return
+        for admission, _ in parts:
             self.gatekeeper.release(admission)
-        return response
+
+    def _settle(self, owed: Owed, status: int) -> None:
+        if isinstance(owed, Admission):
+            self.gatekeeper.settle(owed, status)
+        else:
+            for admission, _ in owed.parts:
+                self.gatekeeper.settle(admission, status)
+
+    def _deduct(self, verdict: _Verdict, response: Response) -> None:
+        """Gives back each allowed part whose limit's ``deduct_when`` says the response does not count."""
+        for admission, limit in verdict.parts:
+            if limit is not None and limit.deduct_when is not None and not limit.deduct_when(response):
+                decision = admission.decision
+                if decision is not None and decision.allowed:
+                    self.limiter.reduce(admission.peer, admission.path, admission.cost, group=admission.group)
+
+    def _answer(self, request: flask.Request, refusal: tuple[Admission, _RouteLimit | None]) -> Response:
+        """The answer to a refusal inside Flask: the limit's ``on_breach`` response, ``on_refused``'s, or
+        :class:`RateLimitExceeded` raised for the app's 429 handler (its own response when there is none)."""
+        admission, limit = refusal
+        if not admission.refused_by_limit:  # no key: the missing key's answer
+            return Response(
+                admission.body, status=admission.status, headers=admission.fields, mimetype="application/json"
+            )
+        decision = admission.decision
+        assert decision is not None
+        if limit is not None and limit.on_breach is not None:
+            given = limit.on_breach(decision)
+            if given is not None:
+                return given
+        if self.on_refused is not None:
+            return self.on_refused(decision)
+        raise RateLimitExceeded(decision, admission, limit.message(request) if limit is not None else None)
+
+    def _decide_call(self, calling: Callable[..., Any]) -> list[tuple[Admission, _RouteLimit | None]]:
+        """Decides the limits of a ``limit``-decorated function as it is called: those not decided for this
+        request yet. Returns the parts its caller gives back when the function returns (none when the view's
+        verdict owes them); a refusal is raised."""
+        if not flask.has_request_context() or not self.limiter.enabled:
+            return []
+        request: flask.Request = flask.request._get_current_object()  # type: ignore[attr-defined]
+        environ = request.environ
+        verdict = environ.get(_ADMISSION)
+        owner = verdict if isinstance(verdict, _Verdict) else None
+        called: set[_RouteLimit] = owner.called if owner is not None else environ.setdefault(_CALLED, set())
+        due = [limit for limit in _marks(calling) if limit not in called]
+        called.update(due)
+        if not due or getattr(calling, _EXEMPT, False) or self._filtered(request):
+            return []
+        decided = _Verdict()
+        self._decide(request, decided, due)
+        if decided.refusal is not None:
+            if owner is not None:  # the gate adds the refusal's fields to whatever answers it
+                owner.status, owner.refusal = decided.status, decided.refusal
+            answer = self._answer(request, decided.refusal)  # raises RateLimitExceeded
+            _raise_response(answer)
+        if owner is not None:
+            owner.parts.extend(decided.parts)
+            return []
+        return decided.parts
+
+
+def _raise_response(response: Response) -> NoReturn:
+    """Answers the request with ``response`` from inside a function (as ``flask.abort(response)``)."""
+    raise HTTPException(response=response)
 
 
 class _ReleasingBody:
@@ -251,30 +737,93 @@ class _ReleasingBody:
             self._release()
 
 
+class _Route:
+    """How a view's requests are decided, found when the views are wrapped."""
+
+    __slots__ = ("by_path", "exempt", "fallback", "gate_decides", "own")
+
+    def __init__(
+        self,
+        exempt: bool = False,
+        own: tuple[_RouteLimit, ...] = (),
+        gate_decides: tuple[_RouteLimit, ...] = (),
+        fallback: tuple[_RouteLimit, ...] = (),
+        by_path: bool = True,
+    ) -> None:
+        self.exempt = exempt
+        self.own = own  # every limit of the view
+        self.gate_decides = gate_decides  # those no limit()-made wrapper decides as it is called
+        # When none of the view's own limits applies to the request's method (or it has none): the
+        # blueprint's limits or the defaults, else (by_path) the limiter's rules on the path.
+        self.fallback = fallback
+        self.by_path = by_path
+
+    def own_applies(self, request: flask.Request) -> bool:
+        """Whether one of the view's own limits is for the request's method: then the blueprint's limits,
+        the defaults and the path's rules do not apply (as in Flask-Limiter, a route's limits override
+        the defaults only for the methods they limit)."""
+        method = request.method
+        return any(limit.methods is None or method in limit.methods for limit in self.own)
+
+
+_EXEMPT_ROUTE = _Route(exempt=True, by_path=False)
+_BY_PATH = _Route()
+
+
 class _Gate:
     """``app.wsgi_app`` behind the extension: decides at the gate when it can, else wraps the app's views
     (see the module's docstring); adds the fields and applies ``refund_when`` when the response starts, and
     gives back permits still held when the app raises or no view took them."""
 
-    __slots__ = ("app", "extension", "routes", "wrapped_at", "wrapping", "wsgi_app")
+    __slots__ = (
+        "app",
+        "extension",
+        "own_refusals",
+        "prepared",
+        "routes",
+        "static",
+        "wrapped_at",
+        "wrapping",
+        "wsgi_app",
+    )
 
     def __init__(self, app: flask.Flask, wsgi_app: Callable[[dict[str, Any], Any], Any], extension: RateLimit) -> None:
         self.app = app
         self.wsgi_app = wsgi_app
         self.extension = extension
-        self.routes: dict[str, Route] = {}  # endpoint -> route, as the views were wrapped
+        self.routes: dict[str, _Route] = {}  # endpoint -> route, as the views were wrapped
         self.wrapped_at: tuple[int, int] | None = None  # (marks, number of views) then
         self.wrapping = threading.Lock()
+        self.prepared = False
+        self.own_refusals = True  # whether the gate may answer refusals itself (the app has no 429 handler)
+        self.static: tuple[str, ...] = ()  # the URL prefixes of static files, when they are exempt
+
+    def prepare(self) -> None:
+        """At the first request, when the app is set up (Flask takes no routes or handlers after it): the
+        static files' prefixes and whether the app answers 429s itself."""
+        app = self.app
+        if self.extension.exempt_static:
+            prefixes = []
+            for rule in app.url_map.iter_rules():
+                if _is_static(rule.endpoint):
+                    prefixes.append(rule.rule.partition("<")[0])
+            self.static = tuple(prefixes)
+        self.own_refusals = not _handles_429(app)
+        self.prepared = True
 
     def serve(self, environ: dict[str, Any], start_response: StartResponse) -> Any:
         """The app behind the gate, as WSGI calls it (a bound method: a call costs less than an instance's)."""
+        if not self.prepared:
+            self.prepare()
         extension = self.extension
-        key = extension._quick_key
+        key = extension._quick_key if self.own_refusals else None
         peer = key.from_environ(environ) if key is not None else None
         if peer is not None:
             raw = environ.get("PATH_INFO", "")
             # What flask.request.path is: Werkzeug's decoding and one leading slash (ASCII needs neither).
             path = raw if raw[:1] == "/" and raw[1:2] != "/" and raw.isascii() else _request_path(environ)
+            if self.static and path.startswith(self.static):
+                return self.wsgi_app(environ, start_response)
             gatekeeper = extension.gatekeeper
             admitted = gatekeeper.admit_quick(peer, path)
             if type(admitted) is tuple:  # the hot path: only the fields are owed (and nothing is left behind)
@@ -290,17 +839,27 @@ class _Gate:
             admission = gatekeeper.admission(admitted, peer, path)
         elif not extension.limiter.enabled:
             return self.wsgi_app(environ, start_response)
-        elif not extension._at_gate or extension._environ_key is None:
+        elif not self.at_gate:
             self.wrap_views()
             return self.respond(environ, start_response)
         else:  # a missing key, delay mode, refund_when
-            admission = extension.gatekeeper.admit(extension._environ_key.from_environ(environ), _request_path(environ))
+            path = _request_path(environ)
+            if self.static and path.startswith(self.static):
+                return self.wsgi_app(environ, start_response)
+            assert extension._environ_key is not None
+            admission = extension.gatekeeper.admit(extension._environ_key.from_environ(environ), path)
         environ[_ADMISSION] = admission
         if admission.status:
             return self.refuse(admission, environ, start_response)
         if admission.permits:
             self.wrap_views()  # each view gives its permits back when it returns, or when its body ends
         return self.respond(environ, start_response)
+
+    @property
+    def at_gate(self) -> bool:
+        """Whether the gate decides every request of this app (see :attr:`RateLimit._at_gate`)."""
+        extension = self.extension
+        return extension._at_gate and extension._environ_key is not None and self.own_refusals
 
     def respond(self, environ: dict[str, Any], start_response: StartResponse) -> Any:
         """Calls the app; the fields and ``refund_when`` when its response starts, for whoever decided (the
@@ -314,25 +873,28 @@ class _Gate:
             if started:  # again, for an error after the start: decided and settled already
                 return start_response(status, headers, exc_info)
             started = True
-            admission: Admission | None = environ.get(_ADMISSION)
-            if admission is None:
-                admission = self.decide_late(environ)
-                if admission.status:
-                    late.append(self.refuse(admission, environ, start_response))
+            owed: Owed | None = environ.get(_ADMISSION)
+            if owed is None:
+                owed = self.decide_late(environ)
+                if owed.status:
+                    late.append(self.refuse(owed, environ, start_response))
                     return _discard
-            if not admission.status:  # a refusal's fields are set already
-                headers.extend(admission.fields)
-                extension.gatekeeper.settle(admission, int(status[:3]))
-                if admission.permits and _STREAMED not in environ:  # no view's body holds them
-                    extension.gatekeeper.release(admission)
+            if owed.status:  # refused inside Flask, and answered there (ours, on_breach's, the app's 429)
+                present = {name.lower() for name, _ in headers}
+                headers.extend(field for field in owed.fields if field[0].lower() not in present)
+            else:
+                headers.extend(owed.fields)
+                extension._settle(owed, int(status[:3]))
+                if owed.permits and _STREAMED not in environ:  # no view's body holds them
+                    extension._release(owed)
             return start_response(status, headers, exc_info)
 
         try:
             body = self.wsgi_app(environ, start_with_fields)
         except BaseException:
-            admission: Admission | None = environ.get(_ADMISSION)
-            if admission is not None:  # the app raised through Flask (PROPAGATE_EXCEPTIONS)
-                extension.gatekeeper.release(admission)
+            owed: Owed | None = environ.get(_ADMISSION)
+            if owed is not None:  # the app raised through Flask (PROPAGATE_EXCEPTIONS)
+                extension._release(owed)
             raise
         if late:
             close = getattr(body, "close", None)
@@ -341,17 +903,41 @@ class _Gate:
             return late[0]
         return body
 
-    def refuse(self, admission: Admission, environ: dict[str, Any], start_response: StartResponse) -> Any:
+    def refuse(self, owed: Owed, environ: dict[str, Any], start_response: StartResponse) -> Any:
         """Answers a refused request: ``on_refused``'s response, or the JSON 429 with the fields."""
-        if admission.refused_by_limit and self.extension.on_refused is not None:
-            return self.extension._refusal(admission)(environ, start_response)
+        extension = self.extension
+        decision = owed.decision
+        if owed.refused_by_limit and extension.on_refused is not None and decision is not None:
+            return extension.on_refused(decision)(environ, start_response)
         # The JSON answer as WSGI bytes: a Werkzeug Response costs more than the rest of a refusal.
-        body = admission.body
-        headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body))), *admission.fields]
-        start_response(f"{admission.status} {HTTP_STATUS_CODES[admission.status]}", headers)
+        body = owed.body
+        headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body))), *owed.fields]
+        start_response(f"{owed.status} {HTTP_STATUS_CODES[owed.status]}", headers)
         return [] if environ.get("REQUEST_METHOD") == "HEAD" else [body]
 
-    def decide_late(self, environ: dict[str, Any]) -> Admission:
+    def decide(self, request: flask.Request, route: _Route, *, late: bool = False) -> Owed:
+        """What was decided for ``request`` (at the gate), or its decision now by ``route``; left in the
+        environ for the gate. ``late``: the view will not run, so its own wrappers decide nothing."""
+        environ = request.environ
+        owed: Owed | None = environ.get(_ADMISSION)
+        if owed is not None:
+            return owed
+        if self.at_gate:  # the gate's hot path decided it, and nothing is owed (it leaves no trace)
+            return _NOT_LIMITED
+        extension = self.extension
+        gate_decides = route.own if late else route.gate_decides
+        verdict = environ[_ADMISSION] = _Verdict(gate_decides)
+        if route.exempt or not extension.limiter.enabled or extension._filtered(request):
+            verdict.called.update(route.own)  # not limited: nor by the view's own wrappers
+            return verdict
+        own = route.own_applies(request)
+        limits = list(gate_decides if own else route.fallback)
+        if extension.application_limits is not None:
+            limits.append(extension.application_limits)
+        extension._decide(request, verdict, limits, by_path=route.by_path and not own)
+        return verdict
+
+    def decide_late(self, environ: dict[str, Any]) -> Owed:
         """The decision for a request no view wrapper saw, made as its response starts: by the marks of
         the view Flask found for it (an app's ``before_request`` answered), else by path (a 404)."""
         extension = self.extension
@@ -359,13 +945,51 @@ class _Gate:
             request: flask.Request = flask.request._get_current_object()  # type: ignore[attr-defined]
             endpoint = request.endpoint
             route = self.routes.get(endpoint, _BY_PATH) if endpoint is not None else _BY_PATH
-            return extension._admission(request, route)
+            if endpoint is not None and extension.exempt_static and _is_static(endpoint):
+                route = _EXEMPT_ROUTE
+            return self.decide(request, route, late=True)
         key = extension._environ_key
         if key is None or extension.options.cost is not None:  # not made inside Flask's request context
             return _NOT_LIMITED
         admission: Admission = extension.gatekeeper.admit(key.from_environ(environ), _request_path(environ))
         environ[_ADMISSION] = admission
         return admission
+
+    def route_of(self, endpoint: str, *views: Callable[..., Any]) -> _Route:
+        """How the view at ``endpoint`` is decided: exempt (static, its mark or its blueprint's), by its own
+        limits (on the function Flask calls, or on the one it wraps), its blueprint's, the defaults, or by
+        path; the application's limits on top."""
+        extension = self.extension
+        if extension.exempt_static and _is_static(endpoint):
+            return _EXEMPT_ROUTE
+        if any(getattr(view, _EXEMPT, False) for view in views):
+            return _EXEMPT_ROUTE
+        own: dict[_RouteLimit, None] = {}
+        for view in views:
+            own.update(dict.fromkeys(_marks(view)))
+        # The limits of a limit()-made wrapper on the way to the view are decided by it, when it is called.
+        self_deciding: set[_RouteLimit] = set()
+        function: Any = views[0]
+        while function is not None:
+            if getattr(function, _SELF_DECIDING, None) is function:
+                self_deciding.update(_marks(function))
+            function = getattr(function, "__wrapped__", None)
+        gate_decides = tuple(limit for limit in own if limit not in self_deciding)
+        fallback: tuple[_RouteLimit, ...] | None = None
+        blueprint = endpoint.rpartition(".")[0]
+        while blueprint:  # innermost first, as flask.request.blueprints lists them, by their dotted names
+            found = self.app.blueprints.get(blueprint)
+            if found is not None and found in extension._blueprints:
+                fallback = extension._blueprints[found]
+                if fallback is None:
+                    return _EXEMPT_ROUTE
+                break
+            blueprint = blueprint.rpartition(".")[0]
+        if fallback is None and extension.default_limits is not None:
+            fallback = (extension.default_limits,)
+        if not own and fallback is None:
+            return _BY_PATH
+        return _Route(own=tuple(own), gate_decides=gate_decides, fallback=fallback or (), by_path=fallback is None)
 
     def wrap_views(self) -> None:
         """Wraps each of the app's view functions (again, after a new mark or view), so that each decides
@@ -380,37 +1004,67 @@ class _Gate:
     def wrap_all(self, views: dict[str, Any]) -> None:
         """Wraps every view anew from its original, by the marks as they are now."""
         marks = self.extension._marks  # read first: a mark made meanwhile has the views wrapped again
-        routes: dict[str, Route] = {}
+        routes: dict[str, _Route] = {}
         for endpoint, current in list(views.items()):
             view: Callable[..., Any] = current
             if getattr(view, _WRAPPED_BY, None) is self:
                 view = view.__wrapped__  # type: ignore[attr-defined]  # wrapped before: anew from the original
             # A mark may have been put on the wrapper (what app.view_functions holds) or on the original.
-            routes[endpoint] = route = self.extension._route_of(endpoint, current, view)
+            routes[endpoint] = route = self.route_of(endpoint, view, current)
             views[endpoint] = self.wrapped(view, route)
         self.routes = routes
         self.wrapped_at = (marks, len(views))
 
-    def wrapped(self, view: Callable[..., Any], route: Route) -> Callable[..., Any]:
+    def held(self, request: flask.Request, owed: Owed, returned: Any) -> Response:
+        """The view's response, its ``deduct_when`` asked, once its permits are given back (the work is
+        done), or handed to its streamed body (the work goes on while it streams)."""
+        extension = self.extension
+        response = self.app.make_response(returned)  # what Flask would make of it next; a Response is kept
+        if isinstance(owed, _Verdict):
+            extension._deduct(owed, response)
+        if not owed.permits:
+            return response
+        if response.is_streamed:
+            # Held until the body's iterator is exhausted (before the server ends the response) or closed
+            # (the client left), whichever comes first. Not at the response's close: the server closes it
+            # after the client has the last byte, so a client asking again at once would find it taken.
+            release = functools.partial(extension._release, owed)
+            response.response = _ReleasingBody(response.response, release)
+            response.call_on_close(release)  # a server that never iterates the body still closes it
+            request.environ[_STREAMED] = True
+        else:
+            # Holding the permits while the server writes the body would refuse a client that asks again
+            # as soon as it has read it.
+            extension._release(owed)
+        return response
+
+    def finished(self, owed: Owed, error: BaseException) -> Any:
+        """What a view that raised ``error`` leaves: an HTTP error answered as Flask would (so that
+        ``deduct_when`` sees its response), else its permits given back and the error raised on."""
+        if isinstance(owed, _Verdict) and isinstance(error, HTTPException) and owed.owes:
+            return self.app.handle_user_exception(error)
+        self.extension._release(owed)
+        raise error
+
+    def wrapped(self, view: Callable[..., Any], route: _Route) -> Callable[..., Any]:
         """``view``, deciding its request by ``route`` unless the gate did, and giving back its permits."""
-        extension, app = self.extension, self.app
+        gate = self
 
         if inspect.iscoroutinefunction(view):  # Flask runs an async view through ensure_sync: keep it one
 
             @functools.wraps(view)
             async def limited_async(*args: Any, **kwargs: Any) -> Any:
                 request: flask.Request = flask.request._get_current_object()  # type: ignore[attr-defined]
-                admission = extension._admission(request, route)
-                if admission.status:
-                    return extension._refusal(admission)
-                if not admission.permits:
+                owed = gate.decide(request, route)
+                if owed.status:
+                    return gate.extension._answer(request, _refusal(owed))
+                if owed is _NOT_LIMITED:
                     return await view(*args, **kwargs)
                 try:
                     returned = await view(*args, **kwargs)
-                except BaseException:
-                    extension.gatekeeper.release(admission)
-                    raise
-                return extension._held(app, request, admission, returned)
+                except BaseException as error:
+                    returned = gate.finished(owed, error)
+                return gate.held(request, owed, returned) if owed.permits or _owes(owed) else returned
 
             setattr(limited_async, _WRAPPED_BY, self)
             return limited_async
@@ -418,20 +1072,47 @@ class _Gate:
         @functools.wraps(view)
         def limited(*args: Any, **kwargs: Any) -> Any:
             request: flask.Request = flask.request._get_current_object()  # type: ignore[attr-defined]
-            admission = extension._admission(request, route)
-            if admission.status:
-                return extension._refusal(admission)
-            if not admission.permits:
+            owed = gate.decide(request, route)
+            if owed.status:
+                return gate.extension._answer(request, _refusal(owed))
+            if owed is _NOT_LIMITED:
                 return view(*args, **kwargs)
             try:
                 returned = view(*args, **kwargs)
-            except BaseException:
-                extension.gatekeeper.release(admission)
-                raise
-            return extension._held(app, request, admission, returned)
+            except BaseException as error:
+                returned = gate.finished(owed, error)
+            return gate.held(request, owed, returned) if owed.permits or _owes(owed) else returned
 
         setattr(limited, _WRAPPED_BY, self)
         return limited
+
+
+def _refusal(owed: Owed) -> tuple[Admission, _RouteLimit | None]:
+    if isinstance(owed, Admission):
+        return owed, None
+    assert owed.refusal is not None
+    return owed.refusal
+
+
+def _owes(owed: Owed) -> bool:
+    return isinstance(owed, _Verdict) and owed.owes
+
+
+def _is_static(endpoint: str) -> bool:
+    """Whether ``endpoint`` serves static files: the app's ``static`` or a blueprint's ``<name>.static``."""
+    return endpoint == "static" or endpoint.endswith(".static")
+
+
+def _handles_429(app: flask.Flask) -> bool:
+    """Whether the app (or one of its blueprints) has an error handler a 429 reaches: for 429, for
+    ``TooManyRequests`` or one of its bases (``HTTPException``, ``Exception``)."""
+    for handlers in app.error_handler_spec.values():
+        for code, by_class in handlers.items():
+            if code == 429 and by_class:
+                return True
+            if code is None and any(issubclass(RateLimitExceeded, cls) for cls in by_class):
+                return True
+    return False
 
 
 def _request_path(environ: dict[str, Any]) -> str:

@@ -366,7 +366,7 @@ def test_view_wrappers_keep_the_views_name_docs_and_marks(limiter: rk.Limiter) -
     assert wrapper is not original
     assert wrapper.__wrapped__ is original  # type: ignore[attr-defined]
     assert (wrapper.__name__, wrapper.__doc__) == ("documented", "What the view does.")
-    assert wrapper._ratekeeper_group == "documented"  # type: ignore[attr-defined]
+    assert [limit.name for limit in wrapper._ratekeeper_limits] == ["documented"]  # type: ignore[attr-defined]
 
 
 def test_marks_in_either_decorator_order_and_blueprints_limited_after_registration(clock: rk.ManualClock) -> None:
