@@ -814,3 +814,45 @@ def test_new_settings_and_arguments_name_the_field(site: ModuleType) -> None:
         with pytest.raises(error) as raised:
             make()
         assert raised.value.loc == loc  # type: ignore[attr-defined]
+
+
+def test_log_refusals_adds_one_ratekeeper_record_per_refusal(
+    site: ModuleType, caplog: pytest.LogCaptureFixture
+) -> None:
+    from django.test import override_settings
+
+    caplog.set_level("WARNING", logger="ratekeeper.refusals")
+    limiter = rk.Limiter(rules=[], clock=rk.ManualClock())
+    for log_refusals, expected in ((False, 0), (True, 2)):
+        limiter.reset()
+        caplog.clear()
+        with override_settings(RATEKEEPER={"LIMITER": limiter, "LOG_REFUSALS": log_refusals}):
+            from django_site.views import login
+
+            assert statuses(login, 4) == [200, 200, 429, 429]
+        records = [r for r in caplog.records if r.name == "ratekeeper.refusals"]
+        assert len(records) == expected
+    assert records[0].group == "django_site.views.login"  # type: ignore[attr-defined]
+    assert records[0].peer == "127.0.0.1"  # type: ignore[attr-defined]
+
+
+def test_penalty_and_epoch_reset_settings(site: ModuleType) -> None:
+    from django.test import override_settings
+    from django_site.views import login
+
+    clock = rk.ManualClock(1000.0)
+    settings = {
+        "LIMITER": rk.Limiter(rules=[], clock=clock),
+        "PENALTY": rk.Penalty(breaches=2, within=60.0, block=3600.0),
+        "HEADERS": rk.HeaderOptions(legacy=True, reset="epoch"),
+    }
+    with override_settings(RATEKEEPER=settings):
+        assert statuses(login, 4) == [200, 200, 429, 429]  # "2/hour"; two refusals: blocked for an hour
+        clock.advance(1800)  # a slot is back at the rate, but the penalty holds
+        assert statuses(login, 1) == [429]
+        clock.advance(1800)
+        assert statuses(login, 1) == [200]
+        from django.test import RequestFactory
+
+        answer = login(RequestFactory().get("/"))
+        assert int(answer.headers["X-RateLimit-Reset"]) > 1_000_000_000  # a Unix time, as the peers send it
