@@ -365,7 +365,7 @@ class RouteLimits:
                 peer = _dependency_key(dependency_key, key_dependency)
             else:
                 peer = await key_of(key_function, request.scope, lambda: request)
-            count = units(request) if callable(units) else units
+            count = _computed_cost(units, request) if callable(units) else units
             admission = await gatekeeper.aadmit(peer, request.url.path, name, count)
             if admission.decision is None:  # no key, and on_missing_key="refuse"
                 raise KeyMissing(admission.status, admission.body)
@@ -675,6 +675,17 @@ def _checked_cost(cost: object) -> int | Callable[[Request], int]:
     if cost < 1:
         raise InvalidValue("cost", f"must be >= 1, got {cost}")
     return cost
+
+
+def _computed_cost(cost: Callable[[Request], int], request: Request) -> int:
+    """What ``cost`` says ``request`` counts for, checked: a whole number of requests."""
+    units = cost(request)
+    if isinstance(units, bool) or not isinstance(units, int) or units < 1:
+        name = getattr(cost, "__name__", repr(cost))
+        raise InvalidValue(
+            "cost", f"{name} must return a whole number of requests >= 1, got {units!r}: round it, e.g. math.ceil"
+        )
+    return units
 
 
 def _checked_methods(methods: object) -> frozenset[str] | None:
