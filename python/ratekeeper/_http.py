@@ -20,6 +20,7 @@ be added beside it.
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import functools
 import json
 import logging
@@ -69,6 +70,9 @@ class HeaderOptions:
         reset: what ``X-RateLimit-Reset`` holds: ``"seconds"`` from now (default, as the IETF ``t``), or
             ``"epoch"``, the Unix time of the reset, as Flask-Limiter, slowapi and django-ratelimit's
             users' clients read it.
+        retry_after: what ``Retry-After`` holds: ``"seconds"`` (default, delta-seconds) or
+            ``"http-date"``, the instant as an HTTP date (RFC 9110 allows both; Flask-Limiter's
+            ``RATELIMIT_HEADER_RETRY_AFTER_VALUE``).
     """
 
     ietf: bool = True
@@ -76,6 +80,7 @@ class HeaderOptions:
     on_allowed: bool = True
     draft: Draft = "draft-10"
     reset: Literal["seconds", "epoch"] = "seconds"
+    retry_after: Literal["seconds", "http-date"] = "seconds"
 
     def __post_init__(self) -> None:
         for name in ("ietf", "legacy", "on_allowed"):
@@ -85,11 +90,14 @@ class HeaderOptions:
             raise InvalidValue("draft", f"unknown draft {self.draft!r}; supported: 'draft-10'")
         if self.reset not in ("seconds", "epoch"):
             raise InvalidValue("reset", f"must be 'seconds' or 'epoch', got {self.reset!r}")
+        if self.retry_after not in ("seconds", "http-date"):
+            raise InvalidValue("retry_after", f"must be 'seconds' or 'http-date', got {self.retry_after!r}")
 
     @property
-    def epoch_reset(self) -> bool:
-        """Whether ``X-RateLimit-Reset`` is rewritten as a Unix time (the core writes seconds from now)."""
-        return self.legacy and self.reset == "epoch"
+    def rewritten(self) -> bool:
+        """Whether a field the core writes in seconds from now is rewritten as an instant: an epoch
+        ``X-RateLimit-Reset``, an HTTP-date ``Retry-After``."""
+        return (self.legacy and self.reset == "epoch") or self.retry_after == "http-date"
 
 
 @dataclass(frozen=True)
@@ -333,7 +341,7 @@ class Gatekeeper:
             and options.cost is None
             and options.refund_when is None
             and options.penalty is None
-            and not options.fields.epoch_reset
+            and not options.fields.rewritten
         )
         fields = options.fields
         #: ``admit_quick(peer, path)``: :meth:`admit` of a request with a key on ``path`` at cost 1 (when
@@ -348,7 +356,7 @@ class Gatekeeper:
         """The rate-limit fields of a response to ``decision``, in this gatekeeper's form."""
         serialize = raw_response_headers if self.raw else response_headers
         fields = serialize(decision, self.options.fields)
-        return _with_epoch_reset(fields) if self.options.fields.epoch_reset else fields
+        return _as_instants(fields, self.options.fields) if self.options.fields.rewritten else fields
 
     def admission(self, decision: Decision, peer: str, path: str) -> Admission:
         """The admission of a request with a key on ``path`` that :attr:`admit_quick` gave a ``decision``."""
@@ -524,16 +532,22 @@ def _log_refusal(decision: Decision, route: tuple[str, str | None, str | None, i
     )
 
 
-def _with_epoch_reset(fields: Sequence[tuple[Any, Any]]) -> Sequence[tuple[Any, Any]]:
-    """``fields`` with ``X-RateLimit-Reset`` as the Unix time of the reset instead of seconds from now."""
+def _as_instants(fields: Sequence[tuple[Any, Any]], options: HeaderOptions) -> Sequence[tuple[Any, Any]]:
+    """``fields`` with the seconds from now that ``options`` asks as instants: ``X-RateLimit-Reset`` as a
+    Unix time, ``Retry-After`` as an HTTP date."""
     now = int(time.time())
     out: list[tuple[Any, Any]] = []
     for name, value in fields:
-        if name == "X-RateLimit-Reset":
+        raw = isinstance(name, bytes)
+        lower = name.decode("latin-1") if raw else name.lower()
+        if lower == "x-ratelimit-reset" and options.reset == "epoch":
             value = str(now + int(value))
-        elif name == b"x-ratelimit-reset":
-            value = str(now + int(value)).encode()
-        out.append((name, value))
+        elif lower == "retry-after" and options.retry_after == "http-date":
+            value = email.utils.formatdate(now + int(value), usegmt=True)
+        else:
+            out.append((name, value))
+            continue
+        out.append((name, value.encode("latin-1") if raw else value))
     return out
 
 

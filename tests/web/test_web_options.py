@@ -8,6 +8,7 @@ through the one Gatekeeper.
 from __future__ import annotations
 
 import contextlib
+import email.utils
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -170,3 +171,21 @@ def test_the_legacy_reset_field_is_seconds_or_a_unix_time(client_of: Any, reset:
 def test_an_unknown_reset_form_is_refused() -> None:
     with pytest.raises(rk.InvalidValue, match=r"reset: must be 'seconds' or 'epoch', got 'date'"):
         rk.HeaderOptions(legacy=True, reset="date")  # type: ignore[arg-type]
+
+
+def test_retry_after_may_be_an_http_date(client_of: Any) -> None:
+    limiter = rk.Limiter(rules=[rk.Rule("^/api/", "api", "1/min")], clock=rk.ManualClock())
+    client = client_of(limiter, headers=rk.HeaderOptions(retry_after="http-date"))
+    before = time.time()
+    assert statuses(client, 1) == [200]
+    refused = client.get("/api/items", headers=KEY)
+    after = time.time()
+    assert refused.status_code == 429
+    when = email.utils.parsedate_to_datetime(refused.headers["Retry-After"]).timestamp()
+    assert int(before) + 60 <= when <= after + 60
+    assert "r=0;t=60" in refused.headers["RateLimit"]  # the IETF fields stay in seconds
+
+
+def test_an_unknown_retry_after_form_is_refused() -> None:
+    with pytest.raises(rk.InvalidValue, match=r"retry_after: must be 'seconds' or 'http-date', got 'date'"):
+        rk.HeaderOptions(retry_after="date")  # type: ignore[arg-type]
