@@ -47,7 +47,7 @@ from starlette.routing import BaseRoute, Match
 
 from ratekeeper._core import Decision, Limit, Rate
 from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue, RateLimited
-from ratekeeper._http import Admission, Gatekeeper, HeaderOptions, WebOptions, refusal_body
+from ratekeeper._http import Admission, Gatekeeper, HeaderOptions, Penalty, WebOptions, refusal_body
 from ratekeeper._peer_rates import expand_limits
 from ratekeeper._stats import Algorithm
 from ratekeeper.keys import KeyCallable, key_of
@@ -135,6 +135,10 @@ class RouteLimits:
             ``route(..., keep_defaults=True)``), counted per route: a group per method and path template.
         application_limits: limits every request to a route passes on top of its own: one budget per key
             across every route (group ``"application"``). Routes marked :meth:`exempt` skip both.
+        log_refusals: one ``logging`` record per refusal, on the ``"ratekeeper.refusals"`` logger (WARNING,
+            with ``peer``, ``group``, ``path`` and ``retry_after`` in its ``extra``).
+        penalty: a :class:`~ratekeeper.Penalty`: a key refused ``breaches`` times within ``within`` seconds
+            is refused for ``block`` seconds at every route, whatever its rates.
 
     Raises:
         InvalidValue, InvalidType: a bad argument, named by ``loc``.
@@ -155,6 +159,8 @@ class RouteLimits:
         algorithm: Algorithm | None = None,
         default_limits: Sequence[Limit | Rate | str] = (),
         application_limits: Sequence[Limit | Rate | str] = (),
+        log_refusals: bool = False,
+        penalty: Penalty | None = None,
     ) -> None:
         key_dependency = _key_dependency(key)
         options = WebOptions(
@@ -166,6 +172,8 @@ class RouteLimits:
             on_missing_key=on_missing_key,
             missing_key_status=missing_key_status,
             anonymous_key=anonymous_key,
+            log_refusals=log_refusals,
+            penalty=penalty,
         )
         if algorithm is not None and algorithm not in _ALGORITHMS:
             expected = ", ".join(repr(name) for name in _ALGORITHMS)

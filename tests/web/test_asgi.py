@@ -380,3 +380,54 @@ def test_behind_trusted_proxies_the_forwarded_client_is_the_key(clock: rk.Manual
         return {"type": "http", "path": "/", "headers": [(b"x-forwarded-for", client)], "client": ("10.0.0.5", 1)}
 
     assert [call(app, via_proxy(c)) for c in (b"198.51.100.7", b"198.51.100.7", b"198.51.100.8")] == [200, 429, 200]
+
+
+# --- the options every integration shares (issue 32): refusal records, penalties, an epoch reset --------------------
+
+
+@pytest.mark.parametrize("key", [header("X-API-Key"), client_ip()], ids=["header", "client_ip"])
+def test_log_refusals_writes_one_warning_per_refusal(
+    limiter: rk.Limiter, caplog: pytest.LogCaptureFixture, key: Any
+) -> None:
+    caplog.set_level("WARNING", logger="ratekeeper.refusals")
+    with Server(make_app(limiter, key=key, log_refusals=True)) as client:
+        codes = [client.get("/api/items", headers=KEY).status_code for _ in range(5)]
+    assert codes == [200, 200, 200, 429, 429]
+    records = [record for record in caplog.records if record.name == "ratekeeper.refusals"]
+    peer = "alice" if key.__class__.__name__ == "Header" else "127.0.0.1"
+    assert [(r.peer, r.group, r.path, r.levelname) for r in records] == [  # type: ignore[attr-defined]
+        (peer, "api", "/api/items", "WARNING")
+    ] * 2
+    assert records[0].retry_after == 20.0  # type: ignore[attr-defined]
+
+
+def test_no_refusal_record_unless_asked(limiter: rk.Limiter, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("WARNING", logger="ratekeeper.refusals")
+    with Server(make_app(limiter, key=header("X-API-Key"))) as client:
+        assert [client.get("/api/items", headers=KEY).status_code for _ in range(4)][-1] == 429
+    assert not [record for record in caplog.records if record.name == "ratekeeper.refusals"]
+
+
+def test_a_penalty_blocks_a_key_that_keeps_breaching(limiter: rk.Limiter, clock: rk.ManualClock) -> None:
+    penalty = rk.Penalty(breaches=2, within=60.0, block=300.0)
+    with Server(make_app(limiter, key=header("X-API-Key"), penalty=penalty)) as client:
+        codes = [client.get("/api/items", headers=KEY).status_code for _ in range(5)]
+        clock.advance(60)  # the rate alone would admit three again
+        blocked = client.get("/api/items", headers=KEY)
+        bob = client.get("/api/items", headers={"X-API-Key": "bob"}).status_code
+        clock.advance(240)
+        after = client.get("/api/items", headers=KEY).status_code
+    assert codes == [200, 200, 200, 429, 429]
+    assert (blocked.status_code, blocked.headers["Retry-After"]) == (429, "240")
+    assert bob == 200
+    assert after == 200
+
+
+def test_an_epoch_reset_is_the_unix_time_the_next_request_comes_back(limiter: rk.Limiter) -> None:
+    options = {"key": header("X-API-Key"), "headers": rk.HeaderOptions(legacy=True, reset="epoch")}
+    with Server(make_app(limiter, **options)) as client:
+        before = time.time()
+        allowed = client.get("/api/items", headers=KEY)
+        after = time.time()
+    assert int(before) + 20 <= int(allowed.headers["X-RateLimit-Reset"]) <= int(after) + 20
+    assert members(allowed.headers["RateLimit"]) == {"api": {"r": 2, "t": 20}}  # the IETF t stays in seconds

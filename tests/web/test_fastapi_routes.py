@@ -660,3 +660,55 @@ def test_bad_integration_options_are_refused_naming_the_field() -> None:
     with pytest.raises(rk.InvalidType) as exempt_when:
         limits.route("1/s", exempt_when=True)  # type: ignore[arg-type]
     assert exempt_when.value.loc == ("exempt_when",)
+
+
+# --- refusal records, penalties, an epoch reset (the options every integration shares) -----------------------------
+
+
+def test_log_refusals_writes_one_record_per_refusal(limiter: rk.Limiter, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("WARNING", logger="ratekeeper.refusals")
+    for log_refusals, expected in ((False, 0), (True, 2)):
+        caplog.clear()
+        app = make_app_with_defaults(limiter, default_limits=["1/min"], log_refusals=log_refusals)
+        with Server(app) as client:
+            key = {"X-API-Key": f"logged-{log_refusals}"}
+            codes = [client.get(path, headers=key).status_code for path in ("/a", "/a", "/own", "/own", "/own", "/own")]
+        assert codes == [200, 429, 200, 200, 200, 429]
+        records = [record for record in caplog.records if record.name == "ratekeeper.refusals"]
+        assert len(records) == expected
+    assert [(record.peer, record.group, record.levelname) for record in records] == [  # type: ignore[attr-defined]
+        ("logged-True", "GET /a", "WARNING"),
+        ("logged-True", "GET /own", "WARNING"),
+    ]
+    assert records[1].retry_after == 20.0  # type: ignore[attr-defined]
+
+
+def test_a_penalty_refuses_a_key_that_keeps_breaching_at_every_route(
+    limiter: rk.Limiter, clock: rk.ManualClock
+) -> None:
+    penalty = rk.Penalty(breaches=2, within=60.0, block=600.0)
+    with Server(make_app_with_defaults(limiter, default_limits=["1/min"], penalty=penalty)) as client:
+        first = [client.get("/a", headers=KEY).status_code for _ in range(3)]  # two refusals: blocked
+        clock.advance(60)
+        blocked = client.get("/own", headers=KEY)  # another route, its own limit untouched: refused
+        others = client.get("/own", headers={"X-API-Key": "bob"}).status_code
+        clock.advance(540)
+        after = client.get("/own", headers=KEY).status_code
+    assert first == [200, 429, 429]
+    assert blocked.status_code == 429
+    assert blocked.headers["Retry-After"] == "540"
+    assert others == 200
+    assert after == 200
+
+
+def test_an_epoch_reset_is_the_unix_time_of_the_reset(limiter: rk.Limiter) -> None:
+    import time
+
+    headers = rk.HeaderOptions(legacy=True, reset="epoch")
+    with Server(make_app_with_defaults(limiter, headers=headers)) as client:
+        before = time.time()
+        allowed = client.get("/own", headers=KEY)
+        after = time.time()
+    # "3/min": one request comes back 20 s from now.
+    assert int(before) + 20 <= int(allowed.headers["X-RateLimit-Reset"]) <= int(after) + 20
+    assert members(allowed.headers["RateLimit"]) == {"GET /own": {"r": 2, "t": 20}}  # the IETF t stays seconds
