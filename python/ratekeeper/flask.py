@@ -693,6 +693,9 @@ class RateLimit:
         if decided.refusal is not None:
             if owner is not None:  # the gate adds the refusal's fields to whatever answers it
                 owner.status, owner.refusal = decided.status, decided.refusal
+                for admission, _ in owner.parts:  # a refused request counts nothing, in any of its limits
+                    self._give_back(admission)
+                owner.parts.clear()
             answer = self._answer(request, decided.refusal)  # raises RateLimitExceeded
             _raise_response(answer)
         if owner is not None:
