@@ -159,6 +159,7 @@ class _RouteLimit:
         deduct_when: Callable[[Response], bool] | None = None,
         on_breach: Callable[[Decision], Response | None] | None = None,
         error_message: str | Callable[..., str] | None = None,
+        declare: bool = True,
     ) -> None:
         self.extension = extension
         self.name = name
@@ -199,7 +200,7 @@ class _RouteLimit:
             error_message = _of_request(error_message, "error_message")
         self.error_message: str | Callable[[flask.Request], str] | None = error_message
         if self.limits is not None:  # bad limits raise here, at decoration
-            if per_view:  # a group per view, made at its first request: only checked now
+            if per_view or not declare:  # a group per view, made at its first request: only checked now
                 Rule("^$", name, limits=self.limits)
             else:
                 extension._declare(name, self.limits)
@@ -446,6 +447,7 @@ class RateLimit:
             "on_breach": on_breach,
             "error_message": error_message,
         }
+        _RouteLimit(self, group or "limit", limits, declare=False, **options)  # bad options raise here
 
         def decorate(target: Target) -> Target:
             if isinstance(target, flask.Blueprint):

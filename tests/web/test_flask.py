@@ -441,3 +441,32 @@ def test_a_streamed_view_of_a_marked_app_holds_its_permit_until_the_body_ends(li
         pass
     response.close()
     assert client.get("/boom", headers=KEY).status_code == 500  # given back: the view ran (and failed)
+
+
+def test_an_app_with_a_429_handler_answers_refusals_itself_even_without_marks(limiter: rk.Limiter) -> None:
+    app, _ = make_app(limiter, marked=False, key=header("X-API-Key"))
+    app.register_error_handler(429, lambda error: ({"later": error.description}, 429))
+    with Served(app) as client:
+        assert [client.get("/api/items", headers=KEY).status_code for _ in range(3)] == [200, 200, 200]
+        refused = client.get("/api/items", headers=KEY)
+        missing = client.get("/api/nothing-here", headers={"X-API-Key": "bob"})
+    assert (refused.status_code, refused.json()) == (429, {"later": "Rate limit exceeded"})
+    assert refused.headers["Retry-After"] == "20"  # the fields added to the app's own answer
+    assert members(refused.headers["RateLimit"]) == {"api": {"r": 0, "t": 20}}
+    assert missing.status_code == 404
+
+
+def test_a_bad_option_names_its_field(limiter: rk.Limiter) -> None:
+    with pytest.raises(rk.InvalidValue) as error:
+        RateLimit(limiter=limiter, algorithm="fixed")  # type: ignore[arg-type]
+    assert error.value.loc == ("algorithm",)
+    with pytest.raises(rk.InvalidValue) as error:
+        RateLimit(limiter=limiter, default_limits=["10 per fortnight"])
+    assert error.value.loc[0] == "default_limits"
+    rate_limit = RateLimit(limiter=limiter)
+    with pytest.raises(rk.InvalidValue) as error:
+        rate_limit.limit("5/min", cost=0)
+    assert error.value.loc == ("cost",)
+    with pytest.raises(rk.InvalidType) as error:
+        rate_limit.limit("5/min", methods="POST")
+    assert error.value.loc == ("methods",)
