@@ -38,6 +38,7 @@ import asyncio
 import dataclasses
 import functools
 import inspect
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping, Sequence
 from typing import Any, Literal, TypeVar
 
@@ -116,8 +117,8 @@ class RouteLimits:
 
     Args:
         app: the FastAPI app; gets the handlers that turn a refusal into its response, and a middleware
-            that adds the fields to every response and decides the application and default limits.
-            Create ``RouteLimits`` before the app serves its first request.
+            that adds the fields to every response and decides the application and default limits;
+            so ``RouteLimits`` is made before the app serves its first request.
         limiter: the :class:`~ratekeeper.Limiter` the route groups are added to.
         key: who is asking (default :func:`~ratekeeper.keys.client_ip`): any callable of the ``Request``,
             sync or async, or ``Depends(dependency)`` whose result is the key (a str, an int, or ``None``
@@ -141,7 +142,7 @@ class RouteLimits:
             is refused for ``block`` seconds at every route, whatever its rates.
 
     Raises:
-        InvalidValue, InvalidType: a bad argument, named by ``loc``.
+        InvalidValue, InvalidType: a bad argument, named by ``loc``; an app that has started (``loc`` ``app``).
     """
 
     def __init__(
@@ -214,19 +215,13 @@ class RouteLimits:
         # id(route) -> (route, its plan): what the middleware decides for it, worked out once.
         self._plans: dict[int, tuple[BaseRoute, _RoutePlan]] = {}
         self.app = app
+        if app.middleware_stack is not None:
+            # Starlette builds its handlers and middleware once, at the first request: any added later are
+            # never called, and a refusal would be a 500.
+            raise InvalidValue("app", "the app has started: create RouteLimits before it serves its first request")
         app.add_exception_handler(RateLimited, self._refusal)
         app.add_exception_handler(KeyMissing, _missing_key)
-        try:
-            app.add_middleware(_RouteLimitsMiddleware, route_limits=self)
-        except RuntimeError as started:
-            if self.default_limits or self.application_limits:
-                raise InvalidValue(
-                    "app", f"{started}: create RouteLimits before the app serves its first request"
-                ) from None
-            # Without the middleware, the fields reach responses built from a route's return value only.
-            self.middleware = False
-        else:
-            self.middleware = True
+        app.add_middleware(_RouteLimitsMiddleware, route_limits=self)
 
     async def _refusal(self, request: Request, error: Exception) -> Response:
         assert isinstance(error, RateLimited)
@@ -633,8 +628,6 @@ def _base_name(request: Request, group: str | None, by_method: bool) -> str:
 
 
 def _with_detail(body: bytes, detail: str) -> bytes:
-    import json
-
     content = json.loads(body)
     content["detail"] = detail
     return json.dumps(content).encode()

@@ -712,3 +712,19 @@ def test_an_epoch_reset_is_the_unix_time_of_the_reset(limiter: rk.Limiter) -> No
     # "3/min": one request comes back 20 s from now.
     assert int(before) + 20 <= int(allowed.headers["X-RateLimit-Reset"]) <= int(after) + 20
     assert members(allowed.headers["RateLimit"]) == {"GET /own": {"r": 2, "t": 20}}  # the IETF t stays seconds
+
+
+def test_route_limits_made_after_the_app_started_are_refused_naming_the_app(limiter: rk.Limiter) -> None:
+    app = FastAPI()
+
+    @app.get("/early")
+    def early() -> str:
+        return "early"
+
+    with Server(app) as client:
+        assert client.get("/early").status_code == 200
+    # Starlette built its exception handlers and middleware at the first request: a 429 handler added now
+    # would never be called (a refusal would answer 500).
+    with pytest.raises(rk.InvalidValue) as started:
+        RouteLimits(app, limiter=limiter)
+    assert str(started.value) == "app: the app has started: create RouteLimits before it serves its first request"
