@@ -92,7 +92,15 @@ impl LeakyBucket {
     #[must_use]
     pub fn refund(&self, state: &State, now: u64, cost: u64) -> State {
         let (base, level) = self.level_at(state, now);
-        self.state(base, level.saturating_sub(cost))
+        let left = level.saturating_sub(cost);
+        if left == 0 && base > now {
+            // Reserved tokens all given back: until `base` the bucket still holds what it held before
+            // them, at most one tick's leak (else they would have been reserved at an earlier tick). An
+            // empty state would forget it, and admit at once what the bucket admits only at `base`.
+            #[allow(clippy::cast_possible_truncation)] // capacity <= u32::MAX
+            return State { t: base, a: self.reduction.min(self.capacity) as u32, b: 0 };
+        }
+        self.state(base, left)
     }
 
     /// (remaining, `reset_after_ns`).
@@ -120,6 +128,20 @@ mod tests {
         assert!(h.decide(31 * S, 2).allowed);
         assert!(!h.state.is_idle(60 * S));
         assert!(h.state.is_idle(61 * S));
+    }
+
+    #[test]
+    fn a_reservation_given_back_leaves_what_the_bucket_held_before_it() {
+        let bucket = super::LeakyBucket::new("1/10s".parse().unwrap(), 1);
+        let held = bucket.evaluate(&super::State::default(), 0, 1).unwrap();
+        let wait = bucket.evaluate(&held, 0, 1).unwrap_err();
+        assert_eq!(wait, 10 * S);
+        let reserved = bucket.evaluate(&held, wait, 1).unwrap();
+        let given_back = bucket.refund(&reserved, 0, 1);
+        // As before the reservation: the next one waits for the same tick, not none.
+        assert_eq!(bucket.evaluate(&given_back, 0, 1), Err(10 * S));
+        assert_eq!(bucket.evaluate(&given_back, 5 * S, 1), Err(5 * S));
+        assert!(bucket.evaluate(&given_back, 10 * S, 1).is_ok());
     }
 
     #[test]

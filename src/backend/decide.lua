@@ -4,8 +4,8 @@
 -- KEYS[i]  the state of limit i of one (peer, group); all share one hash tag (one Cluster slot).
 -- ARGV     now_s now_ns (empty: Redis TIME), cost, max_wait_ns, policy ("all" | "fallback"), operation
 --          ("0": decide, "1": decide and report, "peek": report what a decision would be, writing none of
---          it, "reduce": give `cost` back, "refund:<written>": give back
---          a cancelled wait's slot, "release": release concurrency permits, "move": only replay the
+--          it, "reduce": give `cost` back, "refund:<written>:<s>:<ns>": give
+--          back a cancelled wait's slot (its limits, and its instant as a decision replied it), "release": release concurrency permits, "move": only replay the
 --          moves), take ("rates" | "both" | "permits": which limits a decision takes), lease (concurrency
 --          leases' member prefix: "<node>:<n>", or "<node>:" to release), lease ttl ms, node (the
 --          limiter's name), head (the order of the newest move it made), limits (count), then 7 fields
@@ -262,6 +262,8 @@ algorithms.leaky_bucket = {
   refund = function(l, state)
     local base, level = leaky_level(l, state, 0)
     local left = math.max(0, level - cost)
+    -- Reserved tokens all given back: what the bucket held before them leaks until `base` (as in Rust).
+    if left == 0 and base > 0 then return { t = base, a = math.min(l.p2, l.p1), b = 0 } end
     return { t = base + ceil_div(left, l.p2) * l.p3, a = left, b = 0 }
   end,
 }
@@ -629,9 +631,13 @@ local function decide(KEYS, ARGV)
     return { '1' }
   end
   -- A give-back: a handler's manual reduction ("reduce": every limit under "all", the last one under "fallback"),
-  -- or the refund of a cancelled wait's slot ("refund:<written>": the limits that took it; max_wait_ns
-  -- then says when the slot was, after now). A key with no state has nothing to give back.
-  local refunded_bits = string.match(operation, '^refund:(%d+)$')
+  -- or the refund of a cancelled wait's slot ("refund:<written>:<s>:<ns>": the limits that took it and the
+  -- slot's instant on this script's clock, as its decision replied it). A key with no state has nothing to give back.
+  local refunded_bits, slot_s, slot_ns = string.match(operation, '^refund:(%d+):(%d+):(%d+)$')
+  if refunded_bits then
+    -- The slot's instant, relative to now like every instant here.
+    max_wait = (tonumber(slot_s) - now_s) * E9 + (tonumber(slot_ns) - now_ns)
+  end
   if operation == 'reduce' or refunded_bits then
     local written, given = tonumber(refunded_bits or '0'), 0
     local last_rate = 0

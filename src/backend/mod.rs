@@ -185,7 +185,7 @@ impl Backend {
             return Ok(());
         }
         if let Routed::Limited(key) = limiter.route_remote(peer, target)? {
-            let slot = (receipt.limits, receipt.at.saturating_sub(limiter.now_ns()));
+            let slot = (receipt.limits, receipt.remote_at);
             self.give_back(&key, peer, &script::refund_arguments(&key, cost, slot, self.caller(limiter)))?;
         }
         Ok(())

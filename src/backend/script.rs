@@ -164,10 +164,12 @@ pub fn reduce_arguments(key: &RemoteKey, tokens: u64, caller: Caller<'_>) -> Vec
 }
 
 /// The script's `ARGV` to refund the slot of a cancelled wait: `written`, the limits it was written to
-/// (a bit each), and `at`, its instant's offset after now.
+/// (a bit each), and `at`, its instant on the script's clock (seconds and nanoseconds, as it replied
+/// them): compared exactly with the newest slot, which an offset from this process's clock never is.
 #[must_use]
 pub fn refund_arguments(key: &RemoteKey, cost: u64, (written, at): (u64, u64), caller: Caller<'_>) -> Vec<String> {
-    encode(key, &format!("refund:{written}"), (cost, at), "rates", NO_LEASES, caller)
+    let (secs, nanos) = (at / 1_000_000_000, at % 1_000_000_000);
+    encode(key, &format!("refund:{written}:{secs}:{nanos}"), (cost, 0), "rates", NO_LEASES, caller)
 }
 
 /// The script's `ARGV` to release `cost` of this node's concurrency permits (`leases.prefix` names

@@ -56,7 +56,7 @@ impl Judgement {
     const fn refused(retry_ns: u64, by: Refusal) -> Self {
         Self {
             outcome: Outcome::refused(retry_ns),
-            receipt: Receipt { limits: 0, at: 0, wait_ns: 0, permits: false },
+            receipt: Receipt { limits: 0, at: 0, wait_ns: 0, permits: false, remote_at: 0 },
             refused_by: Some(by),
         }
     }
@@ -269,7 +269,7 @@ impl KeyStates<'_> {
             let limit = quota.unwrap_or(&self.group.limits[0]);
             match self.decide_simple(limit, request.cost) {
                 Ok(()) => {
-                    let receipt = Receipt { limits: 1, at: self.now, wait_ns: 0, permits: false };
+                    let receipt = Receipt { limits: 1, at: self.now, wait_ns: 0, permits: false, remote_at: 0 };
                     return Judgement { outcome: Outcome::admitted(0), receipt, refused_by: None };
                 }
                 // Refused, and the caller cannot wait that long: no second evaluation.
@@ -287,7 +287,7 @@ impl KeyStates<'_> {
         match self.evaluate(limits, self.now, request.cost, request.take) {
             Ok(_) => Judgement {
                 outcome: Outcome::admitted(0),
-                receipt: Receipt { limits: 0, at: self.now, wait_ns: 0, permits: false },
+                receipt: Receipt { limits: 0, at: self.now, wait_ns: 0, permits: false, remote_at: 0 },
                 refused_by: None,
             },
             Err(refused) => Judgement::refused(refused.retry_ns, refused.by),
@@ -455,7 +455,7 @@ impl KeyStates<'_> {
 
     /// Writes `admits` (from `evaluate` at `at`); the receipt says what a refund must take back.
     pub fn commit(&mut self, limits: &[Limit], admits: &[(usize, Admit)], at: u64) -> Receipt {
-        let mut receipt = Receipt { limits: 0, at, wait_ns: 0, permits: false };
+        let mut receipt = Receipt { limits: 0, at, wait_ns: 0, permits: false, remote_at: 0 };
         for &(index, admit) in admits {
             let key = self.limit_key(index);
             // Permits held before, to record what this admission took (see `Shard::lease`).

@@ -119,6 +119,9 @@ pub struct Receipt {
     pub wait_ns: u64,
     /// The admission took concurrency permits, which `release` must give back.
     pub permits: bool,
+    /// For an admission a remote store decided: its slot's instant on that store's clock (Redis `TIME`),
+    /// which names the slot when it is given back (this process's clock is not the store's). 0 otherwise.
+    pub remote_at: u64,
 }
 
 /// What refused a request.
@@ -153,7 +156,7 @@ impl Decision {
             refused_by: None,
             report: None,
             now: 0,
-            receipt: Receipt { limits: 0, at: 0, wait_ns: 0, permits: false },
+            receipt: Receipt { limits: 0, at: 0, wait_ns: 0, permits: false, remote_at: 0 },
         }
     }
 }

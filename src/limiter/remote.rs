@@ -233,6 +233,7 @@ impl Limiter {
                 at: now.saturating_add(verdict.wait_ns),
                 wait_ns,
                 permits: verdict.written & gate_bits != 0,
+                remote_at: verdict.now.saturating_add(wait_ns),
             },
         }
     }

@@ -7,6 +7,7 @@ keys apart by a prefix of its own.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Callable
 
@@ -255,3 +256,63 @@ def test_limits_installed_later_are_held_to_the_scripts_bounds(redis_server: Red
     # Nothing was installed: the limits in force are the ones that fit.
     assert [str(rule.limits[0]) for rule in limiter.rules] == ["Limit('10/s', burst=10, algorithm='sliding_log')"]
     assert limiter.quota("alice", "g").source != "set"
+
+
+# On Redis's own clock (no ManualClock) the script decides at its TIME, this process at its monotonic
+# clock: a cancelled wait names its slot by the instant the script replied, which the script compares
+# exactly. A slot of 10 s keeps these tests far from any machine's speed.
+SLOT = 10.0
+
+
+def on_redis_time(redis_server: RedisServer, redis_prefix: str, algorithm: rk.Algorithm) -> rk.Limiter:
+    backend = rk.Redis(redis_server.url, prefix=f"{redis_prefix}{algorithm}:", on_error="raise", timeout=2.0)
+    return rk.Limiter("1/10s", burst=1, algorithm=algorithm, backend=backend)
+
+
+@pytest.mark.parametrize("algorithm", ["gcra", "token_bucket", "sliding_window", "sliding_log", "leaky_bucket"])
+def test_a_cancelled_newest_wait_on_redis_time_gives_its_slot_back(
+    redis_server: RedisServer, redis_prefix: str, algorithm: rk.Algorithm
+) -> None:
+    limiter = on_redis_time(redis_server, redis_prefix, algorithm)
+    assert limiter.allow("alice")
+    first = limiter._reserve("alice", timeout=60.0)
+    assert first.wait > 0
+    limiter._refund(first)
+    again = limiter._reserve("alice", timeout=60.0)
+    assert again.wait <= first.wait  # the same slot again, not the one after it (a slot further away)
+
+
+@pytest.mark.asyncio
+async def test_a_cancelled_athrottle_on_redis_time_gives_its_slot_back(
+    redis_server: RedisServer, redis_prefix: str
+) -> None:
+    limiter = on_redis_time(redis_server, redis_prefix, "gcra")
+    assert limiter.allow("alice")
+    waiter = asyncio.ensure_future(limiter.athrottle("alice", timeout=60.0))
+    for _ in range(10_000):  # until the wait is reserved: counted, not timed
+        if limiter.stats()["groups"]["default"]["delayed"]:  # type: ignore[index]
+            break
+        await asyncio.sleep(0.001)
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    for _ in range(1000):  # the refund runs on a thread once the cancellation is seen
+        if limiter._reserve("alice", timeout=60.0, group=None).wait <= SLOT:
+            break
+        await asyncio.sleep(0.001)
+    else:
+        pytest.fail("the cancelled wait's slot never came back")
+
+
+def test_a_cancelled_wait_under_a_later_one_on_redis_time_gives_back_as_memory_does(
+    redis_server: RedisServer, redis_prefix: str
+) -> None:
+    waits = []
+    for limiter in (rk.Limiter("1/10s", burst=1), on_redis_time(redis_server, redis_prefix, "gcra")):
+        assert limiter.allow("alice")
+        held = [limiter._reserve("alice", timeout=60.0) for _ in range(3)]  # slots 1, 2 and 3 ahead
+        limiter._refund(held[1])  # under a later one: nothing comes back
+        limiter._refund(held[2])  # the newest: its slot comes back
+        waits.append(limiter._reserve("alice", timeout=60.0).wait)
+    for wait in waits:
+        assert 2 * SLOT < wait <= 3 * SLOT  # after the slot still held (1) and the one not given back (2)
