@@ -56,12 +56,14 @@ local function ceil_div(a, b)
   return floor((a + b - 1) / b)
 end
 
--- States: nil (no key) or { t = ns relative to now, a, b, sig, seen }.
+-- States: nil (no key) or { t = ns relative to now, a, b, sig, seen, ledger }: `ledger`, when the key
+-- has waits ahead, is its ledger as written (see "Waits" below).
 local function parse_state(raw)
-  local s, ns, a, b, sig, seen = string.match(raw, '^(%-?%d+) (%d+) (%d+) (%d+) ?(%S*) ?(%S*)$')
+  local s, ns, a, b, sig, seen, ledger = string.match(raw, '^(%-?%d+) (%d+) (%d+) (%d+) ?(%S*) ?(%S*) ?(%S*)$')
   if not s then return nil end
   local t = (tonumber(s) - now_s) * E9 + (tonumber(ns) - now_ns)
-  return { t = t, a = tonumber(a), b = tonumber(b), sig = sig, seen = seen }
+  if ledger == '' then ledger = nil end
+  return { t = t, a = tonumber(a), b = tonumber(b), sig = sig, seen = seen, ledger = ledger }
 end
 
 -- Expires `key` in `ms` milliseconds (at least 1) of Redis's clock; not when the limiter decides on its
@@ -77,8 +79,9 @@ local function seen_now()
   return node .. '/' .. str(head)
 end
 
--- The state, the limit it was written under and the moves it has seen.
-local function store(l, key, state)
+-- The state, the limit it was written under and the moves it has seen; and `ledger`, the key's waits
+-- (a write without one forgets them: the ledger describes the state it was written with, no other).
+local function store(l, key, state, ledger)
   local abs_ns = now_ns + state.t
   local s = now_s + floor(abs_ns / E9)
   local ttl_ms = ceil_div(state.t, 1000000)
@@ -87,6 +90,7 @@ local function store(l, key, state)
     return
   end
   local value = string.format('%.0f %.0f %.0f %.0f %s %s', s, abs_ns % E9, state.a, state.b, l.sig, seen_now())
+  if ledger then value = value .. ' ' .. ledger end
   if manual then
     redis.call('SET', key, value)
   else
@@ -527,6 +531,110 @@ local function unseen(seq, state)
   return writer ~= node or seq > tonumber(seen)
 end
 
+-- Waits (src/limiter/waits.rs): a key with waits ahead keeps, beside its state, a ledger: the state
+-- before its oldest admission still ahead and every admission since, in order. A wait given back is
+-- taken out and the rest replayed at their instants: as if it had never asked, every promise kept.
+-- Written "<base>/<at>,<cost>/...", instants as "<s>.<ns>" (absolute: they outlive this call's `now`),
+-- the base "-" (no state) or "<s>.<ns>,<a>,<b>". The sliding log keeps none (its stamps are its ledger).
+local MAX_ENTRIES = 256
+
+local function instant_of(text)
+  local s, ns = string.match(text, '^(%-?%d+)%.(%d+)$')
+  return (tonumber(s) - now_s) * E9 + (tonumber(ns) - now_ns)
+end
+
+local function instant_text(t)
+  local abs_ns = now_ns + t
+  return str(now_s + floor(abs_ns / E9)) .. '.' .. str(abs_ns % E9)
+end
+
+-- { base = state | nil, entries = { { at, cost } ... } }
+local function ledger_read(text)
+  local ledger, first = { entries = {} }, true
+  for part in string.gmatch(text, '[^/]+') do
+    if first then
+      if part ~= '-' then
+        local at, a, b = string.match(part, '^([^,]+),(%d+),(%d+)$')
+        ledger.base = { t = instant_of(at), a = tonumber(a), b = tonumber(b) }
+      end
+      first = false
+    else
+      local at, c = string.match(part, '^([^,]+),(%d+)$')
+      ledger.entries[#ledger.entries + 1] = { at = instant_of(at), cost = tonumber(c) }
+    end
+  end
+  return ledger
+end
+
+local function ledger_text(ledger)
+  local parts = { '-' }
+  if ledger.base then
+    parts[1] = instant_text(ledger.base.t) .. ',' .. str(ledger.base.a) .. ',' .. str(ledger.base.b)
+  end
+  for _, e in ipairs(ledger.entries) do parts[#parts + 1] = instant_text(e.at) .. ',' .. str(e.cost) end
+  return table.concat(parts, '/')
+end
+
+-- limit `l`'s state after `entry` admitted over `state` (nil: it no longer admits; it cannot).
+local function admitted(l, state, entry)
+  local saved = cost
+  cost = entry.cost
+  local after = l.algorithm.evaluate(l, state, entry.at)
+  cost = saved
+  return after
+end
+
+-- The ledger to write with an admission of `cost` at `at` over `before` (nil: none). Folds the leading
+-- admissions whose instant has come into the base: they can no longer be waited for.
+local function ledger_after(l, before, at)
+  if l.kind == 'concurrency' or l.kind == 'sliding_log' then return nil end
+  local ledger
+  if before ~= nil and before.ledger ~= nil then
+    ledger = ledger_read(before.ledger)
+  elseif at > 0 then
+    ledger = { entries = {} }
+    if before ~= nil then ledger.base = { t = before.t, a = before.a, b = before.b } end
+  else
+    return nil
+  end
+  ledger.entries[#ledger.entries + 1] = { at = at, cost = cost }
+  while #ledger.entries > 0 and ledger.entries[1].at <= 0 do
+    local after = admitted(l, ledger.base, table.remove(ledger.entries, 1))
+    if after == nil then return nil end
+    ledger.base = after
+  end
+  if #ledger.entries == 0 or #ledger.entries > MAX_ENTRIES then return nil end
+  return ledger_text(ledger)
+end
+
+-- The state with the admission of `cost` at `at` taken out, the rest replayed, and its ledger; nil when
+-- the state's ledger cannot say (none, or no such admission): given back by the algorithm's own rule.
+local function ledger_give_back(l, state, at)
+  if state == nil or state.ledger == nil or l.kind == 'sliding_log' then return nil end
+  local ledger, waiting = ledger_read(state.ledger), false
+  for _, e in ipairs(ledger.entries) do
+    if e.at > 0 then waiting = true end
+  end
+  -- Every wait it holds has come: nothing is waited for any more.
+  if not waiting then return nil end
+  local found
+  for k = #ledger.entries, 1, -1 do
+    if ledger.entries[k].at == at and ledger.entries[k].cost == cost then
+      found = k
+      break
+    end
+  end
+  if not found then return nil end
+  table.remove(ledger.entries, found)
+  local replayed, ahead = ledger.base, false
+  for _, e in ipairs(ledger.entries) do
+    replayed = admitted(l, replayed, e)
+    if replayed == nil then return nil end
+    if e.at > 0 then ahead = true end
+  end
+  return replayed or { t = 0, a = 0, b = 0 }, ahead and ledger_text(ledger) or nil
+end
+
 -- One decision: what `KEYS` and `ARGV` (see the head of this file) ask, atomically.
 local function decide(KEYS, ARGV)
   floor = math.floor
@@ -656,10 +764,17 @@ local function decide(KEYS, ARGV)
         if not refunded_bits and l.kind == 'windows' then at = states[i].t - 1 end
         -- A reduction takes a sliding log's newest stamps, reserved ones included (as in memory).
         if not refunded_bits and l.kind == 'sliding_log' then at = nil end
-        local refunded = l.algorithm.refund(l, states[i], at)
+        local refunded, ledger
+        if refunded_bits then refunded, ledger = ledger_give_back(l, states[i], at) end
         if refunded then
-          (l.algorithm.store or store)(l, KEYS[i], refunded)
+          store(l, KEYS[i], refunded, ledger)
           given = given + 2 ^ (i - 1)
+        else
+          refunded = l.algorithm.refund(l, states[i], at)
+          if refunded then
+            (l.algorithm.store or store)(l, KEYS[i], refunded)
+            given = given + 2 ^ (i - 1)
+          end
         end
       end
     end
@@ -735,7 +850,12 @@ local function decide(KEYS, ARGV)
     if writes then
       for i, state in pairs(writes) do
         local l = limits[i]
-        states[i] = (l.algorithm.store or store)(l, KEYS[i], state) or state
+        if l.algorithm.store then
+          states[i] = l.algorithm.store(l, KEYS[i], state) or state
+        else
+          store(l, KEYS[i], state, ledger_after(l, states[i], wait))
+          states[i] = state
+        end
         written = written + 2 ^ (i - 1)
       end
       allowed = true

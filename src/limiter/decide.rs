@@ -256,7 +256,11 @@ impl KeyStates<'_> {
     #[allow(clippy::inline_always)]
     #[inline(always)]
     fn decide(&mut self, quota: Option<&Limit>, request: Request) -> Judgement {
-        let simple = self.group.simple && request.take != Take::Permits && !request.peek;
+        // While a wait is ahead in this shard every admission is recorded (see `waits`): not in place.
+        let simple = self.group.simple
+            && request.take != Take::Permits
+            && !request.peek
+            && !self.shard.data.waits.ahead(self.now);
         // A simple group's one limit is reconciled by `decide_simple` in its own lookup.
         if self.shard.in_region() && !simple {
             self.reconcile(&self.group.limits_with(quota.copied()));
@@ -350,7 +354,7 @@ impl KeyStates<'_> {
                     return Judgement::refused(0, Refusal::Concurrency);
                 }
                 Ok(admits) => {
-                    let mut receipt = self.commit(limits, &admits, at);
+                    let mut receipt = self.commit(limits, &admits, (at, request.cost));
                     receipt.wait_ns = wait;
                     return Judgement { outcome: Outcome::admitted(wait), receipt, refused_by: None };
                 }
@@ -453,15 +457,20 @@ impl KeyStates<'_> {
         }
     }
 
-    /// Writes `admits` (from `evaluate` at `at`); the receipt says what a refund must take back.
-    pub fn commit(&mut self, limits: &[Limit], admits: &[(usize, Admit)], at: u64) -> Receipt {
+    /// Writes `admits` (from `evaluate` of `cost` at `at`); the receipt says what a refund must take back.
+    pub fn commit(&mut self, limits: &[Limit], admits: &[(usize, Admit)], (at, cost): (u64, u64)) -> Receipt {
         let mut receipt = Receipt { limits: 0, at, wait_ns: 0, permits: false, remote_at: 0 };
+        let recorded = at > self.now || self.shard.data.waits.ahead(self.now);
         for &(index, admit) in admits {
             let key = self.limit_key(index);
             // Permits held before, to record what this admission took (see `Shard::lease`).
             let held = if limits[index].is_concurrency() { self.shard.find(key).map_or(0, |s| s.a) } else { 0 };
             match (admit, &limits[index].algorithm) {
                 (Admit::State(state), _) => {
+                    if recorded && !limits[index].is_concurrency() {
+                        let before = self.shard.load(key);
+                        self.shard.data.waits.record(key, &limits[index], (before, state), (at, cost), self.now);
+                    }
                     self.shard.store(key, state, self.now, (Owner::new(self.group.id, index), &limits[index]));
                 }
                 (Admit::Log { at, cost, idle_at }, Algorithm::SlidingLog(log)) => {

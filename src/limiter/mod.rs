@@ -33,6 +33,7 @@ mod remote;
 mod shard;
 mod shared;
 mod stats;
+mod waits;
 
 pub use decide::Resolution;
 pub use quotas::Answer;

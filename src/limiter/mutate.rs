@@ -15,7 +15,7 @@ impl Limiter {
         &self,
         key: &mut KeyLock<'_>,
         select: impl Fn(&Group, usize, &Limit) -> bool,
-        change: impl Fn(&Limit, &State, &mut Log, u64) -> State,
+        mut change: impl FnMut(&Limit, &State, &mut Log, (u64, u64)) -> State,
     ) {
         let now = self.clock.now_ns();
         let quota = self.quota_of(&mut key.locked.held(), key.key, now, None);
@@ -30,9 +30,9 @@ impl Limiter {
             if let Some(state) = shard.touch(key) {
                 // Only a sliding log has stamps; others must not leave an empty log behind.
                 let changed = if limit.uses_log() {
-                    shard.with_log(key, |log| change(limit, &state, log, now))
+                    shard.with_log(key, |log| change(limit, &state, log, (now, key)))
                 } else {
-                    change(limit, &state, &mut Log::new(), now)
+                    change(limit, &state, &mut Log::new(), (now, key))
                 };
                 shard.store(key, changed, now, (Owner::new(group.id, i), limit));
                 if limit.is_concurrency() {
@@ -49,11 +49,21 @@ impl Limiter {
     /// A `Target::Group` that names no group.
     pub fn refund(&self, peer: &str, target: Target<'_>, cost: u64, receipt: Receipt) -> Result<()> {
         let Some(mut key) = self.lock_key(peer, target)? else { return Ok(()) };
+        // The ledgers of the shard's waits, taken out while the shard's states change.
+        let mut waits = std::mem::take(&mut key.parts().2.data.waits);
         self.change(
             &mut key,
             |_, i, _| receipt.limits & (1 << i) != 0,
-            |limit, state, log, now| limit.refund(state, log, now, receipt.at, cost),
+            |limit, state, log, (now, limit_key)| {
+                let recorded = if limit.uses_log() {
+                    None // a sliding log removes its own stamps
+                } else {
+                    waits.give_back(limit_key, limit, state, (receipt.at, cost), now)
+                };
+                recorded.unwrap_or_else(|| limit.refund(state, log, now, receipt.at, cost))
+            },
         );
+        key.parts().2.data.waits = waits;
         let base = key.base();
         let (_, group, shard) = key.parts();
         if receipt.wait_ns > 0 {
@@ -78,7 +88,7 @@ impl Limiter {
             self.change(
                 &mut key,
                 |_, _, l| l.is_concurrency(),
-                |limit, state, log, now| limit.refund(state, log, now, now, cost),
+                |limit, state, log, (now, _)| limit.refund(state, log, now, now, cost),
             );
         }
         Ok(())
@@ -102,7 +112,7 @@ impl Limiter {
         self.change(
             &mut key,
             |_, i, l| !l.is_concurrency() && (policy == Policy::All || Some(i) == last),
-            |limit, state, log, now| limit.reduce(state, log, now, tokens),
+            |limit, state, log, (now, _)| limit.reduce(state, log, now, tokens),
         );
         let (_, group, shard) = key.parts();
         shard.data.counters(group.id).reductions += 1;

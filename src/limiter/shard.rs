@@ -35,6 +35,8 @@ pub struct ShardData {
     /// The rules in force, read under the shard's lock so a decision needs no other synchronisation; a
     /// reconfiguration replaces them shard by shard. Taken out while a decision uses them.
     pub(super) rules: Option<Arc<Rules>>,
+    /// The admissions of keys with waits ahead, to give a cancelled wait back (see `waits`).
+    pub(super) waits: super::waits::Ledgers,
 }
 
 impl ShardData {
@@ -47,6 +49,7 @@ impl ShardData {
             quotas,
             pending: HashMap::default(),
             rules: Some(Arc::clone(rules)),
+            waits: super::waits::Ledgers::default(),
         }
     }
 
