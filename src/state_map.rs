@@ -330,16 +330,16 @@ impl<C> Shard<C> {
     /// process wrote under another limit (other rules in a rolling deploy, a `reload()`, another quota)
     /// is converted as a reconfiguration converts it, keeping what it used, never read as if written
     /// under this one. Nothing in memory, where one process's states follow its limits. `def`: the
-    /// region's id of `limit` when known (0: looked up).
+    /// region's id of `limit` when known (0: looked up). The state before and after, when converted.
     #[inline]
-    pub fn reconcile(&mut self, key: u64, (limit, def): (&Limit, u16), now: u64) {
-        if let Some(region) = &mut self.region {
-            let def = if def == 0 { region.def_of(limit) } else { def };
-            let Some(was) = region.table_ref().get(key).map(RegionSlot::def) else { return };
-            if was != def {
-                self.convert(key, was, limit, def, now);
-            }
+    pub fn reconcile(&mut self, key: u64, (limit, def): (&Limit, u16), now: u64) -> Option<(State, State)> {
+        let region = self.region.as_mut()?;
+        let def = if def == 0 { region.def_of(limit) } else { def };
+        let was = region.table_ref().get(key).map(RegionSlot::def)?;
+        if was == def {
+            return None;
         }
+        self.convert(key, was, limit, def, now)
     }
 
     /// Whether the states live in a shared region (where `reconcile` converts them).
@@ -351,15 +351,15 @@ impl<C> Shard<C> {
 
     /// Converts the region state of `key`, written under limit `was`, to `limit` (id `def`).
     #[cold]
-    fn convert(&mut self, key: u64, was: u16, limit: &Limit, def: u16, now: u64) {
-        let Some(region) = &mut self.region else { return };
+    fn convert(&mut self, key: u64, was: u16, limit: &Limit, def: u16, now: u64) -> Option<(State, State)> {
+        let region = self.region.as_mut()?;
         // An unrecorded writer (the region held no more ids), or one the region cannot read back: read
         // as written under `limit`, as every state was before states said what wrote them.
         let from = region.region.limit_def(was);
         let table = region.table();
-        let Some(slot) = table.get_mut(key) else { return };
+        let slot = table.get_mut(key)?;
         slot.set_def(def);
-        let Some(from) = from else { return };
+        let from = from?;
         let state = slot.state;
         let logs = from.uses_log() || limit.uses_log();
         let mut log = if logs { table.log(key) } else { Log::new() };
@@ -368,12 +368,15 @@ impl<C> Shard<C> {
             slot.state = converted;
         }
         if logs {
-            let Self { group_evictions, group_dropped, evictions, region: Some(region), .. } = self else { return };
+            let Self { group_evictions, group_dropped, evictions, region: Some(region), .. } = self else {
+                return Some((state, converted));
+            };
             let kept = if limit.uses_log() { log } else { Log::new() };
             region.table().set_log(key, &kept, now, |p, r| {
                 count_removal((group_evictions, group_dropped, evictions), p, r);
             });
         }
+        Some((state, converted))
     }
 
     /// Replaces the state of `key` by what `change` makes of it, counted as a use; `None`: no such

@@ -382,7 +382,9 @@ impl Limit {
     /// starts empty: permits count requests in flight, which a rate's usage says nothing of.
     #[must_use]
     pub fn rescale(&self, old: &Limit, state: &State, log: &mut Log, now: u64) -> State {
-        if self == old {
+        // The same constants (another rate that works out alike, e.g. a window limit kept): the state
+        // means the same, as the Redis script sees it (it compares limits by these).
+        if self == old || (self.burst == old.burst && self.script_params() == old.script_params()) {
             return *state;
         }
         match &self.algorithm {

@@ -319,8 +319,10 @@ algorithms.sliding_log = {
   end,
   store = function(l, key, admit)
     local st = algorithms.sliding_log.load(l, key)
-    -- Stamps that left the window by now go; an empty log takes now as its epoch.
-    redis.call('ZREMRANGEBYSCORE', key, 0, str(-l.p2 - st.off))
+    -- Stamps that left the window by now go (not at a move: a later move to a longer window would
+    -- count them again, as memory's log, which a move leaves whole, does); an empty log takes now as
+    -- its epoch.
+    if not admit.moved then redis.call('ZREMRANGEBYSCORE', key, 0, str(-l.p2 - st.off)) end
     if st.meta then redis.call('ZREM', key, st.meta) end
     if admit.remove then
       -- Never more rounds than stamps (a reduction may ask for 2^63 - 1).
@@ -512,7 +514,8 @@ local function move(from, to, state, at, key, seen)
     redis.call('DEL', key)
     return nil
   end
-  if from.kind == 'sliding_log' and to.kind == 'sliding_log' then
+  -- The same constants (another rate that works out alike): the state means the same (as in Rust).
+  if from.sig == to.sig or (from.kind == 'sliding_log' and to.kind == 'sliding_log') then
     state.sig, state.seen = to.sig, seen
     return state
   end
@@ -532,10 +535,12 @@ local function unseen(seq, state)
 end
 
 -- Waits (src/limiter/waits.rs): a key with waits ahead keeps, beside its state, a ledger: the state
--- before its oldest admission still ahead and every admission since, in order. A wait given back is
--- taken out and the rest replayed at their instants: as if it had never asked, every promise kept.
--- Written "<base>/<at>,<cost>/...", instants as "<s>.<ns>" (absolute: they outlive this call's `now`),
--- the base "-" (no state) or "<s>.<ns>,<a>,<b>". The sliding log keeps none (its stamps are its ledger).
+-- before its oldest admission still ahead (and the limit it is under), then every admission since and
+-- every change of its limit, in order. A wait given back is taken out and the rest replayed at their
+-- instants: as if it had never asked, every promise kept. Written as parts joined by "/": the base
+-- "<t>,<a>,<b>,<sig>" (t "-": no state), admissions "A<t>,<cost>", changes "M<t>,<sig>"; instants
+-- "<s>.<ns>" (absolute: they outlive this call's `now`), a limit's signature with ":" for ",". The
+-- sliding log keeps none (its stamps are its ledger), nor do permits.
 local MAX_ENTRIES = 256
 
 local function instant_of(text)
@@ -548,91 +553,131 @@ local function instant_text(t)
   return str(now_s + floor(abs_ns / E9)) .. '.' .. str(abs_ns % E9)
 end
 
--- { base = state | nil, entries = { { at, cost } ... } }
+local function sig_of(text)
+  return (string.gsub(text, ':', ','))
+end
+
+local function sig_text(sig)
+  return (string.gsub(sig, ',', ':'))
+end
+
+-- { base = state | nil, limit, entries = { { at, cost } | { at, to } ... } } (nil: unreadable)
 local function ledger_read(text)
-  local ledger, first = { entries = {} }, true
+  local ledger = { entries = {} }
   for part in string.gmatch(text, '[^/]+') do
-    if first then
-      if part ~= '-' then
-        local at, a, b = string.match(part, '^([^,]+),(%d+),(%d+)$')
-        ledger.base = { t = instant_of(at), a = tonumber(a), b = tonumber(b) }
-      end
-      first = false
-    else
-      local at, c = string.match(part, '^([^,]+),(%d+)$')
+    local tag = string.sub(part, 1, 1)
+    if tag == 'A' then
+      local at, c = string.match(part, '^A([^,]+),(%d+)$')
       ledger.entries[#ledger.entries + 1] = { at = instant_of(at), cost = tonumber(c) }
+    elseif tag == 'M' then
+      local at, sig = string.match(part, '^M([^,]+),(%S+)$')
+      local to = limit_of_sig(sig_of(sig))
+      if to == nil then return nil end
+      ledger.entries[#ledger.entries + 1] = { at = instant_of(at), to = to }
+    else
+      local at, a, b, sig = string.match(part, '^([^,]+),(%d+),(%d+),(%S+)$')
+      ledger.limit = limit_of_sig(sig_of(sig))
+      if ledger.limit == nil then return nil end
+      if at ~= '-' then ledger.base = { t = instant_of(at), a = tonumber(a), b = tonumber(b) } end
     end
   end
   return ledger
 end
 
 local function ledger_text(ledger)
-  local parts = { '-' }
-  if ledger.base then
-    parts[1] = instant_text(ledger.base.t) .. ',' .. str(ledger.base.a) .. ',' .. str(ledger.base.b)
+  local base = ledger.base
+  local parts = { '-,0,0,' .. sig_text(ledger.limit.sig) }
+  if base then
+    parts[1] = instant_text(base.t) .. ',' .. str(base.a) .. ',' .. str(base.b) .. ',' .. sig_text(ledger.limit.sig)
   end
-  for _, e in ipairs(ledger.entries) do parts[#parts + 1] = instant_text(e.at) .. ',' .. str(e.cost) end
+  for _, e in ipairs(ledger.entries) do
+    if e.to then
+      parts[#parts + 1] = 'M' .. instant_text(e.at) .. ',' .. sig_text(e.to.sig)
+    else
+      parts[#parts + 1] = 'A' .. instant_text(e.at) .. ',' .. str(e.cost)
+    end
+  end
   return table.concat(parts, '/')
 end
 
--- limit `l`'s state after `entry` admitted over `state` (nil: it no longer admits; it cannot).
-local function admitted(l, state, entry)
+-- The state and limit after `entry` over `state` under `l` (nil state: none); false when an admission
+-- no longer admits (it cannot: usage only ever makes an algorithm stricter).
+local function ledger_apply(l, state, entry)
+  if entry.to then
+    if state == nil or entry.to.sig == l.sig then return state, entry.to end
+    return with_used(entry.to, nil, used_at(l, state, entry.at), entry.at, ''), entry.to
+  end
   local saved = cost
   cost = entry.cost
   local after = l.algorithm.evaluate(l, state, entry.at)
   cost = saved
-  return after
+  if after == nil then return false end
+  return after, l
 end
 
--- The ledger to write with an admission of `cost` at `at` over `before` (nil: none). Folds the leading
--- admissions whose instant has come into the base: they can no longer be waited for.
+local function ledger_ahead(ledger)
+  for _, e in ipairs(ledger.entries) do
+    if e.cost and e.at > 0 then return true end
+  end
+  return false
+end
+
+local function kept(l)
+  return l.kind ~= 'concurrency' and l.kind ~= 'sliding_log'
+end
+
+-- The ledger to write with an admission of `cost` at `at` under `l` over `before` (nil: none). Folds
+-- the leading entries whose instant has come into the base: they can no longer be waited for.
 local function ledger_after(l, before, at)
-  if l.kind == 'concurrency' or l.kind == 'sliding_log' then return nil end
-  local ledger
-  if before ~= nil and before.ledger ~= nil then
-    ledger = ledger_read(before.ledger)
-  elseif at > 0 then
-    ledger = { entries = {} }
+  if not kept(l) then return nil end
+  local ledger = before ~= nil and before.ledger ~= nil and ledger_read(before.ledger) or nil
+  if ledger == nil then
+    if at <= 0 then return nil end
+    ledger = { entries = {}, limit = l }
     if before ~= nil then ledger.base = { t = before.t, a = before.a, b = before.b } end
-  else
-    return nil
   end
   ledger.entries[#ledger.entries + 1] = { at = at, cost = cost }
   while #ledger.entries > 0 and ledger.entries[1].at <= 0 do
-    local after = admitted(l, ledger.base, table.remove(ledger.entries, 1))
-    if after == nil then return nil end
-    ledger.base = after
+    local base, limit = ledger_apply(ledger.limit, ledger.base, table.remove(ledger.entries, 1))
+    if base == false then return nil end
+    ledger.base, ledger.limit = base, limit
   end
-  if #ledger.entries == 0 or #ledger.entries > MAX_ENTRIES then return nil end
+  if not ledger_ahead(ledger) or #ledger.entries > MAX_ENTRIES then return nil end
+  return ledger_text(ledger)
+end
+
+-- The ledger of `state`, moved to limit `to` at `at` (nil: none, or one that cannot follow).
+local function ledger_moved(state, to, at)
+  if state == nil or state.ledger == nil or to == nil or not kept(to) then return nil end
+  local ledger = ledger_read(state.ledger)
+  if ledger == nil then return nil end
+  ledger.entries[#ledger.entries + 1] = { at = at, to = to }
   return ledger_text(ledger)
 end
 
 -- The state with the admission of `cost` at `at` taken out, the rest replayed, and its ledger; nil when
--- the state's ledger cannot say (none, or no such admission): given back by the algorithm's own rule.
+-- the state's ledger cannot say (none, no such admission, or no wait ahead any more): given back by
+-- the algorithm's own rule.
 local function ledger_give_back(l, state, at)
-  if state == nil or state.ledger == nil or l.kind == 'sliding_log' then return nil end
-  local ledger, waiting = ledger_read(state.ledger), false
-  for _, e in ipairs(ledger.entries) do
-    if e.at > 0 then waiting = true end
-  end
-  -- Every wait it holds has come: nothing is waited for any more.
-  if not waiting then return nil end
+  if state == nil or state.ledger == nil or not kept(l) then return nil end
+  local ledger = ledger_read(state.ledger)
+  if ledger == nil or not ledger_ahead(ledger) then return nil end
   local found
   for k = #ledger.entries, 1, -1 do
-    if ledger.entries[k].at == at and ledger.entries[k].cost == cost then
+    local e = ledger.entries[k]
+    if e.cost and e.at == at and e.cost == cost then
       found = k
       break
     end
   end
   if not found then return nil end
   table.remove(ledger.entries, found)
-  local replayed, ahead = ledger.base, false
+  local replayed, limit = ledger.base, ledger.limit
   for _, e in ipairs(ledger.entries) do
-    replayed = admitted(l, replayed, e)
-    if replayed == nil then return nil end
-    if e.at > 0 then ahead = true end
+    replayed, limit = ledger_apply(limit, replayed, e)
+    if replayed == false then return nil end
   end
-  return replayed or { t = 0, a = 0, b = 0 }, ahead and ledger_text(ledger) or nil
+  return replayed or { t = 0, a = 0, b = 0 }, ledger_ahead(ledger) and ledger_text(ledger) or nil
 end
 
 -- One decision: what `KEYS` and `ARGV` (see the head of this file) ask, atomically.
@@ -684,6 +729,7 @@ local function decide(KEYS, ARGV)
       -- A limit or group that is gone takes its states whatever they were written under.
       if unseen(seq, state) and (to == nil or state.sig == from.sig) then
         local after = move(from, to, state, at, KEYS[i], node .. '/' .. str(seq))
+        if after ~= nil and i <= n then after.ledger = ledger_moved(state, to, at) end
         if i > n then gone[i] = after or false else states[i], moved[i] = after, true end
       end
     end
@@ -715,11 +761,11 @@ local function decide(KEYS, ARGV)
         local l = limits[i]
         if l.kind == 'sliding_log' then
           -- (An empty log has no key: nothing to write.)
-          if states[i].meta ~= nil then algorithms.sliding_log.store(l, KEYS[i], { at = 0, cost = 0 }) end
+          if states[i].meta ~= nil then algorithms.sliding_log.store(l, KEYS[i], { at = 0, cost = 0, moved = true }) end
         elseif states[i] == nil then
           redis.call('DEL', KEYS[i])
         else
-          store(l, KEYS[i], states[i])
+          store(l, KEYS[i], states[i], states[i].ledger)
         end
       end
     end

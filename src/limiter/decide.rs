@@ -303,7 +303,10 @@ impl KeyStates<'_> {
     #[inline(never)]
     pub fn reconcile(&mut self, limits: &[Limit]) {
         for (index, limit) in limits.iter().enumerate() {
-            self.shard.reconcile(self.limit_key(index), (limit, 0), self.now);
+            let key = self.limit_key(index);
+            if let Some(moved) = self.shard.reconcile(key, (limit, 0), self.now) {
+                self.shard.data.waits.moved(key, limit, moved, self.now);
+            }
         }
     }
 
@@ -320,7 +323,8 @@ impl KeyStates<'_> {
         let now = self.now;
         // The group's own limit has its region id at hand; a quota's is looked up.
         let def = if std::ptr::eq(limit, self.group.limits.as_ptr()) { self.group.first_def } else { 0 };
-        self.shard.reconcile(key, (limit, def), now);
+        // No wait is ahead here (else the decision is not simple): nothing to tell the ledgers.
+        let _ = self.shard.reconcile(key, (limit, def), now);
         if let Some(decided) = self.shard.update(key, |state| limit.evaluate(state, &NO_LOG, now, cost).map(simple)) {
             return decided;
         }

@@ -1,6 +1,7 @@
 //! Changes to a key's states outside decisions: refunds, permits given back, manual reduction, usage
 //! seen elsewhere, and forgetting keys.
 
+use super::waits::Ledgers;
 use super::{Held, KeyLock, Limiter, Receipt, Target};
 use crate::algorithm::{Limit, Log, State};
 use crate::config::Policy;
@@ -15,24 +16,28 @@ impl Limiter {
         &self,
         key: &mut KeyLock<'_>,
         select: impl Fn(&Group, usize, &Limit) -> bool,
-        mut change: impl FnMut(&Limit, &State, &mut Log, (u64, u64)) -> State,
+        mut change: impl FnMut(&Limit, &State, &mut Log, (u64, u64), &mut Ledgers) -> State,
     ) {
         let now = self.clock.now_ns();
         let quota = self.quota_of(&mut key.locked.held(), key.key, now, None);
         let base = key.base();
         let (_, group, shard) = key.parts();
+        // The ledgers of the shard's waits, taken out while its states change.
+        let mut waits = std::mem::take(&mut shard.data.waits);
         for (i, limit) in group.limits_with(quota).iter().enumerate() {
             if !select(group, i, limit) {
                 continue;
             }
             let key = group.limit_key(base, i);
-            shard.reconcile(key, (limit, 0), now);
+            if let Some(moved) = shard.reconcile(key, (limit, 0), now) {
+                waits.moved(key, limit, moved, now);
+            }
             if let Some(state) = shard.touch(key) {
                 // Only a sliding log has stamps; others must not leave an empty log behind.
                 let changed = if limit.uses_log() {
-                    shard.with_log(key, |log| change(limit, &state, log, (now, key)))
+                    shard.with_log(key, |log| change(limit, &state, log, (now, key), &mut waits))
                 } else {
-                    change(limit, &state, &mut Log::new(), (now, key))
+                    change(limit, &state, &mut Log::new(), (now, key), &mut waits)
                 };
                 shard.store(key, changed, now, (Owner::new(group.id, i), limit));
                 if limit.is_concurrency() {
@@ -40,6 +45,7 @@ impl Limiter {
                 }
             }
         }
+        shard.data.waits = waits;
     }
 
     /// Gives back `cost` that an admission took (`receipt`), e.g. for a cancelled wait; a wait given
@@ -49,21 +55,18 @@ impl Limiter {
     /// A `Target::Group` that names no group.
     pub fn refund(&self, peer: &str, target: Target<'_>, cost: u64, receipt: Receipt) -> Result<()> {
         let Some(mut key) = self.lock_key(peer, target)? else { return Ok(()) };
-        // The ledgers of the shard's waits, taken out while the shard's states change.
-        let mut waits = std::mem::take(&mut key.parts().2.data.waits);
         self.change(
             &mut key,
             |_, i, _| receipt.limits & (1 << i) != 0,
-            |limit, state, log, (now, limit_key)| {
+            |limit, state, log, (now, limit_key), waits| {
                 let recorded = if limit.uses_log() {
                     None // a sliding log removes its own stamps
                 } else {
-                    waits.give_back(limit_key, limit, state, (receipt.at, cost), now)
+                    waits.give_back(limit_key, state, (receipt.at, cost), now)
                 };
                 recorded.unwrap_or_else(|| limit.refund(state, log, now, receipt.at, cost))
             },
         );
-        key.parts().2.data.waits = waits;
         let base = key.base();
         let (_, group, shard) = key.parts();
         if receipt.wait_ns > 0 {
@@ -88,7 +91,7 @@ impl Limiter {
             self.change(
                 &mut key,
                 |_, _, l| l.is_concurrency(),
-                |limit, state, log, (now, _)| limit.refund(state, log, now, now, cost),
+                |limit, state, log, (now, _), _| limit.refund(state, log, now, now, cost),
             );
         }
         Ok(())
@@ -112,7 +115,7 @@ impl Limiter {
         self.change(
             &mut key,
             |_, i, l| !l.is_concurrency() && (policy == Policy::All || Some(i) == last),
-            |limit, state, log, (now, _)| limit.reduce(state, log, now, tokens),
+            |limit, state, log, (now, _), _| limit.reduce(state, log, now, tokens),
         );
         let (_, group, shard) = key.parts();
         shard.data.counters(group.id).reductions += 1;
@@ -133,7 +136,8 @@ impl Limiter {
         let (_, g, shard) = key.parts();
         for (i, limit) in Group::rate_limits(&g.limits_with(quota)) {
             let state_key = g.limit_key(base, i);
-            shard.reconcile(state_key, (limit, 0), now);
+            // A charge writes the state: the ledgers of its waits are stale anyway.
+            let _ = shard.reconcile(state_key, (limit, 0), now);
             let state = shard.load(state_key);
             let mut log = if limit.uses_log() { shard.log(state_key).into_owned() } else { Log::new() };
             let charged = limit.charge(&state, &mut log, now, units);

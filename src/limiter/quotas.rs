@@ -118,7 +118,9 @@ impl Limiter {
         let key = group.limit_key(base, p);
         if shard.in_region() {
             // A region's state says what it was written under (`old`, or another process's limit).
-            shard.reconcile(key, (new, 0), now);
+            if let Some(moved) = shard.reconcile(key, (new, 0), now) {
+                shard.data.waits.moved(key, new, moved, now);
+            }
             return;
         }
         let Some(state) = shard.touch(key) else { return };
@@ -127,6 +129,7 @@ impl Limiter {
         } else {
             new.rescale(old, &state, &mut Log::new(), now)
         };
+        shard.data.waits.moved(key, new, (state, rescaled), now);
         shard.store(key, rescaled, now, (Owner::new(group.id, p), new));
     }
 

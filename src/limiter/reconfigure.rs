@@ -147,7 +147,9 @@ impl Limiter {
         };
         *written = Some(to);
         if from != to {
+            let before = *state;
             *state = to.rescale(&from, state, log, now);
+            data.waits.moved(key, &to, (before, *state), now);
             if !to.uses_log() {
                 *log = Log::new();
             }

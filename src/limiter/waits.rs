@@ -13,63 +13,79 @@
 //! admissions alone lead to, so nothing is admitted above the limit. When every waiter of a key has
 //! given up, in whatever order, the key is as if none had asked.
 //!
+//! A change of the key's limit (a reconfiguration, a quota) is an entry too: the replay moves the state
+//! at that instant as the change did, so a wait given back after it restores what it would have before.
+//!
 //! A ledger is only trusted while the key's state is the one it leads to: any other change (a manual
-//! reduction, a reconfiguration, another process writing a shared region's state) makes it stale, and
+//! reduction, another process writing a shared region's state) makes it stale, and
 //! the wait is then given back by the algorithm's own rule (its newest slot only). The sliding log
 //! keeps no ledger: its stamps are its ledger, and a wait given back removes its own.
 
 use std::collections::HashMap;
 
-use crate::algorithm::{Admit, Limit, State, NO_LOG};
+use crate::algorithm::{Admit, Limit, Log, State, NO_LOG};
 
 /// Admissions a ledger keeps at most (a key with more waiters ahead gives back by the algorithm's rule).
 const MAX_ENTRIES: usize = 256;
 /// Ledgers a shard keeps at most: keys with waiters ahead at once.
 const MAX_LEDGERS: usize = 256;
 
-/// One admission: its instant and cost.
+/// One admission (its instant and cost), or a change of the key's limit at an instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Entry {
-    at: u64,
-    cost: u64,
+enum Entry {
+    Admitted { at: u64, cost: u64 },
+    Moved { at: u64, to: Limit },
+}
+
+impl Entry {
+    const fn at(&self) -> u64 {
+        match self {
+            Self::Admitted { at, .. } | Self::Moved { at, .. } => *at,
+        }
+    }
+
+    /// The state and limit after this entry over `state` under `limit`; `None` if an admission no longer
+    /// admits (it cannot: usage only ever makes an algorithm stricter, but a ledger that could not say is
+    /// not trusted).
+    fn apply(&self, (state, limit): (State, Limit)) -> Option<(State, Limit)> {
+        match *self {
+            Self::Admitted { at, cost } => match limit.evaluate(&state, &NO_LOG, at, cost) {
+                Ok(Admit::State(next)) => Some((next, limit)),
+                _ => None,
+            },
+            Self::Moved { at, to } => Some((to.rescale(&limit, &state, &mut Log::new(), at), to)),
+        }
+    }
 }
 
 /// The admissions of one limit key since the oldest still ahead.
 #[derive(Debug, Clone)]
 struct Ledger {
-    /// The state before the first entry.
-    base: State,
+    /// The state before the first entry, and the limit it is under.
+    base: (State, Limit),
     entries: Vec<Entry>,
     /// The state the entries lead to: the key's state while nothing else has written it.
     expected: State,
 }
 
 impl Ledger {
-    /// The state `base` and `entries` lead to; `None` if one no longer admits (it cannot: usage only
-    /// ever makes an algorithm stricter, but a ledger that could not say is not trusted).
-    fn replay(&self, limit: &Limit) -> Option<State> {
-        self.entries.iter().try_fold(self.base, |state, entry| {
-            match limit.evaluate(&state, &NO_LOG, entry.at, entry.cost) {
-                Ok(Admit::State(next)) => Some(next),
-                _ => None,
-            }
-        })
+    /// The state `base` and `entries` lead to (see `Entry::apply`).
+    fn replay(&self) -> Option<State> {
+        self.entries.iter().try_fold(self.base, |state, entry| entry.apply(state)).map(|(state, _)| state)
     }
 
-    /// Folds the leading admissions whose instant has come into the base: they can no longer be waited for.
-    fn fold_passed(&mut self, limit: &Limit, now: u64) -> Option<()> {
-        let passed = self.entries.iter().take_while(|entry| entry.at <= now).count();
+    /// Folds the leading entries whose instant has come into the base: they can no longer be waited for.
+    fn fold_passed(&mut self, now: u64) -> Option<()> {
+        let passed = self.entries.iter().take_while(|entry| entry.at() <= now).count();
         for entry in self.entries.drain(..passed) {
-            match limit.evaluate(&self.base, &NO_LOG, entry.at, entry.cost) {
-                Ok(Admit::State(next)) => self.base = next,
-                _ => return None,
-            }
+            self.base = entry.apply(self.base)?;
         }
         Some(())
     }
 
+    /// Whether an admission it holds is still ahead at `now`: a wait that may yet be given back.
     fn ahead(&self, now: u64) -> bool {
-        self.entries.iter().any(|entry| entry.at > now)
+        self.entries.iter().any(|entry| matches!(entry, Entry::Admitted { at, .. } if *at > now))
     }
 }
 
@@ -103,6 +119,9 @@ impl Ledgers {
         if !self.ahead(now) {
             self.by_key.clear(); // every wait recorded has come: nothing left to give back
         }
+        if limit.uses_log() || limit.is_concurrency() {
+            return;
+        }
         let wait = at > now;
         let ledger = match self.by_key.get_mut(&key) {
             Some(ledger) if ledger.expected == before => ledger,
@@ -119,39 +138,51 @@ impl Ledgers {
                         return;
                     }
                 }
-                let fresh = Ledger { base: before, entries: Vec::new(), expected: before };
+                let fresh = Ledger { base: (before, *limit), entries: Vec::new(), expected: before };
                 self.by_key.insert(key, fresh);
                 self.by_key.get_mut(&key).unwrap_or_else(|| unreachable!("inserted above"))
             }
         };
-        ledger.entries.push(Entry { at, cost });
+        ledger.entries.push(Entry::Admitted { at, cost });
         ledger.expected = after;
-        if ledger.fold_passed(limit, now).is_none() || ledger.entries.len() > MAX_ENTRIES || ledger.entries.is_empty() {
+        if ledger.fold_passed(now).is_none() || ledger.entries.len() > MAX_ENTRIES || !ledger.ahead(now) {
             self.by_key.remove(&key);
         }
         self.until = self.until.max(at);
     }
 
+    /// The key's state moved from `before` to `after` by a change of its limit to `to` at `now` (a
+    /// reconfiguration, a quota): a ledger that led to `before` goes on with the move; a stale one, or
+    /// one moving to a sliding log or permits, is forgotten.
+    pub fn moved(&mut self, key: u64, to: &Limit, (before, after): (State, State), now: u64) {
+        if self.by_key.is_empty() {
+            return;
+        }
+        match self.by_key.get_mut(&key) {
+            Some(ledger) if ledger.expected == before && !to.uses_log() && !to.is_concurrency() => {
+                ledger.entries.push(Entry::Moved { at: now, to: *to });
+                ledger.expected = after;
+            }
+            Some(_) => {
+                self.by_key.remove(&key);
+            }
+            None => {}
+        }
+    }
+
     /// The state of `key` (now `state`) with the admission at `at` for `cost` taken out and every other
-    /// kept at its instant. `None` when the ledger cannot say (no ledger, none such recorded, or another
-    /// change wrote the state): the caller gives back by the algorithm's own rule.
-    pub fn give_back(
-        &mut self,
-        key: u64,
-        limit: &Limit,
-        state: &State,
-        (at, cost): (u64, u64),
-        now: u64,
-    ) -> Option<State> {
+    /// entry kept at its instant. `None` when the ledger cannot say (no ledger, none such recorded, or
+    /// another change wrote the state): the caller gives back by the algorithm's own rule.
+    pub fn give_back(&mut self, key: u64, state: &State, (at, cost): (u64, u64), now: u64) -> Option<State> {
         let ledger = self.by_key.get_mut(&key)?;
         // Another change wrote the state, or every wait it holds has come: nothing is waited for any more.
         if ledger.expected != *state || !ledger.ahead(now) {
             self.by_key.remove(&key);
             return None;
         }
-        let index = ledger.entries.iter().rposition(|entry| *entry == Entry { at, cost })?;
+        let index = ledger.entries.iter().rposition(|entry| *entry == Entry::Admitted { at, cost })?;
         ledger.entries.remove(index);
-        let Some(replayed) = ledger.replay(limit) else {
+        let Some(replayed) = ledger.replay() else {
             self.by_key.remove(&key);
             return None;
         };
@@ -209,8 +240,16 @@ mod tests {
             None
         }
 
+        /// A change of the key's limit at `now` (`update_rule`, a quota).
+        fn set_limit(&mut self, rate: &str, burst: u64, now: u64) {
+            let to = Limit::new(rate.parse().unwrap(), Some(burst), Kind::Gcra).unwrap();
+            let after = to.rescale(&self.limit, &self.state, &mut crate::algorithm::Log::new(), now);
+            self.waits.moved(1, &to, (self.state, after), now);
+            (self.limit, self.state) = (to, after);
+        }
+
         fn cancel(&mut self, now: u64, at: u64, cost: u64) {
-            self.state = match self.waits.give_back(1, &self.limit, &self.state, (at, cost), now) {
+            self.state = match self.waits.give_back(1, &self.state, (at, cost), now) {
                 Some(state) => state,
                 None => self.limit.refund(&self.state, &mut crate::algorithm::Log::new(), now, at, cost),
             };
@@ -257,6 +296,15 @@ mod tests {
         key.cancel(t(1), rc, 1);
         key.cancel(t(1), ra, 3);
         assert_eq!(key.reserve(t(1), 3), Some(t(4)));
+        // TestReserveSetLimitCancel: 5/s, then 10/s from t2; the wait given back after the change comes
+        // back whole, as Go's: the next acts at t3.
+        let mut key = Key::new("5/s", 2, Kind::Gcra);
+        key.reserve(t(0), 2);
+        let r = key.reserve(t(0), 2).unwrap();
+        assert_eq!(r, t(4));
+        key.set_limit("10/s", 2, t(2));
+        key.cancel(t(2), r, 2);
+        assert_eq!(key.reserve(t(2), 2), Some(t(3)));
     }
 
     #[test]

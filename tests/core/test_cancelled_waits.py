@@ -122,6 +122,9 @@ def test_no_cancellation_order_puts_more_than_the_limit_in_any_window(
 @given(
     before=st.lists(st.tuples(st.sampled_from([0.0, 0.1, 0.7]), st.integers(1, 3)), max_size=8),
     costs=st.lists(st.integers(1, 3), min_size=1, max_size=12),
+    changes=st.lists(
+        st.tuples(st.sampled_from(["update_rule", "set_quota"]), st.sampled_from(["2/s", "6/s", "3/2s"])), max_size=2
+    ),
     after=st.lists(st.tuples(st.sampled_from([0.0, 0.1, 0.4]), st.integers(1, 3)), max_size=10),
     order=st.randoms(use_true_random=False),
 )
@@ -130,9 +133,12 @@ def test_when_every_waiter_gives_up_in_any_order_the_key_decides_as_if_none_had_
     algorithm: str,
     before: list[tuple[float, int]],
     costs: list[int],
+    changes: list[tuple[str, str]],
     after: list[tuple[float, int]],
     order: Any,
 ) -> None:
+    """Also through changes of the key's limit while the waiters wait (a reconfiguration, a quota): the
+    twin sees the same changes at the same instants."""
     clock, twin_clock = rk.ManualClock(), rk.ManualClock()
     limiter = make_limiter("3/s", burst=3, algorithm=algorithm, clock=clock)
     twin = make_limiter("3/s", burst=3, algorithm=algorithm, clock=twin_clock)  # never sees the waiters
@@ -147,6 +153,16 @@ def test_when_every_waiter_gives_up_in_any_order_the_key_decides_as_if_none_had_
             assert reservation.decision.allowed == twin.allow("k", cost=cost)
         else:
             waiters.append(reservation)
+    # Changes come while every waiter still waits (one whose slot has come is an admission, not a waiter).
+    step = min((reservation.wait for reservation in waiters), default=0.1) / (len(changes) + 1)
+    for change, rate in changes:
+        clock.advance(step)
+        twin_clock.advance(step)
+        for lim in (limiter, twin):
+            if change == "update_rule":
+                lim.update_rule("default", rate, burst=3)
+            else:
+                lim.set_quota("k", "default", rate)
     order.shuffle(waiters)
     for reservation in waiters:
         limiter._refund(reservation)
@@ -155,3 +171,66 @@ def test_when_every_waiter_gives_up_in_any_order_the_key_decides_as_if_none_had_
         twin_clock.advance(seconds)
         told, twin_told = limiter.check("k", cost=cost), twin.check("k", cost=cost)
         assert (told.allowed, told.retry_after) == pytest.approx((twin_told.allowed, twin_told.retry_after))
+
+
+# x/time/rate's reservation tests (rate_test.go), in its units: a token each 100 ms, t(n) = n * 100 ms.
+# Where a ledger gives back more than Go's rule (Go keeps what a later reservation might have relied on),
+# the act time is earlier; it is still within the limit (the property tests above).
+GO_TESTS = {
+    # name: (rate, burst, steps): ("reserve", at, cost, acts at) | ("cancel", at, index of the reservation)
+    # | ("rate", at, new rate)
+    "TestCancelLast": ("10/s", 2, [("reserve", 0, 2, 0), ("reserve", 0, 2, 2), ("cancel", 1, 1), ("reserve", 1, 2, 2)]),
+    "TestCancelTooLate": (  # Go: no effect, the last acts at t4; here the slot the waiter never used comes back
+        "10/s",
+        2,
+        [("reserve", 0, 2, 0), ("reserve", 0, 2, 2), ("cancel", 3, 1), ("reserve", 3, 2, 3)],
+    ),
+    "TestCancel0Tokens": (  # Go: the last acts at t3
+        "10/s",
+        2,
+        [("reserve", 0, 2, 0), ("reserve", 0, 1, 1), ("reserve", 0, 1, 2), ("cancel", 0, 1), ("reserve", 0, 1, 2)],
+    ),
+    "TestCancel1Token": (
+        "10/s",
+        2,
+        [("reserve", 0, 2, 0), ("reserve", 0, 2, 2), ("reserve", 0, 1, 3), ("cancel", 2, 1), ("reserve", 2, 2, 4)],
+    ),
+    "TestCancelMulti": (  # Go: the last acts at t5
+        "10/s",
+        4,
+        [
+            ("reserve", 0, 4, 0),
+            ("reserve", 0, 3, 3),
+            ("reserve", 0, 1, 4),
+            ("reserve", 0, 1, 5),
+            ("cancel", 1, 3),
+            ("cancel", 1, 1),
+            ("reserve", 1, 3, 4),
+        ],
+    ),
+    "TestReserveSetLimitCancel": (
+        "5/s",
+        2,
+        [("reserve", 0, 2, 0), ("reserve", 0, 2, 4), ("rate", 2, "10/s"), ("cancel", 2, 1), ("reserve", 2, 2, 3)],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GO_TESTS))
+def test_go_reservation_tests_act_when_go_does_or_earlier(make_limiter: MakeLimiter, name: str) -> None:
+    rate, burst, steps = GO_TESTS[name]
+    clock = rk.ManualClock()
+    limiter = make_limiter(rate, burst=burst, clock=clock)
+    start, tick = clock.now(), 0.1
+    held: list[Any] = []
+    for step in steps:
+        clock.advance(max(0.0, start + step[1] * tick - clock.now()))
+        if step[0] == "reserve":
+            _, at, cost, acts = step
+            reservation = limiter._reserve("k", cost=cost, timeout=10.0)
+            held.append(reservation)
+            assert at * tick + reservation.wait == pytest.approx(acts * tick), step
+        elif step[0] == "cancel":
+            limiter._refund(held[step[2]])
+        else:
+            limiter.update_rule("default", step[2], burst=burst)

@@ -51,7 +51,9 @@ PATHS = {"g0": "/a", "g1": "/b"}
 # unit of a limit 20 s or more long, a step lands that close to a state's end about once in 20,000.
 RATES = ("60/hour", "6/hour", "5/10min", "20/hour", "3/min")
 BURSTS = (None, 1, 2, 6)
-QUOTAS = (None, "2/10min", "20/hour", "3/min", "100/hour")
+# Short windows beside long ones: a quota narrowed then widened between two decisions must keep what
+# the key used (a sliding log's stamps), in every store.
+QUOTAS = (None, "2/10min", "20/hour", "3/min", "100/hour", "10/s", "3/10s")
 TIMEOUTS = (None, 0.0, 30.0, 120.0, 600.0)
 examples = itertools.count()
 
@@ -569,3 +571,23 @@ def test_a_cancelled_wait_at_clock_zero_gives_back_what_it_gives_back_later(pair
     assert cancelled_wait(redis) == expected
     at_zero = cancelled_wait(memory)
     assert at_zero == expected, f"\n  memory from 0: {at_zero}\n  memory from 10 s: {expected}"
+
+
+def test_two_quota_changes_between_decisions_keep_a_sliding_logs_stamps(pair: Callable[..., Pair]) -> None:
+    # "60/min", then 10/s and 3/10s at one instant: the Redis script dropped the stamps older than the
+    # 1 s window when it wrote the first move, so 3/10s admitted what the stamps of 7 s before refuse.
+    rules = [rk.Rule("^/", "g", "60/min", algorithm="sliding_log")]
+    memory, other, memory_clock, other_clock = pair(rules, start=1000.0)
+    script: list[tuple[float, int]] = [(0, 1), (5.1, 1), (0, 1), (0, 1), (10, 1), (0, 1), (0, 1), (0, 2), (0.1, 1)]
+    script += [(0.5, 1)] * 1 + [(0, 1)] * 3 + [(21, 2), (0, 2), (6, 1)]
+    for lim, clock in ((memory, memory_clock), (other, other_clock)):
+        for seconds, cost in script:
+            clock.advance(seconds)
+            lim.check("k", "/", cost=cost)
+        lim.set_quota("k", "g", "10/s")
+        lim.set_quota("k", "g", "3/10s")
+        clock.advance(1)
+    for _ in range(2):
+        told = other.check("k", "/")
+        assert seen(told) == seen(memory.check("k", "/"))
+        assert (told.allowed, told.retry_after) == (False, pytest.approx(3.0))
