@@ -88,13 +88,17 @@ class Limit:
         concurrency: int | None = None,
     ) -> Limit: ...
     @property
-    def rate(self) -> Rate | None: ...
+    def rate(self) -> Rate | None:
+        """The rate; ``None`` for a concurrency limit."""
     @property
-    def burst(self) -> int: ...
+    def burst(self) -> int:
+        """Requests admitted at once: the burst, a window's limit, a bucket's capacity, or the permits."""
     @property
-    def algorithm(self) -> Algorithm | Literal["concurrency"]: ...
+    def algorithm(self) -> Algorithm | Literal["concurrency"]:
+        """The algorithm that enforces it, or ``"concurrency"`` for permits."""
     @property
-    def concurrency(self) -> int | None: ...
+    def concurrency(self) -> int | None:
+        """The permits of a concurrency limit; ``None`` for a rate limit."""
     @property
     def window(self) -> float | None:
         """Seconds the burst is counted over, as a ``RateLimit-Policy`` header's ``w`` states it: the time
@@ -140,11 +144,14 @@ class Rule:
         reduction: bool = True,
     ) -> Rule: ...
     @property
-    def pattern(self) -> str: ...
+    def pattern(self) -> str:
+        """The regex the request's path is searched with (``""``: every path)."""
     @property
-    def group(self) -> str: ...
+    def group(self) -> str:
+        """The group whose limits the matching requests share."""
     @property
-    def limits(self) -> list[Limit]: ...
+    def limits(self) -> list[Limit]:
+        """The group's limits, rate and concurrency, in order."""
     @property
     def rate(self) -> Rate | None:
         """The rate of the first limit."""
@@ -155,9 +162,11 @@ class Rule:
     def algorithm(self) -> Algorithm | Literal["concurrency"]:
         """The algorithm of the first limit."""
     @property
-    def policy(self) -> PolicyName: ...
+    def policy(self) -> PolicyName:
+        """``"all"``: every rate limit must admit; ``"fallback"``: the first that admits does."""
     @property
-    def reduction(self) -> bool: ...
+    def reduction(self) -> bool:
+        """Whether ``Limiter.reduce`` may give tokens back to the group."""
 
 @final
 class ManualClock:
@@ -249,7 +258,8 @@ class GroupPolicy:
     """What a ``RateLimit-Policy`` header says of a group; see :meth:`Limiter.group_policy`."""
 
     @property
-    def group(self) -> str: ...
+    def group(self) -> str:
+        """The group the policy describes."""
     @property
     def quota(self) -> int:
         """Requests per window (``q``): the burst of the group's first rate limit, or its permits."""
@@ -265,12 +275,14 @@ class Resolution:
     """Where a request goes and what limits it; see :meth:`Limiter.resolve`."""
 
     @property
-    def group(self) -> str: ...
+    def group(self) -> str:
+        """The group the request is routed to."""
     @property
     def limits(self) -> list[Limit]:
         """The group's limits for this key: a per-key quota replaces the first rate limit."""
     @property
-    def policy(self) -> PolicyName: ...
+    def policy(self) -> PolicyName:
+        """The group's policy (``"all"`` or ``"fallback"``)."""
 
 @final
 class Quotas:
@@ -307,17 +319,23 @@ class Quotas:
         wait: float = 0.0,
     ) -> Quotas: ...
     @property
-    def provider(self) -> _QuotaProvider | None: ...
+    def provider(self) -> _QuotaProvider | None:
+        """The callable (sync or async) that fetches a key's quota; ``None``: quotas are only set with ``set_quota``."""
     @property
-    def failsafe(self) -> Rate | None: ...
+    def failsafe(self) -> Rate | None:
+        """The rate a key gets while its quota is being fetched or its fetch failed (``None``: the group's own)."""
     @property
-    def ttl(self) -> float: ...
+    def ttl(self) -> float:
+        """Seconds a fetched quota stays fresh before it is fetched again."""
     @property
-    def timeout(self) -> float: ...
+    def timeout(self) -> float:
+        """Seconds a fetch may take before it counts as failed."""
     @property
-    def workers(self) -> int: ...
+    def workers(self) -> int:
+        """Fetches run at once, on threads of the limiter's own."""
     @property
-    def wait(self) -> float: ...
+    def wait(self) -> float:
+        """Seconds a key's first request waits for its quota to land (0: decide on the failsafe at once)."""
 
 @final
 class QuotaInfo:
@@ -445,18 +463,25 @@ class Redis:
     def lease_ttl(self) -> float:
         """How long a concurrency permit's lease lives in Redis, in seconds."""
     @property
-    def url(self) -> str: ...
+    def url(self) -> str:
+        """The server's URL (``redis://``, ``rediss://``, ``unix://``), password masked in ``repr``."""
     @property
-    def mode(self) -> Literal["exact", "sync"]: ...
+    def mode(self) -> Literal["exact", "sync"]:
+        """``"exact"``: one atomic script per decision; ``"sync"``: decide locally, push usage every
+        ``sync_interval``."""
     @property
     def sync_interval(self) -> float | None:
         """Sync mode's interval in seconds; ``None`` in exact mode."""
     @property
-    def timeout(self) -> float: ...
+    def timeout(self) -> float:
+        """Seconds a round trip may take before ``on_error`` decides."""
     @property
-    def prefix(self) -> str: ...
+    def prefix(self) -> str:
+        """The prefix of every key the limiter writes."""
     @property
-    def on_error(self) -> Literal["local", "allow", "deny", "raise"]: ...
+    def on_error(self) -> Literal["local", "allow", "deny", "raise"]:
+        """What decides while Redis cannot answer: ``"local"`` (this process's states), ``"allow"``,
+        ``"deny"`` or ``"raise"``."""
 
 @final
 class Shared:
@@ -515,14 +540,18 @@ class Shared:
         on_stall: Literal["allow", "deny"] = "allow",
     ) -> Shared: ...
     @property
-    def name(self) -> str | None: ...
+    def name(self) -> str | None:
+        """The region's name (its file under the folder), or ``None`` when given by ``path``."""
     @property
     def path(self) -> str:
         """The region's file."""
     @property
-    def log_entries(self) -> int | None: ...
+    def log_entries(self) -> int | None:
+        """Sliding-log stamps the region holds for all its keys (``None``: the default, ``max_keys / 8``,
+        at least 16,384)."""
     @property
-    def on_stall(self) -> Literal["allow", "deny"]: ...
+    def on_stall(self) -> Literal["allow", "deny"]:
+        """What a decision answers when a stopped process holds its shard's lock past 50 ms."""
 
 def _inspect_region(path: str | os.PathLike[str]) -> SharedStats:
     """Looks at the region at ``path`` without writing to it or taking its locks."""
@@ -712,7 +741,8 @@ class Limiter:
     def clock(self) -> ManualClock | None:
         """The :class:`ManualClock` given at construction, or ``None`` for the monotonic clock."""
     @property
-    def max_keys(self) -> int: ...
+    def max_keys(self) -> int:
+        """The keys the limiter holds at most; the least used go first."""
     @property
     def groups(self) -> list[str]:
         """The group names, in rule order."""
@@ -720,14 +750,17 @@ class Limiter:
     def rules(self) -> list[Rule]:
         """The rules in force, in routing order (after :meth:`update_rule` and ``reload`` too)."""
     @property
-    def exempt_peers(self) -> list[str]: ...
+    def exempt_peers(self) -> list[str]:
+        """Peers never limited."""
     @property
-    def exempt_paths(self) -> list[str]: ...
+    def exempt_paths(self) -> list[str]:
+        """Regexes of paths never limited."""
     @property
     def quotas(self) -> Quotas:
         """The quota settings in force."""
     @property
-    def track_usage(self) -> bool: ...
+    def track_usage(self) -> bool:
+        """Whether admissions are kept for ``drain_pending`` (sync mode, or asked for)."""
     def reset(self, peer: str | None = None) -> None:
         """Forgets the state of ``peer`` in every group, or of every peer.
 

@@ -94,7 +94,7 @@ class HeaderOptions:
             raise InvalidValue("retry_after", f"must be 'seconds' or 'http-date', got {self.retry_after!r}")
 
     @property
-    def rewritten(self) -> bool:
+    def _rewritten(self) -> bool:
         """Whether a field the core writes in seconds from now is rewritten as an instant: an epoch
         ``X-RateLimit-Reset``, an HTTP-date ``Retry-After``."""
         return (self.legacy and self.reset == "epoch") or self.retry_after == "http-date"
@@ -132,18 +132,18 @@ class Penalty:
                 raise InvalidValue(("penalty", name), message)
 
     @property
-    def breaches_group(self) -> str:
+    def _breaches_group(self) -> str:
         return f"ratekeeper.penalty.breaches.{self.breaches}/{self.within:g}s"
 
     @property
-    def blocked_group(self) -> str:
+    def _blocked_group(self) -> str:
         return f"ratekeeper.penalty.blocked.{self.block:g}s"
 
-    def groups(self) -> tuple[tuple[str, list[Limit]], tuple[str, list[Limit]]]:
+    def _groups(self) -> tuple[tuple[str, list[Limit]], tuple[str, list[Limit]]]:
         """The two groups: the breaches counted in a sliding log, and the block (one admission a block)."""
         breaches = Limit(f"{self.breaches}/{self.within!r}s", algorithm="sliding_log")
         blocked = Limit(f"1/{self.block!r}s", algorithm="sliding_log")
-        return (self.breaches_group, [breaches]), (self.blocked_group, [blocked])
+        return (self._breaches_group, [breaches]), (self._blocked_group, [blocked])
 
 
 class WebSettings(TypedDict, total=False):
@@ -341,7 +341,7 @@ class Gatekeeper:
             and options.cost is None
             and options.refund_when is None
             and options.penalty is None
-            and not options.fields.rewritten
+            and not options.fields._rewritten
         )
         fields = options.fields
         #: ``admit_quick(peer, path)``: :meth:`admit` of a request with a key on ``path`` at cost 1 (when
@@ -356,7 +356,7 @@ class Gatekeeper:
         """The rate-limit fields of a response to ``decision``, in this gatekeeper's form."""
         serialize = raw_response_headers if self.raw else response_headers
         fields = serialize(decision, self.options.fields)
-        return _as_instants(fields, self.options.fields) if self.options.fields.rewritten else fields
+        return _as_instants(fields, self.options.fields) if self.options.fields._rewritten else fields
 
     def admission(self, decision: Decision, peer: str, path: str) -> Admission:
         """The admission of a request with a key on ``path`` that :attr:`admit_quick` gave a ``decision``."""
@@ -413,7 +413,7 @@ class Gatekeeper:
         that replaced the limiter's groups)."""
         penalty = self.options.penalty
         assert penalty is not None
-        for name, limits in penalty.groups():
+        for name, limits in penalty._groups():
             if name not in self.limiter.groups:
                 self.limiter.add_group(name, limits)
         return penalty
@@ -423,17 +423,17 @@ class Gatekeeper:
         penalty = self.options.penalty
         assert penalty is not None
         try:
-            look = self.limiter.peek(peer, group=penalty.blocked_group)
+            look = self.limiter.peek(peer, group=penalty._blocked_group)
         except InvalidValue:  # not added yet, or a reload replaced the groups
-            look = self.limiter.peek(peer, group=self._penalty_groups().blocked_group)
+            look = self.limiter.peek(peer, group=self._penalty_groups()._blocked_group)
         return None if look.allowed else look
 
     def _breached(self, peer: str) -> None:
         """Counts a refusal of ``peer``; the one that makes ``breaches`` within the window starts its block."""
         penalty = self._penalty_groups()
-        self.limiter.allow(peer, group=penalty.breaches_group)
-        if not self.limiter.peek(peer, group=penalty.breaches_group).allowed:
-            self.limiter.allow(peer, group=penalty.blocked_group)
+        self.limiter.allow(peer, group=penalty._breaches_group)
+        if not self.limiter.peek(peer, group=penalty._breaches_group).allowed:
+            self.limiter.allow(peer, group=penalty._blocked_group)
             refusals_log.warning(
                 "ratekeeper: %r refused %d times within %gs: blocked for %gs",
                 peer,

@@ -8,10 +8,11 @@ from typing import Literal, TypedDict
 
 __all__ = ["Algorithm", "GroupStats", "Histogram", "LimitStats", "PolicyName", "Stats"]
 
-#: The algorithms a rate limit can use.
 Algorithm = Literal["gcra", "token_bucket", "fixed_window", "sliding_window", "sliding_log", "leaky_bucket"]
-#: How a group's rate limits combine.
+"""The algorithms a rate limit can use (see "What a rate means")."""
 PolicyName = Literal["all", "fallback"]
+"""How a group's rate limits combine: ``"all"`` must each admit; under ``"fallback"`` the first that admits
+does."""
 
 
 class LimitStats(TypedDict):

@@ -69,6 +69,9 @@ class Permit:
     ``RuntimeError``, as for re-entering any single-entry context manager, rather than an
     :class:`InvalidValue`: no argument is wrong, the object is misused, and ``except ValueError`` around
     a decision must not hide it. Call :meth:`Limiter.concurrent` once per request instead.
+
+    Attributes:
+        decision: the :class:`Decision` of the current (or last) entry; ``None`` before the first.
     """
 
     __slots__ = (
