@@ -379,6 +379,28 @@ impl<C> Shard<C> {
         Some((state, converted))
     }
 
+    /// [`Shard::update`] of a state to be read as written under `limit` (region id `def`, 0: looked up):
+    /// in a shared region the slot's writer is checked in the same lookup, and a state another limit
+    /// wrote is converted first ([`Shard::reconcile`]): the decision's hot path, one probe of the table.
+    #[inline]
+    pub fn update_under<E>(
+        &mut self,
+        key: u64,
+        (limit, def): (&Limit, u16),
+        now: u64,
+        change: impl FnOnce(&State) -> Result<State, E>,
+    ) -> Option<Result<(), E>> {
+        if let Some(region) = &mut self.region {
+            let def = if def == 0 { region.def_of(limit) } else { def };
+            let slot = region.table().get_mut(key)?;
+            if slot.def() == def {
+                return Some(change(&slot.state).map(|changed| slot.state = changed));
+            }
+            let _ = self.reconcile(key, (limit, def), now);
+        }
+        self.update(key, change)
+    }
+
     /// Replaces the state of `key` by what `change` makes of it, counted as a use; `None`: no such
     /// key; `Some(Err)`: `change` declined and nothing was written. One lookup for both.
     #[inline]

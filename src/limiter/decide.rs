@@ -323,9 +323,10 @@ impl KeyStates<'_> {
         let now = self.now;
         // The group's own limit has its region id at hand; a quota's is looked up.
         let def = if std::ptr::eq(limit, self.group.limits.as_ptr()) { self.group.first_def } else { 0 };
-        // No wait is ahead here (else the decision is not simple): nothing to tell the ledgers.
-        let _ = self.shard.reconcile(key, (limit, def), now);
-        if let Some(decided) = self.shard.update(key, |state| limit.evaluate(state, &NO_LOG, now, cost).map(simple)) {
+        // One lookup: the state, converted first if another limit wrote it (a shared region). No wait
+        // is ahead here (else the decision is not simple): nothing to tell the ledgers.
+        let decide = |state: &State| limit.evaluate(state, &NO_LOG, now, cost).map(simple);
+        if let Some(decided) = self.shard.update_under(key, (limit, def), now, decide) {
             return decided;
         }
         let admitted = simple(limit.evaluate(&State::default(), &NO_LOG, now, cost)?);

@@ -625,14 +625,16 @@ impl SharedRegion {
     /// when a holder keeps it longer (a process stopped holding it: SIGSTOP, a debugger, a frozen
     /// container).
     #[must_use]
+    #[inline]
     pub fn lock_within(&self, shard: usize, deadline: Option<std::time::Duration>) -> Option<Guard<'_>> {
+        let place = self.place(shard);
         // SAFETY: initialised by the region's creator (or made anew by `lock_whole`).
-        let mutex = unsafe { SharedMutex::at(&raw mut (*self.place(shard).head).lock) };
+        let mutex = unsafe { SharedMutex::at(&raw mut (*place.head).lock) };
         let mut guard = match deadline {
             None => mutex.lock_whole(),
             Some(deadline) => mutex.lock_within(deadline)?,
         };
-        if !guard.recovered && self.place(shard).corrupt() {
+        if !guard.recovered && place.corrupt() {
             guard.recovered = true;
         }
         Some(guard)
