@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from ratekeeper._core import Decision, Limit, _Take
 from ratekeeper._errors import InvalidType, InvalidValue, RateLimited
-from ratekeeper.keys import KeyCallable, client_ip
+from ratekeeper.keys import KeyCallable, checked_key, client_ip
 
 if TYPE_CHECKING:
     from ratekeeper.limiter import Limiter
@@ -194,7 +194,9 @@ class WebOptions:
             raise InvalidValue("on_missing_key", f"must be 'refuse' or 'anonymous', got {self.on_missing_key!r}")
         if self.missing_key_status not in (401, 403, 429):
             raise InvalidValue("missing_key_status", f"must be 401, 403 or 429, got {self.missing_key_status!r}")
-        for name in ("key", "cost", "refund_when"):
+        if self.key is not None:
+            checked_key(self.key)
+        for name in ("cost", "refund_when"):
             value = getattr(self, name)
             if value is not None and not callable(value):
                 raise InvalidType(name, f"must be callable, got {type(value).__name__}")

@@ -51,7 +51,7 @@ from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue, RateL
 from ratekeeper._http import Admission, Gatekeeper, HeaderOptions, Penalty, WebOptions, refusal_body
 from ratekeeper._peer_rates import expand_limits
 from ratekeeper._stats import Algorithm
-from ratekeeper.keys import KeyCallable, key_of
+from ratekeeper.keys import KeyCallable, checked_key, key_of
 from ratekeeper.limiter import Limiter
 
 __all__ = ["KeyMissing", "RouteKey", "RouteLimited", "RouteLimits", "RouteRate"]
@@ -720,8 +720,7 @@ def _key_dependency(key: object) -> Depends | None:
 
 def _key_function(key: object) -> KeyCallable:
     """``key`` checked as a key function of the request."""
-    if not callable(key):
-        raise InvalidType("key", f"must be a callable of the request or Depends(dependency), got {key!r}")
+    key = checked_key(key, or_else=" or Depends(dependency)")
     try:
         parameters = inspect.signature(key).parameters.values()
     except (TypeError, ValueError):  # a builtin without a signature: nothing to check

@@ -20,7 +20,17 @@ from typing import Any, Literal
 
 from ratekeeper._errors import InvalidType, InvalidValue
 
-__all__ = ["ClientIP", "ForwardingHeader", "Header", "KeyCallable", "KeyFunction", "client_ip", "header", "key_of"]
+__all__ = [
+    "ClientIP",
+    "ForwardingHeader",
+    "Header",
+    "KeyCallable",
+    "KeyFunction",
+    "checked_key",
+    "client_ip",
+    "header",
+    "key_of",
+]
 
 _Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 #: A key function: a callable of the framework's request, sync or async, giving the key or ``None``.
@@ -346,3 +356,25 @@ async def key_of(key: KeyCallable, scope: Mapping[str, Any], request: Callable[[
     if peer is not None and not isinstance(peer, str):
         raise InvalidType("key", f"must return a str or None, got {type(peer).__name__}")
     return peer
+
+
+def checked_key(key: object, loc: str = "key", *, or_else: str = "") -> KeyCallable:
+    """``key`` checked where it is given (an integration's ``key=``), so a mistake is an error at start-up,
+    not a 500 at every request.
+
+    Raises:
+        InvalidType: not a callable of the request; or :func:`client_ip` / :func:`header` themselves, which
+            make key functions and must be called (``client_ip()``, ``header("X-API-Key")``). ``or_else``
+            names what else the option takes (``" or Depends(dependency)"``).
+    """
+    if key is client_ip:
+        message = "client_ip makes the key function: call it, client_ip() or client_ip(trusted_proxies=[...])"
+        raise InvalidType(loc, message)
+    if key is header:
+        raise InvalidType(loc, "header makes the key function: call it with the header's name, header('X-API-Key')")
+    if isinstance(key, str):
+        message = f"must be a callable of the request{or_else}, got the str {key!r}; for a header: header({key!r})"
+        raise InvalidType(loc, message)
+    if not callable(key):
+        raise InvalidType(loc, f"must be a callable of the request{or_else}, got {type(key).__name__}")
+    return key  # callable: its signature is the user's

@@ -286,7 +286,10 @@ def test_bad_key_arguments_are_refused_at_declaration_naming_the_field() -> None
     assert "Depends() needs the dependency" in str(empty.value)
     with pytest.raises(rk.InvalidType) as not_callable:
         RouteLimits(FastAPI(), limiter=limiter).route("1/s", key="X-API-Key")  # type: ignore[arg-type]
-    assert str(not_callable.value) == "key: must be a callable of the request or Depends(dependency), got 'X-API-Key'"
+    assert str(not_callable.value) == (
+        "key: must be a callable of the request or Depends(dependency), got the str 'X-API-Key'; "
+        "for a header: header('X-API-Key')"
+    )
     # A dependency given as a plain key function would be called with the request and nothing it needs.
     with pytest.raises(rk.InvalidType) as undeclared:
         RouteLimits(FastAPI(), limiter=limiter, key=current_user)

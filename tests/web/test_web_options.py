@@ -21,7 +21,7 @@ from _support import MakeLimiter
 from _web import Server
 from ratekeeper.asgi import RateLimitMiddleware
 from ratekeeper.flask import RateLimit
-from ratekeeper.keys import header
+from ratekeeper.keys import client_ip, header
 from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
@@ -189,3 +189,25 @@ def test_retry_after_may_be_an_http_date(client_of: Any) -> None:
 def test_an_unknown_retry_after_form_is_refused() -> None:
     with pytest.raises(rk.InvalidValue, match=r"retry_after: must be 'seconds' or 'http-date', got 'date'"):
         rk.HeaderOptions(retry_after="date")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("key", "match"),
+    [
+        (client_ip, r"key: client_ip makes the key function: call it, client_ip\(\)"),
+        (header, r"key: header makes the key function: call it with the header's name, header\('X-API-Key'\)"),
+        ("X-API-Key", r"key: must be a callable of the request, got the str 'X-API-Key'; for a header: header"),
+        (42, r"key: must be a callable of the request, got int"),
+    ],
+)
+def test_a_key_of_the_wrong_shape_is_refused_where_it_is_given(key: object, match: str) -> None:
+    limiter = rk.Limiter("1/s")
+    with pytest.raises(rk.InvalidType, match=match):
+        RateLimitMiddleware(Starlette(), limiter=limiter, key=key)  # type: ignore[arg-type]
+    with pytest.raises(rk.InvalidType, match=match):
+        RateLimit(flask.Flask(__name__), limiter=limiter, key=key)  # type: ignore[arg-type]
+    from fastapi import FastAPI
+    from ratekeeper.fastapi import RouteLimits
+
+    with pytest.raises(rk.InvalidType, match=match.replace("the request,", "the request or Depends.dependency.,")):
+        RouteLimits(FastAPI(), limiter=limiter).route("1/s", key=key)
