@@ -49,7 +49,7 @@ from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue, Loc
 from ratekeeper._http import Admission, Gatekeeper, WebOptions
 from ratekeeper._peer_rates import expand_limits
 from ratekeeper._stats import Algorithm
-from ratekeeper.keys import ClientIP, KeyCallable, KeyFunction, client_ip
+from ratekeeper.keys import ClientIP, KeyCallable, KeyFunction, checked_key, client_ip
 from ratekeeper.limiter import NAMED_ONLY, Limiter
 
 if TYPE_CHECKING:
@@ -332,6 +332,8 @@ def _load(raw: object) -> _Config:
         web["penalty"] = raw["PENALTY"]
     web["cost"], web["refund_when"] = _function(raw, "COST"), _function(raw, "REFUND_WHEN")
     key = _function(raw, "KEY")
+    if key is not None:
+        checked_key(key, ("RATEKEEPER", "KEY"))
     log_refusals = raw.get("LOG_REFUSALS", False)
     if not isinstance(log_refusals, bool):
         raise InvalidType(("RATEKEEPER", "LOG_REFUSALS"), f"must be a bool, got {type(log_refusals).__name__}")

@@ -358,7 +358,7 @@ async def key_of(key: KeyCallable, scope: Mapping[str, Any], request: Callable[[
     return peer
 
 
-def checked_key(key: object, loc: str = "key", *, or_else: str = "") -> KeyCallable:
+def checked_key(key: object, loc: str | tuple[str, ...] = "key", *, or_else: str = "") -> KeyCallable:
     """``key`` checked where it is given (an integration's ``key=``), so a mistake is an error at start-up,
     not a 500 at every request.
 

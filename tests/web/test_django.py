@@ -402,6 +402,7 @@ def test_middleware_decorator_and_throttle_on_every_store(site: ModuleType, make
         ({"LIMITER": "django_site.limits.limiter", "CONFIG": "x.toml"}, rk.InvalidValue, ("RATEKEEPER", "CONFIG")),
         ({"KEY": "X-API-Key"}, rk.InvalidValue, ("RATEKEEPER", "KEY")),
         ({"KEY": 3}, rk.InvalidType, ("RATEKEEPER", "KEY")),
+        ({"KEY": "ratekeeper.keys.client_ip"}, rk.InvalidType, ("RATEKEEPER", "KEY")),  # not called: client_ip()
         ({"TRUSTED_PROXIES": ["10.0.0.0/8", "proxy"]}, rk.InvalidValue, ("RATEKEEPER", "TRUSTED_PROXIES", 1)),
         ({"EXEMPT_PATHS": "^/health$"}, rk.InvalidType, ("RATEKEEPER", "EXEMPT_PATHS")),
         ({"EXEMPT_PATHS": ["^/(health"]}, rk.InvalidValue, ("RATEKEEPER", "EXEMPT_PATHS", 0)),
