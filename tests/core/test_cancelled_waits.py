@@ -138,7 +138,11 @@ def test_when_every_waiter_gives_up_in_any_order_the_key_decides_as_if_none_had_
     order: Any,
 ) -> None:
     """Also through changes of the key's limit while the waiters wait (a reconfiguration, a quota): the
-    twin sees the same changes at the same instants."""
+    twin sees the same changes at the same instants. Not for a sliding log: each admission drops the stamps
+    that left the window in force, so a waiter's admission can drop one that a longer window set later
+    would have counted, and the twin, which admitted nothing then, keeps (a limit of the sliding log)."""
+    if algorithm == "sliding_log":
+        changes = []
     clock, twin_clock = rk.ManualClock(), rk.ManualClock()
     limiter = make_limiter("3/s", burst=3, algorithm=algorithm, clock=clock)
     twin = make_limiter("3/s", burst=3, algorithm=algorithm, clock=twin_clock)  # never sees the waiters
