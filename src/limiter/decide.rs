@@ -472,7 +472,8 @@ impl KeyStates<'_> {
             let held = if limits[index].is_concurrency() { self.shard.find(key).map_or(0, |s| s.a) } else { 0 };
             match (admit, &limits[index].algorithm) {
                 (Admit::State(state), _) => {
-                    if recorded && !limits[index].is_concurrency() {
+                    // `record` itself passes over permits and logs, which keep no ledger.
+                    if recorded {
                         let before = self.shard.load(key);
                         self.shard.data.waits.record(key, &limits[index], (before, state), (at, cost), self.now);
                     }
