@@ -25,10 +25,22 @@ else
 	CARGO_TARGET_DIR=$(CARGO_TARGET_DIR_PY) $(PYTHON) -m pip install --quiet --no-build-isolation -e '.[test]'
 endif
 
+# On Linux the wheel is manylinux2014 (glibc 2.17: Debian 8, Ubuntu 14.04, RHEL 7, Amazon Linux 2 and
+# newer): zig links it against that glibc's symbols, whatever this machine's glibc is. Its own target
+# directory: zig's C compiler would otherwise rebuild the C parts of the editable install's.
+ifeq ($(shell uname -s),Linux)
+WHEEL_BUILD := --zig --compatibility manylinux2014
+WHEEL_TOOLS := 'maturin[zig]>=1.9.4,<2' auditwheel
+else
+WHEEL_BUILD :=
+WHEEL_TOOLS := 'maturin>=1.9.4,<2'
+endif
+
 .PHONY: wheel
-wheel: ## build the abi3 wheel (one per platform, for every CPython >= 3.10) into dist/
-	$(PYTHON) -m pip install --quiet 'maturin>=1.9.4,<2'
-	CARGO_TARGET_DIR=$(CARGO_TARGET_DIR_PY) $(PYTHON) -m maturin build --release --out dist
+wheel: ## build the abi3 wheel (one per platform, for every CPython >= 3.10; Linux: manylinux2014) into dist/
+	$(PYTHON) -m pip install --quiet $(WHEEL_TOOLS)
+	CARGO_TARGET_DIR=target/wheel $(PYTHON) -m maturin build --release $(WHEEL_BUILD) --out dist
+	for wheel in dist/ratekeeper-*.whl; do $(PYTHON) .ci/check_wheel.py "$$wheel" || exit 1; done
 
 .PHONY: build-dev
 build-dev: ## rebuild the extension after a Rust change
@@ -50,8 +62,13 @@ test: install lint ## install, lint, then every test: cargo test, pytest and the
 	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(PYTHON) -m pytest -q
 	NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs build --strict --quiet
 
+# pyproject's docs extra, installed alone: `pip install -e '.[docs]'` would compile the core again, and
+# the site reads the sources, not the built module (tests/docs/test_api_reference.py checks they agree).
+DOCS_DEPS := 'mkdocs-material>=9.5' 'mkdocstrings-python>=1.10' 'ruff>=0.6'
+
 .PHONY: docs
-docs: ## build the documentation site into site/ (mkdocs, warnings are errors)
+docs: ## install what the site needs, then build it into site/ (mkdocs, warnings are errors)
+	$(PYTHON) -m pip install --quiet $(DOCS_DEPS)
 	NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs build --strict
 
 .PHONY: demo
