@@ -65,7 +65,7 @@ class Limit:
     """One limit: a rate enforced by an algorithm, or a number of concurrent requests.
 
     Args:
-        rate: e.g. ``"10/s"`` or a :class:`Rate`. For ``leaky_bucket``, ``"R/T"`` means R tokens leak
+        rate: e.g. ``"10/s"`` or a [`Rate`][ratekeeper.Rate]. For ``leaky_bucket``, ``"R/T"`` means R tokens leak
             every T.
         burst: requests admitted at once: the burst (``gcra``, ``token_bucket``), the limit per window
             (``fixed_window``, ``sliding_window``, ``sliding_log``) or the bucket's capacity
@@ -73,7 +73,7 @@ class Limit:
         algorithm: ``"gcra"`` (default), ``"token_bucket"``, ``"fixed_window"``, ``"sliding_window"``,
             ``"sliding_log"`` or ``"leaky_bucket"``.
         concurrency: instead of a rate, at most this many requests in flight per key, held with
-            :meth:`ratekeeper.Limiter.concurrent`.
+            [`ratekeeper.Limiter.concurrent`][ratekeeper.Limiter.concurrent].
 
     Raises:
         InvalidValue: a bad rate, burst, algorithm, or both or neither of ``rate`` and ``concurrency``.
@@ -115,15 +115,15 @@ class Rule:
             ``""`` matches every path and requests without a path.
         group: the name of the group; rules naming the same group share its state and must agree on
             its limits.
-        rate: the group's one limit, e.g. ``"10/min"`` or a :class:`Rate` (or give ``limits``).
+        rate: the group's one limit, e.g. ``"10/min"`` or a [`Rate`][ratekeeper.Rate] (or give ``limits``).
         burst: requests admitted at once (default: the rate's count, so ``"3/60s"`` admits 3 at once,
             then one every 20 s).
-        algorithm: the algorithm of ``rate``; see :class:`Limit`.
-        limits: several :class:`Limit` (or rate strings) instead of ``rate``.
+        algorithm: the algorithm of ``rate``; see [`Limit`][ratekeeper.Limit].
+        limits: several [`Limit`][ratekeeper.Limit] (or rate strings) instead of ``rate``.
         policy: how the rate limits combine: ``"all"`` (every one must admit; a refusal consumes
             nothing) or ``"fallback"`` (the first that admits takes the request). Concurrency limits
             are gates in either policy.
-        reduction: whether :meth:`ratekeeper.Limiter.reduce` may give tokens back to this group.
+        reduction: whether [`ratekeeper.Limiter.reduce`][ratekeeper.Limiter.reduce] may give tokens back to this group.
 
     Raises:
         InvalidValue: an invalid pattern (``loc`` ``("pattern",)``; compiled once, here), rate, burst,
@@ -251,11 +251,12 @@ class Decision:
             decision).
         """
     def _raw_fields(self, ietf: bool, legacy: bool) -> tuple[tuple[bytes, bytes], ...]:
-        """:meth:`_fields` as lower-case latin-1 bytes pairs, ready to append to an ASGI message's headers."""
+        """``_fields`` as lower-case latin-1 bytes pairs, ready to append to an ASGI message's headers."""
 
 @final
 class GroupPolicy:
-    """What a ``RateLimit-Policy`` header says of a group; see :meth:`Limiter.group_policy`."""
+    """What a ``RateLimit-Policy`` header says of a group; see
+    [`Limiter.group_policy`][ratekeeper.Limiter.group_policy]."""
 
     @property
     def group(self) -> str:
@@ -272,7 +273,7 @@ class GroupPolicy:
 
 @final
 class Resolution:
-    """Where a request goes and what limits it; see :meth:`Limiter.resolve`."""
+    """Where a request goes and what limits it; see [`Limiter.resolve`][ratekeeper.Limiter.resolve]."""
 
     @property
     def group(self) -> str:
@@ -339,7 +340,7 @@ class Quotas:
 
 @final
 class QuotaInfo:
-    """What a key's quota is; see :meth:`Limiter.quota`."""
+    """What a key's quota is; see [`Limiter.quota`][ratekeeper.Limiter.quota]."""
 
     @property
     def rate(self) -> Rate | None:
@@ -347,8 +348,8 @@ class QuotaInfo:
     @property
     def source(self) -> str:
         """``"provider"`` (fetched), ``"failsafe"`` (first fetch not landed), ``"stale"`` (the last good
-        quota, kept while fetches fail), ``"set"`` (:meth:`Limiter.set_quota`) or ``"rule"`` (the rule's
-        own rate: the provider said ``None``, or nothing is known and there is no failsafe)."""
+        quota, kept while fetches fail), ``"set"`` ([`Limiter.set_quota`][ratekeeper.Limiter.set_quota]) or ``"rule"``
+        (the rule's own rate: the provider said ``None``, or nothing is known and there is no failsafe)."""
     @property
     def age(self) -> float | None:
         """Seconds on the limiter's clock since this quota took effect; ``None`` if the key has no record."""
@@ -415,8 +416,8 @@ class Redis:
     states atomically, on Redis's own clock (``TIME``; Redis >= 5): a Redis Function (``FCALL``,
     loaded on first use) on Redis >= 7, ``EVALSHA`` before. It runs the same algorithms and
     arithmetic as the in-memory core, so it gives the same decisions. A limiter with a
-    :class:`ManualClock` passes the clock's time instead (tests stay deterministic). The client is the
-    Rust ``redis`` crate (one multiplexed, pipelined connection that reconnects with backoff); a
+    [`ManualClock`][ratekeeper.ManualClock] passes the clock's time instead (tests stay deterministic). The client is
+    the Rust ``redis`` crate (one multiplexed, pipelined connection that reconnects with backoff); a
     decision waits for Redis without the GIL.
 
     Args:
@@ -438,8 +439,8 @@ class Redis:
             that a crashed process's permits come back; a request held longer stops counting.
         on_error: while Redis cannot answer: ``"local"`` decides in this process's memory,
             ``"allow"`` admits, ``"deny"`` refuses (``retry_after`` 1 s), ``"raise"`` raises
-            :class:`BackendUnavailable`. An outage is logged once, when it starts, and counted in
-            ``Limiter.backend_errors``.
+            [`BackendUnavailable`][ratekeeper.BackendUnavailable]. An outage is logged once, when it starts, and counted
+            in ``Limiter.backend_errors``.
 
     Raises:
         InvalidValue: a URL that is not a Redis URL, an unknown ``mode`` or ``on_error``, a timeout
@@ -499,7 +500,7 @@ class Shared:
     states as ``update_rule`` does: each state says what limit wrote it. The
     core's own algorithms decide on it under one robust lock per shard: a worker killed while holding
     one costs the others nothing but that worker's decision in flight. Time is the kernel's monotonic
-    clock, one for every process (a :class:`ManualClock` still drives tests). When full, idle states
+    clock, one for every process (a [`ManualClock`][ratekeeper.ManualClock] still drives tests). When full, idle states
     are dropped first, then the least used, as in memory. Concurrency permits held by a process that
     dies come back at the next request the gate would refuse.
 
@@ -560,32 +561,32 @@ _QuotaProvider: TypeAlias = Callable[[str, str], Rate | str | Awaitable[Rate | s
 
 @disjoint_base
 class Limiter:
-    """The Rust half of :class:`ratekeeper.Limiter`: construction and the non-blocking calls.
+    """The Rust half of [`ratekeeper.Limiter`][ratekeeper.Limiter]: construction and the non-blocking calls.
 
     Args:
         rate: a catch-all limit (group ``"default"``) for every path no rule matches, e.g. ``"10/min"``.
-        rules: :class:`Rule` objects, tried in order; the first whose pattern matches the path wins.
+        rules: [`Rule`][ratekeeper.Rule] objects, tried in order; the first whose pattern matches the path wins.
             A path that matches no rule (and no catch-all ``rate``) is not limited.
         exempt_peers: peers that are never limited (exact match); counted in ``stats()["exempt"]``.
         exempt_paths: regular expressions of paths that are never limited.
         max_keys: the most (peer, group) states kept; past it, idle states are dropped first, then the
             least frequently used are evicted, so one-shot keys never push out busy ones.
         burst: the burst of ``rate`` (default: its count).
-        algorithm: the algorithm of ``rate`` (see :class:`Limit`).
-        clock: a :class:`ManualClock` for tests; default: the monotonic clock.
-        quotas: per-key quotas, see :class:`Quotas`; default: none (each key runs on its rule's rate).
-        track_usage: record each key's admissions for :meth:`drain_pending` (syncing usage between
-            nodes); this keeps the peer strings of keys admitted since the last drain.
-        backend: :class:`Redis` to keep the states in Redis, shared by every process that uses it;
-            :class:`Shared` to keep them in shared memory, shared by every process of the machine;
+        algorithm: the algorithm of ``rate`` (see [`Limit`][ratekeeper.Limit]).
+        clock: a [`ManualClock`][ratekeeper.ManualClock] for tests; default: the monotonic clock.
+        quotas: per-key quotas, see [`Quotas`][ratekeeper.Quotas]; default: none (each key runs on its rule's rate).
+        track_usage: record each key's admissions for [`drain_pending`][ratekeeper.Limiter.drain_pending] (syncing usage
+            between nodes); this keeps the peer strings of keys admitted since the last drain.
+        backend: [`Redis`][ratekeeper.Redis] to keep the states in Redis, shared by every process that uses it;
+            [`Shared`][ratekeeper.Shared] to keep them in shared memory, shared by every process of the machine;
             default: this process's memory.
 
     Raises:
         InvalidValue: neither ``rate`` nor ``rules``, a bad rate, burst or algorithm, a group defined
             twice with different limits (``loc`` ``("rules", 1, "group")``), a bad exempt path
             (``("exempt_paths", 0)``), ``max_keys`` below 1, ``max_keys`` below 1.
-        InvalidType: a rule that is not a :class:`Rule`, a str where a list of str is expected,
-            ``quotas`` that is not a :class:`Quotas`.
+        InvalidType: a rule that is not a [`Rule`][ratekeeper.Rule], a str where a list of str is expected,
+            ``quotas`` that is not a [`Quotas`][ratekeeper.Quotas].
     """
 
     def __new__(
@@ -638,8 +639,8 @@ class Limiter:
     def allow(self, peer: str, path: str | None = None, *, cost: int = 1, group: str | None = None) -> bool:
         """``check(...).allowed`` without building a Decision: the fastest call."""
     def peek(self, peer: str, path: str | None = None, *, cost: int = 1, group: str | None = None) -> Decision:
-        """What :meth:`check` would decide now, counting nothing, in every store: the key's states are left
-        as they are, the stats count no decision, and the Decision's ``remaining``, ``reset_after`` and
+        """What [`check`][ratekeeper.Limiter.check] would decide now, counting nothing, in every store: the key's states
+        are left as they are, the stats count no decision, and the Decision's ``remaining``, ``reset_after`` and
         ``retry_after`` describe the key before this request (``allowed``: a ``check`` of ``cost`` now
         would pass). What a "read the usage" asks (django-ratelimit's ``increment=False``).
 
@@ -689,13 +690,13 @@ class Limiter:
 
         Returns:
             For a request allowed without concurrency permits, its response's fields, as
-            :meth:`Decision._fields` / :meth:`Decision._raw_fields` give them (no ``Decision`` is made);
-            for any other, its :class:`Decision`.
+            ``Decision._fields`` / ``Decision._raw_fields`` give them (no ``Decision`` is made);
+            for any other, its [`Decision`][ratekeeper.Decision].
         """
     def _admit_scope(
         self, ietf: bool, legacy: bool, header: bytes | None, scope: Mapping[str, Any]
     ) -> tuple[tuple[bytes, bytes], ...] | Decision | None:
-        """:meth:`_admit_web` of an ASGI HTTP ``scope`` (raw fields), its key and path read from the scope
+        """``_admit_web`` of an ASGI HTTP ``scope`` (raw fields), its key and path read from the scope
         in one call: what the ASGI middleware's hot path makes of a request.
 
         Args:
@@ -706,7 +707,7 @@ class Limiter:
             scope: the ASGI scope.
 
         Returns:
-            What :meth:`_admit_web` returns; ``None``, having decided nothing, when the scope is not an
+            What ``_admit_web`` returns; ``None``, having decided nothing, when the scope is not an
             HTTP request, carries no key, or holds anything unusual: the caller reads it in Python.
         """
 
@@ -714,8 +715,8 @@ class Limiter:
     def reduce(self, peer: str, path: str | None = None, n: int = 1, *, group: str | None = None) -> bool:
         """Gives ``n`` tokens back to the key (manual reduction, e.g. when a handler's transaction
         succeeded): under policy ``"all"`` to every rate limit of the group (each counted the request);
-        under ``"fallback"`` to the last rate limit only, the fallback (the leaky tokens of the Arweave
-        node's limiter), since the limits before it take what they admit back on their own.
+        under ``"fallback"`` to the last rate limit only, the fallback (e.g. a leaky bucket's tokens), since
+        the limits before it take what they admit back on their own.
 
         Returns:
             False when no group limits the request or the group was made with ``reduction=False``.
@@ -731,15 +732,15 @@ class Limiter:
             InvalidValue: an unknown group.
         """
     def off(self) -> None:
-        """Turns limiting off: every request is allowed and no state is touched, until :meth:`on`."""
+        """Turns limiting off: every request is allowed and no state is touched, until [`on`][ratekeeper.Limiter.on]."""
     def on(self) -> None:
         """Turns limiting back on."""
     @property
     def enabled(self) -> bool:
-        """False between :meth:`off` and :meth:`on`."""
+        """False between [`off`][ratekeeper.Limiter.off] and [`on`][ratekeeper.Limiter.on]."""
     @property
     def clock(self) -> ManualClock | None:
-        """The :class:`ManualClock` given at construction, or ``None`` for the monotonic clock."""
+        """The [`ManualClock`][ratekeeper.ManualClock] given at construction, or ``None`` for the monotonic clock."""
     @property
     def max_keys(self) -> int:
         """The keys the limiter holds at most; the least used go first."""
@@ -748,7 +749,8 @@ class Limiter:
         """The group names, in rule order."""
     @property
     def rules(self) -> list[Rule]:
-        """The rules in force, in routing order (after :meth:`update_rule` and ``reload`` too)."""
+        """The rules in force, in routing order (after [`update_rule`][ratekeeper.Limiter.update_rule] and ``reload``
+        too)."""
     @property
     def exempt_peers(self) -> list[str]:
         """Peers never limited."""
@@ -773,22 +775,22 @@ class Limiter:
                 was reset, the keys in Redis were not: call it again.
         """
     def stats(self) -> Stats:
-        """Counters and sizes (see :class:`ratekeeper.Stats`), summed one shard at a time."""
+        """Counters and sizes (see [`ratekeeper.Stats`][ratekeeper.Stats]), summed one shard at a time."""
     def top_refused(self, n: int = 10, group: str | None = None) -> list[tuple[str, int]]:
         """The ``n`` peers refused most since the limiter was made, in ``group`` or in every group
         together, as ``(peer, refusals)``, most first.
 
         Counted in fixed-size sketches (Space-Saving, 16 counters per shard and group), so memory stays
         bounded whatever the number of peers: a count is never below the true count and at most
-        :meth:`top_refused_error` above it (a peer is counted in one shard only), and every peer
-        refused more often than that is found.
+        [`top_refused_error`][ratekeeper.Limiter.top_refused_error] above it (a peer is counted in one shard only), and
+        every peer refused more often than that is found.
 
         Raises:
             InvalidValue: ``group`` names no group.
         """
     def top_refused_error(self, group: str | None = None) -> int:
-        """The most :meth:`top_refused`'s counts may be off by: 0 while every refused peer has a counter,
-        at most the refusals of a shard divided by 16.
+        """The most [`top_refused`][ratekeeper.Limiter.top_refused]'s counts may be off by: 0 while every refused peer
+        has a counter, at most the refusals of a shard divided by 16.
 
         Raises:
             InvalidValue: ``group`` names no group.
@@ -804,7 +806,7 @@ class Limiter:
         """
     def absorb(self, peer: str, group: str, n: int) -> None:
         """Counts ``n`` units that ``peer`` used in ``group`` elsewhere (another node) as used now: the
-        key may then be refused until they drain. Not reported by :meth:`drain_pending`.
+        key may then be refused until they drain. Not reported by [`drain_pending`][ratekeeper.Limiter.drain_pending].
 
         Raises:
             InvalidValue: an unknown group, ``n`` below 1.

@@ -1,10 +1,10 @@
 """Exceptions raised by ratekeeper.
 
-Every bad argument or configuration raises :class:`InvalidValue` (a ``ValueError``) or
-:class:`InvalidType` (a ``TypeError``). Both carry where the mistake is as ``loc``, a tuple of keys and
-indexes in the style of pydantic (``("rules", 2, "pattern")``), and what is wrong as ``msg``; the text
+Every bad argument or configuration raises [`InvalidValue`][ratekeeper.InvalidValue] (a ``ValueError``) or
+[`InvalidType`][ratekeeper.InvalidType] (a ``TypeError``). Both carry where the mistake is as ``loc``, a tuple of keys
+and indexes in the style of pydantic (``("rules", 2, "pattern")``), and what is wrong as ``msg``; the text
 is built from them (``rules[2].pattern: "^/api/(v1" is not a valid regex: unclosed group``). Code that
-wraps a limiter (config files, presets) moves an error to its own place with :meth:`~InvalidArgument.at`
+wraps a limiter (config files, presets) moves an error to its own place with [`at`][ratekeeper.InvalidArgument.at]
 instead of rewording text.
 """
 
@@ -35,7 +35,8 @@ def format_loc(loc: Sequence[str | int]) -> str:
 
 
 class InvalidArgument(Exception):
-    """A bad argument or configuration value; see :class:`InvalidValue` and :class:`InvalidType`.
+    """A bad argument or configuration value; see [`InvalidValue`][ratekeeper.InvalidValue] and
+    [`InvalidType`][ratekeeper.InvalidType].
 
     Attributes:
         loc: where the mistake is: keys and list indexes from the outside in, e.g.
@@ -93,7 +94,7 @@ class RateLimited(Exception):
     ``concurrent`` when a rate limit refuses or every permit is in use.
 
     Attributes:
-        decision: the refusing :class:`Decision` (its ``group``, ``limit``, ``remaining`` ...).
+        decision: the refusing [`Decision`][ratekeeper.Decision] (its ``group``, ``limit``, ``remaining`` ...).
         retry_after: seconds until the same request would be admitted (``inf``: never, e.g. a cost
             larger than the burst; ``0.0`` for concurrency: a permit frees when a request finishes).
     """

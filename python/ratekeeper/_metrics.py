@@ -1,4 +1,4 @@
-"""The limiter's numbers as metric families, read from one :meth:`~ratekeeper.Limiter.stats` call: what the
+"""The limiter's numbers as metric families, read from one [`stats`][ratekeeper.Limiter.stats] call: what the
 Prometheus collector and the OpenTelemetry instruments both export, so the two cannot drift apart.
 
 A group's series are present from its first decision for ``requests`` (allowed and refused) and ``keys``;
@@ -7,7 +7,7 @@ first used. A scrape then grows with what happened, not with every possible seri
 sample costs prometheus-client about 8 µs to build and format.
 
 Names are given without the namespace and in Prometheus form (``wait_seconds``; counters without
-``_total``, which the exporters add); :func:`otel_name` gives the OpenTelemetry form.
+``_total``, which the exporters add); ``otel_name`` gives the OpenTelemetry form.
 """
 
 from __future__ import annotations
@@ -283,8 +283,8 @@ def _top_refused(limiter: Limiter, n: int) -> list[Family]:
 
 
 def node_limiter_families(limiter: Limiter) -> list[Family]:
-    """The Arweave node limiter's own ``ar_limiter_*`` metrics (without the namespace), labelled ``limiter_id``
-    (the group), for the dashboards built on them (see :func:`ratekeeper.compat.node_limiter`)."""
+    """The node limiter's ``ar_limiter_*`` metrics (without the namespace), labelled ``limiter_id`` (the group),
+    for the dashboards built on them (see [`ratekeeper.compat.node_limiter`][ratekeeper.compat.node_limiter])."""
     stats = limiter.stats()
     groups = stats["groups"]
 
@@ -318,7 +318,7 @@ def node_limiter_families(limiter: Limiter) -> list[Family]:
         per_group(
             "peers",
             "gauge",
-            "Peers the limiter tracks now, counted per register as the seed does: states held.",
+            "Peers the limiter tracks now, counted once per state held (one per peer and limit).",
             lambda g: g["keys"],
         ),
         per_group(

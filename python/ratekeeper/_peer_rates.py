@@ -2,7 +2,7 @@
 
 The core reads one rate a string (``"10/min"``, and the peers' ``"100/10"``, ``"10 per minute"``);
 Flask-Limiter, slowapi and django-ratelimit also take several limits in one string and ``None`` for
-"no limit". :func:`expand_limits` turns such specs into the items ``Limiter.add_group`` takes.
+"no limit". ``expand_limits`` turns such specs into the items ``Limiter.add_group`` takes.
 """
 
 from __future__ import annotations

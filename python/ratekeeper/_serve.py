@@ -2,8 +2,8 @@
 
 Every request to any path answers ``200 ok`` unless the limiter refuses it (429, JSON body, ``Retry-After``
 and the IETF ``RateLimit`` fields). Requests are keyed by the ``X-Account-ID`` header; a request without
-it is decided as ``ANONYMOUS``. Each account's quota comes from a provider (:class:`AccountDirectory`,
-the table in :data:`QUOTAS`), fetched off the request path by worker threads: until an account's
+it is decided as ``ANONYMOUS``. Each account's quota comes from a provider (``AccountDirectory``,
+the table in ``QUOTAS``), fetched off the request path by worker threads: until an account's
 quota lands, or when the provider does not know it, the account runs on the failsafe quota (5/min).
 
 ========================  ======================================================================
@@ -116,7 +116,7 @@ async def _ok(scope: Scope, receive: Receive, send: Send) -> None:
 
 
 def build_app(limiter: Limiter, *, metrics: bool = True) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
-    """The ASGI app: :func:`_ok` behind the rate-limit middleware, keyed by ``X-Account-ID``; with
+    """The ASGI app: ``_ok`` behind the rate-limit middleware, keyed by ``X-Account-ID``; with
     ``metrics`` and prometheus-client installed, ``GET /metrics`` (not limited) serves the limiter's
     Prometheus metrics through prometheus-client's own ASGI app."""
     from ratekeeper.asgi import RateLimitMiddleware
@@ -147,11 +147,14 @@ def build_app(limiter: Limiter, *, metrics: bool = True) -> Callable[[Scope, Rec
 
 
 def serve(host: str = "127.0.0.1", port: int = 8080) -> None:
-    """Serves :func:`build_app` on uvicorn until interrupted (Ctrl-C or SIGTERM)."""
+    """Serves ``build_app`` on uvicorn until interrupted (Ctrl-C or SIGTERM)."""
     try:
         import uvicorn
     except ImportError as error:
-        raise ImportError("python -m ratekeeper serve needs uvicorn: pip install 'ratekeeper[serve]'") from error
+        raise ImportError(
+            "python -m ratekeeper serve needs uvicorn: pip install 'ratekeeper[serve]'"
+            " (from a checkout: pip install '.[serve]')"
+        ) from error
     with build_limiter() as limiter:
         config = uvicorn.Config(build_app(limiter), host=host, port=port, log_level="warning", access_log=False)
         server = uvicorn.Server(config)

@@ -1,6 +1,6 @@
 """Types of the core's values: the algorithm and policy names, and the shape of
-:meth:`ratekeeper.Limiter.stats` as typed dicts, so ``stats()["groups"]["api"]["allowed"]`` type-checks
-and reads like before."""
+[`ratekeeper.Limiter.stats`][ratekeeper.Limiter.stats] as typed dicts, so ``stats()["groups"]["api"]["allowed"]``
+type-checks and reads like before."""
 
 from __future__ import annotations
 

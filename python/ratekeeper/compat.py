@@ -1,13 +1,14 @@
-"""Presets that reproduce the seeds' rate limiters with ratekeeper's Limiter.
+"""Two ready-made limiters, configured from flat option mappings rather than rules.
 
-- :func:`peer_throttle` — Arweave's ``ar_rate_limiter`` (Erlang gen_server): per (peer, type)
-  sliding log over ``throttle_period``; a request waits (``lim.throttle``) instead of being refused
-  while the window already holds the threshold, 80 % of the period's share of the rpm.
-- :func:`node_limiter` — the Arweave node's hybrid HTTP limiter: per group, a concurrency
-  limit, then a sliding window, then leaky-bucket tokens as the fallback; manual reduction of tokens.
+- [`peer_throttle`][ratekeeper.compat.peer_throttle] — a throttle per peer and request type: requests per minute by
+  type, counted per (peer, type) in a sliding log over ``throttle_period``; a request waits (``lim.throttle``)
+  instead of being refused while the window already holds the threshold, 80 % of the period's share of the rpm.
+- [`node_limiter`][ratekeeper.compat.node_limiter] — a hybrid HTTP limiter for a node's API, one group per kind of
+  endpoint: a concurrency limit, then a sliding window, then leaky-bucket tokens as the fallback; handlers may give
+  tokens back (manual reduction).
 
-Both return a plain :class:`~ratekeeper.Limiter`. Bad options raise :class:`~ratekeeper.InvalidValue` /
-:class:`~ratekeeper.InvalidType` whose ``loc`` names the option (``("throttle_period",)``,
+Both return a plain [`Limiter`][ratekeeper.Limiter]. Bad options raise [`InvalidValue`][ratekeeper.InvalidValue] /
+[`InvalidType`][ratekeeper.InvalidType] whose ``loc`` names the option (``("throttle_period",)``,
 ``("general.leaky_limit",)``); an error of the core is moved to the option it came from.
 """
 
@@ -48,7 +49,7 @@ def _limiter_error(error: InvalidArgument, rule_places: list[RulePlaces], prefix
 
 
 # ---------------------------------------------------------------------------------------------------
-# Arweave's peer throttle: ar_rate_limiter
+# The peer throttle
 # ---------------------------------------------------------------------------------------------------
 
 PEER_THROTTLE_OPTIONS = ("throttle_period", "throttle_rpm_by_path", "throttle_exempt_peers", "throttle_exempt_paths")
@@ -56,7 +57,7 @@ DEFAULT_THROTTLE_PERIOD_MS = 30_000
 
 
 def throttle_threshold(rpm: int, period_ms: int = DEFAULT_THROTTLE_PERIOD_MS) -> int:
-    """Requests admitted per ``period_ms`` window for ``rpm`` requests per minute, as ar_rate_limiter computes it.
+    """Requests admitted per ``period_ms`` window for ``rpm`` requests per minute, as the peer throttle counts.
 
     The period's share of the rpm (``rpm * period_ms // 60000``, half of it for the default 30 s), of
     which 80 % is admitted, and at least 1: rpm 60 -> 24, rpm 10 -> 4, rpm 1 -> 1.
@@ -65,7 +66,7 @@ def throttle_threshold(rpm: int, period_ms: int = DEFAULT_THROTTLE_PERIOD_MS) ->
 
 
 def _text(value: object, loc: Loc, what: str = "") -> str:
-    """A str, or bytes decoded as UTF-8 (the seed's Erlang binaries), or an atom-like str.
+    """A str, or bytes decoded as UTF-8 (options read from another system's config, as binaries).
 
     ``what``: what the value is, when it is not the value at ``loc`` but a key in it (``"key"``).
     """
@@ -101,9 +102,10 @@ def _type_rpm(spec: object, loc: Loc) -> tuple[str, int]:
 
 
 def peer_throttle(opts: Mapping[Any, Any], *, clock: ManualClock | None = None) -> Limiter:
-    """A limiter that behaves like Arweave's ``ar_rate_limiter``; call ``throttle(peer, path)`` on it.
+    """A peer throttle: each (peer, request type) may make a number of requests per minute, and a request
+    over it waits for its turn rather than being refused; call ``throttle(peer, path)`` on it.
 
-    Options (names and values may be str or bytes, like the seed's binaries):
+    Options (names and values may be str or bytes):
 
     - ``throttle_period``: the window in ms (default 30000).
     - ``throttle_rpm_by_path``: a mapping ``path regex -> (type, requests per minute)``, tried in the
@@ -112,11 +114,11 @@ def peer_throttle(opts: Mapping[Any, Any], *, clock: ManualClock | None = None) 
     - ``throttle_exempt_peers``: peers never limited (exact match).
     - ``throttle_exempt_paths``: path regexes never limited.
 
-    Per (peer, type), a sliding log admits a request while fewer than :func:`throttle_threshold`
-    requests are in the last ``throttle_period`` ms; ``throttle`` waits until the oldest one leaves
-    the window rather than refusing. ``off()`` / ``on()`` as in the seed. Other option names are
-    ignored (the seed receives the whole node's options), except unknown ``throttle_*`` ones, which are
-    errors. Empty options give a limiter that limits nothing, like the seed's missing server.
+    Per (peer, type), a sliding log admits a request while fewer than
+    [`throttle_threshold`][ratekeeper.compat.throttle_threshold] requests are in the last ``throttle_period`` ms;
+    ``throttle`` waits until the oldest one leaves the window rather than refusing. ``off()`` / ``on()`` turn it off
+    and on. Other option names are ignored (so a whole application's options may be passed), except unknown
+    ``throttle_*`` ones, which are errors. Empty options give a limiter that limits nothing.
 
     Raises:
         InvalidValue, InvalidType: a bad option; ``loc`` names it (``("throttle_period",)``).
@@ -167,10 +169,10 @@ def peer_throttle(opts: Mapping[Any, Any], *, clock: ManualClock | None = None) 
 
 
 # ---------------------------------------------------------------------------------------------------
-# The Arweave node's hybrid limiter
+# The node limiter
 # ---------------------------------------------------------------------------------------------------
 
-# The seed's groups and their default leaky_limit.
+# The node limiter's groups and their default leaky_limit.
 NODE_GROUPS: Mapping[str, int] = {
     "general": 450,
     "chunk": 6000,
@@ -245,20 +247,21 @@ def node_limiter(
     exempt_peers: Iterable[str] | None = None,
     clock: ManualClock | None = None,
 ) -> Limiter:
-    """A limiter that behaves like the Arweave node's hybrid limiter.
+    """A hybrid HTTP limiter, one group per kind of endpoint: per (peer, group) a concurrency limit, then a
+    sliding window, then leaky-bucket tokens as the fallback, configured by flat ``<group>.<setting>`` keys.
 
     Args:
         config: flat settings ``<group>.<setting>``, with or without the ``http_api.limiter.`` prefix:
             ``sliding_window_limit`` (0 = no sliding window), ``sliding_window_duration`` (ms, 1000),
             ``sliding_window_timestamp_cleanup_interval`` / ``_expiry`` (ms, 120000: accepted and
             validated; the core drops idle state itself), ``leaky_limit`` (the bucket's capacity;
-            defaults in :data:`NODE_GROUPS`), ``leaky_tick_interval`` (ms, 30000),
+            defaults in ``NODE_GROUPS``), ``leaky_tick_interval`` (ms, 30000),
             ``leaky_tick_reduction`` (tokens drained per tick, default ``leaky_limit``),
             ``concurrency_limit`` (default ``leaky_limit``), ``is_manual_reduction_disabled`` (False).
-        routes: ``path regex -> group``, tried in order (first match wins); groups are the seed's.
+        routes: ``path regex -> group``, tried in order (first match wins); groups are those of ``NODE_GROUPS``.
             Only routed groups limit anything; a path no regex matches is not limited.
-        exempt_peers: the local peers the seed exempts from limiting.
-        clock: a :class:`~ratekeeper.ManualClock` for tests.
+        exempt_peers: peers never limited (exact match), e.g. the local ones.
+        clock: a [`ManualClock`][ratekeeper.ManualClock] for tests.
 
     Per (peer, group): ``lim.concurrent(peer, path)`` refuses once ``concurrency_limit`` requests are
     in flight; otherwise the sliding window admits while under its limit, and past it the leaky bucket

@@ -1,11 +1,11 @@
-"""Build a :class:`~ratekeeper.Limiter` from a mapping or a TOML / YAML file.
+"""Build a [`Limiter`][ratekeeper.Limiter] from a mapping or a TOML / YAML file.
 
 ``Limiter.from_config(mapping)`` takes a mapping (from ``tomllib``, ``yaml.safe_load``, JSON or a dict
 literal); ``Limiter.from_file(path)`` reads a ``.toml`` (``tomllib``, or ``tomli`` before Python 3.11)
 or a ``.yaml`` / ``.yml`` file (PyYAML, imported only then); both are built on this module.
 ``python -m ratekeeper check-config FILE`` validates a file and prints its routing table.
 
-The format, in TOML::
+The format, in TOML:
 
     max_keys = 100_000                  # bound on tracked (peer, group) states (default 1_000_000)
     exempt_peers = ["127.0.0.1"]        # never limited (exact match)
@@ -40,16 +40,16 @@ Group keys: ``paths`` (required, a non-empty list of regexes); either ``rate`` (
 ``sliding_log``, ``fixed_window``, ``leaky_bucket``. Rates: ``"10/min"``, ``"3/60s"``, ``"2/500ms"``,
 ``"100/hour"``, ``"1000/day"``.
 
-Errors are :class:`~ratekeeper.InvalidValue` (a ``ValueError``) / :class:`~ratekeeper.InvalidType` (a
+Errors are [`InvalidValue`][ratekeeper.InvalidValue] (a ``ValueError``) / [`InvalidType`][ratekeeper.InvalidType] (a
 ``TypeError``) whose ``loc`` is the place in the config (``("groups", "api", "limits", 1, "rate")``) and
-whose ``file`` is the file's name when read from a file; their text names both::
+whose ``file`` is the file's name when read from a file; their text names both:
 
     ratekeeper.toml: groups.api.limits[1].rate: "10/fortnight" is not a rate (unknown unit) ...
     groups.api.paths[0]: "^/api/(v1" is not a valid regex: unclosed group
     groups.login: unknown key 'rpm' (known keys: paths, rate, burst, ...)
     max_keys: must be an int, got str
 
-A ``[backend]`` table keeps the limits in Redis (:class:`~ratekeeper.Redis`; ``url`` is required)::
+A ``[backend]`` table keeps the limits in Redis ([`Redis`][ratekeeper.Redis]; ``url`` is required):
 
     [backend]
     url = "redis://10.0.0.5:6379/0"
@@ -58,8 +58,8 @@ A ``[backend]`` table keeps the limits in Redis (:class:`~ratekeeper.Redis`; ``u
     prefix = "ratekeeper:"
     on_error = "local"                  # "allow", "deny" or "raise"
 
-Or in shared memory, for the worker processes of one machine (:class:`~ratekeeper.Shared`; ``shared``
-names the region, or ``path`` gives its file)::
+Or in shared memory, for the worker processes of one machine ([`Shared`][ratekeeper.Shared]; ``shared``
+names the region, or ``path`` gives its file):
 
     [backend]
     shared = "myapp"                    # /dev/shm/ratekeeper-myapp
@@ -69,10 +69,12 @@ It applies when a limiter is built from the file; reloading a file does not chan
 
 Unknown keys are errors, so a misspelt setting never silently does nothing.
 
-The work is split in two: :func:`plan_from_config` / :func:`plan_from_file` validate a config into a
-:class:`LimiterPlan` (rules, exemptions, max_keys, routes), which :meth:`LimiterPlan.build` turns into a
-limiter and :meth:`LimiterPlan.apply` applies to a running one. The routing table is read from the
-limiter itself (:attr:`Limiter.rules`), so it shows what is in force, also after ``update_rule``.
+The work is split in two: [`plan_from_config`][ratekeeper.config.plan_from_config] /
+[`plan_from_file`][ratekeeper.config.plan_from_file] validate a config into a
+[`LimiterPlan`][ratekeeper.config.LimiterPlan] (rules, exemptions, max_keys, routes), which
+[`LimiterPlan.build`][ratekeeper.config.LimiterPlan.build] turns into a limiter and
+[`LimiterPlan.apply`][ratekeeper.config.LimiterPlan.apply] applies to a running one. The routing table is read from the
+limiter itself ([`Limiter.rules`][ratekeeper.Limiter.rules]), so it shows what is in force, also after ``update_rule``.
 """
 
 from __future__ import annotations
@@ -97,13 +99,12 @@ if TYPE_CHECKING:
     # Only for type hints: ratekeeper.limiter imports this module (lazily) to build and reload.
     from ratekeeper.limiter import Limiter
 
+# RulePlaces and move_rule_error are not listed: helpers of this module and compat (which imports them), not API.
 __all__ = [
     "LimiterPlan",
     "Route",
-    "RulePlaces",
     "describe_limit",
     "load_file",
-    "move_rule_error",
     "plan_from_config",
     "plan_from_file",
     "reconfigure_from_config",
@@ -397,7 +398,8 @@ def _group(
 
 
 def plan_from_config(config: Mapping[str, Any]) -> LimiterPlan:
-    """Validates a config mapping (the format is in this module's docstring) into a :class:`LimiterPlan`.
+    """Validates a config mapping (the format is in this module's docstring) into a
+    [`LimiterPlan`][ratekeeper.config.LimiterPlan].
 
     Raises:
         InvalidValue: a bad value or an unknown key, at its place (``groups.api.rate: ...``).
@@ -447,8 +449,8 @@ def plan_from_config(config: Mapping[str, Any]) -> LimiterPlan:
 
 
 def _backend(table: Mapping[str, Any]) -> Redis | Shared:
-    """The ``[backend]`` table: ``url`` and :class:`~ratekeeper.Redis`'s keyword options, or ``shared``
-    (or ``path``) and :class:`~ratekeeper.Shared`'s."""
+    """The ``[backend]`` table: ``url`` and [`Redis`][ratekeeper.Redis]'s keyword options, or ``shared``
+    (or ``path``) and [`Shared`][ratekeeper.Shared]'s."""
     if any(key in table for key in ("shared", "path")):
         return _shared_backend(table)
     _check_keys(table, BACKEND_KEYS, ("backend",))
@@ -486,13 +488,15 @@ def _shared_backend(table: Mapping[str, Any]) -> Shared:
 
 
 def plan_from_file(path: PathLike) -> LimiterPlan:
-    """Reads a TOML or YAML config file (:func:`load_file`) and validates it (:func:`plan_from_config`).
+    """Reads a TOML or YAML config file ([`load_file`][ratekeeper.config.load_file]) and validates it
+    ([`plan_from_config`][ratekeeper.config.plan_from_config]).
 
     Every error the plan raises, now or when it builds or applies a limiter, has the file's name as
     ``file`` (its text starts with it).
 
     Raises:
-        InvalidValue, InvalidType: as :func:`plan_from_config` and :func:`load_file`, in the file.
+        InvalidValue, InvalidType: as [`plan_from_config`][ratekeeper.config.plan_from_config] and
+            [`load_file`][ratekeeper.config.load_file], in the file.
         ImportError: a YAML file without PyYAML installed.
         OSError: the file cannot be read.
     """
@@ -519,13 +523,15 @@ def reconfigure_from_config(limiter: _CoreLimiter, config: Mapping[str, Any]) ->
     empty. ``max_keys`` is fixed at construction: a different value in ``config`` is logged and ignored.
 
     Raises:
-        InvalidValue, InvalidType: as :func:`plan_from_config`; the limiter is then unchanged.
+        InvalidValue, InvalidType: as [`plan_from_config`][ratekeeper.config.plan_from_config]; the limiter is then
+            unchanged.
     """
     plan_from_config(config).apply(limiter)
 
 
 def reconfigure_from_file(limiter: _CoreLimiter, path: PathLike) -> None:
-    """:func:`reconfigure_from_config` with a TOML or YAML file; errors carry the file's name."""
+    """[`reconfigure_from_config`][ratekeeper.config.reconfigure_from_config] with a TOML or YAML file; errors carry the
+    file's name."""
     plan_from_file(path).apply(limiter)
 
 
@@ -579,9 +585,9 @@ def _route(rule: Rule) -> Route:
 
 
 def routes_of(limiter_or_config: _CoreLimiter | Mapping[str, Any]) -> tuple[Route, ...]:
-    """The routes in routing order: those in force in a limiter (read from :attr:`Limiter.rules`, so
-    after ``update_rule`` or ``reload`` too; ``place`` is ``None``), or those of a config mapping
-    (validated like :func:`plan_from_config`, with their places in the config)."""
+    """The routes in routing order: those in force in a limiter (read from [`Limiter.rules`][ratekeeper.Limiter.rules],
+    so after ``update_rule`` or ``reload`` too; ``place`` is ``None``), or those of a config mapping
+    (validated like [`plan_from_config`][ratekeeper.config.plan_from_config], with their places in the config)."""
     if isinstance(limiter_or_config, _CoreLimiter):
         return tuple(_route(rule) for rule in limiter_or_config.rules)
     plan = plan_from_config(limiter_or_config)
@@ -602,7 +608,7 @@ def routing_table(limiter_or_config: _CoreLimiter | Mapping[str, Any]) -> str:
     """A readable table of the routing: order, pattern, group, limits, policy, plus exemptions.
 
     Takes any limiter (the table shows what is in force now), or a config mapping (validated first, so
-    it raises like :func:`plan_from_config`).
+    it raises like [`plan_from_config`][ratekeeper.config.plan_from_config]).
     """
     if isinstance(limiter_or_config, _CoreLimiter):
         limiter = limiter_or_config

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ["NAMED_ONLY", "Limited", "Limiter", "Permit"]
 
-#: What :meth:`Limiter.limited` keys a call by: a fixed key, or a callable of the call's arguments.
+#: What ``Limiter.limited`` keys a call by: a fixed key, or a callable of the call's arguments.
 KeySource = str | Callable[..., str]
 #: What a limited call costs: a fixed count, or a callable of the call's arguments.
 CostSource = int | Callable[..., int]
@@ -57,21 +57,22 @@ def _channel(loop: asyncio.AbstractEventLoop) -> _Completions:
 
 
 class Permit:
-    """Concurrency permits held for one request; see :meth:`Limiter.concurrent`.
+    """Concurrency permits held for one request; see [`Limiter.concurrent`][ratekeeper.Limiter.concurrent].
 
     A Permit is entered one block at a time, like a lock, and may be reused after it is left: each
     ``with`` / ``async with`` is a new admission (the rate limits are charged and the permits taken
-    again, and :attr:`decision` is that entry's), and leaving gives that entry's permits back.
+    again, and ``decision`` is that entry's), and leaving gives that entry's permits back.
 
     Entering a Permit that is already entered (a nested block, or another thread or task using the same
     object) raises ``RuntimeError`` and takes nothing: one object holds one entry's permits, so a second
     entry could not be told apart when leaving and its permits would never be given back. It is a
     ``RuntimeError``, as for re-entering any single-entry context manager, rather than an
-    :class:`InvalidValue`: no argument is wrong, the object is misused, and ``except ValueError`` around
-    a decision must not hide it. Call :meth:`Limiter.concurrent` once per request instead.
+    [`InvalidValue`][ratekeeper.InvalidValue]: no argument is wrong, the object is misused, and ``except ValueError``
+    around a decision must not hide it. Call [`Limiter.concurrent`][ratekeeper.Limiter.concurrent] once per request
+    instead.
 
     Attributes:
-        decision: the :class:`Decision` of the current (or last) entry; ``None`` before the first.
+        decision: the [`Decision`][ratekeeper.Decision] of the current (or last) entry; ``None`` before the first.
     """
 
     __slots__ = (
@@ -161,8 +162,8 @@ class Permit:
 
 
 class Limited:
-    """Calls that wait their turn; see :meth:`Limiter.limited`. A decorator of sync and async functions,
-    and a context manager (``with`` and ``async with``).
+    """Calls that wait their turn; see [`Limiter.limited`][ratekeeper.Limiter.limited]. A decorator of sync and async
+    functions, and a context manager (``with`` and ``async with``).
 
     It holds no state between calls: one object may limit any number of calls at once, from threads and
     tasks alike.
@@ -287,19 +288,20 @@ class Limiter(_CoreLimiter):
 
     Args:
         rate: a catch-all limit (group ``"default"``) for every path no rule matches, e.g. ``"10/min"``.
-        rules: :class:`Rule` objects, tried in order; the first whose pattern matches the path wins.
+        rules: [`Rule`][ratekeeper.Rule] objects, tried in order; the first whose pattern matches the path wins.
         exempt_peers: peers never limited (exact match).
         exempt_paths: path regexes never limited.
         max_keys: the most (peer, group) states kept; past it idle ones are dropped, then the least used.
         burst: the burst of ``rate`` (default: its count; see "What a rate means" in the guide).
         algorithm: the algorithm of ``rate`` (``"gcra"``, ``"token_bucket"``, ``"fixed_window"``,
             ``"sliding_window"``, ``"sliding_log"``, ``"leaky_bucket"``).
-        clock: a :class:`ManualClock` for tests.
-        quotas: per-key quotas, a :class:`Quotas`. With a provider, worker threads fetch quotas;
-            :meth:`close` (or a ``with`` block) stops them.
-        track_usage: record admissions per key for :meth:`drain_pending` (syncing usage between nodes).
-        backend: where the states live: ``None`` (this process's memory), :class:`Shared` (every process
-            of this machine) or :class:`Redis` (every machine).
+        clock: a [`ManualClock`][ratekeeper.ManualClock] for tests.
+        quotas: per-key quotas, a [`Quotas`][ratekeeper.Quotas]. With a provider, worker threads fetch quotas;
+            [`close`][ratekeeper.Limiter.close] (or a ``with`` block) stops them.
+        track_usage: record admissions per key for [`drain_pending`][ratekeeper.Limiter.drain_pending] (syncing usage
+            between nodes).
+        backend: where the states live: ``None`` (this process's memory), [`Shared`][ratekeeper.Shared] (every process
+            of this machine) or [`Redis`][ratekeeper.Redis] (every machine).
 
     Raises:
         InvalidValue, InvalidType: a bad argument; ``.loc`` says where (``("rules", 2, "pattern")``).
@@ -370,7 +372,8 @@ class Limiter(_CoreLimiter):
         self._reconfigure([*rules, wanted], self.exempt_peers, self.exempt_paths)
 
     def reload(self, path: str | os.PathLike[str]) -> None:
-        """Re-reads a TOML/YAML config file (the format of :meth:`from_file`) and applies it in place.
+        """Re-reads a TOML/YAML config file (the format of [`from_file`][ratekeeper.Limiter.from_file]) and applies it
+        in place.
 
         Groups that keep their name keep every key's state (a limit whose algorithm changed starts
         afresh), so no key gets a burst of extra admissions; new groups start empty; routes and
@@ -385,7 +388,8 @@ class Limiter(_CoreLimiter):
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], *, clock: ManualClock | None = None) -> Self:
-        """A limiter from a mapping in the format of :mod:`ratekeeper.config` (groups, rules, exemptions).
+        """A limiter from a mapping in the format of [`ratekeeper.config`][ratekeeper.config] (groups, rules,
+        exemptions).
 
         Raises:
             InvalidValue, InvalidType: naming the place, e.g. ``groups.api.limits[1].rate: ...``.
@@ -402,15 +406,15 @@ class Limiter(_CoreLimiter):
         return plan_from_file(path).build(cls, clock=clock)
 
     async def acheck(self, peer: str, path: str | None = None, *, cost: int = 1, group: str | None = None) -> Decision:
-        """The asyncio twin of :meth:`check`. With a Redis backend in exact mode it awaits the round trip
-        without blocking the event loop (or a thread per call); in memory and in sync mode (whose
+        """The asyncio twin of [`check`][ratekeeper.Limiter.check]. With a Redis backend in exact mode it awaits the
+        round trip without blocking the event loop (or a thread per call); in memory and in sync mode (whose
         decisions are local) it is ``check`` itself."""
         if not self._waits_on_io:
             return self.check(peer, path, cost=cost, group=group)
         return (await self._areserve(peer, path, group, cost, 0.0)).decision
 
     async def aallow(self, peer: str, path: str | None = None, *, cost: int = 1, group: str | None = None) -> bool:
-        """The asyncio twin of :meth:`allow` (see :meth:`acheck`)."""
+        """The asyncio twin of [`allow`][ratekeeper.Limiter.allow] (see [`acheck`][ratekeeper.Limiter.acheck])."""
         if not self._waits_on_io:
             return self.allow(peer, path, cost=cost, group=group)
         # As allow(): no remaining / reset figures asked of Redis; and no coroutine between the caller
@@ -502,7 +506,7 @@ class Limiter(_CoreLimiter):
     async def _athrottle_permits(
         self, peer: str, path: str | None, group: str | None, cost: int, timeout: float | None
     ) -> Decision:
-        """The asyncio twin of :meth:`_throttle_permits` (a backend's round trips off the event loop)."""
+        """The asyncio twin of ``_throttle_permits`` (a backend's round trips off the event loop)."""
         reservation = await self._athrottled(peer, path, group, cost, timeout)
         if not self._waits_on_io:
             decision = self._acquire(peer, path, group=group, cost=cost)
@@ -525,7 +529,8 @@ class Limiter(_CoreLimiter):
         timeout: float | None = None,
         group: str | None = None,
     ) -> Decision:
-        """The asyncio twin of :meth:`throttle`: waits with ``asyncio.sleep``, never blocking the loop.
+        """The asyncio twin of [`throttle`][ratekeeper.Limiter.throttle]: waits with ``asyncio.sleep``, never blocking
+        the loop.
 
         Cancelling the task gives the reserved slot back.
 
@@ -578,12 +583,13 @@ class Limiter(_CoreLimiter):
     ) -> Permit:
         """A context manager (``with`` or ``async with``) holding the group's concurrency permits.
 
-        Entering admits the request like :meth:`check` and also takes the permits of the group's
+        Entering admits the request like [`check`][ratekeeper.Limiter.check] and also takes the permits of the group's
         concurrency limits; leaving gives the permits back, also on exceptions and cancellation.
 
         With ``max_wait`` (seconds), entering first waits for the rate slot up to that long, as
-        :meth:`throttle` / :meth:`athrottle` with ``timeout`` do, then takes the permits: one request in
-        the counters, and a refused permit gives the slot back (a refusal consumes nothing).
+        [`throttle`][ratekeeper.Limiter.throttle] / [`athrottle`][ratekeeper.Limiter.athrottle] with ``timeout`` do,
+        then takes the permits: one request in the counters, and a refused permit gives the slot back (a refusal
+        consumes nothing).
 
         With ``rates=False`` only the permits are taken: for a request that already has its rate
         admission, so its rate limits are not charged twice; its permit decision is counted as part of
@@ -595,7 +601,7 @@ class Limiter(_CoreLimiter):
                 further away) or every permit is in use (``retry_after`` is 0.0 and
                 ``decision.refused_by`` is ``"concurrency"`` then: a permit frees when a request
                 finishes).
-            RuntimeError: on entering a :class:`Permit` that is already entered (nested, or by another
+            RuntimeError: on entering a [`Permit`][ratekeeper.Permit] that is already entered (nested, or by another
                 thread or task); one Permit may be reused after its block ends.
         """
         if not isinstance(rates, bool):
@@ -622,16 +628,16 @@ class Limiter(_CoreLimiter):
         >>> with lim.limited("payments"): ...
         >>> async with lim.limited("payments"): ...
 
-        A decorated coroutine function awaits its turn (:meth:`athrottle`: the event loop goes on); any
-        other function, and a ``with`` block, blocks its thread (:meth:`throttle`). Waiters on one key are
-        served in arrival order. The decorated function keeps its signature for type checkers.
+        A decorated coroutine function awaits its turn ([`athrottle`][ratekeeper.Limiter.athrottle]: the event loop goes
+        on); any other function, and a ``with`` block, blocks its thread ([`throttle`][ratekeeper.Limiter.throttle]).
+        Waiters on one key are served in arrival order. The decorated function keeps its signature for type checkers.
 
         Args:
             key: the key the calls are limited under: a str (e.g. the remote service's name), or a
                 callable of the decorated function's arguments returning one (e.g. the API key a call
                 uses). ``with`` blocks take a str.
             path: routed by the limiter's rules, like a request's path; or
-            group: the group to decide in, by name (e.g. one made with :meth:`add_group`).
+            group: the group to decide in, by name (e.g. one made with [`add_group`][ratekeeper.Limiter.add_group]).
             cost: what a call counts for: an int, or a callable of the call's arguments.
             timeout: the longest a call waits, in seconds; ``None`` waits as long as it takes.
 

@@ -1,13 +1,11 @@
 """OpenTelemetry metrics for a limiter: observable instruments, read when the SDK collects.
 
-::
-
     from opentelemetry import metrics
     from ratekeeper.otel import instrument
 
     instrument(lim, metrics.get_meter("my-service"))
 
-Several limiters on one meter go through one call, each observed with its name (``limiter="edge"``)::
+Several limiters on one meter go through one call, each observed with its name (``limiter="edge"``):
 
     instrument({"edge": edge, "api": api}, metrics.get_meter("my-service"))
 
@@ -30,7 +28,10 @@ from typing import TYPE_CHECKING, Literal
 try:
     from opentelemetry.metrics import CallbackOptions, Meter, Observation
 except ImportError as error:  # pragma: no cover - the message is the point
-    raise ImportError("ratekeeper.otel needs opentelemetry-api: pip install 'ratekeeper[otel]'") from error
+    raise ImportError(
+        "ratekeeper.otel needs opentelemetry-api: pip install 'ratekeeper[otel]'"
+        " (from a checkout: pip install '.[otel]')"
+    ) from error
 
 from ratekeeper._metrics import Family, Source, check_options, families, labelled, otel_name
 

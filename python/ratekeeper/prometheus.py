@@ -1,13 +1,11 @@
 """Prometheus metrics for a limiter: a custom collector, read at scrape time (no cost per decision).
 
-::
-
     from prometheus_client import REGISTRY
     from ratekeeper.prometheus import RateLimitCollector
 
     REGISTRY.register(RateLimitCollector(lim))
 
-Several limiters go through one collector, each labelled with its name (``limiter="edge"``)::
+Several limiters go through one collector, each labelled with its name (``limiter="edge"``):
 
     REGISTRY.register(RateLimitCollector({"edge": edge, "api": api}))
 
@@ -30,7 +28,10 @@ try:
         Metric,
     )
 except ImportError as error:  # pragma: no cover - the message is the point
-    raise ImportError("ratekeeper.prometheus needs prometheus-client: pip install 'ratekeeper[prometheus]'") from error
+    raise ImportError(
+        "ratekeeper.prometheus needs prometheus-client: pip install 'ratekeeper[prometheus]'"
+        " (from a checkout: pip install '.[prometheus]')"
+    ) from error
 
 from ratekeeper._metrics import (
     FAMILY_LABELS,
@@ -61,7 +62,8 @@ class RateLimitCollector:
 
     Args:
         limiter: the limiter to read, exported without a label; or a mapping of names to limiters,
-            each limiter's series labelled ``label=<name>``. More can be added with :meth:`add`.
+            each limiter's series labelled ``label=<name>``. More can be added with
+            [`add`][ratekeeper.prometheus.RateLimitCollector.add].
         label: the label naming each limiter of a mapping (``"limiter"``); not ``group``, ``result``,
             ``peer``, ``le``, which the metrics use.
         namespace: the metric names' prefix (``ratekeeper_requests_total``).
@@ -150,13 +152,15 @@ class RateLimitCollector:
 
 
 class NodeLimiterCollector(RateLimitCollector):
-    """The Arweave node limiter's own metric names, for the dashboards built on them:
+    """Exports a limiter's numbers under the ``ar_limiter_*`` names that dashboards built for a node
+    limiter ([`node_limiter`][ratekeeper.compat.node_limiter]) read:
     ``ar_limiter_requests_total{limiter_id}``, ``ar_limiter_rejected_total``,
     ``ar_limiter_reduce_requests_total``, ``ar_limiter_peers``, ``ar_limiter_tracked_items_total``,
     ``ar_limiter_cleanup_tick_expired_sliding_peers_deleted_total`` and
-    ``ar_limiter_response_time_microseconds``; ``limiter_id`` is the group. The seed's leaky-tick
-    metrics have no counterpart: the leaky bucket here drains lazily, with no timer to tick.
-    ``limiter`` and ``label`` work as in :class:`RateLimitCollector`: a mapping labels each limiter.
+    ``ar_limiter_response_time_microseconds``; ``limiter_id`` is the group. There are no leaky-tick
+    metrics: the leaky bucket here drains lazily, with no timer to tick.
+    ``limiter`` and ``label`` work as in [`RateLimitCollector`][ratekeeper.prometheus.RateLimitCollector]: a mapping
+    labels each limiter.
     """
 
     def __init__(
