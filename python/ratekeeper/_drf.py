@@ -1,20 +1,22 @@
-"""Django REST framework throttles that decide with ratekeeper; import them from :mod:`ratekeeper.django`.
+"""Django REST framework throttles that decide with ratekeeper; import them from
+[`ratekeeper.django`][ratekeeper.django].
 
 A DRF project switches by naming them in ``DEFAULT_THROTTLE_CLASSES``; their rates stay in DRF's
 ``DEFAULT_THROTTLE_RATES``, by scope, and read as DRF's do (``"100/day"``, ``"5/m"``; ratekeeper's
-``"3/60s"`` or a :class:`~ratekeeper.Limit` too). They decide as DRF's ``SimpleRateThrottle`` does: each rate
+``"3/60s"`` or a [`Limit`][ratekeeper.Limit] too). They decide as DRF's ``SimpleRateThrottle`` does: each rate
 is a sliding log (the ``THROTTLE_ALGORITHM`` setting, default ``"sliding_log"``), so a refused request's
 ``wait()`` is the time until the oldest request of the window leaves it, as DRF computes it ("3/min": the
 4th request at once waits 60 s). As in DRF, ``get_cache_key(request, view)`` may be overridden (its string
 is the key; ``None``: not throttled), a class may set its own ``rate``, ``scope`` and ``THROTTLE_RATES``,
 and requests without an address share one budget.
 
-Each scope is a group of the limiter (:func:`ratekeeper.django.get_limiter`) named after it, decided by
-name; when the settings change, or a class's ``rate``, the group's limits change with them and its keys keep
+Each scope is a group of the limiter ([`ratekeeper.django.get_limiter`][ratekeeper.django.get_limiter]) named after it,
+decided by name; when the settings change, or a class's ``rate``, the group's limits change with them and its keys keep
 their history. The ``RateLimit`` / ``RateLimit-Policy`` fields go on the view's responses, refused or not.
 
 DRF calls a throttle before the view and nothing after it, so a throttle holds no concurrency permits:
-a group's concurrency limits need :class:`ratekeeper.django.RateLimitMiddleware` or ``@limit``.
+a group's concurrency limits need [`ratekeeper.django.RateLimitMiddleware`][ratekeeper.django.RateLimitMiddleware] or
+``@limit``.
 """
 
 from __future__ import annotations
@@ -27,22 +29,20 @@ from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle
 
 from ratekeeper._core import Decision, Limit, Rate
-from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue, Loc
+from ratekeeper._errors import InvalidValue, Loc
 from ratekeeper._stats import Algorithm
 from ratekeeper.django import (
     UserKey,
-    _built_limits,
     _Config,
     _config,
     _Gate,
     _generation,
-    _is_count_and_period,
     _peer_of,
-    _peer_rate_items,
     _set_group,
     _spelled,
+    _throttle_limits,
 )
-from ratekeeper.keys import KeyCallable
+from ratekeeper.keys import KeyCallable, key_text
 
 __all__ = ["AnonRateKeeperThrottle", "RateKeeperThrottle", "ScopedRateKeeperThrottle", "UserRateKeeperThrottle"]
 
@@ -77,26 +77,10 @@ def _group(config: _Config, owner: object, name: str, rate: object, algorithm: A
     wanted = (owner, name, repr(rate), algorithm)
     if wanted in groups:
         return groups[wanted]
-    if rate is None:
+    limits = _throttle_limits(rate, algorithm, loc)
+    if limits is None:
         groups[wanted] = None
         return None
-    given: object
-    if isinstance(rate, (list, tuple)) and not _is_count_and_period(rate):
-        single, given = False, list(rate)
-    elif isinstance(rate, (str, Rate, Limit, tuple)):
-        single, given = True, rate
-    else:
-        raise InvalidType(loc, f"must be a rate, a Limit, a list of them or None, got {type(rate).__name__}")
-    try:
-        items = _peer_rate_items(given, loc)
-        if items is None:
-            groups[wanted] = None
-            return None
-        limits = _built_limits(items, algorithm, loc)
-    except InvalidArgument as error:
-        if single and error.loc[len(loc) : len(loc) + 1] == (0,):  # a single rate's error is the scope's own
-            raise error.at(*loc, drop=len(loc) + 1) from None
-        raise
     holders: dict[str, tuple[object, list[Limit]]] = built["holders"]
     holder = holders.get(name)
     if holder is not None and holder[0] is not owner and holder[1] != limits:
@@ -115,17 +99,17 @@ class RateKeeperThrottle(BaseThrottle):  # type: ignore[misc]  # DRF has no type
     ``THROTTLE_RATES[scope]`` (DRF's ``DEFAULT_THROTTLE_RATES``, read when the settings change), or by its
     own ``rate`` when it sets one, in a group named after the scope (or the class, without a scope).
 
-    The key is :meth:`get_cache_key`'s: the ``KEY`` setting, else :func:`ratekeeper.django.user`: the
-    authenticated user, else the client's IP behind ``TRUSTED_PROXIES`` (never DRF's ``NUM_PROXIES``
-    guess, which a client can spoof).
+    The key is [`get_cache_key`][ratekeeper.django.RateKeeperThrottle.get_cache_key]'s: the ``KEY`` setting, else
+    [`ratekeeper.django.user`][ratekeeper.django.user]: the authenticated user, else the client's IP behind
+    ``TRUSTED_PROXIES`` (never DRF's ``NUM_PROXIES`` guess, which a client can spoof).
 
     Attributes:
         scope: the scope whose rate applies (DRF's).
-        rate: a rate of the class's own, instead of the scope's (DRF's; a :class:`~ratekeeper.Limit` too).
+        rate: a rate of the class's own, instead of the scope's (DRF's; a [`Limit`][ratekeeper.Limit] too).
         THROTTLE_RATES: the rates by scope; ``None`` (default): ``REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]``.
         algorithm: the algorithm of rates given as strings; ``None`` (default): the ``THROTTLE_ALGORITHM``
             setting, ``"sliding_log"`` (DRF's).
-        decision: the last :class:`~ratekeeper.Decision` (``None`` before one, or when not throttled).
+        decision: the last [`Decision`][ratekeeper.Decision] (``None`` before one, or when not throttled).
     """
 
     scope: str | None = None
@@ -135,13 +119,26 @@ class RateKeeperThrottle(BaseThrottle):  # type: ignore[misc]  # DRF has no type
     def __init__(self) -> None:
         self.decision: Decision | None = None
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass's own ``rate`` and ``THROTTLE_RATES`` are read when its class statement runs: a typo
+        fails there, naming the class and the field, not at the first request the class throttles."""
+        super().__init_subclass__(**kwargs)
+        algorithm: Algorithm = cls.algorithm or "sliding_log"  # the setting's may differ: a rate reads alike
+        own = cls.__dict__.get("rate")
+        if isinstance(own, (str, list, tuple, Rate, Limit)):
+            _throttle_limits(own, algorithm, (cls.__qualname__, "rate"))
+        rates = cls.__dict__.get("THROTTLE_RATES")
+        if isinstance(rates, Mapping):
+            for scope, rate in rates.items():
+                _throttle_limits(rate, algorithm, (cls.__qualname__, "THROTTLE_RATES", str(scope)))
+
     def get_scope(self, request: Any, view: Any) -> str | None:
         """The scope whose rate limits this request (``None``: the class's ``rate``, else the limiter's rules
         on its path)."""
         return self.scope
 
     def get_rate(self) -> object:
-        """The rate of :attr:`scope`: the class's own ``rate`` when set, else ``THROTTLE_RATES[scope]``.
+        """The rate of ``scope``: the class's own ``rate`` when set, else ``THROTTLE_RATES[scope]``.
 
         Raises:
             InvalidValue: no rate for the scope, named by ``loc`` (``REST_FRAMEWORK.DEFAULT_THROTTLE_RATES.x``).
@@ -162,7 +159,8 @@ class RateKeeperThrottle(BaseThrottle):  # type: ignore[misc]  # DRF has no type
         return _RATES if self.THROTTLE_RATES is None else (type(self).__qualname__, "THROTTLE_RATES")
 
     def key_function(self, config: _Config) -> KeyCallable:
-        """The key function of :meth:`get_cache_key`: the ``KEY`` setting, else the user, else the client's IP."""
+        """The key function of [`get_cache_key`][ratekeeper.django.RateKeeperThrottle.get_cache_key]: the ``KEY``
+        setting, else the user, else the client's IP."""
         return config.key or _USER
 
     def get_cache_key(self, request: Any, view: Any) -> str | None:
@@ -194,11 +192,9 @@ class RateKeeperThrottle(BaseThrottle):  # type: ignore[misc]  # DRF has no type
         group = self._group_of(config, request, view)
         if group is None:
             return True
-        peer = self.get_cache_key(request, view)
+        peer = key_text(self.get_cache_key(request, view), "get_cache_key")
         if peer is None:
             return True
-        if not isinstance(peer, str):
-            raise InvalidType("get_cache_key", f"must return a str or None, got {type(peer).__name__}")
         built = _fresh()
         gate: _Gate | None = built["gate"]
         if gate is None:

@@ -1,9 +1,10 @@
 """What the web integrations answer: the IETF RateLimit fields, ``Retry-After``, the 429 body.
 
-Shared by :mod:`ratekeeper.asgi`, :mod:`ratekeeper.flask` and :mod:`ratekeeper.fastapi`, with the one
-decision path they all take (:class:`Gatekeeper`): the adapters read the request (key, path, cost) and
-write the response; what is decided, and what is owed when the response ends, is decided here. The fields follow
-draft-ietf-httpapi-ratelimit-headers-10: both are Structured Field Lists whose members are quoted
+Shared by [`ratekeeper.asgi`][ratekeeper.asgi], [`ratekeeper.flask`][ratekeeper.flask] and
+[`ratekeeper.fastapi`][ratekeeper.fastapi], with the one decision path they all take (``Gatekeeper``): the adapters read
+the request (key, path, cost) and write the response; what is decided, and what is owed when the response ends, is
+decided here. The fields follow draft-ietf-httpapi-ratelimit-headers-10: both are Structured Field Lists whose members
+are quoted
 policy names with parameters::
 
     RateLimit-Policy: "api";q=100;w=60
@@ -25,13 +26,15 @@ import functools
 import json
 import logging
 import math
+import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar
 
 from ratekeeper._core import Decision, Limit, _Take
-from ratekeeper._errors import InvalidType, InvalidValue, RateLimited
+from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue, RateLimited
 from ratekeeper.keys import KeyCallable, checked_key, client_ip
 
 if TYPE_CHECKING:
@@ -45,6 +48,8 @@ __all__ = [
     "WebOptions",
     "WebSettings",
     "check_integration",
+    "declared_at",
+    "declaring",
     "missing_key_body",
     "raw_response_headers",
     "refusal_body",
@@ -52,6 +57,7 @@ __all__ = [
 ]
 
 Draft = Literal["draft-10"]
+Factory = TypeVar("Factory", bound=Callable[..., Any])
 
 log = logging.getLogger("ratekeeper")
 #: One record per refusal, when an integration is asked for them (``log_refusals=True``).
@@ -147,7 +153,7 @@ class Penalty:
 
 
 class WebSettings(TypedDict, total=False):
-    """The keyword arguments the ASGI middleware and the Flask extension share; :class:`WebOptions` checks
+    """The keyword arguments the ASGI middleware and the Flask extension share; ``WebOptions`` checks
     them and gives the defaults."""
 
     key: KeyCallable | None
@@ -168,7 +174,7 @@ class WebSettings(TypedDict, total=False):
 class WebOptions:
     """What the ASGI middleware and the Flask extension share: checked and defaulted here, once.
 
-    See :class:`ratekeeper.asgi.RateLimitMiddleware` for what each means.
+    See [`ratekeeper.asgi.RateLimitMiddleware`][ratekeeper.asgi.RateLimitMiddleware] for what each means.
 
     Raises:
         InvalidValue, InvalidType: a bad option, named by ``loc``.
@@ -224,6 +230,41 @@ class WebOptions:
         return self.key
 
 
+def declared_at(error: InvalidArgument) -> InvalidArgument:
+    """``error`` told where the user's code gave what it names: the file and line of the first caller outside
+    ratekeeper (``app.py:14: limits[0]: "10/minn" is not a rate ...``), for a mistake in a decorator's
+    arguments (``@limit("10/minn")``, ``limits.route(...)``), made before the view or route it limits is
+    known. Unchanged when it names a file already, or when no such caller is found."""
+    if error.file is not None:
+        return error
+    frame = sys._getframe(1)
+    while frame is not None and str(frame.f_globals.get("__name__", "")).partition(".")[0] == "ratekeeper":
+        frame = frame.f_back  # type: ignore[assignment]
+    if frame is None:
+        return error
+    path = frame.f_code.co_filename
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:  # another drive
+        relative = path
+    shown = relative if not relative.startswith(os.pardir) else path
+    return error.in_file(f"{shown}:{frame.f_lineno}")
+
+
+def declaring(function: Factory) -> Factory:
+    """``function``, a decorator factory (``route(...)``, ``limit(...)``), whose errors tell where it was
+    called (``declared_at``): the view or route it will limit is not known yet, its line is."""
+
+    @functools.wraps(function)
+    def declare(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except InvalidArgument as error:
+            raise declared_at(error) from None
+
+    return declare  # type: ignore[return-value]
+
+
 def check_integration(limiter: object, mode: str, max_delay: float) -> None:
     """The options every integration takes, checked alike.
 
@@ -258,7 +299,7 @@ def response_headers(decision: Decision, options: HeaderOptions) -> Sequence[tup
 
 
 def raw_response_headers(decision: Decision, options: HeaderOptions) -> Sequence[tuple[bytes, bytes]]:
-    """:func:`response_headers` as lower-case bytes pairs, as an ASGI message carries them."""
+    """``response_headers`` as lower-case bytes pairs, as an ASGI message carries them."""
     if decision.allowed and not options.on_allowed:
         return ()
     return decision._raw_fields(options.ietf, options.legacy)
@@ -290,15 +331,15 @@ def missing_key_body(status: int) -> bytes:
 
 
 class Admission:
-    """What :class:`Gatekeeper` decided for one request, and what is owed when its response ends.
+    """What ``Gatekeeper`` decided for one request, and what is owed when its response ends.
 
     Attributes:
         status: 0 to serve the request; else the status to answer it with (429, or the missing key's).
         fields: the headers of that answer, or, when served, the rate-limit fields to add to the response:
-            ``(name, value)`` str pairs, or lower-case bytes pairs from a ``raw`` :class:`Gatekeeper`.
+            ``(name, value)`` str pairs, or lower-case bytes pairs from a ``raw`` ``Gatekeeper``.
         body: the JSON body of the answer (empty when served).
         decision: the limiter's decision; ``None`` when nothing was decided (no key: unrouted or refused).
-        permits: whether concurrency permits are held (:meth:`Gatekeeper.release` gives them back once).
+        permits: whether concurrency permits are held (``Gatekeeper.release`` gives them back once).
     """
 
     __slots__ = ("body", "cost", "decision", "fields", "group", "path", "peer", "permits", "status")
@@ -322,8 +363,8 @@ class Admission:
 
 
 class Gatekeeper:
-    """The web decision path every adapter takes: :meth:`admit` before the app, :meth:`release` of the
-    permits when the work is done, :meth:`settle` (``refund_when``) once the response's status is known.
+    """The web decision path every adapter takes: ``admit`` before the app, ``release`` of the
+    permits when the work is done, ``settle`` (``refund_when``) once the response's status is known.
 
     The ``a``-prefixed twins are for an event loop: a backend deciding in Redis is awaited, or called on a
     thread, never on the loop. This is the one place the web integrations call the limiter's private
@@ -361,7 +402,7 @@ class Gatekeeper:
         return _as_instants(fields, self.options.fields) if self.options.fields._rewritten else fields
 
     def admission(self, decision: Decision, peer: str, path: str) -> Admission:
-        """The admission of a request with a key on ``path`` that :attr:`admit_quick` gave a ``decision``."""
+        """The admission of a request with a key on ``path`` that ``admit_quick`` gave a ``decision``."""
         return self._admission(decision, (peer, path, None, 1))
 
     def admit(self, peer: str | None, path: str, group: str | None = None, cost: int = 1) -> Admission:
@@ -386,7 +427,7 @@ class Gatekeeper:
         return self._admission(decision, (who, route, group, cost))
 
     async def aadmit(self, peer: str | None, path: str, group: str | None = None, cost: int = 1) -> Admission:
-        """:meth:`admit` on an event loop: Redis answers while the loop serves other requests."""
+        """``admit`` on an event loop: Redis answers while the loop serves other requests."""
         who = peer if peer is not None else self._without_key(path, group)
         if isinstance(who, Admission):
             return who
@@ -484,7 +525,7 @@ class Gatekeeper:
             self.limiter._release(admission.peer, admission.path, group=admission.group, cost=admission.cost)
 
     async def arelease(self, admission: Admission) -> None:
-        """:meth:`release` on an event loop: a backend deciding in Redis is called on a thread."""
+        """``release`` on an event loop: a backend deciding in Redis is called on a thread."""
         if not admission.permits:
             return
         if not self.limiter._waits_on_io:
@@ -509,7 +550,7 @@ class Gatekeeper:
             self.limiter.reduce(admission.peer, admission.path, admission.cost, group=admission.group)
 
     async def asettle(self, admission: Admission, status: int) -> None:
-        """:meth:`settle` on an event loop: a backend deciding in Redis is called on a thread."""
+        """``settle`` on an event loop: a backend deciding in Redis is called on a thread."""
         if not self._refunds(admission, status):
             return
         limiter = self.limiter

@@ -12,11 +12,12 @@ and client disconnects as well. Lifespan and other scope types pass through.
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ratekeeper._core import Decision
-from ratekeeper._errors import InvalidType
+from ratekeeper._errors import InvalidArgument, InvalidType
 from ratekeeper._http import Admission, Gatekeeper, WebOptions, WebSettings
 from ratekeeper.keys import KeyFunction, key_of
 from ratekeeper.limiter import Limiter
@@ -48,15 +49,15 @@ class RateLimitMiddleware:
 
     Args:
         app: the ASGI app.
-        limiter: the :class:`~ratekeeper.Limiter`; its rules route on the request's path.
-        key: who is asking: :func:`~ratekeeper.keys.client_ip` (default, no trusted proxies),
-            :func:`~ratekeeper.keys.header`, or any callable of a Starlette ``Request``, sync or async,
+        limiter: the [`Limiter`][ratekeeper.Limiter]; its rules route on the request's path.
+        key: who is asking: [`client_ip`][ratekeeper.keys.client_ip] (default, no trusted proxies),
+            [`header`][ratekeeper.keys.header], or any callable of a Starlette ``Request``, sync or async,
             returning the key or ``None``.
         mode: ``"refuse"`` answers 429 at once; ``"delay"`` waits for the slot (``athrottle``) up to
             ``max_delay`` seconds, then answers 429.
         max_delay: the longest wait in delay mode, in seconds.
         shadow: decide, count and log what would have been refused, add the fields, refuse nothing.
-        headers: which rate-limit fields responses carry (:class:`~ratekeeper._http.HeaderOptions`).
+        headers: which rate-limit fields responses carry ([`HeaderOptions`][ratekeeper.HeaderOptions]).
         on_missing_key: what a request without a key gets: ``"refuse"`` (``missing_key_status``, 401 or
             429) or ``"anonymous"`` (decided under the shared ``anonymous_key``).
         cost: a callable of the request giving its cost (an int >= 1); default 1.
@@ -79,10 +80,22 @@ class RateLimitMiddleware:
         path: Callable[[Scope], str] | None = None,
         **options: Unpack[WebSettings],
     ) -> None:
-        self.options = WebOptions(limiter, **options)
-        if path is not None and not callable(path):
-            raise InvalidType("path", f"must be callable, got {type(path).__name__}")
         self.app = app
+        #: A bad option, kept when Starlette builds its middleware stack (see ``_refuse_to_start``).
+        self.error: InvalidArgument | None = None
+        self._admit_scope: Callable[[Scope], tuple[tuple[bytes, bytes], ...] | Decision | None] | None = None
+        try:
+            self.options = WebOptions(limiter, **options)
+            if path is not None and not callable(path):
+                raise InvalidType("path", f"must be callable, got {type(path).__name__}")
+        except InvalidArgument as error:
+            # Starlette builds the middleware given to add_middleware in its lifespan: raised there, the
+            # server would only log that the lifespan "appears unsupported", then answer 500s. Kept, it
+            # fails the server's start-up with its message (and is raised at any request).
+            if sys._getframe(1).f_code.co_name != "build_middleware_stack":
+                raise
+            self.error = error
+            return
         self.limiter = limiter
         self.gatekeeper = Gatekeeper(self.options, raw=True)
         self.on_refused = on_refused
@@ -91,7 +104,6 @@ class RateLimitMiddleware:
         # The hot path, one call into the core: a key the core reads from the scope (a header, or the
         # client's address with no proxies), cost 1, routed on the scope's path, decided at once in memory
         # (not in Redis: that is awaited), nothing owed after an allowed response but its fields.
-        self._admit_scope: Callable[[Scope], tuple[tuple[bytes, bytes], ...] | Decision | None] | None = None
         quick = path is None and self.gatekeeper.quick and not limiter._waits_on_io
         if quick and isinstance(key, KeyFunction) and (where := key._scope_key()) is not False:
             fields = self.options.fields
@@ -128,6 +140,9 @@ class RateLimitMiddleware:
                 admission = self.gatekeeper.admission(admitted, peer, scope.get("path", ""))
                 await self._serve(scope, receive, send, admission)
                 return
+        if self.error is not None:  # no hot path then: checked here only
+            await self._refuse_to_start(scope, receive, send, self.error)
+            return
         kind = scope["type"]
         if kind not in ("http", "websocket") or not self.limiter.enabled:
             await self.app(scope, receive, send)
@@ -140,6 +155,17 @@ class RateLimitMiddleware:
             peer = await self._peer(scope)
         cost = self._cost(scope) if self.options.cost is not None else 1
         await self._serve(scope, receive, send, await self.gatekeeper.aadmit(peer, path, None, cost))
+
+    async def _refuse_to_start(self, scope: Scope, receive: Receive, send: Send, error: InvalidArgument) -> None:
+        """A bad option: the server's start-up fails with its message (``lifespan.startup.failed``: uvicorn
+        logs it and exits, "Application startup failed"); any request raises it (a server without the
+        lifespan protocol answers 500 and logs it)."""
+        if scope["type"] != "lifespan":
+            raise error.at() from None  # a new one each time: the kept one gathers no tracebacks
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            text = f"ratekeeper.asgi.RateLimitMiddleware: {error}"
+            await send({"type": "lifespan.startup.failed", "message": text})
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, admission: Admission) -> None:
         """Answers a refusal, or calls the app, adding the fields and settling what is owed after."""

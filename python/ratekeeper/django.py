@@ -7,19 +7,20 @@
 >>> @limit("5/min")
 ... def login(request): ...
 
-- :class:`RateLimitMiddleware` decides every request by the limiter's rules on its path, before Django
-  resolves the URL: a refusal costs less than serving the smallest view. One class serves WSGI and ASGI
-  Django (``sync_capable`` and ``async_capable``), with no thread hop on either.
-- :func:`limit` limits a view (a function, sync or async, or a class-based view) in a group of its own.
+- [`RateLimitMiddleware`][ratekeeper.django.RateLimitMiddleware] decides every request by the limiter's rules on its
+  path, before Django resolves the URL: a refusal costs less than serving the smallest view. One class serves WSGI and
+  ASGI Django (``sync_capable`` and ``async_capable``), with no thread hop on either.
+- [`limit`][ratekeeper.django.limit] limits a view (a function, sync or async, or a class-based view) in a group of its
+own.
 - ``RateKeeperThrottle``, ``ScopedRateKeeperThrottle``, ``AnonRateKeeperThrottle`` and
   ``UserRateKeeperThrottle`` are DRF throttles (imported from here only when named: DRF is optional),
   with their rates in DRF's own ``DEFAULT_THROTTLE_RATES``.
 
 Refusals answer 429 with the JSON body, ``Retry-After`` and the IETF ``RateLimit`` / ``RateLimit-Policy``
 fields of the other integrations (DRF's throttles: DRF's own 429, with the fields added); allowed
-responses carry the fields too. Every decision goes through :class:`ratekeeper._http.Gatekeeper`, the core
+responses carry the fields too. Every decision goes through ``ratekeeper._http.Gatekeeper``, the core
 the ASGI middleware and the Flask extension share, so modes, shadow, missing keys, refunds and permits
-behave alike. The settings live in ``settings.RATEKEEPER``; see :data:`SETTINGS`.
+behave alike. The settings live in ``settings.RATEKEEPER``; see ``SETTINGS``.
 """
 
 from __future__ import annotations
@@ -46,10 +47,10 @@ from django.utils.module_loading import import_string
 
 from ratekeeper._core import Decision, Limit, Rate, Rule
 from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue, Loc
-from ratekeeper._http import Admission, Gatekeeper, WebOptions
+from ratekeeper._http import Admission, Gatekeeper, WebOptions, declaring
 from ratekeeper._peer_rates import expand_limits
 from ratekeeper._stats import Algorithm
-from ratekeeper.keys import ClientIP, KeyCallable, KeyFunction, checked_key, client_ip
+from ratekeeper.keys import ClientIP, KeyCallable, KeyFunction, checked_key, client_ip, key_text
 from ratekeeper.limiter import NAMED_ONLY, Limiter
 
 if TYPE_CHECKING:
@@ -139,13 +140,13 @@ def user(fallback: KeyCallable | None = None) -> UserKey:
     The middleware reads ``request.user``, so it goes after Django's ``AuthenticationMiddleware``; on ASGI
     it loads the user with ``request.auser()``. DRF's throttles see the user DRF authenticated.
     """
-    if fallback is not None and not callable(fallback):
-        raise InvalidType("fallback", f"must be a key function, got {type(fallback).__name__}")
+    if fallback is not None:
+        fallback = checked_key(fallback, "fallback")
     return UserKey(fallback)
 
 
 class UserKey:
-    """The key function :func:`user` makes."""
+    """The key function [`user`][ratekeeper.django.user] makes."""
 
     __slots__ = ("fallback",)
 
@@ -164,9 +165,7 @@ def _user_id(user: Any) -> str | None:
 
 
 def _checked(peer: object) -> str | None:
-    if peer is not None and not isinstance(peer, str):
-        raise InvalidType("key", f"must return a str or None, got {type(peer).__name__}")
-    return peer
+    return key_text(peer)
 
 
 def _peer_of(key: KeyCallable, request: Any) -> str | None:
@@ -251,8 +250,8 @@ def _config() -> _Config:
 
 def get_limiter() -> Limiter:
     """The limiter of the settings: ``RATEKEEPER["LIMITER"]``, the one built from ``RATEKEEPER["CONFIG"]``,
-    or, when neither is set, one of the process's own with no rules (the groups of :func:`limit` and the
-    DRF throttles are added to it)."""
+    or, when neither is set, one of the process's own with no rules (the groups of [`limit`][ratekeeper.django.limit]
+    and the DRF throttles are added to it)."""
     return _config().limiter
 
 
@@ -346,6 +345,7 @@ def _load(raw: object) -> _Config:
         if algorithm not in _ALGORITHMS:
             raise InvalidValue(("RATEKEEPER", name), f"must be one of {', '.join(_ALGORITHMS)}, got {algorithm!r}")
         algorithms.append(algorithm)
+    _check_throttle_rates(algorithms[1])
     config = _Config(
         limiter,
         configured,
@@ -366,12 +366,66 @@ def _load(raw: object) -> _Config:
     return config
 
 
+_THROTTLE_RATES: Loc = ("REST_FRAMEWORK", "DEFAULT_THROTTLE_RATES")
+
+
+def _check_throttle_rates(algorithm: Algorithm) -> None:
+    """DRF's ``DEFAULT_THROTTLE_RATES`` read as ratekeeper's throttles read them, with the settings (at
+    start-up when the middleware is installed), when ``DEFAULT_THROTTLE_CLASSES`` names one of them: a typo
+    fails there, naming its scope, not at the first request the scope throttles. (A throttle named only at
+    its views reads its scope's rate at its first request.)"""
+    drf = getattr(django_settings, "REST_FRAMEWORK", None)
+    if not isinstance(drf, Mapping):
+        return
+    classes = drf.get("DEFAULT_THROTTLE_CLASSES") or ()
+    rates = drf.get("DEFAULT_THROTTLE_RATES")
+    if isinstance(classes, str) or not any(_ratekeeper_throttle(given) for given in classes):
+        return
+    if not isinstance(rates, Mapping):
+        raise InvalidType(_THROTTLE_RATES, f"must be a dict of rates by scope, got {type(rates).__name__}")
+    for scope, rate in rates.items():
+        _throttle_limits(rate, algorithm, (*_THROTTLE_RATES, str(scope)))
+
+
+def _ratekeeper_throttle(given: object) -> bool:
+    """Whether a ``DEFAULT_THROTTLE_CLASSES`` entry is one of ratekeeper's throttles (by its dotted path, or
+    a class made from one), without importing anything."""
+    if isinstance(given, str):
+        return given.startswith("ratekeeper.")
+    return isinstance(given, type) and any(base.__module__ == "ratekeeper._drf" for base in given.__mro__)
+
+
+def _throttle_limits(rate: object, algorithm: Algorithm, loc: Loc) -> list[Limit] | None:
+    """A DRF throttle's rate as limits, read as DRF's are (``"100/day"``; a list of them; a
+    [`Limit`][ratekeeper.Limit]); ``None`` when the rate is ``None``, DRF's "not throttled".
+
+    Raises:
+        InvalidValue, InvalidType: at ``loc`` (a single rate's error there, a list's at its index).
+    """
+    if rate is None:
+        return None
+    given: object
+    if isinstance(rate, (list, tuple)) and not _is_count_and_period(rate):
+        single, given = False, list(rate)
+    elif isinstance(rate, (str, Rate, Limit, tuple)):
+        single, given = True, rate
+    else:
+        raise InvalidType(loc, f"must be a rate, a Limit, a list of them or None, got {type(rate).__name__}")
+    try:
+        items = _peer_rate_items(given, loc)
+        return None if items is None else _built_limits(items, algorithm, loc)
+    except InvalidArgument as error:
+        if single and error.loc[len(loc) : len(loc) + 1] == (0,):  # a single rate's error is the scope's own
+            raise error.at(*loc, drop=len(loc) + 1) from None
+        raise
+
+
 # --- deciding a request ---------------------------------------------------------------------------------------------
 
 
 def _plain_store() -> bool:
     """Whether ``ResponseHeaders`` keeps its fields as ``_store[name.lower()] = (name, value)``, as it has
-    since Django 3.2: the fields can then be written there directly (see :func:`_add_fields`)."""
+    since Django 3.2: the fields can then be written there directly (see ``_add_fields``)."""
     probe = ResponseHeaders({"RateLimit": "x"})
     store = getattr(probe, "_store", None)
     return isinstance(store, dict) and store == {"ratelimit": ("RateLimit", "x")}
@@ -419,7 +473,7 @@ def _refusal_response(admission: Admission) -> HttpResponse:
 
 
 class _Gate:
-    """The Django side of :class:`Gatekeeper`: reads the request, answers refusals, finishes responses.
+    """The Django side of ``Gatekeeper``: reads the request, answers refusals, finishes responses.
 
     What the options fix is looked up once, here, not at every request."""
 
@@ -530,7 +584,7 @@ class _Gate:
         respond: Callable[[HttpRequest], Awaitable[HttpResponseBase]],
         block: bool = True,
     ) -> HttpResponseBase:
-        """:meth:`run` on an event loop: the key, the decision and what follows never block it."""
+        """``run`` on an event loop: the key, the decision and what follows never block it."""
         from_environ = self.from_environ
         peer = from_environ(request.META) if from_environ is not None else await _apeer_of(self.key, request)
         cost = self.cost(request) if self.cost is not None else 1
@@ -610,7 +664,7 @@ class _AsyncReleasingBody:
 
 class RateLimitMiddleware:
     """Decides every request by the limiter's rules on its path (``request.path_info``), before the URL is
-    resolved; see the module's docstring and :data:`SETTINGS`.
+    resolved; see the module's docstring and ``SETTINGS``.
 
     Raises:
         InvalidValue: no ``RATEKEEPER["LIMITER"]`` nor ``RATEKEEPER["CONFIG"]`` (nothing to apply).
@@ -695,7 +749,8 @@ _groups_lock = threading.Lock()
 
 def _set_group(limiter: Limiter, name: str, limits: Sequence[Limit | Rate | str], loc: Loc) -> None:
     """Adds the per-route group ``name`` with ``limits``; when this module added it before with other limits,
-    its limits are replaced in place and its keys keep their states, as :meth:`Limiter.reload` keeps them.
+    its limits are replaced in place and its keys keep their states, as [`Limiter.reload`][ratekeeper.Limiter.reload]
+    keeps them.
 
     Raises:
         InvalidValue: ``name`` is a group of the limiter's own (its rules) with other limits, at ``loc``.
@@ -718,7 +773,7 @@ def _set_group(limiter: Limiter, name: str, limits: Sequence[Limit | Rate | str]
 
 def _peer_rate_items(value: object, loc: Loc) -> list[object] | None:
     """A rate as the peers write it, as limit items: a tuple ``(count, seconds)`` (django-ratelimit's) is a
-    :class:`Rate`; a string may be a peer's spelling (``"100/10"``, ``"10 per minute"``) or hold several
+    [`Rate`][ratekeeper.Rate]; a string may be a peer's spelling (``"100/10"``, ``"10 per minute"``) or hold several
     limits (``"10/s; 100/min"``); ``None`` is no limit (``None`` returned when nothing else is given).
 
     Raises:
@@ -764,7 +819,8 @@ _ZERO_COUNT = re.compile(r"^\s*0+\s*(?:/|\s+per\s+)", re.IGNORECASE)
 
 
 def _built_limits(items: Sequence[object], algorithm: Algorithm, loc: Loc) -> list[Limit]:
-    """Limit items as :class:`Limit`, a rate (``"5/min"``, :class:`Rate`) enforced by ``algorithm``."""
+    """Limit items as [`Limit`][ratekeeper.Limit], a rate (``"5/min"``, [`Rate`][ratekeeper.Rate]) enforced by
+    ``algorithm``."""
     limits: list[Limit] = []
     for index, item in enumerate(items):
         if isinstance(item, Limit):
@@ -869,11 +925,14 @@ class _ViewLimit:
         spelled = repr(rate)
         if spelled in groups:
             return groups[spelled]
-        items = _peer_rate_items(rate, ("rate",))
-        if items is None:
-            groups[spelled] = None
-            return None
-        limits = _built_limits(items, self.algorithm or _config().algorithm, ("rate",))
+        try:
+            items = _peer_rate_items(rate, ("rate",))
+            if items is None:
+                groups[spelled] = None
+                return None
+            limits = _built_limits(items, self.algorithm or _config().algorithm, ("rate",))
+        except InvalidArgument as error:  # computed for this request: the error names the view
+            raise type(error)(error.loc, f"{error.msg} (the rate computed for the view {self.name})") from None
         name = f"{self.name}@{_spelled(limits)}"
         _set_group(limiter, name, limits, ("rate",))
         groups[spelled] = name
@@ -896,6 +955,7 @@ def _unlimited(request: HttpRequest, block: bool) -> None:
         request.limited = False
 
 
+@declaring  # its errors name the line: the view is not known yet (limit(...) decorates it after)
 def limit(
     *limits: Limit | Rate | str | RateOfRequest,
     group: str | None = None,
@@ -916,11 +976,11 @@ def limit(
 
     Args:
         limits: e.g. ``"5/min"``, or several (``"10/s", "1000/hour"``, or ``"10/s; 1000/hour"``), or
-            :class:`~ratekeeper.Limit`; or one callable of the request giving its rate (a rate, a list, or
+            [`Limit`][ratekeeper.Limit]; or one callable of the request giving its rate (a rate, a list, or
             ``None``: not limited), each distinct rate a group of its own (``"myapp.views.search@10/min"``).
         group: the group's name, to share it between views.
         key: this view's key function (default: the ``KEY`` setting, else the client's IP).
-        limiter: the limiter to add the group to (default: :func:`get_limiter`).
+        limiter: the limiter to add the group to (default: [`get_limiter`][ratekeeper.django.get_limiter]).
         cost: a callable of the request giving its cost.
         methods: the HTTP methods limited (``["POST"]``); others pass without a decision. Default: all.
         block: ``False`` serves a refused request too, with ``request.limited`` set (``False`` when admitted),
@@ -944,9 +1004,10 @@ def limit(
         checked = _built_limits(items, algorithm or "gcra", ("limits",))
         Rule(NAMED_ONLY, group if group is not None else "view", limits=checked)  # checked now, not at a request
         wanted = items
-    for name, value in (("key", key), ("cost", cost)):
-        if value is not None and not callable(value):
-            raise InvalidType(name, f"must be callable, got {type(value).__name__}")
+    if key is not None:
+        key = checked_key(key, "key")
+    if cost is not None and not callable(cost):
+        raise InvalidType("cost", f"must be callable, got {type(cost).__name__}")
     if limiter is not None and not isinstance(limiter, Limiter):
         raise InvalidType("limiter", f"must be a ratekeeper.Limiter, got {type(limiter).__name__}")
     if not isinstance(block, bool):
@@ -1028,7 +1089,7 @@ def usage(view: Any, request: HttpRequest, *, cost: int = 1) -> Decision | None:
     For stacked limits, the outermost's.
 
     Raises:
-        InvalidType: ``view`` is not limited by :func:`limit`.
+        InvalidType: ``view`` is not limited by [`limit`][ratekeeper.django.limit].
     """
     state = getattr(view, "_ratekeeper_limit", None)
     if state is None:
@@ -1094,13 +1155,14 @@ UNSAFE: list[str] = ["DELETE", "PATCH", "POST", "PUT"]
 
 
 class Ratelimited(PermissionDenied):  # type: ignore[misc]  # Django has no type information
-    """Raised by :func:`ratelimit` with ``block=True`` (django-ratelimit's exception): Django answers 403,
-    or the view ``RATELIMIT_VIEW`` names through django-ratelimit's middleware."""
+    """Raised by [`ratelimit`][ratekeeper.django.ratelimit] with ``block=True`` (django-ratelimit's exception): Django
+    answers 403, or the view ``RATELIMIT_VIEW`` names through django-ratelimit's middleware."""
 
 
 @dataclass(frozen=True)
 class Usage:
-    """What :func:`get_usage` reports, as django-ratelimit's dict does (``usage["count"]`` reads too).
+    """What [`get_usage`][ratekeeper.django.get_usage] reports, as django-ratelimit's dict does (``usage["count"]``
+    reads too).
 
     Attributes:
         count: requests counted in the key's window (refused requests are not counted: at most ``limit``).
@@ -1239,9 +1301,9 @@ def _peer_usage(
     if made not in _peer_groups:
         _set_group(limiter, name, limits, ("rate",))
         _peer_groups[made] = True
-    peer = key(group, request)
-    if not isinstance(peer, str):
-        raise InvalidType("key", f"must return a str, got {type(peer).__name__}")
+    peer = key_text(key(group, request))
+    if peer is None:
+        raise InvalidType("key", "must return a str or an int, got None")
     # Read without counting through Limiter.peek.
     decision = limiter.check(peer, group=name) if increment else limiter.peek(peer, group=name)
     quota = decision.limit or 0
@@ -1294,20 +1356,22 @@ def is_ratelimited(
     method: object = ALL,
     increment: bool = False,
 ) -> bool:
-    """django-ratelimit's ``is_ratelimited``: :func:`get_usage`'s ``should_limit`` (False when not limited)."""
+    """django-ratelimit's ``is_ratelimited``: [`get_usage`][ratekeeper.django.get_usage]'s ``should_limit`` (False when
+    not limited)."""
     found = get_usage(request, group, fn, key, rate, method, increment)
     return found is not None and found.should_limit
 
 
+@declaring  # its errors name the line, as limit()'s
 def ratelimit(
     group: str | None = None, key: object = None, rate: object = None, method: object = ALL, block: bool = True
 ) -> Callable[[View], View]:
     """django-ratelimit's ``@ratelimit``, deciding as it does: fixed windows per key, group, rate and methods;
     ``request.limited`` set on every request it sees; with ``block`` (the default) a refusal raises
-    :class:`Ratelimited` (a ``PermissionDenied``: 403), or ``RATELIMIT_EXCEPTION_CLASS``.
+    [`Ratelimited`][ratekeeper.django.Ratelimited] (a ``PermissionDenied``: 403), or ``RATELIMIT_EXCEPTION_CLASS``.
 
-    The counts live in the limiter of the settings (:func:`get_limiter`: every store), the ``"ip"`` key is the
-    client behind ``TRUSTED_PROXIES``, and ``RATELIMIT_ENABLE``, ``RATELIMIT_IPV4_MASK`` and
+    The counts live in the limiter of the settings ([`get_limiter`][ratekeeper.django.get_limiter]: every store), the
+    ``"ip"`` key is the client behind ``TRUSTED_PROXIES``, and ``RATELIMIT_ENABLE``, ``RATELIMIT_IPV4_MASK`` and
     ``RATELIMIT_IPV6_MASK`` are read as django-ratelimit reads them.
 
     Raises:

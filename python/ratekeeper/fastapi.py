@@ -48,7 +48,15 @@ from starlette.routing import BaseRoute, Match
 
 from ratekeeper._core import Decision, Limit, Rate
 from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue, RateLimited
-from ratekeeper._http import Admission, Gatekeeper, HeaderOptions, Penalty, WebOptions, refusal_body
+from ratekeeper._http import (
+    Admission,
+    Gatekeeper,
+    HeaderOptions,
+    Penalty,
+    WebOptions,
+    declaring,
+    refusal_body,
+)
 from ratekeeper._peer_rates import expand_limits
 from ratekeeper._stats import Algorithm
 from ratekeeper.keys import KeyCallable, checked_key, key_of
@@ -81,7 +89,7 @@ Endpoint = TypeVar("Endpoint", bound=Callable[..., Any])
 
 class KeyMissing(Exception):
     """A request whose key function or key dependency found no key, refused by ``on_missing_key="refuse"``;
-    :class:`RouteLimits` answers it with ``status`` and the middleware's JSON ``body``."""
+    [`RouteLimits`][ratekeeper.fastapi.RouteLimits] answers it with ``status`` and the middleware's JSON ``body``."""
 
     def __init__(self, status: int, body: bytes) -> None:
         super().__init__(f"no rate limit key: answered {status}")
@@ -90,7 +98,7 @@ class KeyMissing(Exception):
 
 
 class RouteLimited(RateLimited):
-    """A route limit refused the request: a :class:`~ratekeeper.RateLimited` that also carries the
+    """A route limit refused the request: a [`RateLimited`][ratekeeper.RateLimited] that also carries the
     route's ``message`` (``None``: the default text), the ``detail`` of the 429's JSON body, and the
     response's ``fields`` (lower-case bytes pairs)."""
 
@@ -119,8 +127,8 @@ class RouteLimits:
         app: the FastAPI app; gets the handlers that turn a refusal into its response, and a middleware
             that adds the fields to every response and decides the application and default limits;
             so ``RouteLimits`` is made before the app serves its first request.
-        limiter: the :class:`~ratekeeper.Limiter` the route groups are added to.
-        key: who is asking (default :func:`~ratekeeper.keys.client_ip`): any callable of the ``Request``,
+        limiter: the [`Limiter`][ratekeeper.Limiter] the route groups are added to.
+        key: who is asking (default [`client_ip`][ratekeeper.keys.client_ip]): any callable of the ``Request``,
             sync or async, or ``Depends(dependency)`` whose result is the key (a str, an int, or ``None``
             for none); a route may give its own.
         mode: ``"refuse"``, or ``"delay"`` to wait for the slot up to ``max_delay`` seconds.
@@ -129,16 +137,17 @@ class RouteLimits:
             shared ``anonymous_key``) or ``"refuse"`` (answered ``missing_key_status``); a route may give its own.
         missing_key_status: the status of a refused request without a key: 429 (default), 401 or 403.
         anonymous_key: the key shared by the requests without one, with ``on_missing_key="anonymous"``.
-        algorithm: the algorithm of every rate given as a string or :class:`~ratekeeper.Rate` to this
+        algorithm: the algorithm of every rate given as a string or [`Rate`][ratekeeper.Rate] to this
             integration (routes, defaults, application limits); ``None`` (default): the core's, GCRA.
-            A :class:`~ratekeeper.Limit` keeps its own.
+            A [`Limit`][ratekeeper.Limit] keeps its own.
         default_limits: limits for every route that declares none of its own (and those whose
             ``route(..., keep_defaults=True)``), counted per route: a group per method and path template.
         application_limits: limits every request to a route passes on top of its own: one budget per key
-            across every route (group ``"application"``). Routes marked :meth:`exempt` skip both.
+            across every route (group ``"application"``). Routes marked
+            [`exempt`][ratekeeper.fastapi.RouteLimits.exempt] skip both.
         log_refusals: one ``logging`` record per refusal, on the ``"ratekeeper.refusals"`` logger (WARNING,
             with ``peer``, ``group``, ``path`` and ``retry_after`` in its ``extra``).
-        penalty: a :class:`~ratekeeper.Penalty`: a key refused ``breaches`` times within ``within`` seconds
+        penalty: a [`Penalty`][ratekeeper.Penalty]: a key refused ``breaches`` times within ``within`` seconds
             is refused for ``block`` seconds at every route, whatever its rates.
 
     Raises:
@@ -253,6 +262,7 @@ class RouteLimits:
         self._plans.clear()
         return endpoint
 
+    @declaring  # its errors name the line: the route is not known yet (route(...) is an argument of it)
     def route(
         self,
         *limits: RouteRate,
@@ -271,17 +281,19 @@ class RouteLimits:
         """A dependency limiting its route by ``limits`` (combined by policy ``"all"``).
 
         Args:
-            limits: e.g. ``"5/min"``, or several (``"10/s", "1000/hour"``), or :class:`~ratekeeper.Limit`;
+            limits: e.g. ``"5/min"``, or several (``"10/s", "1000/hour"``), or [`Limit`][ratekeeper.Limit];
                 or a callable of the ``Request`` (sync or async) giving the rate(s) of that request,
                 e.g. ``lambda request: "100/min" if is_admin(request) else "10/min"`` (each distinct
                 answer is a group of its own: a key whose rate changes starts afresh in it).
             group: the group's name, to share it between routes; default ``"<METHOD> <path template>"``
                 (``"<METHOD> <path template> #2"`` for a second ``route(...)`` on the same route).
-            key: this route's key, instead of the one of :class:`RouteLimits`: a key function of the
-                request, or ``Depends(dependency)``.
+            key: this route's key, instead of the one of [`RouteLimits`][ratekeeper.fastapi.RouteLimits]: a key function
+                of the request, or ``Depends(dependency)``.
             cost: what a request counts for: an int >= 1, or a callable of the request giving it.
-            on_missing_key: this route's ``on_missing_key``, instead of the one of :class:`RouteLimits`.
-            missing_key_status: this route's ``missing_key_status``, instead of the one of :class:`RouteLimits`.
+            on_missing_key: this route's ``on_missing_key``, instead of the one of
+                [`RouteLimits`][ratekeeper.fastapi.RouteLimits].
+            missing_key_status: this route's ``missing_key_status``, instead of the one of
+                [`RouteLimits`][ratekeeper.fastapi.RouteLimits].
             methods: the HTTP methods limited (e.g. ``["POST"]``); requests of other methods pass
                 uncounted. Default: every method.
             per_method: a budget per HTTP method. Default: yes for a generated group name (it names the
@@ -289,14 +301,14 @@ class RouteLimits:
             exempt_when: a predicate of the request (sync or async); when true, the limit neither counts
                 nor refuses the request.
             message: the ``detail`` of this limit's 429 body, instead of ``"Rate limit exceeded"``.
-            keep_defaults: the ``default_limits`` of :class:`RouteLimits` apply to this route too (by
-                default a route's own limits replace them).
+            keep_defaults: the ``default_limits`` of [`RouteLimits`][ratekeeper.fastapi.RouteLimits] apply to this route
+                too (by default a route's own limits replace them).
             block: ``False`` serves a refused request too: the route reads the refusal from the
-                dependency's :class:`~ratekeeper.Decision` (``decision.allowed``) or from
+                dependency's [`Decision`][ratekeeper.Decision] (``decision.allowed``) or from
                 ``request.state.limited``, and decides what to answer.
 
         Returns:
-            The dependency; it gives the :class:`~ratekeeper.Decision` (``None`` for a request the limit
+            The dependency; it gives the [`Decision`][ratekeeper.Decision] (``None`` for a request the limit
             does not apply to: another method, or exempt) to a route that declares it as a parameter,
             and the route's concurrency permits back once the response is sent.
 
@@ -357,7 +369,12 @@ class RouteLimits:
                     names, base, self._claim(base, owner) if group is None else base, fixed
                 )
             else:
-                wanted = await self._computed_limits(limits, request)
+                try:
+                    wanted = await self._computed_limits(limits, request)
+                except InvalidArgument as error:  # a rate computed per request: the error names the route
+                    route = f"{request.method} {getattr(request.scope.get('route'), 'path', request.url.path)}"
+                    given = type(error)(error.loc, f"{error.msg} (the rate computed for the route {route})")
+                    raise given from None
                 if wanted is None:  # not limited, this request
                     yield None
                     return
@@ -493,8 +510,8 @@ _DEFAULTS = object()  # the owner of the default limits' group names
 
 
 class _RouteLimitsMiddleware:
-    """Added by :class:`RouteLimits`: decides the application and default limits of a request to a
-    route, and adds the fields of every limit that admitted it to the response, whatever the route returns."""
+    """Added by [`RouteLimits`][ratekeeper.fastapi.RouteLimits]: decides the application and default limits of a request
+    to a route, and adds the fields of every limit that admitted it to the response, whatever the route returns."""
 
     def __init__(self, app: Callable[..., Awaitable[None]], *, route_limits: RouteLimits) -> None:
         self.app = app
@@ -647,7 +664,7 @@ def _sequence(value: object, loc: str) -> Sequence[object]:
 
 
 def _checked_limits(items: Sequence[object], algorithm: Algorithm | None, loc: str) -> list[Limit] | None:
-    """``items`` as :class:`~ratekeeper.Limit` objects, a rate given the integration's ``algorithm``: the
+    """``items`` as [`Limit`][ratekeeper.Limit] objects, a rate given the integration's ``algorithm``: the
     peers' spellings read (several limits in one string, ``"10 per minute"``); ``None`` when every item
     is ``None``, the peers' "not limited"."""
     expanded = expand_limits(items, loc)
@@ -719,17 +736,9 @@ def _key_dependency(key: object) -> Depends | None:
 
 
 def _key_function(key: object) -> KeyCallable:
-    """``key`` checked as a key function of the request."""
-    key = checked_key(key, or_else=" or Depends(dependency)")
-    try:
-        parameters = inspect.signature(key).parameters.values()
-    except (TypeError, ValueError):  # a builtin without a signature: nothing to check
-        return key
-    if any(isinstance(parameter.default, Depends) for parameter in parameters):
-        # A dependency would be called with the request and none of what it depends on.
-        name = getattr(key, "__name__", repr(key))
-        raise InvalidType("key", f"{name} has FastAPI dependencies of its own: give key=Depends({name})")
-    return key
+    """``key`` checked as a key function of the request: a FastAPI dependency given as the function itself
+    (its ``Header(...)``, ``Depends(...)`` parameters would never be filled) is told to be ``Depends(...)``."""
+    return checked_key(key, or_else=" or Depends(dependency)", depends=True)
 
 
 def _dependency_key(value: object, dependency: Depends) -> str | None:

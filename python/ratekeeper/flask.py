@@ -11,7 +11,7 @@ else by the limiter's rules on the path; ``application_limits`` (one budget acro
 extension registers no Flask hook: it wraps ``app.wsgi_app`` in a gate, and, when some request needs it,
 the app's view functions.
 
-- While no view or blueprint has a mark, the key is one of :mod:`ratekeeper.keys`, there is no ``cost=``
+- While no view or blueprint has a mark, the key is one of [`ratekeeper.keys`][ratekeeper.keys], there is no ``cost=``
   and the app has no handler for 429, a decision depends only on the path and the key: the gate makes it
   from the WSGI environ before Flask routes, answers a refusal itself (cheaper than serving the view), and
   adds the fields when the response starts. Nothing else runs.
@@ -23,11 +23,11 @@ the app's view functions.
   found one, else by path; a refusal replaces it.
 
 Refusals answer 429 with the JSON body and the IETF ``RateLimit`` fields of the ASGI middleware; allowed
-responses carry the fields too. Inside Flask a refusal is raised as :class:`RateLimitExceeded` (a
-``TooManyRequests``), so the app's ``errorhandler(429)`` answers it when it has one. Concurrency permits
-are held while the view works: until the view returns, or for a streamed body until its iterator is
-exhausted or closed (whichever comes first: before the server ends the response, or when the client
-leaves), and given back when the view raises.
+responses carry the fields too. Inside Flask a refusal is raised as
+[`RateLimitExceeded`][ratekeeper.flask.RateLimitExceeded] (a ``TooManyRequests``), so the app's ``errorhandler(429)``
+answers it when it has one. Concurrency permits are held while the view works: until the view returns, or for a streamed
+body until its iterator is exhausted or closed (whichever comes first: before the server ends the response, or when the
+client leaves), and given back when the view raises.
 """
 
 from __future__ import annotations
@@ -50,9 +50,9 @@ from werkzeug.wsgi import get_path_info
 
 from ratekeeper._core import Decision, Limit, Rate, Rule
 from ratekeeper._errors import InvalidType, InvalidValue
-from ratekeeper._http import _NOT_LIMITED, Admission, Gatekeeper, WebOptions, WebSettings
+from ratekeeper._http import _NOT_LIMITED, Admission, Gatekeeper, WebOptions, WebSettings, declaring
 from ratekeeper._peer_rates import expand_limits
-from ratekeeper.keys import KeyFunction
+from ratekeeper.keys import KeyFunction, checked_key, key_text
 from ratekeeper.limiter import Limiter
 
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ class RateLimitExceeded(TooManyRequests):
     when the app has one; else its response is the JSON 429 with the rate-limit fields.
 
     Attributes:
-        decision: the refusing :class:`~ratekeeper.Decision`.
+        decision: the refusing [`Decision`][ratekeeper.Decision].
         description: the limit's ``error_message``, or ``"Rate limit exceeded"``.
     """
 
@@ -151,7 +151,7 @@ class _RouteLimit:
         *,
         shared: bool = False,
         per_view: bool = False,
-        key: Callable[..., str | None] | None = None,
+        key: Callable[..., str | int | None] | None = None,
         cost: int | Callable[..., int] | None = None,
         methods: Iterable[str] | None = None,
         per_method: bool = False,
@@ -174,7 +174,7 @@ class _RouteLimit:
                 raise InvalidValue("limits", "a callable giving the limits per request comes alone: limit(rates)")
             self.rates = None
             self.limits = extension._expand(limits, "limits")
-        self.key = _of_request(key, "key") if key is not None else None
+        self.key = _of_request(checked_key(key, "key", of_nothing=True), "key") if key is not None else None
         if cost is None or callable(cost):
             self.cost: int | Callable[[flask.Request], int] | None = (
                 _of_request(cost, "cost") if cost is not None else None
@@ -244,6 +244,15 @@ class _RouteLimit:
         return self.error_message(request) if callable(self.error_message) else self.error_message
 
 
+def _sync_key(given: object) -> str | None:
+    """What a key function gave, as the key: a str, an int (its decimal text) or None."""
+    if inspect.isawaitable(given):
+        if inspect.iscoroutine(given):
+            given.close()  # never awaited: closed, so Python does not warn about it
+        raise InvalidType("key", "returned an awaitable: Flask calls the key function synchronously, give a sync one")
+    return key_text(given)
+
+
 def _marks(function: Any) -> tuple[_RouteLimit, ...]:
     marks: tuple[_RouteLimit, ...] = getattr(function, _LIMITS, ())
     return marks
@@ -260,7 +269,7 @@ def _view_name(view: Callable[..., Any]) -> str:
 
 class _Verdict:
     """What was decided for a request inside Flask, part by part (a path's rules, each limit), and what is
-    owed when its response ends. Quacks like an :class:`Admission` for the gate."""
+    owed when its response ends. Quacks like an ``Admission`` for the gate."""
 
     __slots__ = ("called", "parts", "refusal", "status")
 
@@ -312,12 +321,13 @@ Owed = Admission | _Verdict
 
 
 class RateLimit:
-    """The Flask extension; the arguments are those of :class:`ratekeeper.asgi.RateLimitMiddleware`, and:
+    """The Flask extension; the arguments are those of
+    [`ratekeeper.asgi.RateLimitMiddleware`][ratekeeper.asgi.RateLimitMiddleware], and:
 
     Args:
-        app: the app, or ``None`` to call :meth:`init_app` later.
-        limiter: the :class:`~ratekeeper.Limiter`.
-        key: who is asking: :func:`~ratekeeper.keys.client_ip` (default), :func:`~ratekeeper.keys.header`,
+        app: the app, or ``None`` to call [`init_app`][ratekeeper.flask.RateLimit.init_app] later.
+        limiter: the [`Limiter`][ratekeeper.Limiter].
+        key: who is asking: [`client_ip`][ratekeeper.keys.client_ip] (default), [`header`][ratekeeper.keys.header],
             or any callable of ``flask.request`` returning the key or ``None``.
         mode: ``"refuse"``, or ``"delay"`` (``throttle`` up to ``max_delay`` seconds, then 429).
         shadow: decide, count and log what would be refused; refuse nothing.
@@ -325,10 +335,10 @@ class RateLimit:
         on_missing_key: ``"refuse"`` (``missing_key_status``) or ``"anonymous"`` (``anonymous_key``).
         cost: a callable of the request giving its cost.
         refund_when: a predicate on the response status; when true the request is given back.
-        on_refused: a callable of the refusing :class:`~ratekeeper.Decision` returning the response.
+        on_refused: a callable of the refusing [`Decision`][ratekeeper.Decision] returning the response.
         algorithm: the algorithm of every limit the extension makes from a rate (``@limit``, blueprints,
             ``default_limits``, ``application_limits``); ``"fixed_window"`` decides as Flask-Limiter's
-            default strategy. Default: the limits' own (``"gcra"``). A :class:`~ratekeeper.Limit` keeps its.
+            default strategy. Default: the limits' own (``"gcra"``). A [`Limit`][ratekeeper.Limit] keeps its.
         default_limits: the limits of every view that has none of its own nor its blueprint's, counted per
             view; without them such a view is decided by the limiter's rules on its path.
         application_limits: limits on top of all others, one budget per key across every view.
@@ -395,11 +405,12 @@ class RateLimit:
         gate = self._gates[app] = _Gate(app, app.wsgi_app, self)
         app.wsgi_app = gate.serve  # type: ignore[method-assign]
 
+    @declaring  # its errors name the line: the view is not known yet (limit(...) decorates it after)
     def limit(
         self,
         *limits: Limits,
         group: str | None = None,
-        key: Callable[..., str | None] | None = None,
+        key: Callable[..., str | int | None] | None = None,
         cost: int | Callable[..., int] | None = None,
         methods: Iterable[str] | None = None,
         per_method: bool = False,
@@ -417,7 +428,7 @@ class RateLimit:
 
         Args:
             limits: limits (``"10/min"``, ``"10 per minute"``, ``"10/s; 100/min"``, a
-                :class:`~ratekeeper.Rate` or :class:`~ratekeeper.Limit`), or one callable of the request
+                [`Rate`][ratekeeper.Rate] or [`Limit`][ratekeeper.Limit]), or one callable of the request
                 (or of nothing) returning them per request; ``None`` or ``""`` from it means no limit.
             group: a group name shared by every view decorated with it.
             key: the key of this limit, a callable of the request (or of nothing); ``None`` from it means
@@ -427,7 +438,7 @@ class RateLimit:
             per_method: each method counted apart.
             exempt_when: a predicate of the request (or of nothing): when true, this limit does not apply.
             deduct_when: a predicate of the view's response: only responses for which it is true count.
-            on_breach: called with the refusing :class:`~ratekeeper.Decision`; a response it returns
+            on_breach: called with the refusing [`Decision`][ratekeeper.Decision]; a response it returns
                 answers the request.
             error_message: the refusal's ``detail`` (and the exception's ``description``): a str or a
                 callable of the request (or of nothing).
@@ -485,7 +496,7 @@ class RateLimit:
     ) -> None:
         """Every view of ``blueprint`` (and of the blueprints nested in it, unless they have their own)
         shares ``limits``, unless a view has limits of its own; with no limits the blueprint is exempt.
-        ``options`` are those of :meth:`limit`."""
+        ``options`` are those of [`limit`][ratekeeper.flask.RateLimit.limit]."""
         if not limits:
             self._blueprints[blueprint] = None
         else:
@@ -576,10 +587,7 @@ class RateLimit:
         key = self.options.key_function
         if isinstance(key, KeyFunction):
             return key.from_environ(request.environ)
-        given = key(request)
-        if given is not None and not isinstance(given, str):
-            raise InvalidType("key", f"must return a str or None (Flask calls it synchronously), got {given!r}")
-        return given
+        return _sync_key(key(request))
 
     def _cost(self, request: flask.Request, limit: _RouteLimit | None) -> int:
         cost = limit.cost if limit is not None and limit.cost is not None else self.options.cost
@@ -609,7 +617,7 @@ class RateLimit:
                 if group is None:
                     continue
             if limit is not None and limit.key is not None:
-                who = limit.key(request)
+                who = _sync_key(limit.key(request))
                 if who is None:  # this limit's key says it does not apply (Flask-Limiter skips it too)
                     continue
             else:
@@ -659,7 +667,8 @@ class RateLimit:
 
     def _answer(self, request: flask.Request, refusal: tuple[Admission, _RouteLimit | None]) -> Response:
         """The answer to a refusal inside Flask: the limit's ``on_breach`` response, ``on_refused``'s, or
-        :class:`RateLimitExceeded` raised for the app's 429 handler (its own response when there is none)."""
+        [`RateLimitExceeded`][ratekeeper.flask.RateLimitExceeded] raised for the app's 429 handler (its own response
+        when there is none)."""
         admission, limit = refusal
         if not admission.refused_by_limit:  # no key: the missing key's answer
             return Response(
@@ -862,7 +871,7 @@ class _Gate:
 
     @property
     def at_gate(self) -> bool:
-        """Whether the gate decides every request of this app (see :attr:`RateLimit._at_gate`)."""
+        """Whether the gate decides every request of this app (see ``RateLimit._at_gate``)."""
         extension = self.extension
         return extension._at_gate and extension._environ_key is not None and self.own_refusals
 

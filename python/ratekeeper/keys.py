@@ -6,15 +6,17 @@ happens then is the middleware's ``on_missing_key``). Any callable does, sync or
 also read an ASGI scope directly (``from_scope``), so the ASGI middleware needs no ``Request`` object
 for them.
 
-- :func:`client_ip` — the client's address, behind trusted proxies: ``X-Forwarded-For`` (or, when told,
-  ``Forwarded``) walked from the right, skipping trusted hops; never the leftmost, spoofable one.
-- :func:`header` — a request header, such as ``X-API-Key`` or ``X-Account-ID``.
+- [`client_ip`][ratekeeper.keys.client_ip] — the client's address, behind trusted proxies: ``X-Forwarded-For`` (or, when
+  told, ``Forwarded``) walked from the right, skipping trusted hops; never the leftmost, spoofable one.
+- [`header`][ratekeeper.keys.header] — a request header, such as ``X-API-Key`` or ``X-Account-ID``.
 """
 
 from __future__ import annotations
 
 import inspect
 import ipaddress
+import sys
+import typing
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -30,11 +32,13 @@ __all__ = [
     "client_ip",
     "header",
     "key_of",
+    "key_text",
 ]
 
 _Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-#: A key function: a callable of the framework's request, sync or async, giving the key or ``None``.
-KeyCallable = Callable[[Any], str | Awaitable[str | None] | None]
+#: A key function: a callable of the framework's request, sync or async, giving the key (a str, or an int
+#: read as its decimal text) or ``None``.
+KeyCallable = Callable[[Any], str | int | Awaitable[str | int | None] | None]
 
 
 class KeyFunction:
@@ -53,7 +57,7 @@ class KeyFunction:
 
     def _scope_key(self) -> bytes | Literal[False] | None:
         """Where the core may read this key in a scope itself (``Limiter._admit_scope``): a header's
-        lower-case name, ``None`` for the client's address, or ``False`` when only :meth:`from_scope` can."""
+        lower-case name, ``None`` for the client's address, or ``False`` when only ``from_scope`` can."""
         return False
 
 
@@ -90,7 +94,7 @@ _FORWARDING_HEADERS = ("x-forwarded-for", "forwarded")
 
 
 class ClientIP(KeyFunction):
-    """The client's IP address; see :func:`client_ip`."""
+    """The client's IP address; see [`client_ip`][ratekeeper.keys.client_ip]."""
 
     __slots__ = ("_environ_name", "_header", "_ipv4_prefix", "_ipv6_prefix", "_networks", "_raw", "_whole")
 
@@ -297,7 +301,7 @@ def client_ip(
 
 
 class Header(KeyFunction):
-    """A request header's value; see :func:`header`."""
+    """A request header's value; see [`header`][ratekeeper.keys.header]."""
 
     __slots__ = ("_environ_name", "_name", "_raw")
 
@@ -346,26 +350,55 @@ async def key_of(key: KeyCallable, scope: Mapping[str, Any], request: Callable[[
     callable applied to ``request()`` (made only then), awaited if it is async.
 
     Raises:
-        InvalidType: the callable returned something that is neither a str nor None.
+        InvalidType: the callable returned something that is neither a str, an int nor None.
     """
     if isinstance(key, KeyFunction):
         return key.from_scope(scope)
     peer = key(request())
     if inspect.isawaitable(peer):
         peer = await peer
-    if peer is not None and not isinstance(peer, str):
-        raise InvalidType("key", f"must return a str or None, got {type(peer).__name__}")
-    return peer
+    return key_text(peer)
 
 
-def checked_key(key: object, loc: str | tuple[str, ...] = "key", *, or_else: str = "") -> KeyCallable:
+def key_text(peer: object, loc: str | tuple[str, ...] = "key") -> str | None:
+    """What a key function gave, as the key: a str as it is, an int as its decimal text (a user's id), and
+    ``None`` (no key) as it is; every integration reads a key function's answer so.
+
+    Raises:
+        InvalidType: anything else (a bool too), named by ``loc``.
+    """
+    if peer is None or isinstance(peer, str):
+        return peer
+    if isinstance(peer, int) and not isinstance(peer, bool):
+        return str(int(peer))  # int(): an IntEnum's own str() would be its name
+    raise InvalidType(loc, f"must return a str, an int or None, got {type(peer).__name__}")
+
+
+def checked_key(
+    key: object,
+    loc: str | tuple[str, ...] = "key",
+    *,
+    or_else: str = "",
+    depends: bool = False,
+    of_nothing: bool = False,
+) -> KeyCallable:
     """``key`` checked where it is given (an integration's ``key=``), so a mistake is an error at start-up,
     not a 500 at every request.
 
+    Args:
+        key: what was given.
+        loc: where it was given, for the error.
+        or_else: what else the option takes, for the error (``" or Depends(dependency)"``).
+        depends: the option also takes ``Depends(dependency)`` (FastAPI's route limits): a FastAPI
+            dependency given as the function itself is told to be given so.
+        of_nothing: a callable of no argument is taken too (Flask's ``limit(key=...)``).
+
     Raises:
-        InvalidType: not a callable of the request; or :func:`client_ip` / :func:`header` themselves, which
-            make key functions and must be called (``client_ip()``, ``header("X-API-Key")``). ``or_else``
-            names what else the option takes (``" or Depends(dependency)"``).
+        InvalidType: not a callable of the request; [`client_ip`][ratekeeper.keys.client_ip] /
+            [`header`][ratekeeper.keys.header] themselves, which make key functions and must be called (``client_ip()``,
+            ``header("X-API-Key")``); a callable that cannot be called with the request alone (``key(request)``), such
+            as a FastAPI dependency whose parameters FastAPI would fill (``x_api_key: str = Header()``,
+            ``Depends(...)``).
     """
     if key is client_ip:
         message = "client_ip makes the key function: call it, client_ip() or client_ip(trusted_proxies=[...])"
@@ -377,4 +410,87 @@ def checked_key(key: object, loc: str | tuple[str, ...] = "key", *, or_else: str
         raise InvalidType(loc, message)
     if not callable(key):
         raise InvalidType(loc, f"must be a callable of the request{or_else}, got {type(key).__name__}")
-    return key  # callable: its signature is the user's
+    if isinstance(key, KeyFunction):
+        return key
+    try:
+        signature = inspect.signature(key)
+    except (TypeError, ValueError):  # a builtin without a signature: nothing to check
+        return key
+    name = getattr(key, "__name__", None) or type(key).__name__
+    filled = _framework_parameters(key)
+    if filled:
+        # FastAPI fills these only for a dependency it resolves; ratekeeper calls key(request).
+        given = ", ".join(f"{parameter}={_marker(marker)}" for parameter, marker in filled)
+        message = (
+            f"{name}({given}) is a FastAPI dependency, but ratekeeper calls key(request) with the request "
+            f"alone, so FastAPI never fills {', '.join(parameter for parameter, _ in filled)}; "
+        )
+        ways = [f"key=Depends({name}) for FastAPI to resolve it"] if depends else []
+        ways.extend(_request_reading(filled))
+        raise InvalidType(loc, message + "give " + ", or ".join(ways))
+    try:
+        signature.bind(None)
+    except TypeError:
+        try:
+            signature.bind()
+        except TypeError:
+            pass
+        else:
+            if of_nothing:
+                return key
+        message = f"{name}{signature} cannot be called with the request alone: ratekeeper calls key(request)"
+        if depends:
+            message += f"; a FastAPI dependency goes in Depends: key=Depends({name})"
+        raise InvalidType(loc, message) from None
+    return key
+
+
+def _framework_parameters(function: Callable[..., Any]) -> list[tuple[str, object]]:
+    """The parameters of ``function`` that FastAPI fills when it resolves it as a dependency, with what
+    declares them: a default (``x_api_key: str = Header()``, ``user = Depends(current_user)``) or an
+    ``Annotated`` marker (``x_api_key: Annotated[str, Header()]``). None when FastAPI is not imported: no
+    function can then declare one."""
+    params = sys.modules.get("fastapi.params")
+    if params is None:
+        return []
+    markers = (params.Param, params.Body, params.Depends)
+    try:
+        signature = inspect.signature(function, eval_str=True)  # string annotations, as FastAPI reads them
+    except Exception:  # an annotation that names what its module does not define: the defaults still tell
+        try:
+            signature = inspect.signature(function)
+        except (TypeError, ValueError):
+            return []
+    found: list[tuple[str, object]] = []
+    for parameter in signature.parameters.values():
+        candidates = [parameter.default]
+        if typing.get_origin(parameter.annotation) is typing.Annotated:
+            candidates.extend(parameter.annotation.__metadata__)
+        marker = next((candidate for candidate in candidates if isinstance(candidate, markers)), None)
+        if marker is not None:
+            found.append((parameter.name, marker))
+    return found
+
+
+def _marker(marker: object) -> str:
+    """How a FastAPI parameter was declared, in a message: ``Header(...)``, ``Depends(current_user)``."""
+    dependency = getattr(marker, "dependency", None)
+    if dependency is not None:
+        return f"{type(marker).__name__}({getattr(dependency, '__name__', repr(dependency))})"
+    return f"{type(marker).__name__}(...)"
+
+
+def _request_reading(filled: list[tuple[str, object]]) -> list[str]:
+    """Key functions of the request reading what the first header, query or cookie parameter read."""
+    for parameter, marker in filled:
+        kind = type(marker).__name__
+        alias = getattr(marker, "alias", None)
+        if kind == "Header":
+            converts = getattr(marker, "convert_underscores", True)
+            wanted = alias or (parameter.replace("_", "-") if converts else parameter)
+            return [f"key=header({wanted!r})", f"key=lambda request: request.headers.get({wanted!r})"]
+        if kind == "Query":
+            return [f"key=lambda request: request.query_params.get({alias or parameter!r})"]
+        if kind == "Cookie":
+            return [f"key=lambda request: request.cookies.get({alias or parameter!r})"]
+    return ["a key function reading the request itself (request.headers, request.query_params, request.cookies)"]
