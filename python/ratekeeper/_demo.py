@@ -94,7 +94,7 @@ def _waits() -> str:
     return intro + "\n\n" + _table(["caller", "called at", "admitted at", "result"], rows)
 
 
-def _cooldown() -> str:
+def _burst_then_pace() -> str:
     clock = rk.ManualClock()
     lim = rk.Limiter("3/60s", clock=clock)
     rows = []
@@ -102,9 +102,12 @@ def _cooldown() -> str:
         clock.advance(at - clock.now())
         d = lim.check("player")
         verdict = "ALLOW" if d.allowed else "REJECT"
-        rows.append([f"{at}s", verdict, f"{d.reset_after:.0f}", f"{d.retry_after:.0f}s" if not d.allowed else "-"])
-    intro = "cooldown score (GCRA): 3 per 60 s, bursts of 3, then one every 20 s (score = reset_after)"
-    return intro + "\n\n" + _table(["t", "decision", "score", "retry_after"], rows)
+        rows.append([f"{at}s", verdict, f"{d.reset_after:.0f}s", f"{d.retry_after:.0f}s" if not d.allowed else "-"])
+    intro = (
+        "check() at 3 per 60 s (GCRA, the default): 3 at once, then one every 20 s; reset_after is how long\n"
+        "until the key has all 3 again, retry_after how long a refused request waits"
+    )
+    return intro + "\n\n" + _table(["t", "decision", "reset_after", "retry_after"], rows)
 
 
 PLANS = {"alice": "1/min", "bob": "100/min"}
@@ -147,6 +150,8 @@ LIVE_TRAFFIC = [
     ("bob", "/api/items", 5.0),  # within
     ("admin", "/api/items", 10.0),  # exempt
 ]
+LIVE_EXEMPT_PEERS = ["admin"]
+LIVE_PACE = 0.1  # real seconds per simulated half second, on a terminal: the live table runs about 2 s
 LIVE_HEADERS = ["group", "allowed", "delayed", "refused", "exempt", "keys"]
 
 
@@ -170,7 +175,7 @@ def _live(pace: float) -> tuple[list[list[str]], list[tuple[str, int]]]:
     clock = rk.ManualClock()
     lim = rk.Limiter(
         rules=[rk.Rule(r"^/login$", "login", "3/min"), rk.Rule(r"^/api/", "api", "10/s", burst=20)],
-        exempt_peers=["admin"],
+        exempt_peers=LIVE_EXEMPT_PEERS,
         clock=clock,
     )
     due = {peer: 0.0 for peer, _, _ in LIVE_TRAFFIC}
@@ -189,8 +194,9 @@ def _live(pace: float) -> tuple[list[list[str]], list[tuple[str, int]]]:
 
 
 class _LiveView:
-    """A rich table redrawn in place on a terminal with rich installed; otherwise nothing (the final
-    figures are printed as a plain table, the same every run)."""
+    """A rich table redrawn in place on a terminal with rich installed, and removed when the traffic ends;
+    otherwise nothing. Either way the final figures are then printed once, as a plain table, the same
+    every run."""
 
     def __init__(self, pace: float) -> None:
         self.pace = pace
@@ -200,7 +206,7 @@ class _LiveView:
                 from rich.live import Live
             except ImportError:
                 return
-            self.live = Live(refresh_per_second=20)
+            self.live = Live(refresh_per_second=20, transient=True)
 
     def __enter__(self) -> _LiveView:
         if self.live is not None:
@@ -231,19 +237,38 @@ def _top_line(top: list[tuple[str, int]]) -> str:
     return "refused most: " + ", ".join(f"{peer} ({count})" for peer, count in top)
 
 
+def _metrics_intro() -> str:
+    """Says that this section runs a scenario of its own, and which traffic."""
+    by_path: dict[str, list[str]] = {}
+    for peer, path, per_second in LIVE_TRAFFIC:
+        exempt = " (exempt)" if peer in LIVE_EXEMPT_PEERS else ""
+        by_path.setdefault(path, []).append(f"{peer} {per_second:g}/s{exempt}")
+    lines = [
+        f"  {', '.join(peers[:-1])} and {peers[-1]} to {path}" if len(peers) > 1 else f"  {peers[0]} to {path}"
+        for path, peers in by_path.items()
+    ]
+    return "\n".join(
+        [
+            f"metrics: another scenario, with traffic and a limiter of its own (the same rules). For {SECONDS} s:",
+            *lines,
+            "The counts are read as the Prometheus collector exports them (ratekeeper_requests_total by",
+            "result, ratekeeper_keys, ratekeeper_top_refused).",
+        ]
+    )
+
+
 def _metrics() -> str:
     import sys
 
-    # On a terminal with rich installed the table is redrawn as the traffic runs (about 2 s).
-    rows, top = _live(pace=0.1 if sys.stdout.isatty() else 0.0)
-    intro = (
-        f"metrics: {SECONDS} s of traffic, read as the Prometheus collector exports them "
-        "(ratekeeper_requests_total by result, ratekeeper_keys, ratekeeper_top_refused)"
-    )
-    return intro + "\n\n" + _table(LIVE_HEADERS, rows) + "\n" + _top_line(top)
+    # On a terminal with rich installed a table is redrawn in place as the traffic runs (about 2 s), then
+    # removed: the final figures are printed once, below the intro, as on any other output.
+    rows, top = _live(pace=LIVE_PACE if sys.stdout.isatty() else 0.0)
+    return _table(LIVE_HEADERS, rows) + "\n" + _top_line(top)
 
 
 def run() -> None:
     print(f"ratekeeper {rk.__version__} demo\n")
-    for section in (_traffic, _waits, _cooldown, _quotas, _metrics):
+    for section in (_traffic, _waits, _burst_then_pace, _quotas):
         print(section(), end="\n\n", flush=True)
+    print(_metrics_intro() + "\n", flush=True)  # before the live table, which runs under it
+    print(_metrics(), end="\n\n", flush=True)

@@ -44,7 +44,11 @@ def scrape(url: str, namespace: str = "ratekeeper", timeout: float = 10.0) -> Sc
     try:
         from prometheus_client.parser import text_string_to_metric_families
     except ImportError as error:
-        raise ImportError("top needs prometheus-client: pip install 'ratekeeper[prometheus]'") from error
+        message = (
+            "top needs prometheus-client: pip install 'ratekeeper[prometheus]'"
+            " (from a checkout: pip install '.[prometheus]')"
+        )
+        raise ImportError(message) from error
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
             text = response.read().decode()

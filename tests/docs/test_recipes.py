@@ -4,6 +4,7 @@ ones on a real server (uvicorn or Werkzeug, in a thread), the timing on a ``Manu
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -44,12 +45,16 @@ def test_fastapi_per_user_answers_a_request_without_a_user_as_the_page_says() ->
     namespace = page_namespace("docs/recipes/fastapi-per-user.md", "app")
     lim: rk.Limiter = namespace["lim"]
     with Server(namespace["app"]) as client:
+        assert client.get("/reports", headers=bearer("token-alice")).status_code == 200
         refused = client.get("/reports")
         bad_token = client.get("/reports", headers=bearer("token-mallory"))
         anonymous = [client.get("/search", params={"q": "x"}).status_code for _ in range(21)]
         signed_in = client.get("/search", headers=bearer("token-alice"))
-    assert (refused.status_code, bad_token.status_code) == (401, 401)
-    assert refused.json() == {"detail": "This request carries no key the rate limiter can use", "status": 401}
+    # A 401 for a missing or unknown API key, as HTTP has it: with the scheme to authenticate by.
+    for answer in (refused, bad_token):
+        assert answer.status_code == 401
+        assert answer.headers["WWW-Authenticate"] == "Bearer"
+        assert answer.json() == {"detail": "Missing or unknown API key"}
     assert lim.check("anonymous", group="GET /reports").remaining == 4  # counted nowhere
     # Anonymous visitors share one budget of 20; a signed-in user still has all of theirs.
     assert anonymous == [200] * 20 + [429]
@@ -196,6 +201,25 @@ def test_behind_a_proxy_ratekeeper_keys_on_the_client_the_proxy_names(
     assert namespace["lim"].top_refused(5) == [(CLIENT, 1)]
 
 
+def test_behind_a_proxy_the_pages_check_prints_what_the_page_shows(
+    monkeypatch: pytest.MonkeyPatch, clock: rk.ManualClock
+) -> None:
+    # The page's curl check, run on the proxy's host: curl connects from 127.0.0.2 (--interface), so nginx
+    # appends 127.0.0.2 to the forged header, and a request straight to the app comes from 127.0.0.2.
+    page = (ROOT / PROXY_PAGE).read_text(encoding="utf-8")
+    check = page.split("## Check it", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    assert check.count("curl --interface 127.0.0.2 -H 'X-Forwarded-For: 6.6.6.6'") == 2
+    shown = [json.loads(line.removeprefix("# ")) for line in check.splitlines() if line.startswith("# {")]
+    namespace = on_clock(monkeypatch, clock, PROXY_PAGE, "key")
+    with Server(namespace["app"]) as proxy, direct_client(proxy) as direct:
+        through_nginx = proxy.get("/whoami", headers=forwarded(f"6.6.6.6, {DIRECT}")).json()
+        straight = direct.get("/whoami", headers=forwarded("6.6.6.6")).json()
+        # Without --interface, curl's own address is the proxy's: the forged address would be the key.
+        from_the_proxys_host = proxy.get("/whoami", headers=forwarded("6.6.6.6")).json()
+    assert shown == [through_nginx, straight]
+    assert from_the_proxys_host == {"peer": "127.0.0.1", "key": "6.6.6.6"}
+
+
 def test_behind_a_proxy_uvicorn_rewrites_the_client_for_the_allowed_proxies_only(
     monkeypatch: pytest.MonkeyPatch, clock: rk.ManualClock
 ) -> None:
@@ -204,6 +228,10 @@ def test_behind_a_proxy_uvicorn_rewrites_the_client_for_the_allowed_proxies_only
         answer = proxy.get("/whoami", headers=forwarded(f"6.6.6.6, {CLIENT}")).json()
         assert answer == {"peer": CLIENT, "key": CLIENT}
         assert direct.get("/whoami", headers=forwarded("6.6.6.6")).json() == {"peer": DIRECT, "key": DIRECT}
+        # The variant limits /api/items as the first app does: 3 a minute for each client.
+        codes = [proxy.get("/api/items", headers=forwarded(CLIENT)).status_code for _ in range(4)]
+        assert codes == [200, 200, 200, 429]
+        assert proxy.get("/api/items", headers=forwarded(OTHER_CLIENT)).json() == [1, 2, 3]
 
 
 def test_behind_a_proxy_both_at_once_key_on_the_client(monkeypatch: pytest.MonkeyPatch, clock: rk.ManualClock) -> None:

@@ -6,6 +6,7 @@ Each test serves a real endpoint with uvicorn: the ``serve`` command's app, or p
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 
 import httpx
@@ -136,3 +137,14 @@ def test_top_keeps_several_limiters_of_one_endpoint_apart(capsys: pytest.Capture
     assert (rows["admin/api"]["allowed"], rows["admin/api"]["refused"]) == ("1", "2")
     assert "edge:mallory (3)" in printed
     assert "admin:trudy (2)" in printed
+
+
+def test_top_without_prometheus_client_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ratekeeper import _top
+
+    monkeypatch.setitem(sys.modules, "prometheus_client.parser", None)  # as if it were not installed
+    with pytest.raises(ImportError) as missing:
+        _top.scrape("http://127.0.0.1:9/metrics")
+    # The published package's extra, and the same from a checkout of the repository, until it is published.
+    assert "pip install 'ratekeeper[prometheus]'" in str(missing.value)
+    assert "from a checkout: pip install '.[prometheus]'" in str(missing.value)
