@@ -622,11 +622,12 @@ class Limiter:
     def backend_errors(self) -> tuple[int, bool]:
         """Round trips to the backend that failed (each decided by its ``on_error``) and whether the last
         one did: ``(0, False)`` without a backend."""
-    def check(self, peer: str, path: str | None = None, *, cost: int = 1, group: str | None = None) -> Decision:
+    def check(self, peer: str | int, path: str | None = None, *, cost: int = 1, group: str | None = None) -> Decision:
         """Decides one request without blocking. A refusal changes no state, so retrying is free.
 
         Args:
-            peer: who makes the request (client address, API key, account id ...).
+            peer: who makes the request (client address, API key, account id ...): a str, or an int, which
+                is the same peer as its decimal text (`42` and `"42"`).
             path: what is requested, routed by the rules; ``None`` is routed like ``""``.
             cost: how many requests this one counts for.
             group: decide for this group by name instead of routing ``path`` (per-route limits);
@@ -636,9 +637,9 @@ class Limiter:
             InvalidType: a peer or path that is not a str, a cost that is not an int.
             InvalidValue: a cost below 1, an unknown group, or both ``path`` and ``group``.
         """
-    def allow(self, peer: str, path: str | None = None, *, cost: int = 1, group: str | None = None) -> bool:
+    def allow(self, peer: str | int, path: str | None = None, *, cost: int = 1, group: str | None = None) -> bool:
         """``check(...).allowed`` without building a Decision: the fastest call."""
-    def peek(self, peer: str, path: str | None = None, *, cost: int = 1, group: str | None = None) -> Decision:
+    def peek(self, peer: str | int, path: str | None = None, *, cost: int = 1, group: str | None = None) -> Decision:
         """What [`check`][ratekeeper.Limiter.check] would decide now, counting nothing, in every store: the key's states
         are left as they are, the stats count no decision, and the Decision's ``remaining``, ``reset_after`` and
         ``retry_after`` describe the key before this request (``allowed``: a ``check`` of ``cost`` now
@@ -650,7 +651,7 @@ class Limiter:
         """
     def _reserve(
         self,
-        peer: str,
+        peer: str | int,
         path: str | None = None,
         *,
         group: str | None = None,
@@ -661,7 +662,7 @@ class Limiter:
     ) -> _Reservation: ...
     def _reserve_later(
         self,
-        peer: str,
+        peer: str | int,
         path: str | None = None,
         *,
         group: str | None = None,
@@ -674,10 +675,10 @@ class Limiter:
     ) -> None: ...
     def _refund(self, reservation: _Reservation) -> None: ...
     def _acquire(
-        self, peer: str, path: str | None = None, *, group: str | None = None, cost: int = 1, take: _Take = ...
+        self, peer: str | int, path: str | None = None, *, group: str | None = None, cost: int = 1, take: _Take = ...
     ) -> Decision: ...
     def _admit_web(
-        self, ietf: bool, legacy: bool, raw: bool, peer: str, path: str
+        self, ietf: bool, legacy: bool, raw: bool, peer: str | int, path: str
     ) -> tuple[tuple[Any, Any], ...] | Decision:
         """``_acquire(peer, path, take=_Take.BOTH)`` for a web adapter's hot path.
 
@@ -711,8 +712,10 @@ class Limiter:
             HTTP request, carries no key, or holds anything unusual: the caller reads it in Python.
         """
 
-    def _release(self, peer: str, path: str | None = None, *, group: str | None = None, cost: int = 1) -> None: ...
-    def reduce(self, peer: str, path: str | None = None, n: int = 1, *, group: str | None = None) -> bool:
+    def _release(
+        self, peer: str | int, path: str | None = None, *, group: str | None = None, cost: int = 1
+    ) -> None: ...
+    def reduce(self, peer: str | int, path: str | None = None, n: int = 1, *, group: str | None = None) -> bool:
         """Gives ``n`` tokens back to the key (manual reduction, e.g. when a handler's transaction
         succeeded): under policy ``"all"`` to every rate limit of the group (each counted the request);
         under ``"fallback"`` to the last rate limit only, the fallback (e.g. a leaky bucket's tokens), since
@@ -721,10 +724,10 @@ class Limiter:
         Returns:
             False when no group limits the request or the group was made with ``reduction=False``.
         """
-    def resolve(self, peer: str, path: str | None = None, *, group: str | None = None) -> Resolution | None:
+    def resolve(self, peer: str | int, path: str | None = None, *, group: str | None = None) -> Resolution | None:
         """Where the request goes and what limits it, the key's quota applied, without deciding:
         ``None`` when it is exempt, routed nowhere, or the limiter is off."""
-    def group_policy(self, group: str, peer: str | None = None) -> GroupPolicy:
+    def group_policy(self, group: str, peer: str | int | None = None) -> GroupPolicy:
         """What a ``RateLimit-Policy`` header says of ``group``: its first rate limit's burst as the
         quota and its window (with ``peer``, that peer's per-key quota). Reads no keys.
 
@@ -763,7 +766,7 @@ class Limiter:
     @property
     def track_usage(self) -> bool:
         """Whether admissions are kept for ``drain_pending`` (sync mode, or asked for)."""
-    def reset(self, peer: str | None = None) -> None:
+    def reset(self, peer: str | int | None = None) -> None:
         """Forgets the state of ``peer`` in every group, or of every peer.
 
         With a Redis backend, in Redis too: ``reset(peer)`` removes the peer's keys in every group of
@@ -804,14 +807,14 @@ class Limiter:
         Raises:
             InvalidValue: the limiter was made without ``track_usage=True``.
         """
-    def absorb(self, peer: str, group: str, n: int) -> None:
+    def absorb(self, peer: str | int, group: str, n: int) -> None:
         """Counts ``n`` units that ``peer`` used in ``group`` elsewhere (another node) as used now: the
         key may then be refused until they drain. Not reported by [`drain_pending`][ratekeeper.Limiter.drain_pending].
 
         Raises:
             InvalidValue: an unknown group, ``n`` below 1.
         """
-    def set_quota(self, peer: str, group: str, rate: str | Rate | None) -> None:
+    def set_quota(self, peer: str | int, group: str, rate: str | Rate | None) -> None:
         """Sets the quota of ``peer`` in ``group`` (``None``: back to the rule's rate), e.g. on a billing
         event. It supersedes a running fetch; with a provider, the key is fetched again after
         ``ttl``. The key keeps what it has used, counted in requests.
@@ -819,7 +822,7 @@ class Limiter:
         Raises:
             InvalidValue: an unknown group (naming the groups), a group without a rate limit, a bad rate.
         """
-    def quota(self, peer: str, group: str) -> QuotaInfo:
+    def quota(self, peer: str | int, group: str) -> QuotaInfo:
         """What the key of ``peer`` in ``group`` runs on. Never starts a fetch.
 
         Raises:
@@ -844,7 +847,7 @@ class Limiter:
         Raises:
             InvalidValue: an unknown group, a group without a rate limit, a bad rate or burst.
         """
-    def _quota_pending(self, peer: str, path: str | None = None, *, group: str | None = None) -> bool: ...
+    def _quota_pending(self, peer: str | int, path: str | None = None, *, group: str | None = None) -> bool: ...
     def _fetch_queue(self) -> _FetchQueue: ...
     def _start_fetch(self, job: _FetchJob) -> bool: ...
     def _fetch_time_left(self, job: _FetchJob) -> float: ...

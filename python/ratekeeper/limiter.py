@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["NAMED_ONLY", "Limited", "Limiter", "Permit"]
 
 #: What ``Limiter.limited`` keys a call by: a fixed key, or a callable of the call's arguments.
-KeySource = str | Callable[..., str]
+KeySource = str | int | Callable[..., str | int]
 #: What a limited call costs: a fixed count, or a callable of the call's arguments.
 CostSource = int | Callable[..., int]
 
@@ -91,7 +91,7 @@ class Permit:
     def __init__(
         self,
         limiter: Limiter,
-        peer: str,
+        peer: str | int,
         path: str | None,
         group: str | None,
         cost: int,
@@ -180,8 +180,10 @@ class Limited:
         cost: CostSource,
         timeout: float | None,
     ) -> None:
-        if not isinstance(key, str) and not callable(key):
-            raise InvalidType("key", f"must be a str or a callable of the call's arguments, got {type(key).__name__}")
+        if (not isinstance(key, (str, int)) and not callable(key)) or isinstance(key, bool):
+            raise InvalidType(
+                "key", f"must be a str, an int or a callable of the call's arguments, got {type(key).__name__}"
+            )
         if not callable(cost):
             _check_count("cost", cost)
         if timeout is not None:
@@ -194,13 +196,13 @@ class Limited:
         self._limiter, self._key, self._path, self._group = limiter, key, path, group
         self._cost, self._timeout = cost, timeout
 
-    def _request(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, int]:
+    def _request(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str | int, int]:
         """The key and the cost of one call, from its arguments where they are callables."""
         key = self._key
-        if not isinstance(key, str):
+        if callable(key):
             key = key(*args, **kwargs)
-            if not isinstance(key, str):
-                raise InvalidType("key", f"must return a str, got {type(key).__name__}")
+            if not isinstance(key, (str, int)) or isinstance(key, bool):
+                raise InvalidType("key", f"must return a str or an int, got {type(key).__name__}")
         cost = self._cost
         if callable(cost):
             cost = cost(*args, **kwargs)
@@ -231,10 +233,10 @@ class Limited:
 
         return blocks_its_turn
 
-    def _fixed(self) -> tuple[str, int]:
-        if not isinstance(self._key, str) or callable(self._cost):
+    def _fixed(self) -> tuple[str | int, int]:
+        if callable(self._key) or callable(self._cost):
             raise InvalidType(
-                "key" if not isinstance(self._key, str) else "cost",
+                "key" if callable(self._key) else "cost",
                 "a with block has no arguments to read: give a fixed value (a callable suits the decorator)",
             )
         return self._key, self._cost
@@ -334,7 +336,7 @@ class Limiter(_CoreLimiter):
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def set_quota(self, peer: str, group: str, rate: Rate | str | None) -> None:
+    def set_quota(self, peer: str | int, group: str, rate: Rate | str | None) -> None:
         """Sets the quota of ``peer`` in ``group`` directly (e.g. on a billing event); see the base class."""
         super().set_quota(peer, group, rate)
         workers: QuotaWorkers | None = self.__dict__.get("_quota_workers_")
@@ -405,7 +407,9 @@ class Limiter(_CoreLimiter):
 
         return plan_from_file(path).build(cls, clock=clock)
 
-    async def acheck(self, peer: str, path: str | None = None, *, cost: int = 1, group: str | None = None) -> Decision:
+    async def acheck(
+        self, peer: str | int, path: str | None = None, *, cost: int = 1, group: str | None = None
+    ) -> Decision:
         """The asyncio twin of [`check`][ratekeeper.Limiter.check]. With a Redis backend in exact mode it awaits the
         round trip without blocking the event loop (or a thread per call); in memory and in sync mode (whose
         decisions are local) it is ``check`` itself."""
@@ -413,7 +417,9 @@ class Limiter(_CoreLimiter):
             return self.check(peer, path, cost=cost, group=group)
         return (await self._areserve(peer, path, group, cost, 0.0)).decision
 
-    async def aallow(self, peer: str, path: str | None = None, *, cost: int = 1, group: str | None = None) -> bool:
+    async def aallow(
+        self, peer: str | int, path: str | None = None, *, cost: int = 1, group: str | None = None
+    ) -> bool:
         """The asyncio twin of [`allow`][ratekeeper.Limiter.allow] (see [`acheck`][ratekeeper.Limiter.acheck])."""
         if not self._waits_on_io:
             return self.allow(peer, path, cost=cost, group=group)
@@ -428,7 +434,7 @@ class Limiter(_CoreLimiter):
 
     async def _areserve(
         self,
-        peer: str,
+        peer: str | int,
         path: str | None,
         group: str | None,
         cost: int,
@@ -446,7 +452,7 @@ class Limiter(_CoreLimiter):
 
     def throttle(
         self,
-        peer: str,
+        peer: str | int,
         path: str | None = None,
         *,
         cost: int = 1,
@@ -464,7 +470,7 @@ class Limiter(_CoreLimiter):
         return self._throttled(peer, path, group, cost, timeout).decision
 
     def _throttled(
-        self, peer: str, path: str | None, group: str | None, cost: int, timeout: float | None
+        self, peer: str | int, path: str | None, group: str | None, cost: int, timeout: float | None
     ) -> _Reservation:
         """``throttle``'s reservation, its wait done (so a caller may still give it back with ``_refund``)."""
         reservation = self._reserve(peer, path, group=group, cost=cost, timeout=timeout)
@@ -479,7 +485,7 @@ class Limiter(_CoreLimiter):
         return reservation
 
     def _throttle_permits(
-        self, peer: str, path: str | None, group: str | None, cost: int, timeout: float | None
+        self, peer: str | int, path: str | None, group: str | None, cost: int, timeout: float | None
     ) -> Decision:
         """Waits for the rate slot (``throttle``), then takes the group's concurrency permits alone: how
         ``concurrent(max_wait=...)`` and the web integrations' delay mode admit a request.
@@ -504,7 +510,7 @@ class Limiter(_CoreLimiter):
         return decision
 
     async def _athrottle_permits(
-        self, peer: str, path: str | None, group: str | None, cost: int, timeout: float | None
+        self, peer: str | int, path: str | None, group: str | None, cost: int, timeout: float | None
     ) -> Decision:
         """The asyncio twin of ``_throttle_permits`` (a backend's round trips off the event loop)."""
         reservation = await self._athrottled(peer, path, group, cost, timeout)
@@ -522,7 +528,7 @@ class Limiter(_CoreLimiter):
 
     async def athrottle(
         self,
-        peer: str,
+        peer: str | int,
         path: str | None = None,
         *,
         cost: int = 1,
@@ -540,7 +546,7 @@ class Limiter(_CoreLimiter):
         return (await self._athrottled(peer, path, group, cost, timeout)).decision
 
     async def _athrottled(
-        self, peer: str, path: str | None, group: str | None, cost: int, timeout: float | None
+        self, peer: str | int, path: str | None, group: str | None, cost: int, timeout: float | None
     ) -> _Reservation:
         """``athrottle``'s reservation, its wait done (so a caller may still give it back with ``_refund``)."""
         workers: QuotaWorkers | None = self.__dict__.get("_quota_workers_")
@@ -573,7 +579,7 @@ class Limiter(_CoreLimiter):
 
     def concurrent(
         self,
-        peer: str,
+        peer: str | int,
         path: str | None = None,
         *,
         cost: int = 1,

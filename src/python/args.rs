@@ -1,5 +1,7 @@
 //! Arguments from Python, and the core's errors as Python exceptions (one place for both).
 
+use std::borrow::Cow;
+
 use pyo3::exceptions::{PyConnectionError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -301,6 +303,28 @@ pub fn text<'a>(field: &str, obj: &'a Bound<'_, PyAny>) -> PyResult<&'a str> {
     match obj.cast::<PyString>() {
         Ok(s) => s.to_str().map_err(|_| not_unicode(field).into()),
         Err(_) => Err(Error::type_error(field, format!("must be a str, got {}", type_name(obj))).into()),
+    }
+}
+
+/// A peer: a str, borrowed, or an int (not a bool), as its decimal text. A user id is often an int, and
+/// the web integrations' key functions may return one; `allow(42)` and `allow("42")` are one peer.
+#[inline]
+pub fn peer<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<Cow<'a, str>> {
+    match obj.cast::<PyString>() {
+        Ok(s) => s.to_str().map(Cow::Borrowed).map_err(|_| not_unicode("peer").into()),
+        Err(_) if obj.is_instance_of::<PyInt>() && !obj.is_instance_of::<PyBool>() => {
+            Ok(Cow::Owned(obj.str()?.to_str()?.to_owned()))
+        }
+        Err(_) => Err(Error::type_error("peer", format!("must be a str or an int, got {}", type_name(obj))).into()),
+    }
+}
+
+#[inline]
+pub fn optional_peer<'a>(obj: Option<&'a Bound<'_, PyAny>>) -> PyResult<Option<Cow<'a, str>>> {
+    match obj {
+        None => Ok(None),
+        Some(o) if o.is_none() => Ok(None),
+        Some(o) => peer(o).map(Some),
     }
 }
 

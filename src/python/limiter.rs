@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
 
 use super::aio::{Completion, PyCompletions};
-use super::args::{field, nanos, optional_text, positive_int, secs, strings, target, text, type_name, Cost};
+use super::args::{self, field, nanos, optional_text, positive_int, secs, strings, target, text, type_name, Cost};
 use super::backend::PyRedis;
 use super::fetch::{finish, time_left, PyFetchJob, PyFetchQueue, PyFetchResult};
 use super::scope::{with_scope_request, ScopeKey};
@@ -192,7 +192,8 @@ impl PyLimiter {
         group: Option<&Bound<'_, PyAny>>,
         request: Request,
     ) -> PyResult<limiter::Decision> {
-        let peer = text("peer", peer)?;
+        let peer = args::peer(peer)?;
+        let peer = &*peer;
         if group.is_none_or(PyAnyMethods::is_none) {
             let path = optional_text("path", path)?;
             self.wait_first_fetch(py, peer, Target::Path(path));
@@ -471,7 +472,8 @@ impl PyLimiter {
         take: PyTake,
         wait_quota: bool,
     ) -> PyResult<PyReservation> {
-        let (peer, target) = (text("peer", peer)?, target(path, group)?);
+        let (peer, target) = (args::peer(peer)?, target(path, group)?);
+        let peer = &*peer;
         if wait_quota {
             self.wait_first_fetch(py, peer, target);
         }
@@ -502,7 +504,8 @@ impl PyLimiter {
     ) -> PyResult<()> {
         let this = slf.get();
         let py = slf.py();
-        let (peer, target) = (text("peer", peer)?, target(path, group)?);
+        let (peer, target) = (args::peer(peer)?, target(path, group)?);
+        let peer = &*peer;
         let mut request = Request::new(cost.0).waiting(nanos("timeout", timeout)?).taking(take.into());
         if report {
             request = request.reporting();
@@ -544,7 +547,8 @@ impl PyLimiter {
         cost: Cost,
         take: PyTake,
     ) -> PyResult<PyDecision> {
-        let (peer, target) = (text("peer", peer)?, target(path, group)?);
+        let (peer, target) = (args::peer(peer)?, target(path, group)?);
+        let peer = &*peer;
         let decision = self.decide(py, peer, target, Request::new(cost.0).reporting().taking(take.into()))?;
         Ok(self.decision(py, &decision))
     }
@@ -562,7 +566,8 @@ impl PyLimiter {
         peer: &Bound<'py, PyAny>,
         path: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let (peer, target) = (text("peer", peer)?, target(Some(path), None)?);
+        let (peer, target) = (args::peer(peer)?, target(Some(path), None)?);
+        let peer = &*peer;
         self.admit_web(py, peer, target, (ietf, legacy, raw))
     }
 
@@ -596,7 +601,8 @@ impl PyLimiter {
         group: Option<&Bound<'_, PyAny>>,
         cost: Cost,
     ) -> PyResult<()> {
-        let (peer, target) = (text("peer", peer)?, target(path, group)?);
+        let (peer, target) = (args::peer(peer)?, target(path, group)?);
+        let peer = &*peer;
         Ok(self.in_store(py, |store, limiter| store.release(limiter, peer, target, cost.0))?)
     }
 
@@ -612,7 +618,8 @@ impl PyLimiter {
         #[pyo3(from_py_with = field::n)] n: u64,
         group: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        let (peer, target) = (text("peer", peer)?, target(path, group)?);
+        let (peer, target) = (args::peer(peer)?, target(path, group)?);
+        let peer = &*peer;
         Ok(self.in_store(py, |store, limiter| store.reduce(limiter, peer, target, n))?)
     }
 
@@ -625,7 +632,8 @@ impl PyLimiter {
         path: Option<&Bound<'_, PyAny>>,
         group: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Option<PyResolution>> {
-        let (peer, target) = (text("peer", peer)?, target(path, group)?);
+        let (peer, target) = (args::peer(peer)?, target(path, group)?);
+        let peer = &*peer;
         Ok(self.inner.resolve(peer, target)?.map(PyResolution::from))
     }
 
@@ -633,7 +641,7 @@ impl PyLimiter {
     #[pyo3(signature = (group, peer=None))]
     fn group_policy(&self, group: &Bound<'_, PyAny>, peer: Option<&Bound<'_, PyAny>>) -> PyResult<PyGroupPolicy> {
         let group = text("group", group)?;
-        Ok(self.inner.group_policy(group, optional_text("peer", peer)?)?.into())
+        Ok(self.inner.group_policy(group, args::optional_peer(peer)?.as_deref())?.into())
     }
 
     /// Stops limiting: every request is allowed (and not counted) until `on()`.
@@ -719,7 +727,8 @@ impl PyLimiter {
     /// limiter's keys there), raising `BackendUnavailable` when Redis cannot answer.
     #[pyo3(signature = (peer=None))]
     fn reset(&self, py: Python<'_>, peer: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
-        let peer = optional_text("peer", peer)?;
+        let peer = args::optional_peer(peer)?;
+        let peer = peer.as_deref();
         Ok(py.detach(|| self.store.reset(&self.inner, peer))?)
     }
 
@@ -815,7 +824,8 @@ impl PyLimiter {
     /// Counts `n` units that `peer` used in `group` elsewhere (another node) as used now.
     #[pyo3(signature = (peer, group, n))]
     fn absorb(&self, peer: &Bound<'_, PyAny>, group: &Bound<'_, PyAny>, n: &Bound<'_, PyAny>) -> PyResult<()> {
-        let (peer, group) = (text("peer", peer)?, text("group", group)?);
+        let (peer, group) = (args::peer(peer)?, text("group", group)?);
+        let peer = &*peer;
         Ok(self.inner.absorb(peer, group, positive_int("n", n)?)?)
     }
 
@@ -832,14 +842,16 @@ impl PyLimiter {
         group: &Bound<'_, PyAny>,
         rate: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let (peer, group) = (text("peer", peer)?, text("group", group)?);
+        let (peer, group) = (args::peer(peer)?, text("group", group)?);
+        let peer = &*peer;
         let rate = if rate.is_none() { None } else { Some(PyRate::from_arg("rate", rate)?) };
         Ok(self.in_store(py, |store, limiter| store.set_quota(limiter, peer, group, rate))?)
     }
 
     #[pyo3(signature = (peer, group))]
     fn quota(&self, peer: &Bound<'_, PyAny>, group: &Bound<'_, PyAny>) -> PyResult<PyQuotaInfo> {
-        let (peer, group) = (text("peer", peer)?, text("group", group)?);
+        let (peer, group) = (args::peer(peer)?, text("group", group)?);
+        let peer = &*peer;
         let (info, rule_rate) = self.inner.quota(peer, group)?;
         Ok(PyQuotaInfo::new(&info, rule_rate, self.inner.now_ns()))
     }
@@ -852,7 +864,8 @@ impl PyLimiter {
         path: Option<&Bound<'_, PyAny>>,
         group: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        let (peer, target) = (text("peer", peer)?, target(path, group)?);
+        let (peer, target) = (args::peer(peer)?, target(path, group)?);
+        let peer = &*peer;
         Ok(self.inner.first_fetch_pending(peer, target).is_some())
     }
 

@@ -99,7 +99,7 @@ def test_a_limiter_without_rate_or_rules_is_an_invalid_value() -> None:
 @pytest.mark.parametrize(
     ("call", "kind", "loc"),
     [
-        (lambda lim: lim.check(1), rk.InvalidType, ("peer",)),
+        (lambda lim: lim.check(1.0), rk.InvalidType, ("peer",)),
         (lambda lim: lim.allow(b"alice"), rk.InvalidType, ("peer",)),
         (lambda lim: lim.check("alice", 42), rk.InvalidType, ("path",)),
         (lambda lim: lim.check("p", cost=0), rk.InvalidValue, ("cost",)),
@@ -188,12 +188,12 @@ def shown(error: BaseException) -> str:
 @pytest.mark.parametrize(
     ("call", "field"),
     [
-        (lambda lim: lim.check(1), "peer"),
+        (lambda lim: lim.check(1.0), "peer"),
         (lambda lim: lim.check(None), "peer"),
         (lambda lim: lim.allow(b"alice"), "peer"),
         (lambda lim: lim.check("alice", 42), "path"),
         (lambda lim: lim.allow("alice", b"/a"), "path"),
-        (lambda lim: lim.throttle(7), "peer"),
+        (lambda lim: lim.throttle(True), "peer"),
     ],
 )
 def test_non_str_peer_or_path_is_a_type_error_naming_the_field(

@@ -306,7 +306,7 @@ def test_resolve_rejects_what_check_rejects(clock: rk.ManualClock) -> None:
         limiter.resolve("alice", "/api/x", group="api")
     assert both.value.loc == ("group",)
     with pytest.raises(rk.InvalidType) as peer:
-        limiter.resolve(1)  # type: ignore[arg-type]
+        limiter.resolve(1.0)  # type: ignore[arg-type]
     assert peer.value.loc == ("peer",)
 
 

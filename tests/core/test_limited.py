@@ -226,7 +226,8 @@ def test_a_path_or_a_group_decides_where_the_call_is_counted(clock: rk.ManualClo
 @pytest.mark.parametrize(
     ("arguments", "error", "loc"),
     [
-        ({"key": 3}, rk.InvalidType, ("key",)),
+        ({"key": 3.5}, rk.InvalidType, ("key",)),
+        ({"key": True}, rk.InvalidType, ("key",)),
         ({"key": None}, rk.InvalidType, ("key",)),
         ({"key": "k", "cost": 0}, rk.InvalidValue, ("cost",)),
         ({"key": "k", "cost": True}, rk.InvalidType, ("cost",)),
@@ -250,8 +251,10 @@ def test_bad_arguments_name_the_field(arguments: dict[str, object], error: type[
 def test_what_the_callables_return_is_checked_at_the_call(clock: rk.ManualClock) -> None:
     limiter = rk.Limiter("10/s", clock=clock)
     by_number = limiter.limited(lambda n: n)(lambda n: n)
-    with pytest.raises(rk.InvalidType, match=r"^key: must return a str, got int$"):
-        by_number(3)
+    with pytest.raises(rk.InvalidType, match=r"^key: must return a str or an int, got float$"):
+        by_number(3.5)
+    with pytest.raises(rk.InvalidType, match=r"^key: must return a str or an int, got bool$"):
+        by_number(True)
     free = limiter.limited("k", cost=lambda n: n)(lambda n: n)
     with pytest.raises(rk.InvalidValue, match=r"^cost: must return a positive integer, got 0$"):
         free(0)
