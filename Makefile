@@ -2,6 +2,11 @@
 PYTHON ?= python
 # maturin and cargo bench would otherwise share target/release and rebuild pyo3 on every switch.
 export CARGO_TARGET_DIR_PY := target/py
+# The editable install, cargo test and clippy build in one profile and folder (Cargo.toml's dev-py), so
+# that make test compiles the dependencies once, not once per tool; pyo3 is told the same interpreter
+# maturin uses, or its build script would run again and rebuild everything above it.
+DEV_BUILD := CARGO_TARGET_DIR=$(CARGO_TARGET_DIR_PY) MATURIN_PEP517_ARGS="--profile dev-py"
+DEV_CARGO := CARGO_TARGET_DIR=$(CARGO_TARGET_DIR_PY) PYO3_PYTHON="$$($(PYTHON) -c 'import sys; print(sys.executable)')"
 
 .DEFAULT_GOAL := help
 
@@ -16,13 +21,13 @@ WHEEL ?=
 RM_STALE_CORE = rm -f python/ratekeeper/_core.cpython-*
 
 .PHONY: install
-install: ## install the package and its test dependencies (editable, release build; WHEEL=path: that wheel)
+install: ## install the package and its test dependencies (editable, dev-py build; WHEEL=path: that wheel)
 ifdef WHEEL
 	$(PYTHON) -m pip install --quiet '$(WHEEL)[test]'
 else
 	$(PYTHON) -m pip install --quiet 'maturin>=1.9.4,<2'
 	$(RM_STALE_CORE)
-	CARGO_TARGET_DIR=$(CARGO_TARGET_DIR_PY) $(PYTHON) -m pip install --quiet --no-build-isolation -e '.[test]'
+	$(DEV_BUILD) $(PYTHON) -m pip install --quiet --no-build-isolation -e '.[test]'
 endif
 
 # On Linux the wheel is manylinux2014 (glibc 2.17: Debian 8, Ubuntu 14.04, RHEL 7, Amazon Linux 2 and
@@ -45,12 +50,12 @@ wheel: ## build the abi3 wheel (one per platform, for every CPython >= 3.10; Lin
 .PHONY: build-dev
 build-dev: ## rebuild the extension after a Rust change
 	$(RM_STALE_CORE)
-	CARGO_TARGET_DIR=$(CARGO_TARGET_DIR_PY) $(PYTHON) -m pip install --quiet --no-build-isolation --no-deps -e .
+	$(DEV_BUILD) $(PYTHON) -m pip install --quiet --no-build-isolation --no-deps -e .
 
 .PHONY: lint
 lint: ## cargo fmt, clippy, ruff, mypy --strict, stubtest
 	cargo fmt --check
-	cargo clippy --all-targets -- -D warnings
+	$(DEV_CARGO) cargo clippy --profile dev-py --all-targets -- -D warnings
 	$(PYTHON) -m ruff check python tests benches
 	$(PYTHON) -m ruff format --check python tests benches
 	$(PYTHON) -m mypy --strict
@@ -58,8 +63,8 @@ lint: ## cargo fmt, clippy, ruff, mypy --strict, stubtest
 
 .PHONY: test
 test: install lint ## install, lint, then every test: cargo test, pytest and the docs site's strict build
-	cargo test
-	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(PYTHON) -m pytest -q
+	$(DEV_CARGO) cargo test --profile dev-py
+	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(PYTHON) -m pytest -q -n auto --maxprocesses 4
 	NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs build --strict --quiet
 
 # pyproject's docs extra, installed alone: `pip install -e '.[docs]'` would compile the core again, and
