@@ -55,7 +55,7 @@ build-dev: ## rebuild the extension after a Rust change
 .PHONY: lint
 lint: ## cargo fmt, clippy, ruff, mypy --strict, stubtest
 	cargo fmt --check
-	$(DEV_CARGO) cargo clippy --profile dev-py --all-targets -- -D warnings
+	$(DEV_CARGO) cargo clippy --profile dev-py --all-targets --features bench -- -D warnings
 	$(PYTHON) -m ruff check python tests benches
 	$(PYTHON) -m ruff format --check python tests benches
 	$(PYTHON) -m mypy --strict
@@ -83,7 +83,7 @@ demo: ## the demo
 
 .PHONY: bench
 bench: ## criterion benches of the core, ratekeeper against peer libraries, a metrics scrape, the shared store
-	cargo bench --bench core
+	cargo bench --bench core --features bench
 	$(PYTHON) -m pip install --quiet -e '.[bench]'
 	$(PYTHON) benches/compare.py
 	$(PYTHON) benches/scrape_bench.py

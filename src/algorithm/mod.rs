@@ -10,6 +10,8 @@
 pub mod concurrency;
 pub mod gcra;
 pub mod leaky_bucket;
+#[cfg(test)]
+mod properties;
 pub mod sliding_log;
 pub mod sliding_window;
 pub mod windows;

@@ -1,7 +1,8 @@
-//! Property tests of the algorithms' invariants, on the pure-Rust core.
+//! Property tests of the algorithms' invariants, on the pure-Rust core. (A module of the library's unit
+//! tests rather than a file of `tests/`: `cargo test` then compiles the crate once, not twice.)
 
-use _core::algorithm::{Admit, Kind, Limit, State, NO_LOG};
-use _core::rate::Rate;
+use crate::algorithm::{Admit, Kind, Limit, State, NO_LOG};
+use crate::rate::Rate;
 use proptest::prelude::*;
 
 fn limit(count: u64, period_ns: u64, burst: u64, kind: Kind) -> Limit {
