@@ -313,7 +313,9 @@ pub fn peer<'a>(obj: &'a Bound<'_, PyAny>) -> PyResult<Cow<'a, str>> {
     match obj.cast::<PyString>() {
         Ok(s) => s.to_str().map(Cow::Borrowed).map_err(|_| not_unicode("peer").into()),
         Err(_) if obj.is_instance_of::<PyInt>() && !obj.is_instance_of::<PyBool>() => {
-            Ok(Cow::Owned(obj.str()?.to_str()?.to_owned()))
+            // int(obj) first, as keys.key_text does: an IntEnum's own str() is its name on Python 3.10.
+            let value = obj.py().get_type::<PyInt>().call1((obj,))?;
+            Ok(Cow::Owned(value.str()?.to_str()?.to_owned()))
         }
         Err(_) => Err(Error::type_error("peer", format!("must be a str or an int, got {}", type_name(obj))).into()),
     }

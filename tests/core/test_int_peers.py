@@ -55,6 +55,18 @@ def test_quotas_and_outgoing_calls_take_an_int(clock: rk.ManualClock) -> None:
     assert not limiter.allow("12")
 
 
+def test_an_int_subclass_is_its_value_not_its_str(clock: rk.ManualClock) -> None:
+    """As ``keys.key_text`` reads a key function's answer: an IntEnum's str() is its name on Python 3.10."""
+
+    class AccountId(int):
+        def __str__(self) -> str:
+            return f"account {int(self)}"
+
+    limiter = rk.Limiter("1/min", clock=clock)
+    assert limiter.allow(AccountId(42))
+    assert not limiter.allow("42")
+
+
 @pytest.mark.parametrize("peer", [True, 1.5, b"42", None, ["42"]])
 def test_other_peers_are_refused_naming_the_field(peer: object) -> None:
     limiter = rk.Limiter("1/min")
