@@ -1,0 +1,28 @@
+"""Runs a limiter call from asyncio code without blocking the event loop on a store's round trip.
+
+A limiter whose store decides in this process (memory, a shared region, Redis in sync mode) answers
+in nanoseconds: the call runs inline, with no thread hop and no extra coroutine step. A limiter whose
+store waits on I/O (Redis in exact mode) has the call run in a worker thread, so the loop keeps
+serving other tasks while the round trip is in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+from ratekeeper._core import Limiter
+
+__all__ = ["off_loop"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+async def off_loop(limiter: Limiter, call: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    """``call(*args, **kwargs)``: inline when ``limiter`` decides in this process, else in a worker
+    thread (``asyncio.to_thread``) so that the event loop is not blocked while the store answers."""
+    if not limiter._waits_on_io:
+        return call(*args, **kwargs)
+    return await asyncio.to_thread(call, *args, **kwargs)
