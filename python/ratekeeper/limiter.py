@@ -23,6 +23,7 @@ from ratekeeper._core import Decision, Limit, ManualClock, Rate, Rule, _Completi
 from ratekeeper._core import Limiter as _CoreLimiter
 from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue, RateLimited
 from ratekeeper._manual_wait import ManualWaits
+from ratekeeper._offload import off_loop
 from ratekeeper._quota import QuotaWorkers
 from ratekeeper._stats import PolicyName
 
@@ -413,7 +414,7 @@ class Limiter(_CoreLimiter):
         """The asyncio twin of [`check`][ratekeeper.Limiter.check]. With a Redis backend in exact mode it awaits the
         round trip without blocking the event loop (or a thread per call); in memory and in sync mode (whose
         decisions are local) it is ``check`` itself."""
-        if not self._waits_on_io:
+        if not self._waits_on_io:  # inline, not off_loop: the hot path (0.7 us here, 2.6 us through a future)
             return self.check(peer, path, cost=cost, group=group)
         return (await self._areserve(peer, path, group, cost, 0.0)).decision
 
@@ -421,7 +422,7 @@ class Limiter(_CoreLimiter):
         self, peer: str | int, path: str | None = None, *, cost: int = 1, group: str | None = None
     ) -> bool:
         """The asyncio twin of [`allow`][ratekeeper.Limiter.allow] (see [`acheck`][ratekeeper.Limiter.acheck])."""
-        if not self._waits_on_io:
+        if not self._waits_on_io:  # as acheck: inline on the hot path
             return self.allow(peer, path, cost=cost, group=group)
         # As allow(): no remaining / reset figures asked of Redis; and no coroutine between the caller
         # and the future (this is the hot path of an asyncio service).
@@ -514,15 +515,9 @@ class Limiter(_CoreLimiter):
     ) -> Decision:
         """The asyncio twin of ``_throttle_permits`` (a backend's round trips off the event loop)."""
         reservation = await self._athrottled(peer, path, group, cost, timeout)
-        if not self._waits_on_io:
-            decision = self._acquire(peer, path, group=group, cost=cost)
-            if not decision.allowed:
-                self._refund(reservation)
-        else:
-            decision = await asyncio.to_thread(functools.partial(self._acquire, peer, path, group=group, cost=cost))
-            if not decision.allowed:
-                await asyncio.to_thread(self._refund, reservation)
+        decision = await off_loop(self, self._acquire, peer, path, group=group, cost=cost)
         if not decision.allowed:
+            await off_loop(self, self._refund, reservation)
             raise RateLimited(decision)
         return decision
 
@@ -553,6 +548,7 @@ class Limiter(_CoreLimiter):
         if workers is not None and self.quota_wait > 0:
             await workers.waiters.wait(lambda: self._quota_pending(peer, path, group=group), self.quota_wait)
         if not self._waits_on_io:
+            # Inline where this process decides: through a future an athrottle takes 2.9 us, not 1.4.
             reservation = self._reserve(peer, path, group=group, cost=cost, timeout=timeout, wait_quota=False)
         else:
             reservation = await self._areserve(peer, path, group, cost, timeout)
@@ -571,7 +567,9 @@ class Limiter(_CoreLimiter):
 
     def _refund_soon(self, reservation: _Reservation) -> None:
         """Gives back a cancelled asyncio wait's slot: at once in memory; through a worker thread when
-        the store waits on I/O, so that a cancellation never blocks the event loop for a round trip."""
+        the store waits on I/O, so that a cancellation never blocks the event loop for a round trip.
+
+        Not ``off_loop``: the refund is not awaited, so the cancelled task ends without waiting for it."""
         if not self._waits_on_io:
             self._refund(reservation)
         else:
