@@ -29,19 +29,10 @@ from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle
 
 from ratekeeper._core import Decision, Limit, Rate
+from ratekeeper._django_gate import UserKey, _Gate, _peer_of
+from ratekeeper._django_settings import _Config, _config, _generation, _set_group, _spelled, _throttle_limits
 from ratekeeper._errors import InvalidValue, Loc
 from ratekeeper._stats import Algorithm
-from ratekeeper.django import (
-    UserKey,
-    _Config,
-    _config,
-    _Gate,
-    _generation,
-    _peer_of,
-    _set_group,
-    _spelled,
-    _throttle_limits,
-)
 from ratekeeper.keys import KeyCallable, key_text
 
 __all__ = ["AnonRateKeeperThrottle", "RateKeeperThrottle", "ScopedRateKeeperThrottle", "UserRateKeeperThrottle"]

@@ -1,11 +1,9 @@
-"""What the web integrations answer: the IETF RateLimit fields, ``Retry-After``, the 429 body.
+"""What the web integrations are given and answer: their options, the IETF RateLimit fields, ``Retry-After``,
+the 429 body.
 
-Shared by [`ratekeeper.asgi`][ratekeeper.asgi], [`ratekeeper.flask`][ratekeeper.flask] and
-[`ratekeeper.fastapi`][ratekeeper.fastapi], with the one decision path they all take (``Gatekeeper``): the adapters read
-the request (key, path, cost) and write the response; what is decided, and what is owed when the response ends, is
-decided here. The fields follow draft-ietf-httpapi-ratelimit-headers-10: both are Structured Field Lists whose members
-are quoted
-policy names with parameters::
+Shared by every web integration; the lifecycle of a request (admit, fields, body, release, settle, refusal) is
+``ratekeeper._gatekeeper``'s. The fields follow draft-ietf-httpapi-ratelimit-headers-10: both are Structured Field
+Lists whose members are quoted policy names with parameters::
 
     RateLimit-Policy: "api";q=100;w=60
     RateLimit: "api";r=42;t=18
@@ -20,11 +18,9 @@ be added beside it.
 
 from __future__ import annotations
 
-import asyncio
 import email.utils
 import functools
 import json
-import logging
 import math
 import os
 import sys
@@ -33,20 +29,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar
 
-from ratekeeper._core import Decision, Limit, _Take
-from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue, RateLimited
+from ratekeeper._core import Decision, Limit
+from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue
 from ratekeeper.keys import KeyCallable, checked_key, client_ip
 
 if TYPE_CHECKING:
     from ratekeeper.limiter import Limiter
 
 __all__ = [
-    "Admission",
-    "Gatekeeper",
     "HeaderOptions",
     "Penalty",
     "WebOptions",
     "WebSettings",
+    "as_instants",
     "check_integration",
     "declared_at",
     "declaring",
@@ -58,10 +53,6 @@ __all__ = [
 
 Draft = Literal["draft-10"]
 Factory = TypeVar("Factory", bound=Callable[..., Any])
-
-log = logging.getLogger("ratekeeper")
-#: One record per refusal, when an integration is asked for them (``log_refusals=True``).
-refusals_log = logging.getLogger("ratekeeper.refusals")
 
 
 @dataclass(frozen=True)
@@ -330,252 +321,7 @@ def missing_key_body(status: int) -> bytes:
     return json.dumps({"detail": "This request carries no key the rate limiter can use", "status": status}).encode()
 
 
-class Admission:
-    """What ``Gatekeeper`` decided for one request, and what is owed when its response ends.
-
-    Attributes:
-        status: 0 to serve the request; else the status to answer it with (429, or the missing key's).
-        fields: the headers of that answer, or, when served, the rate-limit fields to add to the response:
-            ``(name, value)`` str pairs, or lower-case bytes pairs from a ``raw`` ``Gatekeeper``.
-        body: the JSON body of the answer (empty when served).
-        decision: the limiter's decision; ``None`` when nothing was decided (no key: unrouted or refused).
-        permits: whether concurrency permits are held (``Gatekeeper.release`` gives them back once).
-    """
-
-    __slots__ = ("body", "cost", "decision", "fields", "group", "path", "peer", "permits", "status")
-
-    def __init__(
-        self,
-        status: int,
-        fields: Sequence[tuple[Any, Any]],
-        body: bytes = b"",
-        decision: Decision | None = None,
-        route: tuple[str, str | None, str | None, int] = ("", None, None, 0),
-    ) -> None:
-        self.status, self.fields, self.body, self.decision = status, fields, body, decision
-        self.peer, self.path, self.group, self.cost = route
-        self.permits = decision is not None and decision.permits_held
-
-    @property
-    def refused_by_limit(self) -> bool:
-        """Refused by the limiter's decision (not for a missing key): what an ``on_refused`` hook answers."""
-        return self.status != 0 and self.decision is not None
-
-
-class Gatekeeper:
-    """The web decision path every adapter takes: ``admit`` before the app, ``release`` of the
-    permits when the work is done, ``settle`` (``refund_when``) once the response's status is known.
-
-    The ``a``-prefixed twins are for an event loop: a backend deciding in Redis is awaited, or called on a
-    thread, never on the loop. This is the one place the web integrations call the limiter's private
-    methods.
-    """
-
-    __slots__ = ("admit_quick", "limiter", "options", "quick", "raw")
-
-    def __init__(self, options: WebOptions, *, raw: bool = False) -> None:
-        self.options = options
-        self.limiter = options.limiter
-        self.raw = raw  # the fields as ASGI's bytes pairs, not str pairs
-        #: Whether :attr:`admit_quick` may stand for :meth:`admit` of a request with a key: refuse mode (delay
-        #: mode waits in :meth:`admit`), cost 1 (no ``cost=``), nothing to settle after (no ``refund_when``).
-        self.quick = (
-            options.mode == "refuse"
-            and options.cost is None
-            and options.refund_when is None
-            and options.penalty is None
-            and not options.fields._rewritten
-        )
-        fields = options.fields
-        #: ``admit_quick(peer, path)``: :meth:`admit` of a request with a key on ``path`` at cost 1 (when
-        #: :attr:`quick`), for an adapter's hot path. A request allowed with no permits held owes nothing
-        #: but its response's fields, and gets them (a tuple; no Decision or Admission is made); any other
-        #: gets its Decision, for :meth:`admission`. A partial of the core's method: no Python frame.
-        self.admit_quick: Callable[[str, str], tuple[tuple[Any, Any], ...] | Decision] = functools.partial(
-            self.limiter._admit_web, fields.ietf and fields.on_allowed, fields.legacy and fields.on_allowed, raw
-        )
-
-    def fields(self, decision: Decision) -> Sequence[tuple[Any, Any]]:
-        """The rate-limit fields of a response to ``decision``, in this gatekeeper's form."""
-        serialize = raw_response_headers if self.raw else response_headers
-        fields = serialize(decision, self.options.fields)
-        return _as_instants(fields, self.options.fields) if self.options.fields._rewritten else fields
-
-    def admission(self, decision: Decision, peer: str, path: str) -> Admission:
-        """The admission of a request with a key on ``path`` that ``admit_quick`` gave a ``decision``."""
-        return self._admission(decision, (peer, path, None, 1))
-
-    def admit(self, peer: str | None, path: str, group: str | None = None, cost: int = 1) -> Admission:
-        """Decides a request of ``peer`` (``None``: its key function found none) on ``path``, or in the
-        per-route ``group`` when given."""
-        who = peer if peer is not None else self._without_key(path, group)
-        if isinstance(who, Admission):
-            return who
-        route = None if group is not None else path
-        blocked = self._blocked(who) if self.options.penalty is not None else None
-        if blocked is not None:
-            return self._admission(blocked, (who, route, group, cost))
-        if self.options.mode == "refuse":
-            decision = self.limiter._acquire(who, route, group=group, cost=cost, take=_Take.BOTH)
-        else:
-            try:
-                decision = self.limiter._throttle_permits(who, route, group, cost, self.options.max_delay)
-            except RateLimited as refused:
-                decision = refused.decision
-        if self.options.penalty is not None and not decision.allowed and decision.group is not None:
-            self._breached(who)
-        return self._admission(decision, (who, route, group, cost))
-
-    async def aadmit(self, peer: str | None, path: str, group: str | None = None, cost: int = 1) -> Admission:
-        """``admit`` on an event loop: Redis answers while the loop serves other requests."""
-        who = peer if peer is not None else self._without_key(path, group)
-        if isinstance(who, Admission):
-            return who
-        route = None if group is not None else path
-        limiter = self.limiter
-        penalty = self.options.penalty is not None
-        if penalty:
-            blocked = await self._ablocked(who)
-            if blocked is not None:
-                return self._admission(blocked, (who, route, group, cost))
-        if self.options.mode == "delay":
-            try:
-                decision = await limiter._athrottle_permits(who, route, group, cost, self.options.max_delay)
-            except RateLimited as refused:
-                decision = refused.decision
-        elif not limiter._waits_on_io:  # a local decision: no coroutine, no thread hop
-            decision = limiter._acquire(who, route, group=group, cost=cost, take=_Take.BOTH)
-        else:
-            decision = (await limiter._areserve(who, route, group, cost, 0.0, _Take.BOTH)).decision
-        if penalty and not decision.allowed and decision.group is not None:
-            await self._off_loop(self._breached, who)
-        return self._admission(decision, (who, route, group, cost))
-
-    def _penalty_groups(self) -> Penalty:
-        """The penalty, its two groups in the limiter (added at first use, and again after a reload
-        that replaced the limiter's groups)."""
-        penalty = self.options.penalty
-        assert penalty is not None
-        for name, limits in penalty._groups():
-            if name not in self.limiter.groups:
-                self.limiter.add_group(name, limits)
-        return penalty
-
-    def _blocked(self, peer: str) -> Decision | None:
-        """The refusal of a key serving its penalty, else ``None``. Looks; counts nothing."""
-        penalty = self.options.penalty
-        assert penalty is not None
-        try:
-            look = self.limiter.peek(peer, group=penalty._blocked_group)
-        except InvalidValue:  # not added yet, or a reload replaced the groups
-            look = self.limiter.peek(peer, group=self._penalty_groups()._blocked_group)
-        return None if look.allowed else look
-
-    def _breached(self, peer: str) -> None:
-        """Counts a refusal of ``peer``; the one that makes ``breaches`` within the window starts its block."""
-        penalty = self._penalty_groups()
-        self.limiter.allow(peer, group=penalty._breaches_group)
-        if not self.limiter.peek(peer, group=penalty._breaches_group).allowed:
-            self.limiter.allow(peer, group=penalty._blocked_group)
-            refusals_log.warning(
-                "ratekeeper: %r refused %d times within %gs: blocked for %gs",
-                peer,
-                penalty.breaches,
-                penalty.within,
-                penalty.block,
-                extra={"peer": peer, "penalty": penalty},
-            )
-
-    async def _ablocked(self, peer: str) -> Decision | None:
-        blocked: Decision | None = await self._off_loop(self._blocked, peer)
-        return blocked
-
-    async def _off_loop(self, call: Callable[[str], Any], peer: str) -> Any:
-        """``call(peer)`` here when the limiter decides in this process, else on a thread (Redis)."""
-        if not self.limiter._waits_on_io:
-            return call(peer)
-        return await asyncio.to_thread(call, peer)
-
-    def _without_key(self, path: str, group: str | None) -> Admission | str:
-        """The admission of a request without a key, or the anonymous key to decide it under."""
-        if group is None and self.limiter.resolve(self.options.anonymous_key, path) is None:
-            return _NOT_LIMITED  # exempt or unrouted: no key needed
-        if self.options.on_missing_key == "anonymous":
-            return self.options.anonymous_key
-        status = self.options.missing_key_status
-        return Admission(status, (), missing_key_body(status))
-
-    def _admission(self, decision: Decision, route: tuple[str, str | None, str | None, int]) -> Admission:
-        fields = self.fields(decision)
-        if decision.allowed:
-            return Admission(0, fields, decision=decision, route=route)
-        if not self.options.shadow:
-            if self.options.log_refusals:
-                _log_refusal(decision, route)
-            return Admission(429, fields, refusal_body(decision), decision, route)
-        log.info("ratekeeper shadow mode: would refuse %r on %s (group %r)", route[0], route[1], decision.group)
-        # Served: the fields say what the limiter decided, without a Retry-After (nothing to retry).
-        served = [field for field in fields if field[0] not in ("Retry-After", b"retry-after")]
-        return Admission(0, served, decision=decision, route=route)
-
-    def release(self, admission: Admission) -> None:
-        """Gives the request's concurrency permits back, unless that was done already."""
-        if admission.permits:
-            admission.permits = False
-            self.limiter._release(admission.peer, admission.path, group=admission.group, cost=admission.cost)
-
-    async def arelease(self, admission: Admission) -> None:
-        """``release`` on an event loop: a backend deciding in Redis is called on a thread."""
-        if not admission.permits:
-            return
-        if not self.limiter._waits_on_io:
-            self.release(admission)
-            return
-        admission.permits = False
-        limiter = self.limiter
-        await asyncio.to_thread(
-            functools.partial(
-                limiter._release, admission.peer, admission.path, group=admission.group, cost=admission.cost
-            )
-        )
-
-    def _refunds(self, admission: Admission, status: int) -> bool:
-        refund_when = self.options.refund_when
-        decision = admission.decision
-        return refund_when is not None and decision is not None and decision.allowed and refund_when(status)
-
-    def settle(self, admission: Admission, status: int) -> None:
-        """Gives the request back when ``refund_when`` says its response's ``status`` should not count."""
-        if self._refunds(admission, status):
-            self.limiter.reduce(admission.peer, admission.path, admission.cost, group=admission.group)
-
-    async def asettle(self, admission: Admission, status: int) -> None:
-        """``settle`` on an event loop: a backend deciding in Redis is called on a thread."""
-        if not self._refunds(admission, status):
-            return
-        limiter = self.limiter
-        if not limiter._waits_on_io:
-            limiter.reduce(admission.peer, admission.path, admission.cost, group=admission.group)
-        else:
-            await asyncio.to_thread(
-                limiter.reduce, admission.peer, admission.path, admission.cost, group=admission.group
-            )
-
-
-def _log_refusal(decision: Decision, route: tuple[str, str | None, str | None, int]) -> None:
-    peer, path, group = route[0], route[1], decision.group
-    retry = decision.retry_after
-    refusals_log.warning(
-        "ratekeeper: refused %r on %s (group %r), retry after %.3fs",
-        peer,
-        path if path is not None else f"group {route[2]!r}",
-        group,
-        retry,
-        extra={"peer": peer, "path": path, "group": group, "retry_after": retry},
-    )
-
-
-def _as_instants(fields: Sequence[tuple[Any, Any]], options: HeaderOptions) -> Sequence[tuple[Any, Any]]:
+def as_instants(fields: Sequence[tuple[Any, Any]], options: HeaderOptions) -> Sequence[tuple[Any, Any]]:
     """``fields`` with the seconds from now that ``options`` asks as instants: ``X-RateLimit-Reset`` as a
     Unix time, ``Retry-After`` as an HTTP date."""
     now = int(time.time())
@@ -592,7 +338,3 @@ def _as_instants(fields: Sequence[tuple[Any, Any]], options: HeaderOptions) -> S
             continue
         out.append((name, value.encode("latin-1") if raw else value))
     return out
-
-
-# A request needing no decision (no key, on a path no rule limits): served as it is.
-_NOT_LIMITED = Admission(0, ())

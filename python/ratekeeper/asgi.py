@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 from ratekeeper._core import Decision
 from ratekeeper._errors import InvalidArgument, InvalidType
-from ratekeeper._http import Admission, Gatekeeper, WebOptions, WebSettings
+from ratekeeper._gatekeeper import Admission, Gatekeeper, Refusal
+from ratekeeper._http import WebOptions, WebSettings
 from ratekeeper.keys import KeyFunction, key_of
 from ratekeeper.limiter import Limiter
 
@@ -35,13 +36,18 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 def _admit_in_python(
-    key: KeyFunction, admit_quick: Callable[[str, str], tuple[tuple[bytes, bytes], ...] | Decision], scope: Scope
-) -> tuple[tuple[bytes, bytes], ...] | Decision | None:
-    """``Limiter._admit_scope`` for a key function the core does not read: the key read by ``key``."""
+    key: KeyFunction, gatekeeper: Gatekeeper, scope: Scope
+) -> tuple[tuple[bytes, bytes], ...] | Admission | None:
+    """The quick gate for a key function the core does not read from the scope: the key read here, once,
+    and decided by ``Gatekeeper.admit_quick``; the fields, or the admission (refused, or permits held)."""
     if scope["type"] != "http":
         return None
     peer = key.from_scope(scope)
-    return None if peer is None else admit_quick(peer, scope.get("path", ""))
+    if peer is None:
+        return None
+    path = scope.get("path", "")
+    admitted = gatekeeper.admit_quick(peer, path)
+    return admitted if type(admitted) is tuple else gatekeeper.admission(admitted, peer, path)  # type: ignore[arg-type]
 
 
 class RateLimitMiddleware:
@@ -83,7 +89,11 @@ class RateLimitMiddleware:
         self.app = app
         #: A bad option, kept when Starlette builds its middleware stack (see ``_refuse_to_start``).
         self.error: InvalidArgument | None = None
-        self._admit_scope: Callable[[Scope], tuple[tuple[bytes, bytes], ...] | Decision | None] | None = None
+        #: The quick gate (see below): the fields of an allowed request that owes nothing else, an admission
+        #: or a Decision to serve through the lifecycle, or None to decide it on the full path.
+        self._admit_scope: Callable[[Scope], tuple[tuple[bytes, bytes], ...] | Decision | Admission | None] | None = (
+            None
+        )
         try:
             self.options = WebOptions(limiter, **options)
             if path is not None and not callable(path):
@@ -111,7 +121,7 @@ class RateLimitMiddleware:
                 limiter._admit_scope, fields.ietf and fields.on_allowed, fields.legacy and fields.on_allowed, where
             )
         elif quick and isinstance(key, KeyFunction):  # e.g. client_ip behind proxies: the key read in Python
-            self._admit_scope = functools.partial(_admit_in_python, key, self.gatekeeper.admit_quick)
+            self._admit_scope = functools.partial(_admit_in_python, key, self.gatekeeper)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         admit = self._admit_scope
@@ -131,13 +141,18 @@ class RateLimitMiddleware:
 
                 await self.app(scope, receive, send_with_fields)
                 return
-            if admitted is not None:  # refused, or permits held: read the key again for the admission
-                key = self.options.key_function
-                assert isinstance(admitted, Decision)
-                assert isinstance(key, KeyFunction)
-                peer = key.from_scope(scope)
-                assert peer is not None
-                admission = self.gatekeeper.admission(admitted, peer, scope.get("path", ""))
+            if admitted is not None:  # refused, or permits held: served through the lifecycle
+                if isinstance(admitted, Admission):
+                    admission = admitted
+                else:
+                    # The core read the key from the scope but hands back only the Decision: the receipt
+                    # needs the key, read here.
+                    assert isinstance(admitted, Decision)
+                    key = self.options.key_function
+                    assert isinstance(key, KeyFunction)
+                    peer = key.from_scope(scope)
+                    assert peer is not None
+                    admission = self.gatekeeper.admission(admitted, peer, scope.get("path", ""))
                 await self._serve(scope, receive, send, admission)
                 return
         if self.error is not None:  # no hot path then: checked here only
@@ -170,12 +185,13 @@ class RateLimitMiddleware:
     async def _serve(self, scope: Scope, receive: Receive, send: Send, admission: Admission) -> None:
         """Answers a refusal, or calls the app, adding the fields and settling what is owed after."""
         kind = scope["type"]
+        gatekeeper = self.gatekeeper
         if admission.status:
             if admission.refused_by_limit and self.on_refused is not None:
                 assert admission.decision is not None
                 await self.on_refused(scope, receive, send, admission.decision)
             else:
-                await self._answer(scope, receive, send, admission.status, admission.fields, admission.body)
+                await _write_refusal(scope, receive, send, gatekeeper.refusal(admission))
             return
         if not admission.fields and not admission.permits and self.options.refund_when is None:
             # Nothing to add to the response or do after it: no wrapper on the app's messages.
@@ -193,7 +209,7 @@ class RateLimitMiddleware:
             elif admission.permits and message["type"] == "http.response.body" and not message.get("more_body", False):
                 # Given back before the last chunk leaves: a client that sends its next request as soon
                 # as this one ends never finds the permit still taken.
-                await self.gatekeeper.arelease(admission)
+                await gatekeeper.arelease(admission)
             await send(message)
 
         try:
@@ -201,9 +217,9 @@ class RateLimitMiddleware:
         finally:
             # The app raised or the client went away before the body ended: permits go back either
             # way, never leaked.
-            await self.gatekeeper.arelease(admission)
+            await gatekeeper.arelease(admission)
             if status:
-                await self.gatekeeper.asettle(admission, status)
+                await gatekeeper.asettle(admission, status)
 
     async def _peer(self, scope: Scope) -> str | None:
         def request() -> Any:
@@ -219,27 +235,20 @@ class RateLimitMiddleware:
         assert self.options.cost is not None
         return self.options.cost(HTTPConnection(scope))
 
-    async def _answer(
-        self,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        status: int,
-        headers: Sequence[tuple[bytes, bytes]],
-        body: bytes,
-    ) -> None:
-        fields = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers]
-        if scope["type"] == "http":
-            await send({"type": "http.response.start", "status": status, "headers": fields})
-            await send({"type": "http.response.body", "body": body})
-            return
-        # A WebSocket handshake: refused before accept. With the denial-response extension the client
-        # gets the real status; without it, a close before accept reaches it as 403 (code 1008 here).
-        message = await receive()
-        if message["type"] != "websocket.connect":
-            return
-        if "websocket.http.response" in scope.get("extensions", {}):
-            await send({"type": "websocket.http.response.start", "status": status, "headers": fields})
-            await send({"type": "websocket.http.response.body", "body": body})
-        else:
-            await send({"type": "websocket.close", "code": 1008, "reason": "rate limited"})
+
+async def _write_refusal(scope: Scope, receive: Receive, send: Send, refusal: Refusal) -> None:
+    """Writes the lifecycle's answer to a refused request: an HTTP response, or a WebSocket handshake's."""
+    if scope["type"] == "http":
+        await send({"type": "http.response.start", "status": refusal.status, "headers": refusal.headers})
+        await send({"type": "http.response.body", "body": refusal.body})
+        return
+    # A WebSocket handshake: refused before accept. With the denial-response extension the client
+    # gets the real status; without it, a close before accept reaches it as 403 (code 1008 here).
+    message = await receive()
+    if message["type"] != "websocket.connect":
+        return
+    if "websocket.http.response" in scope.get("extensions", {}):
+        await send({"type": "websocket.http.response.start", "status": refusal.status, "headers": refusal.headers})
+        await send({"type": "websocket.http.response.body", "body": refusal.body})
+    else:
+        await send({"type": "websocket.close", "code": 1008, "reason": "rate limited"})

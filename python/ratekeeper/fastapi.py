@@ -34,9 +34,7 @@ back when the route function returns).
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import functools
 import inspect
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping, Sequence
@@ -48,15 +46,8 @@ from starlette.routing import BaseRoute, Match
 
 from ratekeeper._core import Decision, Limit, Rate
 from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue, RateLimited
-from ratekeeper._http import (
-    Admission,
-    Gatekeeper,
-    HeaderOptions,
-    Penalty,
-    WebOptions,
-    declaring,
-    refusal_body,
-)
+from ratekeeper._gatekeeper import Admission, Gatekeeper
+from ratekeeper._http import HeaderOptions, Penalty, WebOptions, declaring, refusal_body
 from ratekeeper._peer_rates import expand_limits
 from ratekeeper._stats import Algorithm
 from ratekeeper.keys import KeyCallable, checked_key, key_of
@@ -399,7 +390,7 @@ class RouteLimits:
             if not block:
                 request.state.limited = bool(admission.status) or getattr(request.state, "limited", False)
             else:
-                _count(request.scope, self.limiter, admission)
+                _count(request.scope, gatekeeper, admission)
             _put_fields(request.scope, response, fields)
             try:
                 yield admission.decision
@@ -537,10 +528,9 @@ class _RouteLimitsMiddleware:
                 refusal = await self._decide(scope, admissions)
                 if refusal is not None:
                     # Only the refusing limit's fields: the others gave back what they counted.
-                    headers = [(b"content-type", b"application/json"), *refusal.fields]
-                    headers.insert(1, (b"content-length", str(len(refusal.body)).encode()))
-                    await send({"type": "http.response.start", "status": refusal.status, "headers": headers})
-                    await send({"type": "http.response.body", "body": refusal.body})
+                    answer = gatekeeper.refusal(refusal)
+                    await send({"type": "http.response.start", "status": answer.status, "headers": answer.headers})
+                    await send({"type": "http.response.body", "body": answer.body})
                     return
                 for admission in admissions:
                     fields.extend(admission.fields)
@@ -577,7 +567,7 @@ class _RouteLimitsMiddleware:
             if admission.status:
                 await _refund_counted(scope)
                 return admission
-            _count(scope, owner.limiter, admission)
+            _count(scope, owner.gatekeeper, admission)
         return None
 
 
@@ -604,11 +594,10 @@ def _dependency_calls(route: BaseRoute) -> list[Callable[..., Any]]:
     return calls
 
 
-def _count(scope: MutableMapping[str, Any], limiter: Limiter, admission: Admission) -> None:
+def _count(scope: MutableMapping[str, Any], gatekeeper: Gatekeeper, admission: Admission) -> None:
     """Notes what an admitted request counted, to give it back if a later limit refuses the request."""
-    decision = admission.decision
-    if decision is not None and decision.allowed and decision.group is not None and not admission.status:
-        scope.setdefault(_COUNTED, []).append((limiter, admission))
+    if admission.counted and not admission.status:
+        scope.setdefault(_COUNTED, []).append((gatekeeper, admission))
 
 
 async def _refund_counted(scope: MutableMapping[str, Any]) -> None:
@@ -617,13 +606,9 @@ async def _refund_counted(scope: MutableMapping[str, Any]) -> None:
     sink = scope.get(_FIELDS)
     if sink is not None:
         sink.clear()
-    counted: list[tuple[Limiter, Admission]] = scope.pop(_COUNTED, [])
-    for limiter, admission in counted:
-        give_back = functools.partial(limiter.reduce, admission.peer, None, admission.cost, group=admission.group)
-        if limiter._waits_on_io:
-            await asyncio.to_thread(give_back)
-        else:
-            give_back()
+    counted: list[tuple[Gatekeeper, Admission]] = scope.pop(_COUNTED, [])
+    for gatekeeper, admission in counted:
+        await gatekeeper.arefund(admission)
 
 
 def _put_fields(scope: MutableMapping[str, Any], response: Response, fields: Sequence[tuple[bytes, bytes]]) -> None:

@@ -18,9 +18,9 @@ the app's view functions.
 - Otherwise the view functions are wrapped, once, on the next request (Flask takes no new routes after the
   first), and each wrapper decides its request in the request context. A function ``@limit`` decorated
   decides its own limits when it is called, so a helper a view calls is limited too, and a rate read from
-  ``flask.g`` by a decorator above it is there. A request no wrapper saw (a 404, a redirect, an answer of
-  the app's own ``before_request``) is decided when its response starts, by its view's marks if Flask
-  found one, else by path; a refusal replaces it.
+  ``flask.g`` by a decorator above it is there. A request whose view never ran (a 404, a redirect, or a
+  response returned by a function the app registered with ``before_request``) is decided by the gate when
+  its response starts, by its view's marks if Flask routed it to one, else by path; a refusal replaces it.
 
 Refusals answer 429 with the JSON body and the IETF ``RateLimit`` fields of the ASGI middleware; allowed
 responses carry the fields too. Inside Flask a refusal is raised as
@@ -39,18 +39,18 @@ import logging
 import math
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import flask
 from werkzeug.exceptions import HTTPException, TooManyRequests
-from werkzeug.http import HTTP_STATUS_CODES
 from werkzeug.wrappers import Response
 from werkzeug.wsgi import get_path_info
 
 from ratekeeper._core import Decision, Limit, Rate, Rule
 from ratekeeper._errors import InvalidType, InvalidValue
-from ratekeeper._http import _NOT_LIMITED, Admission, Gatekeeper, WebOptions, WebSettings, declaring
+from ratekeeper._gatekeeper import NOT_LIMITED, Admission, Gatekeeper, ReleasingBody
+from ratekeeper._http import WebOptions, WebSettings, declaring
 from ratekeeper._peer_rates import expand_limits
 from ratekeeper.keys import KeyFunction, checked_key, key_text
 from ratekeeper.limiter import Limiter
@@ -627,20 +627,13 @@ class RateLimit:
             admission = gatekeeper.admit(who, request.path, group, self._cost(request, limit))
             if admission.status:
                 for given, _ in decided:
-                    self._give_back(given)
+                    self.gatekeeper.give_back(given)
                 verdict.status = admission.status
                 verdict.refusal = (admission, limit)
                 return
             if admission.decision is not None:
                 decided.append((admission, limit))
         verdict.parts.extend(decided)
-
-    def _give_back(self, admission: Admission) -> None:
-        """Undoes an allowed admission: its count and its permits."""
-        decision = admission.decision
-        if decision is not None and decision.allowed:
-            self.limiter.reduce(admission.peer, admission.path, admission.cost, group=admission.group)
-        self.gatekeeper.release(admission)
 
     def _release(self, owed: Owed | Sequence[tuple[Admission, _RouteLimit | None]]) -> None:
         parts = owed.parts if isinstance(owed, _Verdict) else owed if not isinstance(owed, Admission) else None
@@ -661,9 +654,7 @@ class RateLimit:
         """Gives back each allowed part whose limit's ``deduct_when`` says the response does not count."""
         for admission, limit in verdict.parts:
             if limit is not None and limit.deduct_when is not None and not limit.deduct_when(response):
-                decision = admission.decision
-                if decision is not None and decision.allowed:
-                    self.limiter.reduce(admission.peer, admission.path, admission.cost, group=admission.group)
+                self.gatekeeper.refund(admission)
 
     def _answer(self, request: flask.Request, refusal: tuple[Admission, _RouteLimit | None]) -> Response:
         """The answer to a refusal inside Flask: the limit's ``on_breach`` response, ``on_refused``'s, or
@@ -705,7 +696,7 @@ class RateLimit:
             if owner is not None:  # the gate adds the refusal's fields to whatever answers it
                 owner.status, owner.refusal = decided.status, decided.refusal
                 for admission, _ in owner.parts:  # a refused request counts nothing, in any of its limits
-                    self._give_back(admission)
+                    self.gatekeeper.give_back(admission)
                 owner.parts.clear()
             answer = self._answer(request, decided.refusal)  # raises RateLimitExceeded
             _raise_response(answer)
@@ -718,37 +709,6 @@ class RateLimit:
 def _raise_response(response: Response) -> NoReturn:
     """Answers the request with ``response`` from inside a function (as ``flask.abort(response)``)."""
     raise HTTPException(response=response)
-
-
-class _ReleasingBody:
-    """A streamed body that calls ``release`` once its iterator is exhausted, raises, or is closed."""
-
-    __slots__ = ("_body", "_iterator", "_release")
-
-    def __init__(self, body: Iterable[str] | Iterable[bytes], release: Callable[[], None]) -> None:
-        self._body = body
-        self._iterator: Iterator[Any] | None = None  # made on first use, as the server would
-        self._release = release
-
-    def __iter__(self) -> _ReleasingBody:
-        return self
-
-    def __next__(self) -> Any:  # the chunks of Werkzeug's body: str or bytes
-        if self._iterator is None:
-            self._iterator = iter(self._body)
-        try:
-            return next(self._iterator)
-        except BaseException:  # StopIteration included: the last chunk has been handed to the server
-            self._release()
-            raise
-
-    def close(self) -> None:
-        try:
-            close = getattr(self._body, "close", None)
-            if close is not None:
-                close()
-        finally:
-            self._release()
 
 
 class _Route:
@@ -923,11 +883,10 @@ class _Gate:
         decision = owed.decision
         if owed.refused_by_limit and extension.on_refused is not None and decision is not None:
             return extension.on_refused(decision)(environ, start_response)
-        # The JSON answer as WSGI bytes: a Werkzeug Response costs more than the rest of a refusal.
-        body = owed.body
-        headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body))), *owed.fields]
-        start_response(f"{owed.status} {HTTP_STATUS_CODES[owed.status]}", headers)
-        return [] if environ.get("REQUEST_METHOD") == "HEAD" else [body]
+        # Written as WSGI bytes: a Werkzeug Response costs more than the rest of a refusal.
+        refusal = extension.gatekeeper.refusal(_refusal(owed)[0])
+        start_response(refusal.reason, refusal.headers)
+        return [] if environ.get("REQUEST_METHOD") == "HEAD" else [refusal.body]
 
     def decide(self, request: flask.Request, route: _Route, *, late: bool = False) -> Owed:
         """What was decided for ``request`` (at the gate), or its decision now by ``route``; left in the
@@ -937,7 +896,7 @@ class _Gate:
         if owed is not None:
             return owed
         if self.at_gate:  # the gate's hot path decided it, and nothing is owed (it leaves no trace)
-            return _NOT_LIMITED
+            return NOT_LIMITED
         extension = self.extension
         gate_decides = route.own if late else route.gate_decides
         verdict = environ[_ADMISSION] = _Verdict(gate_decides)
@@ -952,8 +911,9 @@ class _Gate:
         return verdict
 
     def decide_late(self, environ: dict[str, Any]) -> Owed:
-        """The decision for a request no view wrapper saw, made as its response starts: by the marks of
-        the view Flask found for it (an app's ``before_request`` answered), else by path (a 404)."""
+        """The decision for a request whose view wrapper never ran, made as its response starts: by the marks
+        of the view Flask routed it to (when a function the app registered with ``before_request`` answered
+        it), else by path (a 404, a redirect)."""
         extension = self.extension
         if flask.has_request_context():
             request: flask.Request = flask.request._get_current_object()  # type: ignore[attr-defined]
@@ -964,7 +924,7 @@ class _Gate:
             return self.decide(request, route, late=True)
         key = extension._environ_key
         if key is None or extension.options.cost is not None:  # not made inside Flask's request context
-            return _NOT_LIMITED
+            return NOT_LIMITED
         admission: Admission = extension.gatekeeper.admit(key.from_environ(environ), _request_path(environ))
         environ[_ADMISSION] = admission
         return admission
@@ -1043,7 +1003,7 @@ class _Gate:
             # (the client left), whichever comes first. Not at the response's close: the server closes it
             # after the client has the last byte, so a client asking again at once would find it taken.
             release = functools.partial(extension._release, owed)
-            response.response = _ReleasingBody(response.response, release)
+            response.response = ReleasingBody(response.response, release)
             response.call_on_close(release)  # a server that never iterates the body still closes it
             request.environ[_STREAMED] = True
         else:
@@ -1072,7 +1032,7 @@ class _Gate:
                 owed = gate.decide(request, route)
                 if owed.status:
                     return gate.extension._answer(request, _refusal(owed))
-                if owed is _NOT_LIMITED:
+                if owed is NOT_LIMITED:
                     return await view(*args, **kwargs)
                 try:
                     returned = await view(*args, **kwargs)
@@ -1089,7 +1049,7 @@ class _Gate:
             owed = gate.decide(request, route)
             if owed.status:
                 return gate.extension._answer(request, _refusal(owed))
-            if owed is _NOT_LIMITED:
+            if owed is NOT_LIMITED:
                 return view(*args, **kwargs)
             try:
                 returned = view(*args, **kwargs)

@@ -208,20 +208,20 @@ def test_exempt_paths_joined_into_one_regex_match_as_each_would() -> None:
 
 
 def test_the_fields_are_added_alike_directly_or_through_djangos_headers(monkeypatch: pytest.MonkeyPatch) -> None:
-    import ratekeeper.django as rkd
+    import ratekeeper._django_gate as gate
     from django.http import HttpResponse
 
     def added(plain_store: bool) -> list[tuple[str, str]]:
-        monkeypatch.setattr(rkd, "_PLAIN_STORE", plain_store)
+        monkeypatch.setattr(gate, "_PLAIN_STORE", plain_store)
         response = HttpResponse("ok", headers={"RateLimit": '"view";r=1', "Retry-After": "5"})
-        rkd._add_fields(
+        gate._add_fields(
             response,
             [("Retry-After", "60"), ("RateLimit-Policy", '"api";q=3;w=3600'), ("RateLimit", '"api";r=0;t=60')],
         )
-        rkd._add_fields(response, [("Retry-After", "7")])
+        gate._add_fields(response, [("Retry-After", "7")])
         return list(response.items())
 
-    assert rkd._PLAIN_STORE  # this Django keeps its fields where the middleware writes them
+    assert gate._PLAIN_STORE  # this Django keeps its fields where the middleware writes them
     assert added(True) == added(False)
     assert dict(added(True)) == {
         "Content-Type": "text/html; charset=utf-8",

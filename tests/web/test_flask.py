@@ -41,7 +41,8 @@ class Served:
 
 def make_app(limiter: rk.Limiter, *, marked: bool = True, **options: Any) -> tuple[flask.Flask, RateLimit]:
     """The test app. ``marked=False`` leaves out every per-view mark (and the views that need one), so the
-    extension decides at its WSGI gate, before Flask routes; with marks it decides in ``before_request``."""
+    extension decides at its WSGI gate, before Flask routes; with marks each view's wrapper decides its request
+    inside Flask, once Flask has routed it."""
     app = flask.Flask(__name__)
     rate_limit = RateLimit(app, limiter=limiter, **options)
 
@@ -96,9 +97,9 @@ def make_app(limiter: rk.Limiter, *, marked: bool = True, **options: Any) -> tup
     return app, rate_limit
 
 
-@pytest.fixture(params=[True, False], ids=["hooks", "gate"])
+@pytest.fixture(params=[True, False], ids=["views", "gate"])
 def marked(request: pytest.FixtureRequest) -> bool:
-    """Whether the app has per-view marks: decided in before_request, or at the WSGI gate."""
+    """Whether the app has per-view marks: decided by the view wrappers inside Flask, or at the WSGI gate."""
     value: bool = request.param
     return value
 
