@@ -25,8 +25,8 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ratekeeper._core import _FetchJob
-    from ratekeeper.limiter import Limiter
+    # The core's class: the workers use only its fetch methods (ratekeeper.limiter starts them).
+    from ratekeeper._core import Limiter, _FetchJob
 
 __all__ = ["FirstFetchWaiters", "QuotaWorkers"]
 

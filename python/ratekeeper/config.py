@@ -89,15 +89,11 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, Union
+from typing import Any, NoReturn, TypeVar, Union
 
 from ratekeeper._core import Limit, ManualClock, Redis, Rule, Shared
 from ratekeeper._core import Limiter as _CoreLimiter
 from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue, Loc, format_loc
-
-if TYPE_CHECKING:
-    # Only for type hints: ratekeeper.limiter imports this module (lazily) to build and reload.
-    from ratekeeper.limiter import Limiter
 
 # RulePlaces and move_rule_error are not listed: helpers of this module and compat (which imports them), not API.
 __all__ = [
@@ -114,7 +110,9 @@ __all__ = [
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
-L = TypeVar("L", bound="Limiter")
+# Any limiter class: the core's, or ratekeeper.Limiter (which builds and reloads through this module,
+# so this module names only the core's class and never imports ratekeeper.limiter).
+L = TypeVar("L", bound=_CoreLimiter)
 E = TypeVar("E", bound=InvalidArgument)
 
 TOP_KEYS = ("max_keys", "exempt_peers", "exempt_paths", "default", "groups", "backend")
@@ -510,12 +508,6 @@ def plan_from_file(path: PathLike) -> LimiterPlan:
     return plan
 
 
-def _limiter_class() -> type[Limiter]:
-    from ratekeeper.limiter import Limiter
-
-    return Limiter
-
-
 def reconfigure_from_config(limiter: _CoreLimiter, config: Mapping[str, Any]) -> None:
     """Replaces the rules and exemptions of ``limiter`` with those of ``config``, keeping its state.
 
@@ -591,7 +583,7 @@ def routes_of(limiter_or_config: _CoreLimiter | Mapping[str, Any]) -> tuple[Rout
     if isinstance(limiter_or_config, _CoreLimiter):
         return tuple(_route(rule) for rule in limiter_or_config.rules)
     plan = plan_from_config(limiter_or_config)
-    plan.build(_limiter_class())  # what only the core checks: exempt_paths, max_keys
+    plan.build(_CoreLimiter)  # what only the core checks: exempt_paths, max_keys
     return tuple(plan.routes)
 
 
@@ -613,7 +605,7 @@ def routing_table(limiter_or_config: _CoreLimiter | Mapping[str, Any]) -> str:
     if isinstance(limiter_or_config, _CoreLimiter):
         limiter = limiter_or_config
     else:
-        limiter = plan_from_config(limiter_or_config).build(_limiter_class())
+        limiter = plan_from_config(limiter_or_config).build(_CoreLimiter)
     routes = routes_of(limiter)
     rows = []
     for order, route in enumerate(routes, 1):
