@@ -18,9 +18,11 @@ own.
 
 Refusals answer 429 with the JSON body, ``Retry-After`` and the IETF ``RateLimit`` / ``RateLimit-Policy``
 fields of the other integrations (DRF's throttles: DRF's own 429, with the fields added); allowed
-responses carry the fields too. Every decision goes through ``ratekeeper._http.Gatekeeper``, the core
-the ASGI middleware and the Flask extension share, so modes, shadow, missing keys, refunds and permits
-behave alike. The settings live in ``settings.RATEKEEPER``; see ``SETTINGS``.
+responses carry the fields too. Every request goes through ``ratekeeper._gatekeeper``, the lifecycle the
+ASGI middleware and the Flask extension share, so modes, shadow, missing keys, refunds and permits behave
+alike. The settings live in ``settings.RATEKEEPER``, read by ``ratekeeper._django_settings``; see
+``SETTINGS``. ``ratekeeper._django_gate`` reads a request's key and writes the fields and refusals on
+Django's responses.
 """
 
 from __future__ import annotations

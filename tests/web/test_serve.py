@@ -1,7 +1,11 @@
 """The quota server (``python -m ratekeeper serve``): every profile of its wrk experiment on a real uvicorn.
 
-Time is a ManualClock; a quota lands when the test waits for the fetch queue (``wait_quotas``), so each
-profile is decided first on the failsafe, then on its own quota, as in the seed.
+Tested: each account is limited by the quota its provider gives (one request a minute for alice, 100 and
+1,000 for others), an unknown account and a new account id on every request stay on the failsafe quota
+(5 a minute), a request without the account header is decided as the anonymous account, the admin is
+exempt and gets no rate-limit fields, and ``python -m ratekeeper serve`` answers on its port and stops on
+SIGTERM. Time is a ManualClock; a quota lands when the test waits for the fetch queue (``wait_quotas``), so
+an account's first request is decided on the failsafe and counts against its own quota after.
 """
 
 from __future__ import annotations
