@@ -495,7 +495,7 @@ def test_the_serve_command_serves_its_metrics_over_http(served: tuple[httpx.Clie
 # --- the node limiter's own names -------------------------------------------------------------------------------------
 
 
-def test_the_node_limiter_collector_exports_seed_003s_names(clock: rk.ManualClock) -> None:
+def test_the_node_limiter_collector_exports_the_node_limiters_own_names(clock: rk.ManualClock) -> None:
     from ratekeeper.compat import node_limiter
     from ratekeeper.prometheus import NodeLimiterCollector
 

@@ -1,6 +1,6 @@
-"""Seed 001 (an Elixir API-key limiter over ETS): ``track(key)`` on a weighted sliding window counter.
+"""An API-key limiter's ``track(key)`` on the weighted sliding window counter (``algorithm="sliding_window"``).
 
-The seed allows 10 requests per 60 s window per API key. A request counts its current window's usage
+It allows 10 requests per 60 s window per API key. A request counts its current window's usage
 (itself included) plus the previous window's usage weighted by the share of that window still inside
 the last 60 s, and is refused when the sum exceeds 10; a refused request is taken back. Windows older
 than the previous one no longer matter and are cleaned up.
@@ -20,7 +20,7 @@ def lim(clock: rk.ManualClock) -> rk.Limiter:
 
 
 def track(lim: rk.Limiter, key: str) -> str:
-    """The seed's ``track/1``: ``"ok"`` or ``"limit_reached"``."""
+    """The API-key limiter's answer: ``"ok"`` or ``"limit_reached"``."""
     return "ok" if lim.allow(key) else "limit_reached"
 
 
@@ -57,8 +57,8 @@ def test_previous_window_is_weighted_by_its_overlap(lim: rk.Limiter, clock: rk.M
 def test_usage_equal_to_the_limit_is_allowed(lim: rk.Limiter, clock: rk.ManualClock) -> None:
     for _ in range(LIMIT):
         track(lim, "k")
-    # Halfway into the next window the previous 10 weigh 5: five more reach exactly 10 (allowed, the seed
-    # refuses only above the limit); the sixth is over.
+    # Halfway into the next window the previous 10 weigh 5: five more reach exactly 10 (allowed: only
+    # usage above the limit is refused); the sixth is over.
     clock.advance(90)
     assert [track(lim, "k") for _ in range(6)] == ["ok"] * 5 + ["limit_reached"]
 
@@ -102,7 +102,7 @@ def test_old_windows_are_forgotten(lim: rk.Limiter, clock: rk.ManualClock) -> No
 def test_cleanup_forgets_windows_older_than_the_previous_one(
     clock: rk.ManualClock, later: int, forgotten: bool
 ) -> None:
-    # The seed prunes usage older than the previous window. The core drops such idle states when it needs
+    # Usage older than the previous window no longer matters. The core drops such idle states when it needs
     # room: with room for 100 keys, 100 keys whose windows are both over give way to 100 new keys without
     # an eviction; while their previous window still weighs on the next decision, they must be evicted.
     lim = rk.Limiter(f"{LIMIT}/min", algorithm="sliding_window", max_keys=100, clock=clock)

@@ -1,14 +1,14 @@
-"""Seed 004 (cooldown score, GCRA): ratekeeper reproduces the seed's console transcript for 3 requests / 60 s.
+"""GCRA as a cooldown score, 3 requests / 60 s: each decision's ``reset_after`` and ``retry_after``.
 
-The seed prints ``ALLOW s`` / ``REJECT s`` where ``s`` is the key's score minus now, which is
-``Decision.reset_after``: the seconds until the key is back to its full burst.
+A cooldown limiter keeps one score per key (the moment the key is back to its full burst) and
+answers ``ALLOW s`` / ``REJECT s`` where ``s`` is that score minus now: ``Decision.reset_after``.
 """
 
 from __future__ import annotations
 
 import ratekeeper as rk
 
-# (time in seconds, admitted, printed number), from /work/shared/seeds/004_*.txt.
+# (time in seconds, admitted, score minus now): a cooldown limiter's transcript of one key.
 TRANSCRIPT = [
     (0, True, 20),
     (0, True, 40),
@@ -22,7 +22,7 @@ TRANSCRIPT = [
 ]
 
 
-def test_seed_004_transcript(clock: rk.ManualClock) -> None:
+def test_reset_after_is_the_cooldown_score_minus_now(clock: rk.ManualClock) -> None:
     limiter = rk.Limiter("3/60s", clock=clock)
     seen = []
     for at, _, _ in TRANSCRIPT:
