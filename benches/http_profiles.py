@@ -1,11 +1,11 @@
-"""Seed 002's HTTP experiment, for real: wrk against ``python -m ratekeeper serve``, every profile at once.
+"""The per-account quota experiment over HTTP: wrk against ``python -m ratekeeper serve``, every profile at once.
 
 What is measured
     The server (``ratekeeper/_serve.py``) keys requests by ``X-Account-ID`` and takes each account's quota
     from a provider, with a failsafe of 5/min while a fetch is pending or the provider does not know the
     account. This script starts it on a free loopback port and runs one ``wrk`` per profile, all at the
-    same time, for ``--trials`` trials of ``--seconds`` each, one after the other on the same server (as
-    the seed's ``wrk-test/test.py`` does; it ran 4 trials of 1,000 s). ``benches/wrk/profile.lua`` sets
+    same time, for ``--trials`` trials of ``--seconds`` each, one after the other on the same server (a
+    longer study would run 4 trials of 1,000 s). ``benches/wrk/profile.lua`` sets
     the header, gives ``invalidN`` a new id on every request, and reports counts and latency percentiles.
 
     Profiles (``X-Account-ID``):
@@ -13,7 +13,7 @@ What is measured
       carol     carol@example.com, quota 1000/min    dave     dave@example.com, quota 10/s
       anonymous no header: decided as ANONYMOUS, 10/min
       invalid   invalid@example.com: the provider raises LookupError; stays on the failsafe (5/min)
-      invalidN  a new id on every request: the failsafe admits each (fail open, as in the seed)
+      invalidN  a new id on every request: the failsafe admits each (fail open)
       admin     admin@example.com, exempt: the control for the latency comparison
 
 Checks (exit status 1 if one fails)
@@ -27,7 +27,7 @@ Checks (exit status 1 if one fails)
 
 Output
     A table on stdout; a TSV (``--out``, one row per trial and profile); two charts (``--charts``) drawn
-    with matplotlib like the seed's: allowed and denied requests per second per profile, and each
+    with matplotlib: allowed and denied requests per second per profile, and each
     profile's latency distribution per trial against the ``admin`` control.
 
 Usage
@@ -274,7 +274,7 @@ def print_summary(runs: list[Run], seconds: float) -> None:
 
 
 def draw_charts(runs: list[Run], directory: Path) -> list[Path]:
-    """The seed's two charts: allow/deny rates per profile, and latency per profile against ``admin``."""
+    """Two charts: allow/deny rates per profile, and latency per profile against ``admin``."""
     import matplotlib
 
     matplotlib.use("Agg")

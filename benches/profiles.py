@@ -1,11 +1,11 @@
-"""Seed 002's wrk experiment in one process: per-account quotas under load, then the memory of a flood of new ids.
+"""The per-account quota experiment in one process: quotas under load, then the memory of a flood of new ids.
 
 What is measured
-    Seed 002 (a Java per-user quota limiter) is tested with wrk: one profile per account in its quota
+    A per-user quota limiter is tested with wrk: one profile per account in its quota
     table, plus ``invalid`` (an account id with no quota), ``invalidN`` (a new account id on every request:
     a denial-of-service attack on the state map) and ``admin`` (exempt: the control). This script runs the
     same profiles against the limiter of ``python -m ratekeeper serve`` (``ratekeeper/_serve.py``), which
-    is configured like seed 002's server::
+    is configured like a per-user quota server::
 
         rk.Limiter(rate="60/min", exempt_peers=["admin@example.com"], max_keys=100_000,
                    quotas=rk.Quotas(<dict lookup>, failsafe="5/min"))   # 4 quota workers
@@ -372,7 +372,7 @@ def checks(profiles: ProfilesResult, memory: MemoryResult | None) -> list[str]:
 
 def render(profiles: ProfilesResult, memory: MemoryResult | None, failed: list[str]) -> str:
     lines = [
-        "## ratekeeper: seed 002's wrk profiles, in one process",
+        "## ratekeeper: the per-account wrk profiles, in one process",
         "",
         (
             f"Python {platform.python_version()} ({platform.python_implementation()}), {platform.machine()}, "

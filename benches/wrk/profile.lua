@@ -1,4 +1,4 @@
--- One profile of seed 002's experiment: `wrk ... -s profile.lua URL -- <account>`.
+-- One profile of the per-account quota experiment: `wrk ... -s profile.lua URL -- <account>`.
 --   <account>  an X-Account-ID value, sent on every request
 --   @none      no X-Account-ID header (the server decides it as ANONYMOUS)
 --   @new:TAG   a new account id on every request: invalid<TAG>-<thread>-<n>@example.com
