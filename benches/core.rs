@@ -40,6 +40,7 @@ fn limiter(rules: Vec<RuleSpec>) -> Limiter {
     Limiter::new(
         Config { rules: RulesConfig { rules, ..RulesConfig::default() }, ..Config::default() },
         Clock::monotonic(),
+        _core::state_map::StatesIn::Heap,
     )
     .unwrap()
 }
@@ -118,6 +119,7 @@ fn sliding_log(c: &mut Criterion) {
         let lim = Limiter::new(
             Config { rules: RulesConfig { rules, ..RulesConfig::default() }, ..Config::default() },
             Clock::Manual(Arc::clone(&clock)),
+            _core::state_map::StatesIn::Heap,
         )
         .unwrap();
         let name =
@@ -185,13 +187,18 @@ fn scaling(c: &mut Criterion) {
 fn shared_region(c: &mut Criterion) {
     let path = std::env::temp_dir().join(format!("rk-bench-{}", std::process::id()));
     let _ = std::fs::remove_file(&path);
-    let region = Arc::new(_core::shared::layout::SharedRegion::open(&path, 1_000_000, 0).unwrap());
+    let region = Arc::new(_core::state_map::region::layout::SharedRegion::open(&path, 1_000_000, 0).unwrap());
     std::fs::remove_file(&path).unwrap();
     let config = Config {
         rules: RulesConfig { rules: vec![rule("", "default", Kind::Gcra)], ..RulesConfig::default() },
         ..Config::default()
     };
-    let shared = Limiter::new_shared(config, Clock::Machine, region, _core::limiter::OnStall::Allow).unwrap();
+    let shared = Limiter::new(
+        config,
+        Clock::Machine,
+        _core::state_map::StatesIn::Region(region, _core::limiter::OnStall::Allow),
+    )
+    .unwrap();
     let memory = limiter(vec![rule("", "default", Kind::Gcra)]);
     let mut group = c.benchmark_group("shared");
     group.throughput(Throughput::Elements(1));

@@ -14,6 +14,5 @@ pub mod quota;
 pub mod rate;
 pub(crate) mod room;
 pub mod rules;
-pub mod shared;
 pub mod state_map;
 pub mod store;

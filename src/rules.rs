@@ -16,6 +16,45 @@ use crate::error::{Error, Result};
 use crate::quota::QuotaSettings;
 
 /// Where a request goes.
+/// What a request is decided for: the group its path routes to, or a group the caller names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target<'a> {
+    Path(Option<&'a str>),
+    Group(&'a str),
+}
+
+impl<'a> From<Option<&'a str>> for Target<'a> {
+    fn from(path: Option<&'a str>) -> Self {
+        Self::Path(path)
+    }
+}
+
+/// A `Target` that outlives the caller's strings (a reply that comes back on another thread).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OwnedTarget {
+    Path(Option<String>),
+    Group(String),
+}
+
+impl From<Target<'_>> for OwnedTarget {
+    fn from(target: Target<'_>) -> Self {
+        match target {
+            Target::Path(path) => Self::Path(path.map(str::to_owned)),
+            Target::Group(group) => Self::Group(group.to_owned()),
+        }
+    }
+}
+
+impl OwnedTarget {
+    #[must_use]
+    pub fn borrow(&self) -> Target<'_> {
+        match self {
+            Self::Path(path) => Target::Path(path.as_deref()),
+            Self::Group(group) => Target::Group(group),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route {
     /// Neither limited nor counted against anything: no rule matches the path.
@@ -422,10 +461,10 @@ impl Rules {
     /// # Errors
     /// An unknown group name.
     #[inline]
-    pub fn route(&self, peer: &str, target: crate::limiter::Target<'_>) -> Result<Route> {
+    pub fn route(&self, peer: &str, target: Target<'_>) -> Result<Route> {
         match target {
-            crate::limiter::Target::Path(path) => Ok(self.router.route(peer, path)),
-            crate::limiter::Target::Group(name) => Ok(self.router.route_group(peer, self.group_index(name)?)),
+            Target::Path(path) => Ok(self.router.route(peer, path)),
+            Target::Group(name) => Ok(self.router.route_group(peer, self.group_index(name)?)),
         }
     }
 }

@@ -22,38 +22,28 @@ use crate::error::{Error, Loc, Result};
 use crate::metrics::LatencyHistogram;
 use crate::quota::{FetchQueue, QuotaSettings, QuotaTable};
 use crate::rules::{GroupIds, Route, Rules};
-use crate::shared::layout::SharedRegion;
-use crate::state_map::StateMap;
+use crate::state_map::region::layout::SharedRegion;
+use crate::state_map::{StateMap, StatesIn};
 
 mod decide;
 mod mutate;
 mod quotas;
 mod reconfigure;
+#[cfg(test)]
+mod region_fuzz;
 mod remote;
 mod shard;
-mod shared;
 mod stats;
 mod waits;
 
+pub use crate::rules::{OwnedTarget, Target};
+pub use crate::state_map::OnStall;
 pub use decide::Resolution;
 pub use quotas::Answer;
 pub use remote::{LimitMove, RemoteKey, Routed, Verdict};
 pub use shard::ShardData;
 pub(crate) use shard::{Held, Key, KeyLock, Locked};
 pub use stats::{GroupPolicy, GroupStats, Stats};
-
-/// What a request is decided for: the group its path routes to, or a group the caller names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Target<'a> {
-    Path(Option<&'a str>),
-    Group(&'a str),
-}
-
-impl<'a> From<Option<&'a str>> for Target<'a> {
-    fn from(path: Option<&'a str>) -> Self {
-        Self::Path(path)
-    }
-}
 
 /// Which limits a decision takes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -204,22 +194,10 @@ pub struct Limiter {
     /// What every limit must satisfy where the states live (a Redis script's exact arithmetic): checked
     /// for the rules at construction and for every limit installed later (reconfigurations, quotas).
     limit_bound: std::sync::OnceLock<LimitBound>,
-    /// When (on the limiter's clock) a decision next checks that the shared region's file is still at
-    /// its path (`u64::MAX`: in memory, never).
-    next_region_check: std::sync::atomic::AtomicU64,
     /// What decides a request whose shared shard a stopped process holds (see `state_map::STALL`).
     on_stall: OnStall,
     /// Decisions made so by this process.
     stalls: std::sync::atomic::AtomicU64,
-}
-
-/// What decides a request whose shard of a shared region another process holds longer than
-/// `state_map::STALL` (stopped holding it): it is admitted, or refused, without its states.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OnStall {
-    #[default]
-    Allow,
-    Deny,
 }
 
 /// A check of one limit against what a store can hold.
@@ -232,56 +210,36 @@ impl Drop for Limiter {
 }
 
 impl Limiter {
-    /// # Errors
-    /// A group defined twice with different limits, a rule without limits, a bad exempt path, a
-    /// failsafe that does not fit a group's limit, or `max_keys` of zero.
-    pub fn new(config: Config, clock: Clock) -> Result<Self> {
-        Self::build(config, clock, None, OnStall::Allow)
-    }
-
-    /// A limiter whose states live in `region`, shared with every process that opens it: keys hash
-    /// alike (the region's seeds), group ids are the region's, and each state says what limit wrote
-    /// it, so that processes with other rules for a group convert each other's states as `update_rule`
-    /// does, keeping what they used.
+    /// A limiter with `config`'s rules, deciding on `clock`, whose states live where `states` says. In a
+    /// shared region (`StatesIn::Region`) every process that opens it shares them: keys hash alike (the
+    /// region's seeds), group ids are the region's, and each state says what limit wrote it, so that
+    /// processes with other rules for a group convert each other's states as `update_rule` does, keeping
+    /// what they used.
     ///
     /// # Errors
-    /// As [`Limiter::new`]; a region made for another `max_keys`; more group names than it holds.
-    pub fn new_shared(config: Config, clock: Clock, region: Arc<SharedRegion>, on_stall: OnStall) -> Result<Self> {
-        if config.max_keys != region.max_keys() {
-            return Err(Error::value(
-                "max_keys",
-                format!(
-                    "the shared region {} was made for max_keys={}, this limiter has {}",
-                    region.path().display(),
-                    region.max_keys(),
-                    config.max_keys
-                ),
-            ));
-        }
-        Self::build(config, clock, Some(region), on_stall)
-    }
-
-    fn build(config: Config, clock: Clock, region: Option<Arc<SharedRegion>>, on_stall: OnStall) -> Result<Self> {
+    /// A group defined twice with different limits, a rule without limits, a bad exempt path, a
+    /// failsafe that does not fit a group's limit, or `max_keys` of zero; a region made for another
+    /// `max_keys`, or holding no more group names.
+    pub fn new(config: Config, clock: Clock, states: StatesIn) -> Result<Self> {
         if config.max_keys == 0 {
             return Err(Error::value("max_keys", "must be at least 1, got 0"));
         }
-        let (hasher, mut ids) = match &region {
-            None => (ahash::RandomState::new(), GroupIds::default()),
-            Some(region) => {
+        let (hasher, mut ids, on_stall) = match &states {
+            StatesIn::Heap => (ahash::RandomState::new(), GroupIds::default(), OnStall::Allow),
+            StatesIn::Region(region, on_stall) => {
                 let [a, b, c, d] = region.seeds();
-                (ahash::RandomState::with_seeds(a, b, c, d), Self::region_ids(region))
+                (ahash::RandomState::with_seeds(a, b, c, d), Self::region_ids(region), *on_stall)
             }
         };
-        let shared = region.is_some();
         let rules = Arc::new(Rules::build(config.rules, &config.quotas, 0, &hasher, &mut ids, None)?);
         let max_keys = config.max_keys;
-        let shards = region.as_ref().map_or_else(|| StateMap::<ShardData>::shard_count(max_keys), |r| r.shards());
+        let shards = match &states {
+            StatesIn::Heap => StateMap::<ShardData>::shard_count(max_keys),
+            StatesIn::Region(region, _) => region.shards(),
+        };
         let records = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let data = || ShardData::new(QuotaTable::new(Arc::clone(&records), max_keys, shards), &rules);
-        let states = match region {
-            None => StateMap::new(max_keys, data),
-            Some(region) => StateMap::in_region(max_keys, data, region),
-        };
+        let states = StateMap::new(max_keys, data, states)?;
         Ok(Self {
             current: Mutex::new(Current { rules, ids }),
             reconfiguring: Mutex::new(()),
@@ -295,10 +253,15 @@ impl Limiter {
             track_usage: config.track_usage,
             latency: LatencyHistogram::default(),
             limit_bound: std::sync::OnceLock::new(),
-            next_region_check: std::sync::atomic::AtomicU64::new(if shared { 0 } else { u64::MAX }),
             on_stall,
             stalls: std::sync::atomic::AtomicU64::new(0),
         })
+    }
+
+    /// Group ids and seeds given by `region`.
+    fn region_ids(region: &Arc<SharedRegion>) -> GroupIds {
+        let (registry, defs) = (Arc::clone(region), Arc::clone(region));
+        GroupIds::registered(Arc::new(move |name| registry.group_id(name)), Arc::new(move |limit| defs.def_id(limit)))
     }
 
     /// Holds every limit, now and installed later, to `bound` (once; a second bound is ignored).

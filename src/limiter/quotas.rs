@@ -380,7 +380,7 @@ mod tests {
             },
             ..Config::default()
         };
-        (Limiter::new(config, Clock::Manual(clock.clone())).unwrap(), clock)
+        (Limiter::new(config, Clock::Manual(clock.clone()), crate::state_map::StatesIn::Heap).unwrap(), clock)
     }
 
     fn remaining(lim: &Limiter, peer: &str) -> u64 {

@@ -8,10 +8,12 @@ use crate::config::RulesConfig;
 use crate::error::{Error, Result};
 use crate::rate::Rate;
 use crate::rules::{Group, GroupMove, Rules};
+use crate::state_map::region::attached::carry;
+use crate::state_map::region::layout::SharedRegion;
+use crate::state_map::StateMap;
 
 /// The reconfigurations a remote store can replay at a key's next decision (see `Rules::moves`).
 const MAX_MOVES: usize = 32;
-use crate::state_map::StateMap;
 
 impl Limiter {
     /// Replaces the rules, keeping every key's state: groups that keep their name keep their counters,
@@ -183,5 +185,50 @@ impl Limiter {
             rule.limits[p] = limit;
         }
         self.install_rules(config)
+    }
+}
+
+impl Limiter {
+    /// Checks, at a decision `REGION_CHECK_NS` or more after the last check, that the shared region's
+    /// file is still at its path; moves the states to the file there now if not. Called with no lock held.
+    #[inline]
+    pub(super) fn watch_region(&self, now: u64) {
+        if let Some(region) = self.states.watch_region(now) {
+            // A file that cannot be made or attached to (a foreign file put there): decided in the
+            // region mapped, and tried again at the next check.
+            let _ = self.move_region(&region);
+        }
+    }
+
+    /// Moves the states to the region at `old`'s path (made now if the path is empty), carrying what
+    /// each key used: a state of the old region is added to the new one's (its usage charged to it),
+    /// or copied when the new one has none. The first process to move carries every state and empties
+    /// the old region, so that those moving after it carry nothing twice. Group ids and seeds are the
+    /// new region's from then on.
+    ///
+    /// # Errors
+    /// The file at the path cannot be made or attached to.
+    #[cold]
+    pub fn move_region(&self, old: &Arc<SharedRegion>) -> Result<()> {
+        let new = Arc::new(SharedRegion::open(old.path(), old.max_keys(), old.log_entries())?);
+        if new.seeds() != old.seeds() {
+            // Made before the machine restarted, or by another user: its keys are not this process's.
+            return Err(Error::value(
+                "path",
+                format!("{} now names a region hashing peers otherwise: restart the workers", old.path().display()),
+            ));
+        }
+        let names = self.current.lock().ids.clone_names();
+        let now = self.clock.now_ns();
+        self.states.move_to(&new, |old, from, to| carry((old, &new), from, to, &names, now));
+        let _one_at_a_time = self.reconfiguring.lock();
+        self.current.lock().ids = Self::region_ids(&new);
+        let config = self.rules().config.clone();
+        self.install_rules(config)
+    }
+
+    /// Forces the check of the region's file at the next decision (tests on a manual clock).
+    pub fn check_region_now(&self) {
+        self.states.check_region_now();
     }
 }

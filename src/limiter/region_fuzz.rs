@@ -18,8 +18,8 @@ use crate::clock::{Clock, ManualClock};
 use crate::config::{Config, RuleSpec, RulesConfig};
 use crate::limiter::{Limiter, Request, Take, Target};
 
-use super::layout::SharedRegion;
-use super::region::HEADER_BYTES;
+use crate::state_map::region::file::HEADER_BYTES;
+use crate::state_map::region::layout::SharedRegion;
 
 const MAX_KEYS: usize = 1_000;
 const LOG_ENTRIES: usize = 1_000;
@@ -73,7 +73,11 @@ fn limiter(path: &Path, clock: &Arc<ManualClock>) -> crate::error::Result<Limite
         ..Config::default()
     };
     let region = Arc::new(SharedRegion::open(path, MAX_KEYS, LOG_ENTRIES)?);
-    Limiter::new_shared(config, Clock::Manual(clock.clone()), region, crate::limiter::OnStall::Allow)
+    Limiter::new(
+        config,
+        Clock::Manual(clock.clone()),
+        crate::state_map::StatesIn::Region(region, crate::limiter::OnStall::Allow),
+    )
 }
 
 const PATHS: [&str; 4] = ["/g", "/l", "/w", "/c"];
@@ -213,7 +217,7 @@ fn seeds() -> Vec<u64> {
 
 #[test]
 fn corrupt_regions_never_hang_crash_or_panic_a_worker() {
-    let dir: PathBuf = super::test_dir("fuzz", "any-bytes");
+    let dir: PathBuf = crate::state_map::region::test_dir("fuzz", "any-bytes");
     let template_path = dir.join("template");
     if let Ok(replay) = std::env::var("RK_FUZZ_REPLAY") {
         // A kept case, as it was.

@@ -7,6 +7,7 @@ use crate::algorithm::Limit;
 use crate::config::Policy;
 use crate::error::Result;
 use crate::metrics::GroupCounters;
+use crate::state_map::region::layout::RegionSummary;
 
 /// One group's numbers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,7 +93,7 @@ impl Limiter {
             }
             stats.exempt += data.exempt;
             stats.keys += shard.len();
-            stats.evictions += shard.evictions;
+            stats.evictions += shard.evictions();
             stats.quota_records += data.quotas.len();
         }
         stats.exempt += stats.groups.iter().map(|g| g.counters.exempt).sum::<u64>();
@@ -150,5 +151,17 @@ impl Limiter {
             g.primary.map_or(g.limits[0], |p| g.limits[p])
         };
         Ok(GroupPolicy { group: group.to_owned(), quota: u64::from(limit.burst), window_ns: limit.window_ns() })
+    }
+}
+
+impl Limiter {
+    /// What the whole shared region holds and has decided, by every process; `None` in the heap.
+    #[must_use]
+    pub fn shared_summary(&self) -> Option<RegionSummary> {
+        let region = self.states.shared_region()?;
+        let names = self.current.lock().ids.clone_names();
+        let mut summary = region.summary(true, &|id| names.get(id as usize).filter(|n| !n.is_empty()).cloned());
+        summary.stalls = self.stalls();
+        Some(summary)
     }
 }

@@ -35,7 +35,7 @@ fn limiter(rules: Vec<RuleSpec>) -> (Limiter, Arc<ManualClock>) {
         rules: RulesConfig { rules, exempt_peers: vec!["admin".into()], exempt_paths: vec!["^/health".into()] },
         ..Config::default()
     };
-    (Limiter::new(config, Clock::Manual(clock.clone())).unwrap(), clock)
+    (Limiter::new(config, Clock::Manual(clock.clone()), crate::state_map::StatesIn::Heap).unwrap(), clock)
 }
 
 fn allowed(lim: &Limiter, peer: &str, path: Option<&str>) -> bool {
@@ -100,6 +100,7 @@ fn a_group_defined_twice_must_agree() {
             ..Config::default()
         },
         Clock::monotonic(),
+        crate::state_map::StatesIn::Heap,
     )
     .unwrap_err();
     assert_eq!(err.path(), "rules[1].group");
@@ -273,7 +274,7 @@ fn usage_is_drained_once_and_absorbed_usage_refuses() {
         track_usage: true,
         ..Config::default()
     };
-    let lim = Limiter::new(config, Clock::Manual(clock.clone())).unwrap();
+    let lim = Limiter::new(config, Clock::Manual(clock.clone()), crate::state_map::StatesIn::Heap).unwrap();
     assert!(decide(&lim, "a", None, 2, 0, false).outcome.allowed);
     assert!(allowed(&lim, "a", None));
     assert_eq!(lim.drain_pending().unwrap(), [("a".to_owned(), "g".to_owned(), 3)]);
@@ -306,7 +307,7 @@ fn stats_count_keys_evictions_and_exemptions_by_group() {
         max_keys: 256,
         ..Config::default()
     };
-    let lim = Limiter::new(config, Clock::Manual(clock)).unwrap();
+    let lim = Limiter::new(config, Clock::Manual(clock), crate::state_map::StatesIn::Heap).unwrap();
     // Used often: the flood of one-shot keys in the other group does not evict it.
     assert!(allowed(&lim, "b-peer", Some("/b")));
     for _ in 0..20 {
@@ -423,12 +424,17 @@ fn a_limit_that_turns_from_a_rate_into_permits_starts_empty() {
 fn shared_limiter(path: &std::path::Path, rules: Vec<RuleSpec>, clock: &Arc<ManualClock>) -> Limiter {
     let config =
         Config { rules: RulesConfig { rules, ..RulesConfig::default() }, max_keys: 1_000, ..Config::default() };
-    let region = Arc::new(crate::shared::layout::SharedRegion::open(path, 1_000, 1_000).unwrap());
-    Limiter::new_shared(config, Clock::Manual(clock.clone()), region, crate::limiter::OnStall::Allow).unwrap()
+    let region = Arc::new(crate::state_map::region::layout::SharedRegion::open(path, 1_000, 1_000).unwrap());
+    Limiter::new(
+        config,
+        Clock::Manual(clock.clone()),
+        crate::state_map::StatesIn::Region(region, crate::limiter::OnStall::Allow),
+    )
+    .unwrap()
 }
 
 fn region_path(test: &str) -> std::path::PathBuf {
-    crate::shared::test_dir("limiter", test).join("region")
+    crate::state_map::region::test_dir("limiter", test).join("region")
 }
 
 #[test]
@@ -582,7 +588,7 @@ fn a_removed_region_file_is_made_anew_and_the_states_carried_into_it() {
     assert_eq!((0..3).filter(|_| allowed(&started, "alice", None)).count(), 3);
     // The old processes notice at their next decision after the check interval, and carry what alice
     // used into the file now at the path: 6 + 3 of 10 used.
-    clock.advance_ns(super::shared::REGION_CHECK_NS);
+    clock.advance_ns(crate::state_map::region::attached::REGION_CHECK_NS);
     let admitted = (0..10).filter(|n| allowed(if n % 2 == 0 { &old } else { &other_old }, "alice", None)).count()
         + (0..10).filter(|_| allowed(&started, "alice", None)).count();
     assert_eq!(admitted, 1);
@@ -617,13 +623,12 @@ fn a_process_stopped_holding_a_shard_stalls_a_decision_at_most_the_deadline_then
     let clock = Arc::new(ManualClock::new(0));
     let config =
         |rules| Config { rules: RulesConfig { rules, ..RulesConfig::default() }, max_keys: 1_000, ..Config::default() };
-    let open = || Arc::new(crate::shared::layout::SharedRegion::open(&path, 1_000, 1_000).unwrap());
+    let open = || Arc::new(crate::state_map::region::layout::SharedRegion::open(&path, 1_000, 1_000).unwrap());
     let allowing = shared_limiter(&path, vec![rule("", "g", "1/hour")], &clock);
-    let denying = Limiter::new_shared(
+    let denying = Limiter::new(
         config(vec![rule("", "g", "1/hour")]),
         Clock::Manual(clock.clone()),
-        open(),
-        crate::limiter::OnStall::Deny,
+        crate::state_map::StatesIn::Region(open(), crate::limiter::OnStall::Deny),
     )
     .unwrap();
     assert!(allowed(&allowing, "alice", None));
@@ -667,4 +672,80 @@ fn a_process_stopped_holding_a_shard_stalls_a_decision_at_most_the_deadline_then
     assert!(!allowed(&allowing, "alice", None));
     assert_eq!(allowing.stalls(), 1);
     std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
+
+/// The shard holding each state of the region: (shard, identity) pairs.
+fn region_states(region: &SharedRegion) -> std::collections::HashSet<(usize, u64)> {
+    (0..region.shards())
+        .flat_map(|shard| {
+            let _held = region.lock(shard);
+            region.table(shard).iter().map(|slot| (shard, slot.identity())).collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[test]
+fn permits_of_killed_processes_come_back_whatever_their_number_in_a_shard() {
+    let dir = crate::state_map::region::test_dir("limiter", "leases");
+    let region = std::sync::Arc::new(SharedRegion::open(&dir.join("r"), 1_000, 0).unwrap());
+    let rule = RuleSpec::single("", "g", Limit::concurrency(1).unwrap()).unwrap();
+    let config = Config {
+        rules: RulesConfig { rules: vec![rule], ..RulesConfig::default() },
+        max_keys: 1_000,
+        ..Config::default()
+    };
+    let lim = Limiter::new(
+        config,
+        Clock::Manual(std::sync::Arc::new(ManualClock::new(0))),
+        crate::state_map::StatesIn::Region(region.clone(), crate::limiter::OnStall::Allow),
+    )
+    .unwrap();
+    let take = |peer: &str| {
+        lim.decide(peer, Target::Path(None), Request::new(1).taking(Take::Permits)).unwrap().outcome.allowed
+    };
+    // Peers whose permits' states land in one shard: found by taking and giving back a permit.
+    let mut by_shard: std::collections::HashMap<usize, Vec<String>> = std::collections::HashMap::new();
+    for i in 0..400 {
+        let peer = format!("peer-{i}");
+        let before = region_states(&region);
+        assert!(take(&peer));
+        lim.release(&peer, Target::Path(None), 1).unwrap();
+        for (shard, _) in region_states(&region).difference(&before) {
+            by_shard.entry(*shard).or_default().push(peer.clone());
+        }
+    }
+    let peers = by_shard.into_values().max_by_key(Vec::len).unwrap();
+    let peers = &peers[..peers.len().min(24)];
+    assert!(peers.len() > 16 + 4, "{} peers in one shard", peers.len());
+    let holders: Vec<i32> = peers
+        .iter()
+        .map(|peer| {
+            // SAFETY: the child takes a permit, stops, and is killed.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                let code = if take(peer) { libc::SIGSTOP } else { libc::SIGUSR1 };
+                // SAFETY: stops (or ends) this child: the parent kills it.
+                unsafe { libc::raise(code) };
+                unsafe { libc::_exit(1) };
+            }
+            let mut status = 0;
+            // SAFETY: our child; returns once it has stopped holding the permit.
+            unsafe { libc::waitpid(pid, &raw mut status, libc::WUNTRACED) };
+            assert!(libc::WIFSTOPPED(status), "{peer}: the child took the permit");
+            pid
+        })
+        .collect();
+    for peer in peers {
+        assert!(!take(peer), "{peer}'s permit is held by a live process");
+    }
+    for pid in holders {
+        // SAFETY: our stopped children, killed holding their permits.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
+    }
+    let lost: Vec<&String> = peers.iter().filter(|peer| !take(peer)).collect();
+    assert!(lost.is_empty(), "permits of killed holders never came back: {lost:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

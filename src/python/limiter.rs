@@ -9,19 +9,17 @@ use pyo3::types::{PyBytes, PyDict, PyString};
 
 use super::aio::{Completion, PyCompletions};
 use super::args::{self, field, nanos, optional_text, positive_int, secs, strings, target, text, type_name, Cost};
-use super::backend::PyRedis;
 use super::fetch::{finish, time_left, PyFetchJob, PyFetchQueue, PyFetchResult};
 use super::scope::{with_scope_request, ScopeKey};
-use super::shared::PyShared;
+use super::store::open_store;
 use super::values::{
     limit_arg, PyDecision, PyGroupPolicy, PyManualClock, PyQuotaInfo, PyQuotas, PyRate, PyResolution, PyRule,
     DEFAULT_QUOTA_TIMEOUT, DEFAULT_QUOTA_TTL, DEFAULT_QUOTA_WORKERS,
 };
-use crate::backend::OwnedTarget;
 use crate::clock::Clock;
 use crate::config::{Config, RuleSpec, RulesConfig};
 use crate::error::Error;
-use crate::limiter::{self, Limiter, Receipt, Request, Take, Target};
+use crate::limiter::{self, Limiter, OwnedTarget, Receipt, Request, Take, Target};
 use crate::metrics::{LATENCY_BOUNDS_NS, WAIT_BOUNDS_NS};
 use crate::quota::QuotaSettings;
 use crate::rules::{Route, MAX_GROUP_NAMES};
@@ -140,20 +138,24 @@ impl From<PyTake> for Take {
 /// The Rust half of `ratekeeper.Limiter`; the Python subclass adds the waiting methods.
 #[pyclass(frozen, subclass, weakref, name = "Limiter", module = "ratekeeper._core")]
 pub struct PyLimiter {
-    /// Shared with sync mode's timer task (which holds it weakly).
-    inner: Arc<Limiter>,
     names: GroupNames,
     clock: Option<Py<PyManualClock>>,
     quotas: Py<PyQuotas>,
     /// How long the first request of a key waits for its quota (0: not at all).
     quota_wait: Duration,
-    /// Where the states live: this process's memory, Redis (`backend=rk.Redis(...)`), or a region
-    /// shared by the machine's processes (`backend=rk.Shared(...)`).
+    /// Who decides, for the limiter it owns: this process (its states in its heap, or in a region shared
+    /// by the machine's processes with `backend=rk.Shared(...)`), or Redis (`backend=rk.Redis(...)`).
     store: Store,
     backend: Option<Py<PyAny>>,
 }
 
 impl PyLimiter {
+    /// The limiter the store decides for.
+    #[inline]
+    fn core(&self) -> &Arc<Limiter> {
+        self.store.limiter()
+    }
+
     /// `quota_wait`: lets the first request of a key wait (without the GIL) for its fetch to land.
     #[inline]
     fn wait_first_fetch(&self, py: Python<'_>, peer: &str, target: Target<'_>) {
@@ -164,18 +166,18 @@ impl PyLimiter {
 
     #[inline(never)]
     fn wait_for_quota(&self, py: Python<'_>, peer: &str, target: Target<'_>) {
-        if let Some(seen) = self.inner.first_fetch_pending(peer, target) {
-            py.detach(|| self.inner.wait_first_fetch(peer, target, seen, self.quota_wait));
+        if let Some(seen) = self.core().first_fetch_pending(peer, target) {
+            py.detach(|| self.core().wait_first_fetch(peer, target, seen, self.quota_wait));
         }
     }
 
     /// Runs a store operation, letting other Python threads run while it waits on I/O.
     #[inline]
-    fn in_store<T: Send>(&self, py: Python<'_>, op: impl FnOnce(&Store, &Limiter) -> T + Send) -> T {
+    fn in_store<T: Send>(&self, py: Python<'_>, op: impl FnOnce(&Store) -> T + Send) -> T {
         if self.store.waits_on_io() {
-            py.detach(|| op(&self.store, &self.inner))
+            py.detach(|| op(&self.store))
         } else {
-            op(&self.store, &self.inner)
+            op(&self.store)
         }
     }
 
@@ -198,7 +200,7 @@ impl PyLimiter {
             let path = optional_text("path", path)?;
             self.wait_first_fetch(py, peer, Target::Path(path));
             if !self.store.waits_on_io() {
-                return Ok(self.store.decide_here(&self.inner, peer, path, request));
+                return Ok(self.store.decide_here(peer, path, request));
             }
             return self.decide(py, peer, Target::Path(path), request);
         }
@@ -211,7 +213,7 @@ impl PyLimiter {
     /// `allow` and `check` (`decide_here`) stays small (inlined, it cost 5 to 12 ns a call).
     #[inline(never)]
     fn decide(&self, py: Python<'_>, peer: &str, target: Target<'_>, request: Request) -> PyResult<limiter::Decision> {
-        let answer = self.in_store(py, |store, limiter| store.decide(limiter, peer, target, request))?;
+        let answer = self.in_store(py, |store| store.decide(peer, target, request))?;
         log_notice(py, &answer);
         Ok(answer.decision)
     }
@@ -274,7 +276,7 @@ impl PyLimiter {
     #[inline]
     fn decision(&self, py: Python<'_>, d: &limiter::Decision) -> PyDecision {
         let group = match (d.route, d.group) {
-            (Route::Group(_), Some(id)) => Some(self.names.get(py, id, &self.inner)),
+            (Route::Group(_), Some(id)) => Some(self.names.get(py, id, self.core())),
             _ => None,
         };
         PyDecision::new(d, group)
@@ -375,40 +377,10 @@ impl PyLimiter {
             exempt_peers: strings("exempt_peers", exempt_peers)?,
             exempt_paths: strings("exempt_paths", exempt_paths)?,
         };
-        let backend = backend.filter(|b| !b.is_none());
-        let (redis, shared) = match backend {
-            None => (None, None),
-            Some(b) => match (b.cast::<PyRedis>(), b.cast::<PyShared>()) {
-                (Ok(redis), _) => (Some(redis.get()), None),
-                (_, Ok(shared)) => (None, Some(shared.get())),
-                _ => {
-                    let message =
-                        format!("must be a ratekeeper.Redis, a ratekeeper.Shared or None, got {}", type_name(b));
-                    return Err(Error::type_error("backend", message).into());
-                }
-            },
-        };
-        let spec = redis.map(|r| &r.spec);
-        // Sync mode pushes what each key admitted: the core must track it.
-        let track_usage = track_usage || Store::tracks_usage(spec);
         let config = Config { rules, max_keys, quotas: settings, track_usage };
-        let (inner, store) = match shared {
-            None => {
-                let inner = Arc::new(Limiter::new(config, clock)?);
-                let store = Store::open(spec, &inner)?;
-                (inner, store)
-            }
-            Some(shared) => {
-                let needs_log = config.rules.longest_log();
-                let region = py.detach(|| shared.open(max_keys, needs_log))?;
-                // Every process reads one clock (the kernel's monotonic clock), unless a test drives it.
-                let clock = if manual.is_some() { clock } else { Clock::Machine };
-                let limiter = Limiter::new_shared(config, clock, region, shared.on_stall())?;
-                (Arc::new(limiter), Store::Shared(crate::store::Shared))
-            }
-        };
-        let backend = backend.map(|b| b.clone().unbind());
-        Ok(Self { inner, names: GroupNames::new(), clock: manual, quotas, quota_wait, store, backend })
+        let store = open_store(py, backend, config, clock, manual.is_some())?;
+        let backend = backend.filter(|b| !b.is_none()).map(|b| b.clone().unbind());
+        Ok(Self { names: GroupNames::new(), clock: manual, quotas, quota_wait, store, backend })
     }
 
     /// Decides a request now and says why: a `Decision` (truthy when allowed). Never blocks; a refusal
@@ -517,7 +489,7 @@ impl PyLimiter {
         let done = Box::new(move |answer| {
             sender.send(Completion { limiter: owner, future: pending, answer, request: later });
         });
-        match this.store.decide_later(&this.inner, peer, target, request, done) {
+        match this.store.decide_later(peer, target, request, done) {
             Ok(Some(answer)) => this.settle(py, future, Ok(answer), reserved()),
             Ok(None) => Ok(()),
             Err(error) => this.settle(py, future, Err(error), reserved()),
@@ -529,7 +501,7 @@ impl PyLimiter {
         let reservation = reservation.get();
         let Reserved { peer, target, cost } = &reservation.request;
         let receipt = reservation.receipt;
-        Ok(self.in_store(py, |store, limiter| store.refund(limiter, peer, target.borrow(), *cost, receipt))?)
+        Ok(self.in_store(py, |store| store.refund(peer, target.borrow(), *cost, receipt))?)
     }
 
     /// Takes what `take` says of the group's limits now (the concurrency permits, with or without the
@@ -603,7 +575,7 @@ impl PyLimiter {
     ) -> PyResult<()> {
         let (peer, target) = (args::peer(peer)?, target(path, group)?);
         let peer = &*peer;
-        Ok(self.in_store(py, |store, limiter| store.release(limiter, peer, target, cost.0))?)
+        Ok(self.in_store(py, |store| store.release(peer, target, cost.0))?)
     }
 
     /// Gives `n` tokens back to the key's rate limits (a handler's manual reduction): every rate limit
@@ -620,7 +592,7 @@ impl PyLimiter {
     ) -> PyResult<bool> {
         let (peer, target) = (args::peer(peer)?, target(path, group)?);
         let peer = &*peer;
-        Ok(self.in_store(py, |store, limiter| store.reduce(limiter, peer, target, n))?)
+        Ok(self.in_store(py, |store| store.reduce(peer, target, n))?)
     }
 
     /// Where the request of `peer` goes and what limits it (its per-key quota applied); None when it is
@@ -634,30 +606,30 @@ impl PyLimiter {
     ) -> PyResult<Option<PyResolution>> {
         let (peer, target) = (args::peer(peer)?, target(path, group)?);
         let peer = &*peer;
-        Ok(self.inner.resolve(peer, target)?.map(PyResolution::from))
+        Ok(self.core().resolve(peer, target)?.map(PyResolution::from))
     }
 
     /// What a `RateLimit-Policy` header says of `group`: quota and window (with `peer`, its quota).
     #[pyo3(signature = (group, peer=None))]
     fn group_policy(&self, group: &Bound<'_, PyAny>, peer: Option<&Bound<'_, PyAny>>) -> PyResult<PyGroupPolicy> {
         let group = text("group", group)?;
-        Ok(self.inner.group_policy(group, args::optional_peer(peer)?.as_deref())?.into())
+        Ok(self.core().group_policy(group, args::optional_peer(peer)?.as_deref())?.into())
     }
 
     /// Stops limiting: every request is allowed (and not counted) until `on()`.
     fn off(&self) {
-        self.inner.set_enabled(false);
+        self.core().set_enabled(false);
     }
 
     /// Limits again after `off()`.
     fn on(&self) {
-        self.inner.set_enabled(true);
+        self.core().set_enabled(true);
     }
 
     /// `rk.Shared`: checks at the next decision that the region's file is still at its path, rather than
     /// at the first decision a quarter of a second after the last check (tests).
     fn _check_region(&self) {
-        self.inner.check_region_now();
+        self.core().check_region_now();
     }
 
     /// Whether decisions wait on I/O (Redis exact mode), so that the asyncio twins await them; false
@@ -683,13 +655,13 @@ impl PyLimiter {
     /// Sync mode: pushes this node's usage and absorbs the others' now, without waiting for the timer.
     /// Returns (keys synced, units the other nodes used that were charged here).
     fn sync_now(&self, py: Python<'_>) -> PyResult<(usize, u64)> {
-        let done = py.detach(|| self.store.sync_now(&self.inner))?;
+        let done = py.detach(|| self.store.sync_now())?;
         Ok((done.keys, done.absorbed))
     }
 
     #[getter]
     fn enabled(&self) -> bool {
-        self.inner.enabled()
+        self.core().enabled()
     }
 
     #[getter]
@@ -699,28 +671,28 @@ impl PyLimiter {
 
     #[getter]
     fn max_keys(&self) -> usize {
-        self.inner.max_keys()
+        self.core().max_keys()
     }
 
     #[getter]
     fn groups(&self, py: Python<'_>) -> Vec<Py<PyString>> {
-        self.inner.rules().groups.iter().map(|g| self.names.get(py, g.id, &self.inner)).collect()
+        self.core().rules().groups.iter().map(|g| self.names.get(py, g.id, self.core())).collect()
     }
 
     /// The rules in force (after `update_rule` and `reload` too), in routing order.
     #[getter]
     fn rules(&self) -> Vec<PyRule> {
-        self.inner.rules().config.rules.iter().map(|spec| PyRule { spec: spec.clone() }).collect()
+        self.core().rules().config.rules.iter().map(|spec| PyRule { spec: spec.clone() }).collect()
     }
 
     #[getter]
     fn exempt_peers(&self) -> Vec<String> {
-        self.inner.rules().config.exempt_peers.clone()
+        self.core().rules().config.exempt_peers.clone()
     }
 
     #[getter]
     fn exempt_paths(&self) -> Vec<String> {
-        self.inner.rules().config.exempt_paths.clone()
+        self.core().rules().config.exempt_paths.clone()
     }
 
     /// Forgets the state of `peer` in every group, or of every peer; with a backend, in Redis too (the
@@ -729,12 +701,12 @@ impl PyLimiter {
     fn reset(&self, py: Python<'_>, peer: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         let peer = args::optional_peer(peer)?;
         let peer = peer.as_deref();
-        Ok(py.detach(|| self.store.reset(&self.inner, peer))?)
+        Ok(py.detach(|| self.store.reset(peer))?)
     }
 
     /// Counters and sizes, by group: a `ratekeeper.Stats` dict. Reads one shard at a time.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let stats = self.inner.stats();
+        let stats = self.core().stats();
         let groups = PyDict::new(py);
         for group in &stats.groups {
             let entry = PyDict::new(py);
@@ -769,26 +741,26 @@ impl PyLimiter {
             groups.set_item(&group.name, entry)?;
         }
         let out = PyDict::new(py);
-        out.set_item("enabled", self.inner.enabled())?;
+        out.set_item("enabled", self.core().enabled())?;
         out.set_item("keys", stats.keys)?;
-        out.set_item("max_keys", self.inner.max_keys())?;
+        out.set_item("max_keys", self.core().max_keys())?;
         out.set_item("evictions", stats.evictions)?;
         out.set_item("exempt", stats.exempt)?;
-        out.set_item("memory_bytes", self.inner.allocated_bytes())?;
+        out.set_item("memory_bytes", self.core().allocated_bytes())?;
         out.set_item("quota_records", stats.quota_records)?;
-        let (queued, running) = self.inner.fetches().load();
+        let (queued, running) = self.core().fetches().load();
         out.set_item("quota_queue", queued)?;
         out.set_item("quota_running", running)?;
         let health = self.store.health();
         out.set_item("backend_errors", health.errors)?;
         out.set_item("backend_down", health.down)?;
         out.set_item("backend_outages", health.outages)?;
-        let latency = self.inner.latency();
+        let latency = self.core().latency();
         out.set_item("decision_seconds", histogram(py, &LATENCY_BOUNDS_NS, &latency.counts, latency.sum_ns)?)?;
         let backend = health.latency;
         out.set_item("backend_seconds", histogram(py, &LATENCY_BOUNDS_NS, &backend.counts, backend.sum_ns)?)?;
         out.set_item("groups", groups)?;
-        let shared = match py.detach(|| self.inner.shared_summary()) {
+        let shared = match py.detach(|| self.core().shared_summary()) {
             None => None,
             Some(summary) => Some(super::shared::summary_dict(py, &summary)?),
         };
@@ -803,22 +775,22 @@ impl PyLimiter {
         #[pyo3(from_py_with = field::top_n)] n: usize,
         group: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<(String, u64)>> {
-        Ok(self.inner.top_refused(n, optional_text("group", group)?)?.peers)
+        Ok(self.core().top_refused(n, optional_text("group", group)?)?.peers)
     }
 
     /// How far `top_refused`'s counts may be from the true counts (for one group: only above them).
     #[pyo3(signature = (group = None))]
     fn top_refused_error(&self, group: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {
-        Ok(self.inner.top_refused(0, optional_text("group", group)?)?.error_bound)
+        Ok(self.core().top_refused(0, optional_text("group", group)?)?.error_bound)
     }
 
     fn __len__(&self) -> usize {
-        self.inner.len()
+        self.core().len()
     }
 
     /// Each key's admitted units since the last call, as (peer, group, units); needs `track_usage=True`.
     fn drain_pending(&self) -> PyResult<Vec<(String, String, u64)>> {
-        Ok(self.inner.drain_pending()?)
+        Ok(self.core().drain_pending()?)
     }
 
     /// Counts `n` units that `peer` used in `group` elsewhere (another node) as used now.
@@ -826,12 +798,12 @@ impl PyLimiter {
     fn absorb(&self, peer: &Bound<'_, PyAny>, group: &Bound<'_, PyAny>, n: &Bound<'_, PyAny>) -> PyResult<()> {
         let (peer, group) = (args::peer(peer)?, text("group", group)?);
         let peer = &*peer;
-        Ok(self.inner.absorb(peer, group, positive_int("n", n)?)?)
+        Ok(self.core().absorb(peer, group, positive_int("n", n)?)?)
     }
 
     #[getter]
     fn track_usage(&self) -> bool {
-        self.inner.tracks_usage()
+        self.core().tracks_usage()
     }
 
     #[pyo3(signature = (peer, group, rate))]
@@ -845,15 +817,15 @@ impl PyLimiter {
         let (peer, group) = (args::peer(peer)?, text("group", group)?);
         let peer = &*peer;
         let rate = if rate.is_none() { None } else { Some(PyRate::from_arg("rate", rate)?) };
-        Ok(self.in_store(py, |store, limiter| store.set_quota(limiter, peer, group, rate))?)
+        Ok(self.in_store(py, |store| store.set_quota(peer, group, rate))?)
     }
 
     #[pyo3(signature = (peer, group))]
     fn quota(&self, peer: &Bound<'_, PyAny>, group: &Bound<'_, PyAny>) -> PyResult<PyQuotaInfo> {
         let (peer, group) = (args::peer(peer)?, text("group", group)?);
         let peer = &*peer;
-        let (info, rule_rate) = self.inner.quota(peer, group)?;
-        Ok(PyQuotaInfo::new(&info, rule_rate, self.inner.now_ns()))
+        let (info, rule_rate) = self.core().quota(peer, group)?;
+        Ok(PyQuotaInfo::new(&info, rule_rate, self.core().now_ns()))
     }
 
     /// Whether the first fetch of `peer`'s key is still running (queued if new).
@@ -866,7 +838,7 @@ impl PyLimiter {
     ) -> PyResult<bool> {
         let (peer, target) = (args::peer(peer)?, target(path, group)?);
         let peer = &*peer;
-        Ok(self.inner.first_fetch_pending(peer, target).is_some())
+        Ok(self.core().first_fetch_pending(peer, target).is_some())
     }
 
     #[pyo3(signature = (timeout=None))]
@@ -878,22 +850,22 @@ impl PyLimiter {
         let timeout = Duration::from_nanos(nanos("timeout", timeout)?.min(u64::MAX / 4));
         let deadline =
             Instant::now().checked_add(timeout).unwrap_or_else(|| Instant::now() + Duration::from_secs(1 << 32));
-        let queue = Arc::clone(self.inner.fetches());
+        let queue = Arc::clone(self.core().fetches());
         Ok(py.detach(move || queue.wait_idle(deadline)))
     }
 
     fn _fetch_queue(&self) -> PyFetchQueue {
-        PyFetchQueue { inner: Arc::clone(self.inner.fetches()) }
+        PyFetchQueue { inner: Arc::clone(self.core().fetches()) }
     }
 
     /// A worker starts `job` (its quota timeout counts from now); False: no longer wanted, skip it.
     fn _start_fetch(&self, job: &Bound<'_, PyFetchJob>) -> bool {
-        self.inner.start_fetch(&job.get().job)
+        self.core().start_fetch(&job.get().job)
     }
 
     /// Seconds a worker may still wait for the provider's answer to `job`.
     fn _fetch_time_left(&self, job: &Bound<'_, PyFetchJob>) -> f64 {
-        time_left(&self.inner, &job.get().job)
+        time_left(self.core(), &job.get().job)
     }
 
     /// Hands back a fetch: the provider's `answer`, or the exception it raised as `error`.
@@ -906,10 +878,10 @@ impl PyLimiter {
         error: Option<&Bound<'_, PyAny>>,
     ) -> PyFetchResult {
         let job = &job.get().job;
-        let (result, moved) = finish(&self.inner, job, answer, error, self.store.replays_moves());
+        let (result, moved) = finish(self.core(), job, answer, error, self.store.replays_moves());
         if let Some(key) = moved {
             // A store that cannot move its states now moves them at the key's next decision.
-            let _ = self.in_store(py, |store, limiter| store.moved(limiter, &job.peer, &key));
+            let _ = self.in_store(py, |store| store.moved(&job.peer, &key));
         }
         result
     }
@@ -936,7 +908,7 @@ impl PyLimiter {
         let group = text("group", group)?;
         let rate = rate.filter(|r| !r.is_none()).map(|r| PyRate::from_arg("rate", r)).transpose()?;
         let burst = burst.filter(|b| !b.is_none()).map(|b| positive_int("burst", b)).transpose()?;
-        Ok(self.inner.update_rule(group, rate, burst)?)
+        Ok(self.core().update_rule(group, rate, burst)?)
     }
 
     /// Replaces the rules and exemptions, keeping the state of groups that keep their name.
@@ -952,7 +924,7 @@ impl PyLimiter {
             exempt_peers: strings("exempt_peers", exempt_peers)?,
             exempt_paths: strings("exempt_paths", exempt_paths)?,
         };
-        Ok(self.inner.reconfigure(config)?)
+        Ok(self.core().reconfigure(config)?)
     }
 }
 

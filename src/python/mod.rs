@@ -8,6 +8,7 @@ mod fetch;
 mod limiter;
 mod scope;
 mod shared;
+mod store;
 mod values;
 
 pub use aio::PyCompletions;

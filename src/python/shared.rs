@@ -10,7 +10,7 @@ use pyo3::types::PyDict;
 use super::args::{int_at_least, str_arg, type_name};
 use crate::error::Error;
 use crate::limiter::OnStall;
-use crate::shared::layout::{region_path, RegionSummary, SharedRegion};
+use crate::state_map::region::layout::{region_path, RegionSummary, SharedRegion};
 
 #[pyclass(frozen, name = "Shared", module = "ratekeeper._core")]
 pub struct PyShared {

@@ -1,21 +1,23 @@
-//! Where a limiter's states live: the seam between the core, which routes requests, finds their
-//! limits (quotas included) and counts outcomes, and the store that decides on the states.
+//! Who decides: this process (on the limiter's states, in its heap or a shared region: [`Local`]), or
+//! Redis, exactly ([`Exact`]) or with usage synced between nodes ([`Synced`]). A store owns the limiter
+//! whose rules route each request and whose counters count it; where that limiter's states live is the
+//! other seam (`state_map::StatesIn`).
 //!
 //! [`StateStore`] is the contract; [`Store`] dispatches to each implementation with a `match` rather
-//! than a trait object, so that the in-memory decision stays inlined in the hot path. A new store is
-//! one more implementation and one more variant, not a branch at each call site.
+//! than a trait object, so that the local decision stays inlined in the hot path. A new store is one
+//! file and one variant, not a branch at each call site.
 
-mod memory;
-mod shared;
+mod exact;
+mod local;
+mod synced;
 
 use std::sync::Arc;
 
-pub use memory::Memory;
-pub use shared::Shared;
+pub use exact::Exact;
+pub use local::Local;
+pub use synced::{SyncReport, Synced};
 
-use crate::backend::exact::Exact;
 use crate::backend::health::HealthReport;
-use crate::backend::sync::{Synced, SyncedStore};
 use crate::backend::Spec;
 use crate::error::{Error, Result};
 use crate::limiter::{Decision, Limiter, Receipt, RemoteKey, Request, Target};
@@ -39,11 +41,14 @@ impl From<Decision> for Answer {
 /// Where a decision that waits on I/O hands its answer (on the store's own thread).
 pub type Later = Box<dyn FnOnce(Result<Answer>) + Send>;
 
-/// What every store does. The limiter is passed in: it holds the rules, the quotas and the counters
-/// every store shares, and the state map of this process, which every default method decides on (a
-/// store that keeps its states elsewhere overrides them). A store never raises into the caller's
-/// request unless its settings ask for it (`on_error="raise"`).
+/// What every store does. Its limiter holds the rules, the quotas and the counters every store shares,
+/// and this process's states, which every default method decides on (a store that keeps its states
+/// elsewhere overrides them). A store never raises into the caller's request unless its settings ask
+/// for it (`on_error="raise"`).
 pub trait StateStore: Send + Sync {
+    /// The limiter the store decides for.
+    fn limiter(&self) -> &Arc<Limiter>;
+
     /// Whether a decision waits on I/O: callers then let other threads run meanwhile, and asyncio
     /// awaits [`StateStore::decide_later`] instead of blocking its loop.
     fn waits_on_io(&self) -> bool {
@@ -61,8 +66,8 @@ pub trait StateStore: Send + Sync {
     /// # Errors
     /// A `Target::Group` that names no group; a remote store that cannot answer under `on_error="raise"`.
     #[inline]
-    fn decide(&self, limiter: &Limiter, peer: &str, target: Target<'_>, request: Request) -> Result<Answer> {
-        Ok(limiter.decide(peer, target, request)?.into())
+    fn decide(&self, peer: &str, target: Target<'_>, request: Request) -> Result<Answer> {
+        Ok(self.limiter().decide(peer, target, request)?.into())
     }
 
     /// The decision of a request routed by `path` on the states this process holds, for a store that
@@ -71,24 +76,17 @@ pub trait StateStore: Send + Sync {
     /// A store keeping its states in this process's map (memory, sync mode) takes this one; a remote
     /// store is never asked (it waits on I/O), and here would give what `on_error="local"` decides.
     #[inline]
-    fn decide_here(&self, limiter: &Limiter, peer: &str, path: Option<&str>, request: Request) -> Decision {
-        limiter.decide_path(peer, path, request)
+    fn decide_here(&self, peer: &str, path: Option<&str>, request: Request) -> Decision {
+        self.limiter().decide_path(peer, path, request)
     }
 
     /// [`StateStore::decide`] without waiting: `Some` when decided at once, else `done` gets the answer.
     ///
     /// # Errors
     /// As [`StateStore::decide`], when decided at once.
-    fn decide_later(
-        &self,
-        limiter: &Arc<Limiter>,
-        peer: &str,
-        target: Target<'_>,
-        request: Request,
-        done: Later,
-    ) -> Result<Option<Answer>> {
+    fn decide_later(&self, peer: &str, target: Target<'_>, request: Request, done: Later) -> Result<Option<Answer>> {
         let _ = done;
-        self.decide(limiter, peer, target, request).map(Some)
+        self.decide(peer, target, request).map(Some)
     }
 
     /// Gives `n` back to the key's rate limits (a handler's manual reduction); false when nothing limits
@@ -96,24 +94,24 @@ pub trait StateStore: Send + Sync {
     ///
     /// # Errors
     /// As [`StateStore::decide`].
-    fn reduce(&self, limiter: &Limiter, peer: &str, target: Target<'_>, n: u64) -> Result<bool> {
-        limiter.reduce(peer, target, n)
+    fn reduce(&self, peer: &str, target: Target<'_>, n: u64) -> Result<bool> {
+        self.limiter().reduce(peer, target, n)
     }
 
     /// Gives back the slot of a wait that did not end (timeout, cancel), as its `receipt` says.
     ///
     /// # Errors
     /// As [`StateStore::decide`].
-    fn refund(&self, limiter: &Limiter, peer: &str, target: Target<'_>, cost: u64, receipt: Receipt) -> Result<()> {
-        limiter.refund(peer, target, cost, receipt)
+    fn refund(&self, peer: &str, target: Target<'_>, cost: u64, receipt: Receipt) -> Result<()> {
+        self.limiter().refund(peer, target, cost, receipt)
     }
 
     /// Releases `cost` concurrency permits (a request ended).
     ///
     /// # Errors
     /// As [`StateStore::decide`].
-    fn release(&self, limiter: &Limiter, peer: &str, target: Target<'_>, cost: u64) -> Result<()> {
-        limiter.release(peer, target, cost)
+    fn release(&self, peer: &str, target: Target<'_>, cost: u64) -> Result<()> {
+        self.limiter().release(peer, target, cost)
     }
 
     /// Sets `peer`'s quota in `group` (`None`: the rule's rate), moving the key's states to it.
@@ -121,16 +119,16 @@ pub trait StateStore: Send + Sync {
     /// # Errors
     /// An unknown group, one without a rate limit, a rate that does not fit; a remote store that cannot
     /// answer under `on_error="raise"`.
-    fn set_quota(&self, limiter: &Limiter, peer: &str, group: &str, rate: Option<Rate>) -> Result<()> {
-        limiter.set_quota(peer, group, rate)
+    fn set_quota(&self, peer: &str, group: &str, rate: Option<Rate>) -> Result<()> {
+        self.limiter().set_quota(peer, group, rate)
     }
 
     /// Memory moved `peer`'s states in `key`'s group (a fetched quota landed): a remote store moves its own.
     ///
     /// # Errors
     /// A remote store that cannot answer under `on_error="raise"`.
-    fn moved(&self, limiter: &Limiter, peer: &str, key: &RemoteKey) -> Result<()> {
-        let _ = (limiter, peer, key);
+    fn moved(&self, peer: &str, key: &RemoteKey) -> Result<()> {
+        let _ = (peer, key);
         Ok(())
     }
 
@@ -138,8 +136,8 @@ pub trait StateStore: Send + Sync {
     ///
     /// # Errors
     /// A remote store did not carry it out (whatever `on_error` says).
-    fn reset(&self, limiter: &Limiter, peer: Option<&str>) -> Result<()> {
-        limiter.reset(peer);
+    fn reset(&self, peer: Option<&str>) -> Result<()> {
+        self.limiter().reset(peer);
         Ok(())
     }
 
@@ -152,48 +150,48 @@ pub trait StateStore: Send + Sync {
     ///
     /// # Errors
     /// A store that does not sync, or Redis did not answer.
-    fn sync_now(&self, limiter: &Limiter) -> Result<Synced> {
-        let _ = limiter;
+    fn sync_now(&self) -> Result<SyncReport> {
         Err(Error::value("backend", "sync_now needs backend=rk.Redis(..., mode='sync')"))
     }
 }
 
-/// The stores a limiter can keep its states in.
+/// The stores a limiter's decisions can be made in.
+#[derive(Debug)]
 pub enum Store {
-    /// This process's memory (the limiter's own state map).
-    Memory(Memory),
+    /// This process decides (`backend=None`, or `rk.Shared(...)`: the limiter's states are then in a
+    /// shared region).
+    Local(Local),
     /// Redis decides each request atomically (`mode="exact"`).
     Exact(Exact),
     /// This process decides; Redis sums the nodes' usage (`mode="sync"`).
-    Synced(SyncedStore),
-    /// A region of shared memory every process of the machine maps (`rk.Shared(...)`); the limiter was
-    /// built on it (`Limiter::new_shared`).
-    Shared(Shared),
+    Synced(Synced),
 }
 
 /// Calls `$method` on whichever store this is.
 macro_rules! each_store {
     ($store:expr, $s:ident => $call:expr) => {
         match $store {
-            Store::Memory($s) => $call,
+            Store::Local($s) => $call,
             Store::Exact($s) => $call,
             Store::Synced($s) => $call,
-            Store::Shared($s) => $call,
         }
     };
 }
 
 impl Store {
-    /// The store `spec` describes (`None`: memory), for `limiter`, whose limits it may bound (exact
-    /// mode refuses limits its script cannot decide exactly, now and whenever they are installed).
+    /// The store `spec` describes (`None`: this process), deciding for `limiter`, whose limits it may
+    /// bound (exact mode refuses limits its script cannot decide exactly, now and whenever they are
+    /// installed). Sync mode over a limiter whose states are in a shared region would let a machine's
+    /// workers share and machines sync; it works here, but `rk.Limiter` takes one backend, so Python
+    /// does not ask for it yet.
     ///
     /// # Errors
     /// A bad URL or option, or a limit the store cannot hold, named by its field.
-    pub fn open(spec: Option<&Spec>, limiter: &Arc<Limiter>) -> Result<Self> {
+    pub fn open(limiter: Arc<Limiter>, spec: Option<&Spec>) -> Result<Self> {
         match spec {
-            None => Ok(Self::Memory(Memory)),
-            Some(spec) if spec.sync_interval.is_some() => Ok(Self::Synced(SyncedStore::open(spec, limiter)?)),
-            Some(spec) => Ok(Self::Exact(Exact::open(spec, limiter)?)),
+            None => Ok(Self::Local(Local::new(limiter))),
+            Some(spec) if spec.sync_interval.is_some() => Ok(Self::Synced(Synced::open(limiter, spec)?)),
+            Some(spec) => Ok(Self::Exact(Exact::open(limiter, spec)?)),
         }
     }
 
@@ -206,6 +204,11 @@ impl Store {
 
 impl StateStore for Store {
     #[inline]
+    fn limiter(&self) -> &Arc<Limiter> {
+        each_store!(self, s => s.limiter())
+    }
+
+    #[inline]
     fn waits_on_io(&self) -> bool {
         each_store!(self, s => s.waits_on_io())
     }
@@ -215,55 +218,48 @@ impl StateStore for Store {
     }
 
     #[inline]
-    fn decide(&self, limiter: &Limiter, peer: &str, target: Target<'_>, request: Request) -> Result<Answer> {
-        each_store!(self, s => s.decide(limiter, peer, target, request))
+    fn decide(&self, peer: &str, target: Target<'_>, request: Request) -> Result<Answer> {
+        each_store!(self, s => s.decide(peer, target, request))
     }
 
     #[inline]
-    fn decide_here(&self, limiter: &Limiter, peer: &str, path: Option<&str>, request: Request) -> Decision {
-        each_store!(self, s => s.decide_here(limiter, peer, path, request))
+    fn decide_here(&self, peer: &str, path: Option<&str>, request: Request) -> Decision {
+        each_store!(self, s => s.decide_here(peer, path, request))
     }
 
-    fn decide_later(
-        &self,
-        limiter: &Arc<Limiter>,
-        peer: &str,
-        target: Target<'_>,
-        request: Request,
-        done: Later,
-    ) -> Result<Option<Answer>> {
-        each_store!(self, s => s.decide_later(limiter, peer, target, request, done))
+    fn decide_later(&self, peer: &str, target: Target<'_>, request: Request, done: Later) -> Result<Option<Answer>> {
+        each_store!(self, s => s.decide_later(peer, target, request, done))
     }
 
-    fn reduce(&self, limiter: &Limiter, peer: &str, target: Target<'_>, n: u64) -> Result<bool> {
-        each_store!(self, s => s.reduce(limiter, peer, target, n))
+    fn reduce(&self, peer: &str, target: Target<'_>, n: u64) -> Result<bool> {
+        each_store!(self, s => s.reduce(peer, target, n))
     }
 
-    fn refund(&self, limiter: &Limiter, peer: &str, target: Target<'_>, cost: u64, receipt: Receipt) -> Result<()> {
-        each_store!(self, s => s.refund(limiter, peer, target, cost, receipt))
+    fn refund(&self, peer: &str, target: Target<'_>, cost: u64, receipt: Receipt) -> Result<()> {
+        each_store!(self, s => s.refund(peer, target, cost, receipt))
     }
 
-    fn release(&self, limiter: &Limiter, peer: &str, target: Target<'_>, cost: u64) -> Result<()> {
-        each_store!(self, s => s.release(limiter, peer, target, cost))
+    fn release(&self, peer: &str, target: Target<'_>, cost: u64) -> Result<()> {
+        each_store!(self, s => s.release(peer, target, cost))
     }
 
-    fn set_quota(&self, limiter: &Limiter, peer: &str, group: &str, rate: Option<Rate>) -> Result<()> {
-        each_store!(self, s => s.set_quota(limiter, peer, group, rate))
+    fn set_quota(&self, peer: &str, group: &str, rate: Option<Rate>) -> Result<()> {
+        each_store!(self, s => s.set_quota(peer, group, rate))
     }
 
-    fn moved(&self, limiter: &Limiter, peer: &str, key: &RemoteKey) -> Result<()> {
-        each_store!(self, s => s.moved(limiter, peer, key))
+    fn moved(&self, peer: &str, key: &RemoteKey) -> Result<()> {
+        each_store!(self, s => s.moved(peer, key))
     }
 
-    fn reset(&self, limiter: &Limiter, peer: Option<&str>) -> Result<()> {
-        each_store!(self, s => s.reset(limiter, peer))
+    fn reset(&self, peer: Option<&str>) -> Result<()> {
+        each_store!(self, s => s.reset(peer))
     }
 
     fn health(&self) -> HealthReport {
         each_store!(self, s => s.health())
     }
 
-    fn sync_now(&self, limiter: &Limiter) -> Result<Synced> {
-        each_store!(self, s => s.sync_now(limiter))
+    fn sync_now(&self) -> Result<SyncReport> {
+        each_store!(self, s => s.sync_now())
     }
 }

@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::client::{Client, Failure};
-use super::health::{Health, HealthReport};
-use super::{reset_failed, script, Spec};
+use super::StateStore;
+use crate::backend::client::{Client, Failure};
+use crate::backend::health::{Health, HealthReport};
+use crate::backend::{reset_failed, script, unlink_owned, unlink_peer, Spec};
 use crate::error::{Error, Result};
 use crate::limiter::Limiter;
-use crate::store::StateStore;
 
 /// One key this node tracks: what it has yet to push, and the counter's total when last read.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -27,7 +27,7 @@ struct Tracked {
 
 /// What one sync did: for tests and `stats`.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Synced {
+pub struct SyncReport {
     pub keys: usize,
     /// Units the other nodes used, charged here.
     pub absorbed: u64,
@@ -82,7 +82,7 @@ impl Syncer {
     ///
     /// # Errors
     /// Redis did not answer: the usage is kept for the next sync.
-    pub fn sync_now(&self, limiter: &Limiter) -> std::result::Result<Synced, Failure> {
+    pub fn sync_now(&self, limiter: &Limiter) -> std::result::Result<SyncReport, Failure> {
         self.client.runtime().block_on(self.sync(limiter))
     }
 
@@ -101,17 +101,17 @@ impl Syncer {
                 None => self.tracked.lock().clear(),
             }
             match peer {
-                Some(peer) => super::unlink_peer(&self.client, &self.prefix, limiter, peer).await,
-                None => super::unlink_owned(&self.client, &self.prefix).await,
+                Some(peer) => unlink_peer(&self.client, &self.prefix, limiter, peer).await,
+                None => unlink_owned(&self.client, &self.prefix).await,
             }
         })
     }
 
     fn counter(&self, group: &str, peer: &str) -> String {
-        super::script::usage_key(&self.prefix, group, peer)
+        script::usage_key(&self.prefix, group, peer)
     }
 
-    async fn sync(&self, limiter: &Limiter) -> std::result::Result<Synced, Failure> {
+    async fn sync(&self, limiter: &Limiter) -> std::result::Result<SyncReport, Failure> {
         let (seen, round_trip) = (self.health.seen(), self.health.round_trip());
         let result = self.exchange(limiter).await;
         round_trip.done();
@@ -123,7 +123,7 @@ impl Syncer {
         result
     }
 
-    async fn exchange(&self, limiter: &Limiter) -> std::result::Result<Synced, Failure> {
+    async fn exchange(&self, limiter: &Limiter) -> std::result::Result<SyncReport, Failure> {
         let _one = self.running.lock().await;
         let now = limiter.now_ns();
         let horizons = limiter.group_horizons();
@@ -142,7 +142,7 @@ impl Syncer {
             tracked.iter().map(|(k, t)| (k.clone(), *t)).collect()
         };
         if batch.is_empty() {
-            return Ok(Synced::default());
+            return Ok(SyncReport::default());
         }
         // One small pipeline per key (its two commands share the key's slot), all sent at once: the
         // multiplexed connection writes them together, one round trip in all; a Cluster sends each to
@@ -155,7 +155,7 @@ impl Syncer {
             self.client.pipeline::<(u64,)>(pipe)
         });
         let totals: Vec<u64> = futures_util::future::try_join_all(pushes).await?.into_iter().map(|(t,)| t).collect();
-        let mut synced = Synced { keys: batch.len(), absorbed: 0 };
+        let mut synced = SyncReport { keys: batch.len(), absorbed: 0 };
         let mut tracked = self.tracked.lock();
         for (((group, peer), sent), total) in batch.into_iter().zip(totals) {
             // Others' usage since the last read: what the counter grew by, less this node's push. A
@@ -178,36 +178,42 @@ impl Syncer {
     }
 }
 
-/// Sync mode as a store: this process's memory decides; the syncer shares the usage.
+/// Sync mode as a store: this process decides, on the limiter's own states; the syncer shares the usage.
 #[derive(Debug)]
-pub struct SyncedStore {
+pub struct Synced {
+    limiter: Arc<Limiter>,
     syncer: Arc<Syncer>,
 }
 
-impl SyncedStore {
-    /// Starts syncing `limiter` (held weakly: the task ends with it) every `spec.sync_interval`.
+impl Synced {
+    /// Starts syncing `limiter` (held weakly by the timer: its task ends with the store) every
+    /// `spec.sync_interval`.
     ///
     /// # Errors
     /// A bad URL or option.
-    pub fn open(spec: &Spec, limiter: &Arc<Limiter>) -> Result<Self> {
+    pub fn open(limiter: Arc<Limiter>, spec: &Spec) -> Result<Self> {
         let client = Client::open(&spec.settings, script::DECIDE)?;
         let syncer = Syncer::new(client, spec.settings.prefix.clone());
-        syncer.start(Arc::downgrade(limiter), spec.sync_interval.unwrap_or(Duration::from_secs(1)));
-        Ok(Self { syncer })
+        syncer.start(Arc::downgrade(&limiter), spec.sync_interval.unwrap_or(Duration::from_secs(1)));
+        Ok(Self { limiter, syncer })
     }
 }
 
 /// The limiter's own states decide (the defaults); the syncer shares the usage and forgets it on reset.
-impl StateStore for SyncedStore {
-    fn reset(&self, limiter: &Limiter, peer: Option<&str>) -> Result<()> {
-        self.syncer.reset(limiter, peer).map_err(|failure| reset_failed(&failure))
+impl StateStore for Synced {
+    fn limiter(&self) -> &Arc<Limiter> {
+        &self.limiter
+    }
+
+    fn reset(&self, peer: Option<&str>) -> Result<()> {
+        self.syncer.reset(&self.limiter, peer).map_err(|failure| reset_failed(&failure))
     }
 
     fn health(&self) -> HealthReport {
         self.syncer.health.report()
     }
 
-    fn sync_now(&self, limiter: &Limiter) -> Result<Synced> {
-        self.syncer.sync_now(limiter).map_err(|f| Error::backend(f.0))
+    fn sync_now(&self) -> Result<SyncReport> {
+        self.syncer.sync_now(&self.limiter).map_err(|f| Error::backend(f.0))
     }
 }

@@ -544,7 +544,7 @@ mod tests {
     use super::*;
 
     fn dir(test: &str) -> PathBuf {
-        crate::shared::test_dir("region", test)
+        crate::state_map::region::test_dir("region", test)
     }
 
     #[test]

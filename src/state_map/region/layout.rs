@@ -16,8 +16,8 @@ use crate::error::{Error, Result};
 use crate::rate::Rate;
 use crate::state_map::StateMap;
 
+use super::file::Region;
 use super::lock::{Guard, SharedMutex};
-use super::region::Region;
 use super::table::{
     alive, first_block_len, Chunk, JournalHead, Lease, LeaseOverflow, PoolHead, RegionSlot, RegionTable, ShardCounts,
     ShardHead, ShardPlace, Tally, CHUNK_ENTRIES, MAX_CHUNKS, MAX_DEFS, OVERFLOW_LEASES,
@@ -498,7 +498,7 @@ impl SharedRegion {
     ///
     /// # Errors
     /// The mapped file cannot be looked at.
-    pub fn still_at_path(&self) -> Result<super::region::AtPath> {
+    pub fn still_at_path(&self) -> Result<super::file::AtPath> {
         self.region.still_at_path()
     }
 
@@ -935,7 +935,7 @@ fn seeds_for_user() -> [u64; 4] {
     let user = unsafe { libc::geteuid() };
     [0u8, 1, 2, 3].map(|i| {
         let secret = format!("ratekeeper seeds {i} {} {user}", boot.trim());
-        super::region::checksum(secret.as_bytes())
+        super::file::checksum(secret.as_bytes())
     })
 }
 
@@ -947,7 +947,7 @@ fn meta_sum(meta: &Meta) -> u64 {
         meta.chunk_count,
     ]);
     let bytes: Vec<u8> = numbers.flat_map(u64::to_le_bytes).collect();
-    super::region::checksum(&bytes)
+    super::file::checksum(&bytes)
 }
 
 fn record_of(limit: &Limit) -> LimitRecord {
@@ -978,7 +978,7 @@ mod tests {
     use super::*;
 
     fn dir(test: &str) -> PathBuf {
-        crate::shared::test_dir("layout", test)
+        crate::state_map::region::test_dir("layout", test)
     }
 
     #[test]
@@ -1123,85 +1123,5 @@ mod tests {
             let error = region_path(Some(bad), None).unwrap_err().to_string();
             assert!(error.contains("name"), "{error}");
         }
-    }
-
-    /// The shard holding each state of the region: (shard, identity) pairs.
-    fn states(region: &SharedRegion) -> std::collections::HashSet<(usize, u64)> {
-        (0..region.shards())
-            .flat_map(|shard| {
-                let _held = region.lock(shard);
-                region.table(shard).iter().map(|slot| (shard, slot.identity())).collect::<Vec<_>>()
-            })
-            .collect()
-    }
-
-    #[test]
-    fn permits_of_killed_processes_come_back_whatever_their_number_in_a_shard() {
-        use crate::clock::{Clock, ManualClock};
-        use crate::config::{Config, RuleSpec, RulesConfig};
-        use crate::limiter::{Limiter, Request, Take, Target};
-        let dir = dir("leases");
-        let region = std::sync::Arc::new(SharedRegion::open(&dir.join("r"), 1_000, 0).unwrap());
-        let rule = RuleSpec::single("", "g", Limit::concurrency(1).unwrap()).unwrap();
-        let config = Config {
-            rules: RulesConfig { rules: vec![rule], ..RulesConfig::default() },
-            max_keys: 1_000,
-            ..Config::default()
-        };
-        let lim = Limiter::new_shared(
-            config,
-            Clock::Manual(std::sync::Arc::new(ManualClock::new(0))),
-            region.clone(),
-            crate::limiter::OnStall::Allow,
-        )
-        .unwrap();
-        let take = |peer: &str| {
-            lim.decide(peer, Target::Path(None), Request::new(1).taking(Take::Permits)).unwrap().outcome.allowed
-        };
-        // Peers whose permits' states land in one shard: found by taking and giving back a permit.
-        let mut by_shard: std::collections::HashMap<usize, Vec<String>> = std::collections::HashMap::new();
-        for i in 0..400 {
-            let peer = format!("peer-{i}");
-            let before = states(&region);
-            assert!(take(&peer));
-            lim.release(&peer, Target::Path(None), 1).unwrap();
-            for (shard, _) in states(&region).difference(&before) {
-                by_shard.entry(*shard).or_default().push(peer.clone());
-            }
-        }
-        let peers = by_shard.into_values().max_by_key(Vec::len).unwrap();
-        let peers = &peers[..peers.len().min(24)];
-        assert!(peers.len() > 16 + 4, "{} peers in one shard", peers.len());
-        let holders: Vec<i32> = peers
-            .iter()
-            .map(|peer| {
-                // SAFETY: the child takes a permit, stops, and is killed.
-                let pid = unsafe { libc::fork() };
-                if pid == 0 {
-                    let code = if take(peer) { libc::SIGSTOP } else { libc::SIGUSR1 };
-                    // SAFETY: stops (or ends) this child: the parent kills it.
-                    unsafe { libc::raise(code) };
-                    unsafe { libc::_exit(1) };
-                }
-                let mut status = 0;
-                // SAFETY: our child; returns once it has stopped holding the permit.
-                unsafe { libc::waitpid(pid, &raw mut status, libc::WUNTRACED) };
-                assert!(libc::WIFSTOPPED(status), "{peer}: the child took the permit");
-                pid
-            })
-            .collect();
-        for peer in peers {
-            assert!(!take(peer), "{peer}'s permit is held by a live process");
-        }
-        for pid in holders {
-            // SAFETY: our stopped children, killed holding their permits.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, std::ptr::null_mut(), 0);
-            }
-        }
-        let lost: Vec<&String> = peers.iter().filter(|peer| !take(peer)).collect();
-        assert!(lost.is_empty(), "permits of killed holders never came back: {lost:?}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -465,10 +465,10 @@ impl Drop for Guard<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shared::region::Region;
+    use crate::state_map::region::file::Region;
 
     fn region(name: &str) -> Region {
-        let dir = crate::shared::test_dir("lock", name);
+        let dir = crate::state_map::region::test_dir("lock", name);
         let region = Region::open(&dir.join(name), 4096, 1, |_| Ok(())).unwrap();
         // The mapping outlives the name (forked children share the mapping, not the file).
         std::fs::remove_dir_all(&dir).unwrap();

@@ -1,14 +1,16 @@
-//! The shared-memory store: states that every worker process of one machine shares, in a
-//! file mapped into each. `region` maps the file, `lock` is the robust lock each shard has, `table` is
-//! one shard's states, `layout` says where everything is.
+//! States that every worker process of one machine shares, in a file mapped into each: the region
+//! implementation of the state map's `Slots`. `file` maps the file, `lock` is the robust lock each shard
+//! has, `table` is one shard's states, `layout` says where everything is, `slots` decides on a table,
+//! and `attached` is a map's hold on the region (which shard a key's lock takes, following the file).
 
+pub mod attached;
+pub mod file;
 pub mod layout;
 pub mod lock;
-pub mod region;
+pub mod slots;
 pub mod table;
 
-#[cfg(test)]
-mod fuzz;
+pub use slots::RegionSlots;
 
 /// A fresh folder for a test's regions, `rk-KIND-PID-TEST` under the temporary folder (the test removes it).
 #[cfg(test)]
