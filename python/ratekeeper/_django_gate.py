@@ -147,8 +147,8 @@ def _join_field(headers: ResponseHeaders, name: str, value: str) -> None:
 
 def _refusal_response(gatekeeper: Gatekeeper, admission: Admission) -> HttpResponse:
     """The lifecycle's answer to a refusal (status, fields, JSON body), as a plain ``HttpResponse``."""
-    refusal = gatekeeper.refusal(admission)
-    response = HttpResponse(refusal.body, status=refusal.status, content_type="application/json")
+    status, _, body = gatekeeper.refusal(admission)
+    response = HttpResponse(body, status=status, content_type="application/json")
     _add_fields(response, admission.fields)  # Django sets Content-Type and Content-Length itself
     return response
 

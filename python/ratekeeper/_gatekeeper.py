@@ -28,7 +28,7 @@ import functools
 import http
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from ratekeeper._core import Decision, _Take
 from ratekeeper._errors import InvalidValue, RateLimited
@@ -46,27 +46,21 @@ from ratekeeper._offload import off_loop
 if TYPE_CHECKING:
     from ratekeeper.limiter import Limiter
 
-__all__ = ["NOT_LIMITED", "Admission", "Gatekeeper", "Refusal"]
+__all__ = ["NOT_LIMITED", "STATUS_LINES", "Admission", "Gatekeeper", "Refusal"]
 
 log = logging.getLogger("ratekeeper")
 #: One record per refusal, when an integration is asked for them (``log_refusals=True``).
 refusals_log = logging.getLogger("ratekeeper.refusals")
 
 
-class Refusal(NamedTuple):
-    """The answer to a refused request, for the adapter to write as it is.
+#: The answer to a refused request, for the adapter to write as it is: its status (429, or the missing key's),
+#: its headers (``Content-Type``, ``Content-Length`` and the rate-limit fields, in the gatekeeper's form) and
+#: its JSON body. A plain tuple: a flood of refusals makes one each, and a tuple costs a fraction of a class.
+Refusal = tuple[int, list[tuple[Any, Any]], bytes]
 
-    Attributes:
-        status: 429, or the missing key's status.
-        reason: the status line's text, ``"429 Too Many Requests"`` (WSGI's ``start_response`` takes it).
-        headers: ``Content-Type``, ``Content-Length`` and the rate-limit fields, in the gatekeeper's form.
-        body: the JSON body.
-    """
-
-    status: int
-    reason: str
-    headers: list[tuple[Any, Any]]
-    body: bytes
+#: The status lines of the statuses a refusal may have (429, a missing key's 401 or 403), as WSGI's
+#: ``start_response`` takes them: ``STATUS_LINES[429] == "429 Too Many Requests"``.
+STATUS_LINES = {status: f"{status} {http.HTTPStatus(status).phrase}" for status in (401, 403, 429)}
 
 
 class Admission:
@@ -261,17 +255,16 @@ class Gatekeeper:
         return as_instants(fields, self.options.fields) if self.options.fields._rewritten else fields
 
     def refusal(self, admission: Admission, body: bytes | None = None) -> Refusal:
-        """The answer to a refused ``admission``: its status, the JSON body (``body`` when given) and
-        its headers, in this gatekeeper's form."""
+        """The answer to a refused ``admission``: ``(status, headers, body)``, the JSON body (``body`` when
+        given) and its headers in this gatekeeper's form."""
         content = admission.body if body is None else body
-        length = str(len(content))
-        status = admission.status
         headers: list[tuple[Any, Any]]
         if self.raw:
-            headers = [(b"content-type", b"application/json"), (b"content-length", length.encode()), *admission.fields]
+            length = str(len(content)).encode()
+            headers = [(b"content-type", b"application/json"), (b"content-length", length), *admission.fields]
         else:
-            headers = [("Content-Type", "application/json"), ("Content-Length", length), *admission.fields]
-        return Refusal(status, _reason(status), headers, content)
+            headers = [("Content-Type", "application/json"), ("Content-Length", str(len(content))), *admission.fields]
+        return admission.status, headers, content
 
     # --- after the response: release, settle, give back -----------------------------------------------------
 
@@ -407,14 +400,6 @@ class AsyncReleasingBody:
 
     def close(self) -> None:
         self._gatekeeper.release(self._admission)
-
-
-@functools.lru_cache(maxsize=8)
-def _reason(status: int) -> str:
-    try:
-        return f"{status} {http.HTTPStatus(status).phrase}"
-    except ValueError:
-        return str(status)
 
 
 def _log_refusal(decision: Decision, route: tuple[str, str | None, str | None, int]) -> None:

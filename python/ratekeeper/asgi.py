@@ -238,9 +238,10 @@ class RateLimitMiddleware:
 
 async def _write_refusal(scope: Scope, receive: Receive, send: Send, refusal: Refusal) -> None:
     """Writes the lifecycle's answer to a refused request: an HTTP response, or a WebSocket handshake's."""
+    status, headers, body = refusal
     if scope["type"] == "http":
-        await send({"type": "http.response.start", "status": refusal.status, "headers": refusal.headers})
-        await send({"type": "http.response.body", "body": refusal.body})
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
         return
     # A WebSocket handshake: refused before accept. With the denial-response extension the client
     # gets the real status; without it, a close before accept reaches it as 403 (code 1008 here).
@@ -248,7 +249,7 @@ async def _write_refusal(scope: Scope, receive: Receive, send: Send, refusal: Re
     if message["type"] != "websocket.connect":
         return
     if "websocket.http.response" in scope.get("extensions", {}):
-        await send({"type": "websocket.http.response.start", "status": refusal.status, "headers": refusal.headers})
-        await send({"type": "websocket.http.response.body", "body": refusal.body})
+        await send({"type": "websocket.http.response.start", "status": status, "headers": headers})
+        await send({"type": "websocket.http.response.body", "body": body})
     else:
         await send({"type": "websocket.close", "code": 1008, "reason": "rate limited"})

@@ -528,9 +528,9 @@ class _RouteLimitsMiddleware:
                 refusal = await self._decide(scope, admissions)
                 if refusal is not None:
                     # Only the refusing limit's fields: the others gave back what they counted.
-                    answer = gatekeeper.refusal(refusal)
-                    await send({"type": "http.response.start", "status": answer.status, "headers": answer.headers})
-                    await send({"type": "http.response.body", "body": answer.body})
+                    status, headers, body = gatekeeper.refusal(refusal)
+                    await send({"type": "http.response.start", "status": status, "headers": headers})
+                    await send({"type": "http.response.body", "body": body})
                     return
                 for admission in admissions:
                     fields.extend(admission.fields)

@@ -49,7 +49,7 @@ from werkzeug.wsgi import get_path_info
 
 from ratekeeper._core import Decision, Limit, Rate, Rule
 from ratekeeper._errors import InvalidType, InvalidValue
-from ratekeeper._gatekeeper import NOT_LIMITED, Admission, Gatekeeper, ReleasingBody
+from ratekeeper._gatekeeper import NOT_LIMITED, STATUS_LINES, Admission, Gatekeeper, ReleasingBody
 from ratekeeper._http import WebOptions, WebSettings, declaring
 from ratekeeper._peer_rates import expand_limits
 from ratekeeper.keys import KeyFunction, checked_key, key_text
@@ -884,9 +884,9 @@ class _Gate:
         if owed.refused_by_limit and extension.on_refused is not None and decision is not None:
             return extension.on_refused(decision)(environ, start_response)
         # Written as WSGI bytes: a Werkzeug Response costs more than the rest of a refusal.
-        refusal = extension.gatekeeper.refusal(_refusal(owed)[0])
-        start_response(refusal.reason, refusal.headers)
-        return [] if environ.get("REQUEST_METHOD") == "HEAD" else [refusal.body]
+        status, headers, body = extension.gatekeeper.refusal(owed if type(owed) is Admission else _refusal(owed)[0])
+        start_response(STATUS_LINES[status], headers)
+        return [] if environ.get("REQUEST_METHOD") == "HEAD" else [body]
 
     def decide(self, request: flask.Request, route: _Route, *, late: bool = False) -> Owed:
         """What was decided for ``request`` (at the gate), or its decision now by ``route``; left in the
