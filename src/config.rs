@@ -45,7 +45,7 @@ impl Pattern {
     /// # Errors
     /// A pattern that is not a valid regular expression, named `pattern`.
     pub fn new(pattern: &str) -> Result<Self> {
-        Ok(Self { regex: crate::rules::compile(pattern)? })
+        Ok(Self { regex: compile(pattern)? })
     }
 
     #[must_use]
@@ -127,5 +127,27 @@ impl Default for Config {
             quotas: QuotaSettings::default(),
             track_usage: false,
         }
+    }
+}
+
+/// Compiles one pattern, naming it in the error.
+///
+/// # Errors
+/// A pattern that is not a valid regular expression.
+pub fn compile(pattern: &str) -> Result<Regex> {
+    Regex::new(pattern).map_err(|e| Error::value("pattern", format!("{pattern:?} is not a valid regex: {}", flat(&e))))
+}
+
+/// The regex crate's message on one line, without its ASCII-art pointer.
+pub(crate) fn flat(error: &regex::Error) -> String {
+    match error {
+        regex::Error::Syntax(text) => text
+            .lines()
+            .rev()
+            .find(|l| l.starts_with("error:"))
+            .unwrap_or("syntax error")
+            .trim_start_matches("error: ")
+            .to_owned(),
+        other => other.to_string(),
     }
 }

@@ -9,7 +9,12 @@
 //! so there are no tombstones and a long-running table never degrades. Tables stay at most 7/8 full,
 //! which keeps every probe run short and always leaves a free slot to end it.
 
-use crate::room::table_hash;
+/// The hash a table places an identity by: spread over all 64 bits, so that the high bits that pick its
+/// home vary. The shard index comes from other bits of the key.
+#[inline]
+pub(crate) fn table_hash(identity: u64) -> u64 {
+    identity.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
 
 /// A slot of a probed array.
 pub(crate) trait Probed: Copy {

@@ -20,13 +20,6 @@ pub(crate) const IDENTITY_SHIFT: u32 = 8;
 pub(crate) const VACANT_TAG: u64 = u64::MAX;
 const MAX_USES: u8 = u8::MAX - 1;
 
-/// The hash a table places an identity by: spread over all 64 bits, so that the high bits that pick its
-/// home vary. The shard index comes from other bits of the key.
-#[inline]
-pub(crate) fn table_hash(identity: u64) -> u64 {
-    identity.wrapping_mul(0x9E37_79B9_7F4A_7C15)
-}
-
 /// An entry with a tag.
 pub(crate) trait Tagged: Copy {
     fn tag(&self) -> u64;

@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 use regex::{Regex, RegexSet};
 
 use crate::algorithm::Limit;
-use crate::config::{Policy, RuleSpec, RulesConfig};
+use crate::config::{compile, flat, Policy, RuleSpec, RulesConfig};
 use crate::error::{Error, Result};
 use crate::quota::QuotaSettings;
 
@@ -64,28 +64,6 @@ pub enum Route {
     Exempt(Option<usize>),
     /// Limited by the group with this index.
     Group(usize),
-}
-
-/// Compiles one pattern, naming it in the error.
-///
-/// # Errors
-/// A pattern that is not a valid regular expression.
-pub fn compile(pattern: &str) -> Result<Regex> {
-    Regex::new(pattern).map_err(|e| Error::value("pattern", format!("{pattern:?} is not a valid regex: {}", flat(&e))))
-}
-
-/// The regex crate's message on one line, without its ASCII-art pointer.
-fn flat(error: &regex::Error) -> String {
-    match error {
-        regex::Error::Syntax(text) => text
-            .lines()
-            .rev()
-            .find(|l| l.starts_with("error:"))
-            .unwrap_or("syntax error")
-            .trim_start_matches("error: ")
-            .to_owned(),
-        other => other.to_string(),
-    }
 }
 
 #[derive(Debug)]
@@ -246,7 +224,7 @@ impl Group {
 }
 
 /// Distinct group names a limiter may see over its life (each keeps its id).
-pub const MAX_GROUP_NAMES: usize = 4096;
+pub use crate::state_map::MAX_GROUP_NAMES;
 
 /// Where the ids of group names come from when several processes must agree on them (a shared
 /// region's table of names): a name's id and the seed of its keys, registered as used by this process.

@@ -51,6 +51,8 @@ const RELATED_MIX_INVERSE: u32 = {
     }
     inverse
 };
+/// The most group names a limiter (and a shared region) knows: an owner packs a group id in 12 bits.
+pub const MAX_GROUP_NAMES: usize = 1 << Owner::GROUP_BITS;
 /// Keys per shard below which a limiter gets fewer shards (tiny `max_keys` values).
 const MIN_KEYS_PER_SHARD: usize = 256;
 
@@ -84,7 +86,7 @@ pub struct Owner {
 }
 
 impl Owner {
-    /// Group ids below 4096 (`rules::MAX_GROUP_NAMES`), limits below 64 (a rule's most).
+    /// Group ids below [`MAX_GROUP_NAMES`], limits below 64 (a rule's most).
     pub(crate) const GROUP_BITS: u32 = 12;
     pub(crate) const LIMIT_BITS: u32 = 6;
 

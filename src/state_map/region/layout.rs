@@ -26,7 +26,7 @@ use super::table::{
 /// Bumped whenever anything in the region is laid out differently.
 pub const LAYOUT: u32 = 4;
 /// Group names a region holds at once, as memory does: a name no running process uses is freed.
-pub const MAX_GROUPS: usize = crate::rules::MAX_GROUP_NAMES;
+pub const MAX_GROUPS: usize = crate::state_map::MAX_GROUP_NAMES;
 /// Peers refused most, kept per shard.
 use super::table::{truncate, NAME_BYTES};
 const META_BYTES: usize = 4096;
