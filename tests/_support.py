@@ -20,9 +20,10 @@ NS_PER_US = 1_000
 #: once. ``"concurrency"`` is not among them: it is a kind of limit (``Limit(concurrency=5)``), not an algorithm.
 ALGORITHMS: tuple[rk.Algorithm, ...] = get_args(rk.Algorithm)
 
-#: Where a limiter keeps its states: this process's memory, Redis in exact mode (``rk.Redis``), or a
-#: shared-memory region (``rk.Shared``).
-Store = Literal["memory", "redis", "shared"]
+#: Where a limiter keeps its states, or who decides: this process's memory, a shared-memory region
+#: (``rk.Shared``), Redis in exact mode (``rk.Redis``: one script call per decision) or Redis in sync mode
+#: (``rk.Redis(mode="sync")``: decided in this process, usage pushed to Redis at each sync).
+Store = Literal["memory", "shared", "redis_exact", "redis_sync"]
 STORES: tuple[Store, ...] = get_args(Store)
 
 

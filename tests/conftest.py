@@ -79,7 +79,7 @@ def redis_prefix(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(params=STORES, ids=STORES)
 def store(request: pytest.FixtureRequest) -> Store:
     """Each store in turn, like the ``limits`` library's ``@all_storage``: a test that takes it (or
-    ``make_limiter``) runs once with its limiters in memory and once in Redis."""
+    ``make_limiter``) runs once with its limiters on each of ``STORES``."""
     name: Store = request.param
     return name
 
@@ -88,12 +88,16 @@ def store(request: pytest.FixtureRequest) -> Store:
 def make_limiter(store: Store, request: pytest.FixtureRequest) -> MakeLimiter:
     """``make_limiter(*args, **options)``: ``rk.Limiter(*args, **options)`` on the store, a new one at every call.
 
-    In Redis it is exact mode with ``on_error="raise"`` (a Redis failure fails the test instead of being
+    In Redis exact mode it has ``on_error="raise"`` (a Redis failure fails the test instead of being
     decided in memory), under a key prefix of its own at every call, so that limiters, and hypothesis
     examples, never share a key. Its timeout is 2 s, not 50 ms: on a loaded machine a round trip now and
     then takes 100 ms, which would fail a test of decisions for no fault of the decisions. With a
     ManualClock the script decides at the clock's time, as memory does.
-    Only the ``redis`` runs ask for the session's redis-server: memory-only runs never start one.
+    Only the Redis runs ask for the session's redis-server: memory-only runs never start one.
+
+    In Redis sync mode it is one node alone (the others' usage is what sync mode trades exactness for; its
+    bound across nodes is tested in tests/stores/test_redis_sync.py), which decides as memory does. It
+    syncs every 50 ms, so the syncs run during the tests and must leave a lone node's decisions alone.
 
     In a shared region it is a region of its own at every call, its file removed when the limiter is
     collected (a file removed under a live limiter would be made anew at its first decision, which
@@ -120,7 +124,11 @@ def make_limiter(store: Store, request: pytest.FixtureRequest) -> MakeLimiter:
     numbers = itertools.count()
 
     def in_redis(*args: Any, **options: Any) -> rk.Limiter:
-        backend = rk.Redis(server.url, prefix=f"{prefix}{next(numbers)}:", on_error="raise", timeout=2.0)
+        where = f"{prefix}{next(numbers)}:"
+        if store == "redis_sync":
+            backend = rk.Redis(server.url, mode="sync", prefix=where, sync_interval=0.05, timeout=2.0)
+        else:
+            backend = rk.Redis(server.url, prefix=where, on_error="raise", timeout=2.0)
         return rk.Limiter(*args, backend=backend, **options)
 
     return in_redis

@@ -5,7 +5,7 @@ times are whole microseconds (the clock's start and the gaps are drawn as intege
 ``us / 1e6``, which the clock rounds to exact nanoseconds) and the invariants are checked in integer
 nanoseconds. The last properties (a refusal changes nothing, ``retry_after`` is exact, ``throttle`` and
 ``athrottle`` wake exactly when a check would pass) hold for every algorithm, gcra and token_bucket too.
-Every test that decides runs on each store (``make_limiter``: memory, and Redis in exact mode).
+Every test that decides runs on each store (``make_limiter``: memory, a shared region, Redis exact and sync).
 """
 
 from __future__ import annotations

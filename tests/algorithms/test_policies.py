@@ -6,8 +6,8 @@ the group admitted: a model limit that admitted a request the group refused is r
 any state a refusal left behind in the group would show up as a later difference. Under ``fallback``, a model
 limit sees exactly the requests charged to it: the first one that admits.
 
-The limiter under test runs on each store (``make_limiter``: memory, and Redis in exact mode); the models stay
-in memory, the reference of what one limit alone decides.
+The limiter under test runs on each store (``make_limiter``: memory, a shared region, Redis exact and
+sync); the models stay in memory, the reference of what one limit alone decides.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ change never lets a burst of extra requests through (a key that used its 10 of 1
 algorithm changes), starts new groups empty (also one removed and added back) and follows the file's routes
 and exemptions.
 
-Every test runs on each store (``make_limiter``: memory, and Redis in exact mode) and asserts the semantics
-docs/reconfiguration.md states, but those that read what only memory has (``len(limiter)``).
+Every test runs on each store (``make_limiter``: memory, a shared region, Redis exact and sync) and
+asserts the semantics docs/reconfiguration.md states, but those that read what only memory has (``len(limiter)``).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """One semantics of reconfiguration and quotas for every store.
 
 A differential property: random scripts run on an in-memory limiter and on another store's limiter (Redis
-in exact mode; a shared-memory region) side by side, each on a ManualClock of its own moved
-together, and every step must give the same outcome on both: every field of every decision
+in exact mode, a lone node of Redis in sync mode, a shared-memory region) side by side, each on a
+ManualClock of its own moved together, and every step must give the same outcome on both: every field of every decision
 (``retry_after`` included) exactly, the same exceptions, the same waits, equal clocks after each blocking
 wait, and the same quotas, rules and routes. Memory is the specification (docs/reconfiguration.md):
 a change of limits (``update_rule``, a reload, ``set_quota``) moves every state to the new limit at the
@@ -29,6 +29,7 @@ import functools
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Literal
 
 import pytest
 import ratekeeper as rk
@@ -69,10 +70,16 @@ def outcome(call: Callable[[], object]) -> object:
         return (f"raised {type(error).__name__}", str(error))
 
 
-def redis_backend(server: RedisServer, prefix: str) -> rk.Redis:
-    """Exact mode under a prefix of its own (each example starts from empty keys). A generous timeout: a
-    round trip stalled by a busy machine would raise (``on_error="raise"``), not diverge."""
-    return rk.Redis(server.url, prefix=f"{prefix}{next(examples)}:", on_error="raise", timeout=5.0)
+def redis_backend(server: RedisServer, prefix: str, mode: Literal["exact", "sync"] = "exact") -> rk.Redis:
+    """Redis under a prefix of its own (each example starts from empty keys).
+
+    Exact mode with a generous timeout: a round trip stalled by a busy machine would raise
+    (``on_error="raise"``), not diverge. Sync mode syncing every 50 ms, so that syncs run during the
+    scripts: a lone node (nobody else's usage to absorb) must decide as memory does, syncs or not."""
+    where = f"{prefix}{next(examples)}:"
+    if mode == "sync":
+        return rk.Redis(server.url, mode="sync", prefix=where, sync_interval=0.05, timeout=5.0)
+    return rk.Redis(server.url, prefix=where, on_error="raise", timeout=5.0)
 
 
 # --- configurations -------------------------------------------------------------------------------------
@@ -342,11 +349,11 @@ def play(memory: Side, redis: Side, script: list[Step], name: str = "redis") -> 
 OtherStore = Callable[[list[rk.Rule], rk.ManualClock], rk.Limiter]
 
 
-@pytest.fixture(params=["redis", "shared"])
+@pytest.fixture(params=["redis_exact", "redis_sync", "shared"])
 def other_store(request: pytest.FixtureRequest) -> OtherStore:
     """``other_store(rules, clock)``: a limiter on the store held to memory, with fresh states at each call:
-    Redis in exact mode under a prefix of its own, or a shared-memory region of its own (its file removed
-    when the limiter is collected)."""
+    Redis in exact mode or in sync mode (one node alone) under a prefix of its own, or a shared-memory
+    region of its own (its file removed when the limiter is collected)."""
     if request.param == "shared":
         folder = request.getfixturevalue("tmp_path")
         regions = itertools.count()
@@ -361,8 +368,10 @@ def other_store(request: pytest.FixtureRequest) -> OtherStore:
     server: RedisServer = request.getfixturevalue("redis_server")
     prefix: str = request.getfixturevalue("redis_prefix")
 
+    mode: Literal["exact", "sync"] = "sync" if request.param == "redis_sync" else "exact"
+
     def redis(rules: list[rk.Rule], clock: rk.ManualClock) -> rk.Limiter:
-        return rk.Limiter(rules=rules, clock=clock, backend=redis_backend(server, prefix))
+        return rk.Limiter(rules=rules, clock=clock, backend=redis_backend(server, prefix, mode))
 
     return redis
 
