@@ -89,8 +89,12 @@ class Admission:
     ) -> None:
         self.status, self.fields, self.body, self.decision = status, fields, body, decision
         self.peer, self.path, asked, self.cost = route
-        self.group = decision.group if decision is not None and decision.group is not None else asked
-        self.permits = decision is not None and decision.permits_held
+        if decision is None:
+            self.group, self.permits = asked, False
+        else:
+            decided = decision.group
+            self.group = decided if decided is not None else asked
+            self.permits = decision.permits_held
 
     @property
     def refused_by_limit(self) -> bool:
