@@ -199,6 +199,10 @@ class Decision:
     """What the limiter decided for one request. ``bool(decision)`` is ``decision.allowed``."""
 
     @property
+    def _peer(self) -> str | None:
+        """The key a web request was decided for, when the core read it (``_admit_web``,
+        ``_admit_scope``): a refusal's or a permit's receipt takes it from here. ``None`` otherwise."""
+    @property
     def allowed(self) -> bool:
         """Whether the request may go ahead."""
     @property
@@ -708,7 +712,8 @@ class Limiter:
             scope: the ASGI scope.
 
         Returns:
-            What ``_admit_web`` returns; ``None``, having decided nothing, when the scope is not an
+            What ``_admit_web`` returns (a ``Decision`` carries the key read, ``Decision._peer``); ``None``,
+            having decided nothing, when the scope is not an
             HTTP request, carries no key, or holds anything unusual: the caller reads it in Python.
         """
 

@@ -145,14 +145,10 @@ class RateLimitMiddleware:
                 if isinstance(admitted, Admission):
                     admission = admitted
                 else:
-                    # The core read the key from the scope but hands back only the Decision: the receipt
-                    # needs the key, read here.
+                    # The core read the key from the scope, and hands it back with the Decision.
                     assert isinstance(admitted, Decision)
-                    key = self.options.key_function
-                    assert isinstance(key, KeyFunction)
-                    peer = key.from_scope(scope)
-                    assert peer is not None
-                    admission = self.gatekeeper.admission(admitted, peer, scope.get("path", ""))
+                    assert admitted._peer is not None
+                    admission = self.gatekeeper.admission(admitted, admitted._peer, scope.get("path", ""))
                 await self._serve(scope, receive, send, admission)
                 return
         if self.error is not None:  # no hot path then: checked here only

@@ -39,7 +39,7 @@ mod waits;
 pub use crate::rules::{OwnedTarget, Target};
 pub use crate::state_map::OnStall;
 pub use decide::Resolution;
-pub use quotas::Answer;
+pub use quotas::ProviderAnswer;
 pub use remote::{LimitMove, RemoteKey, Routed, Verdict};
 pub use shard::ShardData;
 pub(crate) use shard::{Held, Key, KeyLock, Locked};

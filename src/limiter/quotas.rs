@@ -14,7 +14,7 @@ use crate::state_map::{Owner, Shard};
 
 /// What a quota provider answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Answer {
+pub enum ProviderAnswer {
     /// A quota (`None`: the rule's own rate).
     Quota(Option<Rate>),
     /// No such key (the provider raised `LookupError`): keep the failsafe, ask again after the TTL.
@@ -260,13 +260,13 @@ impl Limiter {
     /// what it must: `wait_quotas` returns when every job is done.
     /// With `replay` (a store that replays moves, see `StateStore::replays_moves`), a landing that
     /// moved the key's state says what that store must move.
-    pub fn finish_fetch(&self, job: &FetchJob, answer: Answer, replay: bool) -> Landing {
+    pub fn finish_fetch(&self, job: &FetchJob, answer: ProviderAnswer, replay: bool) -> Landing {
         let Ok(mut key) = self.lock_group(&job.peer, &job.group) else { return Landing::Late };
         let now = self.clock.now_ns();
         let base = key.base();
         let timeout = Duration::from_nanos(self.quotas.timeout_ns);
         let answer = match job.taken.map(|taken| taken.elapsed()) {
-            Some(took) if took > timeout => Answer::Failed(Some(format!(
+            Some(took) if took > timeout => ProviderAnswer::Failed(Some(format!(
                 "answered after {:.3} s, over Quotas(timeout={})",
                 took.as_secs_f64(),
                 timeout.as_secs_f64()
@@ -285,8 +285,10 @@ impl Limiter {
             }
         }
         let derived = match answer {
-            Answer::Quota(rate) => self.derive(key.group(), rate).map_err(|e| Some(e.within("quota").to_string())),
-            Answer::Unknown => {
+            ProviderAnswer::Quota(rate) => {
+                self.derive(key.group(), rate).map_err(|e| Some(e.within("quota").to_string()))
+            }
+            ProviderAnswer::Unknown => {
                 let (_, g, shard) = key.parts();
                 if let Some(slot) = shard.data.quotas.get_mut(base) {
                     slot.unknown(&self.quotas, now);
@@ -294,7 +296,7 @@ impl Limiter {
                 shard.data.counters(g.id).quota_unknown += 1;
                 return Landing::Unknown;
             }
-            Answer::Failed(reason) => Err(reason),
+            ProviderAnswer::Failed(reason) => Err(reason),
         };
         match derived {
             Ok(quota) => {
@@ -405,7 +407,7 @@ mod tests {
         assert_eq!(take(&lim), None);
         // 2 used of 2/min carry over: 98 left of 100/min.
         assert!(matches!(
-            lim.finish_fetch(&job, Answer::Quota(Some("100/min".parse().unwrap())), false),
+            lim.finish_fetch(&job, ProviderAnswer::Quota(Some("100/min".parse().unwrap())), false),
             Landing::Landed(_)
         ));
         assert_eq!(decide(&lim, "a", None, 1, 0, true).report.unwrap().remaining, 97);
@@ -436,7 +438,7 @@ mod tests {
         decide(&lim, "a", None, 1, 0, false);
         let (info, _) = lim.quota("a", "g").unwrap();
         assert_eq!((info.source, info.fetching, info.failures), (Source::Failsafe, false, 1));
-        assert_eq!(lim.finish_fetch(&job, Answer::Quota(None), false), Landing::Late);
+        assert_eq!(lim.finish_fetch(&job, ProviderAnswer::Quota(None), false), Landing::Late);
         // Backoff: no new fetch before 1 s, one after.
         decide(&lim, "a", None, 1, 0, false);
         assert_eq!(take(&lim), None);
@@ -465,7 +467,7 @@ mod tests {
         clock.advance_ns(1);
         decide(&lim, "a", None, 1, 0, false);
         assert_eq!(lim.quota("a", "g").unwrap().0.failures, 1);
-        assert_eq!(lim.finish_fetch(&job, Answer::Quota(None), false), Landing::Late);
+        assert_eq!(lim.finish_fetch(&job, ProviderAnswer::Quota(None), false), Landing::Late);
     }
 
     #[test]
@@ -482,12 +484,12 @@ mod tests {
         let (lim, clock) = limiter("60/min", Some("5/min"));
         decide(&lim, "a", None, 1, 0, false);
         let job = take(&lim).unwrap();
-        lim.finish_fetch(&job, Answer::Quota(Some("10/s".parse().unwrap())), false);
+        lim.finish_fetch(&job, ProviderAnswer::Quota(Some("10/s".parse().unwrap())), false);
         clock.advance_ns(60 * S);
         decide(&lim, "a", None, 1, 0, false);
         let refetch = take(&lim).unwrap();
         assert_eq!(
-            lim.finish_fetch(&refetch, Answer::Failed(None), false),
+            lim.finish_fetch(&refetch, ProviderAnswer::Failed(None), false),
             Landing::Failed { first: true, reason: None }
         );
         let (info, _) = lim.quota("a", "g").unwrap();

@@ -74,8 +74,9 @@ impl PyCompletions {
         let completions = std::mem::take(&mut *self.sender.queue.lock());
         for completion in completions {
             let limiter = completion.limiter.get();
-            let settled = limiter.settle(py, completion.future.bind(py), completion.answer, completion.request);
-            if let Err(e) = settled {
+            let completed =
+                limiter.complete_future(py, completion.future.bind(py), completion.answer, completion.request);
+            if let Err(e) = completed {
                 e.write_unraisable(py, None);
             }
         }

@@ -9,7 +9,7 @@ use pyo3::types::PyString;
 
 use super::args::{nanos, type_name};
 use super::values::PyRate;
-use crate::limiter::{Answer, Landing, Limiter, RemoteKey};
+use crate::limiter::{Landing, Limiter, ProviderAnswer, RemoteKey};
 use crate::quota::{FetchJob, FetchQueue};
 
 /// The jobs quota workers run; held by the workers instead of the limiter, so that an unreferenced
@@ -92,16 +92,16 @@ pub fn finish(
 ) -> (PyFetchResult, Option<RemoteKey>) {
     let answer = match error.filter(|e| !e.is_none()) {
         // The provider's way to say "no such account".
-        Some(error) if error.is_instance_of::<PyLookupError>() => Answer::Unknown,
-        Some(error) => Answer::Failed(Some(describe(error))),
-        None if answer.is_none() => Answer::Quota(None),
+        Some(error) if error.is_instance_of::<PyLookupError>() => ProviderAnswer::Unknown,
+        Some(error) => ProviderAnswer::Failed(Some(describe(error))),
+        None if answer.is_none() => ProviderAnswer::Quota(None),
         None if answer.is_instance_of::<PyString>() || answer.is_instance_of::<PyRate>() => {
             match PyRate::from_arg("quota", answer) {
-                Ok(rate) => Answer::Quota(Some(rate)),
-                Err(error) => Answer::Failed(Some(error.to_string())),
+                Ok(rate) => ProviderAnswer::Quota(Some(rate)),
+                Err(error) => ProviderAnswer::Failed(Some(error.to_string())),
             }
         }
-        None => Answer::Failed(Some(format!(
+        None => ProviderAnswer::Failed(Some(format!(
             "returned {} {}, expected a Rate, a str or None",
             type_name(answer),
             answer.repr().map_or_else(|_| "?".to_owned(), |r| r.to_string())

@@ -11,6 +11,7 @@ use super::aio::{Completion, PyCompletions};
 use super::args::{self, field, nanos, optional_text, positive_int, secs, strings, target, text, type_name, Cost};
 use super::fetch::{finish, time_left, PyFetchJob, PyFetchQueue, PyFetchResult};
 use super::scope::{with_scope_request, ScopeKey};
+use super::stats::stats_dict;
 use super::store::open_store;
 use super::values::{
     limit_arg, PyDecision, PyGroupPolicy, PyManualClock, PyQuotaInfo, PyQuotas, PyRate, PyResolution, PyRule,
@@ -20,7 +21,6 @@ use crate::clock::Clock;
 use crate::config::{Config, RuleSpec, RulesConfig};
 use crate::error::Error;
 use crate::limiter::{self, Limiter, OwnedTarget, Receipt, Request, Take, Target};
-use crate::metrics::{LATENCY_BOUNDS_NS, WAIT_BOUNDS_NS};
 use crate::quota::QuotaSettings;
 use crate::rules::{Route, MAX_GROUP_NAMES};
 use crate::store::{Answer, StateStore, Store};
@@ -219,7 +219,7 @@ impl PyLimiter {
     }
 
     /// A web request at cost 1: the fields `(ietf, legacy, raw)` of an allowed one holding no permits (no
-    /// `Decision` made), or the `Decision` of any other.
+    /// `Decision` made), or the `Decision` of any other, carrying its key (`Decision._peer`).
     fn admit_web<'py>(
         &self,
         py: Python<'py>,
@@ -228,10 +228,12 @@ impl PyLimiter {
         (ietf, legacy, raw): (bool, bool, bool),
     ) -> PyResult<Bound<'py, PyAny>> {
         let decision = self.decide(py, peer, target, Request::new(1).reporting().taking(Take::RatesAndPermits))?;
-        let decision = self.decision(py, &decision);
+        let mut decision = self.decision(py, &decision);
         if decision.is_allowed() && !decision.holds_permits() {
             return Ok(decision.field_tuple(py, ietf, legacy, raw)?.into_any());
         }
+        // A refusal or permits held: the adapter's receipt needs the key, which it need not read again.
+        decision.peer = Some(PyString::new(py, peer).unbind());
         Ok(Bound::new(py, decision)?.into_any())
     }
 
@@ -250,7 +252,7 @@ impl PyLimiter {
     ///
     /// # Errors
     /// The future's methods raised (a closed loop).
-    pub fn settle(
+    pub fn complete_future(
         &self,
         py: Python<'_>,
         future: &Bound<'_, PyAny>,
@@ -485,14 +487,14 @@ impl PyLimiter {
         let reserved = || Reserved { peer: peer.to_owned(), target: target.into(), cost: cost.0 };
         let (owner, pending) = (slf.clone().unbind(), future.clone().unbind());
         let (sender, later) = (Arc::clone(&completions.get().sender), reserved());
-        // On the store's thread, without the GIL: the loop's thread settles the future.
+        // On the store's thread, without the GIL: the loop's thread completes the future.
         let done = Box::new(move |answer| {
             sender.send(Completion { limiter: owner, future: pending, answer, request: later });
         });
         match this.store.decide_later(peer, target, request, done) {
-            Ok(Some(answer)) => this.settle(py, future, Ok(answer), reserved()),
+            Ok(Some(answer)) => this.complete_future(py, future, Ok(answer), reserved()),
             Ok(None) => Ok(()),
-            Err(error) => this.settle(py, future, Err(error), reserved()),
+            Err(error) => this.complete_future(py, future, Err(error), reserved()),
         }
     }
 
@@ -706,66 +708,7 @@ impl PyLimiter {
 
     /// Counters and sizes, by group: a `ratekeeper.Stats` dict. Reads one shard at a time.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let stats = self.core().stats();
-        let groups = PyDict::new(py);
-        for group in &stats.groups {
-            let entry = PyDict::new(py);
-            let limits = group
-                .limits
-                .iter()
-                .map(|limit| {
-                    let item = PyDict::new(py);
-                    item.set_item("rate", limit.rate.map(|r| r.to_string()))?;
-                    item.set_item("burst", limit.burst)?;
-                    item.set_item("algorithm", limit.kind().name())?;
-                    Ok(item)
-                })
-                .collect::<PyResult<Vec<_>>>()?;
-            let c = &group.counters;
-            entry.set_item("limits", limits)?;
-            entry.set_item("policy", group.policy.name())?;
-            entry.set_item("requests", c.requests)?;
-            entry.set_item("allowed", c.allowed)?;
-            entry.set_item("refused", c.refused)?;
-            entry.set_item("delayed", c.delayed)?;
-            entry.set_item("exempt", c.exempt)?;
-            entry.set_item("keys", group.keys)?;
-            entry.set_item("evictions", group.evictions)?;
-            entry.set_item("reductions", c.reductions)?;
-            entry.set_item("quota_fetches", c.quota_fetches)?;
-            entry.set_item("quota_failures", c.quota_failures)?;
-            entry.set_item("quota_unknown", c.quota_unknown)?;
-            entry.set_item("dropped", group.dropped)?;
-            entry.set_item("abandoned", c.abandoned)?;
-            entry.set_item("waits", histogram(py, &WAIT_BOUNDS_NS, &c.waits.counts, c.waits.sum_ns)?)?;
-            groups.set_item(&group.name, entry)?;
-        }
-        let out = PyDict::new(py);
-        out.set_item("enabled", self.core().enabled())?;
-        out.set_item("keys", stats.keys)?;
-        out.set_item("max_keys", self.core().max_keys())?;
-        out.set_item("evictions", stats.evictions)?;
-        out.set_item("exempt", stats.exempt)?;
-        out.set_item("memory_bytes", self.core().allocated_bytes())?;
-        out.set_item("quota_records", stats.quota_records)?;
-        let (queued, running) = self.core().fetches().load();
-        out.set_item("quota_queue", queued)?;
-        out.set_item("quota_running", running)?;
-        let health = self.store.health();
-        out.set_item("backend_errors", health.errors)?;
-        out.set_item("backend_down", health.down)?;
-        out.set_item("backend_outages", health.outages)?;
-        let latency = self.core().latency();
-        out.set_item("decision_seconds", histogram(py, &LATENCY_BOUNDS_NS, &latency.counts, latency.sum_ns)?)?;
-        let backend = health.latency;
-        out.set_item("backend_seconds", histogram(py, &LATENCY_BOUNDS_NS, &backend.counts, backend.sum_ns)?)?;
-        out.set_item("groups", groups)?;
-        let shared = match py.detach(|| self.core().shared_summary()) {
-            None => None,
-            Some(summary) => Some(super::shared::summary_dict(py, &summary)?),
-        };
-        out.set_item("shared", shared)?;
-        Ok(out)
+        stats_dict(py, &self.store)
     }
 
     /// The `n` peers refused most (in `group`, or in every group), most first, from bounded sketches.
@@ -926,18 +869,4 @@ impl PyLimiter {
         };
         Ok(self.core().reconfigure(config)?)
     }
-}
-
-/// A histogram as `stats()` gives it: `bounds` in seconds, `counts` per bucket (the last: above every
-/// bound), `sum` in seconds and `count`.
-fn histogram<'py>(py: Python<'py>, bounds_ns: &[u64], counts: &[u64], sum_ns: u64) -> PyResult<Bound<'py, PyDict>> {
-    let out = PyDict::new(py);
-    #[allow(clippy::cast_precision_loss)] // bounds are round numbers far below 2^53 ns
-    let bounds: Vec<f64> = bounds_ns.iter().map(|&ns| ns as f64 / 1e9).collect();
-    out.set_item("bounds", bounds)?;
-    out.set_item("counts", counts)?;
-    #[allow(clippy::cast_precision_loss)]
-    out.set_item("sum", sum_ns as f64 / 1e9)?;
-    out.set_item("count", counts.iter().sum::<u64>())?;
-    Ok(out)
 }

@@ -5,9 +5,11 @@ mod aio;
 mod args;
 mod backend;
 mod fetch;
+mod fields;
 mod limiter;
 mod scope;
 mod shared;
+mod stats;
 mod store;
 mod values;
 
