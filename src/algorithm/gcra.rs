@@ -219,7 +219,7 @@ mod tests {
     }
 
     #[test]
-    fn seed_004_transcript() {
+    fn three_per_minute_reset_after_transcript() {
         let mut h = harness("3/60s", None);
         let mut at = |secs: u64| {
             let out = h.decide(secs * S, 1);

@@ -1,6 +1,6 @@
 //! Sliding window counter: the count of the current window plus the previous window's count
 //! weighted by how much of it the sliding window still overlaps. Windows are aligned to the clock's
-//! zero, as in the seed. Exact integer arithmetic: admit iff
+//! zero. Exact integer arithmetic: admit iff
 //! `(current + cost) × W + previous × (W − elapsed) <= limit × W`.
 //!
 //! It approximates a true sliding window: at most `limit` per aligned window, at most `2 × limit` in
@@ -177,7 +177,7 @@ mod tests {
     const S: u64 = 1_000_000_000;
 
     #[test]
-    fn seed_001_track() {
+    fn ten_per_minute_admits_ten_and_spares_other_keys() {
         // 10 per minute: ten requests pass, the eleventh reaches the limit; other keys are unaffected.
         let mut h = Harness::new("10/min", None, Kind::SlidingWindow);
         for _ in 0..10 {

@@ -30,7 +30,7 @@ def hybrid(clock: rk.ManualClock, **settings: Any) -> rk.Limiter:
 # --- configuration ----------------------------------------------------------------------------------
 
 
-def test_seed_defaults(clock: rk.ManualClock) -> None:
+def test_the_nodes_default_groups_and_budgets(clock: rk.ManualClock) -> None:
     lim = node_limiter({}, ROUTES, clock=clock)
     assert lim.groups == ["metrics", "chunk", "data_sync_record", "general"]
     # No sliding window by default (limit 0): the leaky bucket's capacity is the whole budget.
@@ -40,8 +40,8 @@ def test_seed_defaults(clock: rk.ManualClock) -> None:
     assert admitted(lim, "peer", "/chunk/1", 7000) == 6000
 
 
-def test_every_seed_group_admits_its_default_leaky_limit(clock: rk.ManualClock) -> None:
-    # The seed's table of leaky_limit defaults, checked through the limiter each group gets.
+def test_every_node_group_admits_its_default_leaky_limit(clock: rk.ManualClock) -> None:
+    # The node's table of leaky_limit defaults, checked through the limiter each group gets.
     lim = node_limiter({}, {f"^/{group}$": group for group in NODE_GROUPS}, clock=clock)
     assert {group: admitted(lim, "peer", f"/{group}", 6_100) for group in NODE_GROUPS} == {
         "general": 450,
@@ -151,7 +151,7 @@ def test_leaky_ticks_drain_tick_reduction_every_interval(clock: rk.ManualClock) 
 
 
 def test_leaky_tokens_drain_in_ticks_not_continuously(clock: rk.ManualClock) -> None:
-    lim = hybrid(clock, leaky_limit=3)  # 3 drained every 30 s (the seed's defaults)
+    lim = hybrid(clock, leaky_limit=3)  # 3 drained every 30 s (the node's defaults)
     assert admitted(lim, "peer", "/x", 5) == 3
     clock.advance(15)  # half an interval: no tick yet
     assert not lim.allow("peer", "/x")

@@ -1,7 +1,7 @@
 """Arweave's peer throttle (``ar_rate_limiter``, an Erlang gen_server) through ``ratekeeper.compat.peer_throttle``.
 
-The seed's eunit tests are ported one by one, with their names. Their timing runs on a ManualClock: where
-the seed asserts a call was "instant" (< 100 ms), the clock must not have moved; where it asserts a delay of
+ar_rate_limiter's eunit tests are ported one by one, with their names. Their timing runs on a ManualClock: where
+the original asserts a call was "instant" (< 100 ms), the clock must not have moved; where it asserts a delay of
 at least 1000 ms, the clock must have moved by at least 1 s (a wait on a ManualClock advances it).
 """
 
@@ -59,7 +59,7 @@ def test_throttle_exempt_path(clock: rk.ManualClock) -> None:
     opts = {"throttle_exempt_paths": [b"/health", b"/metrics"], "throttle_rpm_by_path": ("default", 60)}
     lim = peer_throttle(opts, clock=clock)
     instant(lim, clock, "peer1", "/health", 100)
-    instant(lim, clock, "peer1", "/metrics/node", 100)  # regexes are searched, as in the seed
+    instant(lim, clock, "peer1", "/metrics/node", 100)  # regexes are searched, as ar_rate_limiter does
     assert lim.check("peer1", "/api/data").group == "default"
 
 
@@ -132,8 +132,8 @@ def test_on_off_toggle(clock: rk.ManualClock) -> None:
 @pytest.mark.parametrize(
     ("rpm", "period_ms", "threshold"),
     [
-        (60, 30_000, 24),  # the seed's example: half of 60 is 30, 80 % of it 24
-        (10, 30_000, 4),  # the seed's over-limit test
+        (60, 30_000, 24),  # ar_rate_limiter's example: half of 60 is 30, 80 % of it 24
+        (10, 30_000, 4),  # ar_rate_limiter's over-limit test
         (100, 30_000, 40),
         (120, 30_000, 48),
         (1, 30_000, 1),  # never below 1
@@ -153,7 +153,7 @@ def test_threshold_admitted_immediately_then_the_next_waits_for_the_window(
     instant(lim, clock, "peer1", "/api/data", threshold)
     assert not lim.check("peer1", "/api/data").allowed
     lim.throttle("peer1", "/api/data")
-    # Admitted once the first timestamp (t=0) leaves the 30 s window: the seed retries every second.
+    # Admitted once the first timestamp (t=0) leaves the 30 s window: ar_rate_limiter retries every second.
     assert 30.0 <= clock.now() <= 31.0
 
 
