@@ -130,11 +130,22 @@ impl Default for Config {
     }
 }
 
+/// The longest path pattern accepted (in bytes): far above any route table written by hand.
+pub const MAX_PATTERN_BYTES: usize = 100_000;
+
 /// Compiles one pattern, naming it in the error.
 ///
 /// # Errors
 /// A pattern that is not a valid regular expression.
 pub fn compile(pattern: &str) -> Result<Regex> {
+    // Refused before parsing: the regex crate would spend seconds on a pattern of megabytes before its
+    // size limit refused it.
+    if pattern.len() > MAX_PATTERN_BYTES {
+        return Err(Error::value(
+            "pattern",
+            format!("is {} bytes long; a pattern may be at most {MAX_PATTERN_BYTES}", pattern.len()),
+        ));
+    }
     Regex::new(pattern).map_err(|e| Error::value("pattern", format!("{pattern:?} is not a valid regex: {}", flat(&e))))
 }
 

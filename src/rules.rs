@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 use regex::{Regex, RegexSet};
 
 use crate::algorithm::Limit;
-use crate::config::{compile, flat, Policy, RuleSpec, RulesConfig};
+use crate::config::{compile, flat, Policy, RuleSpec, RulesConfig, MAX_PATTERN_BYTES};
 use crate::error::{Error, Result};
 use crate::quota::QuotaSettings;
 
@@ -97,6 +97,13 @@ impl Router {
         let exempt_paths = if exempt_paths.is_empty() {
             None
         } else {
+            // A pattern too long is refused before the set parses it (seconds for megabytes).
+            if let Some(i) = exempt_paths.iter().position(|p| p.len() > MAX_PATTERN_BYTES) {
+                return Err(compile(&exempt_paths[i])
+                    .err()
+                    .unwrap_or_else(|| Error::value("pattern", "too long"))
+                    .moved_to(&format!("exempt_paths[{i}]")));
+            }
             // Compiled once; only a failure compiles them one by one, to name the bad one.
             Some(RegexSet::new(exempt_paths).map_err(|e| {
                 let bad = exempt_paths.iter().enumerate().find_map(|(i, p)| compile(p).err().map(|e| (i, e)));

@@ -11,7 +11,6 @@ path is a path, ``timeout=inf`` waits for ever, a 10 MB group name is a name.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -311,7 +310,6 @@ def test_bad_input_is_refused_naming_the_field(
     call: Callable[[rk.Limiter, object], object], value: object, kind: type[Exception], field: str
 ) -> None:
     lim = make_limiter()
-    started = time.perf_counter()
     with pytest.raises(rk.InvalidArgument) as info:
         call(lim, value)
     error = info.value
@@ -320,7 +318,6 @@ def test_bad_input_is_refused_naming_the_field(
     assert field in str(error)
     # The offending value is quoted, but a 10 MB one is not echoed whole.
     assert len(str(error)) < 1_000
-    assert time.perf_counter() - started < 10.0  # regex parses a 10 MB pattern in ~3 s before its size limit
     lim.close()
 
 
