@@ -285,39 +285,41 @@ class Gatekeeper:
             admission.permits = False
             await off_loop(self.limiter, _release, self.limiter, admission)
 
-    def _refunds(self, admission: Admission, status: int) -> bool:
+    def _settles(self, admission: Admission, status: int) -> bool:
         refund_when = self.options.refund_when
         return refund_when is not None and admission.counted and refund_when(status)
 
     def settle(self, admission: Admission, status: int) -> None:
-        """Gives the request back when ``refund_when`` says its response's ``status`` should not count."""
-        if self._refunds(admission, status):
+        """Gives the request back with the limiter's ``reduce`` when ``refund_when`` (the option's name,
+        as users know it) says its response's ``status`` should not count."""
+        if self._settles(admission, status):
             _reduce(self.limiter, admission)
 
     async def asettle(self, admission: Admission, status: int) -> None:
         """``settle`` on an event loop."""
-        if self._refunds(admission, status):
+        if self._settles(admission, status):
             await off_loop(self.limiter, _reduce, self.limiter, admission)
 
-    def refund(self, admission: Admission) -> None:
-        """Gives back what an allowed admission counted (its permits stay held)."""
+    def reduce(self, admission: Admission) -> None:
+        """Gives back what an allowed admission counted, with the limiter's ``reduce`` (its permits stay
+        held)."""
         if admission.counted:
             _reduce(self.limiter, admission)
 
-    async def arefund(self, admission: Admission) -> None:
-        """``refund`` on an event loop."""
+    async def areduce(self, admission: Admission) -> None:
+        """``reduce`` on an event loop."""
         if admission.counted:
             await off_loop(self.limiter, _reduce, self.limiter, admission)
 
     def give_back(self, admission: Admission) -> None:
         """Undoes an allowed admission, its count and its permits: a later limit refused the request,
         and a refused request counts against none of its limits."""
-        self.refund(admission)
+        self.reduce(admission)
         self.release(admission)
 
     async def agive_back(self, admission: Admission) -> None:
         """``give_back`` on an event loop."""
-        await self.arefund(admission)
+        await self.areduce(admission)
         await self.arelease(admission)
 
     # --- the body -------------------------------------------------------------------------------------------

@@ -383,7 +383,7 @@ class RouteLimits:
             fields = admission.fields
             if admission.status:
                 if block:
-                    await _refund_counted(request.scope)
+                    await _reduce_counted(request.scope)
                     raise RouteLimited(admission.decision, message, fields)
                 # Served anyway: the fields say what was decided; no Retry-After, nothing to retry.
                 fields = [field for field in fields if field[0] != b"retry-after"]
@@ -565,7 +565,7 @@ class _RouteLimitsMiddleware:
             admission = await owner.gatekeeper.aadmit(peer, path, group)
             admissions.append(admission)
             if admission.status:
-                await _refund_counted(scope)
+                await _reduce_counted(scope)
                 return admission
             _count(scope, owner.gatekeeper, admission)
         return None
@@ -600,7 +600,7 @@ def _count(scope: MutableMapping[str, Any], gatekeeper: Gatekeeper, admission: A
         scope.setdefault(_COUNTED, []).append((gatekeeper, admission))
 
 
-async def _refund_counted(scope: MutableMapping[str, Any]) -> None:
+async def _reduce_counted(scope: MutableMapping[str, Any]) -> None:
     """Gives back what the limits that admitted the request counted, now that another refused it; the
     refusal's response carries that limit's fields only."""
     sink = scope.get(_FIELDS)
@@ -608,7 +608,7 @@ async def _refund_counted(scope: MutableMapping[str, Any]) -> None:
         sink.clear()
     counted: list[tuple[Gatekeeper, Admission]] = scope.pop(_COUNTED, [])
     for gatekeeper, admission in counted:
-        await gatekeeper.arefund(admission)
+        await gatekeeper.areduce(admission)
 
 
 def _put_fields(scope: MutableMapping[str, Any], response: Response, fields: Sequence[tuple[bytes, bytes]]) -> None:

@@ -654,7 +654,7 @@ class RateLimit:
         """Gives back each allowed part whose limit's ``deduct_when`` says the response does not count."""
         for admission, limit in verdict.parts:
             if limit is not None and limit.deduct_when is not None and not limit.deduct_when(response):
-                self.gatekeeper.refund(admission)
+                self.gatekeeper.reduce(admission)
 
     def _answer(self, request: flask.Request, refusal: tuple[Admission, _RouteLimit | None]) -> Response:
         """The answer to a refusal inside Flask: the limit's ``on_breach`` response, ``on_refused``'s, or
