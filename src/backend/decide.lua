@@ -75,8 +75,10 @@ local function expire(key, ms)
 end
 
 -- What a state written now has seen: every move up to `head`.
+-- (Made once per call, in `decide`.)
+local seen_text
 local function seen_now()
-  return node .. '/' .. str(head)
+  return seen_text
 end
 
 -- The state, the limit it was written under and the moves it has seen; and `ledger`, the key's waits
@@ -681,6 +683,36 @@ local function ledger_give_back(l, state, at)
 end
 
 -- One decision: what `KEYS` and `ARGV` (see the head of this file) ask, atomically.
+-- The common decision in one pass: one GCRA limit, decided now (no wait, nothing to replay), on a state
+-- this limit wrote with no waits ahead (or none). It decides as the general path below does, in a third
+-- of the server's time (no tables of limits and states, no closures, no ledger); anything else (another
+-- type of key, a state another limit wrote, a ledger) returns nil before writing, for the general path.
+local function decide_one_gcra(key, ARGV)
+  local raw = redis.pcall('GET', key)
+  if type(raw) == 'table' then return nil end
+  local l = limit_at(ARGV, 12)
+  local state = nil
+  if raw then
+    state = parse_state(raw)
+    if state == nil or state.ledger ~= nil or state.sig ~= l.sig then return nil end
+  end
+  local admitted, retry = nil, nil
+  if cost <= l.burst then admitted, retry = algorithms.gcra.evaluate(l, state, 0) end
+  local reply
+  if admitted then
+    store(l, key, admitted, nil)
+    state = admitted
+    reply = { 1, 0, 0, now_s, now_ns, 1, '' }
+  else
+    reply = { 0, 0, retry or -1, now_s, now_ns, 0, 'rate' }
+  end
+  if want_report then
+    local remaining, reset, next_ns = algorithms.gcra.report(l, state)
+    reply[8], reply[9], reply[10] = remaining, reset, next_ns
+  end
+  return reply
+end
+
 local function decide(KEYS, ARGV)
   floor = math.floor
   manual = ARGV[1] ~= ''
@@ -702,6 +734,11 @@ local function decide(KEYS, ARGV)
   node = ARGV[10]
   head = tonumber(ARGV[11])
   n = tonumber(ARGV[12])
+  seen_text = node .. '/' .. str(head)
+  if n == 1 and max_wait == 0 and ARGV[13] == 'gcra' and ARGV[20] == '0' and (operation == '0' or operation == '1') then
+    local reply = decide_one_gcra(KEYS[1], ARGV)
+    if reply then return reply end
+  end
 
   local limits, states, moved = {}, {}, {}
   for i = 1, n do
