@@ -15,6 +15,11 @@ What is measured
       throttled-py GCRA          throttled-py 3.x, RedisStore
       pyrate-limiter             pyrate-limiter 4.x, RedisBucket (a sliding log in a sorted set)
 
+    Server time per decision (µs, lower is better), per algorithm: the decision script's own time
+    (``INFO commandstats``: FCALL or EVALSHA, the commands it runs included) and the main thread's CPU
+    (``used_cpu_*_main_thread``: parsing and replying too), over the calls of one run after
+    ``CONFIG RESETSTAT``. At scale the server's CPU is the bill: this is what one decision costs it.
+
     64 concurrent asyncio callers on one event loop (decisions per second, higher is better):
       redis-py PING              redis.asyncio, 64 tasks
       ratekeeper exact           await lim.aallow(peer)
@@ -44,6 +49,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import csv
+import functools
 import importlib.metadata
 import os
 import platform
@@ -314,6 +320,66 @@ async def _made(case: Case, server: Server) -> AsyncCall:
     return made
 
 
+# Server time ----------------------------------------------------------------------------------------
+
+#: Every algorithm exact mode decides, with a limit no call of a run reaches (a sliding log keeps a
+#: member per unit in Redis, so its limit is smaller).
+SERVER_ALGORITHMS = {
+    "gcra": LIMIT,
+    "token_bucket": LIMIT,
+    "sliding_window": LIMIT,
+    "fixed_window": LIMIT,
+    "leaky_bucket": LIMIT,
+    "sliding_log": "100000/second",
+}
+SCRIPT_COMMANDS = ("cmdstat_fcall", "cmdstat_fcall_ro", "cmdstat_evalsha", "cmdstat_eval")
+
+
+def server_cases(server: Server) -> list[tuple[str, Call]]:
+    """Each algorithm in exact mode, then limits' strategies (skipped when limits is missing)."""
+    cases: list[tuple[str, Call]] = []
+    for algorithm, limit in SERVER_ALGORITHMS.items():
+        backend = rk.Redis(server.url, prefix=f"bench:server:{algorithm}:", on_error="raise")
+        lim = rk.Limiter(limit.replace("second", "s"), algorithm=algorithm, backend=backend)
+        cases.append((f"ratekeeper {algorithm}", functools.partial(lim.allow, PEER)))
+    for name in ("FixedWindow", "MovingWindow"):
+        try:
+            cases.append((f"limits {name}", limits_strategy(name)(server)))
+        except ImportError as error:
+            print(f"limits {name}: skipped ({error})", file=sys.stderr)
+    return cases
+
+
+def server_time(server: Server, calls: int) -> list[tuple[str, float, float]]:
+    """(case, script µs per decision, main-thread CPU µs per decision), each over ``calls`` decisions."""
+    import redis
+
+    admin = redis.Redis(port=server.port)
+    rows = []
+    for name, call in server_cases(server):
+        for _ in range(200):
+            call()
+        admin.config_resetstat()
+        before = admin.info("cpu")
+        for _ in range(calls):
+            if not admitted(call()):
+                raise SystemExit(f"{name}: a call was refused")
+        after = admin.info("cpu")
+        stats = admin.info("commandstats")
+        script_us = sum(stats[c]["usec"] for c in SCRIPT_COMMANDS if c in stats) / calls
+        cpu = sum(after[f"used_cpu_{k}_main_thread"] - before[f"used_cpu_{k}_main_thread"] for k in ("user", "sys"))
+        rows.append((name, script_us, cpu / calls * 1e6))
+    return rows
+
+
+def report_server_time(rows: list[tuple[str, float, float]]) -> None:
+    print("\n**Server time per decision** (µs; one caller)\n")
+    print("| decision | script µs | main thread CPU µs |")
+    print("|---|---:|---:|")
+    for name, script_us, cpu_us in rows:
+        print(f"| {name} | {script_us:.1f} | {cpu_us:.1f} |")
+
+
 # Report ---------------------------------------------------------------------------------------------
 
 
@@ -394,9 +460,11 @@ def main(argv: list[str] | None = None) -> int:
     server = Server()
     try:
         blocking, concurrent = measure(server, args.runs, args.calls)
+        server_rows = server_time(server, args.calls)
     finally:
         server.stop()
     verdicts = report(blocking, concurrent, args.calls)
+    report_server_time(server_rows)
     write_tsv(args.out, blocking, concurrent, args.calls)
     print(f"\nTSV: {args.out}")
     return 1 if args.check and not all(passed for passed, _ in verdicts) else 0
