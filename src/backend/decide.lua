@@ -683,11 +683,12 @@ local function ledger_give_back(l, state, at)
 end
 
 -- One decision: what `KEYS` and `ARGV` (see the head of this file) ask, atomically.
--- The common decision in one pass: one GCRA limit, decided now (no wait, nothing to replay), on a state
--- this limit wrote with no waits ahead (or none). It decides as the general path below does, in a third
--- of the server's time (no tables of limits and states, no closures, no ledger); anything else (another
--- type of key, a state another limit wrote, a ledger) returns nil before writing, for the general path.
-local function decide_one_gcra(key, ARGV)
+-- The common decision in one pass: one rate limit kept in a string (every algorithm but the sliding log
+-- and concurrency permits), decided now (no wait, nothing to replay), on a state this limit wrote with no
+-- waits ahead (or none). It decides as the general path below does, in less of the server's time (no
+-- tables of limits and states, no closures, no ledger); anything else (another type of key, a state
+-- another limit wrote, a ledger) returns nil before writing, for the general path.
+local function decide_one(key, ARGV)
   local raw = redis.pcall('GET', key)
   if type(raw) == 'table' then return nil end
   local l = limit_at(ARGV, 12)
@@ -697,7 +698,7 @@ local function decide_one_gcra(key, ARGV)
     if state == nil or state.ledger ~= nil or state.sig ~= l.sig then return nil end
   end
   local admitted, retry = nil, nil
-  if cost <= l.burst then admitted, retry = algorithms.gcra.evaluate(l, state, 0) end
+  if cost <= l.burst then admitted, retry = l.algorithm.evaluate(l, state, 0) end
   local reply
   if admitted then
     store(l, key, admitted, nil)
@@ -707,7 +708,7 @@ local function decide_one_gcra(key, ARGV)
     reply = { 0, 0, retry or -1, now_s, now_ns, 0, 'rate' }
   end
   if want_report then
-    local remaining, reset, next_ns = algorithms.gcra.report(l, state)
+    local remaining, reset, next_ns = l.algorithm.report(l, state)
     reply[8], reply[9], reply[10] = remaining, reset, next_ns
   end
   return reply
@@ -735,8 +736,10 @@ local function decide(KEYS, ARGV)
   head = tonumber(ARGV[11])
   n = tonumber(ARGV[12])
   seen_text = node .. '/' .. str(head)
-  if n == 1 and max_wait == 0 and ARGV[13] == 'gcra' and ARGV[20] == '0' and (operation == '0' or operation == '1') then
-    local reply = decide_one_gcra(KEYS[1], ARGV)
+  local one = n == 1 and algorithms[ARGV[13]]
+  if one and one.store == nil and max_wait == 0 and take ~= 'permits' and ARGV[20] == '0'
+    and (operation == '0' or operation == '1') then
+    local reply = decide_one(KEYS[1], ARGV)
     if reply then return reply end
   end
 
