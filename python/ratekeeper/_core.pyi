@@ -717,9 +717,9 @@ class Limiter:
             HTTP request, carries no key, or holds anything unusual: the caller reads it in Python.
         """
 
-    def _release(
-        self, peer: str | int, path: str | None = None, *, group: str | None = None, cost: int = 1
-    ) -> None: ...
+    def _release(self, peer: str | int, path: str | None = None, *, group: str | None = None, cost: int = 1) -> None:
+        """Gives back ``cost`` concurrency permits an admission took; ``group=`` names the group that took
+        them (the decision's), which, when a reload has removed it since, has nothing left to give back."""
     def reduce(self, peer: str | int, path: str | None = None, n: int = 1, *, group: str | None = None) -> bool:
         """Gives ``n`` tokens back to the key (manual reduction, e.g. when a handler's transaction
         succeeded): under policy ``"all"`` to every rate limit of the group (each counted the request);

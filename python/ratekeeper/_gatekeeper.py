@@ -335,13 +335,8 @@ class Gatekeeper:
 
 
 def _release(limiter: Limiter, admission: Admission) -> None:
-    """Gives ``admission``'s permits back to the group it took them in."""
-    try:
-        limiter._release(admission.peer, group=admission.group, cost=admission.cost)
-    except InvalidValue:
-        if admission.group in limiter.groups:
-            raise
-        # A reload removed the group since: its permits went with it.
+    """Gives ``admission``'s permits back to the group it took them in (nothing, when a reload removed it)."""
+    limiter._release(admission.peer, group=admission.group, cost=admission.cost)
 
 
 def _reduce(limiter: Limiter, admission: Admission) -> None:

@@ -37,17 +37,13 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 def _admit_in_python(
     key: KeyFunction, gatekeeper: Gatekeeper, scope: Scope
-) -> tuple[tuple[bytes, bytes], ...] | Admission | None:
-    """The quick gate for a key function the core does not read from the scope: the key read here, once,
-    and decided by ``Gatekeeper.admit_quick``; the fields, or the admission (refused, or permits held)."""
+) -> tuple[tuple[bytes, bytes], ...] | Decision | None:
+    """``Limiter._admit_scope`` for a key function the core does not read from the scope: the key read here,
+    once, and decided by ``Gatekeeper.admit_quick`` (a Decision carries it back, as the core's does)."""
     if scope["type"] != "http":
         return None
     peer = key.from_scope(scope)
-    if peer is None:
-        return None
-    path = scope.get("path", "")
-    admitted = gatekeeper.admit_quick(peer, path)
-    return admitted if type(admitted) is tuple else gatekeeper.admission(admitted, peer, path)  # type: ignore[arg-type]
+    return None if peer is None else gatekeeper.admit_quick(peer, scope.get("path", ""))
 
 
 class RateLimitMiddleware:
@@ -89,11 +85,9 @@ class RateLimitMiddleware:
         self.app = app
         #: A bad option, kept when Starlette builds its middleware stack (see ``_refuse_to_start``).
         self.error: InvalidArgument | None = None
-        #: The quick gate (see below): the fields of an allowed request that owes nothing else, an admission
-        #: or a Decision to serve through the lifecycle, or None to decide it on the full path.
-        self._admit_scope: Callable[[Scope], tuple[tuple[bytes, bytes], ...] | Decision | Admission | None] | None = (
-            None
-        )
+        #: The quick gate (see below): the fields of an allowed request that owes nothing else, a Decision
+        #: (carrying its key) to serve through the lifecycle, or None to decide it on the full path.
+        self._admit_scope: Callable[[Scope], tuple[tuple[bytes, bytes], ...] | Decision | None] | None = None
         try:
             self.options = WebOptions(limiter, **options)
             if path is not None and not callable(path):
@@ -142,13 +136,10 @@ class RateLimitMiddleware:
                 await self.app(scope, receive, send_with_fields)
                 return
             if admitted is not None:  # refused, or permits held: served through the lifecycle
-                if isinstance(admitted, Admission):
-                    admission = admitted
-                else:
-                    # The core read the key from the scope, and hands it back with the Decision.
-                    assert isinstance(admitted, Decision)
-                    assert admitted._peer is not None
-                    admission = self.gatekeeper.admission(admitted, admitted._peer, scope.get("path", ""))
+                # The key was read once, and comes back with the Decision.
+                assert isinstance(admitted, Decision)
+                assert admitted._peer is not None
+                admission = self.gatekeeper.admission(admitted, admitted._peer, scope.get("path", ""))
                 await self._serve(scope, receive, send, admission)
                 return
         if self.error is not None:  # no hot path then: checked here only

@@ -141,7 +141,9 @@ class Permit:
         try:
             if self._held:
                 self._held = False
-                self._limiter._release(self._peer, self._path, group=self._group, cost=self._cost)
+                # To the group that took them, not the path routed again: a reload since may route it elsewhere.
+                assert self.decision is not None
+                self._limiter._release(self._peer, group=self.decision.group, cost=self._cost)
         finally:
             self._entered.release()
 

@@ -683,6 +683,21 @@ local function ledger_give_back(l, state, at)
 end
 
 -- One decision: what `KEYS` and `ARGV` (see the head of this file) ask, atomically.
+-- A decision's reply (see "Reply" above), before the reports: numbers go back as integer replies, exact,
+-- as every one is a whole number below 2^53.
+local function reply_of(allowed, wait, retry, written, refused_by)
+  if allowed then return { 1, wait, 0, now_s, now_ns, written, '' } end
+  return { 0, 0, retry or -1, now_s, now_ns, written, refused_by }
+end
+
+-- Appends what limit `l` has left with `state` to `reply`.
+local function report_into(reply, l, state)
+  local remaining, reset, next_ns = l.algorithm.report(l, state)
+  reply[#reply + 1] = remaining
+  reply[#reply + 1] = reset
+  reply[#reply + 1] = next_ns
+end
+
 -- The common decision in one pass: one rate limit kept in a string (every algorithm but the sliding log
 -- and concurrency permits), decided now (no wait, nothing to replay), on a state this limit wrote with no
 -- waits ahead (or none). It decides as the general path below does, in less of the server's time (no
@@ -703,14 +718,11 @@ local function decide_one(key, ARGV)
   if admitted then
     store(l, key, admitted, nil)
     state = admitted
-    reply = { 1, 0, 0, now_s, now_ns, 1, '' }
+    reply = reply_of(true, 0, nil, 1, '')
   else
-    reply = { 0, 0, retry or -1, now_s, now_ns, 0, 'rate' }
+    reply = reply_of(false, 0, retry, 0, 'rate')
   end
-  if want_report then
-    local remaining, reset, next_ns = l.algorithm.report(l, state)
-    reply[8], reply[9], reply[10] = remaining, reset, next_ns
-  end
+  if want_report then report_into(reply, l, state) end
   return reply
 end
 
@@ -960,17 +972,9 @@ local function decide(KEYS, ARGV)
   -- A moved state is kept even when nothing was admitted: the move happens once, as in memory.
   persist_moved(written)
 
-  -- Numbers go back as integer replies: exact, as every one is a whole number below 2^53.
-  local reply = { allowed and 1 or 0, allowed and wait or 0, retry or -1, now_s, now_ns, written,
-    allowed and '' or refused_by }
-  if allowed then reply[3] = 0 end
+  local reply = reply_of(allowed, wait, retry, written, refused_by)
   if want_report then
-    for i = 1, n do
-      local remaining, reset, next_ns = limits[i].algorithm.report(limits[i], states[i])
-      reply[#reply + 1] = remaining
-      reply[#reply + 1] = reset
-      reply[#reply + 1] = next_ns
-    end
+    for i = 1, n do report_into(reply, limits[i], states[i]) end
   end
   return reply
 end

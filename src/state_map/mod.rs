@@ -187,9 +187,11 @@ impl<C> Shard<C> {
         matches!(self.slots, AnySlots::Region(_))
     }
 
-    /// [`Shard::update`] of a state to be read as written under `limit` (region id `def`, 0: looked up):
-    /// in a shared region the slot's writer is checked in the same lookup, and a state another limit
-    /// wrote is converted first ([`Shard::reconcile`]): the decision's hot path, one probe of the table.
+    /// Replaces the state of `key`, read as written under `limit` (region id `def`, 0: looked up), by what
+    /// `change` makes of it, counted as a use; `None`: no such key; `Some(Err)`: `change` declined and
+    /// nothing was written. In a shared region the slot's writer is checked in the same lookup, and a
+    /// state another limit wrote is converted first ([`Shard::reconcile`]): the decision's hot path, one
+    /// probe of the table.
     #[inline]
     pub fn update_under<E>(
         &mut self,
@@ -200,14 +202,6 @@ impl<C> Shard<C> {
     ) -> Option<Result<(), E>> {
         // `change` is called in one place, so that it is inlined.
         let state = self.slots.state_under(key, limit, now, &mut self.counts)?;
-        Some(change(state).map(|changed| *state = changed))
-    }
-
-    /// Replaces the state of `key` by what `change` makes of it, counted as a use; `None`: no such
-    /// key; `Some(Err)`: `change` declined and nothing was written. One lookup for both.
-    #[inline]
-    pub fn update<E>(&mut self, key: u64, change: impl FnOnce(&State) -> Result<State, E>) -> Option<Result<(), E>> {
-        let state = self.slots.state_mut(key)?;
         Some(change(state).map(|changed| *state = changed))
     }
 

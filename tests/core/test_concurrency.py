@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import ratekeeper as rk
@@ -401,3 +402,31 @@ def test_a_request_that_waited_for_its_rate_slot_gets_its_permit(clock: rk.Manua
     with pytest.raises(rk.RateLimited) as info, limiter.concurrent("alice", "/api/x"):
         pytest.fail("the rate admitted a request while used up")
     assert info.value.decision.refused_by == "rate"
+
+
+ROUTED = """
+[groups.slow]
+paths = ["^/slow"]
+limits = [{concurrency = 1}]
+[groups.other]
+paths = ["^/other"]
+limits = [{concurrency = 1}]
+"""
+REROUTED = ROUTED.replace('["^/slow"]', '["^/elsewhere"]').replace('["^/other"]', '["^/slow", "^/other"]')
+REMOVED = '[groups.other]\npaths = ["^/slow", "^/other"]\nlimits = [{concurrency = 1}]\n'
+
+
+@pytest.mark.parametrize("after", [REROUTED, REMOVED], ids=["rerouted", "removed"])
+def test_a_permit_held_across_a_reload_goes_back_to_the_group_that_took_it(tmp_path: Path, after: str) -> None:
+    file = tmp_path / "ratekeeper.toml"
+    file.write_text(ROUTED)
+    limiter = rk.Limiter.from_file(file)
+    with limiter.concurrent(PEER, "/slow", rates=False):
+        file.write_text(after)
+        limiter.reload(file)  # /slow now routes to "other" (and "slow" may be gone)
+    # "other" lent nothing: its one permit is free for a request on /slow now.
+    with limiter.concurrent(PEER, "/slow", rates=False) as decision:
+        assert decision.group == "other"
+    if "[groups.slow]" in after:
+        with limiter.concurrent(PEER, group="slow", rates=False):
+            pass  # the permit "slow" lent came back

@@ -32,7 +32,7 @@ pub struct Attached {
     /// A key's shard of the region is its top bits from here; each shard of the process holds
     /// `per_shard` of them.
     shift: u32,
-    pub(crate) per_shard: usize,
+    per_shard: usize,
     /// When (on the limiter's clock) a decision next checks that the file is still at its path.
     next_check: AtomicU64,
 }
