@@ -95,12 +95,17 @@ impl Limiter {
     /// rescaled from the limit it was written under to the one in force, at its next decision.
     fn moves_after(old: &Rules, new: &Rules, now: u64) -> Vec<GroupMove> {
         let horizon = |g: &Group| g.limits.iter().filter(|l| !l.is_concurrency()).map(Limit::horizon_ns).max();
+        // Once a group's move is kept, every later one of that group is too: a state written before the
+        // kept one is moved through all that follow it, and a gap would leave it under a limit no move
+        // starts from (a short limit between two long ones expires first).
+        let mut kept_groups = std::collections::HashSet::new();
         let mut moves: Vec<GroupMove> = old
             .moves
             .iter()
             .filter(|m| {
-                let keep = horizon(&m.old).max(horizon(&m.new)).unwrap_or(0).saturating_mul(4);
-                now.saturating_sub(m.at) <= keep
+                let within =
+                    now.saturating_sub(m.at) <= horizon(&m.old).max(horizon(&m.new)).unwrap_or(0).saturating_mul(4);
+                (within && kept_groups.insert(m.new.id)) || kept_groups.contains(&m.new.id)
             })
             .cloned()
             .collect();

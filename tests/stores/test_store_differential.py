@@ -600,3 +600,25 @@ def test_two_quota_changes_between_decisions_keep_a_sliding_logs_stamps(pair: Ca
         told = other.check("k", "/")
         assert seen(told) == seen(memory.check("k", "/"))
         assert (told.allowed, told.retry_after) == (False, pytest.approx(3.0))
+
+
+def test_a_short_limit_between_two_long_ones_keeps_the_moves_after_it(
+    sides: Callable[[dict[str, GroupSpec], int], tuple[Side, Side]], request: pytest.FixtureRequest
+) -> None:
+    # g1 goes gcra 60/hour -> burst 1 -> burst 2 -> a sliding window; bob's wait moves the clock past the
+    # burst-1 move's horizon, and g0's change then dropped that move alone: alice's state, written before
+    # all three, was moved straight to the window at its next request, losing what it used.
+    gcra = GroupSpec((LimitSpec("60/hour", None, "gcra"),), "all")
+    window = GroupSpec((LimitSpec("60/hour", 6, "sliding_window"),), "all")
+    script: list[Step] = [
+        Check("alice", "/b", 1),
+        Check("bob", "/b", 1),
+        Check("bob", "/b", 3),
+        UpdateRule("g1", None, 1),
+        UpdateRule("g1", None, 2),
+        Reload(g0=gcra, g1=window),
+        Throttle("bob", "/b", 3, None),
+        UpdateRule("g0", None, 1),
+    ]
+    memory, other = sides({"g0": gcra, "g1": gcra}, 0)
+    play(memory, other, script, request.node.callspec.params["other_store"])
