@@ -342,7 +342,7 @@ def server_cases(server: Server) -> list[tuple[str, Call]]:
         backend = rk.Redis(server.url, prefix=f"bench:server:{algorithm}:", on_error="raise")
         lim = rk.Limiter(limit.replace("second", "s"), algorithm=algorithm, backend=backend)
         cases.append((f"ratekeeper {algorithm}", functools.partial(lim.allow, PEER)))
-    for name in ("FixedWindow", "MovingWindow"):
+    for name in ("FixedWindow", "MovingWindow", "SlidingWindowCounter"):
         try:
             cases.append((f"limits {name}", limits_strategy(name)(server)))
         except ImportError as error:

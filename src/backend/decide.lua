@@ -36,8 +36,10 @@ local E9 = 1000000000
 local floor, now_s, now_ns, now_ms, cost, max_wait, policy, operation, want_report, take, lease, lease_ttl, n
 local node, head, manual
 
+-- '%d', not '%.0f': every number written is a whole number below 2^53, which Lua's '%d' (a C long)
+-- holds exactly, and C's printf takes a few times longer to write a double with '%.0f'.
 local function str(x)
-  return string.format('%.0f', x)
+  return string.format('%d', x)
 end
 
 -- a × b mod m without overflow (a, b, m < 2^52): the phase of `now` in a window aligned to zero.
@@ -83,7 +85,10 @@ end
 
 -- The state, the limit it was written under and the moves it has seen; and `ledger`, the key's waits
 -- (a write without one forgets them: the ledger describes the state it was written with, no other).
-local function store(l, key, state, ledger)
+-- `before`: the key's state as read, when this write replaces it; a state that ends no later than it
+-- keeps the key's time to live, which every writer set to end no earlier than the state it wrote (one
+-- command's work less: a window's count rising within its window).
+local function store(l, key, state, ledger, before)
   local abs_ns = now_ns + state.t
   local s = now_s + floor(abs_ns / E9)
   local ttl_ms = ceil_div(state.t, 1000000)
@@ -91,10 +96,12 @@ local function store(l, key, state, ledger)
     redis.call('DEL', key)
     return
   end
-  local value = string.format('%.0f %.0f %.0f %.0f %s %s', s, abs_ns % E9, state.a, state.b, l.sig, seen_now())
+  local value = string.format('%d %d %d %d %s %s', s, abs_ns % E9, state.a, state.b, l.sig, seen_now())
   if ledger then value = value .. ' ' .. ledger end
   if manual then
     redis.call('SET', key, value)
+  elseif before ~= nil and state.t <= before.t then
+    redis.call('SET', key, value, 'KEEPTTL')
   else
     redis.call('SET', key, value, 'PX', ttl_ms)
   end
@@ -698,25 +705,71 @@ local function report_into(reply, l, state)
   reply[#reply + 1] = next_ns
 end
 
--- The common decision in one pass: one rate limit kept in a string (every algorithm but the sliding log
--- and concurrency permits), decided now (no wait, nothing to replay), on a state this limit wrote with no
--- waits ahead (or none). It decides as the general path below does, in less of the server's time (no
--- tables of limits and states, no closures, no ledger); anything else (another type of key, a state
--- another limit wrote, a ledger) returns nil before writing, for the general path.
-local function decide_one(key, ARGV)
+-- Limits by their signature, parsed once per library load (a Redis Function's definitions run once; by
+-- EVALSHA, on every call): a compact call names its limit by signature alone. A server sees few
+-- signatures; the table starts over past `MAX_CACHED` all the same.
+local MAX_CACHED = 1000
+local limits_by_sig, cached = {}, 0
+local function limit_named(sig)
+  local l = limits_by_sig[sig]
+  if l == nil then
+    l = limit_of_sig(sig)
+    if l == nil then return nil end
+    if cached >= MAX_CACHED then limits_by_sig, cached = {}, 0 end
+    limits_by_sig[sig], cached = l, cached + 1
+  elseif l.kind == 'sliding_window' then
+    l.phase = (mulmod(now_s, E9, l.p2) + now_ns) % l.p2
+  end
+  return l
+end
+
+-- Sets `now` from a ManualClock's reading (`s`, `ns`), or from Redis's TIME when `s` is nil or empty.
+local function set_now(s, ns)
+  manual = s ~= nil and s ~= ''
+  if not manual then
+    local time = redis.call('TIME')
+    now_s, now_ns = tonumber(time[1]), tonumber(time[2]) * 1000
+  else
+    now_s, now_ns = tonumber(s), tonumber(ns)
+  end
+  now_ms = now_s * 1000 + floor(now_ns / 1000000)
+end
+
+local decide_full
+
+-- The common decision, called in its compact form (src/backend/script.rs `compact`): one rate limit kept
+-- in a string (every algorithm but the sliding log and concurrency permits), decided now (no wait,
+-- nothing to replay), by 4 arguments instead of 20: cost, operation ("0" | "1"), what a state written
+-- now has seen ("<node>/<head>"), the limit's signature; then a ManualClock's now_s, now_ns, if any.
+-- It decides in one pass, as the general path does, on a state this limit wrote with no waits ahead (or
+-- none): no tables of limits and states, no closures, no ledger. Anything else (another type of key, a
+-- state another limit wrote, a ledger) goes, before writing, to the general path, with the arguments
+-- the compact ones stand for.
+local function decide_compact(KEYS, ARGV)
+  set_now(ARGV[5], ARGV[6])
+  local l = limit_named(ARGV[4])
+  if l == nil then return redis.error_reply('ratekeeper: unknown limit ' .. tostring(ARGV[4])) end
+  cost, max_wait, operation, seen_text = tonumber(ARGV[1]), 0, ARGV[2], ARGV[3]
+  want_report = operation == '1'
+  local key = KEYS[1]
   local raw = redis.pcall('GET', key)
-  if type(raw) == 'table' then return nil end
-  local l = limit_at(ARGV, 12)
-  local state = nil
-  if raw then
+  local state, plain = nil, type(raw) ~= 'table' and l.algorithm.store == nil
+  if plain and raw then
     state = parse_state(raw)
-    if state == nil or state.ledger ~= nil or state.sig ~= l.sig then return nil end
+    plain = state ~= nil and state.ledger == nil and state.sig == l.sig
+  end
+  if not plain then
+    local node, head = string.match(seen_text, '^(.*)/(%d+)$')
+    local full = { ARGV[5] or '', ARGV[6] or '', ARGV[1], '0', 'all', operation, 'rates', '', '0', node, head, '1' }
+    for field in string.gmatch(ARGV[4], '[^,]+') do full[#full + 1] = field end
+    full[#full + 1] = '0'
+    return decide_full(KEYS, full, true)
   end
   local admitted, retry = nil, nil
   if cost <= l.burst then admitted, retry = l.algorithm.evaluate(l, state, 0) end
   local reply
   if admitted then
-    store(l, key, admitted, nil)
+    store(l, key, admitted, nil, state)
     state = admitted
     reply = reply_of(true, 0, nil, 1, '')
   else
@@ -726,16 +779,9 @@ local function decide_one(key, ARGV)
   return reply
 end
 
-local function decide(KEYS, ARGV)
-  floor = math.floor
-  manual = ARGV[1] ~= ''
-  if not manual then
-    local time = redis.call('TIME')
-    now_s, now_ns = tonumber(time[1]), tonumber(time[2]) * 1000
-  else
-    now_s, now_ns = tonumber(ARGV[1]), tonumber(ARGV[2])
-  end
-  now_ms = now_s * 1000 + floor(now_ns / 1000000)
+-- `timed`: `now` is set already (a compact call that came this way).
+decide_full = function(KEYS, ARGV, timed)
+  if not timed then set_now(ARGV[1], ARGV[2]) end
   cost = tonumber(ARGV[3])
   max_wait = tonumber(ARGV[4])
   policy = ARGV[5]
@@ -748,12 +794,6 @@ local function decide(KEYS, ARGV)
   head = tonumber(ARGV[11])
   n = tonumber(ARGV[12])
   seen_text = node .. '/' .. str(head)
-  local one = n == 1 and algorithms[ARGV[13]]
-  if one and one.store == nil and max_wait == 0 and take ~= 'permits' and ARGV[20] == '0'
-    and (operation == '0' or operation == '1') then
-    local reply = decide_one(KEYS[1], ARGV)
-    if reply then return reply end
-  end
 
   local limits, states, moved = {}, {}, {}
   for i = 1, n do
@@ -979,3 +1019,9 @@ local function decide(KEYS, ARGV)
   return reply
 end
 
+-- The compact form has at most 6 arguments, the full one at least 20.
+local function decide(KEYS, ARGV)
+  floor = math.floor
+  if #ARGV <= 6 then return decide_compact(KEYS, ARGV) end
+  return decide_full(KEYS, ARGV)
+end

@@ -27,6 +27,28 @@ def client(redis_server: RedisServer) -> Iterator[redis.Redis]:
         yield connection
 
 
+def test_a_key_lives_as_long_as_its_state_constrains_through_admissions(
+    redis_server: RedisServer, redis_prefix: str, client: redis.Redis
+) -> None:
+    """Each admission moves GCRA's end later and its key's time to live with it; a window's later
+    admissions keep the key's time to live (the window's end), never shorten it."""
+    url = redis_server.url
+    gcra = rk.Limiter("2/min", backend=rk.Redis(url, prefix=f"{redis_prefix}g:"))
+    assert gcra.allow("alice")
+    (key,) = client.keys(f"{redis_prefix}g:*")
+    # Each admission takes 30 s of the minute: the state constrains for 30 s, then 60 (less the time
+    # the calls took).
+    assert 20_000 < client.pttl(key) <= 30_000
+    assert gcra.allow("alice")
+    assert 50_000 < client.pttl(key) <= 60_000
+    window = rk.Limiter("3/h", algorithm="fixed_window", backend=rk.Redis(url, prefix=f"{redis_prefix}w:"))
+    assert window.allow("alice")
+    (key,) = client.keys(f"{redis_prefix}w:*")
+    first = client.pttl(key)
+    assert window.allow("alice") and window.allow("alice") and not window.allow("alice")
+    assert first - 60_000 < client.pttl(key) <= first
+
+
 def test_keys_share_a_hash_tag_and_expire_when_idle(
     redis_server: RedisServer, redis_prefix: str, client: redis.Redis
 ) -> None:
