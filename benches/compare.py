@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from importlib import metadata
 from itertools import cycle, islice
+from pathlib import Path
 
 LIMIT_PER_MIN = 10**9
 LIMIT_STR = f"{LIMIT_PER_MIN}/min"
@@ -575,6 +576,7 @@ def render(report: Report, contenders: list[Contender], settings: Settings) -> s
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: ~0.05 s per run, 2 repeats")
+    parser.add_argument("--json", type=Path, help="also write the figures and the machine block here (render.py)")
     parser.add_argument(
         "--only",
         action="append",
@@ -634,7 +636,26 @@ def main(argv: list[str] | None = None) -> int:
     print("timing (progress on stderr, table on stdout) ...", file=sys.stderr)
     run_all(rk, contenders, settings, report)
     print(render(report, contenders, settings))
+    write_json(args.json, report, contenders, settings)
     return 0
+
+
+def write_json(path: Path | None, report: Report, contenders: list[Contender], settings: Settings) -> None:
+    """The figures for ``benches/render.py``: every row, the memory per key and the versions timed."""
+    from machine import describe, write_results
+
+    versions = {c.package: c.version for c in contenders if c.package}
+    data = {
+        "rows": [{"library": r.library, "scenario": r.scenario, "ns": r.ns} for r in report.rows],
+        "algorithms": [{"algorithm": a, "scenario": s, "ns": ns} for a, s, ns in report.algorithms],
+        "memory": None
+        if report.memory is None
+        else {"rss_growth_bytes": report.memory[0], "keys": report.memory[1], "at_keys": MEMORY_KEYS},
+        "versions": versions,
+        "notes": report.notes,
+    }
+    machine = describe(p for p in versions if p)
+    write_results(path, "compare", data, machine, repeats=settings.repeats, target_s=settings.target_s)
 
 
 if __name__ == "__main__":

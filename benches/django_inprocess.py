@@ -18,6 +18,7 @@ Usage
     python benches/django_inprocess.py                    # 30 rounds of 5,000 requests per variant
     python benches/django_inprocess.py --rounds 60 --calls 10000
     python benches/django_inprocess.py --profile refused  # cProfile of one variant
+    python benches/django_inprocess.py --quick            # smoke run: 2 rounds of 500 requests
 """
 
 from __future__ import annotations
@@ -161,7 +162,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=5000, help="requests per loop (default 5,000)")
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
     parser.add_argument("--profile", choices=VARIANTS, help="print a cProfile of one variant instead")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 2 rounds of 500 requests")
+    parser.add_argument("--json", type=Path, help="also write the figures and the machine block here (render.py)")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.rounds, args.calls = 2, 500
     handlers = apps()
     checked(handlers)
     for variant, app in handlers.items():  # warm-up: caches, lazily built objects
@@ -194,6 +199,14 @@ def main(argv: list[str] | None = None) -> int:
     print()
     for passed, text in verdicts:
         print(f"{'PASS' if passed else 'MISS'} {text}")
+    from machine import describe, write_results
+
+    data = {
+        "best_us": best,
+        "median_us": {variant: statistics.median(values) for variant, values in loops.items()},
+        "verdicts": [{"passed": passed, "text": text} for passed, text in verdicts],
+    }
+    write_results(args.json, "django_inprocess", data, describe(["django"]), rounds=args.rounds, calls=args.calls)
     return 1 if args.check and not all(passed for passed, _ in verdicts) else 0
 
 

@@ -5,7 +5,9 @@ What is measured
     middleware or Flask extension, and with the peer every FastAPI or Flask user knows, in its own
     documented set-up; each keyed by the ``X-Account-ID`` header:
 
-      FastAPI on uvicorn (1 worker):  none | ratekeeper allowed | ratekeeper refused | slowapi allowed | refused
+      FastAPI on uvicorn (1 worker; --http httptools --loop asyncio, named so that no other parser is picked
+      silently; Flask and Django go through gunicorn's own parser):
+                                      none | ratekeeper allowed | ratekeeper refused | slowapi allowed | refused
                                       | fields-only (the fields added with no limiter: what they cost uvicorn)
       FastAPI on uvicorn --workers 2: ratekeeper allowed, in each worker's memory | ratekeeper-shared allowed,
                                       the workers' states in one shared-memory region (``rk.Shared``); the
@@ -51,6 +53,7 @@ from __future__ import annotations
 import argparse
 import csv
 import importlib.metadata
+import importlib.util
 import os
 import platform
 import re
@@ -103,6 +106,7 @@ class Case:
     def command(self, port: int) -> list[str]:
         if self.framework == "fastapi":
             uvicorn = [sys.executable, "-m", "uvicorn", "--factory", "web_apps:fastapi_app", "--app-dir", str(HERE)]
+            uvicorn += ["--http", "httptools", "--loop", "asyncio"]  # named: auto would fall back to h11 unseen
             return uvicorn if self.workers == 1 else [*uvicorn, "--workers", str(self.workers)]
         return [
             sys.executable,
@@ -416,6 +420,45 @@ def versions() -> str:
     return ", ".join(found)
 
 
+def servers() -> str:
+    """Which server and HTTP parser carried each framework's requests."""
+    from machine import uvicorn_http, version
+
+    return (
+        f"FastAPI: uvicorn {version('uvicorn')}, --http httptools ({uvicorn_http()}), --loop asyncio; "
+        f"Flask and Django: gunicorn {version('gunicorn')}, {WORKERS} sync workers (gunicorn's own parser)"
+    )
+
+
+def write_json(args: argparse.Namespace, results: list[Measured], verdicts: list[tuple[bool, str]]) -> None:
+    """The figures for ``benches/render.py``: every case's runs, medians and verdicts."""
+    from machine import describe, write_results
+
+    rows = [
+        {
+            "framework": result.case.framework,
+            "variant": result.case.variant,
+            "workers": result.case.workers,
+            "median": result.median,
+            "runs": result.requests_per_s,
+            "p50_ms": statistics.median(result.p50_ms),
+            "p99_ms": statistics.median(result.p99_ms),
+            "non_2xx": int(statistics.median(result.non_2xx)),
+        }
+        for result in results
+    ]
+    data = {"rows": rows, "verdicts": [{"passed": passed, "text": text} for passed, text in verdicts]}
+    packages = ["fastapi", "starlette", "uvicorn", "httptools", "slowapi", "flask", "flask-limiter", "gunicorn"]
+    machine = describe([*packages, "django", "django-ratelimit"], http=servers())
+    settings = {
+        "runs": args.runs,
+        "seconds": args.seconds,
+        "connections": args.connections,
+        "pinned": CPUS["server"] is not None,
+    }
+    write_results(args.json, "http_bench", data, machine, **settings)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5, help="runs per case; the median is reported (default 5)")
@@ -432,6 +475,7 @@ def main(argv: list[str] | None = None) -> int:
         "--no-pin", dest="pin", action="store_false", help="let the OS place the server and wrk (default: one CPU each)"
     )
     parser.add_argument("--out", type=Path, default=HERE / "results" / "http_bench.tsv", help="the TSV of every run")
+    parser.add_argument("--json", type=Path, help="also write the figures and the machine block here (render.py)")
     args = parser.parse_args(argv)
     if args.quick:
         args.runs, args.seconds = 1, 2
@@ -441,12 +485,16 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which("wrk") is None:
         print("wrk is not installed (Debian: apt-get install wrk)", file=sys.stderr)
         return 2
+    if importlib.util.find_spec("httptools") is None:
+        print("httptools is not installed: pip install -e '.[bench]'", file=sys.stderr)
+        return 2
     variants = set(args.variants.split(",")) if args.variants else None
     cases = [
         case for case in CASES if args.only in (None, case.framework) and (variants is None or case.variant in variants)
     ]
     print(f"{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}", file=sys.stderr)
     print(versions(), file=sys.stderr)
+    print(servers(), file=sys.stderr)
     runs = f"{args.runs} run(s) x {args.seconds} s per case, wrk -t1 -c{args.connections}, median reported"
     if CPUS["server"] is not None:
         runs += f"; server on CPU {CPUS['server']}, wrk on CPU {CPUS['wrk']}"
@@ -461,6 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     for passed, text in verdicts:
         print(f"{'PASS' if passed else 'MISS'} {text}")
     print(f"\nTSV: {args.out}")
+    write_json(args, results, verdicts)
     return 1 if args.check and not all(passed for passed, _ in verdicts) else 0
 
 

@@ -34,6 +34,7 @@ Usage
     python benches/http_profiles.py                     # 4 trials of 30 s, charts into docs/
     python benches/http_profiles.py --trials 1 --seconds 5 --no-charts
     python benches/http_profiles.py --connections 16 --out /tmp/profiles.tsv --charts /tmp
+    python benches/http_profiles.py --quick             # smoke run: 1 trial of 3 s
 
 Needs ``wrk`` (Debian: ``apt-get install wrk``), uvicorn and matplotlib (``pip install -e '.[bench]'``).
 """
@@ -341,6 +342,36 @@ def draw_charts(runs: list[Run], directory: Path) -> list[Path]:
     return [rates, latencies]
 
 
+def write_json(args: argparse.Namespace, runs: list[Run], seconds: float, problems: list[str]) -> None:
+    """The figures for ``benches/render.py``: per profile, over every trial (latencies: the median trial's)."""
+    from machine import describe, uvicorn_http, version, write_results
+
+    profiles = []
+    for profile in PROFILES:
+        mine = [run for run in runs if run.profile is profile]
+        elapsed = sum(run.seconds for run in mine)
+        allowed = sum(run.allowed for run in mine)
+        requests = sum(run.requests for run in mine)
+        profiles.append(
+            {
+                "profile": profile.name,
+                "requests": requests,
+                "allowed": allowed,
+                "denied": requests - allowed,
+                "allowed_per_s": allowed / elapsed,
+                "denied_per_s": (requests - allowed) / elapsed,
+                "p50_ms": sorted(run.percentiles_ms["50"] for run in mine)[len(mine) // 2],
+                "p99_ms": sorted(run.percentiles_ms["99"] for run in mine)[len(mine) // 2],
+                "most_allowed": admissions_bound(profile, seconds),
+            }
+        )
+    data = {"profiles": profiles, "seconds": seconds, "problems": problems}
+    http = f"python -m ratekeeper serve: uvicorn {version('uvicorn')}, one worker, --http auto ({uvicorn_http()})"
+    machine = describe(["uvicorn", "httptools", "prometheus-client"], http=http)
+    settings = {"trials": args.trials, "seconds": args.seconds, "connections": args.connections}
+    write_results(args.json, "http_profiles", data, machine, **settings)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=4, help="trials, one after the other (default 4)")
@@ -349,7 +380,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=HERE / "results" / "http_profiles.tsv", help="the TSV")
     parser.add_argument("--charts", type=Path, default=HERE.parent / "docs", help="directory for the charts")
     parser.add_argument("--no-charts", action="store_true", help="draw no charts")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 1 trial of 3 s")
+    parser.add_argument("--json", type=Path, help="also write the figures and the machine block here (render.py)")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.trials, args.seconds = 1, 3
     if shutil.which("wrk") is None:
         print("wrk is not installed (Debian: apt-get install wrk)", file=sys.stderr)
         return 2
@@ -376,6 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     problems = check(runs, seconds)
     if view is not None:
         problems += check_server_view(runs, view, in_flight=len(PROFILES) * args.connections * args.trials)
+    write_json(args, runs, seconds, problems)
     for problem in problems:
         print(f"FAIL {problem}")
     if not problems:

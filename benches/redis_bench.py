@@ -40,6 +40,7 @@ Targets (issue 10, the 2-core machine)
 Usage
     python benches/redis_bench.py            # 5 runs of 2,000 calls per case
     python benches/redis_bench.py --quick    # 1 run of 500 calls
+    python benches/redis_bench.py --runs 5 --calls 10000 --json results.json   # make bench's settings
 
 Needs ``redis-server`` (Debian: ``apt-get install redis-server``) and the bench extra.
 """
@@ -444,6 +445,38 @@ def write_tsv(path: Path, blocking: list[Case], concurrent: list[Case], calls: i
                     writer.writerow([scenario, case.name, run, calls, f"{seconds:.6f}"])
 
 
+def write_json(
+    args: argparse.Namespace,
+    blocking: list[Case],
+    concurrent: list[Case],
+    server_rows: list[tuple[str, float, float]],
+    verdicts: list[tuple[bool, str]],
+) -> None:
+    """The figures for ``benches/render.py``: medians per case, server time, verdicts."""
+    from machine import describe, version, write_results
+
+    per_call = {c.name: [s / args.calls * 1e6 for s in c.seconds] for c in blocking}
+    rates = {c.name: [args.calls // TASKS * TASKS / s for s in c.seconds] for c in concurrent}
+    data = {
+        "blocking": [
+            {"name": name, "median_us": statistics.median(values), "min_us": min(values)}
+            for name, values in per_call.items()
+        ],
+        "concurrent": [
+            {"name": name, "median_per_s": statistics.median(values), "max_per_s": max(values)}
+            for name, values in rates.items()
+        ],
+        "tasks": TASKS,
+        "server_time": [{"name": name, "script_us": script, "cpu_us": cpu} for name, script, cpu in server_rows],
+        "verdicts": [{"passed": passed, "text": text} for passed, text in verdicts],
+        "notes": [f"{case.name}: {case.note}" for case in [*BLOCKING, *CONCURRENT] if case.note],
+    }
+    machine = describe(["redis", "limits", "throttled-py", "pyrate-limiter"])
+    server = subprocess.run(["redis-server", "--version"], capture_output=True, text=True, check=False).stdout.split()
+    machine["versions"]["redis-server"] = server[2].removeprefix("v=") if len(server) > 2 else version("redis-server")
+    write_results(args.json, "redis", data, machine, runs=args.runs, calls=args.calls)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5, help="runs per case, interleaved (default 5)")
@@ -451,6 +484,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="1 run of 500 calls")
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "redis_bench.tsv", help="the TSV of every run")
+    parser.add_argument("--json", type=Path, help="also write the figures and the machine block here (render.py)")
     args = parser.parse_args(argv)
     if args.quick:
         args.runs, args.calls = 1, 500
@@ -467,6 +501,7 @@ def main(argv: list[str] | None = None) -> int:
     report_server_time(server_rows)
     write_tsv(args.out, blocking, concurrent, args.calls)
     print(f"\nTSV: {args.out}")
+    write_json(args, blocking, concurrent, server_rows, verdicts)
     return 1 if args.check and not all(passed for passed, _ in verdicts) else 0
 
 

@@ -15,16 +15,20 @@ reductions, ...) appear once they leave zero; the last rows time the scrape once
 
 Usage
     python benches/scrape_bench.py
+    python benches/scrape_bench.py --quick     # smoke run: 100,000 states, 3 runs
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 
 import ratekeeper as rk
+from machine import describe, write_results
 from prometheus_client import CollectorRegistry, generate_latest
 from ratekeeper.prometheus import RateLimitCollector
 
@@ -70,12 +74,20 @@ def waited_everywhere(lim: rk.Limiter) -> rk.Limiter:
     return lim
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smoke run: 100,000 states instead of 1,000,000, 3 runs")
+    parser.add_argument("--json", type=Path, help="also write the figures and the machine block here (render.py)")
+    args = parser.parse_args(argv)
+    global RUNS
+    big = 100_000 if args.quick else 1_000_000
+    RUNS = 3 if args.quick else RUNS
     print("| states | read | median ms | max ms |\n|---:|---|---:|---:|")
-    million = build(1_000_000)
-    cases_of = [("10,000", build(10_000)), ("1,000,000", million)]
-    for label, lim in [*cases_of, ("1,000,000, every group waited", None)]:
-        lim = lim if lim is not None else waited_everywhere(million)
+    rows = []
+    many = build(big)
+    cases_of = [(10_000, "", build(10_000)), (big, "", many)]
+    for states, label, lim in [*cases_of, (big, "every group waited", None)]:
+        lim = lim if lim is not None else waited_everywhere(many)
         plain, top = CollectorRegistry(), CollectorRegistry()
         collector = RateLimitCollector(lim)
         plain.register(collector)
@@ -88,7 +100,10 @@ def main() -> None:
         ]
         for name, fn in cases:
             median, worst = timed(fn)
-            print(f"| {label} | {name} | {median:.2f} | {worst:.2f} |", flush=True)
+            print(f"| {states:,}{', ' + label if label else ''} | {name} | {median:.2f} | {worst:.2f} |", flush=True)
+            rows.append({"states": states, "case": label, "read": name, "median_ms": median, "max_ms": worst})
+    machine = describe(["prometheus-client"])
+    write_results(args.json, "scrape", {"groups": GROUPS, "rows": rows}, machine, runs=RUNS)
 
 
 if __name__ == "__main__":

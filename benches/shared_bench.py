@@ -81,10 +81,12 @@ from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from itertools import cycle, islice
 from multiprocessing.context import BaseContext
+from pathlib import Path
 from typing import Any
 
 import ratekeeper as rk
 from compare import HOT_PEER, LIMIT_PER_MIN, LIMIT_STR, calibrate, make_peers, time_calls, version_of
+from machine import describe, write_results
 
 MAX_KEYS = 1_000_000  # memory and shared alike; the region is sized from it (~45 MB)
 NUM_KEYS = 100_000
@@ -200,9 +202,11 @@ def check_admitted_all(name: str, limiter: Any, calls: int, shared: bool) -> Non
 
 
 def measure_one_process(scenario: str, settings: Settings, keys: list[str]) -> dict[str, float]:
-    """ns per call of ``allow`` in memory and shared, for the hot key or the 100k keys."""
+    """ns per call of ``allow`` in memory and shared, for the hot key or the 100k keys; ``"region_bytes"``: the
+    size of the shared limiter's region file."""
     with region("single") as path:
         limiters = {MEMORY: open_limiter(None), SHARED: open_limiter(path)}
+        region_bytes = os.stat(path).st_size
         contenders = []
         for backend, limiter in limiters.items():
             if scenario == "hot":
@@ -220,7 +224,7 @@ def measure_one_process(scenario: str, settings: Settings, keys: list[str]) -> d
             if contender.name == SHARED:
                 held = limiter.stats()["shared"]["keys"]
                 expect(held == (1 if scenario == "hot" else len(keys)), f"the region holds {held:,} keys")
-        return {contender.name: contender.best_ns for contender in contenders}
+        return {**{contender.name: contender.best_ns for contender in contenders}, "region_bytes": region_bytes}
 
 
 PYRATE_LOG = "pyrate MultiprocessBucket"
@@ -577,6 +581,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="smoke run: ~0.05 s per run, 0.3 s rounds, 2 repeats")
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
     parser.add_argument("--start-method", choices=("spawn", "fork", "forkserver"), default="spawn")
+    parser.add_argument("--json", type=Path, help="also write the figures and the machine block here (render.py)")
     return parser.parse_args(argv)
 
 
@@ -602,7 +607,35 @@ def main(argv: list[str] | None = None) -> int:
 
     report = Report(hot, many, scaling, exact, pyrate, settings, notes=[note] if note else [])
     print(report.render())
+    write_json(args.json, report)
     return 1 if args.check and not all(report.verdicts) else 0
+
+
+def write_json(path: Path | None, report: Report) -> None:
+    """The figures for ``benches/render.py``."""
+    s = report.settings
+    data = {
+        "hot_ns": {MEMORY: report.hot[MEMORY], SHARED: report.hot[SHARED]},
+        "keys_ns": {MEMORY: report.keys[MEMORY], SHARED: report.keys[SHARED]},
+        "keys": NUM_KEYS,
+        "max_keys": MAX_KEYS,
+        "region_bytes": report.hot["region_bytes"],
+        "process_keys": PROCESS_KEYS,
+        "scaling": [
+            {"backend": backend, "processes": n, "per_s": rate, "cpu_share": report.scaling.cpu[backend, n]}
+            for (backend, n), rate in report.scaling.rates.items()
+        ],
+        "exact": {
+            "per_s": report.exact.rate,
+            "admitted": report.exact.admitted,
+            "limit": EXACT_ADMITTED,
+            "attempts_each": EXACT_ATTEMPTS,
+        },
+        "pyrate_ns": report.pyrate,
+        "notes": report.notes,
+    }
+    settings = {"repeats": s.repeats, "target_s": s.target_s, "seconds": s.seconds, "start_method": s.start_method}
+    write_results(path, "shared", data, describe(["pyrate-limiter"]), **settings)
 
 
 if __name__ == "__main__":

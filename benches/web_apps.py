@@ -44,6 +44,7 @@ LIBRARIES = (
     "django-ratelimit",
 )
 SHARED_PATH = "BENCH_SHARED_PATH"
+TICKS_PATH = "BENCH_TICKS_PATH"  # web_instructions.py: a file that gets a byte at each tick of uvicorn's main loop
 
 
 def variant() -> tuple[str, str | None]:
@@ -131,11 +132,46 @@ def fields_only_wsgi(app: Any) -> Any:
     return with_fields
 
 
+def stretch_ticks() -> None:
+    """Under ``web_instructions.py`` (``BENCH_TICK_S`` set): uvicorn's main loop ticks every ``BENCH_TICK_S``
+    seconds instead of every 0.1 s, and each tick appends a byte to the file at ``BENCH_TICKS_PATH``.
+
+    uvicorn's server wakes every 0.1 s whatever it serves (``Server.main_loop``: refresh the Date header,
+    check for shutdown). Serving thousands of requests a second, it ticks once every few hundred requests;
+    under callgrind, where a request takes a hundred times longer, a counted request would carry a
+    hundred times the ticks it carries in service (a few per cent of the request, more on a slower host).
+    Stretched, no tick falls among the counted requests, and the file shows it.
+    """
+    seconds = os.environ.get("BENCH_TICK_S")
+    if not seconds:
+        return
+    import asyncio
+
+    from uvicorn.server import Server
+
+    if getattr(Server.main_loop, "bench_stretched", False):
+        return
+    tick_s, fd = float(seconds), os.open(os.environ[TICKS_PATH], os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+
+    async def main_loop(self: Server) -> None:  # uvicorn 0.30-0.54's main_loop, with tick_s for its 0.1 s
+        counter = 0
+        should_exit = await self.on_tick(counter)
+        while not should_exit:
+            counter = (counter + 1) % 864000
+            await asyncio.sleep(tick_s)
+            os.write(fd, b".")
+            should_exit = await self.on_tick(counter)
+
+    main_loop.bench_stretched = True  # type: ignore[attr-defined]
+    Server.main_loop = main_loop  # type: ignore[method-assign]
+
+
 def fastapi_app() -> Any:
     from fastapi import FastAPI, Request
     from fastapi.responses import PlainTextResponse
 
     nodelay_on_inherited_sockets()
+    stretch_ticks()
     library, limit = variant()
     app = FastAPI()
     if library == "slowapi":

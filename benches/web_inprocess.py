@@ -24,6 +24,7 @@ Targets (the 2-core development machine)
 Usage
     python benches/web_inprocess.py                    # 5,000 requests, best of 7
     python benches/web_inprocess.py --requests 20000 --repeat 9 --check
+    python benches/web_inprocess.py --quick            # smoke run: 500 requests, best of 2
 """
 
 from __future__ import annotations
@@ -36,9 +37,11 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import ratekeeper as rk
+from machine import describe, write_results
 from ratekeeper.keys import header
 
 HEADER = "X-Account-ID"
@@ -222,7 +225,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=5000, help="requests per run (default 5,000)")
     parser.add_argument("--repeat", type=int, default=7, help="runs per case, interleaved; the best is kept")
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 500 requests per run, best of 2")
+    parser.add_argument("--json", type=Path, help="also write the figures and the machine block here (render.py)")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.requests, args.repeat = 500, 2
 
     measured = cases()
     for case in measured:
@@ -249,6 +256,10 @@ def main(argv: list[str] | None = None) -> int:
     found = verdicts(measured, args.requests)
     for passed, text in found:
         print(f"{'PASS' if passed else 'MISS'} {text}")
+    rows = [{"framework": c.framework, "case": c.label, "us": c.best_us(args.requests)} for c in measured]
+    data = {"rows": rows, "verdicts": [{"passed": passed, "text": text} for passed, text in found]}
+    machine = describe(["flask", "werkzeug", "starlette"])
+    write_results(args.json, "web_inprocess", data, machine, requests=args.requests, repeat=args.repeat)
     return 1 if args.check and not all(passed for passed, _ in found) else 0
 
 
