@@ -82,26 +82,29 @@ demo: ## the demo
 	$(PYTHON) -m ratekeeper demo
 
 .PHONY: bench
-bench: ## criterion benches of the core, ratekeeper against peer libraries, a metrics scrape, the shared store
-	cargo bench --bench core --features bench
+# Every step of benches/run.py in turn (each writes benches/results/<step>.json with the machine it ran on),
+# then benches/render.py rewrites every figure of docs/benchmarks.md and the README from those files. The
+# editable install is a release build here (maturin's PEP 517 default), as the figures must be; make test
+# builds dev-py again. QUICK=1: the shortest settings, into a temporary folder, pages rendered there as
+# copies: the committed results and pages are left alone, and the core is not rebuilt.
+bench: ## every benchmark, then every figure of docs/benchmarks.md and the README (about 25 min; QUICK=1: smoke run)
+ifdef QUICK
+	$(PYTHON) -m pip install --quiet $$($(PYTHON) benches/run.py --requirements)
+	$(PYTHON) benches/run.py --quick
+else
 	$(PYTHON) -m pip install --quiet -e '.[bench]'
-	$(PYTHON) benches/compare.py
-	$(PYTHON) benches/scrape_bench.py
-	$(PYTHON) benches/shared_bench.py
+	$(PYTHON) benches/run.py
+endif
 
 .PHONY: bench-web
-bench-web: ## in process, counted, then wrk: what a limiter costs FastAPI, Flask and Django apps; the quota server's profiles (needs wrk, valgrind)
+bench-web: ## make bench's web steps only (in process, counted, wrk; needs wrk, valgrind), then the pages
 	$(PYTHON) -m pip install --quiet -e '.[bench]'
-	$(PYTHON) benches/web_inprocess.py
-	$(PYTHON) benches/web_instructions.py
-	$(PYTHON) benches/django_inprocess.py
-	$(PYTHON) benches/http_bench.py
-	$(PYTHON) benches/http_profiles.py
+	$(PYTHON) benches/run.py --only web_inprocess,django_inprocess,web_instructions,http_bench,http_profiles
 
 .PHONY: bench-redis
-bench-redis: ## a decision with limits in Redis: ratekeeper's backend against peers' Redis storages (needs redis-server)
+bench-redis: ## make bench's Redis step only (needs redis-server), then the pages
 	$(PYTHON) -m pip install --quiet -e '.[bench]'
-	$(PYTHON) benches/redis_bench.py --runs 7 --calls 20000
+	$(PYTHON) benches/run.py --only redis
 
 .PHONY: format
 format: ## apply cargo fmt and ruff format

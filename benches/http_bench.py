@@ -41,7 +41,7 @@ Targets (the 2-core machine)
 
 Usage
     python benches/http_bench.py                 # 5 runs of 5 s per case, both frameworks
-    python benches/http_bench.py --quick         # 1 run of 2 s
+    python benches/http_bench.py --quick         # 1 run of 1 s
     python benches/http_bench.py --only fastapi --runs 7 --seconds 10 --connections 64
     python benches/http_bench.py --variants none,ratekeeper-allowed,ratekeeper-refused
 
@@ -469,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
         "--variants",
         help="only these web_apps.py variants, comma-separated (e.g. none,ratekeeper-allowed); default all",
     )
-    parser.add_argument("--quick", action="store_true", help="1 run of 2 s")
+    parser.add_argument("--quick", action="store_true", help="1 run of 1 s")
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
     parser.add_argument(
         "--no-pin", dest="pin", action="store_false", help="let the OS place the server and wrk (default: one CPU each)"
@@ -478,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the figures and the machine block here (render.py)")
     args = parser.parse_args(argv)
     if args.quick:
-        args.runs, args.seconds = 1, 2
+        args.runs, args.seconds = 1, 1
     cpus = sorted(os.sched_getaffinity(0))
     if args.pin and len(cpus) >= 2:
         CPUS.update(server=cpus[-1], wrk=cpus[0])

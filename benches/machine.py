@@ -98,13 +98,16 @@ def command() -> str:
     return " ".join(words)
 
 
-def write_results(path: Path | None, name: str, data: Any, machine: dict[str, Any], **settings: Any) -> None:
-    """``data`` and ``machine`` as ``path`` (nothing when ``path`` is None), with the command that made them."""
+def write_results(
+    path: Path | None, name: str, data: Any, machine: dict[str, Any], *, made_by: str | None = None, **settings: Any
+) -> None:
+    """``data`` and ``machine`` as ``path`` (nothing when ``path`` is None), with the command that made them
+    (``made_by``, or this script's command line)."""
     if path is None:
         return
     document = {
         "name": name,
-        "command": command(),
+        "command": made_by or command(),
         "settings": settings,
         "machine": machine,
         "data": data,

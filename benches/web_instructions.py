@@ -58,7 +58,7 @@ Usage
     python benches/web_instructions.py                        # every case, 500 requests, one run
     python benches/web_instructions.py --only fastapi --repeat 3
     python benches/web_instructions.py --only flask --variants none,ratekeeper-allowed
-    python benches/web_instructions.py --quick                # smoke run: 50 requests a case
+    python benches/web_instructions.py --quick                # smoke run: 20 requests a case
 
 Needs valgrind (Debian: ``apt-get install valgrind``) and the bench extra (``pip install -e '.[bench]'``,
 which brings httptools).
@@ -373,11 +373,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=tuple(CASES), help="one framework")
     parser.add_argument("--variants", help="only these web_apps.py variants, comma-separated; default all")
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
-    parser.add_argument("--quick", action="store_true", help="smoke run: 50 requests a case after 20")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 20 requests a case after 10, 1 s idle")
     parser.add_argument("--json", type=Path, help="also write the figures and the machine block here (render.py)")
     args = parser.parse_args(argv)
     if args.quick:
-        args.requests, args.warmup, args.idle = 50, 20, 2.0
+        args.requests, args.warmup, args.idle = 20, 10, 1.0
     for tool in ("valgrind", "callgrind_control"):
         if shutil.which(tool) is None:
             print(f"{tool} is not installed (Debian: apt-get install valgrind)", file=sys.stderr)
