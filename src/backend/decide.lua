@@ -298,6 +298,13 @@ local function log_last(st)
   if last[2] then return tonumber(last[2]) + st.off end
   return nil
 end
+-- ZADD of `members` (score, member, score, member, ...), in commands of at most 500 pairs: Lua's stack
+-- holds a few thousand arguments, and a log up to MAX_MEMBERS stamps.
+local function zadd(key, members)
+  for first = 1, #members, 1000 do
+    redis.call('ZADD', key, unpack(members, first, math.min(first + 999, #members)))
+  end
+end
 -- A sliding log's sorted set: { key, off, n, meta, sig, seen, log = true } (meta nil: empty).
 -- `metas`: the reply to ZRANGEBYSCORE key -1 -1, when the caller read it already.
 local function log_load(key, metas)
@@ -314,25 +321,32 @@ algorithms.sliding_log = {
   load = function(_, key)
     return log_load(key)
   end,
+  -- An admission carries what it read (the log, its live stamps at `at`, its newest stamp) for `store`.
   evaluate = function(l, st, at)
     local live = log_live(l, st, at)
     if live + cost <= l.p1 then
-      local last = log_last(st)
-      local idle_at = math.max(last or at, at) + l.p2
-      return { at = at, cost = cost, idle_at = idle_at }
+      return { at = at, cost = cost, st = st, live = live, last = log_last(st) or false }
     end
     -- The stamp whose leaving makes room for `cost`: the (live + cost - limit)-th live one.
     local index = live + cost - l.p1 - 1
     local stamp = redis.call('ZRANGEBYSCORE', st.key, log_after(l, st, at), '+inf', 'WITHSCORES', 'LIMIT', index, 1)
     return nil, tonumber(stamp[2]) + st.off + l.p2 - at
   end,
+  -- Writes an admission (or a refund's `remove`, or a move's new meta: `moved`). An admission from
+  -- `evaluate` brings the log as read (nothing wrote it since, in one call), so it is not read again;
+  -- at now (`at` 0) the stamps left after those that left the window are its live ones, and its newest
+  -- stamp is the later of the one it read and its own: 3 commands where there were 7.
   store = function(l, key, admit)
-    local st = algorithms.sliding_log.load(l, key)
+    local st = admit.st or algorithms.sliding_log.load(l, key)
     -- Stamps that left the window by now go (not at a move: a later move to a longer window would
     -- count them again, as memory's log, which a move leaves whole, does); an empty log takes now as
-    -- its epoch.
-    if not admit.moved then redis.call('ZREMRANGEBYSCORE', key, 0, str(-l.p2 - st.off)) end
-    if st.meta then redis.call('ZREM', key, st.meta) end
+    -- its epoch. The meta member (scored -1) goes with them in one command when the range reaches it.
+    local gone = -l.p2 - st.off
+    if not admit.moved and gone >= 0 then
+      redis.call('ZREMRANGEBYSCORE', key, st.meta and -1 or 0, str(gone))
+    elseif st.meta then
+      redis.call('ZREM', key, st.meta)
+    end
     if admit.remove then
       -- Never more rounds than stamps (a reduction may ask for 2^63 - 1).
       for _ = 1, math.min(admit.remove, redis.call('ZCARD', key)) do
@@ -342,21 +356,36 @@ algorithms.sliding_log = {
         if found then redis.call('ZREM', key, found) end
       end
     end
-    if redis.call('ZCARD', key) == 0 then st.off = 0 end
+    local now_read = admit.live ~= nil and admit.at == 0
+    local stamps = now_read and admit.live or redis.call('ZCARD', key)
+    if stamps == 0 then st.off = 0 end
     local epoch = now_ns + st.off
     local epoch_s = now_s + floor(epoch / E9)
+    local members = {}
     for _ = 1, (admit.cost or 0) do
       st.n = st.n + 1
       local score = admit.at - st.off
-      redis.call('ZADD', key, str(score), str(score) .. '#' .. str(st.n))
+      members[#members + 1] = str(score)
+      members[#members + 1] = str(score) .. '#' .. str(st.n)
     end
-    local last = log_last(st)
+    local last
+    if not now_read then
+      zadd(key, members)
+      members = {}
+      last = log_last(st)
+    elseif #members > 0 then
+      last = math.max(admit.last or admit.at, admit.at)
+    elseif stamps > 0 then
+      last = admit.last or nil
+    end
     if last == nil then
       redis.call('DEL', key)
       return st
     end
     st.meta = '~' .. str(epoch_s) .. ' ' .. str(epoch % E9) .. ' ' .. str(st.n) .. ' ' .. l.sig .. ' ' .. seen_now()
-    redis.call('ZADD', key, -1, st.meta)
+    members[#members + 1] = -1
+    members[#members + 1] = st.meta
+    zadd(key, members)
     expire(key, ceil_div(last + l.p2, 1000000))
     return st
   end,
@@ -737,9 +766,9 @@ end
 
 local decide_full
 
--- The common decision, called in its compact form (src/backend/script.rs `compact`): one rate limit kept
--- in a string (every algorithm but the sliding log and concurrency permits), decided now (no wait,
--- nothing to replay), by 4 arguments instead of 20: cost, operation ("0" | "1"), what a state written
+-- The common decision, called in its compact form (src/backend/script.rs `compact`): one rate limit
+-- (any algorithm but concurrency permits), decided now (no wait, nothing to replay), by 4 arguments
+-- instead of 20: cost, operation ("0" | "1"), what a state written
 -- now has seen ("<node>/<head>"), the limit's signature; then a ManualClock's now_s, now_ns, if any.
 -- It decides in one pass, as the general path does, on a state this limit wrote with no waits ahead (or
 -- none): no tables of limits and states, no closures, no ledger. Anything else (another type of key, a
@@ -752,11 +781,22 @@ local function decide_compact(KEYS, ARGV)
   cost, max_wait, operation, seen_text = tonumber(ARGV[1]), 0, ARGV[2], ARGV[3]
   want_report = operation == '1'
   local key = KEYS[1]
-  local raw = redis.pcall('GET', key)
-  local state, plain = nil, type(raw) ~= 'table' and l.algorithm.store == nil
-  if plain and raw then
-    state = parse_state(raw)
-    plain = state ~= nil and state.ledger == nil and state.sig == l.sig
+  local state, plain
+  if l.kind == 'sliding_log' then
+    -- (Its stamps are its ledger: a log has no other.)
+    local metas = redis.pcall('ZRANGEBYSCORE', key, -1, -1)
+    plain = metas.err == nil
+    if plain then
+      state = log_load(key, metas)
+      plain = state.meta == nil or state.sig == l.sig
+    end
+  else
+    local raw = redis.pcall('GET', key)
+    plain = type(raw) ~= 'table' and l.algorithm.store == nil
+    if plain and raw then
+      state = parse_state(raw)
+      plain = state ~= nil and state.ledger == nil and state.sig == l.sig
+    end
   end
   if not plain then
     local node, head = string.match(seen_text, '^(.*)/(%d+)$')
@@ -769,8 +809,12 @@ local function decide_compact(KEYS, ARGV)
   if cost <= l.burst then admitted, retry = l.algorithm.evaluate(l, state, 0) end
   local reply
   if admitted then
-    store(l, key, admitted, nil, state)
-    state = admitted
+    if l.algorithm.store then
+      state = l.algorithm.store(l, key, admitted)
+    else
+      store(l, key, admitted, nil, state)
+      state = admitted
+    end
     reply = reply_of(true, 0, nil, 1, '')
   else
     reply = reply_of(false, 0, retry, 0, 'rate')

@@ -159,7 +159,7 @@ pub fn arguments(key: &RemoteKey, request: Request, leases: Leases<'_>, caller: 
 }
 
 /// The common decision's `ARGV` in its compact form (see `decide_compact` in `decide.lua`): one rate
-/// limit kept in a string, decided now, nothing to replay: cost, operation, what a state written now has
+/// limit, decided now, nothing to replay: cost, operation, what a state written now has
 /// seen, the limit's signature (its 7 fields joined by commas), and a `ManualClock`'s reading. Four
 /// arguments instead of twenty: the server parses fewer, and the script finds the limit already parsed.
 /// `None` for any other request (the full form).
@@ -170,7 +170,7 @@ fn compact(key: &RemoteKey, operation: &str, request: Request, caller: Caller<'_
         && request.max_wait_ns == 0
         && !matches!(request.take, Take::Permits)
         && matches!(operation, "0" | "1")
-        && !matches!(name, "sliding_log" | "concurrency");
+        && name != "concurrency";
     if !simple {
         return None;
     }
@@ -384,7 +384,7 @@ mod tests {
     }
 
     #[test]
-    fn a_decision_now_on_one_string_limit_is_compact() {
+    fn a_decision_now_on_one_rate_limit_is_compact() {
         let leases = Leases { prefix: "n1:7", ttl_ms: 300_000 };
         let manual = Caller { node: "n1", now: 5 * NANOS_PER_SEC + 7, manual: true };
         let args = arguments(&key(Kind::Gcra), Request::new(2).reporting(), leases, manual);
@@ -395,9 +395,12 @@ mod tests {
             arguments(&key(Kind::FixedWindow), Request::new(1), leases, server),
             ["1", "0", "n1/0", "windows,3,3,1000000000,0,0,0"]
         );
-        // A log, a peek or a take of permits: the full form.
-        assert!(arguments(&key(Kind::SlidingLog), Request::new(1), leases, server).len() > 12);
+        assert_eq!(arguments(&key(Kind::SlidingLog), Request::new(1), leases, server).len(), 4);
+        // A peek, a wait or a take of permits: the full form.
         assert!(arguments(&key(Kind::Gcra), Request::peeking(1), leases, server).len() > 12);
+        assert!(arguments(&key(Kind::Gcra), Request::new(1).waiting(1), leases, server).len() > 12);
+        let permits = Request::new(1).taking(Take::Permits);
+        assert!(arguments(&key(Kind::Gcra), permits, leases, server).len() > 12);
     }
 
     #[test]

@@ -33,7 +33,8 @@ def test_a_key_lives_as_long_as_its_state_constrains_through_admissions(
     """Each admission moves GCRA's end later and its key's time to live with it; a window's later
     admissions keep the key's time to live (the window's end), never shorten it."""
     url = redis_server.url
-    gcra = rk.Limiter("2/min", backend=rk.Redis(url, prefix=f"{redis_prefix}g:"))
+    # (A loaded machine answers late; a late answer must fail the test, not decide locally.)
+    gcra = rk.Limiter("2/min", backend=rk.Redis(url, prefix=f"{redis_prefix}g:", timeout=5.0, on_error="raise"))
     assert gcra.allow("alice")
     (key,) = client.keys(f"{redis_prefix}g:*")
     # Each admission takes 30 s of the minute: the state constrains for 30 s, then 60 (less the time
@@ -41,7 +42,8 @@ def test_a_key_lives_as_long_as_its_state_constrains_through_admissions(
     assert 20_000 < client.pttl(key) <= 30_000
     assert gcra.allow("alice")
     assert 50_000 < client.pttl(key) <= 60_000
-    window = rk.Limiter("3/h", algorithm="fixed_window", backend=rk.Redis(url, prefix=f"{redis_prefix}w:"))
+    windows = rk.Redis(url, prefix=f"{redis_prefix}w:", timeout=5.0, on_error="raise")
+    window = rk.Limiter("3/h", algorithm="fixed_window", backend=windows)
     assert window.allow("alice")
     (key,) = client.keys(f"{redis_prefix}w:*")
     first = client.pttl(key)
@@ -49,6 +51,15 @@ def test_a_key_lives_as_long_as_its_state_constrains_through_admissions(
     assert window.allow("alice")
     assert not window.allow("alice")
     assert first - 60_000 < client.pttl(key) <= first
+    # A sliding log lives a window past its newest stamp: its stamps and the meta member it keeps.
+    logs = rk.Redis(url, prefix=f"{redis_prefix}l:", timeout=5.0, on_error="raise")
+    log = rk.Limiter("2/h", algorithm="sliding_log", backend=logs)
+    assert log.allow("alice")
+    assert log.allow("alice")
+    assert not log.allow("alice")
+    (key,) = client.keys(f"{redis_prefix}l:*")
+    assert 3_540_000 < client.pttl(key) <= 3_600_000
+    assert client.zcard(key) == 3
 
 
 def test_keys_share_a_hash_tag_and_expire_when_idle(
