@@ -633,7 +633,8 @@ def redis_block(results: Results) -> str:
 def run_block(results: Results) -> str:
     (run,) = need(results, "run")
     rows = [[f"`{s['command']}`", f"{s['seconds'] / 60:.1f}"] for s in run["steps"]]
-    rows.append(["**all of `make bench`** (after its install of the bench extra)", f"**{run['seconds'] / 60:.1f}**"])
+    which = "make bench QUICK=1" if run.get("quick") else "make bench"
+    rows.append([f"**all of `{which}`** (after its install of the bench extra)", f"**{run['seconds'] / 60:.1f}**"])
     out = table(["step", "minutes"], "lr", rows)
     m = run["machine"]
     return f"{out}\n\n<sub>On {run['date']}: {m['cpu']}, {m['cores']} cores, {m['kernel']}, {m['python']}.</sub>"
@@ -867,8 +868,15 @@ def flask_inline(results: Results) -> str:
     ).replace("-", MINUS)
 
 
+def run_minutes_inline(results: Results) -> str:
+    (run,) = need(results, "run")
+    quick = " (`QUICK=1`)" if run.get("quick") else ""
+    return f"{run['seconds'] / 60:.0f} min{quick} on {run['date']}, after its install of the bench extra"
+
+
 BLOCKS: dict[str, Callable[[Results], str]] = {
     "run": run_block,
+    "run-minutes": run_minutes_inline,
     "summary": summary_block,
     "compare": compare_block,
     "algorithms": algorithms_block,

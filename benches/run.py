@@ -80,7 +80,7 @@ STEPS = (
     Step(
         "http_bench",
         "http_bench.py",
-        full=("--runs", "3", "--seconds", "3"),
+        full=("--runs", "3", "--seconds", "2"),
         tools=("wrk",),
         outputs=("--out",),
         about="FastAPI, Flask and Django over HTTP under wrk",
@@ -178,6 +178,7 @@ class Ran:
 def run_step(step: Step, results: Path, quick: bool) -> Ran:
     arguments = step.quick if quick else step.full
     json_path = results / f"{step.name}.json"
+    json_path.unlink(missing_ok=True)  # a step that fails leaves no figures of an earlier run behind
     started = time.monotonic()
     print(f"\n=== {step.name}: {step.about}", file=sys.stderr, flush=True)
     if step.script == "cargo":
