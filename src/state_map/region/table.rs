@@ -272,17 +272,11 @@ pub struct JournalHead {
     active: u64,
 }
 
-/// Where one shard lives in the region.
+/// Where one shard lives in the region. In order: what a decision reads first (see `state_map::Stripe`).
 #[derive(Debug, Clone, Copy)]
+#[repr(C)]
 pub struct ShardPlace {
-    /// The shard's index (the journal names shards by it), and how many the region has.
-    pub index: usize,
-    pub shards: usize,
-    pub journal: *mut JournalHead,
-    /// The journal's slots: as many as a shard's.
-    pub journal_slots: *mut RegionSlot,
     pub head: *mut ShardHead,
-    pub counts: *mut ShardCounts,
     /// The slots of a shard holding few states (`MIN_ACTIVE`, or its capacity if less). Every shard's
     /// first block sits beside the others': a region far below its bound (100,000 states of 1,000,000)
     /// then keeps them on a few pages, where shards' own slots would put each shard's on a page of
@@ -291,6 +285,13 @@ pub struct ShardPlace {
     /// The shard's own slots, `capacity` of them, used once it outgrows its first block.
     pub slots: *mut RegionSlot,
     pub capacity: usize,
+    /// The shard's index (the journal names shards by it), and how many the region has.
+    pub index: usize,
+    pub shards: usize,
+    pub journal: *mut JournalHead,
+    /// The journal's slots: as many as a shard's.
+    pub journal_slots: *mut RegionSlot,
+    pub counts: *mut ShardCounts,
     /// The region's overflow table of leases and its `OVERFLOW_LEASES` entries.
     pub overflow: *mut LeaseOverflow,
     pub overflow_leases: *mut Lease,
@@ -326,6 +327,7 @@ impl ShardPlace {
 /// One shard's states in the region, as this process sees them. Every method but `head` requires the
 /// shard's region lock to be held (`StateMap::lock` takes it with the process's own shard lock).
 #[derive(Debug)]
+#[repr(C)]
 pub struct RegionTable {
     place: ShardPlace,
     /// This process's count of the shard's decisions.
