@@ -20,23 +20,21 @@ use super::file::Region;
 use super::lock::{Guard, SharedMutex};
 use super::table::{
     alive, first_block_len, Chunk, JournalHead, Lease, LeaseOverflow, PoolHead, RegionSlot, RegionTable, ShardCounts,
-    ShardHead, ShardPlace, Tally, CHUNK_ENTRIES, MAX_CHUNKS, MAX_DEFS, OVERFLOW_LEASES,
+    ShardHead, ShardPlace, CHUNK_ENTRIES, MAX_CHUNKS, MAX_DEFS, OVERFLOW_LEASES,
 };
 
 /// Bumped whenever anything in the region is laid out differently.
-pub const LAYOUT: u32 = 4;
+pub const LAYOUT: u32 = 5;
 /// Group names a region holds at once, as memory does: a name no running process uses is freed.
 pub const MAX_GROUPS: usize = crate::state_map::MAX_GROUP_NAMES;
 /// Peers refused most, kept per shard.
 use super::table::{truncate, NAME_BYTES};
 const META_BYTES: usize = 4096;
-/// Process slots: each counts its decisions and the group names it uses apart; past them, processes
-/// share slots (counts still exact), and names are no longer freed (a sharer's use cannot be told).
+/// Process slots: each counts the group names it uses apart; past them, processes share slots, and
+/// names are no longer freed (a sharer's use cannot be told).
 const MAX_PROCESSES: usize = 256;
 /// Words of a group's bitmap of process slots using it.
 const USER_WORDS: usize = MAX_PROCESSES / 64;
-/// Tallies per process slot: a shard counts in stripe `shard % TALLY_STRIPES`.
-const TALLY_STRIPES: usize = 16;
 /// Fixed seeds for group names' hashes: the same in every process.
 const NAME_SEEDS: [u64; 4] = [0x7261_7465_6b65_6570, 0x6572_2067_726f_7570, 0x6e61_6d65_7321, 0x0102_0304];
 
@@ -53,7 +51,7 @@ struct Meta {
     /// Set once processes had to share a slot: names are never freed from then on.
     crowded: AtomicU32,
     groups_lock: SharedMutex,
-    /// The pid of each process slot's holder (0: free): which tallies a process counts in.
+    /// The pid of each process slot's holder (0: free): which slot's bit a process sets among a group's users.
     processes: [AtomicU32; MAX_PROCESSES],
 }
 
@@ -171,8 +169,7 @@ impl Shape {
             ("groups lock", lock, processes),
             ("process slots", processes, std::mem::size_of::<Meta>()),
             ("group records", Self::groups_offset(), Self::defs_offset()),
-            ("limit definitions", Self::defs_offset(), Self::tallies_offset()),
-            ("tallies", Self::tallies_offset(), Self::leases_offset()),
+            ("limit definitions", Self::defs_offset(), Self::leases_offset()),
             ("overflow leases", Self::leases_offset(), Self::journal_offset()),
             ("journal", Self::journal_offset(), heads),
             ("shard heads", heads, heads + self.heads_bytes()),
@@ -203,14 +200,9 @@ impl Shape {
         round64(META_BYTES + MAX_GROUPS * std::mem::size_of::<GroupRecord>())
     }
 
-    /// The tallies: `TALLY_STRIPES` per process slot, a slot's all together.
-    const fn tallies_offset() -> usize {
-        round64(Self::defs_offset() + std::mem::size_of::<DefsHead>() + MAX_DEFS * std::mem::size_of::<LimitRecord>())
-    }
-
     /// The overflow table of leases (see `LeaseOverflow`): its head, then its entries.
     const fn leases_offset() -> usize {
-        round64(Self::tallies_offset() + MAX_PROCESSES * TALLY_STRIPES * std::mem::size_of::<Tally>())
+        round64(Self::defs_offset() + std::mem::size_of::<DefsHead>() + MAX_DEFS * std::mem::size_of::<LimitRecord>())
     }
 
     /// The journal of rebuilds (see `JournalHead`): its head, then a shard's capacity of slots.
@@ -436,9 +428,8 @@ impl SharedRegion {
         Ok(())
     }
 
-    /// A process slot for this process: a free one, else one whose process has ended (its counts
-    /// stay, added to), else one shared with others (counts stay exact: tallies are written under
-    /// the shard's lock).
+    /// A process slot for this process: a free one, else one whose process has ended (its uses of
+    /// group names forgotten), else one shared with others.
     fn claim_slot(&self) -> usize {
         let pid = std::process::id();
         let processes = &self.meta().processes;
@@ -470,17 +461,6 @@ impl SharedRegion {
         let claimed = self.claim_slot();
         self.slot.store(claimed, Ordering::Relaxed);
         claimed
-    }
-
-    fn tally(&self, slot: usize, shard: usize) -> *mut Tally {
-        // SAFETY: within the tallies (see `Shape::shards_offset`).
-        unsafe {
-            self.region
-                .contents()
-                .add(Shape::tallies_offset())
-                .cast::<Tally>()
-                .add(slot * TALLY_STRIPES + shard % TALLY_STRIPES)
-        }
     }
 
     fn meta(&self) -> &Meta {
@@ -592,14 +572,7 @@ impl SharedRegion {
     #[must_use]
     pub fn table(&self, shard: usize) -> RegionTable {
         // SAFETY: the place is in this region, which the caller keeps alive with the table.
-        unsafe {
-            RegionTable::new(
-                self.place(shard),
-                self.tally(self.my_slot(), shard),
-                &raw const self.meta().keys,
-                self.max_keys as u64,
-            )
-        }
+        unsafe { RegionTable::new(self.place(shard), &raw const self.meta().keys, self.max_keys as u64) }
     }
 
     /// Asks the CPU to start fetching shard `shard`'s first block of slots, before the caller reads the
@@ -810,13 +783,13 @@ impl SharedRegion {
     }
 
     fn defs_head(&self) -> &DefsHead {
-        // SAFETY: within the region (see `Shape::tallies_offset`), initialised by its creator.
+        // SAFETY: within the region (see `Shape::leases_offset`), initialised by its creator.
         unsafe { &*self.region.contents().add(Shape::defs_offset()).cast::<DefsHead>() }
     }
 
     fn def_record(&self, id: usize) -> *mut LimitRecord {
         debug_assert!(id < MAX_DEFS);
-        // SAFETY: within the definitions' records (see `Shape::tallies_offset`).
+        // SAFETY: within the definitions' records (see `Shape::leases_offset`).
         unsafe {
             self.region
                 .contents()
@@ -883,20 +856,15 @@ impl SharedRegion {
             summary.keys += len;
             summary.evictions = summary.evictions.saturating_add(evictions);
             summary.dropped = summary.dropped.saturating_add(dropped);
+            let (allowed, refused_here) = table.decisions();
+            summary.allowed = summary.allowed.saturating_add(allowed);
+            summary.refused = summary.refused.saturating_add(refused_here);
             for (name, hash, count) in table.counts().refused_most() {
                 let total = &mut refused.entry(hash).or_insert((name, 0)).1;
                 *total = total.saturating_add(count);
             }
             for slot in table.iter() {
                 *group_keys.entry(crate::state_map::Owner::unpack(slot.packed_owner()).group).or_default() += 1;
-            }
-        }
-        for slot in 0..MAX_PROCESSES {
-            for stripe in 0..TALLY_STRIPES {
-                // SAFETY: a tally of this region (atomics, valid for any bytes).
-                let tally = unsafe { &*self.tally(slot, stripe) };
-                summary.allowed = summary.allowed.saturating_add(tally.allowed.load(Ordering::Relaxed));
-                summary.refused = summary.refused.saturating_add(tally.refused.load(Ordering::Relaxed));
             }
         }
         let mut top: Vec<(String, u64)> = refused.into_values().collect();

@@ -160,7 +160,9 @@ pub struct PoolHead {
 const TAKE_BATCH: u32 = 4;
 const KEEP_FREE: u32 = 16;
 
-/// A shard's header in the region: its lock and what it counts, written under the lock.
+/// A shard's header in the region: its lock and what it counts, written under the lock. Its first line
+/// holds what every decision reads or writes, beside the lock (whose line a decision owns anyway): the
+/// numbers checked at every lock (`ShardPlace::corrupt`) and the count of admissions.
 #[repr(C, align(64))]
 pub struct ShardHead {
     pub lock: SharedMutex,
@@ -169,14 +171,23 @@ pub struct ShardHead {
     /// bound keeps its states close together (fewer pages, fewer misses). Up to `MIN_ACTIVE` they are
     /// the shard's first block, beyond it the start of its own slots.
     active: u32,
-    inserts_since_decay: u32,
     /// The shard's own free list of log chunks: its first plus one, and its length.
     free_chunks: u32,
     free_count: u32,
+    /// Decisions here that admitted, and that refused, by every process: counted under the lock, in
+    /// the lock's line, which a decision owns anyway (a count of its own, even per process, would be
+    /// an atomic add on one more line).
+    pub allowed: u64,
+    pub refused: u64,
+    inserts_since_decay: u32,
     /// States evicted as least used, and idle states dropped to make room, by every process.
     pub evictions: u64,
     pub dropped: u64,
 }
+
+// What a decision touches of the head shares the lock's line (glibc's mutex is 40 bytes on 64-bit Linux).
+#[cfg(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64"))]
+const _: () = assert!(std::mem::offset_of!(ShardHead, allowed) + 8 <= 64);
 
 /// Bytes of a name kept in the region (a group's, a refused peer's), cut on a character boundary.
 pub const NAME_BYTES: usize = 48;
@@ -218,16 +229,6 @@ pub struct LeaseOverflow {
     /// Entries not free: a hint read without the lock, so that decisions of shards that never
     /// overflowed do not look at the table.
     used: AtomicU32,
-}
-
-/// Decisions one process made, in one of its stripes (see `layout`): each process counts in its own, as
-/// a count every process wrote would move its cache line between their cores at every decision, and
-/// threads of one process count in the stripe of their shard. Atomic, as two shards share a stripe.
-#[repr(C)]
-#[derive(Debug, Default)]
-pub struct Tally {
-    pub allowed: AtomicU64,
-    pub refused: AtomicU64,
 }
 
 /// The peers a shard refused most (space-saving counts), and who holds its keys' permits; right after
@@ -330,8 +331,6 @@ impl ShardPlace {
 #[repr(C)]
 pub struct RegionTable {
     place: ShardPlace,
-    /// This process's count of the shard's decisions.
-    tally: *mut Tally,
     /// States in the whole region, and their bound.
     keys: *const AtomicU64,
     max_keys: u64,
@@ -343,10 +342,10 @@ unsafe impl Send for RegionTable {}
 
 impl RegionTable {
     /// # Safety
-    /// `place`, `tally` and `keys` point into a mapped region laid out for them that outlives the table.
+    /// `place` and `keys` point into a mapped region laid out for them that outlives the table.
     #[must_use]
-    pub const unsafe fn new(place: ShardPlace, tally: *mut Tally, keys: *const AtomicU64, max_keys: u64) -> Self {
-        Self { place, tally, keys, max_keys }
+    pub const unsafe fn new(place: ShardPlace, keys: *const AtomicU64, max_keys: u64) -> Self {
+        Self { place, keys, max_keys }
     }
 
     #[inline]
@@ -470,6 +469,14 @@ impl RegionTable {
         }
     }
 
+    /// Decisions here that admitted and that refused, by every process, read as `head_counts` reads.
+    #[must_use]
+    pub fn decisions(&self) -> (u64, u64) {
+        let head = self.place.head;
+        // SAFETY: as in `head_counts`.
+        unsafe { ((&raw const (*head).allowed).read_volatile(), (&raw const (*head).refused).read_volatile()) }
+    }
+
     /// The shard's counts by every process.
     #[allow(clippy::mut_from_ref)]
     #[must_use]
@@ -480,14 +487,13 @@ impl RegionTable {
     }
 
     /// Counts one decision here, and a refusal of `peer` (hashed `hash`) among the peers refused most.
-    #[inline(never)]
+    #[inline]
     pub fn count(&mut self, allowed: bool, peer: &str, hash: u64) {
-        // SAFETY: see `new`.
-        let tally = unsafe { &*self.tally };
+        let head = self.head();
         if allowed {
-            tally.allowed.fetch_add(1, Ordering::Relaxed);
+            head.allowed = head.allowed.wrapping_add(1);
         } else {
-            tally.refused.fetch_add(1, Ordering::Relaxed);
+            head.refused = head.refused.wrapping_add(1);
             Self::note_refusal(self.counts(), peer, hash);
         }
     }
@@ -1278,7 +1284,6 @@ mod tests {
     /// A shard laid out in a plain heap buffer (its lock unused: one thread).
     struct Fixture {
         _memory: Vec<u128>,
-        _tally: Box<Tally>,
         keys: Box<AtomicU64>,
         table: RegionTable,
     }
@@ -1326,10 +1331,9 @@ mod tests {
             }
         };
         let keys = Box::new(AtomicU64::new(0));
-        let mut tally = Box::<Tally>::default();
-        // SAFETY: the fixture keeps `memory`, `tally` and `keys` alive with the table.
-        let table = unsafe { RegionTable::new(place, &raw mut *tally, &raw const *keys, max_keys) };
-        Fixture { _memory: memory, _tally: tally, keys, table }
+        // SAFETY: the fixture keeps `memory` and `keys` alive with the table.
+        let table = unsafe { RegionTable::new(place, &raw const *keys, max_keys) };
+        Fixture { _memory: memory, keys, table }
     }
 
     fn key(i: u64) -> u64 {
