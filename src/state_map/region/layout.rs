@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::rate::Rate;
 use crate::state_map::StateMap;
 
+use super::clock::{ClockHead, ClockKind};
 use super::file::Region;
 use super::lock::{Guard, SharedMutex};
 use super::table::{
@@ -53,6 +54,8 @@ struct Meta {
     groups_lock: SharedMutex,
     /// The pid of each process slot's holder (0: free): which slot's bit a process sets among a group's users.
     processes: [AtomicU32; MAX_PROCESSES],
+    /// The clock every process reads the region's times on (see `clock`).
+    clock: ClockHead,
 }
 
 const _: () = assert!(std::mem::size_of::<Meta>() <= META_BYTES);
@@ -167,7 +170,8 @@ impl Shape {
             ("meta numbers", 0, numbers),
             ("meta counts", numbers, lock),
             ("groups lock", lock, processes),
-            ("process slots", processes, std::mem::size_of::<Meta>()),
+            ("process slots", processes, std::mem::offset_of!(Meta, clock)),
+            ("clock", std::mem::offset_of!(Meta, clock), std::mem::size_of::<Meta>()),
             ("group records", Self::groups_offset(), Self::defs_offset()),
             ("limit definitions", Self::defs_offset(), Self::leases_offset()),
             ("overflow leases", Self::leases_offset(), Self::journal_offset()),
@@ -321,6 +325,9 @@ pub struct RegionSummary {
     pub group_keys: Vec<(String, u64)>,
     /// Decisions the process asking made without their states (see `state_map::STALL`).
     pub stalls: u64,
+    /// The clock the region's times are in: "tsc" (its calibration in the header) or "kernel" (see
+    /// `clock`).
+    pub clock: &'static str,
 }
 
 impl SharedRegion {
@@ -415,6 +422,7 @@ impl SharedRegion {
             meta.chunk_count = u64::from(shape.chunk_count);
             region.set_meta_sum(meta_sum(meta))?;
             SharedMutex::init(&raw mut meta.groups_lock)?;
+            ClockHead::init(&raw mut meta.clock)?;
             let defs = base.add(Shape::defs_offset()).cast::<DefsHead>();
             SharedMutex::init(&raw mut (*defs).lock)?;
             (*defs).next = AtomicU32::new(1);
@@ -466,6 +474,18 @@ impl SharedRegion {
     fn meta(&self) -> &Meta {
         // SAFETY: the meta is at the start of the contents, written before the region was ready.
         unsafe { &*self.region.contents().cast::<Meta>() }
+    }
+
+    /// The region's clock's part of its header (see `clock::RegionClock`), mapped as long as the region.
+    #[must_use]
+    pub fn clock_head(&self) -> *const ClockHead {
+        &raw const self.meta().clock
+    }
+
+    /// Which clock the region's times are in now.
+    #[must_use]
+    pub fn clock_kind(&self) -> ClockKind {
+        self.meta().clock.kind()
     }
 
     /// The file behind the region.
@@ -844,6 +864,7 @@ impl SharedRegion {
         let mut summary = RegionSummary {
             path: self.path().display().to_string(),
             max_keys: self.max_keys as u64,
+            clock: self.clock_kind().name(),
             ..RegionSummary::default()
         };
         let mut refused: std::collections::HashMap<u64, (String, u64)> = std::collections::HashMap::new();
