@@ -1,6 +1,7 @@
 //! Criterion benches of the Rust core alone (no Python): one decision on a hot key, over 100k keys,
 //! with regex routing, per algorithm, a group of two limits under `all`, a sliding log holding 10 and
-//! 10,000 live stamps, two threads on distinct keys, and GCRA with its states in a shared region.
+//! 10,000 live stamps, two threads on distinct keys, GCRA with its states in a shared region, and the
+//! clocks a decision reads (quanta's, the kernel's, a shared region's).
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -193,12 +194,17 @@ fn shared_region(c: &mut Criterion) {
         rules: RulesConfig { rules: vec![rule("", "default", Kind::Gcra)], ..RulesConfig::default() },
         ..Config::default()
     };
-    let shared = Limiter::new(
-        config,
-        Clock::Machine,
-        _core::state_map::StatesIn::Region(region, _core::limiter::OnStall::Allow),
-    )
-    .unwrap();
+    // The clocks a decision may read: the in-memory limiter's (quanta's TSC), the kernel's, the region's.
+    let region_clock = Clock::Region(Arc::new(_core::clock::RegionClock::new(&region)));
+    let mut clocks = c.benchmark_group("clock");
+    for (name, clock) in [("quanta", Clock::monotonic()), ("kernel", Clock::Machine), ("region", region_clock.clone())]
+    {
+        clocks.bench_function(name, |b| b.iter(|| black_box(&clock).now_ns()));
+    }
+    clocks.finish();
+    let shared =
+        Limiter::new(config, region_clock, _core::state_map::StatesIn::Region(region, _core::limiter::OnStall::Allow))
+            .unwrap();
     let memory = limiter(vec![rule("", "default", Kind::Gcra)]);
     let mut group = c.benchmark_group("shared");
     group.throughput(Throughput::Elements(1));

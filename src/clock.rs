@@ -3,6 +3,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+pub use crate::state_map::region::clock::{kernel_now_ns, RegionClock, DRIFT_BOUND_NS};
+
 /// The latest instant a manual clock may be set or moved to: 2**62 ns, about 146 years. Past 2**64 ns
 /// the time would saturate (and read as infinity, where every request is admitted); the margin keeps
 /// deadlines (an instant plus a wait) and the algorithms' sums far from it.
@@ -59,6 +61,10 @@ pub enum Clock {
     /// The kernel's monotonic clock (`CLOCK_MONOTONIC`): one origin for every process of the machine,
     /// so states a shared region holds compare across processes (quanta's origin is per process).
     Machine,
+    /// A shared region's clock: the TSC through one calibration in the region's header, which every
+    /// process of the region reads, within `DRIFT_BOUND_NS` of `CLOCK_MONOTONIC` (or that clock itself
+    /// where the TSC cannot be trusted); see `state_map::region::clock`.
+    Region(Arc<RegionClock>),
 }
 
 impl Default for Clock {
@@ -81,20 +87,10 @@ impl Clock {
         match self {
             Self::Monotonic { clock, origin } => clock.delta_as_nanos(*origin, clock.raw()),
             Self::Manual(clock) => clock.now_ns(),
-            Self::Machine => machine_now_ns(),
+            Self::Machine => kernel_now_ns(),
+            Self::Region(clock) => clock.now_ns(),
         }
     }
-}
-
-/// `CLOCK_MONOTONIC` in nanoseconds (the vDSO: no system call).
-#[inline]
-fn machine_now_ns() -> u64 {
-    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: a valid clock id and a valid pointer; CLOCK_MONOTONIC cannot fail on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut now) };
-    #[allow(clippy::cast_sign_loss)]
-    let nanos = (now.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(now.tv_nsec as u64);
-    nanos
 }
 
 #[cfg(test)]

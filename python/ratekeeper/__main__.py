@@ -85,6 +85,7 @@ def inspect_region(name: str | None, path: str | None, as_json: bool) -> int:
     print(f"{stats['path']}: {stats['keys']:,} keys of {stats['max_keys']:,}")
     print(f"decisions: {stats['allowed']:,} allowed, {stats['refused']:,} refused (every process)")
     print(f"evicted {stats['evictions']:,}, idle dropped {stats['dropped']:,}")
+    print(f"clock: {stats['clock']}")
     if stats["groups"]:
         print("\nkeys by group:")
         for group, keys in sorted(stats["groups"].items(), key=lambda item: -item[1]):

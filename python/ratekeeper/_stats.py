@@ -88,6 +88,10 @@ class SharedStats(TypedDict):
     #: Decisions this process made without their states, another process having held their shard for
     #: 50 ms (stopped holding it), decided by ``rk.Shared(on_stall=...)`` (0 from ``inspect``).
     stalls: int
+    #: The clock every process reads the region's times on: ``"tsc"`` (the CPU's counter, calibrated once
+    #: in the region and checked against the kernel's clock: within 100 µs of it) or ``"kernel"``
+    #: (``CLOCK_MONOTONIC``, where the counter cannot be trusted).
+    clock: str
 
 
 class Stats(TypedDict):

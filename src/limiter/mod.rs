@@ -377,7 +377,7 @@ impl Limiter {
     pub fn manual_now(&self) -> Option<u64> {
         match &self.clock {
             Clock::Manual(clock) => Some(clock.now_ns()),
-            Clock::Monotonic { .. } | Clock::Machine => None,
+            Clock::Monotonic { .. } | Clock::Machine | Clock::Region(_) => None,
         }
     }
 

@@ -226,6 +226,10 @@ impl Limiter {
         let names = self.current.lock().ids.clone_names();
         let now = self.clock.now_ns();
         self.states.move_to(&new, |old, from, to| carry((old, &new), from, to, &names, now));
+        // Times are the new region's from here (its clock tracks the kernel's as the old one's did).
+        if let crate::clock::Clock::Region(clock) = &self.clock {
+            clock.follow(&new);
+        }
         let _one_at_a_time = self.reconfiguring.lock();
         self.current.lock().ids = Self::region_ids(&new);
         let config = self.rules().config.clone();

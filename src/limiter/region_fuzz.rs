@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::algorithm::{Kind, Limit};
-use crate::clock::{Clock, ManualClock};
+use crate::clock::{kernel_now_ns, Clock, ManualClock, RegionClock, DRIFT_BOUND_NS};
 use crate::config::{Config, RuleSpec, RulesConfig};
 use crate::limiter::{Limiter, Request, Take, Target};
 
@@ -124,6 +124,19 @@ fn work(path: &Path) -> i32 {
         return ABSURD;
     }
     drop(lim);
+    // The region's clock, whatever its record holds: healed, and within its bound of the kernel's.
+    if let Ok(region) = SharedRegion::open(path, MAX_KEYS, LOG_ENTRIES) {
+        let clock = RegionClock::new(&Arc::new(region));
+        for _ in 0..100 {
+            let before = kernel_now_ns();
+            let now = clock.now_ns();
+            let after = kernel_now_ns();
+            if now + DRIFT_BOUND_NS < before || now > after + DRIFT_BOUND_NS {
+                eprintln!("absurd: the region clock read {now} between {before} and {after}");
+                return ABSURD;
+            }
+        }
+    }
     if let Ok(inspected) = SharedRegion::inspect(path) {
         let summary = inspected.summary(false, &|_| None);
         if summary.keys > capacity {

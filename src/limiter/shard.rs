@@ -20,23 +20,28 @@ pub struct Pending {
 
 /// What one shard holds beside its states: counters, quota records, pending usage, and the rules its
 /// keys follow.
+///
+/// In order: what a decision reads first (its rules, its group's counters, whether a wait is ahead),
+/// together in the shard's first lines (see `state_map::Shard`); the sketch of refused peers, large and
+/// read only for refusals, in a box of its own.
 #[derive(Debug)]
+#[repr(C)]
 pub struct ShardData {
+    /// The rules in force, read under the shard's lock so a decision needs no other synchronisation; a
+    /// reconfiguration replaces them shard by shard. Taken out while a decision uses them.
+    pub(super) rules: Option<Arc<Rules>>,
     /// By group id (see `GroupIds`), grown when a group is first counted here.
     groups: Vec<GroupCounters>,
+    /// The admissions of keys with waits ahead, to give a cancelled wait back (see `waits`).
+    pub(super) waits: super::waits::Ledgers,
     /// The peers refused most, by group id (grown when a group first refuses here), and in every group.
     refused: Vec<TopCounts>,
-    refused_anywhere: TopCounts,
+    refused_anywhere: Box<TopCounts>,
     /// Requests of exempt peers or paths that route to no group.
     pub exempt: u64,
     pub quotas: QuotaTable,
     /// Admissions by key, kept only when the limiter tracks usage.
     pub pending: HashMap<u64, Pending, ahash::RandomState>,
-    /// The rules in force, read under the shard's lock so a decision needs no other synchronisation; a
-    /// reconfiguration replaces them shard by shard. Taken out while a decision uses them.
-    pub(super) rules: Option<Arc<Rules>>,
-    /// The admissions of keys with waits ahead, to give a cancelled wait back (see `waits`).
-    pub(super) waits: super::waits::Ledgers,
 }
 
 impl ShardData {
@@ -44,7 +49,7 @@ impl ShardData {
         Self {
             groups: Vec::new(),
             refused: Vec::new(),
-            refused_anywhere: TopCounts::default(),
+            refused_anywhere: Box::default(),
             exempt: 0,
             quotas,
             pending: HashMap::default(),
@@ -122,7 +127,7 @@ impl ShardData {
     /// Approximate heap bytes of the refused peers' sketches.
     #[must_use]
     pub fn sketch_bytes(&self) -> usize {
-        self.refused.iter().chain([&self.refused_anywhere]).map(TopCounts::allocated_bytes).sum()
+        self.refused.iter().chain([&*self.refused_anywhere]).map(TopCounts::allocated_bytes).sum()
     }
 
     /// The counters of group `id`, if this shard has counted it.

@@ -91,12 +91,14 @@ impl Ledger {
 
 /// The ledgers of one shard's keys with waits ahead.
 #[derive(Debug, Default)]
+#[repr(C)]
 pub struct Ledgers {
+    /// The latest instant a wait recorded here was promised: none is ahead from then on (read first, at
+    /// every decision).
+    until: u64,
     /// Keyed by state keys, which are already seeded hashes: a fixed hasher, so that an empty `Ledgers`
     /// (taken out of a shard at every `change`) costs nothing to make.
     by_key: HashMap<u64, Ledger, std::hash::BuildHasherDefault<ahash::AHasher>>,
-    /// The latest instant a wait recorded here was promised: none is ahead from then on.
-    until: u64,
 }
 
 impl Ledgers {

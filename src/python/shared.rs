@@ -141,6 +141,7 @@ pub fn summary_dict<'py>(py: Python<'py>, summary: &RegionSummary) -> PyResult<B
     dict.set_item("top_refused", summary.top_refused.clone())?;
     dict.set_item("groups", summary.group_keys.iter().cloned().collect::<std::collections::BTreeMap<_, _>>())?;
     dict.set_item("stalls", summary.stalls)?;
+    dict.set_item("clock", summary.clock)?;
     Ok(dict)
 }
 

@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 use super::args::type_name;
 use super::backend::PyRedis;
 use super::shared::PyShared;
-use crate::clock::Clock;
+use crate::clock::{Clock, RegionClock};
 use crate::config::Config;
 use crate::error::Error;
 use crate::limiter::Limiter;
@@ -44,8 +44,8 @@ pub fn open_store(
         let shared = shared.get();
         let needs_log = config.rules.longest_log();
         let region = py.detach(|| shared.open(config.max_keys, needs_log))?;
-        // Every process reads one clock (the kernel's monotonic clock), unless a test drives it.
-        let clock = if manual { clock } else { Clock::Machine };
+        // Every process reads one clock (the region's: see `RegionClock`), unless a test drives it.
+        let clock = if manual { clock } else { Clock::Region(Arc::new(RegionClock::new(&region))) };
         let limiter = Limiter::new(config, clock, StatesIn::Region(region, shared.on_stall()))?;
         return Ok(Store::open(Arc::new(limiter), None)?);
     }

@@ -18,7 +18,8 @@ pub mod region;
 mod slots;
 
 use std::borrow::Cow;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -158,11 +159,14 @@ impl Counts {
 }
 
 /// One stripe of the map: its slots, its counts, and the caller's data, updated under the same lock.
+/// In order: the fields a decision reads first (the slots' place, then the data's first fields), so
+/// that they share the stripe's first lines (see `Stripe`).
 #[derive(Debug)]
+#[repr(C)]
 pub struct Shard<C> {
     slots: AnySlots,
-    counts: Counts,
     pub data: C,
+    counts: Counts,
 }
 
 impl<C> Shard<C> {
@@ -358,10 +362,30 @@ impl<C> Shard<C> {
 #[derive(Debug)]
 struct Padded<T>(T);
 
+/// One stripe of the map: a shard and what guards it. In the heap, the process's `lock`; in a shared
+/// region, the robust lock of the region's shard of the same index alone (it serialises this process's
+/// threads as it does other processes'), found through `region`: the region the shard's states live in
+/// now, which a move (`StateMap::move_to`) changes under the locks of both regions' shards.
+///
+/// Laid out in order, the fields a decision reads first: a map in a region has thousands of stripes, of
+/// which a decision over many keys finds its own out of the caches; `StateMap::prefetch` asks for its
+/// first lines early.
+#[derive(Debug)]
+#[repr(C)]
+struct Stripe<C> {
+    lock: Mutex<()>,
+    region: AtomicPtr<SharedRegion>,
+    shard: UnsafeCell<Shard<C>>,
+}
+
+// SAFETY: the shard is reached only under the stripe's lock (heap) or its region shard's lock (region),
+// each of which one thread holds at a time: the same access a `Mutex<Shard<C>>` gives.
+unsafe impl<C: Send> Sync for Stripe<C> {}
+
 /// The whole map: `max_keys` spread over a power-of-two number of shards.
 #[derive(Debug)]
 pub struct StateMap<C> {
-    shards: Box<[Padded<Mutex<Shard<C>>>]>,
+    stripes: Box<[Padded<Stripe<C>>]>,
     shard_shift: u32,
     keys: Arc<AtomicUsize>,
     max_keys: usize,
@@ -369,21 +393,12 @@ pub struct StateMap<C> {
     region: Option<Attached>,
 }
 
-/// A shard locked for this thread: the process's lock, and the region's when the states live there
-/// (taken second, always, so two threads never wait on each other crosswise; given back first).
+/// A shard locked for this thread: by the process's lock in the heap, by the region shard's robust lock
+/// when the states live in a region (one lock either way).
 pub struct ShardGuard<'a, C> {
-    _region: RegionHeld<'a>,
-    shard: MutexGuard<'a, Shard<C>>,
-}
-
-/// The region's locks a shard guard holds: the key's region shard, or for a walk all of the process
-/// shard's, taken in order (another holder never waits for a second lock while holding one). Held only
-/// to be given back when dropped.
-#[allow(dead_code)]
-enum RegionHeld<'a> {
-    None,
-    One(Guard<'a>),
-    All(Vec<Guard<'a>>),
+    _region: Option<Guard<'a>>,
+    _heap: Option<MutexGuard<'a, ()>>,
+    shard: &'a mut Shard<C>,
 }
 
 impl<C> std::ops::Deref for ShardGuard<'_, C> {
@@ -391,26 +406,25 @@ impl<C> std::ops::Deref for ShardGuard<'_, C> {
 
     #[inline]
     fn deref(&self) -> &Shard<C> {
-        &self.shard
+        self.shard
     }
 }
 
 impl<C> std::ops::DerefMut for ShardGuard<'_, C> {
     #[inline]
     fn deref_mut(&mut self) -> &mut Shard<C> {
-        &mut self.shard
+        self.shard
     }
 }
 
 impl<C> StateMap<C> {
     /// A map for at most `max_keys` keys whose states live where `states` says; `data` makes each
-    /// shard's data (counters, quota records).
+    /// shard's data (counters, quota records). In a region the map has the region's shards.
     ///
     /// # Errors
     /// A region made for another `max_keys`.
     pub fn new(max_keys: usize, data: impl Fn() -> C, states: StatesIn) -> crate::error::Result<Self> {
         let max_keys = max_keys.max(1);
-        let wanted = Self::shard_count(max_keys);
         let region = match states {
             StatesIn::Heap => None,
             StatesIn::Region(region, _) => {
@@ -424,21 +438,31 @@ impl<C> StateMap<C> {
                         ),
                     ));
                 }
-                Some(Attached::new(region, wanted))
+                Some(Attached::new(region))
             }
         };
+        let wanted = match &region {
+            None => Self::shard_count(max_keys),
+            Some(attached) => attached.current().shards(),
+        };
+        let current = region.as_ref().map(Attached::current);
         let keys = Arc::new(AtomicUsize::new(0));
-        let shards = (0..wanted)
+        let stripes = (0..wanted)
             .map(|index| {
                 let slots = match &region {
                     None => AnySlots::Heap(HeapSlots::new(BoundedTable::new(Arc::clone(&keys), max_keys, wanted))),
                     Some(attached) => AnySlots::Region(attached.slots(index)),
                 };
-                Padded(Mutex::new(Shard { slots, counts: Counts::default(), data: data() }))
+                let at = current.as_ref().map_or(std::ptr::null_mut(), |r| Arc::as_ptr(r).cast_mut());
+                Padded(Stripe {
+                    lock: Mutex::new(()),
+                    region: AtomicPtr::new(at),
+                    shard: UnsafeCell::new(Shard { slots, counts: Counts::default(), data: data() }),
+                })
             })
             .collect();
         let shard_shift = 64 - wanted.trailing_zeros();
-        Ok(Self { shards, shard_shift, keys, max_keys, region })
+        Ok(Self { stripes, shard_shift, keys, max_keys, region })
     }
 
     /// The region the states live in now, if shared.
@@ -462,10 +486,12 @@ impl<C> StateMap<C> {
     }
 
     /// Moves the states to `new`, a region for the same `max_keys` (the file at the path now), one
-    /// process shard at a time: under the process shard's lock and the locks of its part of both
-    /// regions, `carry` moves each state of the old part into the new one (and empties the old, so that
-    /// another process moving too carries nothing twice); from then on the shard decides in `new`.
-    /// A no-op in the heap, or when `new` has another number of shards (it cannot: same `max_keys`).
+    /// shard at a time: under the locks of the shard in both regions (the old first, as every process
+    /// that moves takes them), `carry` moves each state of the old shard into the new one (and empties
+    /// the old, so that another process moving too carries nothing twice); from then on the shard
+    /// decides in `new`. A thread that found the shard in the old region and waited for its lock sees,
+    /// once it holds it, that the shard moved, and takes the new region's. A no-op in the heap, or when
+    /// `new` has another number of shards (it cannot: same `max_keys`).
     pub fn move_to(
         &self,
         new: &Arc<SharedRegion>,
@@ -476,11 +502,22 @@ impl<C> StateMap<C> {
         if Arc::ptr_eq(&old, new) || old.shards() != new.shards() {
             return;
         }
-        for index in 0..self.shards.len() {
-            let mut shard = self.shards[index].0.lock();
-            if let AnySlots::Region(slots) = &mut shard.slots {
-                attached.move_shard((&old, new), index, slots, &mut carry);
+        for (index, stripe) in self.stripes.iter().enumerate() {
+            let stripe = &stripe.0;
+            let old_held = old.lock(index);
+            let new_held = new.lock(index);
+            if !std::ptr::eq(stripe.region.load(Ordering::Relaxed), Arc::as_ptr(&old)) {
+                continue;
             }
+            // SAFETY: the shard's region lock is held (the old region's, where it lives until the store below).
+            let shard = unsafe { &mut *stripe.shard.get() };
+            if let AnySlots::Region(slots) = &mut shard.slots {
+                let recovered = (old_held.recovered, new_held.recovered);
+                Attached::move_shard((&old, new), index, recovered, slots, &mut carry);
+            }
+            stripe.region.store(Arc::as_ptr(new).cast_mut(), Ordering::Release);
+            drop(new_held);
+            drop(old_held);
         }
         attached.moved(old, new);
     }
@@ -494,31 +531,73 @@ impl<C> StateMap<C> {
     /// How many shards a shared region for `max_keys` keys has: more than the heap's, so that processes
     /// deciding for different keys seldom take the same shard's lock, whose cache line would move
     /// between their cores at each decision (in one process, 64 shards are enough for its threads).
+    /// A map in the region has as many, so that the region shard's lock is the only lock a decision takes.
     #[must_use]
     pub fn shared_shard_count(max_keys: usize) -> usize {
         (max_keys.max(1) / MIN_KEYS_PER_SHARD).clamp(1, MAX_SHARED_SHARDS).next_power_of_two().min(MAX_SHARED_SHARDS)
     }
 
-    /// Starts fetching the region's lock and slots for `key` (see `SharedRegion::prefetch`); nothing
-    /// in the heap, whose shards are few and stay in the caches.
+    /// Starts fetching what a decision for `key` reads first, when the states live in a region: the
+    /// region's lock and slots of its shard (see `SharedRegion::prefetch`), and the lines of its stripe
+    /// holding the shard's slots' place and its data's first fields (see `Stripe`). Nothing in the
+    /// heap, whose shards are few and stay in the caches.
     #[inline]
     pub fn prefetch(&self, key: u64) {
         if let Some(attached) = &self.region {
+            let stripe = &self.stripes[self.index(key)].0;
+            region::layout::prefetch_line(std::ptr::from_ref(stripe).cast());
+            // SAFETY: the address of a field, computed without reading the shard.
+            let data = unsafe { &raw const (*stripe.shard.get()).data };
+            region::layout::prefetch_line(data.cast());
             attached.prefetch(key);
         }
     }
 
-    /// The region's lock of `key`'s shard, taken with the process's shard (held in `shard`), waited for
-    /// at most `deadline`. Out of line: the heap's hot path keeps only the test for a region.
+    /// The shard of `key`: its index.
+    #[inline]
+    fn index(&self, key: u64) -> usize {
+        // shard_shift == 64 for a single shard: checked_shr gives None -> shard 0.
+        #[allow(clippy::cast_possible_truncation)]
+        let index = key.checked_shr(self.shard_shift).unwrap_or(0) as usize;
+        index
+    }
+
+    /// Shard `index` of a map in a region, under the region shard's lock alone, waited for at most
+    /// `deadline` (`None`: as long as it takes). A shard that moved to another region while this thread
+    /// waited for the old one's lock is looked up again. Out of line: the heap's hot path keeps only the
+    /// test for a region.
     #[inline(never)]
-    fn lock_region<'a>(
-        attached: &'a Attached,
-        shard: &mut Shard<C>,
-        key: u64,
-        deadline: Option<Duration>,
-    ) -> Option<RegionHeld<'a>> {
-        let AnySlots::Region(slots) = &mut shard.slots else { return Some(RegionHeld::None) };
-        attached.lock_key(slots, key, deadline).map(RegionHeld::One)
+    fn lock_region(&self, index: usize, deadline: Option<Duration>) -> Option<ShardGuard<'_, C>> {
+        let stripe = &self.stripes[index].0;
+        loop {
+            let at = stripe.region.load(Ordering::Acquire);
+            // SAFETY: every region the map has lived in stays mapped for its life (see `Attached`).
+            let region: &SharedRegion = unsafe { &*at };
+            let held = region.lock_within(index, deadline)?;
+            // Written under this lock by a move: read after taking it, it says where the shard is now.
+            if !std::ptr::eq(stripe.region.load(Ordering::Relaxed), at) {
+                continue;
+            }
+            // SAFETY: the shard's region lock is held, by this thread alone of every thread of every process.
+            let shard = unsafe { &mut *stripe.shard.get() };
+            if held.recovered {
+                // The last holder died mid-write: make the shard whole before anything reads it.
+                if let AnySlots::Region(slots) = &mut shard.slots {
+                    slots.table().repair();
+                }
+            }
+            return Some(ShardGuard { _region: Some(held), _heap: None, shard });
+        }
+    }
+
+    /// Shard `index` of a map in the heap, under the process's lock.
+    #[inline]
+    fn lock_heap(&self, index: usize) -> ShardGuard<'_, C> {
+        let stripe = &self.stripes[index].0;
+        let held = stripe.lock.lock();
+        // SAFETY: the stripe's lock is held: a map in the heap reaches its shards only under it.
+        let shard = unsafe { &mut *stripe.shard.get() };
+        ShardGuard { _region: None, _heap: Some(held), shard }
     }
 
     /// The shard that holds `key`, locked. The shard comes from the key's top bits (a table places
@@ -526,16 +605,12 @@ impl<C> StateMap<C> {
     #[inline]
     #[must_use]
     pub fn lock(&self, key: u64) -> ShardGuard<'_, C> {
-        // shard_shift == 64 for a single shard: checked_shr gives None -> shard 0.
-        #[allow(clippy::cast_possible_truncation)]
-        let index = key.checked_shr(self.shard_shift).unwrap_or(0) as usize;
-        let mut shard = self.shards[index].0.lock();
-        let region = match &self.region {
-            None => RegionHeld::None,
-            // Without a deadline the region's lock is always taken.
-            Some(attached) => Self::lock_region(attached, &mut shard, key, None).unwrap_or(RegionHeld::None),
-        };
-        ShardGuard { _region: region, shard }
+        let index = self.index(key);
+        if self.region.is_none() {
+            return self.lock_heap(index);
+        }
+        // Without a deadline the region's lock is always taken.
+        self.lock_region(index, None).unwrap_or_else(|| unreachable!("no deadline"))
     }
 
     /// As [`StateMap::lock`], for a decision: a shared region's lock is waited for at most `STALL`;
@@ -545,14 +620,11 @@ impl<C> StateMap<C> {
     #[inline(always)]
     #[must_use]
     pub fn lock_deciding(&self, key: u64) -> Option<ShardGuard<'_, C>> {
-        #[allow(clippy::cast_possible_truncation)]
-        let index = key.checked_shr(self.shard_shift).unwrap_or(0) as usize;
-        let mut shard = self.shards[index].0.lock();
-        let region = match &self.region {
-            None => RegionHeld::None,
-            Some(attached) => Self::lock_region(attached, &mut shard, key, Some(STALL))?,
-        };
-        Some(ShardGuard { _region: region, shard })
+        let index = self.index(key);
+        if self.region.is_none() {
+            return Some(self.lock_heap(index));
+        }
+        self.lock_region(index, Some(STALL))
     }
 
     /// A key for another state of the same owner (e.g. the second limit of a rule) that lives in the
@@ -581,15 +653,13 @@ impl<C> StateMap<C> {
         (related & 0xFFFF_FFFF_0000_0000) | u64::from(low)
     }
 
-    /// Every shard in turn, locked whole (with every region shard it holds), for walks over all states.
+    /// Every shard in turn, locked, for walks over all states.
     pub fn shards(&self) -> impl Iterator<Item = ShardGuard<'_, C>> {
-        (0..self.shards.len()).map(|index| {
-            let mut shard = self.shards[index].0.lock();
-            let region = match (&self.region, &mut shard.slots) {
-                (Some(attached), AnySlots::Region(slots)) => RegionHeld::All(attached.lock_all(slots, index)),
-                _ => RegionHeld::None,
-            };
-            ShardGuard { _region: region, shard }
+        (0..self.stripes.len()).map(|index| {
+            if self.region.is_none() {
+                return self.lock_heap(index);
+            }
+            self.lock_region(index, None).unwrap_or_else(|| unreachable!("no deadline"))
         })
     }
 

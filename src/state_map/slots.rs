@@ -111,8 +111,10 @@ pub trait Slots {
     }
 }
 
-/// A shard's slots, wherever they live.
+/// A shard's slots, wherever they live. Laid out in order (tag, then the slots' first fields), so that a
+/// decision's reads of them come first in its shard's memory (see `state_map::Stripe`).
 #[derive(Debug)]
+#[repr(C, u8)]
 pub enum AnySlots {
     Heap(HeapSlots),
     Region(RegionSlots),

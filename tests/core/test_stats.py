@@ -84,6 +84,7 @@ def test_the_typed_dicts_are_exported() -> None:
         "top_refused",
         "groups",
         "stalls",
+        "clock",
     }
     assert set(rk.GroupStats.__annotations__) == GROUP_KEYS
 

@@ -158,6 +158,37 @@ def test_spawned_processes_each_opening_the_path_admit_exactly_the_burst(tmp_pat
     assert_exact(admitted, shared(path, "10/hour"))
 
 
+def report_wait(path: Path, results: Any) -> None:
+    """A child: its own limiter on ``path``; the region's clock and how long the spent key must wait."""
+    limiter = shared(path, "1/hour")
+    region = limiter.stats()["shared"]
+    assert region is not None
+    results.put((region["clock"], limiter.check("spent").retry_after))
+
+
+@pytest.mark.parametrize("context", [FORK, SPAWN], ids=["fork", "spawn"])
+def test_every_process_reads_the_regions_one_clock(tmp_path: Path, context: Any) -> None:
+    """A wait computed in one process from a time another wrote is the same wait: the processes read one
+    clock (the region's), not each its own from its own origin (which would put it hours off)."""
+    path = tmp_path / "region"
+    limiter = shared(path, "1/hour")
+    region = limiter.stats()["shared"]
+    assert region is not None
+    assert region["clock"] in ("tsc", "kernel")
+    assert limiter.allow("spent")
+    before = limiter.check("spent").retry_after
+    results = context.SimpleQueue()
+    with reaping([context.Process(target=report_wait, args=(path, results))]) as processes:
+        processes[0].start()
+        clock, theirs = results.get()
+        joined(processes)
+    after = limiter.check("spent").retry_after
+    results.close()
+    assert clock == region["clock"]
+    # Read in between (the clocks agree to within 100 µs at most; 1 ms of slack).
+    assert after - 0.001 <= theirs <= before + 0.001, (before, theirs, after)
+
+
 # --- uvicorn --workers 3: one limit across the workers of a real server ----------------------------------------------
 
 APP = """
@@ -676,6 +707,7 @@ def test_inspect_shows_what_two_processes_decided_without_writing(tmp_path: Path
     shown = inspect("--path", str(path), "--json")
     assert shown.returncode == 0, shown.stderr
     stats = json.loads(shown.stdout)
+    assert stats.pop("clock") in ("tsc", "kernel")
     # alice: 18 tries, 10 admitted; carol: 12 tries, 10 admitted; bob and dave: 4 each, all admitted.
     assert stats == {
         "path": str(path),

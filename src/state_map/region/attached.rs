@@ -4,13 +4,11 @@
 
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use parking_lot::Mutex;
 
 use super::file::AtPath;
 use super::layout::SharedRegion;
-use super::lock::Guard;
 use super::slots::RegionSlots;
 use super::table::RegionTable;
 use crate::algorithm::State;
@@ -29,73 +27,33 @@ pub struct Attached {
     /// The current region's address, for the prefetch hint (which may read any address).
     hint: AtomicPtr<SharedRegion>,
     retired: Mutex<Vec<Arc<SharedRegion>>>,
-    /// A key's shard of the region is its top bits from here; each shard of the process holds
-    /// `per_shard` of them.
+    /// A key's shard (the region's, and the process's: as many) is its top bits from here.
     shift: u32,
-    per_shard: usize,
     /// When (on the limiter's clock) a decision next checks that the file is still at its path.
     next_check: AtomicU64,
 }
 
 impl Attached {
-    /// `region`, for a map of `process_shards` shards.
-    pub(crate) fn new(region: Arc<SharedRegion>, process_shards: usize) -> Self {
-        let region_shards = region.shards().max(process_shards);
+    /// `region`, for a map with as many shards as the region.
+    pub(crate) fn new(region: Arc<SharedRegion>) -> Self {
         let hint = AtomicPtr::new(Arc::as_ptr(&region).cast_mut());
         Self {
+            shift: 64 - region.shards().trailing_zeros(),
             current: Mutex::new(region),
             hint,
             retired: Mutex::new(Vec::new()),
-            shift: 64 - region_shards.trailing_zeros(),
-            per_shard: region_shards / process_shards,
             next_check: AtomicU64::new(0),
         }
     }
 
-    /// The slots of process shard `index`.
+    /// The slots of shard `index`.
     pub(crate) fn slots(&self, index: usize) -> RegionSlots {
-        RegionSlots::new(&self.current.lock(), index, self.per_shard)
+        RegionSlots::new(&self.current.lock(), index)
     }
 
     /// The region the states live in now.
     pub(crate) fn current(&self) -> Arc<SharedRegion> {
         Arc::clone(&self.current.lock())
-    }
-
-    /// The region's lock of the shard of `key`, taken with the process's shard (whose slots are
-    /// `slots`), waited for at most `deadline` (`None`: when a holder keeps it longer).
-    pub(crate) fn lock_key<'a>(
-        &'a self,
-        slots: &mut RegionSlots,
-        key: u64,
-        deadline: Option<Duration>,
-    ) -> Option<Guard<'a>> {
-        // SAFETY: every region the map has lived in stays mapped for the life of `self`; the shard's
-        // slots name the one their tables are in, read under the shard's lock.
-        let region: &'a SharedRegion = unsafe { &*Arc::as_ptr(&slots.region) };
-        #[allow(clippy::cast_possible_truncation)]
-        let index = key.checked_shr(self.shift).unwrap_or(0) as usize;
-        let held = region.lock_within(index, deadline)?;
-        slots.current = index % self.per_shard;
-        if held.recovered {
-            // The last holder died mid-write: make the shard whole before anything reads it.
-            slots.table().repair();
-        }
-        Some(held)
-    }
-
-    /// Every region shard of process shard `index`, locked in order, for a walk.
-    pub(crate) fn lock_all<'a>(&'a self, slots: &mut RegionSlots, index: usize) -> Vec<Guard<'a>> {
-        // SAFETY: as in `lock_key`.
-        let region: &'a SharedRegion = unsafe { &*Arc::as_ptr(&slots.region) };
-        let first = index * self.per_shard;
-        let held: Vec<Guard<'a>> = (first..first + self.per_shard).map(|i| region.lock(i)).collect();
-        for (table, guard) in slots.tables.iter_mut().zip(&held) {
-            if guard.recovered {
-                table.repair();
-            }
-        }
-        held
     }
 
     /// Starts fetching the region's lock and slots for `key` (see `SharedRegion::prefetch`).
@@ -107,33 +65,26 @@ impl Attached {
         region.prefetch(key.checked_shr(self.shift).unwrap_or(0) as usize);
     }
 
-    /// Carries process shard `index`'s part of `old` into `new` (see `StateMap::move_to`): under the
-    /// locks of both parts, old before new in index order as every process that moves takes them.
+    /// Carries shard `index` of `old` into the same shard of `new` (see `StateMap::move_to`), both
+    /// locked by the caller (`recovered`: whether each lock's last holder died holding it), and makes
+    /// `slots` the new shard's.
     pub(crate) fn move_shard(
-        &self,
         (old, new): (&Arc<SharedRegion>, &Arc<SharedRegion>),
         index: usize,
+        recovered: (bool, bool),
         slots: &mut RegionSlots,
         carry: &mut impl FnMut(&SharedRegion, &mut RegionTable, &mut RegionTable),
     ) {
-        let first = index * self.per_shard;
-        let parts = first..first + self.per_shard;
-        let old_held: Vec<Guard<'_>> = parts.clone().map(|i| old.lock(i)).collect();
-        let new_held: Vec<Guard<'_>> = parts.clone().map(|i| new.lock(i)).collect();
-        for (i, (old_guard, new_guard)) in parts.clone().zip(old_held.iter().zip(&new_held)) {
-            let mut from = old.table(i);
-            let mut to = new.table(i);
-            if old_guard.recovered {
-                from.repair();
-            }
-            if new_guard.recovered {
-                to.repair();
-            }
-            carry(old, &mut from, &mut to);
+        let mut from = old.table(index);
+        let mut to = new.table(index);
+        if recovered.0 {
+            from.repair();
         }
-        *slots = RegionSlots::new(new, index, self.per_shard);
-        drop(new_held);
-        drop(old_held);
+        if recovered.1 {
+            to.repair();
+        }
+        carry(old, &mut from, &mut to);
+        *slots = RegionSlots::new(new, index);
     }
 
     /// Makes `new` the region decisions go to; `old` stays mapped.

@@ -16,27 +16,26 @@ use crate::error::{Error, Result};
 use crate::rate::Rate;
 use crate::state_map::StateMap;
 
+use super::clock::{ClockHead, ClockKind};
 use super::file::Region;
 use super::lock::{Guard, SharedMutex};
 use super::table::{
     alive, first_block_len, Chunk, JournalHead, Lease, LeaseOverflow, PoolHead, RegionSlot, RegionTable, ShardCounts,
-    ShardHead, ShardPlace, Tally, CHUNK_ENTRIES, MAX_CHUNKS, MAX_DEFS, OVERFLOW_LEASES,
+    ShardHead, ShardPlace, CHUNK_ENTRIES, MAX_CHUNKS, MAX_DEFS, OVERFLOW_LEASES,
 };
 
 /// Bumped whenever anything in the region is laid out differently.
-pub const LAYOUT: u32 = 4;
+pub const LAYOUT: u32 = 5;
 /// Group names a region holds at once, as memory does: a name no running process uses is freed.
 pub const MAX_GROUPS: usize = crate::state_map::MAX_GROUP_NAMES;
 /// Peers refused most, kept per shard.
 use super::table::{truncate, NAME_BYTES};
 const META_BYTES: usize = 4096;
-/// Process slots: each counts its decisions and the group names it uses apart; past them, processes
-/// share slots (counts still exact), and names are no longer freed (a sharer's use cannot be told).
+/// Process slots: each counts the group names it uses apart; past them, processes share slots, and
+/// names are no longer freed (a sharer's use cannot be told).
 const MAX_PROCESSES: usize = 256;
 /// Words of a group's bitmap of process slots using it.
 const USER_WORDS: usize = MAX_PROCESSES / 64;
-/// Tallies per process slot: a shard counts in stripe `shard % TALLY_STRIPES`.
-const TALLY_STRIPES: usize = 16;
 /// Fixed seeds for group names' hashes: the same in every process.
 const NAME_SEEDS: [u64; 4] = [0x7261_7465_6b65_6570, 0x6572_2067_726f_7570, 0x6e61_6d65_7321, 0x0102_0304];
 
@@ -53,8 +52,10 @@ struct Meta {
     /// Set once processes had to share a slot: names are never freed from then on.
     crowded: AtomicU32,
     groups_lock: SharedMutex,
-    /// The pid of each process slot's holder (0: free): which tallies a process counts in.
+    /// The pid of each process slot's holder (0: free): which slot's bit a process sets among a group's users.
     processes: [AtomicU32; MAX_PROCESSES],
+    /// The clock every process reads the region's times on (see `clock`).
+    clock: ClockHead,
 }
 
 const _: () = assert!(std::mem::size_of::<Meta>() <= META_BYTES);
@@ -169,10 +170,10 @@ impl Shape {
             ("meta numbers", 0, numbers),
             ("meta counts", numbers, lock),
             ("groups lock", lock, processes),
-            ("process slots", processes, std::mem::size_of::<Meta>()),
+            ("process slots", processes, std::mem::offset_of!(Meta, clock)),
+            ("clock", std::mem::offset_of!(Meta, clock), std::mem::size_of::<Meta>()),
             ("group records", Self::groups_offset(), Self::defs_offset()),
-            ("limit definitions", Self::defs_offset(), Self::tallies_offset()),
-            ("tallies", Self::tallies_offset(), Self::leases_offset()),
+            ("limit definitions", Self::defs_offset(), Self::leases_offset()),
             ("overflow leases", Self::leases_offset(), Self::journal_offset()),
             ("journal", Self::journal_offset(), heads),
             ("shard heads", heads, heads + self.heads_bytes()),
@@ -203,14 +204,9 @@ impl Shape {
         round64(META_BYTES + MAX_GROUPS * std::mem::size_of::<GroupRecord>())
     }
 
-    /// The tallies: `TALLY_STRIPES` per process slot, a slot's all together.
-    const fn tallies_offset() -> usize {
-        round64(Self::defs_offset() + std::mem::size_of::<DefsHead>() + MAX_DEFS * std::mem::size_of::<LimitRecord>())
-    }
-
     /// The overflow table of leases (see `LeaseOverflow`): its head, then its entries.
     const fn leases_offset() -> usize {
-        round64(Self::tallies_offset() + MAX_PROCESSES * TALLY_STRIPES * std::mem::size_of::<Tally>())
+        round64(Self::defs_offset() + std::mem::size_of::<DefsHead>() + MAX_DEFS * std::mem::size_of::<LimitRecord>())
     }
 
     /// The journal of rebuilds (see `JournalHead`): its head, then a shard's capacity of slots.
@@ -244,7 +240,7 @@ impl Shape {
 /// A hint to bring the line at `at` into the caches; it never faults, whatever `at` is (an address
 /// outside the region is only a wasted hint).
 #[inline]
-fn prefetch_line(at: *const u8) {
+pub(crate) fn prefetch_line(at: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch reads nothing the program sees and cannot fault; SSE is baseline on x86-64.
     unsafe {
@@ -329,6 +325,9 @@ pub struct RegionSummary {
     pub group_keys: Vec<(String, u64)>,
     /// Decisions the process asking made without their states (see `state_map::STALL`).
     pub stalls: u64,
+    /// The clock the region's times are in: "tsc" (its calibration in the header) or "kernel" (see
+    /// `clock`).
+    pub clock: &'static str,
 }
 
 impl SharedRegion {
@@ -423,6 +422,7 @@ impl SharedRegion {
             meta.chunk_count = u64::from(shape.chunk_count);
             region.set_meta_sum(meta_sum(meta))?;
             SharedMutex::init(&raw mut meta.groups_lock)?;
+            ClockHead::init(&raw mut meta.clock)?;
             let defs = base.add(Shape::defs_offset()).cast::<DefsHead>();
             SharedMutex::init(&raw mut (*defs).lock)?;
             (*defs).next = AtomicU32::new(1);
@@ -436,9 +436,8 @@ impl SharedRegion {
         Ok(())
     }
 
-    /// A process slot for this process: a free one, else one whose process has ended (its counts
-    /// stay, added to), else one shared with others (counts stay exact: tallies are written under
-    /// the shard's lock).
+    /// A process slot for this process: a free one, else one whose process has ended (its uses of
+    /// group names forgotten), else one shared with others.
     fn claim_slot(&self) -> usize {
         let pid = std::process::id();
         let processes = &self.meta().processes;
@@ -472,20 +471,21 @@ impl SharedRegion {
         claimed
     }
 
-    fn tally(&self, slot: usize, shard: usize) -> *mut Tally {
-        // SAFETY: within the tallies (see `Shape::shards_offset`).
-        unsafe {
-            self.region
-                .contents()
-                .add(Shape::tallies_offset())
-                .cast::<Tally>()
-                .add(slot * TALLY_STRIPES + shard % TALLY_STRIPES)
-        }
-    }
-
     fn meta(&self) -> &Meta {
         // SAFETY: the meta is at the start of the contents, written before the region was ready.
         unsafe { &*self.region.contents().cast::<Meta>() }
+    }
+
+    /// The region's clock's part of its header (see `clock::RegionClock`), mapped as long as the region.
+    #[must_use]
+    pub fn clock_head(&self) -> *const ClockHead {
+        &raw const self.meta().clock
+    }
+
+    /// Which clock the region's times are in now.
+    #[must_use]
+    pub fn clock_kind(&self) -> ClockKind {
+        self.meta().clock.kind()
     }
 
     /// The file behind the region.
@@ -592,24 +592,19 @@ impl SharedRegion {
     #[must_use]
     pub fn table(&self, shard: usize) -> RegionTable {
         // SAFETY: the place is in this region, which the caller keeps alive with the table.
-        unsafe {
-            RegionTable::new(
-                self.place(shard),
-                self.tally(self.my_slot(), shard),
-                &raw const self.meta().keys,
-                self.max_keys as u64,
-            )
-        }
+        unsafe { RegionTable::new(self.place(shard), &raw const self.meta().keys, self.max_keys as u64) }
     }
 
     /// Asks the CPU to start fetching shard `shard`'s first block of slots, before the caller reads the
     /// clock and takes the locks. A region far below its bound keeps its states in first blocks over
     /// thousands of pages, so the fetch is usually a TLB miss too, the costliest part of a decision
-    /// over many keys; started early, it overlaps the work before it. (The locks, 64 bytes a shard,
-    /// stay in the caches.)
+    /// over many keys; started early, it overlaps the work before it. The shard's head (its lock and
+    /// counts) too: 128 bytes a shard, half a megabyte at a million keys, not always in the caches.
     #[inline]
     pub fn prefetch(&self, shard: usize) {
-        prefetch_line(self.region.contents().wrapping_add(self.shape.first_offset(shard)));
+        let contents = self.region.contents();
+        prefetch_line(contents.wrapping_add(self.shape.first_offset(shard)));
+        prefetch_line(contents.wrapping_add(self.shape.shards_offset() + shard * std::mem::size_of::<ShardHead>()));
     }
 
     /// The lock of shard `shard` (see `SharedMutex::lock_whole`).
@@ -808,13 +803,13 @@ impl SharedRegion {
     }
 
     fn defs_head(&self) -> &DefsHead {
-        // SAFETY: within the region (see `Shape::tallies_offset`), initialised by its creator.
+        // SAFETY: within the region (see `Shape::leases_offset`), initialised by its creator.
         unsafe { &*self.region.contents().add(Shape::defs_offset()).cast::<DefsHead>() }
     }
 
     fn def_record(&self, id: usize) -> *mut LimitRecord {
         debug_assert!(id < MAX_DEFS);
-        // SAFETY: within the definitions' records (see `Shape::tallies_offset`).
+        // SAFETY: within the definitions' records (see `Shape::leases_offset`).
         unsafe {
             self.region
                 .contents()
@@ -869,6 +864,7 @@ impl SharedRegion {
         let mut summary = RegionSummary {
             path: self.path().display().to_string(),
             max_keys: self.max_keys as u64,
+            clock: self.clock_kind().name(),
             ..RegionSummary::default()
         };
         let mut refused: std::collections::HashMap<u64, (String, u64)> = std::collections::HashMap::new();
@@ -881,20 +877,15 @@ impl SharedRegion {
             summary.keys += len;
             summary.evictions = summary.evictions.saturating_add(evictions);
             summary.dropped = summary.dropped.saturating_add(dropped);
+            let (allowed, refused_here) = table.decisions();
+            summary.allowed = summary.allowed.saturating_add(allowed);
+            summary.refused = summary.refused.saturating_add(refused_here);
             for (name, hash, count) in table.counts().refused_most() {
                 let total = &mut refused.entry(hash).or_insert((name, 0)).1;
                 *total = total.saturating_add(count);
             }
             for slot in table.iter() {
                 *group_keys.entry(crate::state_map::Owner::unpack(slot.packed_owner()).group).or_default() += 1;
-            }
-        }
-        for slot in 0..MAX_PROCESSES {
-            for stripe in 0..TALLY_STRIPES {
-                // SAFETY: a tally of this region (atomics, valid for any bytes).
-                let tally = unsafe { &*self.tally(slot, stripe) };
-                summary.allowed = summary.allowed.saturating_add(tally.allowed.load(Ordering::Relaxed));
-                summary.refused = summary.refused.saturating_add(tally.refused.load(Ordering::Relaxed));
             }
         }
         let mut top: Vec<(String, u64)> = refused.into_values().collect();

@@ -1,9 +1,11 @@
 //! States that every worker process of one machine shares, in a file mapped into each: the region
 //! implementation of the state map's `Slots`. `file` maps the file, `lock` is the robust lock each shard
 //! has, `table` is one shard's states, `layout` says where everything is, `slots` decides on a table,
-//! and `attached` is a map's hold on the region (which shard a key's lock takes, following the file).
+//! `attached` is a map's hold on the region (which shard a key's lock takes, following the file), and
+//! `clock` is the one clock every process of the region reads.
 
 pub mod attached;
+pub mod clock;
 pub mod file;
 pub mod layout;
 pub mod lock;

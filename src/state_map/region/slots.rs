@@ -1,8 +1,7 @@
-//! One shard's states in a region of shared memory. A region has more shards than a process (see
-//! `StateMap::shared_shard_count`), so each shard of the process holds several of the region's tables,
-//! of which the lock of a key takes one (`current`) and a walk takes all. A state here says which limit
-//! wrote it (the region's id of that limit), so that a process reading a state another process wrote
-//! under other limits converts it first.
+//! One shard's states in a region of shared memory: each shard of a process whose states live in a
+//! region is one of the region's shards (as many, see `StateMap::shared_shard_count`), guarded by that
+//! shard's robust lock alone. A state here says which limit wrote it (the region's id of that limit),
+//! so that a process reading a state another process wrote under other limits converts it first.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -13,10 +12,9 @@ use crate::algorithm::{Limit, Log, State, NO_LOG};
 use crate::state_map::{Counts, Owner, Slots};
 
 #[derive(Debug)]
+#[repr(C)]
 pub struct RegionSlots {
-    pub(super) tables: Box<[RegionTable]>,
-    /// The table the lock of a key took.
-    pub(super) current: usize,
+    pub(super) table: RegionTable,
     pub(super) region: Arc<SharedRegion>,
     /// The region's ids of the limits this shard has decided under, most recent first (a group's few
     /// limits and quotas: a short scan beats a hash).
@@ -24,21 +22,20 @@ pub struct RegionSlots {
 }
 
 impl RegionSlots {
-    /// The slots of process shard `index` of `per_shard` region shards each.
-    pub(crate) fn new(region: &Arc<SharedRegion>, index: usize, per_shard: usize) -> Self {
-        let tables = (0..per_shard).map(|part| region.table(index * per_shard + part)).collect();
-        Self { tables, current: 0, region: Arc::clone(region), defs: Vec::new() }
+    /// The slots of shard `index` (the process's and the region's).
+    pub(crate) fn new(region: &Arc<SharedRegion>, index: usize) -> Self {
+        Self { table: region.table(index), region: Arc::clone(region), defs: Vec::new() }
     }
 
-    /// The table locked for the key the shard was locked for.
+    /// The shard's table.
     #[inline]
-    pub(super) fn table(&mut self) -> &mut RegionTable {
-        &mut self.tables[self.current]
+    pub(crate) fn table(&mut self) -> &mut RegionTable {
+        &mut self.table
     }
 
     #[inline]
     fn table_ref(&self) -> &RegionTable {
-        &self.tables[self.current]
+        &self.table
     }
 
     /// The region's id of `limit`, registered there if new (0: the region holds no more).
@@ -194,22 +191,20 @@ impl Slots for RegionSlots {
         mut change: impl FnMut(&mut C, u64, usize, &mut Option<Limit>, &mut State, &mut Log) -> bool,
         _: &mut Counts,
     ) {
-        let Self { tables, region, defs, .. } = self;
-        for table in tables.iter_mut() {
-            table.retain(|slot, log| {
-                let owner = Owner::unpack(slot.packed_owner());
-                if owner.group != group {
-                    return true;
-                }
-                let mut written = region.limit_def(slot.def());
-                let key = Owner::whole_key(slot.identity(), slot.packed_owner());
-                let keep = change(data, key, owner.limit, &mut written, &mut slot.state, log);
-                if let Some(limit) = written {
-                    slot.set_def(def_in(region, defs, &limit));
-                }
-                keep
-            });
-        }
+        let Self { table, region, defs } = self;
+        table.retain(|slot, log| {
+            let owner = Owner::unpack(slot.packed_owner());
+            if owner.group != group {
+                return true;
+            }
+            let mut written = region.limit_def(slot.def());
+            let key = Owner::whole_key(slot.identity(), slot.packed_owner());
+            let keep = change(data, key, owner.limit, &mut written, &mut slot.state, log);
+            if let Some(limit) = written {
+                slot.set_def(def_in(region, defs, &limit));
+            }
+            keep
+        });
     }
 
     fn remove(&mut self, key: u64, _: &mut Counts) -> bool {
@@ -217,11 +212,11 @@ impl Slots for RegionSlots {
     }
 
     fn len(&self) -> usize {
-        self.tables.iter().map(RegionTable::len).sum()
+        self.table.len()
     }
 
     fn clear(&mut self, _: &mut Counts) {
-        self.tables.iter_mut().for_each(RegionTable::clear);
+        self.table.clear();
     }
 
     fn allocated_bytes(&self) -> usize {
@@ -231,7 +226,7 @@ impl Slots for RegionSlots {
     /// A region keeps no per-group counts (every process inserts and evicts there): they are walked.
     fn walked_group_keys(&self) -> Option<Vec<u64>> {
         let mut keys = Vec::new();
-        for slot in self.tables.iter().flat_map(RegionTable::iter) {
+        for slot in self.table.iter() {
             let id = Owner::unpack(slot.packed_owner()).group as usize;
             if id >= keys.len() {
                 keys.resize(id + 1, 0);

@@ -160,7 +160,9 @@ pub struct PoolHead {
 const TAKE_BATCH: u32 = 4;
 const KEEP_FREE: u32 = 16;
 
-/// A shard's header in the region: its lock and what it counts, written under the lock.
+/// A shard's header in the region: its lock and what it counts, written under the lock. Its first line
+/// holds what every decision reads or writes, beside the lock (whose line a decision owns anyway): the
+/// numbers checked at every lock (`ShardPlace::corrupt`) and the count of admissions.
 #[repr(C, align(64))]
 pub struct ShardHead {
     pub lock: SharedMutex,
@@ -169,14 +171,23 @@ pub struct ShardHead {
     /// bound keeps its states close together (fewer pages, fewer misses). Up to `MIN_ACTIVE` they are
     /// the shard's first block, beyond it the start of its own slots.
     active: u32,
-    inserts_since_decay: u32,
     /// The shard's own free list of log chunks: its first plus one, and its length.
     free_chunks: u32,
     free_count: u32,
+    /// Decisions here that admitted, and that refused, by every process: counted under the lock, in
+    /// the lock's line, which a decision owns anyway (a count of its own, even per process, would be
+    /// an atomic add on one more line).
+    pub allowed: u64,
+    pub refused: u64,
+    inserts_since_decay: u32,
     /// States evicted as least used, and idle states dropped to make room, by every process.
     pub evictions: u64,
     pub dropped: u64,
 }
+
+// What a decision touches of the head shares the lock's line (glibc's mutex is 40 bytes on 64-bit Linux).
+#[cfg(all(target_os = "linux", target_env = "gnu", target_pointer_width = "64"))]
+const _: () = assert!(std::mem::offset_of!(ShardHead, allowed) + 8 <= 64);
 
 /// Bytes of a name kept in the region (a group's, a refused peer's), cut on a character boundary.
 pub const NAME_BYTES: usize = 48;
@@ -218,16 +229,6 @@ pub struct LeaseOverflow {
     /// Entries not free: a hint read without the lock, so that decisions of shards that never
     /// overflowed do not look at the table.
     used: AtomicU32,
-}
-
-/// Decisions one process made, in one of its stripes (see `layout`): each process counts in its own, as
-/// a count every process wrote would move its cache line between their cores at every decision, and
-/// threads of one process count in the stripe of their shard. Atomic, as two shards share a stripe.
-#[repr(C)]
-#[derive(Debug, Default)]
-pub struct Tally {
-    pub allowed: AtomicU64,
-    pub refused: AtomicU64,
 }
 
 /// The peers a shard refused most (space-saving counts), and who holds its keys' permits; right after
@@ -272,17 +273,11 @@ pub struct JournalHead {
     active: u64,
 }
 
-/// Where one shard lives in the region.
+/// Where one shard lives in the region. In order: what a decision reads first (see `state_map::Stripe`).
 #[derive(Debug, Clone, Copy)]
+#[repr(C)]
 pub struct ShardPlace {
-    /// The shard's index (the journal names shards by it), and how many the region has.
-    pub index: usize,
-    pub shards: usize,
-    pub journal: *mut JournalHead,
-    /// The journal's slots: as many as a shard's.
-    pub journal_slots: *mut RegionSlot,
     pub head: *mut ShardHead,
-    pub counts: *mut ShardCounts,
     /// The slots of a shard holding few states (`MIN_ACTIVE`, or its capacity if less). Every shard's
     /// first block sits beside the others': a region far below its bound (100,000 states of 1,000,000)
     /// then keeps them on a few pages, where shards' own slots would put each shard's on a page of
@@ -291,6 +286,13 @@ pub struct ShardPlace {
     /// The shard's own slots, `capacity` of them, used once it outgrows its first block.
     pub slots: *mut RegionSlot,
     pub capacity: usize,
+    /// The shard's index (the journal names shards by it), and how many the region has.
+    pub index: usize,
+    pub shards: usize,
+    pub journal: *mut JournalHead,
+    /// The journal's slots: as many as a shard's.
+    pub journal_slots: *mut RegionSlot,
+    pub counts: *mut ShardCounts,
     /// The region's overflow table of leases and its `OVERFLOW_LEASES` entries.
     pub overflow: *mut LeaseOverflow,
     pub overflow_leases: *mut Lease,
@@ -326,10 +328,9 @@ impl ShardPlace {
 /// One shard's states in the region, as this process sees them. Every method but `head` requires the
 /// shard's region lock to be held (`StateMap::lock` takes it with the process's own shard lock).
 #[derive(Debug)]
+#[repr(C)]
 pub struct RegionTable {
     place: ShardPlace,
-    /// This process's count of the shard's decisions.
-    tally: *mut Tally,
     /// States in the whole region, and their bound.
     keys: *const AtomicU64,
     max_keys: u64,
@@ -341,10 +342,10 @@ unsafe impl Send for RegionTable {}
 
 impl RegionTable {
     /// # Safety
-    /// `place`, `tally` and `keys` point into a mapped region laid out for them that outlives the table.
+    /// `place` and `keys` point into a mapped region laid out for them that outlives the table.
     #[must_use]
-    pub const unsafe fn new(place: ShardPlace, tally: *mut Tally, keys: *const AtomicU64, max_keys: u64) -> Self {
-        Self { place, tally, keys, max_keys }
+    pub const unsafe fn new(place: ShardPlace, keys: *const AtomicU64, max_keys: u64) -> Self {
+        Self { place, keys, max_keys }
     }
 
     #[inline]
@@ -468,6 +469,14 @@ impl RegionTable {
         }
     }
 
+    /// Decisions here that admitted and that refused, by every process, read as `head_counts` reads.
+    #[must_use]
+    pub fn decisions(&self) -> (u64, u64) {
+        let head = self.place.head;
+        // SAFETY: as in `head_counts`.
+        unsafe { ((&raw const (*head).allowed).read_volatile(), (&raw const (*head).refused).read_volatile()) }
+    }
+
     /// The shard's counts by every process.
     #[allow(clippy::mut_from_ref)]
     #[must_use]
@@ -478,14 +487,13 @@ impl RegionTable {
     }
 
     /// Counts one decision here, and a refusal of `peer` (hashed `hash`) among the peers refused most.
-    #[inline(never)]
+    #[inline]
     pub fn count(&mut self, allowed: bool, peer: &str, hash: u64) {
-        // SAFETY: see `new`.
-        let tally = unsafe { &*self.tally };
+        let head = self.head();
         if allowed {
-            tally.allowed.fetch_add(1, Ordering::Relaxed);
+            head.allowed = head.allowed.wrapping_add(1);
         } else {
-            tally.refused.fetch_add(1, Ordering::Relaxed);
+            head.refused = head.refused.wrapping_add(1);
             Self::note_refusal(self.counts(), peer, hash);
         }
     }
@@ -1276,7 +1284,6 @@ mod tests {
     /// A shard laid out in a plain heap buffer (its lock unused: one thread).
     struct Fixture {
         _memory: Vec<u128>,
-        _tally: Box<Tally>,
         keys: Box<AtomicU64>,
         table: RegionTable,
     }
@@ -1324,10 +1331,9 @@ mod tests {
             }
         };
         let keys = Box::new(AtomicU64::new(0));
-        let mut tally = Box::<Tally>::default();
-        // SAFETY: the fixture keeps `memory`, `tally` and `keys` alive with the table.
-        let table = unsafe { RegionTable::new(place, &raw mut *tally, &raw const *keys, max_keys) };
-        Fixture { _memory: memory, _tally: tally, keys, table }
+        // SAFETY: the fixture keeps `memory` and `keys` alive with the table.
+        let table = unsafe { RegionTable::new(place, &raw const *keys, max_keys) };
+        Fixture { _memory: memory, keys, table }
     }
 
     fn key(i: u64) -> u64 {
