@@ -23,7 +23,8 @@ pub struct Pending {
 ///
 /// In order: what a decision reads first (its rules, its group's counters, whether a wait is ahead),
 /// together in the shard's first lines (see `state_map::Shard`); the sketch of refused peers, large and
-/// read only for refusals, in a box of its own.
+/// used only for refusals, in a box of its own, made at the shard's first refusal (a map in a shared
+/// region has thousands of shards).
 #[derive(Debug)]
 #[repr(C)]
 pub struct ShardData {
@@ -36,7 +37,7 @@ pub struct ShardData {
     pub(super) waits: super::waits::Ledgers,
     /// The peers refused most, by group id (grown when a group first refuses here), and in every group.
     refused: Vec<TopCounts>,
-    refused_anywhere: Box<TopCounts>,
+    refused_anywhere: Option<Box<TopCounts>>,
     /// Requests of exempt peers or paths that route to no group.
     pub exempt: u64,
     pub quotas: QuotaTable,
@@ -49,7 +50,7 @@ impl ShardData {
         Self {
             groups: Vec::new(),
             refused: Vec::new(),
-            refused_anywhere: Box::default(),
+            refused_anywhere: None,
             exempt: 0,
             quotas,
             pending: HashMap::default(),
@@ -68,8 +69,11 @@ impl ShardData {
         &mut self.groups[id]
     }
 
+    /// Exactly as many as needed (a `Vec` would make room for 4 at least, and a map in a shared region
+    /// has thousands of shards).
     #[cold]
     fn grow(&mut self, id: usize) {
+        self.groups.reserve_exact(id + 1 - self.groups.len());
         self.groups.resize(id + 1, GroupCounters::default());
     }
 
@@ -112,7 +116,7 @@ impl ShardData {
             self.refused.resize_with(id + 1, TopCounts::default);
         }
         self.refused[id].observe(peer, hash);
-        self.refused_anywhere.observe(peer, hash);
+        self.refused_anywhere.get_or_insert_default().observe(peer, hash);
     }
 
     /// The sketch of group `id`'s refused peers (`None`: of every group's), if it refused any here.
@@ -120,14 +124,14 @@ impl ShardData {
     pub fn refused(&self, id: Option<u32>) -> Option<&TopCounts> {
         match id {
             Some(id) => self.refused.get(id as usize),
-            None => Some(&self.refused_anywhere),
+            None => self.refused_anywhere.as_deref(),
         }
     }
 
     /// Approximate heap bytes of the refused peers' sketches.
     #[must_use]
     pub fn sketch_bytes(&self) -> usize {
-        self.refused.iter().chain([&*self.refused_anywhere]).map(TopCounts::allocated_bytes).sum()
+        self.refused.iter().chain(self.refused_anywhere.as_deref()).map(TopCounts::allocated_bytes).sum()
     }
 
     /// The counters of group `id`, if this shard has counted it.

@@ -93,6 +93,8 @@ fn def_in_cold(region: &SharedRegion, defs: &mut Vec<(Limit, u16)>, limit: &Limi
         None => region.def_id(limit),
     };
     defs.truncate(15);
+    // One more at a time: a map in a shared region has thousands of shards, most knowing one limit.
+    defs.reserve_exact(1);
     defs.insert(0, (*limit, def));
     def
 }
