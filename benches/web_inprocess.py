@@ -57,12 +57,19 @@ def limiter(limit: str) -> rk.Limiter:
 # --- Flask -------------------------------------------------------------------------------------------------
 
 
-def flask_app(limit: str | None, *, marked: bool = False) -> Any:
+def account_key(request: Any) -> str | None:
+    """A Python key function, as an app writes one: the account's header, else the client's address."""
+    account: str | None = request.headers.get(HEADER) or request.remote_addr
+    return account
+
+
+def flask_app(limit: str | None, *, marked: bool = False, key: Any = None) -> Any:
     import flask
     from ratekeeper.flask import RateLimit
 
     app = flask.Flask(__name__)
-    rate_limit = RateLimit(app, limiter=limiter(limit), key=header(HEADER)) if limit is not None else None
+    key = key if key is not None else header(HEADER)
+    rate_limit = RateLimit(app, limiter=limiter(limit), key=key) if limit is not None else None
 
     def root() -> str:
         return "ok"
@@ -183,6 +190,8 @@ def cases() -> list[Case]:
         Case("Flask", "+ extension, refused", flask_runner(flask_app(REFUSED)), "bare"),
         Case("Flask", "+ extension, marked view, allowed", flask_runner(flask_app(ALLOWED, marked=True)), "bare"),
         Case("Flask", "+ extension, marked view, refused", flask_runner(flask_app(REFUSED, marked=True)), "bare"),
+        Case("Flask", "+ extension, key function, allowed", flask_runner(flask_app(ALLOWED, key=account_key)), "bare"),
+        Case("Flask", "+ extension, key function, refused", flask_runner(flask_app(REFUSED, key=account_key)), "bare"),
         Case("Starlette", "bare", starlette_runner(starlette_app(None))),
         Case("Starlette", "+ middleware, allowed", starlette_runner(starlette_app(ALLOWED)), "bare"),
         Case("Starlette", "+ middleware, refused", starlette_runner(starlette_app(REFUSED)), "bare"),
