@@ -16,18 +16,23 @@ the app's view functions.
   from the WSGI environ before Flask routes, answers a refusal itself (cheaper than serving the view), and
   adds the fields when the response starts. Nothing else runs.
 - Otherwise the view functions are wrapped, once, on the next request (Flask takes no new routes after the
-  first), and each wrapper decides its request in the request context. A function ``@limit`` decorated
-  decides its own limits when it is called, so a helper a view calls is limited too, and a rate read from
-  ``flask.g`` by a decorator above it is there. A request whose view never ran (a 404, a redirect, or a
-  response returned by a function the app registered with ``before_request``) is decided by the gate when
-  its response starts, by its view's marks if Flask routed it to one, else by path; a refusal replaces it.
+  first), and each wrapper decides its request in the request context, once Flask has routed it. The
+  ``@limit`` wrappers Flask would call first are decided by the view's wrapper, which calls the function
+  under them; one under another decorator decides its own limits when it is called, after that decorator
+  (so a rate read from ``flask.g`` by a decorator above it is there), and a helper a view calls is limited
+  too. A view decided by one plain limit (or the path's rules) in refuse mode takes one call of the limiter,
+  and an allowed request leaves only its fields for the gate to add. A request whose view never ran (a 404,
+  a redirect, or a response returned by a function the app registered with ``before_request``) is decided
+  by the gate when its response starts, by its view's marks if Flask routed it to one, else by path; a
+  refusal replaces it.
 
 Refusals answer 429 with the JSON body and the IETF ``RateLimit`` fields of the ASGI middleware; allowed
-responses carry the fields too. Inside Flask a refusal is raised as
-[`RateLimitExceeded`][ratekeeper.flask.RateLimitExceeded] (a ``TooManyRequests``), so the app's ``errorhandler(429)``
-answers it when it has one. Concurrency permits are held while the view works: until the view returns, or for a streamed
-body until its iterator is exhausted or closed (whichever comes first: before the server ends the response, or when the
-client leaves), and given back when the view raises.
+responses carry the fields too. When the app has an error handler a 429 reaches, a refusal inside Flask is raised
+as [`RateLimitExceeded`][ratekeeper.flask.RateLimitExceeded] (a ``TooManyRequests``) for it to answer; without one, a
+view's wrapper returns the JSON 429 as the view's response (no exception goes through Flask's error handling; the gate
+adds the fields as it starts). Concurrency permits are held while the view works: until the view returns, or for a
+streamed body until its iterator is exhausted or closed (whichever comes first: before the server ends the response, or
+when the client leaves), and given back when the view raises.
 """
 
 from __future__ import annotations
@@ -47,12 +52,12 @@ from werkzeug.exceptions import HTTPException, TooManyRequests
 from werkzeug.wrappers import Response
 from werkzeug.wsgi import get_path_info
 
-from ratekeeper._core import Decision, Limit, Rate, Rule
+from ratekeeper._core import Decision, Limit, Rate, Rule, _Take
 from ratekeeper._errors import InvalidType, InvalidValue
 from ratekeeper._gatekeeper import NOT_LIMITED, STATUS_LINES, Admission, Gatekeeper, ReleasingBody
 from ratekeeper._http import WebOptions, WebSettings, declaring
 from ratekeeper._peer_rates import expand_limits
-from ratekeeper.keys import KeyFunction, checked_key, key_text
+from ratekeeper.keys import Header, KeyFunction, checked_key, key_text
 from ratekeeper.limiter import Limiter
 
 if TYPE_CHECKING:
@@ -72,12 +77,42 @@ Limits = LimitSpec | Callable[..., Any] | None
 _LIMITS = "_ratekeeper_limits"  # on a function: its limits, a tuple of _RouteLimit in decoration order
 _EXEMPT = "_ratekeeper_exempt"
 _SELF_DECIDING = "_ratekeeper_self_deciding"  # on a wrapper made by limit(): the wrapper itself
+_DECIDER = "_ratekeeper_decider"  # on a wrapper made by limit(): the extension whose limits it decides
 _WRAPPED_BY = "_ratekeeper_gate"  # on a view wrapper: the gate that made it (its original is __wrapped__)
-_ADMISSION = "ratekeeper.admission"  # the request's environ key for what was decided and is owed
+_ADMISSION = "ratekeeper.admission"  # the request's environ key for what was decided and is owed (or a _Quick)
 _STREAMED = "ratekeeper.streamed"  # set when a streamed body holds the permits until it ends
 _CALLED = "ratekeeper.called"  # limits decided in this request without a view's verdict (a set)
 
 log = logging.getLogger("ratekeeper")
+
+try:  # Flask 3.0 and 3.1: the request context's variable, read without a LocalProxy (a tenth of the cost)
+    from flask.globals import _cv_request
+
+    #: The request context being served (in a request context: a view's wrapper); ``.request`` is the request.
+    _request_context: Callable[[], Any] = _cv_request.get
+
+    def _request_now() -> flask.Request | None:
+        """The request being served, or ``None`` outside a request context."""
+        context = _cv_request.get(None)
+        return context.request if context is not None else None
+
+except ImportError:  # pragma: no cover - a Flask without it
+
+    def _request_context() -> Any:
+        return flask.globals.request_ctx._get_current_object()  # type: ignore[attr-defined]
+
+    def _request_now() -> flask.Request | None:
+        """The request being served, or ``None`` outside a request context."""
+        if not flask.has_request_context():
+            return None
+        request: flask.Request = flask.request._get_current_object()  # type: ignore[attr-defined]
+        return request
+
+
+def _current_request() -> flask.Request:
+    """The request being served (in a request context: a view's wrapper)."""
+    request: flask.Request = _request_context().request
+    return request
 
 
 class RateLimitExceeded(TooManyRequests):
@@ -97,10 +132,18 @@ class RateLimitExceeded(TooManyRequests):
 
     def get_response(self, environ: Any = None, scope: Any = None) -> Response:
         """The JSON 429 with the fields: what the refusal answers when the app has no handler for it."""
-        body = self._admission.body
-        if self._message is not None:
-            body = json.dumps({**json.loads(body), "detail": self._message}).encode()
-        return Response(body, status=429, headers=list(self._admission.fields), mimetype="application/json")
+        return _refusal_response(self._admission, self._message)
+
+
+def _refusal_response(admission: Admission, message: str | None) -> Response:
+    """The JSON 429 with the fields for a refused ``admission``; ``message``, when given, is its ``detail``."""
+    return Response(_refusal_body(admission, message), 429, list(admission.fields), mimetype="application/json")
+
+
+def _refusal_body(admission: Admission, message: str | None) -> bytes:
+    if message is None:
+        return admission.body
+    return json.dumps({**json.loads(admission.body), "detail": message}).encode()
 
 
 def _of_request(function: Callable[..., Any], loc: str) -> Callable[[flask.Request], Any]:
@@ -570,6 +613,7 @@ class RateLimit:
 
             calling = limited
         setattr(calling, _SELF_DECIDING, calling)  # functools.wraps copies attributes, never this identity
+        setattr(calling, _DECIDER, self)
         return calling
 
     def _mark(self) -> None:
@@ -656,10 +700,18 @@ class RateLimit:
             if limit is not None and limit.deduct_when is not None and not limit.deduct_when(response):
                 self.gatekeeper.reduce(admission)
 
-    def _answer(self, request: flask.Request, refusal: tuple[Admission, _RouteLimit | None]) -> Response:
+    def _answer(
+        self,
+        request: flask.Request,
+        refusal: tuple[Admission, _RouteLimit | None],
+        response_class: type[Response] | None = None,
+    ) -> Response:
         """The answer to a refusal inside Flask: the limit's ``on_breach`` response, ``on_refused``'s, or
         [`RateLimitExceeded`][ratekeeper.flask.RateLimitExceeded] raised for the app's 429 handler (its own response
-        when there is none)."""
+        when there is none). With a ``response_class`` (a view's wrapper, in an app no handler of which a 429
+        reaches), the JSON 429 that exception answers with is returned as one, not raised through Flask's error
+        handling, and without the fields: the gate adds them as the response starts, for less than Werkzeug's
+        ``Headers`` take to check them."""
         admission, limit = refusal
         if not admission.refused_by_limit:  # no key: the missing key's answer
             return Response(
@@ -673,17 +725,20 @@ class RateLimit:
                 return given
         if self.on_refused is not None:
             return self.on_refused(decision)
-        raise RateLimitExceeded(decision, admission, limit.message(request) if limit is not None else None)
+        message = limit.message(request) if limit is not None else None
+        if response_class is not None:
+            return response_class(_refusal_body(admission, message), 429, content_type="application/json")
+        raise RateLimitExceeded(decision, admission, message)
 
     def _decide_call(self, calling: Callable[..., Any]) -> list[tuple[Admission, _RouteLimit | None]]:
         """Decides the limits of a ``limit``-decorated function as it is called: those not decided for this
         request yet. Returns the parts its caller gives back when the function returns (none when the view's
         verdict owes them); a refusal is raised."""
-        if not flask.has_request_context() or not self.limiter.enabled:
+        request = _request_now()
+        if request is None or not self.limiter.enabled:
             return []
-        request: flask.Request = flask.request._get_current_object()  # type: ignore[attr-defined]
         environ = request.environ
-        verdict = environ.get(_ADMISSION)
+        verdict = _owed(environ)
         owner = verdict if isinstance(verdict, _Verdict) else None
         called: set[_RouteLimit] = owner.called if owner is not None else environ.setdefault(_CALLED, set())
         due = [limit for limit in _marks(calling) if limit not in called]
@@ -714,7 +769,7 @@ def _raise_response(response: Response) -> NoReturn:
 class _Route:
     """How a view's requests are decided, found when the views are wrapped."""
 
-    __slots__ = ("by_path", "exempt", "fallback", "gate_decides", "own")
+    __slots__ = ("by_path", "exempt", "fallback", "gate_decides", "own", "target")
 
     def __init__(
         self,
@@ -723,10 +778,16 @@ class _Route:
         gate_decides: tuple[_RouteLimit, ...] = (),
         fallback: tuple[_RouteLimit, ...] = (),
         by_path: bool = True,
+        target: Callable[..., Any] | None = None,
     ) -> None:
         self.exempt = exempt
         self.own = own  # every limit of the view
-        self.gate_decides = gate_decides  # those no limit()-made wrapper decides as it is called
+        # Those the view's wrapper decides: all but a limit()-made wrapper's under another decorator of the
+        # view, which it decides as it is called (after that decorator).
+        self.gate_decides = gate_decides
+        # What the view's wrapper calls: the function under the limit()-made wrappers Flask would call first,
+        # whose limits it decided (None: the view itself).
+        self.target = target
         # When none of the view's own limits applies to the request's method (or it has none): the
         # blueprint's limits or the defaults, else (by_path) the limiter's rules on the path.
         self.fallback = fallback
@@ -752,10 +813,14 @@ class _Gate:
     __slots__ = (
         "app",
         "extension",
+        "marks_seen",
         "own_refusals",
         "prepared",
         "routes",
         "static",
+        "views",
+        "views_decide",
+        "views_seen",
         "wrapped_at",
         "wrapping",
         "wsgi_app",
@@ -767,10 +832,15 @@ class _Gate:
         self.extension = extension
         self.routes: dict[str, _Route] = {}  # endpoint -> route, as the views were wrapped
         self.wrapped_at: tuple[int, int] | None = None  # (marks, number of views) then
+        self.views = app.view_functions  # Flask keeps this dict for good, adding to it and replacing in it
+        self.marks_seen, self.views_seen = -1, -1  # wrapped_at's two numbers, for a request to compare cheaply
         self.wrapping = threading.Lock()
         self.prepared = False
         self.own_refusals = True  # whether the gate may answer refusals itself (the app has no 429 handler)
         self.static: tuple[str, ...] = ()  # the URL prefixes of static files, when they are exempt
+        # Whether the views decide every request (the gate never can again: a mark, a key or cost= that needs
+        # flask.request, or the app's 429 handler); then a request goes straight to respond().
+        self.views_decide = False
 
     def prepare(self) -> None:
         """At the first request, when the app is set up (Flask takes no routes or handlers after it): the
@@ -787,9 +857,13 @@ class _Gate:
 
     def serve(self, environ: dict[str, Any], start_response: StartResponse) -> Any:
         """The app behind the gate, as WSGI calls it (a bound method: a call costs less than an instance's)."""
+        extension = self.extension
+        if self.views_decide:  # (a limiter turned off is for the views to see: they decide nothing)
+            if self.marks_seen != extension._marks or self.views_seen != len(self.views):
+                self.wrap_views()
+            return self.respond(environ, start_response)
         if not self.prepared:
             self.prepare()
-        extension = self.extension
         key = extension._quick_key if self.own_refusals else None
         peer = key.from_environ(environ) if key is not None else None
         if peer is not None:
@@ -813,7 +887,8 @@ class _Gate:
             admission = gatekeeper.admission(admitted, peer, path)
         elif not extension.limiter.enabled:
             return self.wsgi_app(environ, start_response)
-        elif not self.at_gate:
+        elif not self.at_gate:  # for good: marks are never taken back, and the app is set up
+            self.views_decide = True
             self.wrap_views()
             return self.respond(environ, start_response)
         else:  # a missing key, delay mode, refund_when
@@ -838,20 +913,24 @@ class _Gate:
     def respond(self, environ: dict[str, Any], start_response: StartResponse) -> Any:
         """Calls the app; the fields and ``refund_when`` when its response starts, for whoever decided (the
         gate, a view's wrapper, or this, for a request no wrapper saw)."""
-        extension = self.extension
-        late: list[Any] = []  # the refusal's body, when the decision made at the start refused
+        late: Any = None  # the refusal's body, when the decision made at the start refused
         started = False
 
         def start_with_fields(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
-            nonlocal started
+            nonlocal started, late
             if started:  # again, for an error after the start: decided and settled already
                 return start_response(status, headers, exc_info)
             started = True
-            owed: Owed | None = environ.get(_ADMISSION)
+            quick = environ.get(_ADMISSION)
+            if type(quick) is tuple:  # a view's wrapper decided it allowed, and only its fields are owed
+                headers.extend(quick[0])
+                return start_response(status, headers, exc_info)
+            extension = self.extension
+            owed = _owed(environ)
             if owed is None:
                 owed = self.decide_late(environ)
                 if owed.status:
-                    late.append(self.refuse(owed, environ, start_response))
+                    late = self.refuse(owed, environ, start_response)
                     return _discard
             if owed.status:  # refused inside Flask, and answered there (ours, on_breach's, the app's 429)
                 present = {name.lower() for name, _ in headers}
@@ -866,15 +945,15 @@ class _Gate:
         try:
             body = self.wsgi_app(environ, start_with_fields)
         except BaseException:
-            owed: Owed | None = environ.get(_ADMISSION)
+            owed = _owed(environ)
             if owed is not None:  # the app raised through Flask (PROPAGATE_EXCEPTIONS)
-                extension._release(owed)
+                self.extension._release(owed)
             raise
-        if late:
+        if late is not None:
             close = getattr(body, "close", None)
             if close is not None:
                 close()
-            return late[0]
+            return late
         return body
 
     def refuse(self, owed: Owed, environ: dict[str, Any], start_response: StartResponse) -> Any:
@@ -892,7 +971,7 @@ class _Gate:
         """What was decided for ``request`` (at the gate), or its decision now by ``route``; left in the
         environ for the gate. ``late``: the view will not run, so its own wrappers decide nothing."""
         environ = request.environ
-        owed: Owed | None = environ.get(_ADMISSION)
+        owed = _owed(environ)
         if owed is not None:
             return owed
         if self.at_gate:  # the gate's hot path decided it, and nothing is owed (it leaves no trace)
@@ -915,8 +994,8 @@ class _Gate:
         of the view Flask routed it to (when a function the app registered with ``before_request`` answered
         it), else by path (a 404, a redirect)."""
         extension = self.extension
-        if flask.has_request_context():
-            request: flask.Request = flask.request._get_current_object()  # type: ignore[attr-defined]
+        request = _request_now()
+        if request is not None:
             endpoint = request.endpoint
             route = self.routes.get(endpoint, _BY_PATH) if endpoint is not None else _BY_PATH
             if endpoint is not None and extension.exempt_static and _is_static(endpoint):
@@ -941,9 +1020,14 @@ class _Gate:
         own: dict[_RouteLimit, None] = {}
         for view in views:
             own.update(dict.fromkeys(_marks(view)))
-        # The limits of a limit()-made wrapper on the way to the view are decided by it, when it is called.
+        # The limit()-made wrappers Flask calls first, one in another (stacked @limit), would decide their
+        # limits as they are called, with nothing between: the view's wrapper decides them with the rest and
+        # calls the function under them. One under another decorator decides its own when it is called.
+        target: Any = views[0]
+        while _decides(target, extension):
+            target = target.__wrapped__
         self_deciding: set[_RouteLimit] = set()
-        function: Any = views[0]
+        function: Any = target
         while function is not None:
             if getattr(function, _SELF_DECIDING, None) is function:
                 self_deciding.update(_marks(function))
@@ -963,7 +1047,13 @@ class _Gate:
             fallback = (extension.default_limits,)
         if not own and fallback is None:
             return _BY_PATH
-        return _Route(own=tuple(own), gate_decides=gate_decides, fallback=fallback or (), by_path=fallback is None)
+        return _Route(
+            own=tuple(own),
+            gate_decides=gate_decides,
+            fallback=fallback or (),
+            by_path=fallback is None,
+            target=target if target is not views[0] else None,
+        )
 
     def wrap_views(self) -> None:
         """Wraps each of the app's view functions (again, after a new mark or view), so that each decides
@@ -985,9 +1075,10 @@ class _Gate:
                 view = view.__wrapped__  # type: ignore[attr-defined]  # wrapped before: anew from the original
             # A mark may have been put on the wrapper (what app.view_functions holds) or on the original.
             routes[endpoint] = route = self.route_of(endpoint, view, current)
-            views[endpoint] = self.wrapped(view, route)
+            views[endpoint] = self.wrapped(view, route, endpoint)
         self.routes = routes
         self.wrapped_at = (marks, len(views))
+        self.marks_seen, self.views_seen = self.wrapped_at
 
     def held(self, request: flask.Request, owed: Owed, returned: Any) -> Response:
         """The view's response, its ``deduct_when`` asked, once its permits are given back (the work is
@@ -1020,22 +1111,149 @@ class _Gate:
         self.extension._release(owed)
         raise error
 
-    def wrapped(self, view: Callable[..., Any], route: _Route) -> Callable[..., Any]:
+    def refused(self, request: flask.Request, owed: Owed) -> Response:
+        """The answer to a request its view's wrapper refused: ``on_breach``'s, ``on_refused``'s, or the JSON 429
+        returned as the view's response (as cheap as serving a view), unless a handler of the app answers 429s
+        or the app traps HTTP errors: then ``RateLimitExceeded`` is raised for them."""
+        app = self.app
+        raising = not self.own_refusals or app.config.get("TRAP_HTTP_EXCEPTIONS")
+        return self.extension._answer(request, _refusal(owed), None if raising else app.response_class)
+
+    def quick(
+        self, view: Callable[..., Any], call: Callable[..., Any], route: _Route, endpoint: str
+    ) -> Callable[..., Any] | None:
+        """The wrapper of a sync ``view`` decided by one plain limit (or the path's rules), in refuse mode with
+        nothing to settle after (``Gatekeeper.quick``), in an app that filters no requests: it decides in one
+        call of the limiter, and a request allowed owing nothing but its fields leaves them in the environ as a
+        ``_Quick`` (no Admission or _Verdict), for the gate to add. ``None`` for any other view."""
+        extension = self.extension
+        gatekeeper = extension.gatekeeper
+        if route.exempt or extension._filters or not gatekeeper.quick or inspect.iscoroutinefunction(view):
+            return None
+        by_path = route.by_path and not route.own
+        steps = list(route.gate_decides if route.own else route.fallback)
+        if extension.application_limits is not None:
+            steps.append(extension.application_limits)
+        if len(steps) + by_path != 1 or not all(_plain(limit) for limit in (*route.own, *steps)):
+            return None
+        limit = steps[0] if steps else None
+        called = route.gate_decides  # as decide's verdict: a limited function called later skips them
+        limiter = extension.limiter
+        acquire = limiter._acquire
+        both = _Take.BOTH
+        fields = extension.options.fields
+        ietf, legacy, on_allowed = fields.ietf, fields.legacy, fields.on_allowed
+        own_key = limit.key if limit is not None else None
+        environ_key = extension._environ_key if own_key is None else None
+        # The environ name of a keys.header() key (its from_environ not overridden), read in place.
+        header = environ_key._environ_name if type(environ_key) is Header else None
+        key = own_key or extension.options.key_function
+        cost = limit.cost if limit is not None else None
+        group: str | None = None
+        ready = limit is None  # a limit's group is made at its first request (in slow())
+        gate = self
+
+        def slow(request: flask.Request, peer: str | None) -> Owed:
+            """A request without a key, or the limit's first (its group made), or a limit giving none."""
+            nonlocal group, ready
+            environ = request.environ
+            if limit is not None and not ready:
+                group = limit.group(request, endpoint)
+                ready = group is not None
+            if (limit is not None and group is None) or (peer is None and own_key is not None):
+                return gate.verdict(environ, called, NOT_LIMITED, limit)  # no limit, or its key says none
+            n = 1 if cost is None else cost if type(cost) is int else cost(request)  # type: ignore[operator]
+            # Without a key (the extension's on_missing_key), or at the limit's first request.
+            return gate.verdict(environ, called, gatekeeper.admit(peer, request.path, group, n), limit)
+
+        @functools.wraps(view)
+        def limited(*args: Any, **kwargs: Any) -> Any:
+            request: flask.Request = _request_context().request
+            environ = request.environ
+            if _ADMISSION in environ or not limiter.enabled:
+                return gate.served(request, gate.decide(request, route), call, args, kwargs)
+            if header is not None:  # keys.header(), read as its from_environ reads it
+                peer = environ.get(header)
+                peer = peer.strip() or None if peer is not None else None
+            else:
+                peer = environ_key.from_environ(environ) if environ_key is not None else key(request)
+                if type(peer) is not str:
+                    peer = _sync_key(peer)
+            if peer is None or not ready:
+                return gate.served(request, slow(request, peer), call, args, kwargs)
+            receipt: tuple[str, str | None, str | None, int]
+            if group is None:  # the path's rules
+                raw = environ.get("PATH_INFO", "")
+                # What request.path is (Werkzeug's decoding and one leading slash: ASCII needs neither), unread.
+                path = raw if raw[:1] == "/" and raw[1:2] != "/" and raw.isascii() else request.path
+                decision = acquire(peer, path, take=both)
+                receipt = (peer, path, None, 1)
+            else:
+                n = 1 if cost is None else cost if type(cost) is int else cost(request)  # type: ignore[operator]
+                decision = acquire(peer, None, group=group, cost=n, take=both)
+                receipt = (peer, None, group, n)
+            if decision.allowed and not decision.permits_held:  # nothing owed but the fields, which the gate adds
+                environ[_ADMISSION] = (
+                    decision._fields(ietf, legacy) if on_allowed else (),
+                    decision,
+                    receipt,
+                    limit,
+                    called,
+                )
+                return call(*args, **kwargs)
+            owed = gate.verdict(environ, called, gatekeeper._admission(decision, receipt), limit)
+            return gate.served(request, owed, call, args, kwargs)
+
+        return limited
+
+    @staticmethod
+    def verdict(
+        environ: dict[str, Any], called: Iterable[_RouteLimit], admission: Admission, limit: _RouteLimit | None
+    ) -> _Verdict:
+        """The verdict of a request its view's wrapper decided by one ``admission`` (as ``decide`` leaves it)."""
+        verdict = environ[_ADMISSION] = _Verdict(called)
+        if admission.status:
+            verdict.status, verdict.refusal = admission.status, (admission, limit)
+        elif admission.decision is not None:
+            verdict.parts.append((admission, limit))
+        return verdict
+
+    def served(
+        self, request: flask.Request, owed: Owed, call: Callable[..., Any], args: Any, kwargs: dict[str, Any]
+    ) -> Any:
+        """What a sync view's wrapper answers once ``owed`` is decided: the refusal, or ``call``'s response, its
+        permits given back when it returns (or when its streamed body ends)."""
+        if owed.status:
+            return self.refused(request, owed)
+        if owed is NOT_LIMITED:
+            return call(*args, **kwargs)
+        try:
+            returned = call(*args, **kwargs)
+        except BaseException as error:
+            returned = self.finished(owed, error)
+        return self.held(request, owed, returned) if owed.permits or _owes(owed) else returned
+
+    def wrapped(self, view: Callable[..., Any], route: _Route, endpoint: str) -> Callable[..., Any]:
         """``view``, deciding its request by ``route`` unless the gate did, and giving back its permits."""
         gate = self
+        call = route.target if route.target is not None else view
+        quick = self.quick(view, call, route, endpoint)
+        if quick is not None:
+            setattr(quick, _WRAPPED_BY, self)
+            return quick
 
         if inspect.iscoroutinefunction(view):  # Flask runs an async view through ensure_sync: keep it one
 
             @functools.wraps(view)
             async def limited_async(*args: Any, **kwargs: Any) -> Any:
-                request: flask.Request = flask.request._get_current_object()  # type: ignore[attr-defined]
+                request = _current_request()
                 owed = gate.decide(request, route)
                 if owed.status:
-                    return gate.extension._answer(request, _refusal(owed))
+                    return gate.refused(request, owed)
                 if owed is NOT_LIMITED:
-                    return await view(*args, **kwargs)
+                    return await call(*args, **kwargs)
                 try:
-                    returned = await view(*args, **kwargs)
+                    returned = await call(*args, **kwargs)
                 except BaseException as error:
                     returned = gate.finished(owed, error)
                 return gate.held(request, owed, returned) if owed.permits or _owes(owed) else returned
@@ -1045,20 +1263,52 @@ class _Gate:
 
         @functools.wraps(view)
         def limited(*args: Any, **kwargs: Any) -> Any:
-            request: flask.Request = flask.request._get_current_object()  # type: ignore[attr-defined]
-            owed = gate.decide(request, route)
-            if owed.status:
-                return gate.extension._answer(request, _refusal(owed))
-            if owed is NOT_LIMITED:
-                return view(*args, **kwargs)
-            try:
-                returned = view(*args, **kwargs)
-            except BaseException as error:
-                returned = gate.finished(owed, error)
-            return gate.held(request, owed, returned) if owed.permits or _owes(owed) else returned
+            request = _current_request()
+            return gate.served(request, gate.decide(request, route), call, args, kwargs)
 
         setattr(limited, _WRAPPED_BY, self)
         return limited
+
+
+#: What a view's wrapper leaves in the environ for a request allowed owing nothing but its fields (no Admission
+#: or _Verdict is made): the fields, the decision, its receipt (key, path, group, cost), the limit (None: the
+#: path's rules) and the limits decided (a _Verdict's ``called``). ``_owed`` makes the _Verdict when one is asked.
+_Quick = tuple[
+    Sequence[tuple[str, str]],
+    Decision,
+    tuple[str, str | None, str | None, int],
+    _RouteLimit | None,
+    tuple[_RouteLimit, ...],
+]
+
+
+def _owed(environ: dict[str, Any]) -> Owed | None:
+    """What was decided for the request of ``environ`` and is owed (``None``: nothing yet), a _Quick made the
+    _Verdict it stands for."""
+    owed: Owed | _Quick | None = environ.get(_ADMISSION)
+    if not isinstance(owed, tuple):
+        return owed
+    fields, decision, receipt, limit, called = owed
+    verdict = environ[_ADMISSION] = _Verdict(called)
+    verdict.parts.append((Admission(0, fields, decision=decision, route=receipt), limit))
+    return verdict
+
+
+def _plain(limit: _RouteLimit) -> bool:
+    """Whether ``limit`` applies to every request and decides it in one group, counting whatever the
+    response: no ``methods``, ``exempt_when``, rates given per request, ``per_method`` or ``deduct_when``."""
+    return (
+        limit.methods is None
+        and limit.exempt_when is None
+        and limit.rates is None
+        and not limit.per_method
+        and limit.deduct_when is None
+    )
+
+
+def _decides(function: Any, extension: RateLimit) -> bool:
+    """Whether ``function`` is a wrapper ``extension.limit()`` made (it decides its limits when called)."""
+    return getattr(function, _SELF_DECIDING, None) is function and getattr(function, _DECIDER, None) is extension
 
 
 def _refusal(owed: Owed) -> tuple[Admission, _RouteLimit | None]:

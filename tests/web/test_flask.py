@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import threading
 import time
@@ -14,7 +15,7 @@ import pytest
 import ratekeeper as rk
 from _web import members
 from ratekeeper._core import _Take
-from ratekeeper.flask import RateLimit
+from ratekeeper.flask import RateLimit, RateLimitExceeded
 from ratekeeper.keys import client_ip, header
 from werkzeug.serving import make_server
 
@@ -471,3 +472,175 @@ def test_a_bad_option_names_its_field(limiter: rk.Limiter) -> None:
     with pytest.raises(rk.InvalidType) as error:
         rate_limit.limit("5/min", methods="POST")
     assert error.value.loc == ("methods",)
+
+
+# --- decided in the view's wrapper, once Flask has routed: a key function, a view's own limit -------------------
+
+
+class CountingErrors(flask.Flask):
+    """A Flask app counting the exceptions its error handling is given."""
+
+    handled = 0
+
+    def handle_user_exception(self, e: Exception) -> Any:
+        self.handled += 1
+        return super().handle_user_exception(e)
+
+
+def test_a_marked_views_refusal_is_the_json_429_with_its_fields_not_raised_through_flask(clock: rk.ManualClock) -> None:
+    app = CountingErrors(__name__)
+    rate_limit = RateLimit(app, limiter=rk.Limiter(rules=[], clock=clock), key=header("X-API-Key"))
+    statuses: list[int] = []
+
+    @app.get("/login")
+    @rate_limit.limit("1/min", group="login")
+    def login() -> str:
+        return "in"
+
+    @app.get("/quiet")
+    @rate_limit.limit("1/min", group="quiet", error_message="Slow down")
+    def quiet() -> str:
+        return "quiet"
+
+    @app.after_request
+    def seen(response: flask.Response) -> flask.Response:
+        statuses.append(response.status_code)  # the app's hooks still see the refusal
+        return response
+
+    client = app.test_client()
+    assert client.get("/login", headers=KEY).status_code == 200
+    refused = client.get("/login", headers=KEY)
+    assert refused.status_code == 429
+    assert refused.json == {"detail": "Rate limit exceeded", "status": 429, "retry_after": 60}
+    assert refused.headers["Content-Type"] == "application/json"
+    assert refused.headers["Retry-After"] == "60"
+    assert members(refused.headers["RateLimit-Policy"]) == {"login": {"q": 1, "w": 60}}
+    assert members(refused.headers["RateLimit"]) == {"login": {"r": 0, "t": 60}}
+    head = client.head("/login", headers=KEY)
+    assert (head.status_code, head.data, head.headers["Retry-After"]) == (429, b"", "60")
+    assert [client.get("/quiet", headers=KEY).status_code for _ in range(2)] == [200, 429]
+    assert client.get("/quiet", headers=KEY).json["detail"] == "Slow down"  # error_message
+    assert statuses == [200, 429, 429, 200, 429, 429]
+    assert app.handled == 0  # answered by the view's wrapper: nothing raised through Flask's error handling
+    assert limiter_refused(rate_limit, "login") == 2
+
+
+def limiter_refused(rate_limit: RateLimit, group: str) -> int:
+    refused: int = rate_limit.limiter.stats()["groups"][group]["refused"]
+    return refused
+
+
+def test_a_marked_views_refusal_still_reaches_the_apps_429_handler_or_a_trap(clock: rk.ManualClock) -> None:
+    app = flask.Flask(__name__)
+    rate_limit = RateLimit(app, limiter=rk.Limiter(rules=[], clock=clock), key=header("X-API-Key"))
+
+    @app.get("/login")
+    @rate_limit.limit("1/min", group="login")
+    def login() -> str:
+        return "in"
+
+    @app.errorhandler(429)
+    def too_many(error: RateLimitExceeded) -> tuple[dict[str, object], int]:
+        return {"later": error.description, "in": round(error.decision.retry_after)}, 429
+
+    client = app.test_client()
+    assert client.get("/login", headers=KEY).status_code == 200
+    refused = client.get("/login", headers=KEY)
+    assert (refused.status_code, refused.json) == (429, {"later": "Rate limit exceeded", "in": 60})
+    assert refused.headers["Retry-After"] == "60"  # the fields added to the handler's answer
+    assert members(refused.headers["RateLimit"]) == {"login": {"r": 0, "t": 60}}
+
+    trapping = flask.Flask(__name__)
+    trapping.config.update(TRAP_HTTP_EXCEPTIONS=True, TESTING=True)  # HTTP errors raised, not answered
+    trap_limit = RateLimit(trapping, limiter=rk.Limiter(rules=[], clock=clock), key=header("X-API-Key"))
+    trapping.get("/login")(trap_limit.limit("1/min", group="login")(lambda: "in"))
+    client = trapping.test_client()
+    assert client.get("/login", headers=KEY).status_code == 200
+    with pytest.raises(RateLimitExceeded) as error:
+        client.get("/login", headers=KEY)
+    assert error.value.decision.group == "login"
+
+
+def test_a_key_function_sees_the_routed_request_once_per_request(clock: rk.ManualClock) -> None:
+    seen: list[tuple[str | None, dict[str, Any], str]] = []
+
+    def key(request: flask.Request) -> str | None:
+        assert request is flask.request._get_current_object()  # type: ignore[attr-defined]
+        assert request.url_rule is not None
+        seen.append((request.endpoint, dict(request.view_args or {}), request.url_rule.rule))
+        return request.headers.get("X-API-Key")
+
+    limiter = rk.Limiter(rules=[rk.Rule("^/items/", "items", "2/min")], clock=clock)
+    app = flask.Flask(__name__)
+    rate_limit = RateLimit(app, limiter=limiter, key=key)
+
+    @app.get("/items/<int:number>")
+    def item(number: int) -> str:
+        return str(number)
+
+    @app.get("/orders/<int:number>")
+    @rate_limit.limit("1/min", group="orders")
+    def order(number: int) -> str:
+        return str(number)
+
+    client = app.test_client()
+    items = [client.get(f"/items/{number}", headers=KEY) for number in (1, 2, 3)]
+    assert [response.status_code for response in items] == [200, 200, 429]
+    assert [members(response.headers["RateLimit"])["items"]["r"] for response in items] == [1, 0, 0]
+    assert [client.get(f"/orders/{number}", headers=KEY).status_code for number in (7, 8)] == [200, 429]
+    assert client.get("/items/4").status_code == 429  # no key: on_missing_key, as before
+    assert seen == [
+        ("item", {"number": 1}, "/items/<int:number>"),
+        ("item", {"number": 2}, "/items/<int:number>"),
+        ("item", {"number": 3}, "/items/<int:number>"),
+        ("order", {"number": 7}, "/orders/<int:number>"),
+        ("order", {"number": 8}, "/orders/<int:number>"),
+        ("item", {"number": 4}, "/items/<int:number>"),
+    ]
+
+
+def test_a_limited_helper_refusing_gives_back_what_the_view_counted(clock: rk.ManualClock) -> None:
+    limiter = rk.Limiter(rules=[rk.Rule("^/api/", "api", "3/min")], clock=clock)
+    app = flask.Flask(__name__)
+    rate_limit = RateLimit(app, limiter=limiter, key=lambda request: request.headers.get("X-API-Key"))
+
+    @rate_limit.limit("1/min", group="helper")
+    def helper() -> str:
+        return "helped"
+
+    @app.get("/api/work")
+    def work() -> str:
+        return helper()
+
+    client = app.test_client()
+    first = client.get("/api/work", headers=KEY)
+    assert (first.status_code, members(first.headers["RateLimit"])["api"]["r"]) == (200, 2)
+    refused = client.get("/api/work", headers=KEY)  # the path allowed it, the helper refused it
+    assert refused.status_code == 429
+    assert members(refused.headers["RateLimit"]) == {"helper": {"r": 0, "t": 60}}
+    assert limiter.peek("alice", "/api/work").remaining == 2  # the refused request counts in no limit
+
+
+def test_a_limit_under_another_decorator_is_decided_after_it(clock: rk.ManualClock) -> None:
+    app = flask.Flask(__name__)
+    rate_limit = RateLimit(app, limiter=rk.Limiter(rules=[], clock=clock), key=header("X-API-Key"))
+
+    def with_rate(view: Any) -> Any:
+        @functools.wraps(view)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            flask.g.rate = "1/min"
+            return view(*args, **kwargs)
+
+        return wrapper
+
+    @app.get("/report")
+    @rate_limit.limit("10/min", group="outer")
+    @with_rate
+    @rate_limit.limit(lambda: flask.g.rate, group="inner")
+    def report() -> str:
+        return "report"
+
+    client = app.test_client()
+    assert [client.get("/report", headers=KEY).status_code for _ in range(2)] == [200, 429]
+    groups = rate_limit.limiter.stats()["groups"]
+    assert (groups["outer"]["allowed"], groups["inner[1/min]"]["refused"]) == (2, 1)
