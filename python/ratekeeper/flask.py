@@ -30,9 +30,10 @@ Refusals answer 429 with the JSON body and the IETF ``RateLimit`` fields of the 
 responses carry the fields too. When the app has an error handler a 429 reaches, a refusal inside Flask is raised
 as [`RateLimitExceeded`][ratekeeper.flask.RateLimitExceeded] (a ``TooManyRequests``) for it to answer; without one, a
 view's wrapper returns the JSON 429 as the view's response (no exception goes through Flask's error handling; the gate
-adds the fields as it starts). Concurrency permits are held while the view works: until the view returns, or for a
-streamed body until its iterator is exhausted or closed (whichever comes first: before the server ends the response, or
-when the client leaves), and given back when the view raises.
+adds the fields as it starts), or, when nothing of the app's own would run after the view (``_quiet``, ``_untouched``),
+raises it past Flask for the gate to write, as it writes its own refusals. Concurrency permits are held while the view
+works: until the view returns, or for a streamed body until its iterator is exhausted or closed (whichever comes first:
+before the server ends the response, or when the client leaves), and given back when the view raises.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import flask
+from flask.sessions import NullSession, SecureCookieSession
+from flask.signals import appcontext_tearing_down, request_finished, request_tearing_down
 from werkzeug.exceptions import HTTPException, TooManyRequests
 from werkzeug.wrappers import Response
 from werkzeug.wsgi import get_path_info
@@ -81,6 +84,7 @@ _DECIDER = "_ratekeeper_decider"  # on a wrapper made by limit(): the extension 
 _WRAPPED_BY = "_ratekeeper_gate"  # on a view wrapper: the gate that made it (its original is __wrapped__)
 _ADMISSION = "ratekeeper.admission"  # the request's environ key for what was decided and is owed (or a _Quick)
 _STREAMED = "ratekeeper.streamed"  # set when a streamed body holds the permits until it ends
+_GATED = "ratekeeper.gate"  # the gate whose respond() serves the request (it catches _Answered)
 _CALLED = "ratekeeper.called"  # limits decided in this request without a view's verdict (a set)
 
 log = logging.getLogger("ratekeeper")
@@ -761,6 +765,16 @@ class RateLimit:
         return decided.parts
 
 
+class _Answered(BaseException):
+    """Raised by a view's wrapper through Flask for the gate to answer a refusal itself (see ``_Gate.quiet``):
+    not an ``Exception``, so Flask's error handling lets it by, and its request context is torn down on the
+    way (with it as the error, which nothing of the app's sees)."""
+
+    def __init__(self, admission: Admission, body: bytes) -> None:
+        super().__init__()
+        self.admission, self.body = admission, body
+
+
 def _raise_response(response: Response) -> NoReturn:
     """Answers the request with ``response`` from inside a function (as ``flask.abort(response)``)."""
     raise HTTPException(response=response)
@@ -816,6 +830,7 @@ class _Gate:
         "marks_seen",
         "own_refusals",
         "prepared",
+        "quiet",
         "routes",
         "static",
         "views",
@@ -837,6 +852,9 @@ class _Gate:
         self.wrapping = threading.Lock()
         self.prepared = False
         self.own_refusals = True  # whether the gate may answer refusals itself (the app has no 429 handler)
+        # Whether nothing of the app's runs after a view but Flask's own (see _quiet): a view's refusal may
+        # then be answered by the gate, as a refusal it decided.
+        self.quiet = False
         self.static: tuple[str, ...] = ()  # the URL prefixes of static files, when they are exempt
         # Whether the views decide every request (the gate never can again: a mark, a key or cost= that needs
         # flask.request, or the app's 429 handler); then a request goes straight to respond().
@@ -853,6 +871,7 @@ class _Gate:
                     prefixes.append(rule.rule.partition("<")[0])
             self.static = tuple(prefixes)
         self.own_refusals = not _handles_429(app)
+        self.quiet = self.own_refusals and _quiet(app, self.wsgi_app)
         self.prepared = True
 
     def serve(self, environ: dict[str, Any], start_response: StartResponse) -> Any:
@@ -942,8 +961,13 @@ class _Gate:
                     extension._release(owed)
             return start_response(status, headers, exc_info)
 
+        environ[_GATED] = self  # a view's wrapper may raise _Answered for this to answer
         try:
             body = self.wsgi_app(environ, start_with_fields)
+        except _Answered as answered:  # a refusal, the request context torn down: answered as the gate's are
+            status, headers, content = self.extension.gatekeeper.refusal(answered.admission, answered.body)
+            start_response(STATUS_LINES[status], headers)
+            return [] if environ.get("REQUEST_METHOD") == "HEAD" else [content]
         except BaseException:
             owed = _owed(environ)
             if owed is not None:  # the app raised through Flask (PROPAGATE_EXCEPTIONS)
@@ -1111,13 +1135,27 @@ class _Gate:
         self.extension._release(owed)
         raise error
 
-    def refused(self, request: flask.Request, owed: Owed) -> Response:
+    def refused(self, request: flask.Request, owed: Owed, *, sync: bool = True) -> Response:
         """The answer to a request its view's wrapper refused: ``on_breach``'s, ``on_refused``'s, or the JSON 429
         returned as the view's response (as cheap as serving a view), unless a handler of the app answers 429s
-        or the app traps HTTP errors: then ``RateLimitExceeded`` is raised for them."""
+        or the app traps HTTP errors: then ``RateLimitExceeded`` is raised for them. In a quiet app (nothing of
+        its own runs after a sync view, see ``_quiet``), the JSON 429 is raised as ``_Answered`` for the gate to
+        write, as it writes the refusals it decides: Flask makes no response, runs no hook and calls no signal."""
         app = self.app
-        raising = not self.own_refusals or app.config.get("TRAP_HTTP_EXCEPTIONS")
-        return self.extension._answer(request, _refusal(owed), None if raising else app.response_class)
+        extension = self.extension
+        if not self.own_refusals or app.config.get("TRAP_HTTP_EXCEPTIONS"):
+            return extension._answer(request, _refusal(owed))  # raises RateLimitExceeded for the app
+        admission, limit = refusal = _refusal(owed)
+        by_limit = admission.refused_by_limit
+        if (
+            sync
+            and self.quiet
+            and request.environ.get(_GATED) is self
+            and not (by_limit and (extension.on_refused is not None or (limit is not None and limit.on_breach)))
+            and _untouched(_request_context())
+        ):
+            raise _Answered(admission, _refusal_body(admission, limit.message(request) if limit and by_limit else None))
+        return extension._answer(request, refusal, app.response_class)
 
     def quick(
         self, view: Callable[..., Any], call: Callable[..., Any], route: _Route, endpoint: str
@@ -1249,7 +1287,7 @@ class _Gate:
                 request = _current_request()
                 owed = gate.decide(request, route)
                 if owed.status:
-                    return gate.refused(request, owed)
+                    return gate.refused(request, owed, sync=False)
                 if owed is NOT_LIMITED:
                     return await call(*args, **kwargs)
                 try:
@@ -1337,6 +1375,56 @@ def _handles_429(app: flask.Flask) -> bool:
             if code is None and any(issubclass(RateLimitExceeded, cls) for cls in by_class):
                 return True
     return False
+
+
+def _quiet(app: flask.Flask, wsgi_app: Any) -> bool:
+    """Whether nothing of ``app``'s own runs after a view but Flask's: the gate calls Flask's ``wsgi_app`` itself
+    (no middleware between to see an exception go by), the app has no ``after_request`` or teardown function
+    (Flask takes none after its first request), makes its responses with Flask's class, and overrides none of
+    Flask's methods that run then. A view's refusal may then skip them: see ``_untouched`` for the request's
+    own part (``after_this_request``, the session, signal receivers)."""
+    cls = type(app)
+    return (
+        getattr(wsgi_app, "__func__", None) is flask.Flask.wsgi_app
+        and getattr(wsgi_app, "__self__", None) is app
+        and app.response_class is flask.Response
+        and not any(app.after_request_funcs.values())
+        and not any(app.teardown_request_funcs.values())
+        and not app.teardown_appcontext_funcs
+        and all(
+            getattr(cls, name) is getattr(flask.Flask, name)
+            for name in (
+                "full_dispatch_request",
+                "finalize_request",
+                "make_response",
+                "process_response",
+                "do_teardown_request",
+                "do_teardown_appcontext",
+                "should_ignore_error",
+            )
+        )
+    )
+
+
+def _untouched(context: Any) -> bool:
+    """Whether the request of ``context`` (a request context) leaves Flask nothing to do after its view: no
+    ``after_this_request`` function, a session no one has read or changed (Flask would save it or add ``Vary:
+    Cookie``), and no receiver of the signals sent as a response is finished or a context torn down."""
+    if getattr(context, "_after_request_functions", True):
+        return False
+    session = getattr(context, "session", None)
+    if not (
+        session is None
+        or isinstance(session, NullSession)
+        or (
+            type(session) is SecureCookieSession
+            and not session.accessed
+            and not session.modified
+            and "_permanent" not in session  # (read without marking it accessed)
+        )
+    ):
+        return False
+    return not (request_finished.receivers or request_tearing_down.receivers or appcontext_tearing_down.receivers)
 
 
 def _request_path(environ: dict[str, Any]) -> str:

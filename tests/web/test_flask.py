@@ -644,3 +644,104 @@ def test_a_limit_under_another_decorator_is_decided_after_it(clock: rk.ManualClo
     assert [client.get("/report", headers=KEY).status_code for _ in range(2)] == [200, 429]
     groups = rate_limit.limiter.stats()["groups"]
     assert (groups["outer"]["allowed"], groups["inner[1/min]"]["refused"]) == (2, 1)
+
+
+def quiet_app(clock: rk.ManualClock, **options: Any) -> tuple[flask.Flask, RateLimit]:
+    """An app with nothing of its own running after a view (no after_request or teardown function): a view's
+    refusal may be answered by the gate."""
+    app = flask.Flask(__name__)
+    rate_limit = RateLimit(app, limiter=rk.Limiter(rules=[], clock=clock), **options)
+
+    @app.get("/login")
+    @rate_limit.limit("1/min", group="login")
+    def login() -> str:
+        return "in"
+
+    @app.get("/quiet")
+    @rate_limit.limit("1/min", group="quiet", error_message=lambda request: f"Slow down, {request.path}")
+    def quiet() -> str:
+        return "quiet"
+
+    return app, rate_limit
+
+
+@pytest.fixture
+def answered(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The statuses the gate answered for a view's wrapper (refusals that skipped Flask's response)."""
+    from ratekeeper import flask as extension
+
+    statuses: list[int] = []
+    init = extension._Answered.__init__
+
+    def counting(self: Any, admission: Any, body: bytes) -> None:
+        statuses.append(admission.status)
+        init(self, admission, body)
+
+    monkeypatch.setattr(extension._Answered, "__init__", counting)
+    return statuses
+
+
+def test_in_a_quiet_app_the_gate_answers_a_views_refusal_with_the_same_429(
+    clock: rk.ManualClock, answered: list[int]
+) -> None:
+    app, _ = quiet_app(clock, key=header("X-API-Key"), missing_key_status=401)
+    torn_down: list[str] = []
+    flask.appcontext_popped.connect(lambda sender, **extra: torn_down.append("popped"), app, weak=False)
+    client = app.test_client()
+    assert client.get("/login", headers=KEY).status_code == 200
+    refused = client.get("/login", headers=KEY)
+    assert refused.status_code == 429
+    assert refused.json == {"detail": "Rate limit exceeded", "status": 429, "retry_after": 60}
+    assert refused.headers["Content-Type"] == "application/json"
+    assert refused.headers["Content-Length"] == str(len(refused.data))
+    assert refused.headers["Retry-After"] == "60"
+    assert members(refused.headers["RateLimit-Policy"]) == {"login": {"q": 1, "w": 60}}
+    assert members(refused.headers["RateLimit"]) == {"login": {"r": 0, "t": 60}}
+    head = client.head("/login", headers=KEY)
+    assert (head.status_code, head.data, head.headers["Retry-After"]) == (429, b"", "60")
+    assert [client.get("/quiet", headers=KEY).status_code for _ in range(2)] == [200, 429]
+    assert client.get("/quiet", headers=KEY).json["detail"] == "Slow down, /quiet"  # error_message, of the request
+    assert answered == [429, 429, 429, 429]
+    assert torn_down == ["popped"] * 6  # each request's context is torn down, refused or not
+    missing = client.get("/login")  # no key: the missing key's answer, by the gate too
+    assert (missing.status_code, missing.json["status"], answered[-1]) == (401, 401, 401)
+
+
+def test_a_views_refusal_goes_through_flask_when_the_app_or_the_request_has_work_after_it(
+    clock: rk.ManualClock, answered: list[int]
+) -> None:
+    app, _ = quiet_app(clock, key=header("X-API-Key"))
+    app.secret_key = "testing"
+    torn_down: list[BaseException | None] = []
+    finished: list[int] = []
+
+    @app.before_request
+    def before() -> None:
+        if flask.request.args.get("later"):
+            flask.after_this_request(lambda response: response.headers.set("X-Later", "1") or response)
+        if flask.request.args.get("session"):
+            flask.session["seen"] = True
+
+    client = app.test_client()
+    assert client.get("/login", headers=KEY).status_code == 200
+    later = client.get("/login?later=1", headers=KEY)
+    assert (later.status_code, later.headers["X-Later"]) == (429, "1")  # after_this_request saw the refusal
+    saved = client.get("/login?session=1", headers=KEY)
+    assert saved.status_code == 429
+    assert "session=" in saved.headers["Set-Cookie"]  # the session the request changed is saved with it
+
+    def on_finished(sender: flask.Flask, response: flask.Response, **extra: Any) -> None:
+        finished.append(response.status_code)
+
+    flask.request_finished.connect(on_finished, app)
+    assert client.get("/login", headers=KEY).status_code == 429
+    flask.request_finished.disconnect(on_finished, app)
+    assert finished == [429]
+    assert answered == []  # none of them was answered by the gate
+
+    hooked, _ = quiet_app(clock, key=header("X-API-Key"))
+    hooked.teardown_request(torn_down.append)
+    client = hooked.test_client()
+    assert [client.get("/login", headers=KEY).status_code for _ in range(2)] == [200, 429]
+    assert torn_down == [None, None]  # a teardown function never sees an error for a refusal
+    assert answered == []
