@@ -1,7 +1,8 @@
-//! The lock-striped state map: shards of `parking_lot::Mutex`, each over the slots of its keys,
-//! bounded by `max_keys`. Where the slots live is the map's one choice (see [`Slots`]): this process's
-//! heap ([`heap`]), or a region of shared memory every worker process of the machine maps ([`region`]).
-//! The algorithms run on the slots of either.
+//! The lock-striped state map: shards, each over the slots of its keys behind one lock, bounded by
+//! `max_keys`. Where the slots live is the map's one choice (see [`Slots`]): this process's heap
+//! ([`heap`]; up to 64 shards, each behind a `parking_lot::Mutex`), or a region of shared memory every
+//! worker process of the machine maps ([`region`]; the region's shards, each behind the region shard's
+//! robust lock alone). The algorithms run on the slots of either.
 //!
 //! A slot is 32 bytes: a 56-bit key identity with an 8-bit use counter in the same word, the
 //! algorithm's 16-byte [`State`], and the key's [`Owner`] (its group and limit), so that each shard

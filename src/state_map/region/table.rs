@@ -326,7 +326,7 @@ impl ShardPlace {
 }
 
 /// One shard's states in the region, as this process sees them. Every method but `head` requires the
-/// shard's region lock to be held (`StateMap::lock` takes it with the process's own shard lock).
+/// shard's region lock to be held (`StateMap::lock` takes it: a map in a region takes no other).
 #[derive(Debug)]
 #[repr(C)]
 pub struct RegionTable {
