@@ -1166,14 +1166,14 @@ class _Gate:
         ``_Quick`` (no Admission or _Verdict), for the gate to add. ``None`` for any other view."""
         extension = self.extension
         gatekeeper = extension.gatekeeper
-        if route.exempt or extension._filters or not gatekeeper.quick or inspect.iscoroutinefunction(view):
+        if extension._filters or not gatekeeper.quick or inspect.iscoroutinefunction(view):
             return None
         by_path = route.by_path and not route.own
         steps = list(route.gate_decides if route.own else route.fallback)
         if extension.application_limits is not None:
             steps.append(extension.application_limits)
-        if len(steps) + by_path != 1 or not all(_plain(limit) for limit in (*route.own, *steps)):
-            return None
+        if route.exempt or len(steps) + by_path != 1 or not all(_plain(limit) for limit in (*route.own, *steps)):
+            return self.stepped(view, call, route, endpoint)
         limit = steps[0] if steps else None
         called = route.gate_decides  # as decide's verdict: a limited function called later skips them
         limiter = extension.limiter
@@ -1231,16 +1231,119 @@ class _Gate:
                 decision = acquire(peer, None, group=group, cost=n, take=both)
                 receipt = (peer, None, group, n)
             if decision.allowed and not decision.permits_held:  # nothing owed but the fields, which the gate adds
-                environ[_ADMISSION] = (
-                    decision._fields(ietf, legacy) if on_allowed else (),
-                    decision,
-                    receipt,
-                    limit,
-                    called,
-                )
+                given = decision._fields(ietf, legacy) if on_allowed else ()
+                environ[_ADMISSION] = (given, ((decision, receipt, limit, given),), called)
                 return call(*args, **kwargs)
             owed = gate.verdict(environ, called, gatekeeper._admission(decision, receipt), limit)
             return gate.served(request, owed, call, args, kwargs)
+
+        return limited
+
+    def stepped(
+        self, view: Callable[..., Any], call: Callable[..., Any], route: _Route, endpoint: str
+    ) -> Callable[..., Any]:
+        """The wrapper of a sync ``view`` that ``quick`` does not take (exempt; several limits; limits for some
+        methods, ``exempt_when``, ``per_method``, rates given per request, ``deduct_when``), in refuse mode with
+        nothing to settle after and no request filter: ``decide`` and ``_decide`` made for it, the route's steps
+        found once, each limit's group made at its first request (at each, for rates per request or method), a
+        decision by the limiter itself; a request allowed owing nothing but its fields leaves a ``_Quick``."""
+        extension = self.extension
+        gatekeeper = extension.gatekeeper
+        limiter = extension.limiter
+        acquire = limiter._acquire
+        both = _Take.BOTH
+        fields = extension.options.fields
+        ietf, legacy, on_allowed = fields.ietf, fields.legacy, fields.on_allowed
+        environ_key = extension._environ_key
+        key = extension.options.key_function
+        application = (extension.application_limits,) if extension.application_limits is not None else ()
+        # As decide() finds them: the view's own limits when one of them is for the request's method, else the
+        # blueprint's or the defaults, else the path's rules; the application's on top.
+        own_steps: tuple[_RouteLimit | None, ...] = (*route.gate_decides, *application)
+        fallback_steps: tuple[_RouteLimit | None, ...] = (
+            *((None,) if route.by_path else ()),
+            *route.fallback,
+            *application,
+        )
+        own = bool(route.own)
+        by_method = any(limit.methods is not None for limit in route.own)
+        exempt = route.exempt
+        nothing: _Quick = ((), (), route.own)  # an exempt view's: its limits are decided by no one
+        called = route.gate_decides
+        groups: dict[_RouteLimit, str | None] = {}  # a limit's group, when the same for every request
+        gate = self
+
+        @functools.wraps(view)
+        def limited(*args: Any, **kwargs: Any) -> Any:
+            request: flask.Request = _request_context().request
+            environ = request.environ
+            if _ADMISSION in environ or not limiter.enabled:
+                return gate.served(request, gate.decide(request, route), call, args, kwargs)
+            if exempt:
+                environ[_ADMISSION] = nothing
+                return call(*args, **kwargs)
+            steps = own_steps if own and (not by_method or route.own_applies(request)) else fallback_steps
+            peer: Any = _UNREAD
+            parts: list[tuple[Decision, tuple[str, str | None, str | None, int], _RouteLimit | None, Any]] = []
+            heavy: list[tuple[Admission, _RouteLimit | None]] | None = None  # once a part needs an Admission
+            for limit in steps:
+                n = 1
+                if limit is None:  # the path's rules
+                    group = None
+                else:
+                    if (limit.methods is not None or limit.exempt_when is not None) and not limit.applies(request):
+                        continue
+                    if limit.rates is not None or limit.per_method:
+                        group = limit.group(request, endpoint)
+                    else:
+                        group = groups.get(limit, _UNREAD)
+                        if group is _UNREAD:
+                            group = groups[limit] = limit.group(request, endpoint)
+                    if group is None:
+                        continue
+                    cost = limit.cost
+                    if cost is not None:
+                        n = cost if type(cost) is int else cost(request)  # type: ignore[operator]
+                if limit is not None and limit.key is not None:
+                    who = _sync_key(limit.key(request))
+                    if who is None:  # this limit's key says it does not apply
+                        continue
+                else:
+                    if peer is _UNREAD:
+                        peer = environ_key.from_environ(environ) if environ_key is not None else _sync_key(key(request))
+                    who = peer
+                if who is None:  # the extension's key found none: on_missing_key
+                    admission = gatekeeper.admit(None, request.path, group, n)
+                else:
+                    path = request.path if group is None else None
+                    receipt = (who, path, group, n)
+                    decision = acquire(who, path, group=group, cost=n, take=both)
+                    if decision.allowed and not decision.permits_held:
+                        given = decision._fields(ietf, legacy) if on_allowed else ()
+                        if heavy is None:
+                            parts.append((decision, receipt, limit, given))
+                        else:
+                            heavy.append((Admission(0, given, decision=decision, route=receipt), limit))
+                        continue
+                    admission = gatekeeper._admission(decision, receipt)
+                if heavy is None:
+                    heavy = [(Admission(0, f, decision=d, route=r), lim) for d, r, lim, f in parts]
+                if admission.status:  # refused: what this request counted is given back
+                    for counted, _ in heavy:
+                        gatekeeper.give_back(counted)
+                    verdict = environ[_ADMISSION] = _Verdict(called)
+                    verdict.status, verdict.refusal = admission.status, (admission, limit)
+                    return gate.served(request, verdict, call, args, kwargs)
+                if admission.decision is not None:
+                    heavy.append((admission, limit))
+            if heavy is None and not any(lim is not None and lim.deduct_when is not None for _, _, lim, _ in parts):
+                environ[_ADMISSION] = (_best_fields(parts), tuple(parts), called)
+                return call(*args, **kwargs)
+            verdict = environ[_ADMISSION] = _Verdict(called)
+            verdict.parts = (
+                heavy if heavy is not None else [(Admission(0, f, decision=d, route=r), lim) for d, r, lim, f in parts]
+            )
+            return gate.served(request, verdict, call, args, kwargs)
 
         return limited
 
@@ -1309,15 +1412,12 @@ class _Gate:
 
 
 #: What a view's wrapper leaves in the environ for a request allowed owing nothing but its fields (no Admission
-#: or _Verdict is made): the fields, the decision, its receipt (key, path, group, cost), the limit (None: the
-#: path's rules) and the limits decided (a _Verdict's ``called``). ``_owed`` makes the _Verdict when one is asked.
-_Quick = tuple[
-    Sequence[tuple[str, str]],
-    Decision,
-    tuple[str, str | None, str | None, int],
-    _RouteLimit | None,
-    tuple[_RouteLimit, ...],
-]
+#: or _Verdict is made): the fields the response carries, each decision's part (the decision, its receipt: key,
+#: path, group, cost; the limit, None for the path's rules; its fields) and the limits decided (a _Verdict's
+#: ``called``). ``_owed`` makes the _Verdict it stands for when one is asked.
+_Part = tuple[Decision, tuple[str, str | None, str | None, int], _RouteLimit | None, Sequence[tuple[str, str]]]
+_Quick = tuple[Sequence[tuple[str, str]], tuple[_Part, ...], tuple[_RouteLimit, ...]]
+_UNREAD: Any = object()  # a key not read yet
 
 
 def _owed(environ: dict[str, Any]) -> Owed | None:
@@ -1326,10 +1426,25 @@ def _owed(environ: dict[str, Any]) -> Owed | None:
     owed: Owed | _Quick | None = environ.get(_ADMISSION)
     if not isinstance(owed, tuple):
         return owed
-    fields, decision, receipt, limit, called = owed
+    _, parts, called = owed
     verdict = environ[_ADMISSION] = _Verdict(called)
-    verdict.parts.append((Admission(0, fields, decision=decision, route=receipt), limit))
+    verdict.parts = [(Admission(0, f, decision=d, route=r), limit) for d, r, limit, f in parts]
     return verdict
+
+
+def _best_fields(parts: Sequence[_Part]) -> Sequence[tuple[str, str]]:
+    """The fields of the part the client most needs, as ``_Verdict.fields`` picks them: a view's own limit
+    before a shared one or the path's rules, then the shortest window."""
+    if len(parts) == 1:
+        return parts[0][3]
+    best: tuple[bool, float] | None = None
+    fields: Sequence[tuple[str, str]] = ()
+    for decision, _, limit, given in parts:
+        if given:
+            rank = (limit is None or limit.shared, decision.window or math.inf)
+            if best is None or rank < best:
+                best, fields = rank, given
+    return fields
 
 
 def _plain(limit: _RouteLimit) -> bool:

@@ -745,3 +745,37 @@ def test_a_views_refusal_goes_through_flask_when_the_app_or_the_request_has_work
     assert [client.get("/login", headers=KEY).status_code for _ in range(2)] == [200, 429]
     assert torn_down == [None, None]  # a teardown function never sees an error for a refusal
     assert answered == []
+
+
+def test_several_limits_of_a_view_keep_their_fields_and_a_refusal_gives_back_the_others(clock: rk.ManualClock) -> None:
+    limiter = rk.Limiter(rules=[rk.Rule("^/report", "reports", "50/min")], clock=clock)
+    app = flask.Flask(__name__)
+    rate_limit = RateLimit(app, limiter=limiter, key=header("X-API-Key"), application_limits=["100/hour"])
+
+    @app.route("/report", methods=["GET", "POST"])
+    @rate_limit.limit("2/hour", group="hourly")
+    @rate_limit.limit("5/min", group="minutely")
+    @rate_limit.limit("1/min", group="posts", methods=["POST"])
+    def report() -> str:
+        return "report"
+
+    @app.get("/free")
+    @rate_limit.exempt
+    def free() -> str:
+        return "free"
+
+    client = app.test_client()
+    first = client.get("/report", headers=KEY)
+    assert first.status_code == 200
+    assert members(first.headers["RateLimit"]) == {"minutely": {"r": 4, "t": 12}}  # its own, the shortest window
+    assert client.get("/report", headers=KEY).status_code == 200
+    refused = client.get("/report", headers=KEY)  # the hourly limit refuses
+    assert (refused.status_code, members(refused.headers["RateLimit"])) == (429, {"hourly": {"r": 0, "t": 1800}})
+    assert limiter.peek("alice", group="minutely").remaining == 3  # the refused request counted in none
+    assert limiter.peek("alice", group="flask:application").remaining == 98
+    assert client.post("/report", headers={"X-API-Key": "bob"}).status_code == 200
+    assert client.post("/report", headers={"X-API-Key": "bob"}).status_code == 429  # posts: 1/min, POST only
+    free_response = client.get("/free", headers=KEY)
+    assert free_response.status_code == 200
+    assert "RateLimit" not in free_response.headers  # exempt: not even the application's limits
+    assert limiter.peek("alice", group="flask:application").remaining == 98
