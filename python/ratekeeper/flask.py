@@ -20,11 +20,11 @@ the app's view functions.
   ``@limit`` wrappers Flask would call first are decided by the view's wrapper, which calls the function
   under them; one under another decorator decides its own limits when it is called, after that decorator
   (so a rate read from ``flask.g`` by a decorator above it is there), and a helper a view calls is limited
-  too. A view decided by one plain limit (or the path's rules) in refuse mode takes one call of the limiter,
-  and an allowed request leaves only its fields for the gate to add. A request whose view never ran (a 404,
-  a redirect, or a response returned by a function the app registered with ``before_request``) is decided
-  by the gate when its response starts, by its view's marks if Flask routed it to one, else by path; a
-  refusal replaces it.
+  too. In refuse mode with nothing to settle after, each of the view's limits (or the path's rules) takes one
+  call of the limiter, and an allowed request leaves only its fields for the gate to add. A request whose
+  view never ran (a 404, a redirect, or a response returned by a function the app registered with
+  ``before_request``) is decided by the gate when its response starts, by its view's marks if Flask routed
+  it to one, else by path; a refusal replaces it.
 
 Refusals answer 429 with the JSON body and the IETF ``RateLimit`` fields of the ASGI middleware; allowed
 responses carry the fields too. When the app has an error handler a 429 reaches, a refusal inside Flask is raised
