@@ -1178,6 +1178,7 @@ class _Gate:
         called = route.gate_decides  # as decide's verdict: a limited function called later skips them
         limiter = extension.limiter
         acquire = limiter._acquire
+        admit_quick = gatekeeper.admit_quick
         both = _Take.BOTH
         fields = extension.options.fields
         ietf, legacy, on_allowed = fields.ietf, fields.legacy, fields.on_allowed
@@ -1224,8 +1225,13 @@ class _Gate:
                 raw = environ.get("PATH_INFO", "")
                 # What request.path is (Werkzeug's decoding and one leading slash: ASCII needs neither), unread.
                 path = raw if raw[:1] == "/" and raw[1:2] != "/" and raw.isascii() else request.path
-                decision = acquire(peer, path, take=both)
                 receipt = (peer, path, None, 1)
+                admitted = admit_quick(peer, path)
+                if type(admitted) is tuple:  # allowed without permits: its fields, and no Decision made
+                    environ[_ADMISSION] = (admitted, ((limiter, receipt, None, admitted),), called)
+                    return call(*args, **kwargs)
+                assert isinstance(admitted, Decision)
+                decision = admitted
             else:
                 n = 1 if cost is None else cost if type(cost) is int else cost(request)  # type: ignore[operator]
                 decision = acquire(peer, None, group=group, cost=n, take=both)
@@ -1415,7 +1421,9 @@ class _Gate:
 #: or _Verdict is made): the fields the response carries, each decision's part (the decision, its receipt: key,
 #: path, group, cost; the limit, None for the path's rules; its fields) and the limits decided (a _Verdict's
 #: ``called``). ``_owed`` makes the _Verdict it stands for when one is asked.
-_Part = tuple[Decision, tuple[str, str | None, str | None, int], _RouteLimit | None, Sequence[tuple[str, str]]]
+_Part = tuple[
+    Decision | Limiter, tuple[str, str | None, str | None, int], _RouteLimit | None, Sequence[tuple[str, str]]
+]
 _Quick = tuple[Sequence[tuple[str, str]], tuple[_Part, ...], tuple[_RouteLimit, ...]]
 _UNREAD: Any = object()  # a key not read yet
 
@@ -1428,8 +1436,30 @@ def _owed(environ: dict[str, Any]) -> Owed | None:
         return owed
     _, parts, called = owed
     verdict = environ[_ADMISSION] = _Verdict(called)
-    verdict.parts = [(Admission(0, f, decision=d, route=r), limit) for d, r, limit, f in parts]
+    verdict.parts = [(_admitted(d, r, f), limit) for d, r, limit, f in parts]
     return verdict
+
+
+def _admitted(
+    decision: Decision | Limiter, receipt: tuple[str, str | None, str | None, int], fields: Sequence[tuple[str, str]]
+) -> Admission:
+    """The Admission of a request allowed without permits: by ``decision``, or, when the limiter's hot path
+    made none (``Gatekeeper.admit_quick``: the part holds the limiter), by what it decided on the receipt's
+    path, read back (``peek``) for its group and window, and counted there."""
+    if isinstance(decision, Decision):
+        return Admission(0, fields, decision=decision, route=receipt)
+    peer, path = receipt[0], receipt[1]
+    looked = decision.peek(peer, path)
+    if looked.group is None:  # exempt or unrouted: nothing was counted
+        return Admission(0, fields, route=receipt)
+    return _Counted(0, fields, decision=looked, route=receipt)
+
+
+class _Counted(Admission):
+    """An Admission counted in its group though its ``decision`` is a look after the fact (``_admitted``)."""
+
+    __slots__ = ()
+    counted = True
 
 
 def _best_fields(parts: Sequence[_Part]) -> Sequence[tuple[str, str]]:
@@ -1440,7 +1470,7 @@ def _best_fields(parts: Sequence[_Part]) -> Sequence[tuple[str, str]]:
     best: tuple[bool, float] | None = None
     fields: Sequence[tuple[str, str]] = ()
     for decision, _, limit, given in parts:
-        if given:
+        if given and isinstance(decision, Decision):  # (stepped() makes parts of Decisions only)
             rank = (limit is None or limit.shared, decision.window or math.inf)
             if best is None or rank < best:
                 best, fields = rank, given
