@@ -25,6 +25,9 @@ def http_profiles() -> ModuleType:
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules["http_profiles"] = module  # dataclasses look their module up by name
+    # The script imports its sibling benches/machine.py when it writes its results, as run from benches/.
+    if str(SCRIPT.parent) not in sys.path:
+        sys.path.append(str(SCRIPT.parent))
     spec.loader.exec_module(module)
     return module
 
