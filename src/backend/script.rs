@@ -147,14 +147,14 @@ pub fn arguments(key: &RemoteKey, request: Request, leases: Leases<'_>, caller: 
         (false, true) => "1",
         (false, false) => "0",
     };
+    if let Some(compact) = compact(key, operation, request, caller) {
+        return compact;
+    }
     let take = match request.take {
         Take::Rates => "rates",
         Take::RatesAndPermits => "both",
         Take::Permits => "permits",
     };
-    if let Some(compact) = compact(key, operation, request, caller) {
-        return compact;
-    }
     encode(key, operation, (request.cost, request.max_wait_ns), take, leases, caller)
 }
 
