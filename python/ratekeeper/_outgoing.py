@@ -1,0 +1,594 @@
+"""The engine behind ratekeeper's HTTP clients (``ratekeeper.httpx``, ``ratekeeper.requests``,
+``ratekeeper.aiohttp``): what a call is keyed by and costs, waiting its turn or failing, the server's word
+turned into caps on the local budget, retries after a 429, and the counters. The adapters only translate
+their client's request and response into a ``Call`` and a ``Reply``.
+
+A call spends, all or nothing, in every group that applies to it: the group the limiter's rules route its
+path to (if any), and one group per budget of the server (``requests``, ``tokens``, ...): a group the user
+named for that budget (``groups=``), else the group made for it on the server's first word (``auto_groups``:
+``"<host> <budget>"``, a fixed window of the size the server states). After each response the server's
+remaining and reset cap those groups through ``Limiter.cap``, so every process sharing the limiter's store
+(``rk.Shared``, ``rk.Redis``) keeps under what the server said.
+
+Waiting never reserves: a word re-anchors a fixed window, and a slot reserved in a later window would not
+survive it. A waiting call loops over a non-blocking ``check`` (a refusal changes nothing) and sleeps the
+refusal's ``retry_after``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import math
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
+
+from ratekeeper._core import Decision, Limit, Rate
+from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue, RateLimited
+from ratekeeper._offload import off_loop
+
+if TYPE_CHECKING:
+    from ratekeeper._server_words import ServerWord
+    from ratekeeper.limiter import Limiter
+
+__all__ = ["Call", "HostStats", "Outgoing", "Reply"]
+
+log = logging.getLogger("ratekeeper.outgoing")
+
+R = TypeVar("R")
+
+#: A call that the server's word says to retry after this many seconds at most is retried; one further
+#: away is given back to the caller at once (a day-long Retry-After is not waited out in a request).
+_NO_WORD_WAIT = 1.0
+_SHORTEST_SLEEP = 0.001
+
+
+@dataclass(frozen=True)
+class Call:
+    """What the engine sees of an outgoing request.
+
+    Attributes:
+        method: the HTTP method, upper case.
+        host: the URL's host, with its port when the URL names one (``api.openai.com``, ``127.0.0.1:8000``).
+        path: the URL's path (no query), what the limiter's rules route.
+        headers: the request's headers, names in lower case, repeated ones joined with ``", "``.
+        content: the request's body when the client has it in memory, else ``None``.
+    """
+
+    method: str
+    host: str
+    path: str
+    headers: Mapping[str, str]
+    content: bytes | None = None
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What the engine sees of a response: ``status``, ``headers`` as (name, value) pairs, and ``content``,
+    the body, read only when the engine was given a ``spent`` callable (else ``None``)."""
+
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    content: bytes | None = None
+
+    def header(self, name: str) -> str | None:
+        """The first value of the header ``name`` (any case), or ``None``."""
+        name = name.lower()
+        return next((value for key, value in self.headers if key.lower() == name), None)
+
+
+class HostStats(TypedDict):
+    """The counters of one key (a host, or a host and an API key) in
+    [`Outgoing.stats`][ratekeeper.httpx.Outgoing.stats].
+
+    Attributes:
+        calls: requests sent (a retry is one more).
+        waits: calls that waited their turn at least once.
+        waited: seconds spent waiting, turns and retries together.
+        refused: calls refused with ``RateLimited`` (no wait asked for, or the wait would pass the timeout).
+        throttled: 429 (and 503 with a wait) responses received.
+        retries: calls sent again after one.
+        dialect: the dialect of the server's last word (``""``: none yet).
+        remaining: each budget's remaining, as the server last said.
+        reset: each budget's seconds to reset, as the server last said.
+        said_at: ``time.time()`` of the server's last word, 0.0 before one.
+    """
+
+    calls: int
+    waits: int
+    waited: float
+    refused: int
+    throttled: int
+    retries: int
+    dialect: str
+    remaining: dict[str, int]
+    reset: dict[str, float]
+    said_at: float
+
+
+def _new_stats() -> HostStats:
+    return HostStats(
+        calls=0, waits=0, waited=0.0, refused=0, throttled=0, retries=0, dialect="", remaining={}, reset={}, said_at=0.0
+    )
+
+
+@dataclass
+class _Ticket:
+    """One admitted attempt: where it spent, what, and when."""
+
+    key: str
+    spent: dict[str, int]  # group -> units
+    budgets: dict[str, str]  # budget -> group
+    estimate: dict[str, int]  # budget -> units estimated
+    admitted_at: float = field(default_factory=time.monotonic)
+
+
+KeyFunction = Callable[[Call], str]
+CostFunction = Callable[[Call], Mapping[str, int]]
+SpentFunction = Callable[[Reply], "Mapping[str, int] | None"]
+
+
+class Outgoing:
+    """Paces the calls a client makes to rate-limited servers and obeys what the servers say; one object,
+    shared by any number of transports, threads and tasks.
+
+    Args:
+        limiter: the [`Limiter`][ratekeeper.Limiter] whose store holds the budgets (memory, ``rk.Shared`` for
+            the workers of a machine, ``rk.Redis`` in exact mode for a fleet). Its rules, if any route a
+            call's path, limit that call too.
+        key: a callable of the [`Call`][ratekeeper.httpx.Call] returning the key its budgets are kept
+            under; default: the host, with a fingerprint of ``api_key_header``'s value when given.
+        api_key_header: a request header holding the credential the server counts by (``"authorization"``,
+            ``"x-api-key"``): each credential gets budgets of its own (the key holds a short SHA-256 of it,
+            never the secret).
+        groups: budget name -> group name, for budgets whose group you declare (e.g. ``{"requests":
+            "openai requests", "tokens": "openai tokens"}``). Each group must exist in the limiter and have
+            a ``fixed_window`` limit, which the server's word caps. The limiter's state is kept per key, so
+            one declared group serves every host and credential.
+        auto_groups: make a group for a budget the server states a limit of and ``groups`` leaves out, on
+            its first word: ``"<host> <budget>"``, one ``fixed_window`` limit of the stated size per the
+            stated window (or ``window``); a later word with another size changes it in place.
+        window: the window, in seconds, of an auto-group whose server states none (OpenAI, Anthropic and
+            GitHub state sizes but no windows; OpenAI's and Anthropic's are per minute). It matters only
+            once the server's reset has passed with no word since: the window then counts afresh.
+        cost: a callable of the call returning what it spends per budget, e.g. ``{"tokens": 900}`` for
+            its estimated tokens; a budget it leaves out costs 1.
+        spent: a callable of the [`Reply`][ratekeeper.httpx.Reply] returning what the call really spent
+            per budget (e.g. the usage in the response's body), or ``None``: the difference with ``cost``'s
+            estimate is given back (``reduce``) or spent more. Setting it makes the adapters read the body.
+        dialect: read the servers' fields in this dialect only (``"ietf"``, ``"anthropic"``, ``"openai"``,
+            ``"github"``, ``"x-ratelimit"``); default: whichever a response carries.
+        wait: wait for the call's turn (default); ``False`` raises [`RateLimited`][ratekeeper.RateLimited] at
+            once instead, without sending it.
+        timeout: the longest a call waits for its turn, in seconds, retries included; past it,
+            ``RateLimited``. ``None``: as long as it takes.
+        retries: how many times a 429 (or a 503 with a wait) is sent again after the wait the server asks
+            for; after that, the response is returned as it came.
+        obey: read the servers' words; ``False`` paces by the limiter's own groups only.
+
+    Raises:
+        InvalidType, InvalidValue: a bad option, naming it (``groups['tokens']: ...``).
+    """
+
+    def __init__(
+        self,
+        limiter: Limiter,
+        *,
+        key: KeyFunction | None = None,
+        api_key_header: str | None = None,
+        groups: Mapping[str, str] | None = None,
+        auto_groups: bool = True,
+        window: float = 60.0,
+        cost: CostFunction | None = None,
+        spent: SpentFunction | None = None,
+        dialect: str | None = None,
+        wait: bool = True,
+        timeout: float | None = 60.0,
+        retries: int = 2,
+        obey: bool = True,
+    ) -> None:
+        from ratekeeper.limiter import Limiter
+
+        if not isinstance(limiter, Limiter):
+            raise InvalidType("limiter", f"must be a ratekeeper.Limiter, got {type(limiter).__name__}")
+        for name, function in (("key", key), ("cost", cost), ("spent", spent)):
+            if function is not None and not callable(function):
+                raise InvalidType(name, f"must be callable, got {type(function).__name__}")
+        if api_key_header is not None:
+            if not isinstance(api_key_header, str):
+                raise InvalidType("api_key_header", f"must be a str, got {type(api_key_header).__name__}")
+            if not api_key_header:
+                raise InvalidValue("api_key_header", "must name a header")
+            if key is not None:
+                raise InvalidValue("api_key_header", "give a key function or an api_key_header, not both")
+        for name, flag in (("auto_groups", auto_groups), ("wait", wait), ("obey", obey)):
+            if not isinstance(flag, bool):
+                raise InvalidType(name, f"must be a bool, got {type(flag).__name__}")
+        _check_seconds("window", window, allow_none=False)
+        _check_seconds("timeout", timeout, allow_none=True)
+        if isinstance(retries, bool) or not isinstance(retries, int):
+            raise InvalidType("retries", f"must be an int, got {type(retries).__name__}")
+        if not 0 <= retries <= 100:
+            raise InvalidValue("retries", f"must be 0 to 100, got {retries}")
+        if dialect is not None:
+            from ratekeeper._server_words import DIALECTS
+
+            if dialect not in DIALECTS:
+                raise InvalidValue("dialect", f"{dialect!r} is not one of {', '.join(map(repr, DIALECTS))}")
+        self.limiter = limiter
+        self.groups: dict[str, str] = _checked_groups(limiter, groups)
+        self.auto_groups, self.window, self.dialect = auto_groups, float(window), dialect
+        self.wait, self.timeout, self.retries, self.obey = wait, timeout, retries, obey
+        self._key, self._api_key_header = key, None if api_key_header is None else api_key_header.lower()
+        self._cost, self._spent = cost, spent
+        self._lock = threading.Lock()
+        self._stats: dict[str, HostStats] = {}
+        # host -> budget -> auto group, and each auto group's (limit, window) as last made here.
+        self._auto: dict[str, dict[str, str]] = {}
+        self._auto_made: dict[str, tuple[int, float]] = {}
+
+    @property
+    def reads_body(self) -> bool:
+        """Whether the adapters must read a response's body for ``spent``."""
+        return self._spent is not None
+
+    def stats(self) -> dict[str, HostStats]:
+        """The counters of each key this object has sent calls for (a copy): see
+        [`HostStats`][ratekeeper.httpx.HostStats]. Counted in this process."""
+        with self._lock:
+            return {
+                key: HostStats(**{**value, "remaining": dict(value["remaining"]), "reset": dict(value["reset"])})
+                for key, value in self._stats.items()
+            }
+
+    def __repr__(self) -> str:
+        return f"<ratekeeper.Outgoing groups={self.groups!r} wait={self.wait} timeout={self.timeout}>"
+
+    # --- what a call is --------------------------------------------------------------------------------------
+
+    def key_of(self, call: Call) -> str:
+        """The key ``call``'s budgets are kept under."""
+        if self._key is not None:
+            key = self._key(call)
+            if not isinstance(key, str):
+                raise InvalidType("key", f"must return a str, got {type(key).__name__}")
+            return key
+        if self._api_key_header is not None:
+            credential = call.headers.get(self._api_key_header)
+            if credential:
+                return f"{call.host} {hashlib.sha256(credential.encode()).hexdigest()[:16]}"
+        return call.host
+
+    def _estimate(self, call: Call) -> dict[str, int]:
+        if self._cost is None:
+            return {}
+        estimate = self._cost(call)
+        if not isinstance(estimate, Mapping):
+            raise InvalidType("cost", f"must return a mapping of budget names to units, got {type(estimate).__name__}")
+        checked = {}
+        for budget, units in estimate.items():
+            if isinstance(units, bool) or not isinstance(units, int) or not isinstance(budget, str):
+                raise InvalidType(("cost", str(budget)), f"must return str keys and int units, got {units!r}")
+            if units < 1:
+                raise InvalidValue(("cost", budget), f"must return a positive count, got {units}")
+            checked[budget] = units
+        return checked
+
+    def _plan(self, call: Call, key: str, estimate: dict[str, int]) -> _Ticket:
+        """Where ``call`` spends: its routed group (1 unit, or ``cost``'s ``"requests"``) and each budget's group."""
+        spent: dict[str, int] = {}
+        budgets: dict[str, str] = {}
+        if self.limiter.rules:
+            resolution = self.limiter.resolve(key, call.path)
+            if resolution is not None and resolution.group not in self.groups.values():
+                spent[resolution.group] = estimate.get("requests", 1)
+        with self._lock:
+            auto = dict(self._auto.get(call.host, {}))
+        for budget, group in (*auto.items(), *self.groups.items()):  # a declared group wins
+            budgets[budget] = group
+        for budget, group in budgets.items():
+            spent[group] = spent.get(group, 0) + estimate.get(budget, 1)
+        return _Ticket(key, spent, budgets, estimate)
+
+    # --- admission -------------------------------------------------------------------------------------------
+
+    def _try(self, ticket: _Ticket) -> Decision | None:
+        """Spends the ticket's units in every group, all or nothing: ``None`` when admitted, else the refusal."""
+        taken: list[tuple[str, int]] = []
+        for group, units in ticket.spent.items():
+            decision = self.limiter.check(ticket.key, group=group, cost=units)
+            if not decision.allowed:
+                for earlier, count in taken:
+                    self.limiter.reduce(ticket.key, group=earlier, n=count)
+                return decision
+            taken.append((group, units))
+        ticket.admitted_at = time.monotonic()
+        return None
+
+    async def _atry(self, ticket: _Ticket) -> Decision | None:
+        taken: list[tuple[str, int]] = []
+        for group, units in ticket.spent.items():
+            decision = await self.limiter.acheck(ticket.key, group=group, cost=units)
+            if not decision.allowed:
+                for earlier, count in taken:
+                    await off_loop(self.limiter, self.limiter.reduce, ticket.key, group=earlier, n=count)
+                return decision
+            taken.append((group, units))
+        ticket.admitted_at = time.monotonic()
+        return None
+
+    def _pause(self, key: str, refusal: Decision, deadline: float | None, waited: bool) -> float:
+        """How long to sleep before trying again, or raises ``RateLimited`` (counted)."""
+        pause = refusal.retry_after
+        now = time.monotonic()
+        if not self.wait or math.isinf(pause) or (deadline is not None and now + pause > deadline):
+            self._count(key, refused=1)
+            raise RateLimited(refusal)
+        if not waited:
+            self._count(key, waits=1)
+        return max(pause, _SHORTEST_SLEEP)
+
+    def admit(self, call: Call, deadline: float | None) -> _Ticket:
+        """Waits (``time.sleep``) until ``call`` is admitted in all its groups; its ticket."""
+        key = self.key_of(call)
+        estimate = self._estimate(call)
+        waited = False
+        while True:
+            ticket = self._plan(call, key, estimate)
+            refusal = self._try(ticket)
+            if refusal is None:
+                return ticket
+            pause = self._pause(key, refusal, deadline, waited)
+            waited = True
+            self._sleep(key, pause)
+
+    async def aadmit(self, call: Call, deadline: float | None) -> _Ticket:
+        """``admit`` for asyncio: waits with ``asyncio.sleep``."""
+        key = self.key_of(call)
+        estimate = self._estimate(call)
+        waited = False
+        while True:
+            ticket = self._plan(call, key, estimate)
+            refusal = await self._atry(ticket)
+            if refusal is None:
+                return ticket
+            pause = self._pause(key, refusal, deadline, waited)
+            waited = True
+            await self._asleep(key, pause)
+
+    def _sleep(self, key: str, seconds: float) -> None:
+        time.sleep(seconds)
+        self._count(key, waited=seconds)
+
+    async def _asleep(self, key: str, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        self._count(key, waited=seconds)
+
+    # --- the server's word -----------------------------------------------------------------------------------
+
+    def _word(self, reply: Reply) -> ServerWord | None:
+        if not self.obey:
+            return None
+        from ratekeeper._server_words import read
+
+        try:
+            return read(reply.headers, reply.status, now=time.time(), dialect=self.dialect)
+        except Exception:  # whatever a server sends, the call goes on
+            log.exception("the server's rate-limit fields could not be read")
+            return None
+
+    def _auto_group(self, host: str, budget: str, limit: int | None, window: float | None) -> str | None:
+        """The auto-group of ``budget`` at ``host``, made (or resized) for ``limit`` per ``window``."""
+        if not self.auto_groups or limit is None or limit < 1:
+            return None
+        window = self.window if window is None else window
+        name = f"{host} {budget}"
+        with self._lock:
+            made = self._auto_made.get(name)
+        if made != (limit, window):
+            try:
+                wanted = [Limit(Rate(limit, per=window), algorithm="fixed_window")]
+                if made is None and name not in self.limiter.groups:
+                    self.limiter.add_group(name, wanted)
+                else:
+                    try:
+                        self.limiter.add_group(name, wanted)
+                    except InvalidValue:  # the server's size changed (another process may have said so too)
+                        self.limiter.update_rule(name, Rate(limit, per=window), burst=limit)
+            except InvalidArgument as error:
+                log.warning("no group for %s's budget %r (%s per %ss): %s", host, budget, limit, window, error)
+                return None
+            with self._lock:
+                self._auto_made[name] = (limit, window)
+                self._auto.setdefault(host, {})[budget] = name
+        return name
+
+    def _caps(self, ticket: _Ticket, host: str, word: ServerWord) -> list[tuple[str, int, float]]:
+        """(group, remaining, reset_after) for each budget of ``word`` that has a group."""
+        caps = []
+        for budget in word.budgets:
+            group = self.groups.get(budget.name) or self._auto_group(host, budget.name, budget.limit, budget.window)
+            if group is not None:
+                caps.append((group, budget.remaining, budget.reset_after))
+        if word.retry_after is not None and not word.budgets:
+            # A wait with no budget stated: nothing more may go before it, in any budget of the call.
+            caps.extend((group, 0, word.retry_after) for group in ticket.budgets.values())
+        return caps
+
+    def _record(self, key: str, word: ServerWord | None, status: int) -> None:
+        with self._lock:
+            stats = self._stats.setdefault(key, _new_stats())
+            stats["calls"] += 1
+            if status == 429 or (status == 503 and word is not None and word.retry_after is not None):
+                stats["throttled"] += 1
+            if word is not None and (word.budgets or word.retry_after is not None):
+                stats["dialect"] = word.dialect
+                stats["said_at"] = time.time()
+                for budget in word.budgets:
+                    stats["remaining"][budget.name] = budget.remaining
+                    stats["reset"][budget.name] = budget.reset_after
+
+    def _corrections(self, ticket: _Ticket, reply: Reply) -> list[tuple[str, int]]:
+        """(group, units more (+) or fewer (-) than spent) from ``spent``'s reading of the reply."""
+        if self._spent is None:
+            return []
+        try:
+            actual = self._spent(reply)
+        except Exception:  # a body the callable cannot read corrects nothing
+            log.exception("spent(...) failed on a response")
+            return []
+        if actual is None:
+            return []
+        if not isinstance(actual, Mapping):
+            raise InvalidType("spent", f"must return a mapping or None, got {type(actual).__name__}")
+        corrections = []
+        for budget, units in actual.items():
+            group = ticket.budgets.get(budget)
+            if group is None or isinstance(units, bool) or not isinstance(units, int) or units < 0:
+                continue
+            difference = units - ticket.estimate.get(budget, 1)
+            if difference:
+                corrections.append((group, difference))
+        return corrections
+
+    def _retry_wait(self, reply: Reply, word: ServerWord | None, ticket: _Ticket) -> float | None:
+        """Seconds to wait before sending a throttled call again; ``None`` for a response to keep."""
+        if reply.status not in (429, 503):
+            return None
+        if word is not None and word.retry_after is not None:
+            return word.retry_after
+        if reply.status == 503:
+            return None  # a 503 without a wait is an outage, not a limit
+        spent = [budget.reset_after for budget in (word.budgets if word else ()) if budget.remaining == 0]
+        return max(spent) if spent else _NO_WORD_WAIT
+
+    def settle(self, ticket: _Ticket, host: str, reply: Reply) -> float | None:
+        """Takes in what the response says: caps, corrections, counters. The seconds to wait before a retry,
+        or ``None`` when the response is the call's answer."""
+        word = self._word(reply)
+        self._record(ticket.key, word, reply.status)
+        age = time.monotonic() - ticket.admitted_at
+        for group, remaining, reset_after in self._caps(ticket, host, word) if word is not None else ():
+            self._cap(ticket.key, group, remaining, reset_after, age)
+        for group, units in self._corrections(ticket, reply):
+            if units < 0:
+                self.limiter.reduce(ticket.key, group=group, n=-units)
+            else:
+                self.limiter.check(ticket.key, group=group, cost=units)  # refused: the next word corrects it
+        return self._retry_wait(reply, word, ticket)
+
+    async def asettle(self, ticket: _Ticket, host: str, reply: Reply) -> float | None:
+        """``settle`` for asyncio: a store's round trips off the event loop."""
+        if not self.limiter._waits_on_io:
+            return self.settle(ticket, host, reply)
+        return await asyncio.to_thread(self.settle, ticket, host, reply)
+
+    def _cap(self, key: str, group: str, remaining: int, reset_after: float, age: float) -> None:
+        cap: Callable[..., bool] | None = getattr(self.limiter, "cap", None)
+        if cap is None:  # a core without Limiter.cap: the word is counted, the budget not capped
+            return
+        try:
+            cap(key, group=group, remaining=remaining, reset_after=reset_after, age=age)
+        except InvalidArgument as error:
+            log.warning("the server's word for %s in group %r was not applied: %s", key, group, error)
+
+    def _count(self, key: str, **counts: float) -> None:
+        with self._lock:
+            stats: dict[str, Any] = self._stats.setdefault(key, _new_stats())  # type: ignore[assignment]
+            for name, value in counts.items():
+                stats[name] += value
+
+    # --- one call, start to end ------------------------------------------------------------------------------
+
+    def _deadline(self) -> float | None:
+        return None if self.timeout is None else time.monotonic() + self.timeout
+
+    def send(self, call: Call, send: Callable[[], R], reply: Callable[[R], Reply], close: Callable[[R], None]) -> R:
+        """Sends ``call`` (``send()``) when its turn comes, obeys the answer, retries a 429; the response."""
+        deadline = self._deadline()
+        attempt = 0
+        while True:
+            ticket = self.admit(call, deadline)
+            response = send()
+            retry = self.settle(ticket, call.host, reply(response))
+            if retry is None or not self._retrying(ticket.key, attempt, retry, deadline):
+                return response
+            attempt += 1
+            close(response)
+            self._sleep(ticket.key, retry)
+
+    async def asend(
+        self,
+        call: Call,
+        send: Callable[[], Awaitable[R]],
+        reply: Callable[[R], Awaitable[Reply]],
+        close: Callable[[R], Awaitable[None]],
+    ) -> R:
+        """``send`` for asyncio."""
+        deadline = self._deadline()
+        attempt = 0
+        while True:
+            ticket = await self.aadmit(call, deadline)
+            response = await send()
+            retry = await self.asettle(ticket, call.host, await reply(response))
+            if retry is None or not self._retrying(ticket.key, attempt, retry, deadline):
+                return response
+            attempt += 1
+            await close(response)
+            await self._asleep(ticket.key, retry)
+
+    def _retrying(self, key: str, attempt: int, wait: float, deadline: float | None) -> bool:
+        if attempt >= self.retries or (deadline is not None and time.monotonic() + wait > deadline):
+            return False
+        self._count(key, retries=1)
+        return True
+
+
+def joined_headers(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """Request headers as a ``Call`` holds them: lower-case names, repeated ones joined with ``", "``."""
+    headers: dict[str, str] = {}
+    for name, value in pairs:
+        name = name.lower()
+        headers[name] = value if name not in headers else f"{headers[name]}, {value}"
+    return headers
+
+
+def host_of(host: str, port: int | None, default_port: int | None) -> str:
+    """``host`` with ``:port`` when the port is not the scheme's default."""
+    return host if port is None or port == default_port else f"{host}:{port}"
+
+
+def _check_seconds(name: str, value: object, *, allow_none: bool) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidType(name, f"must be a number of seconds, got {type(value).__name__}")
+    if not 0 < value < math.inf:
+        raise InvalidValue(name, f"must be a positive number of seconds, got {value}")
+
+
+def _checked_groups(limiter: Limiter, groups: Mapping[str, str] | None) -> dict[str, str]:
+    if groups is None:
+        return {}
+    if not isinstance(groups, Mapping):
+        raise InvalidType("groups", f"must be a mapping of budget names to group names, got {type(groups).__name__}")
+    rules = {rule.group: rule for rule in limiter.rules}
+    checked = {}
+    for budget, group in groups.items():
+        if not isinstance(budget, str) or not isinstance(group, str):
+            raise InvalidType(("groups", str(budget)), "budget and group names must be str")
+        rule = rules.get(group)
+        if rule is None:
+            raise InvalidValue(("groups", budget), f"no group {group!r} in the limiter (add it with add_group)")
+        if not any(limit.algorithm == "fixed_window" for limit in rule.limits):
+            raise InvalidValue(
+                ("groups", budget),
+                f"group {group!r} has no fixed_window limit, which the server's word caps; "
+                f'e.g. rk.Limit("5000/hour", algorithm="fixed_window")',
+            )
+        checked[budget] = group
+    return checked
