@@ -230,6 +230,8 @@ class Outgoing:
         # host -> budget -> auto group, and each auto group's (limit, window) as last made here.
         self._auto: dict[str, dict[str, str]] = {}
         self._auto_made: dict[str, tuple[int, float]] = {}
+        # host -> set once its first answer came back (see _first_word).
+        self._heard: dict[str, threading.Event] = {}
 
     @property
     def reads_body(self) -> bool:
@@ -332,11 +334,33 @@ class Outgoing:
             self._count(key, waits=1)
         return max(pause, _SHORTEST_SLEEP)
 
+    def _first_word(self, host: str) -> threading.Event | None:
+        """While auto-groups are all a host's budgets are limited by and no answer from it came back yet, its
+        calls go one at a time in this process: the first answer makes its groups, and a burst sent before it
+        would be limited by nothing. ``None``: go; else the event to wait for."""
+        if not self.auto_groups or not self.obey or self.groups:
+            return None
+        with self._lock:
+            heard = self._heard.get(host)
+            if heard is None:
+                self._heard[host] = threading.Event()
+                return None  # this call is the first: it goes
+        return None if heard.is_set() else heard
+
+    def _heard_from(self, host: str) -> None:
+        with self._lock:
+            heard = self._heard.get(host)
+        if heard is not None:
+            heard.set()
+
     def admit(self, call: Call, deadline: float | None) -> _Ticket:
         """Waits (``time.sleep``) until ``call`` is admitted in all its groups; its ticket."""
         key = self.key_of(call)
         estimate = self._estimate(call)
         waited = False
+        heard = self._first_word(call.host)
+        if heard is not None:
+            heard.wait(None if deadline is None else max(deadline - time.monotonic(), 0.0))
         while True:
             ticket = self._plan(call, key, estimate)
             refusal = self._try(ticket)
@@ -351,6 +375,10 @@ class Outgoing:
         key = self.key_of(call)
         estimate = self._estimate(call)
         waited = False
+        heard = self._first_word(call.host)
+        # Polled: the first call may be another thread's or another event loop's, so no asyncio.Event serves.
+        while heard is not None and not heard.is_set() and (deadline is None or time.monotonic() < deadline):  # noqa: ASYNC110
+            await asyncio.sleep(_SHORTEST_SLEEP * 10)
         while True:
             ticket = self._plan(call, key, estimate)
             refusal = await self._atry(ticket)
@@ -513,8 +541,11 @@ class Outgoing:
         attempt = 0
         while True:
             ticket = self.admit(call, deadline)
-            response = send()
-            retry = self.settle(ticket, call.host, reply(response))
+            try:
+                response = send()
+                retry = self.settle(ticket, call.host, reply(response))
+            finally:
+                self._heard_from(call.host)
             if retry is None or not self._retrying(ticket.key, attempt, retry, deadline):
                 return response
             attempt += 1
@@ -533,8 +564,11 @@ class Outgoing:
         attempt = 0
         while True:
             ticket = await self.aadmit(call, deadline)
-            response = await send()
-            retry = await self.asettle(ticket, call.host, await reply(response))
+            try:
+                response = await send()
+                retry = await self.asettle(ticket, call.host, await reply(response))
+            finally:
+                self._heard_from(call.host)
             if retry is None or not self._retrying(ticket.key, attempt, retry, deadline):
                 return response
             attempt += 1

@@ -1,0 +1,86 @@
+"""Several processes calling one rate-limited API through ``ratekeeper.httpx.AsyncTransport``: 4 processes of 16
+asyncio tasks on one ``rk.Shared`` region (the workers of a machine), and 2 processes each with its own
+``rk.Redis`` client (two machines). The server announces 100 calls per 2-second window and answers 429 past
+it; the processes must draw no 429 and use at least 90 % of every window they cover, counted by the server.
+
+The processes are spawned (each builds its own limiter on the store, as separate workers do) and start together
+at a barrier; they call for 7 s, which covers at least 2 whole windows of the server. A slow machine only makes
+the tasks slower, and 64 tasks waiting their turn still spend a window's 100 calls within its 2 s.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from _callers import Store, call_for_a_while
+from _redis import RedisServer
+from conftest import ServeApi, Served, needs_cap
+
+SPAWN = multiprocessing.get_context("spawn")
+LIMIT, WINDOW, SECONDS = 100, 2.0, 7.0
+
+
+def run(served: Served, store: Store, processes: int, tasks: int, declared: str | None) -> list[Any]:
+    """Runs the processes; what each reported. Asserts on what the server counted."""
+    barrier = SPAWN.Barrier(processes + 1)
+    results = SPAWN.Queue()
+    started = [
+        SPAWN.Process(target=call_for_a_while, args=(served.url, store, declared, tasks, SECONDS, barrier, results))
+        for _ in range(processes)
+    ]
+    for process in started:
+        process.start()
+    try:
+        barrier.wait(timeout=60)
+        began = time.monotonic()
+        reports = [results.get(timeout=60) for _ in started]
+        ended = began + SECONDS
+    finally:
+        for process in started:
+            process.join(timeout=30)
+            if process.is_alive():
+                process.kill()
+    api = served.api
+    # The server's windows that the calls covered whole (the first and last are cut by the start and end).
+    whole = [
+        index
+        for index in api.accepted
+        if began <= api.start + index * WINDOW and api.start + (index + 1) * WINDOW <= ended
+    ]
+    assert len(whole) >= 2, (began - api.start, dict(api.accepted))
+    used = [api.accepted[index] for index in whole]
+    codes = sum((Counter(report[0]) for report in reports), Counter())
+    print(f"windows used {used} of {LIMIT}, 429s from the server {api.refused}, codes {dict(codes)}")
+    assert api.refused == 0, (dict(api.accepted), dict(codes))
+    assert all(count >= 0.9 * LIMIT for count in used), used
+    assert all(count <= LIMIT for count in api.accepted.values())
+    return reports
+
+
+@needs_cap
+def test_four_processes_on_a_shared_region_draw_no_429_and_use_the_servers_windows(
+    serve_api: ServeApi, tmp_path: Path
+) -> None:
+    served = serve_api("ietf", LIMIT, WINDOW)
+    reports = run(served, ("shared", str(tmp_path / "region")), 4, 16, f"{LIMIT}/{WINDOW:g}s")
+    assert all(report[1] for report in reports), "a process made no call"
+
+
+@needs_cap
+def test_two_machines_on_redis_draw_no_429_and_use_the_servers_windows(
+    serve_api: ServeApi, redis_server: RedisServer, redis_prefix: str
+) -> None:
+    served = serve_api("ietf", LIMIT, WINDOW)
+    run(served, ("redis", redis_server.url, redis_prefix), 2, 16, f"{LIMIT}/{WINDOW:g}s")
+
+
+@needs_cap
+def test_four_processes_need_no_number_the_server_announces_it(serve_api: ServeApi, tmp_path: Path) -> None:
+    # No group declared: each process makes the group on the server's first word (RateLimit-Policy: q=100;w=2),
+    # its first call going alone until then.
+    served = serve_api("ietf", LIMIT, WINDOW)
+    run(served, ("shared", str(tmp_path / "region")), 4, 16, None)
