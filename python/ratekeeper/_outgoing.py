@@ -582,6 +582,15 @@ class Outgoing:
         return True
 
 
+def engine_of(limiter: Limiter | Outgoing, options: dict[str, Any]) -> Outgoing:
+    """The ``Outgoing`` a transport uses: the one given, or one made of ``limiter`` and ``options``."""
+    if isinstance(limiter, Outgoing):
+        if options:
+            raise InvalidValue(next(iter(options)), "give options to Outgoing(...), or a limiter and options here")
+        return limiter
+    return Outgoing(limiter, **options)
+
+
 def joined_headers(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
     """Request headers as a ``Call`` holds them: lower-case names, repeated ones joined with ``", "``."""
     headers: dict[str, str] = {}

@@ -22,23 +22,12 @@ try:
 except ImportError as error:  # pragma: no cover - the message is the point
     raise ImportError("ratekeeper.httpx needs httpx: pip install 'ratekeeper[httpx]'") from error
 
-from ratekeeper._outgoing import Call, HostStats, Outgoing, Reply, host_of, joined_headers
+from ratekeeper._outgoing import Call, HostStats, Outgoing, Reply, engine_of, host_of, joined_headers
 from ratekeeper.limiter import Limiter
 
 __all__ = ["AsyncTransport", "Call", "HostStats", "Outgoing", "Reply", "Transport"]
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
-
-
-def engine_of(limiter: Limiter | Outgoing, options: dict[str, Any]) -> Outgoing:
-    """The ``Outgoing`` a transport uses: the one given, or one made of ``limiter`` and ``options``."""
-    if isinstance(limiter, Outgoing):
-        if options:
-            from ratekeeper._errors import InvalidValue
-
-            raise InvalidValue(next(iter(options)), "give options to Outgoing(...), or a limiter and options here")
-        return limiter
-    return Outgoing(limiter, **options)
 
 
 def _call(request: httpx.Request) -> Call:

@@ -1,0 +1,86 @@
+"""An aiohttp client middleware that paces outgoing calls and obeys the servers' rate-limit fields.
+
+    import aiohttp
+    import ratekeeper as rk
+    from ratekeeper.aiohttp import Middleware
+
+    pace = Middleware(rk.Limiter(rules=[]), api_key_header="authorization")
+    async with aiohttp.ClientSession(middlewares=(pace,)) as session: ...
+
+Each call awaits its turn (``asyncio.sleep``, never blocking the event loop) in the budgets of its host and
+API key, which the servers' fields cap after every response; a 429 is retried after the wait the server asks
+for. See [`Outgoing`][ratekeeper.httpx.Outgoing] for the options. Needs aiohttp 3.12 or later, whose client
+sessions take middlewares (``pip install 'ratekeeper[aiohttp]'``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+try:
+    from aiohttp import ClientRequest, ClientResponse
+    from aiohttp.client_middlewares import ClientHandlerType
+    from aiohttp.payload import BytesPayload
+except ImportError as error:  # pragma: no cover - the message is the point
+    raise ImportError(
+        "ratekeeper.aiohttp needs aiohttp 3.12 or later (client middlewares): pip install 'ratekeeper[aiohttp]'"
+    ) from error
+
+from ratekeeper._outgoing import Call, HostStats, Outgoing, Reply, engine_of, host_of, joined_headers
+from ratekeeper.limiter import Limiter
+
+__all__ = ["Middleware"]
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+async def _call(request: ClientRequest) -> Call:
+    url = request.url
+    body = request.body
+    # Bytes and JSON bodies are in memory; a stream or a file is not read here (it could be read once only).
+    content = await body.as_bytes() if isinstance(body, BytesPayload) else None
+    return Call(
+        method=request.method.upper(),
+        host=host_of(url.host or "", url.explicit_port, _DEFAULT_PORTS.get(url.scheme)),
+        path=url.path,
+        headers=joined_headers(request.headers.items()),
+        content=content,
+    )
+
+
+class Middleware:
+    """An aiohttp client middleware: ``aiohttp.ClientSession(middlewares=(Middleware(lim),))``, or for some
+    requests only, ``session.get(url, middlewares=(pace,))``.
+
+    Args:
+        limiter: the [`Limiter`][ratekeeper.Limiter] holding the budgets, or an
+            [`Outgoing`][ratekeeper.httpx.Outgoing] shared with other transports (then no options).
+        **options: [`Outgoing`][ratekeeper.httpx.Outgoing]'s options (``wait``, ``timeout``, ``retries``, ...).
+
+    Raises:
+        InvalidType, InvalidValue: a bad option, naming it.
+        RateLimited: at a call, when its turn is further away than ``timeout`` (or ``wait=False``).
+    """
+
+    def __init__(self, limiter: Limiter | Outgoing, **options: Any) -> None:
+        self.outgoing = engine_of(limiter, options)
+
+    def stats(self) -> dict[str, HostStats]:
+        """[`Outgoing.stats`][ratekeeper.httpx.Outgoing.stats] of this middleware's engine."""
+        return self.outgoing.stats()
+
+    async def __call__(self, request: ClientRequest, handler: ClientHandlerType) -> ClientResponse:
+        """Sends ``request`` when its turn comes; retries a 429 as the options say."""
+        reads_body = self.outgoing.reads_body
+
+        async def send() -> ClientResponse:
+            return await handler(request)
+
+        async def reply(response: ClientResponse) -> Reply:
+            content = await response.read() if reads_body else None
+            return Reply(response.status, tuple(response.headers.items()), content)
+
+        async def close(response: ClientResponse) -> None:
+            response.release()
+
+        return await self.outgoing.asend(await _call(request), send, reply, close)

@@ -1,0 +1,100 @@
+"""A ``requests`` adapter that paces outgoing calls and obeys the servers' rate-limit fields.
+
+    import requests
+    import ratekeeper as rk
+    from ratekeeper.requests import Adapter
+
+    session = requests.Session()
+    session.mount("https://", Adapter(rk.Limiter(rules=[]), api_key_header="authorization"))
+
+Each call waits its turn (blocking its thread) in the budgets of its host and API key, which the servers'
+fields cap after every response; a 429 is retried after the wait the server asks for. See
+[`Outgoing`][ratekeeper.httpx.Outgoing] for the options. Needs requests (``pip install 'ratekeeper[requests]'``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+try:
+    from requests import PreparedRequest, Response
+    from requests.adapters import DEFAULT_POOLBLOCK, DEFAULT_POOLSIZE, DEFAULT_RETRIES, HTTPAdapter
+except ImportError as error:  # pragma: no cover - the message is the point
+    raise ImportError("ratekeeper.requests needs requests: pip install 'ratekeeper[requests]'") from error
+
+from ratekeeper._outgoing import Call, HostStats, Outgoing, Reply, engine_of, host_of, joined_headers
+from ratekeeper.limiter import Limiter
+
+__all__ = ["Adapter"]
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _call(request: PreparedRequest) -> Call:
+    url = urlsplit(request.url or "")
+    body = request.body
+    content = body.encode() if isinstance(body, str) else body if isinstance(body, bytes) else None
+    return Call(
+        method=(request.method or "GET").upper(),
+        host=host_of(url.hostname or "", url.port, _DEFAULT_PORTS.get(url.scheme)),
+        path=url.path or "/",
+        headers=joined_headers(request.headers.items()),
+        content=content,
+    )
+
+
+class Adapter(HTTPAdapter):
+    """A ``requests`` transport adapter: ``session.mount("https://", Adapter(lim))``.
+
+    Args:
+        limiter: the [`Limiter`][ratekeeper.Limiter] holding the budgets, or an
+            [`Outgoing`][ratekeeper.httpx.Outgoing] shared with other transports (then no options).
+        pool_connections, pool_maxsize, max_retries, pool_block: ``HTTPAdapter``'s own (``max_retries`` is
+            urllib3's retrying of failed connections; a 429 is retried by ``retries``).
+        **options: [`Outgoing`][ratekeeper.httpx.Outgoing]'s options (``wait``, ``timeout``, ``retries``, ...).
+
+    Raises:
+        InvalidType, InvalidValue: a bad option, naming it.
+        RateLimited: at a call, when its turn is further away than ``timeout`` (or ``wait=False``).
+    """
+
+    def __init__(
+        self,
+        limiter: Limiter | Outgoing,
+        *,
+        pool_connections: int = DEFAULT_POOLSIZE,
+        pool_maxsize: int = DEFAULT_POOLSIZE,
+        max_retries: Any = DEFAULT_RETRIES,
+        pool_block: bool = DEFAULT_POOLBLOCK,
+        **options: Any,
+    ) -> None:
+        self.outgoing = engine_of(limiter, options)
+        super().__init__(pool_connections, pool_maxsize, max_retries, pool_block)
+
+    def stats(self) -> dict[str, HostStats]:
+        """[`Outgoing.stats`][ratekeeper.httpx.Outgoing.stats] of this adapter's engine."""
+        return self.outgoing.stats()
+
+    def send(
+        self,
+        request: PreparedRequest,
+        stream: bool = False,
+        timeout: float | tuple[float, float] | tuple[float, None] | None = None,
+        verify: bool | str = True,
+        cert: bytes | str | tuple[bytes | str, bytes | str] | None = None,
+        proxies: Mapping[str, str] | None = None,
+    ) -> Response:
+        """Sends ``request`` when its turn comes; retries a 429 as the options say."""
+        reads_body = self.outgoing.reads_body
+
+        def send() -> Response:
+            return super(Adapter, self).send(request, stream, timeout, verify, cert, proxies)
+
+        def reply(response: Response) -> Reply:
+            return Reply(
+                response.status_code, tuple(response.headers.items()), response.content if reads_body else None
+            )
+
+        return self.outgoing.send(_call(request), send, reply, lambda response: response.close())

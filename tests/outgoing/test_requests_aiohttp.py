@@ -1,0 +1,190 @@
+"""``ratekeeper.requests``'s adapter and ``ratekeeper.aiohttp``'s client middleware against real rate-limited
+servers: both are thin over the engine the httpx transports use, so these tests show that each hands it the
+request and the response whole (host, path, headers, body; status, fields, body) and retries on its client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+
+import aiohttp
+import pytest
+import ratekeeper as rk
+import requests
+from conftest import ServeApi, needs_cap
+from ratekeeper._outgoing import Reply
+from ratekeeper.aiohttp import Middleware
+from ratekeeper.requests import Adapter
+
+
+def fixed(rate: str) -> list[rk.Limit]:
+    return [rk.Limit(rate, algorithm="fixed_window")]
+
+
+def tokens_used(reply: Reply) -> dict[str, int] | None:
+    if reply.status != 200 or not reply.content:
+        return None
+    return {"tokens": int(json.loads(reply.content)["usage"]["total_tokens"])}
+
+
+def session_with(adapter: Adapter) -> requests.Session:
+    session = requests.Session()
+    session.mount("http://", adapter)
+    return session
+
+
+# --- requests ----------------------------------------------------------------------------------------------------
+
+
+def test_requests_adapter_reads_the_openai_fields_and_corrects_the_cost(serve_api: ServeApi) -> None:
+    served = serve_api("openai", 50, 60.0, tokens=1000)
+    limiter = rk.Limiter(rules=[])
+    limiter.add_group("tokens", fixed("1000/min"))
+
+    def asked(call: object) -> dict[str, int]:
+        return {"tokens": int(json.loads(call.content)["tokens"])}  # type: ignore[attr-defined]
+
+    adapter = Adapter(limiter, groups={"tokens": "tokens"}, cost=asked, spent=tokens_used)
+    host = served.url.removeprefix("http://")
+    with session_with(adapter) as session:
+        answer = session.post(f"{served.url}/v1/chat/completions", json={"tokens": 400, "used": 150})
+    assert answer.json() == {"usage": {"total_tokens": 150}}
+    stats = adapter.stats()[host]
+    assert stats["dialect"] == "openai"
+    assert stats["remaining"] == {"requests": 49, "tokens": 850}
+    # The estimate (400) was taken, the 250 not used given back; the server's word caps it at what it says.
+    assert limiter.peek(host, group="tokens").remaining == 850
+    assert f"{host} requests" in limiter.groups  # the server states 50 requests: an auto-group of that size
+
+
+def test_requests_adapter_retries_a_429_after_the_servers_wait(serve_api: ServeApi) -> None:
+    served = serve_api("github", 2, 1.0)
+    adapter = Adapter(rk.Limiter(rules=[]), obey=False)
+    with session_with(adapter) as session:
+        codes = [session.get(f"{served.url}/repos/x/issues").status_code for _ in range(3)]
+    assert codes == [200, 200, 200]
+    assert served.api.refused == 1
+    assert adapter.stats()[served.url.removeprefix("http://")]["retries"] == 1
+
+
+@needs_cap
+def test_requests_adapter_keeps_under_what_the_server_says(serve_api: ServeApi) -> None:
+    served = serve_api("github", 4, 1.0)
+    adapter = Adapter(rk.Limiter(rules=[]), window=1.0)
+    with session_with(adapter) as session:
+        codes = [session.get(f"{served.url}/").status_code for _ in range(10)]
+    assert codes == [200] * 10
+    assert served.api.refused == 0
+
+
+def test_requests_adapter_raises_at_once_when_asked(serve_api: ServeApi) -> None:
+    served = serve_api("x-ratelimit", 100, 60.0)
+    limiter = rk.Limiter(rules=[])
+    limiter.add_group("requests", fixed("1/min"))
+    adapter = Adapter(limiter, groups={"requests": "requests"}, wait=False)
+    with session_with(adapter) as session:
+        assert session.get(served.url).status_code == 200
+        with pytest.raises(rk.RateLimited):
+            session.get(served.url)
+    assert sum(served.api.accepted.values()) == 1
+
+
+# --- aiohttp -----------------------------------------------------------------------------------------------------
+
+
+def test_aiohttp_middleware_reads_the_anthropic_fields_and_corrects_the_cost(serve_api: ServeApi) -> None:
+    served = serve_api("anthropic", 50, 60.0, tokens=1000)
+    limiter = rk.Limiter(rules=[])
+    limiter.add_group("tokens", fixed("1000/min"))
+
+    def asked(call: object) -> dict[str, int]:
+        return {"tokens": int(json.loads(call.content)["tokens"])}  # type: ignore[attr-defined]
+
+    pace = Middleware(limiter, groups={"tokens": "tokens"}, cost=asked, spent=tokens_used)
+    host = served.url.removeprefix("http://")
+
+    async def main() -> object:
+        async with (
+            aiohttp.ClientSession(middlewares=(pace,)) as session,
+            session.post(f"{served.url}/v1/messages", json={"tokens": 300, "used": 100}) as answer,
+        ):
+            return await answer.json()
+
+    assert asyncio.run(main()) == {"usage": {"total_tokens": 100}}
+    stats = pace.stats()[host]
+    assert stats["dialect"] == "anthropic"
+    assert stats["remaining"] == {"requests": 49, "tokens": 900}
+    assert limiter.peek(host, group="tokens").remaining == 900
+
+
+def test_aiohttp_middleware_retries_a_429_after_the_servers_wait(serve_api: ServeApi) -> None:
+    served = serve_api("ietf", 2, 1.0)
+    pace = Middleware(rk.Limiter(rules=[]), obey=False)
+
+    async def main() -> list[int]:
+        async with aiohttp.ClientSession(middlewares=(pace,)) as session:
+            codes = []
+            for _ in range(3):
+                async with session.get(served.url) as answer:
+                    codes.append(answer.status)
+            return codes
+
+    assert asyncio.run(main()) == [200, 200, 200]
+    assert served.api.refused == 1
+    assert pace.stats()[served.url.removeprefix("http://")]["retries"] == 1
+
+
+@needs_cap
+def test_aiohttp_tasks_keep_under_what_the_server_says(serve_api: ServeApi) -> None:
+    served = serve_api("ietf", 10, 1.0)
+    pace = Middleware(rk.Limiter(rules=[]))
+
+    async def main() -> list[int]:
+        async with aiohttp.ClientSession(middlewares=(pace,)) as session:
+
+            async def task() -> list[int]:
+                codes = []
+                for _ in range(3):
+                    async with session.get(served.url) as answer:
+                        codes.append(answer.status)
+                return codes
+
+            return [code for codes in await asyncio.gather(*(task() for _ in range(8))) for code in codes]
+
+    assert asyncio.run(main()) == [200] * 24
+    assert served.api.refused == 0
+
+
+def test_aiohttp_middleware_raises_at_once_when_asked(serve_api: ServeApi) -> None:
+    served = serve_api("ietf", 100, 60.0)
+    limiter = rk.Limiter(rules=[])
+    limiter.add_group("api", fixed("1/min"))
+    pace = Middleware(limiter, groups={"api": "api"}, wait=False)
+
+    async def main() -> None:
+        async with aiohttp.ClientSession(middlewares=(pace,)) as session:
+            async with session.get(served.url) as answer:
+                assert answer.status == 200
+            with pytest.raises(rk.RateLimited):
+                await session.get(served.url)
+
+    asyncio.run(main())
+    assert sum(served.api.accepted.values()) == 1
+
+
+# --- imports -----------------------------------------------------------------------------------------------------
+
+
+def test_each_client_is_imported_only_by_its_own_module() -> None:
+    code = (
+        "import sys, ratekeeper\n"
+        "clients = ('httpx', 'requests', 'aiohttp', 'http_sfv')\n"
+        "assert not [c for c in clients if c in sys.modules], 'ratekeeper imported a client'\n"
+        "import ratekeeper.requests\n"
+        "assert 'httpx' not in sys.modules and 'aiohttp' not in sys.modules\n"
+        "import ratekeeper.aiohttp\n"
+        "assert 'httpx' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
