@@ -729,6 +729,35 @@ class Limiter:
         Returns:
             False when no group limits the request or the group was made with ``reduction=False``.
         """
+    def cap(
+        self,
+        peer: str | int,
+        path: str | None = None,
+        *,
+        group: str | None = None,
+        remaining: int,
+        reset_after: float,
+        age: float = 0,
+    ) -> None:
+        """A server's word for the key: it may spend at most ``remaining`` more before ``reset_after``
+        seconds from now (e.g. ``RateLimit: "api";r=3;t=40``, or ``X-RateLimit-Remaining`` and
+        ``-Reset``). Taken by the group's ``fixed_window`` limits: the window ends at the server's reset
+        with what it has left or ``remaining``, whichever is less (requests on their way are not counted
+        by the server yet); after the reset, windows of the limit's own follow until the next word. In
+        every store: with [`Shared`][ratekeeper.Shared] or [`Redis`][ratekeeper.Redis] every process
+        obeys the word together.
+
+        Args:
+            age: seconds since the request whose reply brought the word was admitted. A word about a
+                window that has ended since (the reply came late) is ignored, as is a reset already
+                past; a word does not move windows that waiters of ``throttle`` reserved (wait with
+                ``check`` and ``retry_after`` for keys that take words).
+
+        Raises:
+            InvalidValue: the group has no ``fixed_window`` limit; ``remaining`` below 0;
+                ``reset_after`` or ``age`` negative, not finite, or above 2**53 ns (about 104 days).
+            InvalidType: a value that is not a number.
+        """
     def resolve(self, peer: str | int, path: str | None = None, *, group: str | None = None) -> Resolution | None:
         """Where the request goes and what limits it, the key's quota applied, without deciding:
         ``None`` when it is exempt, routed nowhere, or the limiter is off."""

@@ -416,6 +416,26 @@ impl Limit {
 }
 
 impl Limit {
+    /// Whether a server's word ([`Limit::cap`]) applies to this limit: a fixed window, whose window
+    /// can end where the server's does.
+    #[must_use]
+    pub const fn takes_word(&self) -> bool {
+        matches!(self.algorithm, Algorithm::Windows(Kind::FixedWindow, _))
+    }
+
+    /// The state after a server said the key has `remaining` left until `reset_at`, in reply to a request
+    /// admitted at `sent_at` (see [`windows::Windows::cap`]); `None` when it changes nothing, or the limit
+    /// does not [take a word](Limit::takes_word).
+    #[must_use]
+    pub fn cap(&self, state: &State, now: u64, remaining: u64, reset_at: u64, sent_at: u64) -> Option<State> {
+        match &self.algorithm {
+            Algorithm::Windows(Kind::FixedWindow, w) => w.cap(state, now, remaining, reset_at, sent_at),
+            _ => None,
+        }
+    }
+}
+
+impl Limit {
     /// The state after `units` more were used at `now` somewhere else (another node): counted as used
     /// now, whatever the limit allows, so the key may be refused until they drain. A concurrency
     /// limit is not a rate: unchanged.

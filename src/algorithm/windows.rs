@@ -7,10 +7,20 @@
 //!   `burst` permits each;
 //! - fixed window: windows of `period`, `burst` (default: count) permits each.
 //!
-//! State: `t` = end of the current window (0: never used); `a` = permits left in it.
+//! State: `t` = end of the current window (0: never used); `a` = permits left in it; `b` =
+//! [`ANNOUNCED`] when a server said where the window ends (a fixed window capped by [`Windows::cap`]),
+//! else 0.
 
 use super::State;
 use crate::rate::Rate;
+
+/// `State::b` of a window whose end a server announced ([`Windows::cap`]): it has started, however far
+/// its end (a window reserved by a waiter has not, until `t - window_ns`).
+pub const ANNOUNCED: u32 = 1;
+
+/// How much earlier than the request that brought a server's word a window may have started, and the
+/// word still be taken: the clocks read on either side of one admission differ by that much at most.
+const WORD_SLACK_NS: u64 = 1_000_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Windows {
@@ -67,13 +77,45 @@ impl Windows {
             // The next window grants `capacity >= cost` permits.
             return Err(end - at);
         }
-        let start = end - self.window_ns;
-        if at < start {
+        // An announced window may end further away than a window lasts.
+        let start = end.saturating_sub(self.window_ns);
+        if at < start && state.b != ANNOUNCED {
             return Err(start - at);
         }
+        // A window that ended is followed by one of this limit's own.
+        let b = if at >= state.t { 0 } else { state.b };
         // permits <= capacity <= u32::MAX.
         #[allow(clippy::cast_possible_truncation)]
-        Ok(State { t: end, a: (permits - cost) as u32, b: 0 })
+        Ok(State { t: end, a: (permits - cost) as u32, b })
+    }
+
+    /// The state after a server said the key has `remaining` left until `reset_at`, in a reply to a
+    /// request admitted at `sent_at`: the window ends at the server's reset with at most `remaining`
+    /// permits (never more than it has: other requests may be on their way); after it, windows of the
+    /// limit's own follow. `None` leaves the state as it is: a word about a window that ended since the
+    /// request was admitted (stale), a reset already past, or windows reserved by waiters ahead (a word
+    /// does not move reservations).
+    #[must_use]
+    pub fn cap(&self, state: &State, now: u64, remaining: u64, reset_at: u64, sent_at: u64) -> Option<State> {
+        if reset_at <= now {
+            return None;
+        }
+        let sent_at = sent_at.saturating_add(WORD_SLACK_NS);
+        if now < state.t {
+            // A window of the limit's own started at its first request.
+            let start = state.t.saturating_sub(self.window_ns);
+            if state.b != ANNOUNCED && (start > now || start > sent_at) {
+                return None;
+            }
+        } else if state.b == ANNOUNCED && sent_at < state.t {
+            // The request was admitted in the announced window that has ended since.
+            return None;
+        }
+        let (_, permits) = self.current(state, now);
+        // permits <= capacity <= u32::MAX.
+        #[allow(clippy::cast_possible_truncation)]
+        let a = permits.min(remaining) as u32;
+        Some(State { t: reset_at, a, b: ANNOUNCED })
     }
 
     #[must_use]
@@ -85,7 +127,8 @@ impl Windows {
     /// that ended, or of one before a later reserved window, are not given to another window.
     #[must_use]
     pub fn refund(&self, state: &State, at: u64, cost: u64) -> State {
-        if state.t == 0 || at >= state.t || at < state.t.saturating_sub(self.window_ns) {
+        let started = if state.b == ANNOUNCED { 0 } else { state.t.saturating_sub(self.window_ns) };
+        if state.t == 0 || at >= state.t || at < started {
             return *state;
         }
         #[allow(clippy::cast_possible_truncation)]
@@ -100,7 +143,7 @@ impl Windows {
             return 0;
         }
         let (end, permits) = self.current(state, now);
-        let ahead = (end - now - 1) / self.window_ns;
+        let ahead = if state.b == ANNOUNCED { 0 } else { (end - now - 1) / self.window_ns };
         ahead.saturating_mul(self.capacity).saturating_add(self.capacity - permits)
     }
 
@@ -128,7 +171,7 @@ impl Windows {
             return (permits, 0);
         }
         // A reserved later window's permits are not there yet.
-        let usable = if now < end - self.window_ns { 0 } else { permits };
+        let usable = if now < end.saturating_sub(self.window_ns) && state.b != ANNOUNCED { 0 } else { permits };
         (usable, end.saturating_sub(now))
     }
 }
@@ -189,6 +232,88 @@ mod tests {
         assert_eq!(h.limit.evaluate(&state, &super::super::NO_LOG, 0, 1), Err(120 * S));
         assert!(h.limit.evaluate(&state, &super::super::NO_LOG, 120 * S, 5).is_ok());
         assert!(h.limit.evaluate(&state, &super::super::NO_LOG, 120 * S, 6).is_err());
+    }
+
+    /// A server's word through the harness: at `now`, `remaining` left until `reset_at`, for a request
+    /// admitted at `sent_at`; true when it was taken.
+    fn hear(h: &mut Harness, now: u64, remaining: u64, reset_at: u64, sent_at: u64) -> bool {
+        match h.limit.cap(&h.state, now, remaining, reset_at, sent_at) {
+            Some(state) => {
+                h.state = state;
+                true
+            }
+            None => false,
+        }
+    }
+
+    #[test]
+    fn a_word_ends_the_window_at_the_servers_reset_with_what_it_has_left() {
+        let mut h = Harness::new("100/min", None, Kind::FixedWindow);
+        assert!(h.decide(0, 1).allowed);
+        // The server has 3 left until 90 s, later than the key's own window would end (60 s).
+        assert!(hear(&mut h, S, 3, 90 * S, 0));
+        for _ in 0..3 {
+            assert!(h.decide(2 * S, 1).allowed);
+        }
+        assert_eq!(h.decide(2 * S, 1).retry_after_ns, 88 * S);
+        // Not at the key's own boundary: at the server's.
+        assert_eq!(h.decide(60 * S, 1).retry_after_ns, 30 * S);
+        assert!(h.decide(90 * S, 100).allowed);
+    }
+
+    #[test]
+    fn a_word_never_gives_more_than_the_window_has_left() {
+        let mut h = Harness::new("10/min", None, Kind::FixedWindow);
+        assert!(h.decide(0, 8).allowed);
+        assert!(hear(&mut h, S, 50, 30 * S, 0));
+        assert_eq!(h.report(S).remaining, 2);
+        assert_eq!(h.report(S).reset_after_ns, 29 * S);
+    }
+
+    #[test]
+    fn a_window_announced_far_ahead_has_started() {
+        // The server's window is an hour; the limit's own is a minute.
+        let mut h = Harness::new("10/min", None, Kind::FixedWindow);
+        assert!(hear(&mut h, 0, 4, 3600 * S, 0));
+        assert!(h.decide(S, 4).allowed);
+        assert_eq!(h.report(S).remaining, 0);
+        assert_eq!(h.decide(S, 1).retry_after_ns, 3599 * S);
+        assert_eq!(h.limit.used(&h.state, &super::super::NO_LOG, S), 10);
+        // After the server's reset, windows of the limit's own.
+        assert!(h.decide(3600 * S, 10).allowed);
+        assert_eq!(h.decide(3601 * S, 1).retry_after_ns, 59 * S);
+    }
+
+    #[test]
+    fn a_word_about_a_window_that_ended_since_is_stale() {
+        let mut h = Harness::new("10/min", None, Kind::FixedWindow);
+        assert!(hear(&mut h, 0, 5, 10 * S, 0));
+        // The announced window ended at 10 s; a reply to a request admitted at 9 s comes after it.
+        assert!(!hear(&mut h, 11 * S, 0, 12 * S, 9 * S));
+        assert!(h.decide(11 * S, 10).allowed);
+        // A window of the limit's own began at 11 s: a word for a request admitted before it is stale,
+        // one for a request admitted in it is not.
+        assert!(!hear(&mut h, 12 * S, 0, 20 * S, 10 * S));
+        assert!(hear(&mut h, 12 * S, 0, 20 * S, 11 * S));
+        assert_eq!(h.decide(12 * S, 1).retry_after_ns, 8 * S);
+    }
+
+    #[test]
+    fn a_word_does_not_move_reserved_windows_nor_a_past_reset() {
+        let mut h = Harness::new("2/10s", None, Kind::FixedWindow);
+        let waits: Vec<Option<u64>> = (0..3).map(|_| h.reserve(0, 1)).collect();
+        assert_eq!(waits, [0, 0, 10 * S].map(Some));
+        let reserved = h.state;
+        assert!(!hear(&mut h, S, 0, 30 * S, S));
+        assert_eq!(h.state, reserved);
+        assert!(!hear(&mut h, 30 * S, 0, 30 * S, 30 * S));
+    }
+
+    #[test]
+    fn only_a_fixed_window_takes_a_word() {
+        let h = Harness::new("10/min", None, Kind::TokenBucket);
+        assert!(!h.limit.takes_word());
+        assert_eq!(h.limit.cap(&h.state, 0, 1, S, 0), None);
     }
 
     #[test]

@@ -6,7 +6,7 @@
 --          ("0": decide, "1": decide and report, "peek": report what a decision would be, writing none of
 --          it, "reduce": give `cost` back, "refund:<written>:<s>:<ns>": give
 --          back a cancelled wait's slot (its limits, and its instant as a decision replied it), "release": release concurrency permits, "move": only replay the
---          moves), take ("rates" | "both" | "permits": which limits a decision takes), lease (concurrency
+--          moves, "cap:<limits>:<reset_ns>:<age_ns>": a server's word, `cost` the remaining), take ("rates" | "both" | "permits": which limits a decision takes), lease (concurrency
 --          leases' member prefix: "<node>:<n>", or "<node>:" to release), lease ttl ms, node (the
 --          limiter's name), head (the order of the newest move it made), limits (count), then 7 fields
 --          per limit: kind, burst, p1 .. p5; then moves (count), 17 fields each: limit index, order,
@@ -163,31 +163,57 @@ algorithms.gcra = {
 }
 
 -- Windows aligned to the key's first request since it was last idle (src/algorithm/windows.rs). p: capacity, window_ns.
+-- b = ANNOUNCED: a server said where the window ends (a fixed window capped by a word, `windows_cap`):
+-- it has started, however far its end.
+local ANNOUNCED = 1
 local function windows_current(l, state, at)
   if state == nil or at >= state.t then return at + l.p2, l.p1 end
   return state.t, math.min(state.a, l.p1)
+end
+local function announced(state)
+  return state ~= nil and state.b == ANNOUNCED
 end
 algorithms.windows = {
   evaluate = function(l, state, at)
     local finish, permits = windows_current(l, state, at)
     if permits < cost then return nil, finish - at end
     local start = finish - l.p2
-    if at < start then return nil, start - at end
-    return { t = finish, a = permits - cost, b = 0 }
+    if at < start and not announced(state) then return nil, start - at end
+    -- A window that ended is followed by one of the limit's own.
+    local b = 0
+    if state ~= nil and at < state.t then b = state.b end
+    return { t = finish, a = permits - cost, b = b }
   end,
   report = function(l, state)
     local finish, permits = windows_current(l, state, 0)
     if permits >= l.p1 then return permits, 0, 0 end
     -- A reserved later window's permits are not there yet.
-    if finish - l.p2 > 0 then permits = 0 end
+    if finish - l.p2 > 0 and not announced(state) then permits = 0 end
     return permits, finish, finish
   end,
   -- Gives `cost` back to the window `at` fell in, if it is the key's newest.
   refund = function(l, state, at)
-    if at >= state.t or at < state.t - l.p2 then return state end
+    if at >= state.t or (at < state.t - l.p2 and not announced(state)) then return state end
     return { t = state.t, a = math.min(state.a + cost, l.p1), b = state.b }
   end,
 }
+
+-- A server's word (src/algorithm/windows.rs `cap`): the window ends at `reset_at` with at most `remaining`
+-- permits, heard in reply to a request admitted at `sent_at` (instants relative to now); nil leaves the
+-- state as it is (a stale word, a reset already past, waiters' reserved windows ahead).
+local WORD_SLACK_NS = 1000000
+local function windows_cap(l, state, remaining, reset_at, sent_at)
+  if reset_at <= 0 then return nil end
+  sent_at = sent_at + WORD_SLACK_NS
+  if state ~= nil and state.t > 0 then
+    local start = state.t - l.p2
+    if not announced(state) and (start > 0 or start > sent_at) then return nil end
+  elseif announced(state) and sent_at < state.t then
+    return nil
+  end
+  local _, permits = windows_current(l, state, 0)
+  return { t = reset_at, a = math.min(permits, remaining), b = ANNOUNCED }
+end
 
 -- Sliding window counter aligned to the clock's zero (src/algorithm/sliding_window.rs). p: limit,
 -- window_ns. `phase`: where `now` falls in its window.
@@ -497,6 +523,7 @@ local function used_at(l, state, at)
   elseif l.kind == 'windows' then
     if at >= state.t then return 0 end
     local finish, permits = windows_current(l, state, at)
+    if announced(state) then return l.p1 - permits end
     return floor((finish - at - 1) / l.p2) * l.p1 + l.p1 - permits
   elseif l.kind == 'sliding_window' then
     local start, current, previous = sliding_view(l, state, at, l.phase)
@@ -961,6 +988,24 @@ decide_full = function(KEYS, ARGV, timed)
       end
     end
     persist_moved(given)
+    return { '1' }
+  end
+
+  -- A server's word ("cap:<limits>:<reset_ns>:<age_ns>", `cost` the remaining): the fixed windows named (a
+  -- bit each) end `reset_ns` from now with at most `cost` permits, heard for a request admitted `age_ns` ago.
+  local capped_bits, reset_ns, age_ns = string.match(operation, '^cap:(%d+):(%d+):(%d+)$')
+  if capped_bits then
+    local written = 0
+    for i = 1, n do
+      if floor(tonumber(capped_bits) / 2 ^ (i - 1)) % 2 == 1 then
+        local capped = windows_cap(limits[i], states[i], cost, tonumber(reset_ns), -tonumber(age_ns))
+        if capped then
+          store(limits[i], KEYS[i], capped)
+          written = written + 2 ^ (i - 1)
+        end
+      end
+    end
+    persist_moved(written)
     return { '1' }
   end
 

@@ -212,6 +212,20 @@ pub fn release_arguments(key: &RemoteKey, cost: u64, leases: Leases<'_>, caller:
     encode(key, "release", (cost, 0), "permits", leases, caller)
 }
 
+/// The script's `ARGV` for a server's word: the key's fixed windows (a bit each in the operation) end
+/// `reset_after_ns` from now with at most `remaining` permits, heard for a request admitted `age_ns` ago.
+#[must_use]
+pub fn cap_arguments(
+    key: &RemoteKey,
+    remaining: u64,
+    (reset_after_ns, age_ns): (u64, u64),
+    caller: Caller<'_>,
+) -> Vec<String> {
+    let fixed = key.limits.iter().enumerate().filter(|(_, l)| l.takes_word()).fold(0u64, |bits, (i, _)| bits | 1 << i);
+    let operation = format!("cap:{fixed}:{}:{}", reset_after_ns.min(EXACT - 1), age_ns.min(EXACT - 1));
+    encode(key, &operation, (remaining, 0), "rates", NO_LEASES, caller)
+}
+
 /// The script's `ARGV` to move the key's states through its moves, and nothing else (a quota changed).
 #[must_use]
 pub fn move_arguments(key: &RemoteKey, caller: Caller<'_>) -> Vec<String> {

@@ -27,6 +27,7 @@ use crate::state_map::{StateMap, StatesIn};
 
 mod decide;
 mod mutate;
+pub(crate) use mutate::no_fixed_window;
 mod quotas;
 mod reconfigure;
 #[cfg(test)]

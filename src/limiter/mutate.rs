@@ -122,6 +122,44 @@ impl Limiter {
         Ok(true)
     }
 
+    /// A server's word for `peer`: at most `remaining` more before `reset_after_ns` from now, heard in
+    /// reply to a request admitted `age_ns` ago; taken by the group's fixed-window limits
+    /// ([`Limit::cap`]). True when one of them took it; false when none did (a stale word, a reset
+    /// already past) or no group limits the request.
+    ///
+    /// # Errors
+    /// A `Target::Group` that names no group; a group without a fixed-window limit.
+    pub fn cap(
+        &self,
+        peer: &str,
+        target: Target<'_>,
+        remaining: u64,
+        reset_after_ns: u64,
+        age_ns: u64,
+    ) -> Result<bool> {
+        let Some(mut key) = self.lock_key(peer, target)? else { return Ok(false) };
+        let now = self.clock.now_ns();
+        let quota = self.quota_of(&mut key.locked.held(), key.key, now, None);
+        let base = key.base();
+        let (_, group, shard) = key.parts();
+        let (reset_at, sent_at) = (now.saturating_add(reset_after_ns), now.saturating_sub(age_ns));
+        let (mut heard, mut capped) = (false, false);
+        for (i, limit) in group.limits_with(quota).iter().enumerate().filter(|(_, l)| l.takes_word()) {
+            heard = true;
+            let state_key = group.limit_key(base, i);
+            // A new state: the ledgers of the key's waits no longer lead to it, and are dropped.
+            let _ = shard.reconcile(state_key, (limit, 0), now);
+            if let Some(state) = limit.cap(&shard.load(state_key), now, remaining, reset_at, sent_at) {
+                shard.store(state_key, state, now, (Owner::new(group.id, i), limit));
+                capped = true;
+            }
+        }
+        if !heard {
+            return Err(no_fixed_window(&group.name));
+        }
+        Ok(capped)
+    }
+
     /// Counts `units` used by `peer` in `group` elsewhere (another node) as used now: the building
     /// block of syncing usage between nodes. The key may be refused until they drain.
     ///
@@ -192,4 +230,9 @@ impl Limiter {
             }),
         }
     }
+}
+
+/// The error of a server's word for a group that has no fixed window to take it.
+pub(crate) fn no_fixed_window(group: &str) -> Error {
+    Error::value("group", format!("group {group:?} has no fixed_window limit for a server's word to cap"))
 }

@@ -172,6 +172,15 @@ pub fn clock_nanos(field: &str, seconds: f64) -> Result<u64, Error> {
     nanos(field, Some(seconds))
 }
 
+/// A time a server's word states, in nanoseconds: finite, >= 0 and below 2**53 ns (about 104 days),
+/// which every store keeps exactly.
+pub fn word_nanos(field: &str, seconds: f64) -> Result<u64, Error> {
+    if !seconds.is_finite() || !(0.0..=9_007_199.0).contains(&seconds) {
+        return Err(Error::value(field, format!("must be between 0 and 9007199 seconds (2**53 ns), got {seconds:?}")));
+    }
+    nanos(field, Some(seconds))
+}
+
 /// `MAX_MANUAL_NS` in seconds, for messages: about 146 years.
 pub const MAX_MANUAL_SECS: &str = "4611686018 (2**62 ns, about 146 years)";
 
@@ -200,7 +209,7 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Cost {
 pub mod field {
     use pyo3::prelude::*;
 
-    use super::{flag, int_at_least, positive_int, seconds, text};
+    use super::{flag, int_at_least, positive_int, seconds, text, word_nanos};
     use crate::error::Error;
 
     macro_rules! converters {
@@ -231,6 +240,12 @@ pub mod field {
         n -> u64 = |o| positive_int("n", o)?;
         /// `n` of `top_refused`: how many peers (0: none).
         top_n -> usize = |o| usize::try_from(int_at_least("n", o, 0)?).unwrap_or(usize::MAX);
+        /// `remaining` of `cap`: what a server says is left (0 and up).
+        remaining -> u64 = |o| int_at_least("remaining", o, 0)?;
+        /// `reset_after` of `cap`, in nanoseconds.
+        reset_after -> u64 = |o| word_nanos("reset_after", seconds("reset_after", o)?)?;
+        /// `age` of `cap`, in nanoseconds.
+        age -> u64 = |o| word_nanos("age", seconds("age", o)?)?;
         ttl -> f64 = |o| seconds("ttl", o)?;
         timeout -> f64 = |o| seconds("timeout", o)?;
         /// A timeout that may be None (no limit): `throttle`'s, `wait_quotas`'s.

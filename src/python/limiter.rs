@@ -602,6 +602,26 @@ impl PyLimiter {
         Ok(self.in_store(py, |store| store.reduce(peer, target, n))?)
     }
 
+    /// A server's word for the key: at most `remaining` more before `reset_after` seconds from now,
+    /// heard in reply to a request admitted `age` seconds ago; taken by the group's fixed windows.
+    #[pyo3(signature = (peer, path=None, *, group=None, remaining, reset_after, age = 0))]
+    #[allow(clippy::too_many_arguments)]
+    fn cap(
+        &self,
+        py: Python<'_>,
+        peer: &Bound<'_, PyAny>,
+        path: Option<&Bound<'_, PyAny>>,
+        group: Option<&Bound<'_, PyAny>>,
+        #[pyo3(from_py_with = field::remaining)] remaining: u64,
+        #[pyo3(from_py_with = field::reset_after)] reset_after: u64,
+        #[pyo3(from_py_with = field::age)] age: u64,
+    ) -> PyResult<()> {
+        let (peer, target) = (args::peer(peer)?, target(path, group)?);
+        let peer = &*peer;
+        let times = (reset_after, age);
+        Ok(self.in_store(py, |store| store.cap(peer, target, remaining, times))?)
+    }
+
     /// Where the request of `peer` goes and what limits it (its per-key quota applied); None when it is
     /// exempt, routed nowhere, or the limiter is off.
     #[pyo3(signature = (peer, path=None, *, group=None))]

@@ -63,6 +63,10 @@ impl StateStore for Exact {
         self.decider.reduce(&self.limiter, peer, target, n)
     }
 
+    fn cap(&self, peer: &str, target: Target<'_>, remaining: u64, times: (u64, u64)) -> Result<()> {
+        self.decider.cap(&self.limiter, peer, target, remaining, times)
+    }
+
     fn refund(&self, peer: &str, target: Target<'_>, cost: u64, receipt: Receipt) -> Result<()> {
         self.decider.refund(&self.limiter, peer, target, cost, receipt)
     }
@@ -218,6 +222,32 @@ impl RedisDecider {
                     &script::release_arguments(&key, cost, self.leases(&prefix), self.caller(limiter)),
                 )?;
             }
+        }
+        Ok(())
+    }
+
+    /// A server's word for `peer` ([`Limiter::cap`]), taken by the key's fixed windows in Redis. While
+    /// Redis cannot answer: `local` takes it in this process's memory; otherwise it is lost (the next
+    /// reply brings another).
+    ///
+    /// # Errors
+    /// A `Target::Group` that names no group, a group without a fixed window; Redis cannot answer and
+    /// `on_error="raise"`.
+    pub fn cap(
+        &self,
+        limiter: &Limiter,
+        peer: &str,
+        target: Target<'_>,
+        remaining: u64,
+        times: (u64, u64),
+    ) -> Result<()> {
+        let Routed::Limited(key) = limiter.route_remote(peer, target)? else { return Ok(()) };
+        if !key.limits.iter().any(crate::algorithm::Limit::takes_word) {
+            return Err(crate::limiter::no_fixed_window(&key.group));
+        }
+        let taken = self.give_back(&key, peer, &script::cap_arguments(&key, remaining, times, self.caller(limiter)))?;
+        if !taken && self.settings.on_error == OnError::Local {
+            limiter.cap(peer, target, remaining, times.0, times.1)?;
         }
         Ok(())
     }

@@ -98,6 +98,15 @@ pub trait StateStore: Send + Sync {
         self.limiter().reduce(peer, target, n)
     }
 
+    /// A server's word for `peer`: at most `remaining` more before `times.0` ns from now, heard in reply
+    /// to a request admitted `times.1` ns ago; taken by the group's fixed windows ([`Limiter::cap`]).
+    ///
+    /// # Errors
+    /// As [`StateStore::decide`]; a group without a fixed window.
+    fn cap(&self, peer: &str, target: Target<'_>, remaining: u64, times: (u64, u64)) -> Result<()> {
+        self.limiter().cap(peer, target, remaining, times.0, times.1).map(drop)
+    }
+
     /// Gives back the slot of a wait that did not end (timeout, cancel), as its `receipt` says.
     ///
     /// # Errors
@@ -233,6 +242,10 @@ impl StateStore for Store {
 
     fn reduce(&self, peer: &str, target: Target<'_>, n: u64) -> Result<bool> {
         each_store!(self, s => s.reduce(peer, target, n))
+    }
+
+    fn cap(&self, peer: &str, target: Target<'_>, remaining: u64, times: (u64, u64)) -> Result<()> {
+        each_store!(self, s => s.cap(peer, target, remaining, times))
     }
 
     fn refund(&self, peer: &str, target: Target<'_>, cost: u64, receipt: Receipt) -> Result<()> {

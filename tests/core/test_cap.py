@@ -1,0 +1,162 @@
+"""``Limiter.cap``: a server's word ("r left until t") caps a key's fixed windows, in every store.
+
+A client calling a rate-limited API keeps under what the server says: between a word and the server's
+reset it never spends more than the word allowed, whatever its own windows would; after the reset its own
+windows follow until the next word. Words that came late (about a window that has ended since) change
+nothing.
+"""
+
+from __future__ import annotations
+
+import pytest
+import ratekeeper as rk
+from _support import MakeLimiter, fresh_per_example
+from hypothesis import given
+from hypothesis import strategies as st
+
+
+def fixed(rate: str, clock: rk.ManualClock, make_limiter: MakeLimiter) -> rk.Limiter:
+    return make_limiter(rate, algorithm="fixed_window", clock=clock)
+
+
+def test_a_word_caps_the_key_until_the_servers_reset(make_limiter: MakeLimiter) -> None:
+    clock = rk.ManualClock()
+    limiter = fixed("100/min", clock, make_limiter)
+    assert limiter.allow("api")
+    # The server has 3 left for 90 s: later than the key's own window would end.
+    limiter.cap("api", remaining=3, reset_after=90)
+    assert [limiter.allow("api") for _ in range(4)] == [True, True, True, False]
+    assert limiter.check("api").retry_after == pytest.approx(90)
+    clock.advance(60)  # the key's own window would have ended here; the server's has not
+    assert limiter.check("api").retry_after == pytest.approx(30)
+    clock.advance(30)
+    assert limiter.check("api", cost=100).allowed  # after the reset: the limit's own window again
+
+
+def test_a_word_never_gives_more_than_the_key_has_left(make_limiter: MakeLimiter) -> None:
+    clock = rk.ManualClock()
+    limiter = fixed("10/min", clock, make_limiter)
+    assert limiter.check("api", cost=8).allowed
+    # Requests on their way were not counted by the server yet: what is left here stands.
+    limiter.cap("api", remaining=50, reset_after=30)
+    decision = limiter.peek("api")
+    assert (decision.remaining, decision.reset_after) == (2, pytest.approx(30))
+
+
+def test_a_window_announced_longer_than_the_limits_own(make_limiter: MakeLimiter) -> None:
+    clock = rk.ManualClock()
+    limiter = fixed("10/min", clock, make_limiter)
+    limiter.cap("api", remaining=4, reset_after=3600)  # an hour's budget, before any request
+    assert limiter.check("api", cost=4).allowed
+    refused = limiter.check("api")
+    assert (refused.allowed, refused.retry_after) == (False, pytest.approx(3600))
+    clock.advance(3600)
+    assert limiter.check("api", cost=10).allowed
+
+
+def test_a_late_word_about_an_ended_window_is_ignored(make_limiter: MakeLimiter) -> None:
+    clock = rk.ManualClock()
+    limiter = fixed("10/min", clock, make_limiter)
+    limiter.cap("api", remaining=5, reset_after=10)
+    clock.advance(11)
+    # The reply to a request admitted 2 s ago, in the window that ended at 10 s, says 0 left until 12 s.
+    limiter.cap("api", remaining=0, reset_after=1, age=2)
+    assert limiter.check("api", cost=10).allowed
+    # In the key's own window that began now, a word for a request admitted in it is taken.
+    clock.advance(1)
+    limiter.cap("api", remaining=0, reset_after=8, age=1)
+    assert limiter.check("api").retry_after == pytest.approx(8)
+
+
+def test_each_peer_and_group_hears_its_own_word(make_limiter: MakeLimiter) -> None:
+    clock = rk.ManualClock()
+    limiter = make_limiter(
+        rules=[
+            rk.Rule("^/search", "search", limits=[rk.Limit("30/min", algorithm="fixed_window")]),
+            rk.Rule("^/", "core", limits=[rk.Limit("10/s"), rk.Limit("5000/hour", algorithm="fixed_window")]),
+        ],
+        clock=clock,
+    )
+    limiter.cap("token-a", "/repos", remaining=0, reset_after=100)
+    assert not limiter.allow("token-a", "/repos/x")
+    assert limiter.allow("token-b", "/repos/x")  # another key
+    assert limiter.allow("token-a", "/search/code")  # another group
+    limiter.cap("token-a", group="search", remaining=1, reset_after=5)
+    assert [limiter.allow("token-a", "/search/x") for _ in range(2)] == [True, False]
+    clock.advance(5)
+    assert limiter.allow("token-a", "/search/x")
+
+
+def test_a_group_without_a_fixed_window_cannot_take_a_word(make_limiter: MakeLimiter) -> None:
+    limiter = make_limiter("10/min", clock=rk.ManualClock())
+    with pytest.raises(rk.InvalidValue, match="no fixed_window limit") as raised:
+        limiter.cap("api", remaining=1, reset_after=1)
+    assert raised.value.loc == ("group",)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "error"),
+    [
+        ("remaining", -1, rk.InvalidValue),
+        ("remaining", 1.5, rk.InvalidType),
+        ("remaining", True, rk.InvalidType),
+        ("reset_after", -1.0, rk.InvalidValue),
+        ("reset_after", float("nan"), rk.InvalidValue),
+        ("reset_after", float("inf"), rk.InvalidValue),
+        ("reset_after", 10**30, rk.InvalidValue),
+        ("reset_after", "5", rk.InvalidType),
+        ("age", -0.5, rk.InvalidValue),
+        ("age", None, rk.InvalidType),
+    ],
+)
+def test_bad_words_are_refused_naming_the_field(field: str, value: object, error: type[Exception]) -> None:
+    limiter = rk.Limiter("10/min", algorithm="fixed_window")
+    word: dict[str, object] = {"remaining": 1, "reset_after": 1.0, field: value}
+    with pytest.raises(error) as raised:
+        limiter.cap("api", **word)  # type: ignore[arg-type]
+    assert raised.value.loc == (field,)  # type: ignore[attr-defined]
+
+
+# A key's life: requests (a cost), words (remaining, seconds to the reset) and time passing (seconds).
+steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("request"), st.integers(1, 4)),
+        st.tuples(st.just("word"), st.tuples(st.integers(0, 12), st.integers(1, 300))),
+        st.tuples(st.just("advance"), st.integers(0, 90)),
+    ),
+    max_size=40,
+)
+
+
+@fresh_per_example
+@given(steps=steps)
+def test_never_more_than_a_word_allows_before_its_reset(
+    make_limiter: MakeLimiter, steps: list[tuple[str, object]]
+) -> None:
+    """Between a word (r left until T) and T, at most r are admitted; a later word whose reset comes
+    sooner ends that span at its reset, as the server said."""
+    clock = rk.ManualClock()
+    limiter = fixed("10/min", clock, make_limiter)
+    # Each word's span: [start, end) and what it allows; admissions counted in it.
+    spans: list[list[int]] = []  # [start, end, allowed, admitted]
+    now = 0
+    for kind, value in steps:
+        if kind == "advance":
+            assert isinstance(value, int)
+            clock.advance(value)
+            now += value
+        elif kind == "word":
+            assert isinstance(value, tuple)
+            remaining, reset_after = value
+            limiter.cap("api", remaining=remaining, reset_after=reset_after)
+            for span in spans:
+                span[1] = min(span[1], now + reset_after)
+            spans.append([now, now + reset_after, remaining, 0])
+        else:
+            assert isinstance(value, int)
+            if limiter.check("api", cost=value).allowed:
+                for span in spans:
+                    if span[0] <= now < span[1]:
+                        span[3] += value
+    for start, end, allowed, admitted in spans:
+        assert admitted <= allowed, f"{admitted} admitted between {start} s and {end} s after a word of {allowed}"
