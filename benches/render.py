@@ -33,6 +33,7 @@ PAGES = (
     DOCS / "index.md",
     DOCS / "workers-and-machines.md",
     DOCS / "flask.md",
+    DOCS / "outgoing-calls.md",
 )
 BLOCK = re.compile(r"<!-- bench:([\w-]+) -->(.*?)<!-- /bench:\1 -->", re.DOTALL)
 TIMES = "\N{MULTIPLICATION SIGN}"
@@ -627,6 +628,117 @@ def redis_block(results: Results) -> str:
     return f"{blocking}\n\n{concurrent}\n\n{server}\n\n{verdicts(redis)}{notes}\n\n{how} {machine(redis)}"
 
 
+# --- outgoing calls (outgoing_bench.py) ---------------------------------------------------------------------
+
+CLIENT_NAMES = {
+    "httpx": "httpx `Client`",
+    "httpx async": "httpx `AsyncClient`",
+    "requests": "requests",
+    "aiohttp": "aiohttp",
+}
+TRANSPORTS = {
+    "httpx": "`Transport`",
+    "httpx async": "`AsyncTransport`",
+    "requests": "`Adapter`",
+    "aiohttp": "`Middleware`",
+}
+DIALECT_NAMES = {"github": "GitHub", "openai": "OpenAI", "ietf": "IETF"}
+NO_NETWORK = "no network"
+
+
+def outgoing_rows(outgoing: dict[str, Any]) -> dict[tuple[str, str, str], dict[str, dict[str, Any]]]:
+    """(client, store, dialect) -> setup -> row, in the order the script measured them."""
+    found: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
+    for row in outgoing["data"]["rows"]:
+        found.setdefault((row["client"], row["store"], row["dialect"]), {})[row["setup"]] = row
+    return found
+
+
+def client_cell(client: str, store: str) -> str:
+    shown = f"{CLIENT_NAMES.get(client, client)}, {TRANSPORTS.get(client, 'transport')}"
+    return shown if store == "memory" else f"{shown} on `{store}`"
+
+
+def outgoing_cells(by_setup: dict[str, dict[str, Any]], setup: str) -> list[str]:
+    row = by_setup.get(setup)
+    if row is None:
+        return [DASH, DASH, DASH]
+    return [f"{row['bare_us']:.1f}", f"{row['with_us']:.1f}", f"**{signed(row['added_us'], 1)}**"]
+
+
+def outgoing_reads(outgoing: dict[str, Any]) -> str:
+    return ", ".join(
+        f"{DIALECT_NAMES.get(r['dialect'], r['dialect'])} {r['us']:.1f} µs" for r in outgoing["data"]["reads"]
+    )
+
+
+def outgoing_block(results: Results) -> str:
+    (outgoing,) = need(results, "outgoing")
+    rows = []
+    for (client, store, dialect), by_setup in outgoing_rows(outgoing).items():
+        rows.append(
+            [
+                client_cell(client, store),
+                DIALECT_NAMES.get(dialect, dialect),
+                *outgoing_cells(by_setup, "loopback"),
+                *outgoing_cells(by_setup, NO_NETWORK),
+            ]
+        )
+    calls = table(
+        [
+            "client, ratekeeper's transport",
+            "answer's fields",
+            "loopback: bare µs",
+            "with ratekeeper µs",
+            "added µs",
+            "no network: bare µs",
+            "with ratekeeper µs",
+            "added µs",
+        ],
+        "llrrrrrr",
+        rows,
+    )
+    s = outgoing["settings"]
+    problems = "".join(f"\n- PROBLEM: {problem}" for problem in outgoing["data"].get("problems", []))
+    how = (
+        f"µs per call, medians of {runs(s['rounds'], 'round')} interleaved with the bare client ({s['calls']:,} "
+        f'calls a round over loopback, {s["mock_calls"]:,} with no network); "added" is the median of each '
+        f"round's difference. Reading the server's fields alone (`ratekeeper._server_words.read`): "
+        f"{outgoing_reads(outgoing)}."
+    )
+    return f"{calls}\n\n{verdicts(outgoing)}{problems}\n\n{how} {machine(outgoing)}"
+
+
+def outgoing_cost_block(results: Results) -> str:
+    """The short table of the outgoing-calls page: GitHub's fields, each client, both setups."""
+    (outgoing,) = need(results, "outgoing")
+    rows = []
+    for (client, store, dialect), by_setup in outgoing_rows(outgoing).items():
+        if dialect != "github":
+            continue
+        loopback, alone = by_setup.get("loopback"), by_setup.get(NO_NETWORK)
+        rows.append(
+            [
+                client_cell(client, store),
+                DASH if loopback is None else f"{loopback['bare_us']:.0f}",
+                DASH if loopback is None else signed(loopback["added_us"], 1),
+                DASH if alone is None else signed(alone["added_us"], 1),
+            ]
+        )
+    out = table(
+        ["client, transport", "a bare call over loopback (µs)", "ratekeeper adds (µs)", "… with no network (µs)"],
+        "lrrr",
+        rows,
+    )
+    m = outgoing["machine"]
+    return (
+        f"{out}\n\nMedians of interleaved rounds against a local server sending GitHub's fields; reading the "
+        f"fields alone takes {outgoing_reads(outgoing)}. Every client and dialect are on the "
+        f"[benchmarks page](benchmarks.md#outgoing-calls). <sub>Measured by `{outgoing['command']}` on {m['date']}: "
+        f"{m['cpu']}, {m['cores']} cores, {m['python']}; ratekeeper at commit `{m['commit']}`.</sub>"
+    )
+
+
 # --- how long it takes ----------------------------------------------------------------------------------------
 
 
@@ -889,6 +1001,8 @@ BLOCKS: dict[str, Callable[[Results], str]] = {
     "shared": shared_block,
     "redis": redis_block,
     "http-profiles": http_profiles_block,
+    "outgoing": outgoing_block,
+    "outgoing-cost": outgoing_cost_block,
     "readme": readme_block,
     "allow-ns": allow_ns_inline,
     "shared-ns": shared_inline,

@@ -101,6 +101,12 @@ STEPS = (
         outputs=("--out",),
         about="decisions with limits in Redis against peers' Redis storages",
     ),
+    Step(
+        "outgoing",
+        "outgoing_bench.py",
+        full=(),
+        about="httpx, requests and aiohttp calls bare and through ratekeeper's transports (loopback, no network)",
+    ),
 )
 
 
