@@ -1384,7 +1384,9 @@ class _Gate:
         """``view``, deciding its request by ``route`` unless the gate did, and giving back its permits."""
         gate = self
         call = route.target if route.target is not None else view
-        quick = self.quick(view, call, route, endpoint)
+        # In an app the gate decides (its views wrapped for permits a path holds), a view decides nothing: the
+        # generic wrapper sees that (decide()), where quick()'s would count the request again.
+        quick = self.quick(view, call, route, endpoint) if not self.at_gate else None
         if quick is not None:
             setattr(quick, _WRAPPED_BY, self)
             return quick

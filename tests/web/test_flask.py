@@ -621,6 +621,18 @@ def test_a_limited_helper_refusing_gives_back_what_the_view_counted(clock: rk.Ma
     assert limiter.peek("alice", "/api/work").remaining == 2  # the refused request counts in no limit
 
 
+def test_views_wrapped_for_a_paths_permits_leave_the_gates_decisions_be(clock: rk.ManualClock) -> None:
+    rules = [rk.Rule("^/rated$", "rated", "5/min"), rk.Rule("^/held$", "held", limits=[rk.Limit(concurrency=2)])]
+    app = flask.Flask(__name__)
+    RateLimit(app, limiter=rk.Limiter(rules=rules, clock=clock), key=header("X-API-Key"))
+    app.get("/rated", endpoint="rated")(lambda: "rated")
+    app.get("/held", endpoint="held")(lambda: "held")
+    client = app.test_client()
+    assert client.get("/held", headers=KEY).status_code == 200  # its permit: the views are wrapped to give it back
+    codes = [client.get("/rated", headers=KEY).status_code for _ in range(6)]
+    assert codes == [200] * 5 + [429]  # each request counted once, by the gate (not again by its view)
+
+
 def test_a_limit_under_another_decorator_is_decided_after_it(clock: rk.ManualClock) -> None:
     app = flask.Flask(__name__)
     rate_limit = RateLimit(app, limiter=rk.Limiter(rules=[], clock=clock), key=header("X-API-Key"))
