@@ -33,7 +33,8 @@ What is measured
 
 Target (issue 37)
     The transport adds at most a few µs to a call: at most 5 µs with no network, each client and dialect,
-    on the 2-core development machine. Printed as PASS / MISS; with ``--check`` a miss is exit status 1.
+    on the 2-core development machine. Printed as PASS / MISS; with ``--check`` a miss, or a call that
+    waited, is exit status 1.
 
 Usage
     python benches/outgoing_bench.py                   # 9 rounds of 300 calls (loopback) and 2,000 (no network)
@@ -562,7 +563,8 @@ def main(argv: list[str] | None = None) -> int:
     machine = describe(packages, http=http)
     settings = {"rounds": args.rounds, "calls": args.calls, "mock_calls": args.mock_calls}
     write_results(args.json, "outgoing", data, machine, **settings)
-    failed = bool(problems) or (args.check and not all(v["passed"] for v in found))
+    # A problem (a call that waited) is shown on the page; only --check makes it, or a miss, an exit status.
+    failed = args.check and (bool(problems) or not all(v["passed"] for v in found))
     return 1 if failed else 0
 
 
