@@ -12,7 +12,18 @@ remaining and reset cap those groups through ``Limiter.cap``, so every process s
 
 Waiting never reserves: a word re-anchors a fixed window, and a slot reserved in a later window would not
 survive it. A waiting call loops over a non-blocking ``check`` (a refusal changes nothing) and sleeps the
-refusal's ``retry_after``.
+refusal's ``retry_after``, at most a quarter of a second at a time (a word heard meanwhile may end the window
+sooner).
+
+Two things the server's word cannot say, and what is done about them:
+
+- A call admitted in a window's last moments may reach the server after its reset, counted in its next
+  window, which the next local window (starting full) does not count. A call admitted closer to its budget's
+  window end than calls to that host take (admission to answer, averaged) is given back and waits for the
+  window to end.
+- Before a host's first answer its auto-groups do not exist: its calls go one at a time in each process until
+  then. Those first calls (one per process) are in no budget, so a word may not count the other processes'
+  yet: up to one call per other process may go past the server's limit at the start (and be retried).
 """
 
 from __future__ import annotations
@@ -45,6 +56,9 @@ R = TypeVar("R")
 #: away is given back to the caller at once (a day-long Retry-After is not waited out in a request).
 _NO_WORD_WAIT = 1.0
 _SHORTEST_SLEEP = 0.001
+#: A waiting call looks again at least this often: a word heard meanwhile (or tokens given back) may have moved
+#: the window's end closer than the refusal said.
+_LONGEST_SLEEP = 0.25
 
 
 @dataclass(frozen=True)
@@ -168,7 +182,8 @@ class Outgoing:
             ``RateLimited``. ``None``: as long as it takes.
         retries: how many times a 429 (or a 503 with a wait) is sent again after the wait the server asks
             for; after that, the response is returned as it came.
-        obey: read the servers' words; ``False`` paces by the limiter's own groups only.
+        obey: let the servers' words cap the budgets and make groups; ``False`` paces by the groups you declare
+            and the limiter's rules only (a 429 is still retried after the ``Retry-After`` it carries).
 
     Raises:
         InvalidType, InvalidValue: a bad option, naming it (``groups['tokens']: ...``).
@@ -232,6 +247,8 @@ class Outgoing:
         self._auto_made: dict[str, tuple[int, float]] = {}
         # host -> set once its first answer came back (see _first_word).
         self._heard: dict[str, threading.Event] = {}
+        # host -> how long a call takes, admission to answer (EWMA): see _crossing.
+        self._latency: dict[str, float] = {}
 
     @property
     def reads_body(self) -> bool:
@@ -298,9 +315,11 @@ class Outgoing:
 
     # --- admission -------------------------------------------------------------------------------------------
 
-    def _try(self, ticket: _Ticket) -> Decision | None:
-        """Spends the ticket's units in every group, all or nothing: ``None`` when admitted, else the refusal."""
+    def _try(self, ticket: _Ticket, host: str, guard: bool) -> Decision | float | None:
+        """Spends the ticket's units in every group, all or nothing: ``None`` when admitted, the refusal, or
+        the seconds to hold the call when it would cross the end of a window (``_crossing``)."""
         taken: list[tuple[str, int]] = []
+        ends = []
         for group, units in ticket.spent.items():
             decision = self.limiter.check(ticket.key, group=group, cost=units)
             if not decision.allowed:
@@ -308,11 +327,19 @@ class Outgoing:
                     self.limiter.reduce(ticket.key, group=earlier, n=count)
                 return decision
             taken.append((group, units))
+            if group in ticket.budgets.values():
+                ends.append(decision.reset_after)
+        hold = self._crossing(host, ends) if guard else 0.0
+        if hold:
+            for earlier, count in taken:
+                self.limiter.reduce(ticket.key, group=earlier, n=count)
+            return hold
         ticket.admitted_at = time.monotonic()
         return None
 
-    async def _atry(self, ticket: _Ticket) -> Decision | None:
+    async def _atry(self, ticket: _Ticket, host: str, guard: bool) -> Decision | float | None:
         taken: list[tuple[str, int]] = []
+        ends = []
         for group, units in ticket.spent.items():
             decision = await self.limiter.acheck(ticket.key, group=group, cost=units)
             if not decision.allowed:
@@ -320,8 +347,30 @@ class Outgoing:
                     await off_loop(self.limiter, self.limiter.reduce, ticket.key, group=earlier, n=count)
                 return decision
             taken.append((group, units))
+            if group in ticket.budgets.values():
+                ends.append(decision.reset_after)
+        hold = self._crossing(host, ends) if guard else 0.0
+        if hold:
+            for earlier, count in taken:
+                await off_loop(self.limiter, self.limiter.reduce, ticket.key, group=earlier, n=count)
+            return hold
         ticket.admitted_at = time.monotonic()
         return None
+
+    def _crossing(self, host: str, ends: list[float]) -> float:
+        """Seconds to hold a call admitted this close to the end of a budget's window (each of ``ends``: the
+        seconds until one ends, as its decision says), else 0.0.
+
+        The server counts a call when it arrives: one admitted from a window's last moments may arrive after
+        the server's reset, counted in its next window, which the next local window (starting full) does not
+        count. So a call that would take longer than what is left of the window is given back and waits for
+        the window to end; as is one in a window whose end a word moved up (the word's reset is known only
+        within a call's length: the server's clock and the client's are a call apart)."""
+        latency = self._latency.get(host)
+        if not latency or not ends:
+            return 0.0
+        soonest = min(ends)
+        return soonest + _SHORTEST_SLEEP if 0.0 < soonest < latency else 0.0
 
     def _pause(self, key: str, refusal: Decision, deadline: float | None, waited: bool) -> float:
         """How long to sleep before trying again, or raises ``RateLimited`` (counted)."""
@@ -332,7 +381,7 @@ class Outgoing:
             raise RateLimited(refusal)
         if not waited:
             self._count(key, waits=1)
-        return max(pause, _SHORTEST_SLEEP)
+        return min(max(pause, _SHORTEST_SLEEP), _LONGEST_SLEEP)
 
     def _first_word(self, host: str) -> threading.Event | None:
         """While auto-groups are all a host's budgets are limited by and no answer from it came back yet, its
@@ -357,16 +406,24 @@ class Outgoing:
         """Waits (``time.sleep``) until ``call`` is admitted in all its groups; its ticket."""
         key = self.key_of(call)
         estimate = self._estimate(call)
-        waited = False
+        waited, guard = False, True
         heard = self._first_word(call.host)
         if heard is not None:
             heard.wait(None if deadline is None else max(deadline - time.monotonic(), 0.0))
         while True:
             ticket = self._plan(call, key, estimate)
-            refusal = self._try(ticket)
+            refusal = self._try(ticket, call.host, guard)
             if refusal is None:
                 return ticket
-            pause = self._pause(key, refusal, deadline, waited)
+            if isinstance(refusal, float):
+                if deadline is not None and time.monotonic() + refusal > deadline:
+                    guard = False  # better a call that may cross the window than one past its timeout
+                    continue
+                pause = refusal
+                if not waited:
+                    self._count(key, waits=1)
+            else:
+                pause = self._pause(key, refusal, deadline, waited)
             waited = True
             self._sleep(key, pause)
 
@@ -374,17 +431,25 @@ class Outgoing:
         """``admit`` for asyncio: waits with ``asyncio.sleep``."""
         key = self.key_of(call)
         estimate = self._estimate(call)
-        waited = False
+        waited, guard = False, True
         heard = self._first_word(call.host)
         # Polled: the first call may be another thread's or another event loop's, so no asyncio.Event serves.
         while heard is not None and not heard.is_set() and (deadline is None or time.monotonic() < deadline):  # noqa: ASYNC110
             await asyncio.sleep(_SHORTEST_SLEEP * 10)
         while True:
             ticket = self._plan(call, key, estimate)
-            refusal = await self._atry(ticket)
+            refusal = await self._atry(ticket, call.host, guard)
             if refusal is None:
                 return ticket
-            pause = self._pause(key, refusal, deadline, waited)
+            if isinstance(refusal, float):
+                if deadline is not None and time.monotonic() + refusal > deadline:
+                    guard = False  # better a call that may cross the window than one past its timeout
+                    continue
+                pause = refusal
+                if not waited:
+                    self._count(key, waits=1)
+            else:
+                pause = self._pause(key, refusal, deadline, waited)
             waited = True
             await self._asleep(key, pause)
 
@@ -399,8 +464,6 @@ class Outgoing:
     # --- the server's word -----------------------------------------------------------------------------------
 
     def _word(self, reply: Reply) -> ServerWord | None:
-        if not self.obey:
-            return None
         from ratekeeper._server_words import read
 
         try:
@@ -447,11 +510,18 @@ class Outgoing:
             caps.extend((group, 0, word.retry_after) for group in ticket.budgets.values())
         return caps
 
+    def _took(self, ticket: _Ticket, host: str) -> None:
+        """Keeps how long calls to ``host`` take, admission to answer, for ``_crossing``."""
+        took = time.monotonic() - ticket.admitted_at
+        with self._lock:
+            latency = self._latency.get(host)
+            self._latency[host] = took if latency is None else 0.8 * latency + 0.2 * took
+
     def _record(self, key: str, word: ServerWord | None, status: int) -> None:
         with self._lock:
             stats = self._stats.setdefault(key, _new_stats())
             stats["calls"] += 1
-            if status == 429 or (status == 503 and word is not None and word.retry_after is not None):
+            if _throttled(status, word):
                 stats["throttled"] += 1
             if word is not None and (word.budgets or word.retry_after is not None):
                 stats["dialect"] = word.dialect
@@ -485,12 +555,10 @@ class Outgoing:
 
     def _retry_wait(self, reply: Reply, word: ServerWord | None, ticket: _Ticket) -> float | None:
         """Seconds to wait before sending a throttled call again; ``None`` for a response to keep."""
-        if reply.status not in (429, 503):
+        if not _throttled(reply.status, word):
             return None
         if word is not None and word.retry_after is not None:
             return word.retry_after
-        if reply.status == 503:
-            return None  # a 503 without a wait is an outage, not a limit
         spent = [budget.reset_after for budget in (word.budgets if word else ()) if budget.remaining == 0]
         return max(spent) if spent else _NO_WORD_WAIT
 
@@ -500,7 +568,8 @@ class Outgoing:
         word = self._word(reply)
         self._record(ticket.key, word, reply.status)
         age = time.monotonic() - ticket.admitted_at
-        for group, remaining, reset_after in self._caps(ticket, host, word) if word is not None else ():
+        self._took(ticket, host)
+        for group, remaining, reset_after in self._caps(ticket, host, word) if word is not None and self.obey else ():
             self._cap(ticket.key, group, remaining, reset_after, age)
         for group, units in self._corrections(ticket, reply):
             if units < 0:
@@ -603,6 +672,12 @@ def joined_headers(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
 def host_of(host: str, port: int | None, default_port: int | None) -> str:
     """``host`` with ``:port`` when the port is not the scheme's default."""
     return host if port is None or port == default_port else f"{host}:{port}"
+
+
+def _throttled(status: int, word: ServerWord | None) -> bool:
+    """Whether a response refuses the call for its rate: a 429, or a 503 (or GitHub's 403, secondary limits)
+    with a wait to honour. A 503 without one is an outage, not a limit."""
+    return status == 429 or (status in (403, 503) and word is not None and word.retry_after is not None)
 
 
 def _check_seconds(name: str, value: object, *, allow_none: bool) -> None:

@@ -5,7 +5,8 @@ Dialects: ``ietf`` (``RateLimit`` / ``RateLimit-Policy``), ``x-ratelimit`` (rese
 ``x-ratelimit-epoch`` (reset as epoch seconds), ``github``, ``openai`` (requests and tokens, Go durations) and
 ``anthropic`` (requests and tokens, RFC 3339). A JSON body ``{"tokens": n}`` spends ``n`` tokens (``openai``,
 ``anthropic``); ``{"tokens": n, "used": m}`` spends ``m`` instead, which the answer's
-``{"usage": {"total_tokens": m}}`` reports.
+``{"usage": {"total_tokens": m}}`` reports; a chat completion's body (``messages``, ``max_tokens``) spends its
+prompt's characters / 4 and at most 20 tokens of answer.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ class LimitedApi:
 
     Attributes:
         accepted: requests answered 200, by window index.
-        refused: requests answered 429.
+        refused: requests answered 429; refused_in: by window index.
         tokens_used: tokens spent, by window index.
         override: header values served instead of the computed ones (``{name: value}``), for fuzzing.
     """
@@ -52,6 +53,7 @@ class LimitedApi:
         self.accepted: Counter[int] = Counter()
         self.tokens_used: Counter[int] = Counter()
         self.refused = 0
+        self.refused_in: Counter[int] = Counter()
         self.override: dict[str, str] = {}
         self.status_override: int | None = None
         self._lock = threading.Lock()
@@ -72,8 +74,13 @@ class LimitedApi:
             if not message.get("more_body"):
                 break
         asked: dict[str, Any] = json.loads(body) if body else {}
-        want_tokens = int(asked.get("tokens", 0))
-        used_tokens = int(asked.get("used", want_tokens))
+        if "messages" in asked:  # a chat completion: its prompt (4 characters a token) and at most 20 more
+            prompt = sum(len(str(message.get("content", ""))) for message in asked["messages"]) // 4
+            want_tokens = prompt + int(asked.get("max_tokens", 0))
+            used_tokens = prompt + min(int(asked.get("max_tokens", 0)), 20)
+        else:
+            want_tokens = int(asked.get("tokens", 0))
+            used_tokens = int(asked.get("used", want_tokens))
         with self._lock:
             index, reset = self.now_window()
             over = self.accepted[index] >= self.limit
@@ -81,6 +88,7 @@ class LimitedApi:
                 over = True
             if over:
                 self.refused += 1
+                self.refused_in[index] += 1
             else:
                 self.accepted[index] += 1
                 self.tokens_used[index] += used_tokens
@@ -95,7 +103,10 @@ class LimitedApi:
         for name, value in self.override.items():
             headers = [(key, old) for key, old in headers if key != name]
             headers.append((name, value))
-        answer = json.dumps({"usage": {"total_tokens": used_tokens}} if not over else {"error": "rate limited"})
+        reply: dict[str, Any] = {"usage": {"total_tokens": used_tokens}}
+        if "messages" in asked:
+            reply["choices"] = [{"message": {"role": "assistant", "content": "42"}}]
+        answer = json.dumps(reply if not over else {"error": "rate limited"})
         raw = [(key.encode("latin-1"), value.encode("latin-1")) for key, value in headers]
         raw.append((b"content-type", b"application/json"))
         await send({"type": "http.response.start", "status": status, "headers": raw})

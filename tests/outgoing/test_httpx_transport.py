@@ -53,12 +53,12 @@ def tokens_used(reply: Reply) -> dict[str, int] | None:
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
-def test_each_dialect_is_read_and_its_budget_gets_a_group(serve_api: ServeApi, dialect: str) -> None:
+def test_each_dialect_is_read_and_obeyed(serve_api: ServeApi, dialect: str) -> None:
     served = serve_api(dialect, 5, 1.0)
     transport = Transport(rk.Limiter(rules=[]), window=1.0)
     with httpx.Client(transport=transport, base_url=served.url) as client:
-        codes = [client.get("/v1/things").status_code for _ in range(8)]
-    assert codes == [200] * 8  # a 429 that came back was retried
+        codes = [client.get("/v1/things").status_code for _ in range(12)]
+    assert codes == [200] * 12
     host = served.url.removeprefix("http://")
     read_as, budget = DIALECTS[dialect]
     stats = transport.stats()[host]
@@ -67,19 +67,10 @@ def test_each_dialect_is_read_and_its_budget_gets_a_group(serve_api: ServeApi, d
     assert 0 <= stats["remaining"][budget] < 5
     assert 0 <= stats["reset"][budget] <= 3
     assert f"{host} {budget}" in transport.outgoing.limiter.groups
-    assert sum(served.api.accepted.values()) == 8
-
-
-@needs_cap
-@pytest.mark.parametrize("dialect", DIALECTS)
-def test_once_the_server_has_spoken_no_call_draws_a_429(serve_api: ServeApi, dialect: str) -> None:
-    served = serve_api(dialect, 5, 1.0)
-    transport = Transport(rk.Limiter(rules=[]), window=1.0)
-    with httpx.Client(transport=transport, base_url=served.url) as client:
-        codes = [client.get("/").status_code for _ in range(12)]
-    assert codes == [200] * 12
-    assert served.api.refused == 0, served.api.accepted
-    assert transport.stats()[served.url.removeprefix("http://")]["throttled"] == 0
+    assert sum(served.api.accepted.values()) == 12
+    if hasattr(rk.Limiter, "cap"):  # the server's word caps the budget: no call draws a 429
+        assert served.api.refused == 0, served.api.accepted
+        assert stats["throttled"] == 0
 
 
 @needs_cap

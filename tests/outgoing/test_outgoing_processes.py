@@ -1,10 +1,11 @@
 """Several processes calling one rate-limited API through ``ratekeeper.httpx.AsyncTransport``: 4 processes of 16
 asyncio tasks on one ``rk.Shared`` region (the workers of a machine), and 2 processes each with its own
 ``rk.Redis`` client (two machines). The server announces 100 calls per 2-second window and answers 429 past
-it; the processes must draw no 429 and use at least 90 % of every window they cover, counted by the server.
+it; the processes must draw no 429 and use at least 90 % of every window they cover, counted by the server
+(with no group declared, at most one 429 per process but the first, at the start).
 
 The processes are spawned (each builds its own limiter on the store, as separate workers do) and start together
-at a barrier; they call for 7 s, which covers at least 2 whole windows of the server. A slow machine only makes
+at a barrier; they call for 6 s, which covers at least 2 whole windows of the server. A slow machine only makes
 the tasks slower, and 64 tasks waiting their turn still spend a window's 100 calls within its 2 s.
 """
 
@@ -21,11 +22,18 @@ from _redis import RedisServer
 from conftest import ServeApi, Served, needs_cap
 
 SPAWN = multiprocessing.get_context("spawn")
-LIMIT, WINDOW, SECONDS = 100, 2.0, 7.0
+LIMIT, WINDOW, SECONDS = 100, 2.0, 6.0
+# OpenAI's fields: the limit stated, the reset to the millisecond ("1.234s"). IETF's t is in whole seconds, which
+# a server rounds up: a word 0.2 s before the reset says t=1, and the window it caps then runs 0.8 s into the
+# server's next one, whose words Limiter.cap applies to what the old window has left (see the module notes).
+DIALECT = "openai"
 
 
-def run(served: Served, store: Store, processes: int, tasks: int, declared: str | None) -> list[Any]:
-    """Runs the processes; what each reported. Asserts on what the server counted."""
+def run(
+    served: Served, store: Store, processes: int, tasks: int, declared: str | None, most_429s: int = 0
+) -> list[Any]:
+    """Runs the processes; what each reported. Asserts on what the server counted: at most ``most_429s``
+    429s, at least 90 % of the limit in each whole window, never more than the limit."""
     barrier = SPAWN.Barrier(processes + 1)
     results = SPAWN.Queue()
     started = [
@@ -54,8 +62,9 @@ def run(served: Served, store: Store, processes: int, tasks: int, declared: str 
     assert len(whole) >= 2, (began - api.start, dict(api.accepted))
     used = [api.accepted[index] for index in whole]
     codes = sum((Counter(report[0]) for report in reports), Counter())
-    print(f"windows used {used} of {LIMIT}, 429s from the server {api.refused}, codes {dict(codes)}")
-    assert api.refused == 0, (dict(api.accepted), dict(codes))
+    windows, refusals = sorted(api.accepted.items()), sorted(api.refused_in.items())
+    print(f"whole windows {used} of {LIMIT} (all: {windows}), 429s {api.refused} {refusals}, codes {dict(codes)}")
+    assert api.refused <= most_429s, (dict(api.accepted), dict(codes))
     assert all(count >= 0.9 * LIMIT for count in used), used
     assert all(count <= LIMIT for count in api.accepted.values())
     return reports
@@ -65,7 +74,7 @@ def run(served: Served, store: Store, processes: int, tasks: int, declared: str 
 def test_four_processes_on_a_shared_region_draw_no_429_and_use_the_servers_windows(
     serve_api: ServeApi, tmp_path: Path
 ) -> None:
-    served = serve_api("ietf", LIMIT, WINDOW)
+    served = serve_api(DIALECT, LIMIT, WINDOW)
     reports = run(served, ("shared", str(tmp_path / "region")), 4, 16, f"{LIMIT}/{WINDOW:g}s")
     assert all(report[1] for report in reports), "a process made no call"
 
@@ -74,13 +83,15 @@ def test_four_processes_on_a_shared_region_draw_no_429_and_use_the_servers_windo
 def test_two_machines_on_redis_draw_no_429_and_use_the_servers_windows(
     serve_api: ServeApi, redis_server: RedisServer, redis_prefix: str
 ) -> None:
-    served = serve_api("ietf", LIMIT, WINDOW)
+    served = serve_api(DIALECT, LIMIT, WINDOW)
     run(served, ("redis", redis_server.url, redis_prefix), 2, 16, f"{LIMIT}/{WINDOW:g}s")
 
 
 @needs_cap
 def test_four_processes_need_no_number_the_server_announces_it(serve_api: ServeApi, tmp_path: Path) -> None:
-    # No group declared: each process makes the group on the server's first word (RateLimit-Policy: q=100;w=2),
-    # its first call going alone until then.
-    served = serve_api("ietf", LIMIT, WINDOW)
-    run(served, ("shared", str(tmp_path / "region")), 4, 16, None)
+    # No group declared: each process makes the group on the server's first word (x-ratelimit-limit-requests:
+    # 100, per the transport's window=2.0), its first call going alone until then. Those first calls are in no
+    # budget: the word one brings back may not count the other processes' first calls yet, so up to 3 of them
+    # may cost a 429 (retried) at the start.
+    served = serve_api(DIALECT, LIMIT, WINDOW)
+    run(served, ("shared", str(tmp_path / "region")), 4, 16, None, most_429s=3)
