@@ -16,7 +16,9 @@ the app's view functions.
   from the WSGI environ before Flask routes, answers a refusal itself (cheaper than serving the view), and
   adds the fields when the response starts. Nothing else runs.
 - Otherwise the view functions are wrapped, once, on the next request (Flask takes no new routes after the
-  first), and each wrapper decides its request in the request context, once Flask has routed it. The
+  first), and each wrapper decides its request in the request context, once Flask has routed it; the gate then
+  only adds the fields as the response starts (and the app calls that part of it as its ``wsgi_app``, when
+  nothing has wrapped the gate since). The
   ``@limit`` wrappers Flask would call first are decided by the view's wrapper, which calls the function
   under them; one under another decorator decides its own limits when it is called, after that decorator
   (so a rate read from ``flask.g`` by a decorator above it is there), and a helper a view calls is limited
@@ -625,6 +627,8 @@ class RateLimit:
         self._at_gate = False
         self._quick_key = None
         self._marks += 1
+        for gate in list(self._gates.values()):  # each app's views are wrapped anew on its next request
+            gate.views_seen = -1
 
     # --- deciding ---------------------------------------------------------------------------------------
 
@@ -827,7 +831,6 @@ class _Gate:
     __slots__ = (
         "app",
         "extension",
-        "marks_seen",
         "own_refusals",
         "prepared",
         "quiet",
@@ -848,7 +851,8 @@ class _Gate:
         self.routes: dict[str, _Route] = {}  # endpoint -> route, as the views were wrapped
         self.wrapped_at: tuple[int, int] | None = None  # (marks, number of views) then
         self.views = app.view_functions  # Flask keeps this dict for good, adding to it and replacing in it
-        self.marks_seen, self.views_seen = -1, -1  # wrapped_at's two numbers, for a request to compare cheaply
+        # The number of views when they were wrapped, for a request to compare cheaply; -1 after a new mark.
+        self.views_seen = -1
         self.wrapping = threading.Lock()
         self.prepared = False
         self.own_refusals = True  # whether the gate may answer refusals itself (the app has no 429 handler)
@@ -876,11 +880,9 @@ class _Gate:
 
     def serve(self, environ: dict[str, Any], start_response: StartResponse) -> Any:
         """The app behind the gate, as WSGI calls it (a bound method: a call costs less than an instance's)."""
-        extension = self.extension
         if self.views_decide:  # (a limiter turned off is for the views to see: they decide nothing)
-            if self.marks_seen != extension._marks or self.views_seen != len(self.views):
-                self.wrap_views()
             return self.respond(environ, start_response)
+        extension = self.extension
         if not self.prepared:
             self.prepare()
         key = extension._quick_key if self.own_refusals else None
@@ -909,6 +911,8 @@ class _Gate:
         elif not self.at_gate:  # for good: marks are never taken back, and the app is set up
             self.views_decide = True
             self.wrap_views()
+            if self.app.wsgi_app == self.serve:  # nothing has wrapped the gate: the app calls respond() itself
+                self.app.wsgi_app = self.respond  # type: ignore[method-assign]
             return self.respond(environ, start_response)
         else:  # a missing key, delay mode, refund_when
             path = _request_path(environ)
@@ -931,7 +935,10 @@ class _Gate:
 
     def respond(self, environ: dict[str, Any], start_response: StartResponse) -> Any:
         """Calls the app; the fields and ``refund_when`` when its response starts, for whoever decided (the
-        gate, a view's wrapper, or this, for a request no wrapper saw)."""
+        gate, a view's wrapper, or this, for a request no wrapper saw). Once the views decide every request, the
+        app calls it as its ``wsgi_app`` (see ``serve``), and it wraps the views again after a new mark or view."""
+        if self.views_decide and self.views_seen != len(self.views):  # (a mark sets views_seen to -1)
+            self.wrap_views()
         late: Any = None  # the refusal's body, when the decision made at the start refused
         started = False
 
@@ -941,7 +948,7 @@ class _Gate:
                 return start_response(status, headers, exc_info)
             started = True
             quick = environ.get(_ADMISSION)
-            if type(quick) is tuple:  # a view's wrapper decided it allowed, and only its fields are owed
+            if quick.__class__ is tuple:  # a view's wrapper decided it allowed, and only its fields are owed
                 headers.extend(quick[0])
                 return start_response(status, headers, exc_info)
             extension = self.extension
@@ -1102,7 +1109,9 @@ class _Gate:
             views[endpoint] = self.wrapped(view, route, endpoint)
         self.routes = routes
         self.wrapped_at = (marks, len(views))
-        self.marks_seen, self.views_seen = self.wrapped_at
+        self.views_seen = len(views)
+        if self.extension._marks != marks:  # a mark made meanwhile (which set views_seen first): again
+            self.views_seen = -1
 
     def held(self, request: flask.Request, owed: Owed, returned: Any) -> Response:
         """The view's response, its ``deduct_when`` asked, once its permits are given back (the work is
@@ -1188,62 +1197,92 @@ class _Gate:
         header = environ_key._environ_name if type(environ_key) is Header else None
         key = own_key or extension.options.key_function
         cost = limit.cost if limit is not None else None
-        group: str | None = None
-        ready = limit is None  # a limit's group is made at its first request (in slow())
+        fixed = 1 if cost is None else cost if type(cost) is int else 0  # the cost, unless a callable gives it
+        # What a _Quick of this view holds for every request: (group, limit, called); the group is made at the
+        # limit's first request (in slow()).
+        spec: tuple[str | None, _RouteLimit | None, tuple[_RouteLimit, ...]] | None = (
+            (None, None, called) if limit is None else None
+        )
         gate = self
 
         def slow(request: flask.Request, peer: str | None) -> Owed:
             """A request without a key, or the limit's first (its group made), or a limit giving none."""
-            nonlocal group, ready
+            nonlocal spec
             environ = request.environ
-            if limit is not None and not ready:
-                group = limit.group(request, endpoint)
-                ready = group is not None
-            if (limit is not None and group is None) or (peer is None and own_key is not None):
-                return gate.verdict(environ, called, NOT_LIMITED, limit)  # no limit, or its key says none
-            n = 1 if cost is None else cost if type(cost) is int else cost(request)  # type: ignore[operator]
+            group = None
+            if limit is not None:
+                group = spec[0] if spec is not None else limit.group(request, endpoint)
+                if group is None:  # no limit for this request (logged): asked again at the next
+                    return gate.verdict(environ, called, NOT_LIMITED, limit)
+                spec = (group, limit, called)
+            if peer is None and own_key is not None:
+                return gate.verdict(environ, called, NOT_LIMITED, limit)  # the limit's key says it does not apply
+            n = fixed or cost(request)  # type: ignore[misc,operator]
             # Without a key (the extension's on_missing_key), or at the limit's first request.
             return gate.verdict(environ, called, gatekeeper.admit(peer, request.path, group, n), limit)
 
+        # Each request reads only what its view needs: the environ for keys.header(), the request otherwise
+        # (its path and method are attributes Werkzeug set when it made it), and its verdict is left as one
+        # flat tuple.
+        if limit is None:  # the path's rules
+
+            @functools.wraps(view)
+            def limited(*args: Any, **kwargs: Any) -> Any:
+                request: flask.Request = _request_context().request
+                environ = request.environ
+                if _ADMISSION in environ or not limiter.enabled:
+                    return gate.served(request, gate.decide(request, route), call, args, kwargs)
+                if header is not None:  # keys.header(), read as its from_environ reads it
+                    peer = environ.get(header)
+                    if peer is not None:
+                        peer = peer.strip() or None
+                elif environ_key is not None:
+                    peer = environ_key.from_environ(environ)
+                else:
+                    peer = key(request)
+                    if peer.__class__ is not str:
+                        peer = _sync_key(peer)
+                if peer is None:
+                    return gate.served(request, slow(request, peer), call, args, kwargs)
+                path = request.path
+                admitted = admit_quick(peer, path)
+                if type(admitted) is tuple:  # allowed without permits: its fields, and no Decision made
+                    environ[_ADMISSION] = (admitted, limiter, peer, path, 1, spec)
+                    return call(*args, **kwargs)
+                assert isinstance(admitted, Decision)
+                owed = gate.verdict(environ, called, gatekeeper.admission(admitted, peer, path), None)
+                return gate.served(request, owed, call, args, kwargs)
+
+            return limited
+
         @functools.wraps(view)
-        def limited(*args: Any, **kwargs: Any) -> Any:
+        def limited_by(*args: Any, **kwargs: Any) -> Any:
             request: flask.Request = _request_context().request
             environ = request.environ
             if _ADMISSION in environ or not limiter.enabled:
                 return gate.served(request, gate.decide(request, route), call, args, kwargs)
             if header is not None:  # keys.header(), read as its from_environ reads it
                 peer = environ.get(header)
-                peer = peer.strip() or None if peer is not None else None
+                if peer is not None:
+                    peer = peer.strip() or None
+            elif environ_key is not None:
+                peer = environ_key.from_environ(environ)
             else:
-                peer = environ_key.from_environ(environ) if environ_key is not None else key(request)
-                if type(peer) is not str:
+                peer = key(request)
+                if peer.__class__ is not str:
                     peer = _sync_key(peer)
-            if peer is None or not ready:
+            if peer is None or spec is None:
                 return gate.served(request, slow(request, peer), call, args, kwargs)
-            receipt: tuple[str, str | None, str | None, int]
-            if group is None:  # the path's rules
-                raw = environ.get("PATH_INFO", "")
-                # What request.path is (Werkzeug's decoding and one leading slash: ASCII needs neither), unread.
-                path = raw if raw[:1] == "/" and raw[1:2] != "/" and raw.isascii() else request.path
-                receipt = (peer, path, None, 1)
-                admitted = admit_quick(peer, path)
-                if type(admitted) is tuple:  # allowed without permits: its fields, and no Decision made
-                    environ[_ADMISSION] = (admitted, ((limiter, receipt, None, admitted),), called)
-                    return call(*args, **kwargs)
-                assert isinstance(admitted, Decision)
-                decision = admitted
-            else:
-                n = 1 if cost is None else cost if type(cost) is int else cost(request)  # type: ignore[operator]
-                decision = acquire(peer, None, group=group, cost=n, take=both)
-                receipt = (peer, None, group, n)
+            n = fixed or cost(request)  # type: ignore[misc,operator]
+            decision = acquire(peer, None, group=spec[0], cost=n, take=both)
             if decision.allowed and not decision.permits_held:  # nothing owed but the fields, which the gate adds
                 given = decision._fields(ietf, legacy) if on_allowed else ()
-                environ[_ADMISSION] = (given, ((decision, receipt, limit, given),), called)
+                environ[_ADMISSION] = (given, decision, peer, None, n, spec)
                 return call(*args, **kwargs)
-            owed = gate.verdict(environ, called, gatekeeper._admission(decision, receipt), limit)
+            owed = gate.verdict(environ, called, gatekeeper._admission(decision, (peer, None, spec[0], n)), limit)
             return gate.served(request, owed, call, args, kwargs)
 
-        return limited
+        return limited_by
 
     def stepped(
         self, view: Callable[..., Any], call: Callable[..., Any], route: _Route, endpoint: str
@@ -1427,16 +1466,31 @@ _Part = tuple[
     Decision | Limiter, tuple[str, str | None, str | None, int], _RouteLimit | None, Sequence[tuple[str, str]]
 ]
 _Quick = tuple[Sequence[tuple[str, str]], tuple[_Part, ...], tuple[_RouteLimit, ...]]
+#: What ``_Gate.quick``'s wrappers leave instead, one part flat (a tuple fewer to build at each request): the fields,
+#: the decision (or the limiter), the key, the path (None: decided in a group), the cost, and what the view's wrapper
+#: holds for every request: its group, its limit and the limits decided.
+_Quicker = tuple[
+    Sequence[tuple[str, str]],
+    Decision | Limiter,
+    str,
+    str | None,
+    int,
+    tuple[str | None, _RouteLimit | None, tuple[_RouteLimit, ...]],
+]
 _UNREAD: Any = object()  # a key not read yet
 
 
 def _owed(environ: dict[str, Any]) -> Owed | None:
     """What was decided for the request of ``environ`` and is owed (``None``: nothing yet), a _Quick made the
     _Verdict it stands for."""
-    owed: Owed | _Quick | None = environ.get(_ADMISSION)
+    owed: Owed | _Quick | _Quicker | None = environ.get(_ADMISSION)
     if not isinstance(owed, tuple):
         return owed
-    _, parts, called = owed
+    if len(owed) == 6:  # a _Quicker: one part
+        fields, decided, peer, path, cost, (group, limit, called) = owed
+        parts: tuple[_Part, ...] = ((decided, (peer, path, group, cost), limit, fields),)
+    else:
+        _, parts, called = owed
     verdict = environ[_ADMISSION] = _Verdict(called)
     verdict.parts = [(_admitted(d, r, f), limit) for d, r, limit, f in parts]
     return verdict

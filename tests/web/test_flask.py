@@ -621,6 +621,28 @@ def test_a_limited_helper_refusing_gives_back_what_the_view_counted(clock: rk.Ma
     assert limiter.peek("alice", "/api/work").remaining == 2  # the refused request counts in no limit
 
 
+def test_a_limited_helper_refusing_gives_back_what_the_views_own_limit_counted(clock: rk.ManualClock) -> None:
+    app = flask.Flask(__name__)
+    rate_limit = RateLimit(app, limiter=rk.Limiter(rules=[], clock=clock), key=lambda request: "alice")
+
+    @rate_limit.limit("1/min", group="helper")
+    def helper() -> str:
+        return "helped"
+
+    @app.get("/work")
+    @rate_limit.limit("9/min", group="work", cost=lambda request: 2)
+    def work() -> str:
+        return helper()
+
+    client = app.test_client()
+    first = client.get("/work")
+    assert (first.status_code, members(first.headers["RateLimit"])["work"]["r"]) == (200, 7)
+    refused = client.get("/work")  # the view's own limit allowed it (costing 2), the helper refused it
+    assert refused.status_code == 429
+    assert members(refused.headers["RateLimit"]) == {"helper": {"r": 0, "t": 60}}
+    assert rate_limit.limiter.peek("alice", group="work").remaining == 7  # the refused request counts in no limit
+
+
 def test_views_wrapped_for_a_paths_permits_leave_the_gates_decisions_be(clock: rk.ManualClock) -> None:
     rules = [rk.Rule("^/rated$", "rated", "5/min"), rk.Rule("^/held$", "held", limits=[rk.Limit(concurrency=2)])]
     app = flask.Flask(__name__)
