@@ -251,7 +251,7 @@ class Outgoing:
         self._latency: dict[str, float] = {}
 
     @property
-    def reads_body(self) -> bool:
+    def _reads_body(self) -> bool:
         """Whether the adapters must read a response's body for ``spent``."""
         return self._spent is not None
 
@@ -269,7 +269,7 @@ class Outgoing:
 
     # --- what a call is --------------------------------------------------------------------------------------
 
-    def key_of(self, call: Call) -> str:
+    def _key_of(self, call: Call) -> str:
         """The key ``call``'s budgets are kept under."""
         if self._key is not None:
             key = self._key(call)
@@ -402,9 +402,9 @@ class Outgoing:
         if heard is not None:
             heard.set()
 
-    def admit(self, call: Call, deadline: float | None) -> _Ticket:
+    def _admit(self, call: Call, deadline: float | None) -> _Ticket:
         """Waits (``time.sleep``) until ``call`` is admitted in all its groups; its ticket."""
-        key = self.key_of(call)
+        key = self._key_of(call)
         estimate = self._estimate(call)
         waited, guard = False, True
         heard = self._first_word(call.host)
@@ -427,9 +427,9 @@ class Outgoing:
             waited = True
             self._sleep(key, pause)
 
-    async def aadmit(self, call: Call, deadline: float | None) -> _Ticket:
-        """``admit`` for asyncio: waits with ``asyncio.sleep``."""
-        key = self.key_of(call)
+    async def _aadmit(self, call: Call, deadline: float | None) -> _Ticket:
+        """``_admit`` for asyncio: waits with ``asyncio.sleep``."""
+        key = self._key_of(call)
         estimate = self._estimate(call)
         waited, guard = False, True
         heard = self._first_word(call.host)
@@ -562,7 +562,7 @@ class Outgoing:
         spent = [budget.reset_after for budget in (word.budgets if word else ()) if budget.remaining == 0]
         return max(spent) if spent else _NO_WORD_WAIT
 
-    def settle(self, ticket: _Ticket, host: str, reply: Reply) -> float | None:
+    def _settle(self, ticket: _Ticket, host: str, reply: Reply) -> float | None:
         """Takes in what the response says: caps, corrections, counters. The seconds to wait before a retry,
         or ``None`` when the response is the call's answer."""
         word = self._word(reply)
@@ -578,11 +578,11 @@ class Outgoing:
                 self.limiter.check(ticket.key, group=group, cost=units)  # refused: the next word corrects it
         return self._retry_wait(reply, word, ticket)
 
-    async def asettle(self, ticket: _Ticket, host: str, reply: Reply) -> float | None:
-        """``settle`` for asyncio: a store's round trips off the event loop."""
+    async def _asettle(self, ticket: _Ticket, host: str, reply: Reply) -> float | None:
+        """``_settle`` for asyncio: a store's round trips off the event loop."""
         if not self.limiter._waits_on_io:
-            return self.settle(ticket, host, reply)
-        return await asyncio.to_thread(self.settle, ticket, host, reply)
+            return self._settle(ticket, host, reply)
+        return await asyncio.to_thread(self._settle, ticket, host, reply)
 
     def _cap(self, key: str, group: str, remaining: int, reset_after: float, age: float) -> None:
         cap: Callable[..., bool] | None = getattr(self.limiter, "cap", None)
@@ -604,15 +604,15 @@ class Outgoing:
     def _deadline(self) -> float | None:
         return None if self.timeout is None else time.monotonic() + self.timeout
 
-    def send(self, call: Call, send: Callable[[], R], reply: Callable[[R], Reply], close: Callable[[R], None]) -> R:
+    def _send(self, call: Call, send: Callable[[], R], reply: Callable[[R], Reply], close: Callable[[R], None]) -> R:
         """Sends ``call`` (``send()``) when its turn comes, obeys the answer, retries a 429; the response."""
         deadline = self._deadline()
         attempt = 0
         while True:
-            ticket = self.admit(call, deadline)
+            ticket = self._admit(call, deadline)
             try:
                 response = send()
-                retry = self.settle(ticket, call.host, reply(response))
+                retry = self._settle(ticket, call.host, reply(response))
             finally:
                 self._heard_from(call.host)
             if retry is None or not self._retrying(ticket.key, attempt, retry, deadline):
@@ -621,21 +621,21 @@ class Outgoing:
             close(response)
             self._sleep(ticket.key, retry)
 
-    async def asend(
+    async def _asend(
         self,
         call: Call,
         send: Callable[[], Awaitable[R]],
         reply: Callable[[R], Awaitable[Reply]],
         close: Callable[[R], Awaitable[None]],
     ) -> R:
-        """``send`` for asyncio."""
+        """``_send`` for asyncio."""
         deadline = self._deadline()
         attempt = 0
         while True:
-            ticket = await self.aadmit(call, deadline)
+            ticket = await self._aadmit(call, deadline)
             try:
                 response = await send()
-                retry = await self.asettle(ticket, call.host, await reply(response))
+                retry = await self._asettle(ticket, call.host, await reply(response))
             finally:
                 self._heard_from(call.host)
             if retry is None or not self._retrying(ticket.key, attempt, retry, deadline):

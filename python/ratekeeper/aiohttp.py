@@ -71,7 +71,7 @@ class Middleware:
 
     async def __call__(self, request: ClientRequest, handler: ClientHandlerType) -> ClientResponse:
         """Sends ``request`` when its turn comes; retries a 429 as the options say."""
-        reads_body = self.outgoing.reads_body
+        reads_body = self.outgoing._reads_body
 
         async def send() -> ClientResponse:
             return await handler(request)
@@ -83,4 +83,4 @@ class Middleware:
         async def close(response: ClientResponse) -> None:
             response.release()
 
-        return await self.outgoing.asend(await _call(request), send, reply, close)
+        return await self.outgoing._asend(await _call(request), send, reply, close)

@@ -72,13 +72,13 @@ class Transport(httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Sends ``request`` when its turn comes; retries a 429 as the options say."""
-        reads_body = self.outgoing.reads_body
+        reads_body = self.outgoing._reads_body
 
         def reply(response: httpx.Response) -> Reply:
             content = response.read() if reads_body else None
             return Reply(response.status_code, tuple(response.headers.multi_items()), content)
 
-        return self.outgoing.send(
+        return self.outgoing._send(
             _call(request), lambda: self.inner.handle_request(request), reply, lambda response: response.close()
         )
 
@@ -113,7 +113,7 @@ class AsyncTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Sends ``request`` when its turn comes; retries a 429 as the options say."""
-        reads_body = self.outgoing.reads_body
+        reads_body = self.outgoing._reads_body
 
         async def send() -> httpx.Response:
             return await self.inner.handle_async_request(request)
@@ -125,7 +125,7 @@ class AsyncTransport(httpx.AsyncBaseTransport):
         async def close(response: httpx.Response) -> None:
             await response.aclose()
 
-        return await self.outgoing.asend(_call(request), send, reply, close)
+        return await self.outgoing._asend(_call(request), send, reply, close)
 
     async def aclose(self) -> None:
         await self.inner.aclose()

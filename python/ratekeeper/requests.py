@@ -51,8 +51,11 @@ class Adapter(HTTPAdapter):
     Args:
         limiter: the [`Limiter`][ratekeeper.Limiter] holding the budgets, or an
             [`Outgoing`][ratekeeper.httpx.Outgoing] shared with other transports (then no options).
-        pool_connections, pool_maxsize, max_retries, pool_block: ``HTTPAdapter``'s own (``max_retries`` is
-            urllib3's retrying of failed connections; a 429 is retried by ``retries``).
+        pool_connections: ``HTTPAdapter``'s own: the connection pools it keeps.
+        pool_maxsize: ``HTTPAdapter``'s own: the connections a pool keeps.
+        max_retries: ``HTTPAdapter``'s own: urllib3's retrying of failed connections (a 429 is retried by
+            ``retries``).
+        pool_block: ``HTTPAdapter``'s own: whether a full pool blocks.
         **options: [`Outgoing`][ratekeeper.httpx.Outgoing]'s options (``wait``, ``timeout``, ``retries``, ...).
 
     Raises:
@@ -87,7 +90,7 @@ class Adapter(HTTPAdapter):
         proxies: Mapping[str, str] | None = None,
     ) -> Response:
         """Sends ``request`` when its turn comes; retries a 429 as the options say."""
-        reads_body = self.outgoing.reads_body
+        reads_body = self.outgoing._reads_body
 
         def send() -> Response:
             return super(Adapter, self).send(request, stream, timeout, verify, cert, proxies)
@@ -97,4 +100,4 @@ class Adapter(HTTPAdapter):
                 response.status_code, tuple(response.headers.items()), response.content if reads_body else None
             )
 
-        return self.outgoing.send(_call(request), send, reply, lambda response: response.close())
+        return self.outgoing._send(_call(request), send, reply, lambda response: response.close())

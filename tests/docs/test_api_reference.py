@@ -106,6 +106,7 @@ NOT_CALLED = {
     "ratekeeper.LimitStats",
     "ratekeeper.Histogram",
     "ratekeeper.SharedStats",
+    "ratekeeper.httpx.HostStats",
     "ratekeeper.BackendUnavailable",
     "ratekeeper.django.Ratelimited",
 }
