@@ -84,7 +84,7 @@ _EXEMPT = "_ratekeeper_exempt"
 _SELF_DECIDING = "_ratekeeper_self_deciding"  # on a wrapper made by limit(): the wrapper itself
 _DECIDER = "_ratekeeper_decider"  # on a wrapper made by limit(): the extension whose limits it decides
 _WRAPPED_BY = "_ratekeeper_gate"  # on a view wrapper: the gate that made it (its original is __wrapped__)
-_ADMISSION = "ratekeeper.admission"  # the request's environ key for what was decided and is owed (or a _Quick)
+_ADMISSION = "ratekeeper.admission"  # the request's environ key for what was decided and is owed (or a _Quick[er])
 _STREAMED = "ratekeeper.streamed"  # set when a streamed body holds the permits until it ends
 _GATED = "ratekeeper.gate"  # the gate whose respond() serves the request (it catches _Answered)
 _CALLED = "ratekeeper.called"  # limits decided in this request without a view's verdict (a set)
@@ -1172,7 +1172,7 @@ class _Gate:
         """The wrapper of a sync ``view`` decided by one plain limit (or the path's rules), in refuse mode with
         nothing to settle after (``Gatekeeper.quick``), in an app that filters no requests: it decides in one
         call of the limiter, and a request allowed owing nothing but its fields leaves them in the environ as a
-        ``_Quick`` (no Admission or _Verdict), for the gate to add. ``None`` for any other view."""
+        ``_Quicker`` (no Admission or _Verdict), for the gate to add. ``None`` for any other view."""
         extension = self.extension
         gatekeeper = extension.gatekeeper
         if extension._filters or not gatekeeper.quick or inspect.iscoroutinefunction(view):
