@@ -585,11 +585,8 @@ class Outgoing:
         return await asyncio.to_thread(self._settle, ticket, host, reply)
 
     def _cap(self, key: str, group: str, remaining: int, reset_after: float, age: float) -> None:
-        cap: Callable[..., bool] | None = getattr(self.limiter, "cap", None)
-        if cap is None:  # a core without Limiter.cap: the word is counted, the budget not capped
-            return
         try:
-            cap(key, group=group, remaining=remaining, reset_after=reset_after, age=age)
+            self.limiter.cap(key, group=group, remaining=remaining, reset_after=reset_after, age=age)
         except InvalidArgument as error:
             log.warning("the server's word for %s in group %r was not applied: %s", key, group, error)
 

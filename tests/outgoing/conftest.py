@@ -7,14 +7,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-import ratekeeper as rk
 from _api import LimitedApi
 from _web import Server
-
-#: Tests that need the core's ``Limiter.cap`` (the server's word capping the local budget).
-needs_cap = pytest.mark.skipif(
-    not hasattr(rk.Limiter, "cap"), reason="the core has no Limiter.cap yet (make build-dev)"
-)
 
 
 class Served:

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 import ratekeeper as rk
-from conftest import ServeApi, needs_cap
+from conftest import ServeApi
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ratekeeper._outgoing import Reply
@@ -68,12 +68,11 @@ def test_each_dialect_is_read_and_obeyed(serve_api: ServeApi, dialect: str) -> N
     assert 0 <= stats["reset"][budget] <= 3
     assert f"{host} {budget}" in transport.outgoing.limiter.groups
     assert sum(served.api.accepted.values()) == 12
-    if hasattr(rk.Limiter, "cap"):  # the server's word caps the budget: no call draws a 429
-        assert served.api.refused == 0, served.api.accepted
-        assert stats["throttled"] == 0
+    # The server's word caps the budget: no call draws a 429.
+    assert served.api.refused == 0, served.api.accepted
+    assert stats["throttled"] == 0
 
 
-@needs_cap
 def test_asyncio_tasks_share_the_budget_the_server_announces(serve_api: ServeApi) -> None:
     served = serve_api("ietf", 20, 1.0)
     limiter = rk.Limiter(rules=[])

@@ -19,7 +19,7 @@ from typing import Any
 
 from _callers import Store, call_for_a_while
 from _redis import RedisServer
-from conftest import ServeApi, Served, needs_cap
+from conftest import ServeApi, Served
 
 SPAWN = multiprocessing.get_context("spawn")
 LIMIT, WINDOW, SECONDS = 100, 2.0, 6.0
@@ -70,7 +70,6 @@ def run(
     return reports
 
 
-@needs_cap
 def test_four_processes_on_a_shared_region_draw_no_429_and_use_the_servers_windows(
     serve_api: ServeApi, tmp_path: Path
 ) -> None:
@@ -79,7 +78,6 @@ def test_four_processes_on_a_shared_region_draw_no_429_and_use_the_servers_windo
     assert all(report[1] for report in reports), "a process made no call"
 
 
-@needs_cap
 def test_two_machines_on_redis_draw_no_429_and_use_the_servers_windows(
     serve_api: ServeApi, redis_server: RedisServer, redis_prefix: str
 ) -> None:
@@ -87,7 +85,6 @@ def test_two_machines_on_redis_draw_no_429_and_use_the_servers_windows(
     run(served, ("redis", redis_server.url, redis_prefix), 2, 16, f"{LIMIT}/{WINDOW:g}s")
 
 
-@needs_cap
 def test_four_processes_need_no_number_the_server_announces_it(serve_api: ServeApi, tmp_path: Path) -> None:
     # No group declared: each process makes the group on the server's first word (x-ratelimit-limit-requests:
     # 100, per the transport's window=2.0), its first call going alone until then. Those first calls are in no

@@ -8,7 +8,7 @@ from typing import Any
 
 import ratekeeper as rk
 from _docs import page_namespace
-from conftest import ServeApi, Served, needs_cap
+from conftest import ServeApi, Served
 
 
 def recipe(served: Served) -> tuple[dict[str, Any], Any]:
@@ -39,7 +39,6 @@ def test_the_recipes_client_reads_both_budgets_and_gives_back_unused_tokens(serv
     assert sum(served.api.tokens_used.values()) == 3 * 26
 
 
-@needs_cap
 def test_the_recipes_client_keeps_several_tasks_under_both_budgets(serve_api: ServeApi) -> None:
     # 4 requests and 500 tokens a second: each call estimates 206 tokens, so two at a time go until the
     # unused tokens come back.

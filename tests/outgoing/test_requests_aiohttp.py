@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 import ratekeeper as rk
 import requests
-from conftest import ServeApi, needs_cap
+from conftest import ServeApi
 from ratekeeper._outgoing import Reply
 from ratekeeper.aiohttp import Middleware
 from ratekeeper.requests import Adapter
@@ -69,7 +69,6 @@ def test_requests_adapter_retries_a_429_after_the_servers_wait(serve_api: ServeA
     assert adapter.stats()[served.url.removeprefix("http://")]["retries"] == 1
 
 
-@needs_cap
 def test_requests_adapter_keeps_under_what_the_server_says(serve_api: ServeApi) -> None:
     served = serve_api("github", 4, 1.0)
     adapter = Adapter(rk.Limiter(rules=[]), window=1.0)
@@ -136,7 +135,6 @@ def test_aiohttp_middleware_retries_a_429_after_the_servers_wait(serve_api: Serv
     assert pace.stats()[served.url.removeprefix("http://")]["retries"] == 1
 
 
-@needs_cap
 def test_aiohttp_tasks_keep_under_what_the_server_says(serve_api: ServeApi) -> None:
     served = serve_api("ietf", 10, 1.0)
     pace = Middleware(rk.Limiter(rules=[]))
