@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 try:
     from prometheus_client.metrics_core import (
@@ -44,10 +44,11 @@ from ratekeeper._metrics import (
 )
 
 if TYPE_CHECKING:
+    from ratekeeper._outgoing import HostStats
     from ratekeeper._stats import Histogram
     from ratekeeper.limiter import Limiter
 
-__all__ = ["NodeLimiterCollector", "RateLimitCollector"]
+__all__ = ["NodeLimiterCollector", "OutgoingCollector", "RateLimitCollector"]
 
 
 class RateLimitCollector:
@@ -174,6 +175,77 @@ class NodeLimiterCollector(RateLimitCollector):
 
     def _read(self, limiter: Limiter) -> list[Family]:
         return node_limiter_families(limiter)
+
+
+class _CountsCalls(Protocol):
+    def stats(self) -> Mapping[str, HostStats]: ...
+
+
+#: The counters of an outgoing transport's stats(): (metric name, HostStats field, help).
+_OUTGOING_COUNTERS = (
+    ("outgoing_calls", "calls", "Calls sent to rate-limited servers (a retry is one more)."),
+    ("outgoing_waits", "waits", "Calls that waited their turn."),
+    ("outgoing_wait_seconds", "waited", "Seconds calls spent waiting, turns and retries."),
+    ("outgoing_refused", "refused", "Calls refused with RateLimited, not sent."),
+    ("outgoing_throttled", "throttled", "429 (and 503 or 403 with a wait) responses received."),
+    ("outgoing_retries", "retries", "Calls sent again after a 429."),
+)
+
+
+class OutgoingCollector:
+    """Exports the counters of outgoing-call transports (``ratekeeper.httpx``, ``ratekeeper.requests``,
+    ``ratekeeper.aiohttp``) at each scrape, from their ``stats()``:
+
+        REGISTRY.register(OutgoingCollector(transport))
+
+    Series are labelled ``key``: the host, or the host and a fingerprint of the API key (never the key
+    itself); the server's last word is ``<namespace>_outgoing_remaining{key, budget}`` and
+    ``<namespace>_outgoing_reset_seconds{key, budget}``. The counters are this process's.
+
+    Args:
+        outgoing: a transport, adapter or middleware, or the ``Outgoing`` they share (anything with a
+            ``stats()`` of [`HostStats`][ratekeeper.httpx.HostStats]).
+        namespace: the metric names' prefix (``ratekeeper_outgoing_calls_total``).
+        const_labels: labels added to every series.
+
+    Raises:
+        TypeError: ``outgoing`` has no ``stats()``.
+    """
+
+    def __init__(
+        self, outgoing: _CountsCalls, *, namespace: str = "ratekeeper", const_labels: Mapping[str, str] | None = None
+    ) -> None:
+        if not callable(getattr(outgoing, "stats", None)):
+            raise TypeError(f"outgoing: must be a transport or an Outgoing, got {type(outgoing).__name__}")
+        self._outgoing, self._namespace = outgoing, namespace
+        self._const_labels = dict(const_labels or {})
+
+    def describe(self) -> Iterator[Metric]:
+        """The families' names without their samples."""
+        yield from self._metrics({})
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._metrics(self._outgoing.stats())
+
+    def _metrics(self, stats: Mapping[str, HostStats]) -> Iterator[Metric]:
+        names = [*self._const_labels, "key"]
+        const = list(self._const_labels.values())
+        for name, field, text in _OUTGOING_COUNTERS:
+            counter = CounterMetricFamily(f"{self._namespace}_{name}", text, labels=names)
+            for key, counts in stats.items():
+                value = counts[field]  # type: ignore[literal-required]
+                counter.add_metric([*const, key], float(value))
+            yield counter
+        for name, field, text in (
+            ("outgoing_remaining", "remaining", "What the server last said is left of a budget."),
+            ("outgoing_reset_seconds", "reset", "Seconds to a budget's reset, as the server last said."),
+        ):
+            gauge = GaugeMetricFamily(f"{self._namespace}_{name}", text, labels=[*names, "budget"])
+            for key, counts in stats.items():
+                budgets: Mapping[str, float] = counts[field]  # type: ignore[literal-required]
+                for budget, value in budgets.items():
+                    gauge.add_metric([*const, key, budget], float(value))
+            yield gauge
 
 
 def _cumulative(histogram: Histogram) -> list[tuple[str, float]]:
