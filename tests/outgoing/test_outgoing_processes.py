@@ -23,10 +23,6 @@ from conftest import ServeApi, Served
 
 SPAWN = multiprocessing.get_context("spawn")
 LIMIT, WINDOW, SECONDS = 100, 2.0, 6.0
-# OpenAI's fields: the limit stated, the reset to the millisecond ("1.234s"). IETF's t is in whole seconds, which
-# a server rounds up: a word 0.2 s before the reset says t=1, and the window it caps then runs 0.8 s into the
-# server's next one, whose words Limiter.cap applies to what the old window has left (see the module notes).
-DIALECT = "openai"
 
 
 def run(
@@ -73,7 +69,7 @@ def run(
 def test_four_processes_on_a_shared_region_draw_no_429_and_use_the_servers_windows(
     serve_api: ServeApi, tmp_path: Path
 ) -> None:
-    served = serve_api(DIALECT, LIMIT, WINDOW)
+    served = serve_api("ietf", LIMIT, WINDOW)  # RateLimit-Policy: "api";q=100;w=2, RateLimit: "api";r=..;t=..
     reports = run(served, ("shared", str(tmp_path / "region")), 4, 16, f"{LIMIT}/{WINDOW:g}s")
     assert all(report[1] for report in reports), "a process made no call"
 
@@ -81,14 +77,13 @@ def test_four_processes_on_a_shared_region_draw_no_429_and_use_the_servers_windo
 def test_two_machines_on_redis_draw_no_429_and_use_the_servers_windows(
     serve_api: ServeApi, redis_server: RedisServer, redis_prefix: str
 ) -> None:
-    served = serve_api(DIALECT, LIMIT, WINDOW)
+    served = serve_api("openai", LIMIT, WINDOW)  # x-ratelimit-limit-requests: 100, -reset-requests: 1.234s
     run(served, ("redis", redis_server.url, redis_prefix), 2, 16, f"{LIMIT}/{WINDOW:g}s")
 
 
 def test_four_processes_need_no_number_the_server_announces_it(serve_api: ServeApi, tmp_path: Path) -> None:
-    # No group declared: each process makes the group on the server's first word (x-ratelimit-limit-requests:
-    # 100, per the transport's window=2.0), its first call going alone until then. Those first calls are in no
-    # budget: the word one brings back may not count the other processes' first calls yet, so up to 3 of them
-    # may cost a 429 (retried) at the start.
-    served = serve_api(DIALECT, LIMIT, WINDOW)
+    # No group declared: each process makes the group on the server's first word (RateLimit-Policy: q=100;w=2),
+    # its first call going alone until then. Those first calls are in no budget: the word one brings back may
+    # not count the other processes' first calls yet, so up to 3 of them may cost a 429 (retried) at the start.
+    served = serve_api("ietf", LIMIT, WINDOW)
     run(served, ("shared", str(tmp_path / "region")), 4, 16, None, most_429s=3)
