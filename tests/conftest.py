@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import re
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 import ratekeeper as rk
-from _redis import RedisCluster, RedisServer
+from _redis import ENGINES, EngineServers, RedisCluster, RedisServer
 from _support import STORES, MakeLimiter, Store, removed_with
 from hypothesis import settings
 
@@ -53,18 +54,24 @@ def django_site() -> None:
 
 
 @pytest.fixture(scope="session")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    """One real redis-server for the session (tests keep apart by key prefix)."""
-    server = RedisServer(tmp_path_factory.mktemp("redis"))
-    server.start()
-    yield server
-    server.stop()
+def engine_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineServers]:
+    """One real server per engine for the session, started at its first use (tests keep apart by key prefix)."""
+    servers = EngineServers(tmp_path_factory.mktemp("servers"))
+    yield servers
+    servers.stop()
 
 
-@pytest.fixture
-def own_redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    """A redis-server of this test's own, to restart, stop or pause (the shared one must stay up)."""
-    server = RedisServer(tmp_path)
+@pytest.fixture(scope="session", params=ENGINES)
+def redis_server(request: pytest.FixtureRequest, engine_servers: EngineServers) -> RedisServer:
+    """The session's server of each engine in turn (Redis, then Valkey): a test that takes it runs on both."""
+    return engine_servers.get(request.param)
+
+
+@pytest.fixture(params=ENGINES)
+def own_redis_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RedisServer]:
+    """A server of this test's own, of each engine in turn, to restart, stop or pause (the shared one must
+    stay up)."""
+    server = RedisServer(tmp_path, request.param)
     server.start()
     yield server
     server.stop()
@@ -72,8 +79,9 @@ def own_redis_server(tmp_path: Path) -> Iterator[RedisServer]:
 
 @pytest.fixture
 def redis_prefix(request: pytest.FixtureRequest) -> str:
-    """A key prefix of this test's own, so that tests sharing the server never share a key."""
-    return f"test:{request.node.nodeid}:"
+    """A key prefix of this test's own, so that tests sharing the server never share a key; without glob
+    characters (a parametrized test's id has brackets), so that ``KEYS prefix*`` finds its keys."""
+    return "test:" + re.sub(r"[][*?\\]", "_", request.node.nodeid) + ":"
 
 
 @pytest.fixture(params=STORES, ids=STORES)
@@ -119,13 +127,14 @@ def make_limiter(store: Store, request: pytest.FixtureRequest) -> MakeLimiter:
             return removed_with(rk.Limiter(*args, backend=rk.Shared(path=path), **options), path)
 
         return in_shared
-    server: RedisServer = request.getfixturevalue("redis_server")
+    servers: EngineServers = request.getfixturevalue("engine_servers")
+    server = servers.get("valkey" if store.startswith("valkey") else "redis")
     prefix: str = request.getfixturevalue("redis_prefix")
     numbers = itertools.count()
 
     def in_redis(*args: Any, **options: Any) -> rk.Limiter:
         where = f"{prefix}{next(numbers)}:"
-        if store == "redis_sync":
+        if store.endswith("_sync"):
             backend = rk.Redis(server.url, mode="sync", prefix=where, sync_interval=0.05, timeout=2.0)
         else:
             backend = rk.Redis(server.url, prefix=where, on_error="raise", timeout=2.0)
@@ -134,10 +143,10 @@ def make_limiter(store: Store, request: pytest.FixtureRequest) -> MakeLimiter:
     return in_redis
 
 
-@pytest.fixture(scope="session")
-def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
-    """A real three-master Redis Cluster for the session."""
-    cluster = RedisCluster(tmp_path_factory.mktemp("cluster"))
+@pytest.fixture(scope="session", params=ENGINES)
+def redis_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
+    """A real three-master Cluster of each engine in turn, for the session."""
+    cluster = RedisCluster(tmp_path_factory.mktemp("cluster"), request.param)
     cluster.start()
     yield cluster
     cluster.stop()

@@ -33,7 +33,7 @@ from typing import Literal
 
 import pytest
 import ratekeeper as rk
-from _redis import RedisServer
+from _redis import EngineServers, RedisServer
 from _support import ALGORITHMS, removed_with, seen
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -349,7 +349,7 @@ def play(memory: Side, redis: Side, script: list[Step], name: str = "redis") -> 
 OtherStore = Callable[[list[rk.Rule], rk.ManualClock], rk.Limiter]
 
 
-@pytest.fixture(params=["redis_exact", "redis_sync", "shared"])
+@pytest.fixture(params=["redis_exact", "redis_sync", "valkey_exact", "valkey_sync", "shared"])
 def other_store(request: pytest.FixtureRequest) -> OtherStore:
     """``other_store(rules, clock)``: a limiter on the store held to memory, with fresh states at each call:
     Redis in exact mode or in sync mode (one node alone) under a prefix of its own, or a shared-memory
@@ -365,10 +365,11 @@ def other_store(request: pytest.FixtureRequest) -> OtherStore:
             return removed_with(rk.Limiter(rules=rules, clock=clock, backend=backend, max_keys=10_000), path)
 
         return shared
-    server: RedisServer = request.getfixturevalue("redis_server")
+    servers: EngineServers = request.getfixturevalue("engine_servers")
+    server = servers.get("valkey" if request.param.startswith("valkey") else "redis")
     prefix: str = request.getfixturevalue("redis_prefix")
 
-    mode: Literal["exact", "sync"] = "sync" if request.param == "redis_sync" else "exact"
+    mode: Literal["exact", "sync"] = "sync" if request.param.endswith("_sync") else "exact"
 
     def redis(rules: list[rk.Rule], clock: rk.ManualClock) -> rk.Limiter:
         return rk.Limiter(rules=rules, clock=clock, backend=redis_backend(server, prefix, mode))
