@@ -247,7 +247,7 @@ class Outgoing:
         self._auto_made: dict[str, tuple[int, float]] = {}
         # host -> set once its first answer came back (see _first_word).
         self._heard: dict[str, threading.Event] = {}
-        # host -> how long a call takes, admission to answer (EWMA): see _crossing.
+        # host -> how long a call takes to reach the server, as its answers tell (see _took, _crossing).
         self._latency: dict[str, float] = {}
 
     @property
@@ -301,10 +301,9 @@ class Outgoing:
         """Where ``call`` spends: its routed group (1 unit, or ``cost``'s ``"requests"``) and each budget's group."""
         spent: dict[str, int] = {}
         budgets: dict[str, str] = {}
-        if self.limiter.rules:
-            resolution = self.limiter.resolve(key, call.path)
-            if resolution is not None and resolution.group not in self.groups.values():
-                spent[resolution.group] = estimate.get("requests", 1)
+        resolution = self.limiter.resolve(key, call.path)  # None: no rule routes the path (auto-groups never do)
+        if resolution is not None and resolution.group not in self.groups.values():
+            spent[resolution.group] = estimate.get("requests", 1)
         with self._lock:
             auto = dict(self._auto.get(call.host, {}))
         for budget, group in (*auto.items(), *self.groups.items()):  # a declared group wins
@@ -511,11 +510,14 @@ class Outgoing:
         return caps
 
     def _took(self, ticket: _Ticket, host: str) -> None:
-        """Keeps how long calls to ``host`` take, admission to answer, for ``_crossing``."""
+        """Keeps how long calls to ``host`` take, admission to answer, for ``_crossing``: what matters there is
+        how soon a call reaches the server, which the fastest answers tell best (a slow answer is mostly the
+        server's work, after it counted the call), so a faster call lowers the figure at once and a slower one
+        raises it by a tenth of the difference."""
         took = time.monotonic() - ticket.admitted_at
         with self._lock:
             latency = self._latency.get(host)
-            self._latency[host] = took if latency is None else 0.8 * latency + 0.2 * took
+            self._latency[host] = took if latency is None or took < latency else 0.9 * latency + 0.1 * took
 
     def _record(self, key: str, word: ServerWord | None, status: int) -> None:
         with self._lock:
