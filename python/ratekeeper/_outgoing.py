@@ -608,12 +608,12 @@ class Outgoing:
         deadline = self._deadline()
         attempt = 0
         while True:
-            ticket = self._admit(call, deadline)
             try:
+                ticket = self._admit(call, deadline)
                 response = send()
                 retry = self._settle(ticket, call.host, reply(response))
             finally:
-                self._heard_from(call.host)
+                self._heard_from(call.host)  # a first call that failed, even refused, holds no other back
             if retry is None or not self._retrying(ticket.key, attempt, retry, deadline):
                 return response
             attempt += 1
@@ -631,8 +631,8 @@ class Outgoing:
         deadline = self._deadline()
         attempt = 0
         while True:
-            ticket = await self._aadmit(call, deadline)
             try:
+                ticket = await self._aadmit(call, deadline)
                 response = await send()
                 retry = await self._asettle(ticket, call.host, await reply(response))
             finally:

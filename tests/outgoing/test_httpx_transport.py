@@ -217,6 +217,19 @@ def test_two_budgets_are_spent_all_or_nothing() -> None:
     assert len(sent) == 1
 
 
+def test_a_first_call_refused_holds_no_other_back() -> None:
+    # Until a host's first answer its calls go one at a time; a first call that is refused must let the next go.
+    limiter = rk.Limiter(rules=[rk.Rule("^/search", "search", "1/min", algorithm="fixed_window")])
+    limiter.check("api.example.com", "/search")  # the search budget is spent
+    transport = Transport(limiter, inner=httpx.MockTransport(lambda request: httpx.Response(200)), wait=False)
+    with httpx.Client(transport=transport, base_url="https://api.example.com") as client:
+        with pytest.raises(rk.RateLimited):
+            client.get("/search")
+        started = time.monotonic()
+        assert client.get("/other").status_code == 200
+    assert time.monotonic() - started < 1.0
+
+
 def test_the_transports_own_inner_default_and_close() -> None:
     transport = Transport(rk.Limiter(rules=[]))
     assert isinstance(transport.inner, httpx.HTTPTransport)
