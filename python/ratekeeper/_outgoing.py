@@ -35,15 +35,14 @@ import math
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from ratekeeper._core import Decision, Limit, Rate
 from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue, RateLimited
 from ratekeeper._offload import off_loop
+from ratekeeper._server_words import DIALECTS, ServerWord, fields_in, read_fields
 
 if TYPE_CHECKING:
-    from ratekeeper._server_words import ServerWord
     from ratekeeper.limiter import Limiter
 
 __all__ = ["Call", "HostStats", "Outgoing", "Reply"]
@@ -51,6 +50,8 @@ __all__ = ["Call", "HostStats", "Outgoing", "Reply"]
 log = logging.getLogger("ratekeeper.outgoing")
 
 R = TypeVar("R")
+Q = TypeVar("Q")
+S = TypeVar("S")
 
 #: A call that the server's word says to retry after this many seconds at most is retried; one further
 #: away is given back to the caller at once (a day-long Retry-After is not waited out in a request).
@@ -61,7 +62,6 @@ _SHORTEST_SLEEP = 0.001
 _LONGEST_SLEEP = 0.25
 
 
-@dataclass(frozen=True)
 class Call:
     """What the engine sees of an outgoing request.
 
@@ -73,26 +73,94 @@ class Call:
         content: the request's body when the client has it in memory, else ``None``.
     """
 
-    method: str
-    host: str
-    path: str
-    headers: Mapping[str, str]
-    content: bytes | None = None
+    # A plain class with slots, not a frozen dataclass: one is made per call, and a frozen dataclass takes three
+    # times as long to make. The adapters' calls join the headers only when read (a key function, a cost
+    # function or api_key_header): most calls never need them.
+    __slots__ = ("_headers", "_pairs", "content", "host", "method", "path")
+
+    def __init__(
+        self, method: str, host: str, path: str, headers: Mapping[str, str], content: bytes | None = None
+    ) -> None:
+        self.method, self.host, self.path, self.content = method, host, path, content
+        self._headers: Mapping[str, str] | None = headers
+        self._pairs: Callable[[], Iterable[tuple[str, str]]] | None = None
+
+    @classmethod
+    def _lazy(
+        cls, method: str, host: str, path: str, pairs: Callable[[], Iterable[tuple[str, str]]], content: bytes | None
+    ) -> Call:
+        """A call whose headers are joined from ``pairs()`` when first read."""
+        call = cls.__new__(cls)
+        call.method, call.host, call.path, call.content = method, host, path, content
+        call._headers, call._pairs = None, pairs
+        return call
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        headers = self._headers
+        if headers is None:
+            assert self._pairs is not None
+            headers = self._headers = joined_headers(self._pairs())
+        return headers
+
+    def __repr__(self) -> str:
+        return f"Call(method={self.method!r}, host={self.host!r}, path={self.path!r})"
 
 
-@dataclass(frozen=True)
 class Reply:
     """What the engine sees of a response: ``status``, ``headers`` as (name, value) pairs, and ``content``,
     the body, read only when the engine was given a ``spent`` callable (else ``None``)."""
 
-    status: int
-    headers: tuple[tuple[str, str], ...]
-    content: bytes | None = None
+    # As Call: slots, and the adapters' replies make their headers' pairs only when read (by ``spent``); the
+    # engine reads the few rate-limit fields (``_fields``) straight from the client's headers.
+    __slots__ = ("_fields", "_headers", "_pairs", "_source", "content", "status")
+
+    def __init__(self, status: int, headers: tuple[tuple[str, str], ...], content: bytes | None = None) -> None:
+        self.status, self.content = status, content
+        self._headers: tuple[tuple[str, str], ...] | None = headers
+        self._source: Any = None
+        self._pairs: Callable[[Any], Iterable[tuple[str, str]]] | None = None
+        self._fields: Callable[[Any], dict[str, str]] | None = None
+
+    @classmethod
+    def _lazy(
+        cls,
+        status: int,
+        source: S,
+        pairs: Callable[[S], Iterable[tuple[str, str]]],
+        fields: Callable[[S], dict[str, str]] | None = None,
+    ) -> Reply:
+        """A reply of the client's headers ``source``: its pairs are ``pairs(source)``, made when first read;
+        its rate-limit fields ``fields(source)`` (default: found among the pairs)."""
+        reply = cls.__new__(cls)
+        reply.status, reply.content = status, None
+        reply._headers, reply._source, reply._pairs, reply._fields = None, source, pairs, fields
+        return reply
+
+    @property
+    def headers(self) -> tuple[tuple[str, str], ...]:
+        headers = self._headers
+        if headers is None:
+            assert self._pairs is not None
+            headers = self._headers = tuple(self._pairs(self._source))
+        return headers
 
     def header(self, name: str) -> str | None:
         """The first value of the header ``name`` (any case), or ``None``."""
         name = name.lower()
         return next((value for key, value in self.headers if key.lower() == name), None)
+
+    def _said(self) -> dict[str, str]:
+        """The rate-limit fields among the headers (``_server_words.fields_in``)."""
+        if self._fields is not None:
+            return self._fields(self._source)
+        if self._headers is not None:
+            return fields_in(self._headers)
+        assert self._pairs is not None
+        return fields_in(self._pairs(self._source))
+
+    def __repr__(self) -> str:
+        return f"Reply(status={self.status!r})"
 
 
 class HostStats(TypedDict):
@@ -130,15 +198,19 @@ def _new_stats() -> HostStats:
     )
 
 
-@dataclass
 class _Ticket:
-    """One admitted attempt: where it spent, what, and when."""
+    """One admitted attempt: where it spends, what, and when."""
 
-    key: str
-    spent: dict[str, int]  # group -> units
-    budgets: dict[str, str]  # budget -> group
-    estimate: dict[str, int]  # budget -> units estimated
-    admitted_at: float = field(default_factory=time.monotonic)
+    __slots__ = ("admitted_at", "budgets", "estimate", "key", "steps")
+
+    def __init__(
+        self, key: str, steps: tuple[tuple[str, int, bool], ...], budgets: dict[str, str], estimate: dict[str, int]
+    ) -> None:
+        self.key = key
+        self.steps = steps  # (group, units, whether the group is a budget's), in the order they are spent
+        self.budgets = budgets  # budget -> group; shared between tickets: never changed
+        self.estimate = estimate  # budget -> units estimated
+        self.admitted_at = time.monotonic()
 
 
 KeyFunction = Callable[[Call], str]
@@ -229,11 +301,8 @@ class Outgoing:
             raise InvalidType("retries", f"must be an int, got {type(retries).__name__}")
         if not 0 <= retries <= 100:
             raise InvalidValue("retries", f"must be 0 to 100, got {retries}")
-        if dialect is not None:
-            from ratekeeper._server_words import DIALECTS
-
-            if dialect not in DIALECTS:
-                raise InvalidValue("dialect", f"{dialect!r} is not one of {', '.join(map(repr, DIALECTS))}")
+        if dialect is not None and dialect not in DIALECTS:
+            raise InvalidValue("dialect", f"{dialect!r} is not one of {', '.join(map(repr, DIALECTS))}")
         self.limiter = limiter
         self.groups: dict[str, str] = _checked_groups(limiter, groups)
         self.auto_groups, self.window, self.dialect = auto_groups, float(window), dialect
@@ -242,18 +311,20 @@ class Outgoing:
         self._cost, self._spent = cost, spent
         self._lock = threading.Lock()
         self._stats: dict[str, HostStats] = {}
-        # host -> budget -> auto group, and each auto group's (limit, window) as last made here.
+        # host -> budget -> auto group, and (host, budget) -> (auto group, limit, window) as last made here.
+        # Changed under the lock; read without it (a dict's get is atomic) on every call.
         self._auto: dict[str, dict[str, str]] = {}
-        self._auto_made: dict[str, tuple[int, float]] = {}
+        self._auto_made: dict[tuple[str, str], tuple[str, int, float]] = {}
+        # Counts the changes to _auto: a plan (see _plan) made before the last change is made again.
+        self._auto_changes = 0
+        # (host, routed group) -> (_auto_changes when made, steps, budgets): the plan of a call with no cost function.
+        self._plans: dict[tuple[str, str | None], tuple[int, tuple[tuple[str, int, bool], ...], dict[str, str]]] = {}
         # host -> set once its first answer came back (see _first_word).
         self._heard: dict[str, threading.Event] = {}
-        # host -> how long a call takes to reach the server, as its answers tell (see _took, _crossing).
+        # host -> how long a call takes to reach the server, as its answers tell (see _record, _crossing).
         self._latency: dict[str, float] = {}
-
-    @property
-    def _reads_body(self) -> bool:
-        """Whether the adapters must read a response's body for ``spent``."""
-        return self._spent is not None
+        #: Whether the adapters must read a response's body for ``spent``.
+        self._reads_body = spent is not None
 
     def stats(self) -> dict[str, HostStats]:
         """The counters of each key this object has sent calls for (a copy): see
@@ -298,60 +369,72 @@ class Outgoing:
         return checked
 
     def _plan(self, call: Call, key: str, estimate: dict[str, int]) -> _Ticket:
-        """Where ``call`` spends: its routed group (1 unit, or ``cost``'s ``"requests"``) and each budget's group."""
-        spent: dict[str, int] = {}
-        budgets: dict[str, str] = {}
+        """Where ``call`` spends: its routed group (1 unit, or ``cost``'s ``"requests"``) and each budget's group.
+        Without a cost function a host's plan is the same for every call until its auto-groups change: kept."""
         resolution = self.limiter.resolve(key, call.path)  # None: no rule routes the path (auto-groups never do)
-        if resolution is not None and resolution.group not in self.groups.values():
-            spent[resolution.group] = estimate.get("requests", 1)
+        routed = None if resolution is None or resolution.group in self.groups.values() else resolution.group
+        if estimate:
+            _, steps, budgets = self._made_plan(call.host, routed, estimate)
+            return _Ticket(key, steps, budgets, estimate)
+        plan = self._plans.get((call.host, routed))
+        if plan is None or plan[0] != self._auto_changes:
+            plan = self._plans[call.host, routed] = self._made_plan(call.host, routed, estimate)
+        return _Ticket(key, plan[1], plan[2], estimate)
+
+    def _made_plan(
+        self, host: str, routed: str | None, estimate: dict[str, int]
+    ) -> tuple[int, tuple[tuple[str, int, bool], ...], dict[str, str]]:
+        """(``_auto_changes`` as it was read, steps, budgets) for ``_plan``."""
+        spent: dict[str, int] = {}
+        if routed is not None:
+            spent[routed] = estimate.get("requests", 1)
         with self._lock:
-            auto = dict(self._auto.get(call.host, {}))
-        for budget, group in (*auto.items(), *self.groups.items()):  # a declared group wins
-            budgets[budget] = group
+            changes = self._auto_changes
+            budgets = {**self._auto.get(host, {}), **self.groups}  # a declared group wins
         for budget, group in budgets.items():
             spent[group] = spent.get(group, 0) + estimate.get(budget, 1)
-        return _Ticket(key, spent, budgets, estimate)
+        groups = set(budgets.values())
+        return changes, tuple((group, units, group in groups) for group, units in spent.items()), budgets
 
     # --- admission -------------------------------------------------------------------------------------------
 
     def _try(self, ticket: _Ticket, host: str, guard: bool) -> Decision | float | None:
         """Spends the ticket's units in every group, all or nothing: ``None`` when admitted, the refusal, or
         the seconds to hold the call when it would cross the end of a window (``_crossing``)."""
-        taken: list[tuple[str, int]] = []
+        check, key, steps = self.limiter.check, ticket.key, ticket.steps
         ends = []
-        for group, units in ticket.spent.items():
-            decision = self.limiter.check(ticket.key, group=group, cost=units)
+        for index, (group, units, is_budget) in enumerate(steps):
+            decision = check(key, group=group, cost=units)
             if not decision.allowed:
-                for earlier, count in taken:
-                    self.limiter.reduce(ticket.key, group=earlier, n=count)
+                self._give_back(key, steps[:index])
                 return decision
-            taken.append((group, units))
-            if group in ticket.budgets.values():
+            if is_budget:
                 ends.append(decision.reset_after)
         hold = self._crossing(host, ends) if guard else 0.0
         if hold:
-            for earlier, count in taken:
-                self.limiter.reduce(ticket.key, group=earlier, n=count)
+            self._give_back(key, steps)
             return hold
         ticket.admitted_at = time.monotonic()
         return None
 
+    def _give_back(self, key: str, steps: tuple[tuple[str, int, bool], ...]) -> None:
+        for group, units, _ in steps:
+            self.limiter.reduce(key, group=group, n=units)
+
     async def _atry(self, ticket: _Ticket, host: str, guard: bool) -> Decision | float | None:
-        taken: list[tuple[str, int]] = []
+        """``_try`` for a store whose decisions wait on I/O: checked without blocking the event loop."""
+        key, steps = ticket.key, ticket.steps
         ends = []
-        for group, units in ticket.spent.items():
-            decision = await self.limiter.acheck(ticket.key, group=group, cost=units)
+        for index, (group, units, is_budget) in enumerate(steps):
+            decision = await self.limiter.acheck(key, group=group, cost=units)
             if not decision.allowed:
-                for earlier, count in taken:
-                    await off_loop(self.limiter, self.limiter.reduce, ticket.key, group=earlier, n=count)
+                await off_loop(self.limiter, self._give_back, key, steps[:index])
                 return decision
-            taken.append((group, units))
-            if group in ticket.budgets.values():
+            if is_budget:
                 ends.append(decision.reset_after)
         hold = self._crossing(host, ends) if guard else 0.0
         if hold:
-            for earlier, count in taken:
-                await off_loop(self.limiter, self.limiter.reduce, ticket.key, group=earlier, n=count)
+            await off_loop(self.limiter, self._give_back, key, steps)
             return hold
         ticket.admitted_at = time.monotonic()
         return None
@@ -388,17 +471,18 @@ class Outgoing:
         would be limited by nothing. ``None``: go; else the event to wait for."""
         if not self.auto_groups or not self.obey or self.groups:
             return None
-        with self._lock:
-            heard = self._heard.get(host)
-            if heard is None:
-                self._heard[host] = threading.Event()
-                return None  # this call is the first: it goes
+        heard = self._heard.get(host)  # no lock: once made, a host's event stays
+        if heard is None:
+            with self._lock:
+                heard = self._heard.get(host)
+                if heard is None:
+                    self._heard[host] = threading.Event()
+                    return None  # this call is the first: it goes
         return None if heard.is_set() else heard
 
     def _heard_from(self, host: str) -> None:
-        with self._lock:
-            heard = self._heard.get(host)
-        if heard is not None:
+        heard = self._heard.get(host)
+        if heard is not None and not heard.is_set():  # is_set first: set() takes the event's lock every time
             heard.set()
 
     def _admit(self, call: Call, deadline: float | None) -> _Ticket:
@@ -437,7 +521,12 @@ class Outgoing:
             await asyncio.sleep(_SHORTEST_SLEEP * 10)
         while True:
             ticket = self._plan(call, key, estimate)
-            refusal = await self._atry(ticket, call.host, guard)
+            # A store that decides in this process is checked inline: a coroutine per check costs more than it.
+            refusal = (
+                await self._atry(ticket, call.host, guard)
+                if self.limiter._waits_on_io
+                else self._try(ticket, call.host, guard)
+            )
             if refusal is None:
                 return ticket
             if isinstance(refusal, float):
@@ -462,11 +551,9 @@ class Outgoing:
 
     # --- the server's word -----------------------------------------------------------------------------------
 
-    def _word(self, reply: Reply) -> ServerWord | None:
-        from ratekeeper._server_words import read
-
+    def _word(self, reply: Reply, now: float) -> ServerWord | None:
         try:
-            return read(reply.headers, reply.status, now=time.time(), dialect=self.dialect)
+            return read_fields(reply._said(), reply.status, now=now, dialect=self.dialect)
         except Exception:  # whatever a server sends, the call goes on
             log.exception("the server's rate-limit fields could not be read")
             return None
@@ -476,32 +563,35 @@ class Outgoing:
         if not self.auto_groups or limit is None or limit < 1:
             return None
         window = self.window if window is None else window
+        made = self._auto_made.get((host, budget))  # no lock: read on every answer, changed once in a while
+        if made is not None and made[1] == limit and made[2] == window:
+            return made[0]
         name = f"{host} {budget}"
-        with self._lock:
-            made = self._auto_made.get(name)
-        if made != (limit, window):
-            try:
-                wanted = [Limit(Rate(limit, per=window), algorithm="fixed_window")]
-                if made is None and name not in self.limiter.groups:
+        try:
+            wanted = [Limit(Rate(limit, per=window), algorithm="fixed_window")]
+            if made is None and name not in self.limiter.groups:
+                self.limiter.add_group(name, wanted)
+            else:
+                try:
                     self.limiter.add_group(name, wanted)
-                else:
-                    try:
-                        self.limiter.add_group(name, wanted)
-                    except InvalidValue:  # the server's size changed (another process may have said so too)
-                        self.limiter.update_rule(name, Rate(limit, per=window), burst=limit)
-            except InvalidArgument as error:
-                log.warning("no group for %s's budget %r (%s per %ss): %s", host, budget, limit, window, error)
-                return None
-            with self._lock:
-                self._auto_made[name] = (limit, window)
+                except InvalidValue:  # the server's size changed (another process may have said so too)
+                    self.limiter.update_rule(name, Rate(limit, per=window), burst=limit)
+        except InvalidArgument as error:
+            log.warning("no group for %s's budget %r (%s per %ss): %s", host, budget, limit, window, error)
+            return None
+        with self._lock:
+            self._auto_made[host, budget] = (name, limit, window)
+            if self._auto.get(host, {}).get(budget) != name:
                 self._auto.setdefault(host, {})[budget] = name
+                self._auto_changes += 1
         return name
 
     def _caps(self, ticket: _Ticket, host: str, word: ServerWord) -> list[tuple[str, int, float]]:
         """(group, remaining, reset_after) for each budget of ``word`` that has a group."""
         caps = []
+        declared = self.groups
         for budget in word.budgets:
-            group = self.groups.get(budget.name) or self._auto_group(host, budget.name, budget.limit, budget.window)
+            group = declared.get(budget.name) or self._auto_group(host, budget.name, budget.limit, budget.window)
             if group is not None:
                 caps.append((group, budget.remaining, budget.reset_after))
         if word.retry_after is not None and not word.budgets:
@@ -509,28 +599,27 @@ class Outgoing:
             caps.extend((group, 0, word.retry_after) for group in ticket.budgets.values())
         return caps
 
-    def _took(self, ticket: _Ticket, host: str) -> None:
-        """Keeps how long calls to ``host`` take, admission to answer, for ``_crossing``: what matters there is
-        how soon a call reaches the server, which the fastest answers tell best (a slow answer is mostly the
-        server's work, after it counted the call), so a faster call lowers the figure at once and a slower one
-        raises it by a tenth of the difference."""
-        took = time.monotonic() - ticket.admitted_at
-        with self._lock:
-            latency = self._latency.get(host)
-            self._latency[host] = took if latency is None or took < latency else 0.9 * latency + 0.1 * took
-
-    def _record(self, key: str, word: ServerWord | None, status: int) -> None:
-        with self._lock:
-            stats = self._stats.setdefault(key, _new_stats())
+    def _record(self, key: str, host: str, word: ServerWord | None, status: int, now: float, took: float) -> None:
+        """Counts the answer, keeps the server's word in the counters, and how long calls to ``host`` take,
+        admission to answer, for ``_crossing``: what matters there is how soon a call reaches the server, which
+        the fastest answers tell best (a slow answer is mostly the server's work, after it counted the call), so
+        a faster call lowers the figure at once and a slower one raises it by a tenth of the difference."""
+        stats = self._stats.get(key)
+        if stats is None:
+            with self._lock:
+                stats = self._stats.setdefault(key, _new_stats())
+        with self._lock:  # one lock a call: the counters and the latency are read-modify-writes
             stats["calls"] += 1
             if _throttled(status, word):
                 stats["throttled"] += 1
             if word is not None and (word.budgets or word.retry_after is not None):
                 stats["dialect"] = word.dialect
-                stats["said_at"] = time.time()
+                stats["said_at"] = now
                 for budget in word.budgets:
                     stats["remaining"][budget.name] = budget.remaining
                     stats["reset"][budget.name] = budget.reset_after
+            latency = self._latency.get(host)
+            self._latency[host] = took if latency is None or took < latency else 0.9 * latency + 0.1 * took
 
     def _corrections(self, ticket: _Ticket, reply: Reply) -> list[tuple[str, int]]:
         """(group, units more (+) or fewer (-) than spent) from ``spent``'s reading of the reply."""
@@ -555,9 +644,9 @@ class Outgoing:
                 corrections.append((group, difference))
         return corrections
 
-    def _retry_wait(self, reply: Reply, word: ServerWord | None, ticket: _Ticket) -> float | None:
+    def _retry_wait(self, status: int, word: ServerWord | None) -> float | None:
         """Seconds to wait before sending a throttled call again; ``None`` for a response to keep."""
-        if not _throttled(reply.status, word):
+        if not _throttled(status, word):
             return None
         if word is not None and word.retry_after is not None:
             return word.retry_after
@@ -567,24 +656,20 @@ class Outgoing:
     def _settle(self, ticket: _Ticket, host: str, reply: Reply) -> float | None:
         """Takes in what the response says: caps, corrections, counters. The seconds to wait before a retry,
         or ``None`` when the response is the call's answer."""
-        word = self._word(reply)
-        self._record(ticket.key, word, reply.status)
+        now = time.time()
+        word = self._word(reply, now)
         age = time.monotonic() - ticket.admitted_at
-        self._took(ticket, host)
-        for group, remaining, reset_after in self._caps(ticket, host, word) if word is not None and self.obey else ():
-            self._cap(ticket.key, group, remaining, reset_after, age)
-        for group, units in self._corrections(ticket, reply):
-            if units < 0:
-                self.limiter.reduce(ticket.key, group=group, n=-units)
-            else:
-                self.limiter.check(ticket.key, group=group, cost=units)  # refused: the next word corrects it
-        return self._retry_wait(reply, word, ticket)
-
-    async def _asettle(self, ticket: _Ticket, host: str, reply: Reply) -> float | None:
-        """``_settle`` for asyncio: a store's round trips off the event loop."""
-        if not self.limiter._waits_on_io:
-            return self._settle(ticket, host, reply)
-        return await asyncio.to_thread(self._settle, ticket, host, reply)
+        self._record(ticket.key, host, word, reply.status, now, age)
+        if word is not None and self.obey:
+            for group, remaining, reset_after in self._caps(ticket, host, word):
+                self._cap(ticket.key, group, remaining, reset_after, age)
+        if self._spent is not None:
+            for group, units in self._corrections(ticket, reply):
+                if units < 0:
+                    self.limiter.reduce(ticket.key, group=group, n=-units)
+                else:
+                    self.limiter.check(ticket.key, group=group, cost=units)  # refused: the next word corrects it
+        return self._retry_wait(reply.status, word)
 
     def _cap(self, key: str, group: str, remaining: int, reset_after: float, age: float) -> None:
         try:
@@ -603,15 +688,28 @@ class Outgoing:
     def _deadline(self) -> float | None:
         return None if self.timeout is None else time.monotonic() + self.timeout
 
-    def _send(self, call: Call, send: Callable[[], R], reply: Callable[[R], Reply], close: Callable[[R], None]) -> R:
-        """Sends ``call`` (``send()``) when its turn comes, obeys the answer, retries a 429; the response."""
+    def _send(
+        self,
+        call: Call,
+        send: Callable[[Q], R],
+        request: Q,
+        reply: Callable[[R], Reply],
+        body: Callable[[R], bytes],
+        close: Callable[[R], None],
+    ) -> R:
+        """Sends ``call`` (``send(request)``) when its turn comes, obeys the answer (``reply(response)``, with
+        ``body(response)`` as its content when ``spent`` reads it), retries a 429; the response. Functions and
+        their argument, not closures: the adapters pass their bound methods, made for nothing per call."""
         deadline = self._deadline()
         attempt = 0
         while True:
             try:
                 ticket = self._admit(call, deadline)
-                response = send()
-                retry = self._settle(ticket, call.host, reply(response))
+                response = send(request)
+                answer = reply(response)
+                if self._reads_body:
+                    answer.content = body(response)
+                retry = self._settle(ticket, call.host, answer)
             finally:
                 self._heard_from(call.host)  # a first call that failed, even refused, holds no other back
             if retry is None or not self._retrying(ticket.key, attempt, retry, deadline):
@@ -623,8 +721,10 @@ class Outgoing:
     async def _asend(
         self,
         call: Call,
-        send: Callable[[], Awaitable[R]],
-        reply: Callable[[R], Awaitable[Reply]],
+        send: Callable[[Q], Awaitable[R]],
+        request: Q,
+        reply: Callable[[R], Reply],
+        body: Callable[[R], Awaitable[bytes]],
         close: Callable[[R], Awaitable[None]],
     ) -> R:
         """``_send`` for asyncio."""
@@ -633,8 +733,14 @@ class Outgoing:
         while True:
             try:
                 ticket = await self._aadmit(call, deadline)
-                response = await send()
-                retry = await self._asettle(ticket, call.host, await reply(response))
+                response = await send(request)
+                answer = reply(response)
+                if self._reads_body:
+                    answer.content = await body(response)
+                if self.limiter._waits_on_io:  # a store's round trips off the event loop
+                    retry = await asyncio.to_thread(self._settle, ticket, call.host, answer)
+                else:
+                    retry = self._settle(ticket, call.host, answer)
             finally:
                 self._heard_from(call.host)
             if retry is None or not self._retrying(ticket.key, attempt, retry, deadline):

@@ -21,7 +21,7 @@ from typing import TypeGuard
 
 from ratekeeper._errors import InvalidValue
 
-__all__ = ["DIALECTS", "Budget", "ServerWord", "read"]
+__all__ = ["DIALECTS", "Budget", "ServerWord", "fields_in", "fields_in_raw", "read", "read_fields"]
 
 log = logging.getLogger("ratekeeper.outgoing")
 
@@ -93,6 +93,8 @@ _FIELDS = (
     | _GENERIC_FIELDS
     | {"ratelimit", "ratelimit-policy", "retry-after", "retry-after-ms", "date"}
 )
+# The same names as bytes, for headers read undecoded (fields_in_raw).
+_RAW_FIELDS = {name.encode("ascii"): name for name in _FIELDS}
 
 _STATUSES_WITH_WAIT = frozenset({429, 503})
 
@@ -149,6 +151,12 @@ def read(headers: Iterable[tuple[str, str]], status: int, *, now: float, dialect
     """
     if dialect is not None and dialect not in DIALECTS:
         raise InvalidValue("dialect", f"{dialect!r} is not one of {', '.join(map(repr, DIALECTS))}")
+    return read_fields(fields_in(headers), status, now=now, dialect=dialect)
+
+
+def fields_in(headers: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """The rate-limit fields among ``headers`` (``read``'s), by lower-case name, a repeated one's values joined
+    with ``", "``: all that ``read_fields`` reads."""
     fields = _FIELDS  # a local: the loop below is all most responses cost
     said: dict[str, str] = {}
     for name, value in headers:
@@ -158,6 +166,29 @@ def read(headers: Iterable[tuple[str, str]], status: int, *, now: float, dialect
             # RFC 9110 5.3: a repeated field is one list; for IETF's lists this is the split-over-lines form,
             # for a single-valued field it makes the value malformed, as it should.
             said[key] = value if earlier is None else f"{earlier}, {value}"
+    return said
+
+
+def fields_in_raw(headers: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
+    """``fields_in`` for headers as bytes (httpx's ``Headers.raw``), decoding only the fields kept.
+
+    Raises:
+        UnicodeDecodeError: a kept field's value is not ASCII; the caller decodes the headers as its client does
+            and reads them with ``fields_in``.
+    """
+    fields = _RAW_FIELDS
+    said: dict[str, str] = {}
+    for name, raw in headers:
+        key = fields.get(name.lower())
+        if key is not None:
+            value = raw.decode("ascii")
+            earlier = said.get(key)
+            said[key] = value if earlier is None else f"{earlier}, {value}"
+    return said
+
+
+def read_fields(said: dict[str, str], status: int, *, now: float, dialect: str | None = None) -> ServerWord:
+    """``read`` of the fields ``fields_in`` (or ``fields_in_raw``) kept; ``dialect`` is taken as valid."""
     if not said or (len(said) == 1 and "date" in said):
         return _NOTHING if dialect is None else ServerWord(dialect, (), None)
     if dialect is None:

@@ -15,18 +15,20 @@ sessions take middlewares (``pip install 'ratekeeper[aiohttp]'``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 try:
     from aiohttp import ClientRequest, ClientResponse
     from aiohttp.client_middlewares import ClientHandlerType
     from aiohttp.payload import BytesPayload
+    from multidict import CIMultiDictProxy
 except ImportError as error:  # pragma: no cover - the message is the point
     raise ImportError(
         "ratekeeper.aiohttp needs aiohttp 3.12 or later (client middlewares): pip install 'ratekeeper[aiohttp]'"
     ) from error
 
-from ratekeeper._outgoing import Call, HostStats, Outgoing, Reply, engine_of, host_of, joined_headers
+from ratekeeper._outgoing import Call, HostStats, Outgoing, Reply, engine_of, host_of
 from ratekeeper.limiter import Limiter
 
 __all__ = ["Middleware"]
@@ -39,13 +41,25 @@ async def _call(request: ClientRequest) -> Call:
     body = request.body
     # Bytes and JSON bodies are in memory; a stream or a file is not read here (it could be read once only).
     content = await body.as_bytes() if isinstance(body, BytesPayload) else None
-    return Call(
-        method=request.method.upper(),
-        host=host_of(url.host or "", url.explicit_port, _DEFAULT_PORTS.get(url.scheme)),
-        path=url.path,
-        headers=joined_headers(request.headers.items()),
-        content=content,
+    return Call._lazy(
+        request.method.upper(),
+        host_of(url.host or "", url.explicit_port, _DEFAULT_PORTS.get(url.scheme)),
+        url.path,
+        request.headers.items,
+        content,
     )
+
+
+def _reply(response: ClientResponse) -> Reply:
+    return Reply._lazy(response.status, response.headers, _pairs)
+
+
+def _pairs(headers: CIMultiDictProxy[str]) -> Iterable[tuple[str, str]]:
+    return headers.items()
+
+
+async def _release(response: ClientResponse) -> None:
+    response.release()
 
 
 class Middleware:
@@ -71,16 +85,4 @@ class Middleware:
 
     async def __call__(self, request: ClientRequest, handler: ClientHandlerType) -> ClientResponse:
         """Sends ``request`` when its turn comes; retries a 429 as the options say."""
-        reads_body = self.outgoing._reads_body
-
-        async def send() -> ClientResponse:
-            return await handler(request)
-
-        async def reply(response: ClientResponse) -> Reply:
-            content = await response.read() if reads_body else None
-            return Reply(response.status, tuple(response.headers.items()), content)
-
-        async def close(response: ClientResponse) -> None:
-            response.release()
-
-        return await self.outgoing._asend(await _call(request), send, reply, close)
+        return await self.outgoing._asend(await _call(request), handler, request, _reply, ClientResponse.read, _release)

@@ -22,7 +22,8 @@ try:
 except ImportError as error:  # pragma: no cover - the message is the point
     raise ImportError("ratekeeper.httpx needs httpx: pip install 'ratekeeper[httpx]'") from error
 
-from ratekeeper._outgoing import Call, HostStats, Outgoing, Reply, engine_of, host_of, joined_headers
+from ratekeeper._outgoing import Call, HostStats, Outgoing, Reply, engine_of, host_of
+from ratekeeper._server_words import fields_in, fields_in_raw
 from ratekeeper.limiter import Limiter
 
 __all__ = ["AsyncTransport", "Call", "HostStats", "Outgoing", "Reply", "Transport"]
@@ -36,13 +37,26 @@ def _call(request: httpx.Request) -> Call:
         content: bytes | None = request.content
     except httpx.RequestNotRead:
         content = None
-    return Call(
-        method=request.method,
-        host=host_of(url.host, url.port, _DEFAULT_PORTS.get(url.scheme)),
-        path=url.path,
-        headers=joined_headers(request.headers.multi_items()),
-        content=content,
+    return Call._lazy(
+        request.method,
+        host_of(url.host, url.port, _DEFAULT_PORTS.get(url.scheme)),
+        url.path,
+        request.headers.multi_items,
+        content,
     )
+
+
+def _reply(response: httpx.Response) -> Reply:
+    return Reply._lazy(response.status_code, response.headers, httpx.Headers.multi_items, _fields)
+
+
+def _fields(headers: httpx.Headers) -> dict[str, str]:
+    """The rate-limit fields, decoding only them: a name or value out of ASCII (rare, and mostly a malformed
+    value) is read from the headers decoded as httpx decodes them."""
+    try:
+        return fields_in_raw(headers.raw)
+    except UnicodeDecodeError:
+        return fields_in(headers.multi_items())
 
 
 class Transport(httpx.BaseTransport):
@@ -72,14 +86,8 @@ class Transport(httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Sends ``request`` when its turn comes; retries a 429 as the options say."""
-        reads_body = self.outgoing._reads_body
-
-        def reply(response: httpx.Response) -> Reply:
-            content = response.read() if reads_body else None
-            return Reply(response.status_code, tuple(response.headers.multi_items()), content)
-
         return self.outgoing._send(
-            _call(request), lambda: self.inner.handle_request(request), reply, lambda response: response.close()
+            _call(request), self.inner.handle_request, request, _reply, httpx.Response.read, httpx.Response.close
         )
 
     def close(self) -> None:
@@ -113,19 +121,14 @@ class AsyncTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Sends ``request`` when its turn comes; retries a 429 as the options say."""
-        reads_body = self.outgoing._reads_body
-
-        async def send() -> httpx.Response:
-            return await self.inner.handle_async_request(request)
-
-        async def reply(response: httpx.Response) -> Reply:
-            content = await response.aread() if reads_body else None
-            return Reply(response.status_code, tuple(response.headers.multi_items()), content)
-
-        async def close(response: httpx.Response) -> None:
-            await response.aclose()
-
-        return await self.outgoing._asend(_call(request), send, reply, close)
+        return await self.outgoing._asend(
+            _call(request),
+            self.inner.handle_async_request,
+            request,
+            _reply,
+            httpx.Response.aread,
+            httpx.Response.aclose,
+        )
 
     async def aclose(self) -> None:
         await self.inner.aclose()

@@ -21,10 +21,11 @@ from urllib.parse import urlsplit
 try:
     from requests import PreparedRequest, Response
     from requests.adapters import DEFAULT_POOLBLOCK, DEFAULT_POOLSIZE, DEFAULT_RETRIES, HTTPAdapter
+    from requests.structures import CaseInsensitiveDict
 except ImportError as error:  # pragma: no cover - the message is the point
     raise ImportError("ratekeeper.requests needs requests: pip install 'ratekeeper[requests]'") from error
 
-from ratekeeper._outgoing import Call, HostStats, Outgoing, Reply, engine_of, host_of, joined_headers
+from ratekeeper._outgoing import Call, HostStats, Outgoing, Reply, engine_of, host_of
 from ratekeeper.limiter import Limiter
 
 __all__ = ["Adapter"]
@@ -36,13 +37,21 @@ def _call(request: PreparedRequest) -> Call:
     url = urlsplit(request.url or "")
     body = request.body
     content = body.encode() if isinstance(body, str) else body if isinstance(body, bytes) else None
-    return Call(
-        method=(request.method or "GET").upper(),
-        host=host_of(url.hostname or "", url.port, _DEFAULT_PORTS.get(url.scheme)),
-        path=url.path or "/",
-        headers=joined_headers(request.headers.items()),
-        content=content,
+    return Call._lazy(
+        (request.method or "GET").upper(),
+        host_of(url.hostname or "", url.port, _DEFAULT_PORTS.get(url.scheme)),
+        url.path or "/",
+        request.headers.items,
+        content,
     )
+
+
+def _reply(response: Response) -> Reply:
+    return Reply._lazy(response.status_code, response.headers, CaseInsensitiveDict.items)
+
+
+def _body(response: Response) -> bytes:
+    return response.content
 
 
 class Adapter(HTTPAdapter):
@@ -90,14 +99,8 @@ class Adapter(HTTPAdapter):
         proxies: Mapping[str, str] | None = None,
     ) -> Response:
         """Sends ``request`` when its turn comes; retries a 429 as the options say."""
-        reads_body = self.outgoing._reads_body
 
-        def send() -> Response:
+        def send(request: PreparedRequest) -> Response:
             return super(Adapter, self).send(request, stream, timeout, verify, cert, proxies)
 
-        def reply(response: Response) -> Reply:
-            return Reply(
-                response.status_code, tuple(response.headers.items()), response.content if reads_body else None
-            )
-
-        return self.outgoing._send(_call(request), send, reply, lambda response: response.close())
+        return self.outgoing._send(_call(request), send, request, _reply, _body, Response.close)
