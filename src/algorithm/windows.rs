@@ -7,16 +7,39 @@
 //!   `burst` permits each;
 //! - fixed window: windows of `period`, `burst` (default: count) permits each.
 //!
-//! State: `t` = end of the current window (0: never used); `a` = permits left in it; `b` =
-//! [`ANNOUNCED`] when a server said where the window ends (a fixed window capped by [`Windows::cap`]),
-//! else 0.
+//! State: `t` = end of the current window (0: never used); `a` = permits left in it; `b` = 0, or, when a
+//! server said where the window ends (a fixed window capped by [`Windows::cap`]), [`ANNOUNCED`] with the
+//! instant the server's window began as far as the key knows (see [`origin_stamp`]).
 
 use super::State;
 use crate::rate::Rate;
 
-/// `State::b` of a window whose end a server announced ([`Windows::cap`]): it has started, however far
-/// its end (a window reserved by a waiter has not, until `t - window_ns`).
+/// Bit 0 of `State::b`: a server announced where the window ends ([`Windows::cap`]); it has started,
+/// however far its end (a window reserved by a waiter has not, until `t - window_ns`).
 pub const ANNOUNCED: u32 = 1;
+
+/// Milliseconds are stamped modulo 2**31 in the 31 bits above [`ANNOUNCED`].
+const STAMP_MODULUS: u64 = 1 << 31;
+
+#[inline]
+const fn announced(state: &State) -> bool {
+    state.b & ANNOUNCED != 0
+}
+
+/// `b` of an announced window whose server window began at `origin` (ns): a word for a request admitted
+/// before it is about an older server window.
+#[allow(clippy::cast_possible_truncation)] // below 2**31
+const fn origin_stamp(origin: u64) -> u32 {
+    (((origin / 1_000_000) % STAMP_MODULUS) as u32) << 1 | ANNOUNCED
+}
+
+/// Whether `sent_at` (ns) is before the origin `b` stamps: by 1 ms to about 6 days, on the stamps' circle.
+#[allow(clippy::cast_possible_truncation)] // below 2**31
+const fn sent_before_origin(b: u32, sent_at: u64) -> bool {
+    let sent = ((sent_at / 1_000_000) % STAMP_MODULUS) as u32;
+    let ahead = (b >> 1).wrapping_sub(sent) & (STAMP_MODULUS as u32 - 1);
+    ahead != 0 && ahead < 1 << 29
+}
 
 /// How much earlier than the request that brought a server's word a window may have started, and the
 /// word still be taken: the clocks read on either side of one admission differ by that much at most.
@@ -79,7 +102,7 @@ impl Windows {
         }
         // An announced window may end further away than a window lasts.
         let start = end.saturating_sub(self.window_ns);
-        if at < start && state.b != ANNOUNCED {
+        if at < start && !announced(state) {
             return Err(start - at);
         }
         // A window that ended is followed by one of this limit's own.
@@ -100,22 +123,38 @@ impl Windows {
         if reset_at <= now {
             return None;
         }
+        let admitted = sent_at;
         let sent_at = sent_at.saturating_add(WORD_SLACK_NS);
-        if now < state.t {
-            // A window of the limit's own started at its first request.
-            let start = state.t.saturating_sub(self.window_ns);
-            if state.b != ANNOUNCED && (start > now || start > sent_at) {
+        // Where the server's window began, as far as the key knows.
+        let b = if now < state.t {
+            if announced(state) {
+                // A reply to a request admitted before the window began came late.
+                if sent_before_origin(state.b, sent_at) {
+                    return None;
+                }
+                state.b
+            } else {
+                // A window of the limit's own started at its first request.
+                let start = state.t.saturating_sub(self.window_ns);
+                if start > now || start > sent_at {
+                    return None;
+                }
+                origin_stamp(start)
+            }
+        } else if announced(state) {
+            // The announced window ended at `t`: a request admitted in it has an old word.
+            if sent_at < state.t {
                 return None;
             }
-        } else if state.b == ANNOUNCED && sent_at < state.t {
-            // The request was admitted in the announced window that has ended since.
-            return None;
-        }
+            origin_stamp(state.t)
+        } else {
+            origin_stamp(admitted)
+        };
         let (_, permits) = self.current(state, now);
         // permits <= capacity <= u32::MAX.
         #[allow(clippy::cast_possible_truncation)]
         let a = permits.min(remaining) as u32;
-        Some(State { t: reset_at, a, b: ANNOUNCED })
+        Some(State { t: reset_at, a, b })
     }
 
     #[must_use]
@@ -127,7 +166,7 @@ impl Windows {
     /// that ended, or of one before a later reserved window, are not given to another window.
     #[must_use]
     pub fn refund(&self, state: &State, at: u64, cost: u64) -> State {
-        let started = if state.b == ANNOUNCED { 0 } else { state.t.saturating_sub(self.window_ns) };
+        let started = if announced(state) { 0 } else { state.t.saturating_sub(self.window_ns) };
         if state.t == 0 || at >= state.t || at < started {
             return *state;
         }
@@ -143,7 +182,7 @@ impl Windows {
             return 0;
         }
         let (end, permits) = self.current(state, now);
-        let ahead = if state.b == ANNOUNCED { 0 } else { (end - now - 1) / self.window_ns };
+        let ahead = if announced(state) { 0 } else { (end - now - 1) / self.window_ns };
         ahead.saturating_mul(self.capacity).saturating_add(self.capacity - permits)
     }
 
@@ -171,7 +210,7 @@ impl Windows {
             return (permits, 0);
         }
         // A reserved later window's permits are not there yet.
-        let usable = if now < end.saturating_sub(self.window_ns) && state.b != ANNOUNCED { 0 } else { permits };
+        let usable = if now < end.saturating_sub(self.window_ns) && !announced(state) { 0 } else { permits };
         (usable, end.saturating_sub(now))
     }
 }
@@ -296,6 +335,37 @@ mod tests {
         assert!(!hear(&mut h, 12 * S, 0, 20 * S, 10 * S));
         assert!(hear(&mut h, 12 * S, 0, 20 * S, 11 * S));
         assert_eq!(h.decide(12 * S, 1).retry_after_ns, 8 * S);
+    }
+
+    #[test]
+    fn a_late_word_about_the_window_before_an_announced_one_is_stale() {
+        let mut h = Harness::new("10/min", None, Kind::FixedWindow);
+        assert!(hear(&mut h, 0, 5, 10 * S, 0));
+        // The announced window ended at 10 s; the next began with a request at 11 s, whose reply
+        // announced it (5 left until 20 s).
+        assert!(h.decide(11 * S, 1).allowed);
+        assert!(hear(&mut h, 11 * S, 5, 20 * S, 11 * S));
+        // A reply to a request admitted at 9 s, in the window before, comes now, its reset rounded up
+        // past now: it is about that window, and changes nothing.
+        let before = h.state;
+        assert!(!hear(&mut h, 12 * S, 0, 13 * S, 9 * S));
+        assert_eq!(h.state, before);
+        // Replies to requests admitted in this window are taken, in any order.
+        assert!(hear(&mut h, 12 * S, 3, 20 * S, 11 * S + 500_000_000));
+        assert!(hear(&mut h, 12 * S, 2, 20 * S, 11 * S));
+        assert_eq!(h.report(12 * S).remaining, 2);
+    }
+
+    #[test]
+    fn origin_stamps_order_instants_across_their_wrap() {
+        let wrap = super::STAMP_MODULUS * 1_000_000;
+        for origin in [S, wrap - S, wrap, 5 * wrap + 7 * S] {
+            let b = super::origin_stamp(origin);
+            assert!(super::sent_before_origin(b, origin - 2_000_000));
+            assert!(!super::sent_before_origin(b, origin));
+            assert!(!super::sent_before_origin(b, origin + S));
+        }
+        assert!(super::sent_before_origin(super::origin_stamp(wrap + S), wrap - S));
     }
 
     #[test]

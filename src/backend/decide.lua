@@ -163,15 +163,15 @@ algorithms.gcra = {
 }
 
 -- Windows aligned to the key's first request since it was last idle (src/algorithm/windows.rs). p: capacity, window_ns.
--- b = ANNOUNCED: a server said where the window ends (a fixed window capped by a word, `windows_cap`):
--- it has started, however far its end.
+-- b odd: a server said where the window ends (a fixed window capped by a word, `windows_cap`): it has
+-- started, however far its end; b's other bits stamp where the server's window began (`origin_stamp`).
 local ANNOUNCED = 1
 local function windows_current(l, state, at)
   if state == nil or at >= state.t then return at + l.p2, l.p1 end
   return state.t, math.min(state.a, l.p1)
 end
 local function announced(state)
-  return state ~= nil and state.b == ANNOUNCED
+  return state ~= nil and state.b % 2 == ANNOUNCED
 end
 algorithms.windows = {
   evaluate = function(l, state, at)
@@ -202,17 +202,40 @@ algorithms.windows = {
 -- permits, heard in reply to a request admitted at `sent_at` (instants relative to now); nil leaves the
 -- state as it is (a stale word, a reset already past, waiters' reserved windows ahead).
 local WORD_SLACK_NS = 1000000
+local STAMP_MODULUS = 2147483648
+-- The milliseconds of instant `x` (relative to now) on the script's clock, modulo 2^31.
+local function stamp_ms(x)
+  return (now_s * 1000 + floor((now_ns + x) / 1000000)) % STAMP_MODULUS
+end
+local function origin_stamp(x)
+  return stamp_ms(x) * 2 + ANNOUNCED
+end
+local function sent_before_origin(b, x)
+  local ahead = (floor(b / 2) - stamp_ms(x)) % STAMP_MODULUS
+  return ahead ~= 0 and ahead < 536870912
+end
 local function windows_cap(l, state, remaining, reset_at, sent_at)
   if reset_at <= 0 then return nil end
+  local admitted = sent_at
   sent_at = sent_at + WORD_SLACK_NS
+  local b
   if state ~= nil and state.t > 0 then
-    local start = state.t - l.p2
-    if not announced(state) and (start > 0 or start > sent_at) then return nil end
-  elseif announced(state) and sent_at < state.t then
-    return nil
+    if announced(state) then
+      if sent_before_origin(state.b, sent_at) then return nil end
+      b = state.b
+    else
+      local start = state.t - l.p2
+      if start > 0 or start > sent_at then return nil end
+      b = origin_stamp(start)
+    end
+  elseif announced(state) then
+    if sent_at < state.t then return nil end
+    b = origin_stamp(state.t)
+  else
+    b = origin_stamp(admitted)
   end
   local _, permits = windows_current(l, state, 0)
-  return { t = reset_at, a = math.min(permits, remaining), b = ANNOUNCED }
+  return { t = reset_at, a = math.min(permits, remaining), b = b }
 end
 
 -- Sliding window counter aligned to the clock's zero (src/algorithm/sliding_window.rs). p: limit,

@@ -68,6 +68,20 @@ def test_a_late_word_about_an_ended_window_is_ignored(make_limiter: MakeLimiter)
     assert limiter.check("api").retry_after == pytest.approx(8)
 
 
+def test_a_late_word_about_the_window_before_an_announced_one_is_ignored(make_limiter: MakeLimiter) -> None:
+    clock = rk.ManualClock()
+    limiter = fixed("10/min", clock, make_limiter)
+    limiter.cap("api", remaining=5, reset_after=10)
+    clock.advance(11)
+    assert limiter.allow("api")  # the next window's first request, whose reply announces it
+    limiter.cap("api", remaining=5, reset_after=9)
+    clock.advance(1)
+    # The reply to a request admitted at 9 s, in the window before, its reset rounded up past now.
+    limiter.cap("api", remaining=0, reset_after=1, age=3)
+    decision = limiter.peek("api")
+    assert (decision.remaining, decision.reset_after) == (5, pytest.approx(8))
+
+
 def test_each_peer_and_group_hears_its_own_word(make_limiter: MakeLimiter) -> None:
     clock = rk.ManualClock()
     limiter = make_limiter(
