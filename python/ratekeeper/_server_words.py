@@ -95,6 +95,11 @@ _FIELDS = (
 )
 # The same names as bytes, for headers read undecoded (fields_in_raw).
 _RAW_FIELDS = {name.encode("ascii"): name for name in _FIELDS}
+# Each header name as a server writes it -> the field it is, or None: a server repeats its names on every response,
+# and one look-up costs less than lowering the name first. Bounded: names past it are lowered each time.
+_RAW_NAMES: dict[bytes, str | None] = {}
+_MOST_RAW_NAMES = 1024
+_UNSEEN = ""
 
 _STATUSES_WITH_WAIT = frozenset({429, 503})
 
@@ -176,10 +181,14 @@ def fields_in_raw(headers: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
         UnicodeDecodeError: a kept field's value is not ASCII; the caller decodes the headers as its client does
             and reads them with ``fields_in``.
     """
-    fields = _RAW_FIELDS
+    names = _RAW_NAMES
     said: dict[str, str] = {}
     for name, raw in headers:
-        key = fields.get(name.lower())
+        key = names.get(name, _UNSEEN)
+        if key is _UNSEEN:
+            key = _RAW_FIELDS.get(name.lower())
+            if len(names) < _MOST_RAW_NAMES:
+                names[name] = key
         if key is not None:
             value = raw.decode("ascii")
             earlier = said.get(key)
@@ -289,7 +298,8 @@ class _Reading:
                 self.warn(field, None, "missing, so the budget it belongs to is dropped")
             return None
         digits = value.strip()
-        if not _WHOLE.fullmatch(digits):
+        # isascii and isdigit: ASCII digits only, as _WHOLE, at a fraction of a match's cost.
+        if not (digits.isascii() and digits.isdigit()) and not _WHOLE.fullmatch(digits):
             self.warn(field, value, "not a whole number of 0 or more")
             return None
         # Not int() on a long string: it is slow and, past 4300 digits, refused.
@@ -348,6 +358,8 @@ _ResetParser = Callable[[_Reading, str, str], "float | None"]
 def _number(value: str) -> float | None:
     """A plain decimal number of 0 or more in ASCII digits, else ``None``."""
     text = value.strip()
+    if text.isascii() and text.isdigit() and len(text) <= 20:  # the usual whole number, without a match
+        return float(text)
     return float(text) if _NUMBER.fullmatch(text) else None
 
 
