@@ -192,6 +192,14 @@ class HostStats(TypedDict):
     said_at: float
 
 
+def _filling(decision: Decision) -> bool:
+    """Whether the budget ``decision`` spent in is more than half used: only then may calls that cross into the
+    server's next window fill it past its limit. A budget far from used (OpenAI's, refilling continuously,
+    announces resets of a few milliseconds with nearly all of it left) is not held at each reset."""
+    limit, remaining = decision.limit, decision.remaining
+    return limit is not None and remaining is not None and 2 * remaining < limit
+
+
 def _new_stats() -> HostStats:
     return HostStats(
         calls=0, waits=0, waited=0.0, refused=0, throttled=0, retries=0, dialect="", remaining={}, reset={}, said_at=0.0
@@ -408,7 +416,7 @@ class Outgoing:
             if not decision.allowed:
                 self._give_back(key, steps[:index])
                 return decision
-            if is_budget:
+            if is_budget and _filling(decision):
                 ends.append(decision.reset_after)
         hold = self._crossing(host, ends) if guard else 0.0
         if hold:
@@ -430,7 +438,7 @@ class Outgoing:
             if not decision.allowed:
                 await off_loop(self.limiter, self._give_back, key, steps[:index])
                 return decision
-            if is_budget:
+            if is_budget and _filling(decision):
                 ends.append(decision.reset_after)
         hold = self._crossing(host, ends) if guard else 0.0
         if hold:
@@ -447,7 +455,8 @@ class Outgoing:
         the server's reset, counted in its next window, which the next local window (starting full) does not
         count. So a call that would take longer than what is left of the window is given back and waits for
         the window to end; as is one in a window whose end a word moved up (the word's reset is known only
-        within a call's length: the server's clock and the client's are a call apart)."""
+        within a call's length: the server's clock and the client's are a call apart). Only budgets more than
+        half used are in ``ends`` (``_filling``)."""
         latency = self._latency.get(host)
         if not latency or not ends:
             return 0.0
