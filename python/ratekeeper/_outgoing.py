@@ -290,6 +290,9 @@ class Outgoing:
 
         if not isinstance(limiter, Limiter):
             raise InvalidType("limiter", f"must be a ratekeeper.Limiter, got {type(limiter).__name__}")
+        if limiter.clock is not None:
+            # Calls take real time, their waits sleep it, and a word's age is measured in it.
+            raise InvalidValue("limiter", "paces real calls on the real clock: give it a limiter without a ManualClock")
         for name, function in (("key", key), ("cost", cost), ("spent", spent)):
             if function is not None and not callable(function):
                 raise InvalidType(name, f"must be callable, got {type(function).__name__}")

@@ -265,6 +265,12 @@ def test_options_are_checked_when_the_transport_is_made(options: dict[str, Any],
         Outgoing("not a limiter")  # type: ignore[arg-type]
 
 
+def test_a_limiter_on_a_manual_clock_is_refused() -> None:
+    """Calls take real time and waits sleep it: a ManualClock's time would make every word look stale."""
+    with pytest.raises(rk.InvalidValue, match=r"^limiter: .*ManualClock"):
+        Transport(rk.Limiter(rules=[], clock=rk.ManualClock()))
+
+
 # --- whatever a server sends -----------------------------------------------------------------------------------
 
 FIELD_NAMES = [
