@@ -466,6 +466,17 @@ class Outgoing:
         soonest = min(ends)
         return soonest + _SHORTEST_SLEEP if 0.0 < soonest < latency else 0.0
 
+    def _next_pause(self, key: str, refusal: Decision | float, deadline: float | None, waited: bool) -> float | None:
+        """How long to sleep after ``refusal``: a refusal's wait (``_pause``), or the seconds a call is held at a
+        window's end; ``None`` when holding it would pass the deadline (it goes again, unheld)."""
+        if not isinstance(refusal, float):
+            return self._pause(key, refusal, deadline, waited)
+        if deadline is not None and time.monotonic() + refusal > deadline:
+            return None
+        if not waited:
+            self._count(key, waits=1)
+        return refusal
+
     def _pause(self, key: str, refusal: Decision, deadline: float | None, waited: bool) -> float:
         """How long to sleep before trying again, or raises ``RateLimited`` (counted)."""
         pause = refusal.retry_after
@@ -510,15 +521,10 @@ class Outgoing:
             refusal = self._try(ticket, call.host, guard)
             if refusal is None:
                 return ticket
-            if isinstance(refusal, float):
-                if deadline is not None and time.monotonic() + refusal > deadline:
-                    guard = False  # better a call that may cross the window than one past its timeout
-                    continue
-                pause = refusal
-                if not waited:
-                    self._count(key, waits=1)
-            else:
-                pause = self._pause(key, refusal, deadline, waited)
+            pause = self._next_pause(key, refusal, deadline, waited)
+            if pause is None:
+                guard = False  # better a call that may cross the window than one past its timeout
+                continue
             waited = True
             self._sleep(key, pause)
 
@@ -541,15 +547,10 @@ class Outgoing:
             )
             if refusal is None:
                 return ticket
-            if isinstance(refusal, float):
-                if deadline is not None and time.monotonic() + refusal > deadline:
-                    guard = False  # better a call that may cross the window than one past its timeout
-                    continue
-                pause = refusal
-                if not waited:
-                    self._count(key, waits=1)
-            else:
-                pause = self._pause(key, refusal, deadline, waited)
+            pause = self._next_pause(key, refusal, deadline, waited)
+            if pause is None:
+                guard = False  # better a call that may cross the window than one past its timeout
+                continue
             waited = True
             await self._asleep(key, pause)
 

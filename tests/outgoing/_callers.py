@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import traceback
 from collections import Counter
 from typing import Any
 
@@ -27,7 +28,7 @@ def call_for_a_while(
     url: str, store: Store, declared: str | None, tasks: int, seconds: float, barrier: Any, results: Any
 ) -> None:
     """Waits at ``barrier`` for the other processes, then runs ``tasks`` tasks calling ``url`` for ``seconds``;
-    puts (status counts, the transport's stats) in ``results``.
+    puts (status counts, the transport's stats, None) in ``results``, or ({}, {}, the error) if it failed.
 
     ``declared``: a rate such as ``"100/2s"`` for a group declared up front for the server's budget (``"api"``),
     or ``None`` to let the transport make the group on the server's first word."""
@@ -51,5 +52,9 @@ def call_for_a_while(
             return sum(await asyncio.gather(*(task() for _ in range(tasks))), Counter())
 
     barrier.wait(timeout=60)
-    codes = asyncio.run(main())
-    results.put((dict(codes), transport.stats()))
+    try:
+        codes = asyncio.run(main())
+    except BaseException as error:  # the test fails with it, not with a process that never reported
+        results.put(({}, {}, f"{type(error).__name__}: {error}\n{traceback.format_exc()}"))
+        raise
+    results.put((dict(codes), transport.stats(), None))
