@@ -87,6 +87,8 @@ _WRAPPED_BY = "_ratekeeper_gate"  # on a view wrapper: the gate that made it (it
 _ADMISSION = "ratekeeper.admission"  # the request's environ key for what was decided and is owed (or a _Quick[er])
 _STREAMED = "ratekeeper.streamed"  # set when a streamed body holds the permits until it ends
 _GATED = "ratekeeper.gate"  # the gate whose respond() serves the request (it catches _Answered)
+_STARTED = "ratekeeper.started"  # the gates whose started() saw the response start (a set)
+_LATE = "ratekeeper.late"  # gate -> the body of the refusal its started() answered with, for respond() to return
 _CALLED = "ratekeeper.called"  # limits decided in this request without a view's verdict (a set)
 
 log = logging.getLogger("ratekeeper")
@@ -937,36 +939,16 @@ class _Gate:
         """Calls the app; the fields and ``refund_when`` when its response starts, for whoever decided (the
         gate, a view's wrapper, or this, for a request no wrapper saw). Once the views decide every request, the
         app calls it as its ``wsgi_app`` (see ``serve``), and it wraps the views again after a new mark or view."""
-        if self.views_decide and self.views_seen != len(self.views):  # (a mark sets views_seen to -1)
+        if self.views_seen != len(self.views) and self.views_decide:  # (a mark sets views_seen to -1)
             self.wrap_views()
-        late: Any = None  # the refusal's body, when the decision made at the start refused
-        started = False
 
         def start_with_fields(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
-            nonlocal started, late
-            if started:  # again, for an error after the start: decided and settled already
-                return start_response(status, headers, exc_info)
-            started = True
             quick = environ.get(_ADMISSION)
-            if quick.__class__ is tuple:  # a view's wrapper decided it allowed, and only its fields are owed
+            if quick.__class__ is tuple:  # a view's wrapper decided it allowed, and only its fields are owed (a
+                # response started again for an error after the start carries them too)
                 headers.extend(quick[0])
                 return start_response(status, headers, exc_info)
-            extension = self.extension
-            owed = _owed(environ)
-            if owed is None:
-                owed = self.decide_late(environ)
-                if owed.status:
-                    late = self.refuse(owed, environ, start_response)
-                    return _discard
-            if owed.status:  # refused inside Flask, and answered there (ours, on_breach's, the app's 429)
-                present = {name.lower() for name, _ in headers}
-                headers.extend(field for field in owed.fields if field[0].lower() not in present)
-            else:
-                headers.extend(owed.fields)
-                extension._settle(owed, int(status[:3]))
-                if owed.permits and _STREAMED not in environ:  # no view's body holds them
-                    extension._release(owed)
-            return start_response(status, headers, exc_info)
+            return self.started(environ, start_response, status, headers, exc_info)
 
         environ[_GATED] = self  # a view's wrapper may raise _Answered for this to answer
         try:
@@ -980,12 +962,46 @@ class _Gate:
             if owed is not None:  # the app raised through Flask (PROPAGATE_EXCEPTIONS)
                 self.extension._release(owed)
             raise
-        if late is not None:
-            close = getattr(body, "close", None)
-            if close is not None:
-                close()
-            return late
+        if _LATE in environ:  # the decision made as the response started refused it: the refusal is the body
+            late = environ[_LATE].pop(self, None)
+            if late is not None:
+                close = getattr(body, "close", None)
+                if close is not None:
+                    close()
+                return late
         return body
+
+    def started(
+        self,
+        environ: dict[str, Any],
+        start_response: StartResponse,
+        status: str,
+        headers: list[tuple[str, str]],
+        exc_info: Any = None,
+    ) -> Any:
+        """``start_response`` of a request ``respond`` serves, unless only the fields a view's wrapper left are
+        owed: the fields and ``refund_when`` for whoever decided, or the decision now for a request no wrapper
+        saw (its refusal left in the environ for ``respond`` to answer with)."""
+        started: set[_Gate] = environ.setdefault(_STARTED, set())
+        if self in started:  # again, for an error after the start: decided and settled already
+            return start_response(status, headers, exc_info)
+        started.add(self)
+        extension = self.extension
+        owed = _owed(environ)
+        if owed is None:
+            owed = self.decide_late(environ)
+            if owed.status:
+                environ.setdefault(_LATE, {})[self] = self.refuse(owed, environ, start_response)
+                return _discard
+        if owed.status:  # refused inside Flask, and answered there (ours, on_breach's, the app's 429)
+            present = {name.lower() for name, _ in headers}
+            headers.extend(field for field in owed.fields if field[0].lower() not in present)
+        else:
+            headers.extend(owed.fields)
+            extension._settle(owed, int(status[:3]))
+            if owed.permits and _STREAMED not in environ:  # no view's body holds them
+                extension._release(owed)
+        return start_response(status, headers, exc_info)
 
     def refuse(self, owed: Owed, environ: dict[str, Any], start_response: StartResponse) -> Any:
         """Answers a refused request: ``on_refused``'s response, or the JSON 429 with the fields."""
