@@ -944,7 +944,7 @@ class _Gate:
 
         def start_with_fields(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
             quick = environ.get(_ADMISSION)
-            if quick.__class__ is tuple:  # a view's wrapper decided it allowed, and only its fields are owed (a
+            if type(quick) is tuple:  # a view's wrapper decided it allowed, and only its fields are owed (a
                 # response started again for an error after the start carries them too)
                 headers.extend(quick[0])
                 return start_response(status, headers, exc_info)
@@ -1255,15 +1255,15 @@ class _Gate:
                         peer = environ_key.from_environ(environ)
                     else:
                         peer = key(request)
-                        if peer.__class__ is not str:
+                        if type(peer) is not str:
                             peer = _sync_key(peer)
                     if peer is None:
                         return gate.served(request, slow(request, peer), call, args, kwargs)
                     path = request.path
                     admitted = admit(1, peer, path)
-                    if admitted.__class__ is tuple:  # allowed without permits: its fields, and no Decision made
+                    if type(admitted) is tuple:  # allowed without permits: its fields, and no Decision made
                         environ[_ADMISSION] = (admitted, limiter, peer, path, 1, spec)
-                        return call(*args, **kwargs)
+                        return call(*args, **kwargs) if kwargs else call(*args)  # (no copy of an empty kwargs)
                     if isinstance(admitted, Decision):
                         owed = gate.verdict(environ, called, gatekeeper.admission(admitted, peer, path), None)
                         return gate.served(request, owed, call, args, kwargs)
@@ -1284,15 +1284,15 @@ class _Gate:
                     peer = environ_key.from_environ(environ)
                 else:
                     peer = key(request)
-                    if peer.__class__ is not str:
+                    if type(peer) is not str:
                         peer = _sync_key(peer)
                 if peer is None or spec is None:
                     return gate.served(request, slow(request, peer), call, args, kwargs)
                 n = fixed or cost(request)  # type: ignore[misc,operator]
                 admitted = admit(n, peer)
-                if admitted.__class__ is tuple:  # nothing owed but the fields, which the gate adds
+                if type(admitted) is tuple:  # nothing owed but the fields, which the gate adds
                     environ[_ADMISSION] = (admitted, limiter, peer, None, n, spec)
-                    return call(*args, **kwargs)
+                    return call(*args, **kwargs) if kwargs else call(*args)  # (no copy of an empty kwargs)
                 if isinstance(admitted, Decision):
                     receipt = (peer, None, spec[0], n)
                     owed = gate.verdict(environ, called, gatekeeper._admission(admitted, receipt), limit)
