@@ -698,6 +698,24 @@ class Limiter:
             ``Decision._fields`` / ``Decision._raw_fields`` give them (no ``Decision`` is made);
             for any other, its [`Decision`][ratekeeper.Decision].
         """
+    def _admit_view(
+        self, ietf: bool, legacy: bool, group: str | None, cost: int, peer: str | int, path: str | None = None
+    ) -> tuple[tuple[str, str], ...] | Decision | None:
+        """``_admit_web`` of a request a view's wrapper decides (Flask), in a group or by the rules.
+
+        Args:
+            ietf: the allowed response's ``RateLimit-Policy`` and ``RateLimit`` fields.
+            legacy: its ``X-RateLimit-*`` fields.
+            group: the group deciding the request; ``None``: the rules on ``path``.
+            cost: what the request counts for.
+            peer: the key.
+            path: what the rules route on (only without ``group``).
+
+        Returns:
+            ``None`` while the limiter is off (nothing is decided); for a request allowed without
+            concurrency permits, its response's fields as ``Decision._fields`` gives them (no
+            ``Decision`` is made); for any other, its [`Decision`][ratekeeper.Decision].
+        """
     def _admit_scope(
         self, ietf: bool, legacy: bool, header: bytes | None, scope: Mapping[str, Any]
     ) -> tuple[tuple[bytes, bytes], ...] | Decision | None:

@@ -139,6 +139,15 @@ class Gatekeeper:
             self.limiter._admit_web, fields.ietf and fields.on_allowed, fields.legacy and fields.on_allowed, raw
         )
 
+    def view_admitter(self, group: str | None = None) -> Callable[..., tuple[tuple[Any, Any], ...] | Decision | None]:
+        """``admit_quick`` for a view's wrapper (WSGI's str fields, when :attr:`quick`): the limiter's
+        ``_admit_view`` with the fields' options, in ``group``, called with ``(cost, peer)``; without a group,
+        by the rules, called with ``(cost, peer, path)``. ``None`` from it: the limiter is off, nothing was
+        decided. A partial of the core's method: no Python frame."""
+        fields = self.options.fields
+        ietf, legacy = fields.ietf and fields.on_allowed, fields.legacy and fields.on_allowed
+        return functools.partial(self.limiter._admit_view, ietf, legacy, group)
+
     # --- admit ----------------------------------------------------------------------------------------------
 
     def admission(self, decision: Decision, peer: str, path: str) -> Admission:

@@ -87,6 +87,8 @@ _WRAPPED_BY = "_ratekeeper_gate"  # on a view wrapper: the gate that made it (it
 _ADMISSION = "ratekeeper.admission"  # the request's environ key for what was decided and is owed (or a _Quick[er])
 _STREAMED = "ratekeeper.streamed"  # set when a streamed body holds the permits until it ends
 _GATED = "ratekeeper.gate"  # the gate whose respond() serves the request (it catches _Answered)
+_STARTED = "ratekeeper.started"  # the gates whose started() saw the response start (a set)
+_LATE = "ratekeeper.late"  # gate -> the body of the refusal its started() answered with, for respond() to return
 _CALLED = "ratekeeper.called"  # limits decided in this request without a view's verdict (a set)
 
 log = logging.getLogger("ratekeeper")
@@ -937,36 +939,16 @@ class _Gate:
         """Calls the app; the fields and ``refund_when`` when its response starts, for whoever decided (the
         gate, a view's wrapper, or this, for a request no wrapper saw). Once the views decide every request, the
         app calls it as its ``wsgi_app`` (see ``serve``), and it wraps the views again after a new mark or view."""
-        if self.views_decide and self.views_seen != len(self.views):  # (a mark sets views_seen to -1)
+        if self.views_seen != len(self.views) and self.views_decide:  # (a mark sets views_seen to -1)
             self.wrap_views()
-        late: Any = None  # the refusal's body, when the decision made at the start refused
-        started = False
 
         def start_with_fields(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
-            nonlocal started, late
-            if started:  # again, for an error after the start: decided and settled already
-                return start_response(status, headers, exc_info)
-            started = True
             quick = environ.get(_ADMISSION)
-            if quick.__class__ is tuple:  # a view's wrapper decided it allowed, and only its fields are owed
+            if type(quick) is tuple:  # a view's wrapper decided it allowed, and only its fields are owed (a
+                # response started again for an error after the start carries them too)
                 headers.extend(quick[0])
                 return start_response(status, headers, exc_info)
-            extension = self.extension
-            owed = _owed(environ)
-            if owed is None:
-                owed = self.decide_late(environ)
-                if owed.status:
-                    late = self.refuse(owed, environ, start_response)
-                    return _discard
-            if owed.status:  # refused inside Flask, and answered there (ours, on_breach's, the app's 429)
-                present = {name.lower() for name, _ in headers}
-                headers.extend(field for field in owed.fields if field[0].lower() not in present)
-            else:
-                headers.extend(owed.fields)
-                extension._settle(owed, int(status[:3]))
-                if owed.permits and _STREAMED not in environ:  # no view's body holds them
-                    extension._release(owed)
-            return start_response(status, headers, exc_info)
+            return self.started(environ, start_response, status, headers, exc_info)
 
         environ[_GATED] = self  # a view's wrapper may raise _Answered for this to answer
         try:
@@ -980,12 +962,46 @@ class _Gate:
             if owed is not None:  # the app raised through Flask (PROPAGATE_EXCEPTIONS)
                 self.extension._release(owed)
             raise
-        if late is not None:
-            close = getattr(body, "close", None)
-            if close is not None:
-                close()
-            return late
+        if _LATE in environ:  # the decision made as the response started refused it: the refusal is the body
+            late = environ[_LATE].pop(self, None)
+            if late is not None:
+                close = getattr(body, "close", None)
+                if close is not None:
+                    close()
+                return late
         return body
+
+    def started(
+        self,
+        environ: dict[str, Any],
+        start_response: StartResponse,
+        status: str,
+        headers: list[tuple[str, str]],
+        exc_info: Any = None,
+    ) -> Any:
+        """``start_response`` of a request ``respond`` serves, unless only the fields a view's wrapper left are
+        owed: the fields and ``refund_when`` for whoever decided, or the decision now for a request no wrapper
+        saw (its refusal left in the environ for ``respond`` to answer with)."""
+        started: set[_Gate] = environ.setdefault(_STARTED, set())
+        if self in started:  # again, for an error after the start: decided and settled already
+            return start_response(status, headers, exc_info)
+        started.add(self)
+        extension = self.extension
+        owed = _owed(environ)
+        if owed is None:
+            owed = self.decide_late(environ)
+            if owed.status:
+                environ.setdefault(_LATE, {})[self] = self.refuse(owed, environ, start_response)
+                return _discard
+        if owed.status:  # refused inside Flask, and answered there (ours, on_breach's, the app's 429)
+            present = {name.lower() for name, _ in headers}
+            headers.extend(field for field in owed.fields if field[0].lower() not in present)
+        else:
+            headers.extend(owed.fields)
+            extension._settle(owed, int(status[:3]))
+            if owed.permits and _STREAMED not in environ:  # no view's body holds them
+                extension._release(owed)
+        return start_response(status, headers, exc_info)
 
     def refuse(self, owed: Owed, environ: dict[str, Any], start_response: StartResponse) -> Any:
         """Answers a refused request: ``on_refused``'s response, or the JSON 429 with the fields."""
@@ -1186,11 +1202,6 @@ class _Gate:
         limit = steps[0] if steps else None
         called = route.gate_decides  # as decide's verdict: a limited function called later skips them
         limiter = extension.limiter
-        acquire = limiter._acquire
-        admit_quick = gatekeeper.admit_quick
-        both = _Take.BOTH
-        fields = extension.options.fields
-        ietf, legacy, on_allowed = fields.ietf, fields.legacy, fields.on_allowed
         own_key = limit.key if limit is not None else None
         environ_key = extension._environ_key if own_key is None else None
         # The environ name of a keys.header() key (its from_environ not overridden), read in place.
@@ -1199,22 +1210,27 @@ class _Gate:
         cost = limit.cost if limit is not None else None
         fixed = 1 if cost is None else cost if type(cost) is int else 0  # the cost, unless a callable gives it
         # What a _Quick of this view holds for every request: (group, limit, called); the group is made at the
-        # limit's first request (in slow()).
+        # limit's first request (in slow()), and with it the call of the limiter deciding in it.
         spec: tuple[str | None, _RouteLimit | None, tuple[_RouteLimit, ...]] | None = (
             (None, None, called) if limit is None else None
         )
+        admit = gatekeeper.view_admitter(None)  # (cost, peer, path); in the limit's group: (cost, peer)
         gate = self
 
         def slow(request: flask.Request, peer: str | None) -> Owed:
-            """A request without a key, or the limit's first (its group made), or a limit giving none."""
-            nonlocal spec
+            """A request without a key, or the limit's first (its group made), or a limit giving none, or any
+            while the limiter is off."""
+            nonlocal spec, admit
             environ = request.environ
+            if not limiter.enabled:  # a limiter turned off decides nothing, nor do the view's own wrappers
+                return gate.decide(request, route)
             group = None
             if limit is not None:
                 group = spec[0] if spec is not None else limit.group(request, endpoint)
                 if group is None:  # no limit for this request (logged): asked again at the next
                     return gate.verdict(environ, called, NOT_LIMITED, limit)
-                spec = (group, limit, called)
+                if spec is None:
+                    spec, admit = (group, limit, called), gatekeeper.view_admitter(group)
             if peer is None and own_key is not None:
                 return gate.verdict(environ, called, NOT_LIMITED, limit)  # the limit's key says it does not apply
             n = fixed or cost(request)  # type: ignore[misc,operator]
@@ -1223,15 +1239,43 @@ class _Gate:
 
         # Each request reads only what its view needs: the environ for keys.header(), the request otherwise
         # (its path and method are attributes Werkzeug set when it made it), and its verdict is left as one
-        # flat tuple.
+        # flat tuple. The limiter answers None while it is off: the request is decided as any other then.
         if limit is None:  # the path's rules
 
             @functools.wraps(view)
             def limited(*args: Any, **kwargs: Any) -> Any:
                 request: flask.Request = _request_context().request
                 environ = request.environ
-                if _ADMISSION in environ or not limiter.enabled:
-                    return gate.served(request, gate.decide(request, route), call, args, kwargs)
+                if _ADMISSION not in environ:
+                    if header is not None:  # keys.header(), read as its from_environ reads it
+                        peer = environ.get(header)
+                        if peer is not None:
+                            peer = peer.strip() or None
+                    elif environ_key is not None:
+                        peer = environ_key.from_environ(environ)
+                    else:
+                        peer = key(request)
+                        if type(peer) is not str:
+                            peer = _sync_key(peer)
+                    if peer is None:
+                        return gate.served(request, slow(request, peer), call, args, kwargs)
+                    path = request.path
+                    admitted = admit(1, peer, path)
+                    if type(admitted) is tuple:  # allowed without permits: its fields, and no Decision made
+                        environ[_ADMISSION] = (admitted, limiter, peer, path, 1, spec)
+                        return call(*args, **kwargs) if kwargs else call(*args)  # (no copy of an empty kwargs)
+                    if isinstance(admitted, Decision):
+                        owed = gate.verdict(environ, called, gatekeeper.admission(admitted, peer, path), None)
+                        return gate.served(request, owed, call, args, kwargs)
+                return gate.served(request, gate.decide(request, route), call, args, kwargs)
+
+            return limited
+
+        @functools.wraps(view)
+        def limited_by(*args: Any, **kwargs: Any) -> Any:
+            request: flask.Request = _request_context().request
+            environ = request.environ
+            if _ADMISSION not in environ:
                 if header is not None:  # keys.header(), read as its from_environ reads it
                     peer = environ.get(header)
                     if peer is not None:
@@ -1240,47 +1284,20 @@ class _Gate:
                     peer = environ_key.from_environ(environ)
                 else:
                     peer = key(request)
-                    if peer.__class__ is not str:
+                    if type(peer) is not str:
                         peer = _sync_key(peer)
-                if peer is None:
+                if peer is None or spec is None:
                     return gate.served(request, slow(request, peer), call, args, kwargs)
-                path = request.path
-                admitted = admit_quick(peer, path)
-                if type(admitted) is tuple:  # allowed without permits: its fields, and no Decision made
-                    environ[_ADMISSION] = (admitted, limiter, peer, path, 1, spec)
-                    return call(*args, **kwargs)
-                assert isinstance(admitted, Decision)
-                owed = gate.verdict(environ, called, gatekeeper.admission(admitted, peer, path), None)
-                return gate.served(request, owed, call, args, kwargs)
-
-            return limited
-
-        @functools.wraps(view)
-        def limited_by(*args: Any, **kwargs: Any) -> Any:
-            request: flask.Request = _request_context().request
-            environ = request.environ
-            if _ADMISSION in environ or not limiter.enabled:
-                return gate.served(request, gate.decide(request, route), call, args, kwargs)
-            if header is not None:  # keys.header(), read as its from_environ reads it
-                peer = environ.get(header)
-                if peer is not None:
-                    peer = peer.strip() or None
-            elif environ_key is not None:
-                peer = environ_key.from_environ(environ)
-            else:
-                peer = key(request)
-                if peer.__class__ is not str:
-                    peer = _sync_key(peer)
-            if peer is None or spec is None:
-                return gate.served(request, slow(request, peer), call, args, kwargs)
-            n = fixed or cost(request)  # type: ignore[misc,operator]
-            decision = acquire(peer, None, group=spec[0], cost=n, take=both)
-            if decision.allowed and not decision.permits_held:  # nothing owed but the fields, which the gate adds
-                given = decision._fields(ietf, legacy) if on_allowed else ()
-                environ[_ADMISSION] = (given, decision, peer, None, n, spec)
-                return call(*args, **kwargs)
-            owed = gate.verdict(environ, called, gatekeeper._admission(decision, (peer, None, spec[0], n)), limit)
-            return gate.served(request, owed, call, args, kwargs)
+                n = fixed or cost(request)  # type: ignore[misc,operator]
+                admitted = admit(n, peer)
+                if type(admitted) is tuple:  # nothing owed but the fields, which the gate adds
+                    environ[_ADMISSION] = (admitted, limiter, peer, None, n, spec)
+                    return call(*args, **kwargs) if kwargs else call(*args)  # (no copy of an empty kwargs)
+                if isinstance(admitted, Decision):
+                    receipt = (peer, None, spec[0], n)
+                    owed = gate.verdict(environ, called, gatekeeper._admission(admitted, receipt), limit)
+                    return gate.served(request, owed, call, args, kwargs)
+            return gate.served(request, gate.decide(request, route), call, args, kwargs)
 
         return limited_by
 
@@ -1500,12 +1517,12 @@ def _admitted(
     decision: Decision | Limiter, receipt: tuple[str, str | None, str | None, int], fields: Sequence[tuple[str, str]]
 ) -> Admission:
     """The Admission of a request allowed without permits: by ``decision``, or, when the limiter's hot path
-    made none (``Gatekeeper.admit_quick``: the part holds the limiter), by what it decided on the receipt's
-    path, read back (``peek``) for its group and window, and counted there."""
+    made none (``Gatekeeper.view_admitter``: the part holds the limiter), by what it decided on the receipt's
+    path or in its group, read back (``peek``) for its group and window, and counted there."""
     if isinstance(decision, Decision):
         return Admission(0, fields, decision=decision, route=receipt)
-    peer, path = receipt[0], receipt[1]
-    looked = decision.peek(peer, path)
+    peer, path, group = receipt[0], receipt[1], receipt[2]
+    looked = decision.peek(peer, path, group=group)
     if looked.group is None:  # exempt or unrouted: nothing was counted
         return Admission(0, fields, route=receipt)
     return _Counted(0, fields, decision=looked, route=receipt)

@@ -218,16 +218,18 @@ impl PyLimiter {
         Ok(answer.decision)
     }
 
-    /// A web request at cost 1: the fields `(ietf, legacy, raw)` of an allowed one holding no permits (no
+    /// A web request at `cost`: the fields `(ietf, legacy, raw)` of an allowed one holding no permits (no
     /// `Decision` made), or the `Decision` of any other, carrying its key (`Decision._peer`).
     fn admit_web<'py>(
         &self,
         py: Python<'py>,
         peer: &str,
         target: Target<'_>,
+        cost: u64,
         (ietf, legacy, raw): (bool, bool, bool),
     ) -> PyResult<Bound<'py, PyAny>> {
-        let decision = self.decide(py, peer, target, Request::new(1).reporting().taking(Take::RatesAndPermits))?;
+        let request = Request::new(cost).reporting().taking(Take::RatesAndPermits);
+        let decision = self.decide(py, peer, target, request)?;
         let mut decision = self.decision(py, &decision);
         if decision.is_allowed() && !decision.holds_permits() {
             return Ok(decision.field_tuple(py, ietf, legacy, raw)?.into_any());
@@ -542,7 +544,30 @@ impl PyLimiter {
     ) -> PyResult<Bound<'py, PyAny>> {
         let (peer, target) = (args::peer(peer)?, target(Some(path), None)?);
         let peer = &*peer;
-        self.admit_web(py, peer, target, (ietf, legacy, raw))
+        self.admit_web(py, peer, target, 1, (ietf, legacy, raw))
+    }
+
+    /// `_admit_web` of a request a view's wrapper decides (WSGI fields): in the group `group` at `cost`
+    /// when `group` is given, else by the rules on `path`. None, deciding nothing, while the limiter is
+    /// off. The options come first, for a `functools.partial` to hold them.
+    #[pyo3(signature = (ietf, legacy, group, cost, peer, path=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn _admit_view<'py>(
+        &self,
+        py: Python<'py>,
+        ietf: bool,
+        legacy: bool,
+        group: Option<&Bound<'py, PyAny>>,
+        cost: Cost,
+        peer: &Bound<'py, PyAny>,
+        path: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        if !self.core().enabled() {
+            return Ok(None);
+        }
+        let (peer, target) = (args::peer(peer)?, target(path, group)?);
+        let peer = &*peer;
+        self.admit_web(py, peer, target, cost.0, (ietf, legacy, false)).map(Some)
     }
 
     /// `_admit_web` of an ASGI HTTP `scope` (raw fields), its key read from the scope: the request header
@@ -561,7 +586,7 @@ impl PyLimiter {
             None => ScopeKey::ClientAddress,
         };
         with_scope_request(scope, key, |peer, path| {
-            self.admit_web(py, peer, Target::Path(Some(path)), (ietf, legacy, true))
+            self.admit_web(py, peer, Target::Path(Some(path)), 1, (ietf, legacy, true))
         })
     }
 
