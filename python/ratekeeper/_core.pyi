@@ -756,7 +756,7 @@ class Limiter:
         remaining: int,
         reset_after: float,
         age: float = 0,
-    ) -> None:
+    ) -> bool:
         """A server's word for the key: it may spend at most ``remaining`` more before ``reset_after``
         seconds from now (e.g. ``RateLimit: "api";r=3;t=40``, or ``X-RateLimit-Remaining`` and
         ``-Reset``). Taken by the group's ``fixed_window`` limits: the window ends at the server's reset
@@ -770,6 +770,11 @@ class Limiter:
                 window that has ended since (the reply came late) is ignored, as is a reset already
                 past; a word does not move windows that waiters of ``throttle`` reserved (wait with
                 ``check`` and ``retry_after`` for keys that take words).
+
+        Returns:
+            True when a fixed window took the word; False when it changed nothing (stale, a reset past,
+            reservations ahead), when no group limits the request, or when Redis could not be reached
+            (``on_error`` other than ``"raise"``; with ``"local"``, whether this process's memory took it).
 
         Raises:
             InvalidValue: the group has no ``fixed_window`` limit; ``remaining`` below 0;

@@ -23,7 +23,7 @@
 -- Reply    { allowed (1 | 0), wait_ns, retry_ns (-1: never), now_s, now_ns, written (bit i: limit i took
 --            the request), refused_by ("" | "rate" | "concurrency"), then per limit when asked to report:
 --            remaining, reset_after_ns, next_ns }: whole numbers below 2^53 as integer replies. A
---            reduction, refund or release replies { "1" }.
+--            reduction, refund or release replies { "1" }; a word { "1" } when a limit took it, else { "0" }.
 -- Called    this file defines `decide`; src/backend/script.rs makes of it a Redis Function library that
 --           registers it (FCALL, Redis 7+: the definitions below run once, at load) and, for servers
 --           without functions, a script that calls it (EVALSHA: they run on every call).
@@ -1029,7 +1029,8 @@ decide_full = function(KEYS, ARGV, timed)
       end
     end
     persist_moved(written)
-    return { '1' }
+    if written > 0 then return { '1' } end
+    return { '0' }
   end
 
   -- What limit i says at `at`: its new state, or nil and the retry (nil: never, a cost above its burst).

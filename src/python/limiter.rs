@@ -628,7 +628,8 @@ impl PyLimiter {
     }
 
     /// A server's word for the key: at most `remaining` more before `reset_after` seconds from now,
-    /// heard in reply to a request admitted `age` seconds ago; taken by the group's fixed windows.
+    /// heard in reply to a request admitted `age` seconds ago; taken by the group's fixed windows (true
+    /// when one took it).
     #[pyo3(signature = (peer, path=None, *, group=None, remaining, reset_after, age = 0))]
     #[allow(clippy::too_many_arguments)]
     fn cap(
@@ -640,7 +641,7 @@ impl PyLimiter {
         #[pyo3(from_py_with = field::remaining)] remaining: u64,
         #[pyo3(from_py_with = field::reset_after)] reset_after: u64,
         #[pyo3(from_py_with = field::age)] age: u64,
-    ) -> PyResult<()> {
+    ) -> PyResult<bool> {
         let (peer, target) = (args::peer(peer)?, target(path, group)?);
         let peer = &*peer;
         let times = (reset_after, age);

@@ -63,7 +63,7 @@ impl StateStore for Exact {
         self.decider.reduce(&self.limiter, peer, target, n)
     }
 
-    fn cap(&self, peer: &str, target: Target<'_>, remaining: u64, times: (u64, u64)) -> Result<()> {
+    fn cap(&self, peer: &str, target: Target<'_>, remaining: u64, times: (u64, u64)) -> Result<bool> {
         self.decider.cap(&self.limiter, peer, target, remaining, times)
     }
 
@@ -226,9 +226,9 @@ impl RedisDecider {
         Ok(())
     }
 
-    /// A server's word for `peer` ([`Limiter::cap`]), taken by the key's fixed windows in Redis. While
-    /// Redis cannot answer: `local` takes it in this process's memory; otherwise it is lost (the next
-    /// reply brings another).
+    /// A server's word for `peer` ([`Limiter::cap`]), taken by the key's fixed windows in Redis: true when
+    /// one took it. While Redis cannot answer: `local` takes it in this process's memory; otherwise it is
+    /// lost (false; the next reply brings another).
     ///
     /// # Errors
     /// A `Target::Group` that names no group, a group without a fixed window; Redis cannot answer and
@@ -240,16 +240,17 @@ impl RedisDecider {
         target: Target<'_>,
         remaining: u64,
         times: (u64, u64),
-    ) -> Result<()> {
-        let Routed::Limited(key) = limiter.route_remote(peer, target)? else { return Ok(()) };
+    ) -> Result<bool> {
+        let Routed::Limited(key) = limiter.route_remote(peer, target)? else { return Ok(false) };
         if !key.limits.iter().any(crate::algorithm::Limit::takes_word) {
             return Err(crate::limiter::no_fixed_window(&key.group));
         }
-        let taken = self.give_back(&key, peer, &script::cap_arguments(&key, remaining, times, self.caller(limiter)))?;
-        if !taken && self.settings.on_error == OnError::Local {
-            limiter.cap(peer, target, remaining, times.0, times.1)?;
+        let args = script::cap_arguments(&key, remaining, times, self.caller(limiter));
+        match self.run_give_back(&key, peer, &args)? {
+            Some(reply) => Ok(reply.first().is_some_and(|taken| taken == "1")),
+            None if self.settings.on_error == OnError::Local => limiter.cap(peer, target, remaining, times.0, times.1),
+            None => Ok(false),
         }
-        Ok(())
     }
 
     /// This limiter as the script sees it: its name and its clock.
@@ -278,13 +279,18 @@ impl RedisDecider {
     /// A give-back's failure is counted as an error but moves no health: its callers have no answer to log
     /// an outage with, and the decisions around it begin and end the outage (logged once each).
     fn give_back(&self, key: &RemoteKey, peer: &str, args: &[String]) -> Result<bool> {
+        self.run_give_back(key, peer, args).map(|reply| reply.is_some())
+    }
+
+    /// `give_back` with the script's reply; `None` when Redis could not answer.
+    fn run_give_back(&self, key: &RemoteKey, peer: &str, args: &[String]) -> Result<Option<Vec<String>>> {
         match self.client.run(&self.keys(peer, key), args) {
-            Ok(_) => Ok(true),
+            Ok(reply) => Ok(Some(reply)),
             Err(failure) => {
                 self.health.count_error();
                 match self.settings.on_error {
                     OnError::Raise => Err(Error::backend(failure.0)),
-                    _ => Ok(false),
+                    _ => Ok(None),
                 }
             }
         }

@@ -99,12 +99,13 @@ pub trait StateStore: Send + Sync {
     }
 
     /// A server's word for `peer`: at most `remaining` more before `times.0` ns from now, heard in reply
-    /// to a request admitted `times.1` ns ago; taken by the group's fixed windows ([`Limiter::cap`]).
+    /// to a request admitted `times.1` ns ago; taken by the group's fixed windows ([`Limiter::cap`]): true
+    /// when one took it.
     ///
     /// # Errors
     /// As [`StateStore::decide`]; a group without a fixed window.
-    fn cap(&self, peer: &str, target: Target<'_>, remaining: u64, times: (u64, u64)) -> Result<()> {
-        self.limiter().cap(peer, target, remaining, times.0, times.1).map(drop)
+    fn cap(&self, peer: &str, target: Target<'_>, remaining: u64, times: (u64, u64)) -> Result<bool> {
+        self.limiter().cap(peer, target, remaining, times.0, times.1)
     }
 
     /// Gives back the slot of a wait that did not end (timeout, cancel), as its `receipt` says.
@@ -244,7 +245,7 @@ impl StateStore for Store {
         each_store!(self, s => s.reduce(peer, target, n))
     }
 
-    fn cap(&self, peer: &str, target: Target<'_>, remaining: u64, times: (u64, u64)) -> Result<()> {
+    fn cap(&self, peer: &str, target: Target<'_>, remaining: u64, times: (u64, u64)) -> Result<bool> {
         each_store!(self, s => s.cap(peer, target, remaining, times))
     }
 

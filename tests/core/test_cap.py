@@ -131,11 +131,12 @@ def test_bad_words_are_refused_naming_the_field(field: str, value: object, error
     assert raised.value.loc == (field,)  # type: ignore[attr-defined]
 
 
-# A key's life: requests (a cost), words (remaining, seconds to the reset) and time passing (seconds).
+# A key's life: requests (a cost), words (remaining, seconds to the reset, and how many admissions back the
+# request that brought it was admitted) and time passing (seconds).
 steps = st.lists(
     st.one_of(
         st.tuples(st.just("request"), st.integers(1, 4)),
-        st.tuples(st.just("word"), st.tuples(st.integers(0, 12), st.integers(1, 300))),
+        st.tuples(st.just("word"), st.tuples(st.integers(0, 12), st.integers(1, 300), st.integers(0, 3))),
         st.tuples(st.just("advance"), st.integers(0, 90)),
     ),
     max_size=40,
@@ -147,12 +148,14 @@ steps = st.lists(
 def test_never_more_than_a_word_allows_before_its_reset(
     make_limiter: MakeLimiter, steps: list[tuple[str, object]]
 ) -> None:
-    """Between a word (r left until T) and T, at most r are admitted; a later word whose reset comes
-    sooner ends that span at its reset, as the server said."""
+    """Between a word that was taken (r left until T) and T, at most r are admitted; a later word whose reset
+    comes sooner ends that span at its reset, as the server said. A late word (its request admitted some
+    admissions back) may be ignored as stale, and then bounds nothing."""
     clock = rk.ManualClock()
     limiter = fixed("10/min", clock, make_limiter)
-    # Each word's span: [start, end) and what it allows; admissions counted in it.
+    # Each taken word's span: [start, end) and what it allows; admissions counted in it.
     spans: list[list[int]] = []  # [start, end, allowed, admitted]
+    admitted_at: list[int] = [0]  # when each request was admitted: a word's request is one of them
     now = 0
     for kind, value in steps:
         if kind == "advance":
@@ -161,16 +164,28 @@ def test_never_more_than_a_word_allows_before_its_reset(
             now += value
         elif kind == "word":
             assert isinstance(value, tuple)
-            remaining, reset_after = value
-            limiter.cap("api", remaining=remaining, reset_after=reset_after)
-            for span in spans:
-                span[1] = min(span[1], now + reset_after)
-            spans.append([now, now + reset_after, remaining, 0])
+            remaining, reset_after, back = value
+            age = now - admitted_at[max(0, len(admitted_at) - 1 - back)]
+            if limiter.cap("api", remaining=remaining, reset_after=reset_after, age=age):
+                for span in spans:
+                    span[1] = min(span[1], now + reset_after)
+                spans.append([now, now + reset_after, remaining, 0])
         else:
             assert isinstance(value, int)
             if limiter.check("api", cost=value).allowed:
+                admitted_at.append(now)
                 for span in spans:
                     if span[0] <= now < span[1]:
                         span[3] += value
     for start, end, allowed, admitted in spans:
         assert admitted <= allowed, f"{admitted} admitted between {start} s and {end} s after a word of {allowed}"
+
+
+def test_a_word_says_whether_it_was_taken(make_limiter: MakeLimiter) -> None:
+    clock = rk.ManualClock()
+    limiter = fixed("10/min", clock, make_limiter)
+    assert limiter.cap("api", remaining=5, reset_after=10)
+    assert not limiter.cap("api", remaining=5, reset_after=0)  # a reset already past
+    clock.advance(11)
+    assert not limiter.cap("api", remaining=0, reset_after=1, age=2)  # about the window that ended
+    assert limiter.cap("api", remaining=3, reset_after=5, age=0)
