@@ -617,10 +617,7 @@ class Outgoing:
         admission to answer, for ``_crossing``: what matters there is how soon a call reaches the server, which
         the fastest answers tell best (a slow answer is mostly the server's work, after it counted the call), so
         a faster call lowers the figure at once and a slower one raises it by a tenth of the difference."""
-        stats = self._stats.get(key)
-        if stats is None:
-            with self._lock:
-                stats = self._stats.setdefault(key, _new_stats())
+        stats = self._stats_of(key)
         with self._lock:  # one lock a call: the counters and the latency are read-modify-writes
             stats["calls"] += 1
             if _throttled(status, word):
@@ -690,9 +687,17 @@ class Outgoing:
         except InvalidArgument as error:
             log.warning("the server's word for %s in group %r was not applied: %s", key, group, error)
 
+    def _stats_of(self, key: str) -> HostStats:
+        """``key``'s counters, made (under the lock) at its first call only: no new dict on every call."""
+        stats = self._stats.get(key)
+        if stats is None:
+            with self._lock:
+                stats = self._stats.setdefault(key, _new_stats())
+        return stats
+
     def _count(self, key: str, **counts: float) -> None:
+        stats: dict[str, Any] = self._stats_of(key)  # type: ignore[assignment]
         with self._lock:
-            stats: dict[str, Any] = self._stats.setdefault(key, _new_stats())  # type: ignore[assignment]
             for name, value in counts.items():
                 stats[name] += value
 
