@@ -142,6 +142,21 @@ algorithms.gcra = {
     end
     return remaining, reset, next_ns
   end,
+  -- A lease's unused units, the newest `cost` slots: the arrival time moves back by `cost` intervals, never
+  -- before now.
+  give_back = function(l, state)
+    local step_rem = cost * l.p3
+    local step_ns = cost * l.p2 + floor(step_rem / l.p1)
+    step_rem = step_rem % l.p1
+    local ns, rem = state.t, state.a
+    if rem >= step_rem then
+      ns, rem = ns - step_ns, rem - step_rem
+    else
+      ns, rem = ns - step_ns - 1, rem + l.p1 - step_rem
+    end
+    if ns >= 0 then return { t = ns, a = rem, b = 0 } end
+    return { t = 0, a = 0, b = 0 }
+  end,
   -- Moves the arrival time back by `cost` intervals, never before now; while the newest slot is now or
   -- later, only the newest (at `at`) can be given back, or a new arrival would get a promised slot.
   refund = function(l, state, at)
@@ -1086,6 +1101,90 @@ decide_full = function(KEYS, ARGV, timed)
     if never then return nil, nil, 'rate' end
     if refused then return nil, retry, 'rate' end
     return writes
+  end
+
+  -- A lease ("lease:<most>:<span_ns>", `cost` the least): as many units as the rate limits admit now, at
+  -- least `cost` and at most `most`, taken at once for the caller to spend on its own (src/store/leased.rs).
+  -- Units past the least are granted only while every GCRA state written stays within `span_ns` of now: a
+  -- holder killed with its lease loses those for at most that long. Replies as a decision with reports, then
+  -- the units granted and each limit's state written (t relative to now, a), from which the caller knows
+  -- when each unit lapses.
+  local most, span = string.match(operation, '^lease:(%d+):(%d+)$')
+  if most then
+    most, span = tonumber(most), tonumber(span)
+    local writes, r, by = evaluate(0)
+    local granted = 0
+    if writes then
+      local least = cost
+      granted = least
+      local function within(w)
+        for i, state in pairs(w) do
+          if limits[i].kind == 'gcra' and state.t > span then return false end
+        end
+        return true
+      end
+      local high = math.max(least, most)
+      while granted < high do
+        cost = floor((granted + high + 1) / 2)
+        local more = evaluate(0)
+        if more and within(more) then
+          granted, writes = cost, more
+        else
+          high = cost - 1
+        end
+      end
+      cost = granted
+    end
+    local written = 0
+    for i, state in pairs(writes or {}) do
+      store(limits[i], KEYS[i], state, ledger_after(limits[i], states[i], 0))
+      states[i] = state
+      written = written + 2 ^ (i - 1)
+    end
+    persist_moved(written)
+    local reply = reply_of(writes ~= nil, 0, r, written, by or '')
+    for i = 1, n do report_into(reply, limits[i], states[i]) end
+    reply[#reply + 1] = granted
+    for i = 1, n do
+      local state = states[i]
+      if state ~= nil and not state.log and state.t ~= nil then
+        reply[#reply + 1] = state.t
+        reply[#reply + 1] = state.a or 0
+      else
+        reply[#reply + 1] = 0
+        reply[#reply + 1] = 0
+      end
+    end
+    return reply
+  end
+
+  -- A lease's unused units given back ("return:<i>,<s>,<ns>,<a>/...", `cost` the units): to each limit i
+  -- whose state is still the one the lease wrote (its instant s.ns and, for GCRA, its remainder a), so
+  -- that only units nobody else was granted after come back.
+  local returning = string.match(operation, '^return:(.*)$')
+  if returning then
+    local written = 0
+    for i, s, ns, a in string.gmatch(returning, '(%d+),(%d+),(%d+),(%d+)') do
+      i = tonumber(i)
+      local l, state = limits[i], states[i]
+      local at = (tonumber(s) - now_s) * E9 + (tonumber(ns) - now_ns)
+      if l ~= nil and state ~= nil and not state.log and state.t == at and state.ledger == nil then
+        local back
+        if l.kind == 'gcra' and state.a == tonumber(a) then
+          back = algorithms.gcra.give_back(l, state)
+        elseif l.kind == 'windows' then
+          back = { t = state.t, a = math.min(state.a + cost, l.p1), b = state.b }
+        elseif l.kind == 'sliding_window' then
+          back = { t = state.t, a = math.max(0, state.a - cost), b = state.b }
+        end
+        if back then
+          store(l, KEYS[i], back, nil, state)
+          written = written + 2 ^ (i - 1)
+        end
+      end
+    end
+    persist_moved(written)
+    return { str(written) }
   end
 
   -- Now, or for a waiter the first instant every limit admits (src/limiter/decide.rs `decide_group`).

@@ -70,6 +70,9 @@ pub struct Spec {
     pub settings: Settings,
     /// Sync mode's interval between pushes of usage (`None`: exact mode).
     pub sync_interval: Option<Duration>,
+    /// Lease mode's span: how far ahead a lease reaches, and how long a key stays idle before its lease
+    /// is given back (`None`: exact mode).
+    pub lease_span: Option<Duration>,
 }
 
 /// Keys `SCAN` asks for in one step, and so removed by one `UNLINK`.

@@ -226,6 +226,65 @@ pub fn cap_arguments(
     encode(key, &operation, (remaining, 0), "rates", NO_LEASES, caller)
 }
 
+/// The script's `ARGV` for a lease (lease mode): at least `least` units and at most `most`, those past the
+/// least only while every GCRA state written ends within `span_ns` of the script's now.
+#[must_use]
+pub fn lease_arguments(key: &RemoteKey, (least, most): (u64, u64), span_ns: u64, caller: Caller<'_>) -> Vec<String> {
+    let operation = format!("lease:{}:{}", most.min(EXACT - 1), span_ns.min(EXACT - 1));
+    encode(key, &operation, (least, 0), "rates", NO_LEASES, caller)
+}
+
+/// The script's `ARGV` to give `units` of a lease back to each limit whose state is still the one the
+/// lease wrote: `(limit index, the state's instant on the script's clock, its remainder)`.
+#[must_use]
+pub fn return_arguments(key: &RemoteKey, units: u64, states: &[LeaseState], caller: Caller<'_>) -> Vec<String> {
+    let named: Vec<String> = states
+        .iter()
+        .map(|s| format!("{},{},{},{}", s.index + 1, s.at / NANOS_PER_SEC, s.at % NANOS_PER_SEC, s.remainder))
+        .collect();
+    encode(key, &format!("return:{}", named.join("/")), (units, 0), "rates", NO_LEASES, caller)
+}
+
+/// A limit's state as a lease wrote it: what a later give-back must still find there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseState {
+    pub index: usize,
+    /// The state's instant (a window's end, a GCRA arrival time), in ns on the script's clock.
+    pub at: u64,
+    /// GCRA's remainder of a nanosecond (0 for the windows).
+    pub remainder: u64,
+}
+
+/// What a lease's reply says: the decision for the least, what each limit has left, the units granted and
+/// each limit's state as written (relative to the script's now: `(t, a)`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeaseReply {
+    pub verdict: Verdict,
+    pub reports: Vec<Report>,
+    pub granted: u64,
+    pub states: Vec<(i64, u64)>,
+}
+
+/// Parses the reply of a lease (`lease_arguments`).
+///
+/// # Errors
+/// A reply that is not the script's (an older script that does not know leases replies as a decision).
+pub fn parse_lease(key: &RemoteKey, reply: &[String]) -> Result<LeaseReply> {
+    let (verdict, reports) = parse_reply(key, reply)?;
+    let bad = || Error::value("reply", format!("not a ratekeeper lease reply: {reply:?}"));
+    let n = key.limits.len();
+    let at = 7 + 3 * n;
+    if reply.len() != at + 1 + 2 * n {
+        return Err(bad());
+    }
+    let number = |i: usize| -> Result<i64> { reply[i].parse::<i64>().map_err(|_| bad()) };
+    let granted = u64::try_from(number(at)?).map_err(|_| bad())?;
+    let states = (0..n)
+        .map(|i| Ok((number(at + 1 + 2 * i)?, u64::try_from(number(at + 2 + 2 * i)?).map_err(|_| bad())?)))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(LeaseReply { verdict, reports: reports.unwrap_or_default(), granted, states })
+}
+
 /// The script's `ARGV` to move the key's states through its moves, and nothing else (a quota changed).
 #[must_use]
 pub fn move_arguments(key: &RemoteKey, caller: Caller<'_>) -> Vec<String> {

@@ -41,7 +41,7 @@ pub use crate::rules::{OwnedTarget, Target};
 pub use crate::state_map::OnStall;
 pub use decide::Resolution;
 pub use quotas::ProviderAnswer;
-pub use remote::{LimitMove, RemoteKey, Routed, Verdict};
+pub use remote::{HeldKey, LimitMove, RemoteKey, Routed, Verdict};
 pub use shard::ShardData;
 pub(crate) use shard::{Held, Key, KeyLock, Locked};
 pub use stats::{GroupPolicy, GroupStats, Stats};

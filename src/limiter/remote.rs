@@ -2,7 +2,7 @@
 //! its limits here, the backend decides, and the verdict is counted here. No lock is held while the
 //! backend answers.
 
-use super::shard::KeyLock;
+use super::shard::{KeyLock, ShardData};
 use super::{Decision, Limiter, Receipt, Refusal, Request, Take, Target};
 use crate::algorithm::{Limit, Outcome, Report};
 use crate::config::Policy;
@@ -61,6 +61,26 @@ const fn head(version: u64) -> u64 {
     version << 32
 }
 
+/// A key as `Limiter::decide_held` shows it to what decides from a lease.
+#[derive(Debug, Clone, Copy)]
+pub struct HeldKey<'a> {
+    pub id: u32,
+    pub policy: Policy,
+    /// The group's limits for this key: its quota, if any, replaces the first rate limit.
+    pub limits: &'a [Limit],
+    /// The limiter's clock.
+    pub now: u64,
+}
+
+/// What a decision needs of its key: where it routed, and its limits.
+#[derive(Debug, Clone, Copy)]
+struct KeyShape<'a> {
+    index: usize,
+    id: u32,
+    limits: &'a [Limit],
+    policy: Policy,
+}
+
 /// A backend's verdict on one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Verdict {
@@ -112,6 +132,45 @@ impl Limiter {
         let mut key = locked.into_key(index);
         let quota = self.quota_of(&mut key.locked.held(), key.key, now, Some(peer));
         Ok(Routed::Limited(Self::remote_key(&mut key, quota)))
+    }
+
+    /// Routes `peer`'s request and, under the peer's lock, lets `held` decide it from what this process
+    /// holds (lease mode): `held` sees the group's id, policy and limits (its quota in place) and the
+    /// clock, and gives the verdict and, when asked, the reports; the decision is then counted as a
+    /// backend's is. When `held` cannot decide, what the backend needs to.
+    ///
+    /// # Errors
+    /// A `Target::Group` that names no group.
+    pub fn decide_held(
+        &self,
+        peer: &str,
+        target: Target<'_>,
+        request: Request,
+        held: impl FnOnce(HeldKey<'_>) -> Option<(Verdict, Option<Vec<Report>>)>,
+    ) -> Result<Routed> {
+        if !self.enabled() {
+            return Ok(Routed::Free(Decision::free(Route::Unlimited)));
+        }
+        let now = self.clock.now_ns();
+        let mut locked = self.lock_peer(peer);
+        let route = locked.rules().route(peer, target)?;
+        let Route::Group(index) = route else {
+            return Ok(Routed::Free(self.decide_route(&mut locked.held(), route, peer, now, request)));
+        };
+        let mut key = locked.into_key(index);
+        let quota = self.quota_of(&mut key.locked.held(), key.key, now, Some(peer));
+        let peer_hash = key.locked.peer_hash;
+        let (_, group, shard) = key.parts();
+        let limits = group.limits_with(quota);
+        let view = HeldKey { id: group.id, policy: group.policy, limits: &limits, now };
+        let Some((verdict, reports)) = held(view) else {
+            drop(limits);
+            return Ok(Routed::Limited(Self::remote_key(&mut key, quota)));
+        };
+        let id = group.id;
+        Self::count_remote(&mut shard.data, id, peer, peer_hash, verdict, request);
+        let shape = KeyShape { index, id, limits: &limits, policy: group.policy };
+        Ok(Routed::Free(self.remote_decision(shape, verdict, reports, request)))
     }
 
     /// What a remote store needs to decide for `key`, under `quota`.
@@ -195,24 +254,41 @@ impl Limiter {
         reports: Option<Vec<Report>>,
         request: Request,
     ) -> Decision {
-        let wait_ns = if verdict.allowed { verdict.wait_ns } else { 0 };
         if !request.peek {
             let mut locked = self.lock_peer(peer);
             let peer_hash = locked.peer_hash;
-            let data = &mut locked.held().shard.data;
-            if request.take == Take::Permits {
-                data.record_permits(key.id, peer, peer_hash, verdict.allowed);
-            } else {
-                data.record_decision(key.id, peer, peer_hash, verdict.allowed, wait_ns);
-            }
+            Self::count_remote(&mut locked.held().shard.data, key.id, peer, peer_hash, verdict, request);
         }
+        let shape = KeyShape { index: key.index, id: key.id, limits: &key.limits, policy: key.policy };
+        self.remote_decision(shape, verdict, reports, request)
+    }
+
+    /// Counts a backend's verdict in the group's stats.
+    fn count_remote(data: &mut ShardData, id: u32, peer: &str, peer_hash: u64, verdict: Verdict, request: Request) {
+        let wait_ns = if verdict.allowed { verdict.wait_ns } else { 0 };
+        if request.take == Take::Permits {
+            data.record_permits(id, peer, peer_hash, verdict.allowed);
+        } else {
+            data.record_decision(id, peer, peer_hash, verdict.allowed, wait_ns);
+        }
+    }
+
+    /// The decision a backend's verdict makes for a key of this shape.
+    fn remote_decision(
+        &self,
+        key: KeyShape<'_>,
+        verdict: Verdict,
+        reports: Option<Vec<Report>>,
+        request: Request,
+    ) -> Decision {
+        let wait_ns = if verdict.allowed { verdict.wait_ns } else { 0 };
         let outcome =
             if verdict.allowed { Outcome::admitted(verdict.wait_ns) } else { Outcome::refused(verdict.retry_ns) };
         // As the core reports: the permits when they refused or the group has no rate limit, else the
         // rate limits.
         let gates = verdict.refused_by == Some(Refusal::Concurrency) || key.limits.iter().all(Limit::is_concurrency);
         let report = request.report.then(|| {
-            let reports = reports.unwrap_or_default().into_iter().zip(&key.limits);
+            let reports = reports.unwrap_or_default().into_iter().zip(key.limits);
             combine_reports(reports.filter(|(_, l)| l.is_concurrency() == gates).map(|(r, _)| r), key.policy)
         });
         let gate_bits =

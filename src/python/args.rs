@@ -253,6 +253,7 @@ pub mod field {
         wait -> f64 = |o| seconds("wait", o)?;
         sync_interval -> f64 = |o| seconds("sync_interval", o)?;
         lease_ttl -> f64 = |o| seconds("lease_ttl", o)?;
+        lease_span -> f64 = |o| seconds("lease_span", o)?;
         per -> Option<f64> = |o| optional(o, |o| seconds("per", o))?;
         start -> f64 = |o| seconds("start", o)?;
         /// `seconds` of `ManualClock.advance`.

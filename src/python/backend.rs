@@ -20,7 +20,7 @@ impl PyRedis {
     #[new]
     #[pyo3(signature = (
         url, *, mode="exact", timeout=0.05, prefix="ratekeeper:", on_error="local", sync_interval=1.0, tls_ca_file=None,
-        lease_ttl=300.0
+        lease_ttl=300.0, lease_span=0.1
     ))]
     #[allow(clippy::too_many_arguments)]
     fn py_new(
@@ -32,6 +32,7 @@ impl PyRedis {
         #[pyo3(from_py_with = field::sync_interval)] sync_interval: f64,
         #[pyo3(from_py_with = field::tls_ca_file)] tls_ca_file: Option<std::path::PathBuf>,
         #[pyo3(from_py_with = field::lease_ttl)] lease_ttl: f64,
+        #[pyo3(from_py_with = field::lease_span)] lease_span: f64,
     ) -> PyResult<Self> {
         if !url.is_instance_of::<pyo3::types::PyString>() {
             let message = format!("must be a str such as 'redis://localhost:6379/0', got {}", type_name(url));
@@ -41,7 +42,8 @@ impl PyRedis {
         let mode = match mode {
             "exact" => "exact",
             "sync" => "sync",
-            _ => return Err(Error::value("mode", format!("must be 'exact' or 'sync', got '{mode}'")).into()),
+            "lease" => "lease",
+            _ => return Err(Error::value("mode", format!("must be 'exact', 'sync' or 'lease', got '{mode}'")).into()),
         };
         let sync_interval = Duration::from_nanos(positive_seconds("sync_interval", sync_interval)?);
         let timeout = Duration::from_nanos(positive_seconds("timeout", timeout)?);
@@ -56,8 +58,14 @@ impl PyRedis {
             ),
         };
         let lease_ttl = Duration::from_nanos(positive_seconds("lease_ttl", lease_ttl)?);
+        let lease_span = Duration::from_nanos(positive_seconds("lease_span", lease_span)?);
         let settings = Settings { url, tls_ca, timeout, prefix: prefix.to_owned(), on_error, lease_ttl };
-        Ok(Self { spec: Spec { settings, sync_interval: (mode == "sync").then_some(sync_interval) }, mode })
+        let spec = Spec {
+            settings,
+            sync_interval: (mode == "sync").then_some(sync_interval),
+            lease_span: (mode == "lease").then_some(lease_span),
+        };
+        Ok(Self { spec, mode })
     }
 
     #[getter]
@@ -73,6 +81,11 @@ impl PyRedis {
     #[getter]
     fn sync_interval(&self) -> Option<f64> {
         self.spec.sync_interval.map(|d| d.as_secs_f64())
+    }
+
+    #[getter]
+    fn lease_span(&self) -> Option<f64> {
+        self.spec.lease_span.map(|d| d.as_secs_f64())
     }
 
     #[getter]
@@ -104,6 +117,7 @@ impl PyRedis {
             self.spec.settings.prefix,
             self.spec.settings.on_error.name(),
             self.spec.sync_interval.map_or_else(String::new, |d| format!(", sync_interval={}", d.as_secs_f64()))
+                + &self.spec.lease_span.map_or_else(String::new, |d| format!(", lease_span={}", d.as_secs_f64()))
         )
     }
 }

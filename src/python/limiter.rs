@@ -213,7 +213,10 @@ impl PyLimiter {
     /// `allow` and `check` (`decide_here`) stays small (inlined, it cost 5 to 12 ns a call).
     #[inline(never)]
     fn decide(&self, py: Python<'_>, peer: &str, target: Target<'_>, request: Request) -> PyResult<limiter::Decision> {
-        let answer = self.in_store(py, |store| store.decide(peer, target, request))?;
+        let answer = match self.store.decide_at_once(peer, target, request) {
+            Some(answer) => answer?,
+            None => self.in_store(py, |store| store.decide(peer, target, request))?,
+        };
         log_notice(py, &answer);
         Ok(answer.decision)
     }

@@ -19,7 +19,7 @@ use crate::rate::Rate;
 #[derive(Debug)]
 pub struct Exact {
     limiter: Arc<Limiter>,
-    decider: Arc<RedisDecider>,
+    pub(super) decider: Arc<RedisDecider>,
 }
 
 impl Exact {
@@ -101,9 +101,9 @@ impl StateStore for Exact {
 const DENY_RETRY_NS: u64 = 1_000_000_000;
 
 /// What decides in Redis: its settings, its client, and its health.
-struct RedisDecider {
-    settings: Settings,
-    client: Client,
+pub(super) struct RedisDecider {
+    pub(super) settings: Settings,
+    pub(super) client: Client,
     /// This process's name in concurrency leases (random), and the count of leases it took.
     node: String,
     leases: AtomicU64,
@@ -254,7 +254,7 @@ impl RedisDecider {
     }
 
     /// This limiter as the script sees it: its name and its clock.
-    fn caller(&self, limiter: &Limiter) -> script::Caller<'_> {
+    pub(super) fn caller(&self, limiter: &Limiter) -> script::Caller<'_> {
         script::Caller { node: &self.node, now: limiter.now_ns(), manual: limiter.manual_now().is_some() }
     }
 

@@ -8,12 +8,14 @@
 //! file and one variant, not a branch at each call site.
 
 mod exact;
+mod leased;
 mod local;
 mod synced;
 
 use std::sync::Arc;
 
 pub use exact::Exact;
+pub use leased::Leased;
 pub use local::Local;
 pub use synced::{SyncReport, Synced};
 
@@ -78,6 +80,14 @@ pub trait StateStore: Send + Sync {
     #[inline]
     fn decide_here(&self, peer: &str, path: Option<&str>, request: Request) -> Decision {
         self.limiter().decide_path(peer, path, request)
+    }
+
+    /// [`StateStore::decide`] when it needs no I/O (a lease held here decides), else `None`: a store that
+    /// waits on I/O is asked this first, so that a decision made at once keeps the caller's thread (no
+    /// release of the GIL).
+    fn decide_at_once(&self, peer: &str, target: Target<'_>, request: Request) -> Option<Result<Answer>> {
+        let _ = (peer, target, request);
+        None
     }
 
     /// [`StateStore::decide`] without waiting: `Some` when decided at once, else `done` gets the answer.
@@ -173,6 +183,8 @@ pub enum Store {
     Local(Local),
     /// Redis decides each request atomically (`mode="exact"`).
     Exact(Exact),
+    /// This process decides from leases of the keys' budgets that Redis grants (`mode="lease"`).
+    Leased(Leased),
     /// This process decides; Redis sums the nodes' usage (`mode="sync"`).
     Synced(Synced),
 }
@@ -183,6 +195,7 @@ macro_rules! each_store {
         match $store {
             Store::Local($s) => $call,
             Store::Exact($s) => $call,
+            Store::Leased($s) => $call,
             Store::Synced($s) => $call,
         }
     };
@@ -201,6 +214,9 @@ impl Store {
         match spec {
             None => Ok(Self::Local(Local::new(limiter))),
             Some(spec) if spec.sync_interval.is_some() => Ok(Self::Synced(Synced::open(limiter, spec)?)),
+            Some(spec) if spec.lease_span.is_some() => {
+                Ok(Self::Leased(Leased::open(limiter, spec, spec.lease_span.unwrap_or_default())?))
+            }
             Some(spec) => Ok(Self::Exact(Exact::open(limiter, spec)?)),
         }
     }
@@ -235,6 +251,10 @@ impl StateStore for Store {
     #[inline]
     fn decide_here(&self, peer: &str, path: Option<&str>, request: Request) -> Decision {
         each_store!(self, s => s.decide_here(peer, path, request))
+    }
+
+    fn decide_at_once(&self, peer: &str, target: Target<'_>, request: Request) -> Option<Result<Answer>> {
+        each_store!(self, s => s.decide_at_once(peer, target, request))
     }
 
     fn decide_later(&self, peer: &str, target: Target<'_>, request: Request, done: Later) -> Result<Option<Answer>> {

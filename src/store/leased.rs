@@ -1,0 +1,639 @@
+//! Lease mode as a store: a process takes a lease of part of a key's budget from Redis in one script
+//! call (`lease:` in decide.lua), decides against it here at in-memory speed, asks for more before it
+//! runs out, and gives back what it did not use once the key goes idle.
+//!
+//! Why it never admits more than the limit: the script grants units exactly as exact mode would admit
+//! them, at the instant it grants them, and each unit is spent here only while the algorithm would still
+//! count it where it was granted: a fixed window's units within that window, a sliding window's within its
+//! current window (where the previous window only weighs less as time passes), and GCRA's `i`-th unit no
+//! later than one interval before the arrival time it was given (as memory would admit it: so any span of
+//! time holds no more units than memory's bound). The instants come back relative to the script's clock and
+//! are read from the moment the call was sent, which is no later than the script ran: a unit lapses here
+//! no later than there. A give-back returns only units nobody was granted after (the script checks that
+//! the state is still the one the lease wrote).
+//!
+//! What else a group does (waits, a peek, permits, a `fallback` policy, the sliding log and leaky bucket,
+//! whose units cannot be spent later than they are counted) goes through exact mode, one call per
+//! decision, on the same states in Redis.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use super::exact::{Call, RedisDecider};
+use super::{Answer, Exact, Later, StateStore, SyncReport};
+use crate::algorithm::{Limit, Report};
+use crate::backend::client::Failure;
+use crate::backend::health::HealthReport;
+use crate::backend::script::{self, LeaseReply, LeaseState};
+use crate::backend::Spec;
+use crate::config::Policy;
+use crate::error::Result;
+use crate::limiter::{
+    HeldKey, Limiter, OwnedTarget, Receipt, Refusal, RemoteKey, Request, Routed, Take, Target, Verdict,
+};
+use crate::rate::Rate;
+
+/// The most units one lease asks for.
+const MOST_UNITS: u64 = 1 << 24;
+
+/// Lock stripes of the leases, by peer.
+const SHARDS: usize = 64;
+
+/// Lease mode: exact mode's decider, and the leases this process holds.
+#[derive(Debug)]
+pub struct Leased {
+    exact: Exact,
+    book: Arc<Book>,
+}
+
+impl Leased {
+    /// Opens exact mode's client and starts the sweeper, which gives back the leases of keys idle for a
+    /// span (held weakly: it ends with the store).
+    ///
+    /// # Errors
+    /// As [`Exact::open`].
+    pub fn open(limiter: Arc<Limiter>, spec: &Spec, span: Duration) -> Result<Self> {
+        let exact = Exact::open(limiter, spec)?;
+        let span_ns = u64::try_from(span.as_nanos()).unwrap_or(u64::MAX).max(1);
+        let book = Arc::new(Book::new(span_ns));
+        start_sweeper(&exact, &book, span);
+        Ok(Self { exact, book })
+    }
+
+    fn decider(&self) -> &Arc<RedisDecider> {
+        &self.exact.decider
+    }
+
+    /// Decides from a lease this process holds, without I/O (under the peer's lock, nothing allocated);
+    /// else what to ask Redis for.
+    fn decide_held(&self, peer: &str, target: Target<'_>, request: Request) -> Result<Held> {
+        if !leasable_request(request) {
+            return Ok(Held::Elsewhere);
+        }
+        let limiter = self.limiter();
+        let (mut most, mut leasable, mut prefetch) = (0, true, None);
+        let routed = limiter.decide_held(peer, target, request, |key| {
+            if !leasable_key(key.policy, key.limits) {
+                leasable = false;
+                return None;
+            }
+            let (taken, fetch) = self.book.take(peer, key, request, key.now);
+            prefetch = fetch;
+            match taken {
+                Taken::Held(reports) => Some((local_verdict(true, 0, key.now), Some(reports))),
+                Taken::Refused(retry, reports) => Some((local_verdict(false, retry, key.now), Some(reports))),
+                Taken::Miss(size) => {
+                    most = size;
+                    None
+                }
+            }
+        })?;
+        if let Some((most, key)) = prefetch {
+            self.prefetch(peer, &key, most);
+        }
+        Ok(match routed {
+            Routed::Free(decision) => Held::Decided(decision.into()),
+            Routed::Limited(_) if !leasable => Held::Elsewhere,
+            Routed::Limited(key) => Held::Miss(key, most),
+        })
+    }
+
+    /// The call asking Redis for a lease of at least the request's cost and at most `most` units.
+    fn lease_call(&self, peer: &str, target: Target<'_>, request: Request, key: RemoteKey, most: u64) -> Call {
+        let (decider, limiter) = (self.decider(), self.limiter());
+        let keys = decider.keys(peer, &key);
+        let args = script::lease_arguments(&key, (request.cost, most), self.book.span_ns, decider.caller(limiter));
+        let health = decider.health().seen();
+        Call { peer: peer.to_owned(), target: OwnedTarget::from(target), request, key, keys, args, health }
+    }
+
+    /// Asks for more units in the background (the key's lease is running low).
+    fn prefetch(&self, peer: &str, key: &RemoteKey, most: u64) {
+        let (decider, limiter) = (self.decider(), self.limiter());
+        let keys = decider.keys(peer, key);
+        let args = script::lease_arguments(key, (1, most), self.book.span_ns, decider.caller(limiter));
+        let (book, limiter, decider_arc) = (Arc::clone(&self.book), Arc::clone(limiter), Arc::clone(decider));
+        let (peer, key, anchor) = (peer.to_owned(), key.clone(), limiter.now_ns());
+        let (seen, round_trip) = (decider.health().seen(), decider.health().round_trip());
+        decider.client.spawn(keys, args, move |reply| {
+            round_trip.done();
+            let parsed = reply.and_then(|r| script::parse_lease(&key, &r).map_err(|e| Failure(e.to_string())));
+            if let Ok(lease) = parsed {
+                decider_arc.health().answered(seen);
+                book.grant(&peer, &key, &lease, (anchor, 0), limiter.now_ns());
+            } else {
+                decider_arc.health().count_error();
+                book.fetched(&peer, &key);
+            }
+        });
+    }
+}
+
+/// Lands a lease's reply: its units go to the book (the request's own taken), and the decision is
+/// counted; a failure decides as `on_error` says, as exact mode's would.
+fn land(
+    book: &Book,
+    decider: &RedisDecider,
+    limiter: &Limiter,
+    call: &Call,
+    anchor: u64,
+    reply: std::result::Result<Vec<String>, Failure>,
+) -> Result<Answer> {
+    let parsed = reply.and_then(|r| script::parse_lease(&call.key, &r).map_err(|e| Failure(e.to_string())));
+    let lease = match parsed {
+        Ok(lease) => lease,
+        Err(failure) => return decider.finish(limiter, call, Err(failure)),
+    };
+    let recovered = decider.health().answered(call.health);
+    let now = limiter.now_ns();
+    let spent = if lease.verdict.allowed { call.request.cost } else { 0 };
+    let held = book.grant(&call.peer, &call.key, &lease, (anchor, spent), now);
+    let reports = with_held(&lease.reports, held);
+    let decision = limiter.record_remote(&call.peer, &call.key, lease.verdict, Some(reports), call.request);
+    let notice =
+        recovered.then(|| "ratekeeper: the Redis backend answers again; decisions are made in Redis".to_owned());
+    Ok(Answer { decision, notice })
+}
+
+enum Held {
+    /// Decided here (from a lease, or nothing limits the request).
+    Decided(Answer),
+    /// The key's lease has nothing left: ask for one of at most this many units.
+    Miss(RemoteKey, u64),
+    /// Not a decision a lease makes: exact mode decides.
+    Elsewhere,
+}
+
+/// A decision that a lease can make: now, of the rate limits, counted.
+const fn leasable_request(request: Request) -> bool {
+    request.max_wait_ns == 0 && !request.peek && !matches!(request.take, Take::Permits)
+}
+
+/// A group a lease can decide: rate limits only, every one of them (the windows and GCRA), all at once.
+fn leasable_key(policy: Policy, limits: &[Limit]) -> bool {
+    policy == Policy::All && !limits.is_empty() && limits.iter().all(|l| lapse_kind(l).is_some())
+}
+
+/// How a limit's leased units lapse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LapseKind {
+    /// At the arrival time each was given: one interval apart (ns, rounded up).
+    Gcra { interval_ns: u64 },
+    /// At the end of the window the state was written in.
+    Window,
+    /// At the end of the current window: the state's instant less one window.
+    Sliding { window_ns: u64 },
+}
+
+fn lapse_kind(limit: &Limit) -> Option<LapseKind> {
+    match limit.script_params()? {
+        ("gcra", [_, interval_ns, interval_rem, _, _]) => {
+            Some(LapseKind::Gcra { interval_ns: interval_ns + u64::from(interval_rem > 0) })
+        }
+        ("windows", _) => Some(LapseKind::Window),
+        ("sliding_window", [_, window_ns, _, _, _]) => Some(LapseKind::Sliding { window_ns }),
+        _ => None,
+    }
+}
+
+/// A verdict made here, from a lease.
+const fn local_verdict(allowed: bool, retry_ns: u64, now: u64) -> Verdict {
+    Verdict {
+        allowed,
+        wait_ns: 0,
+        retry_ns: if allowed { 0 } else { retry_ns },
+        now,
+        written: 0,
+        refused_by: if allowed { None } else { Some(Refusal::Rate) },
+    }
+}
+
+/// What Redis reported, with the units this process holds added to what is left.
+fn with_held(reports: &[Report], held: u64) -> Vec<Report> {
+    reports.iter().map(|r| Report { remaining: r.remaining.saturating_add(held).min(r.limit), ..*r }).collect()
+}
+
+/// One lease's units: `next..=last`, unit `i` lapsing `lapse(i)` after `anchor` (the local instant its
+/// call was sent).
+#[derive(Debug, Clone)]
+struct Chunk {
+    anchor: u64,
+    next: u64,
+    last: u64,
+    /// Per limit: unit `i` lapses `offset + i * step` ns after the anchor (the earliest limit's rules).
+    lapses: Vec<(i128, u64)>,
+    /// What a give-back must find in Redis (the states the lease wrote).
+    states: Vec<LeaseState>,
+}
+
+impl Chunk {
+    fn of(key: &RemoteKey, lease: &LeaseReply, anchor: u64, spent: u64) -> Self {
+        let mut lapses = Vec::with_capacity(key.limits.len());
+        let mut states = Vec::with_capacity(key.limits.len());
+        let granted = i128::from(lease.granted);
+        for (index, (limit, &(t, a))) in key.limits.iter().zip(&lease.states).enumerate() {
+            let t = i128::from(t);
+            // The last instant each unit is still counted where it was granted (see the module's head).
+            lapses.push(match lapse_kind(limit) {
+                // Unit i's arrival time is t - (granted - i) intervals; memory admits a unit no later than
+                // one interval before its arrival time.
+                Some(LapseKind::Gcra { interval_ns }) => (t - (granted + 1) * i128::from(interval_ns), interval_ns),
+                Some(LapseKind::Sliding { window_ns }) => (t - i128::from(window_ns) - 1, 0),
+                Some(LapseKind::Window) | None => (t - 1, 0),
+            });
+            if let Ok(t) = u64::try_from(t) {
+                let remainder = if matches!(lapse_kind(limit), Some(LapseKind::Gcra { .. })) { a } else { 0 };
+                states.push(LeaseState { index, at: lease.verdict.now.saturating_add(t), remainder });
+            }
+        }
+        Self { anchor, next: spent + 1, last: lease.granted, lapses, states }
+    }
+
+    /// Skips the units lapsed at `now`; the units left.
+    fn left(&mut self, now: u64) -> u64 {
+        let elapsed = i128::from(now) - i128::from(self.anchor);
+        for &(offset, step) in &self.lapses {
+            if step == 0 {
+                if elapsed > offset {
+                    self.next = self.last + 1;
+                }
+            } else if elapsed > offset + i128::from(self.next) * i128::from(step) {
+                // The first unit still live: offset + i * step >= elapsed.
+                let first = (elapsed - offset + i128::from(step) - 1) / i128::from(step);
+                self.next = self.next.max(u64::try_from(first).unwrap_or(u64::MAX));
+            }
+        }
+        (self.last + 1).saturating_sub(self.next)
+    }
+}
+
+/// The leases of one key (a group and a peer).
+#[derive(Debug)]
+struct Lease {
+    /// The key as its last lease was granted (limits included: a change of them drops the units).
+    key: RemoteKey,
+    chunks: VecDeque<Chunk>,
+    /// No lease is asked for before this instant (Redis refused one; a local refusal lasts until then).
+    quiet_until: u64,
+    /// When Redis said the refused request would be admitted.
+    retry_at: u64,
+    /// A prefetch is on its way.
+    fetching: bool,
+    /// Units spent since `since`: the demand the next lease's size follows.
+    spent: u64,
+    since: u64,
+    last_used: u64,
+    /// What Redis reported at the last grant, and when.
+    reports: Vec<Report>,
+    reported_at: u64,
+    /// The units the last lease granted: a prefetch goes out when less than half as many are left.
+    last_granted: u64,
+}
+
+impl Lease {
+    fn new(key: &RemoteKey, now: u64) -> Self {
+        Self {
+            key: key.clone(),
+            chunks: VecDeque::new(),
+            quiet_until: 0,
+            retry_at: 0,
+            fetching: false,
+            spent: 0,
+            since: now,
+            last_used: now,
+            reports: Vec::new(),
+            reported_at: now,
+            last_granted: 0,
+        }
+    }
+
+    /// Units held at `now`, lapsed ones dropped.
+    fn held(&mut self, now: u64) -> u64 {
+        let mut held = 0;
+        self.chunks.retain_mut(|chunk| {
+            let left = chunk.left(now);
+            held += left;
+            left > 0
+        });
+        held
+    }
+
+    /// Takes `cost` units from the first chunk that has them.
+    fn take(&mut self, cost: u64, now: u64) -> Option<u64> {
+        let held = self.held(now);
+        let chunk = self.chunks.iter_mut().find(|c| c.last + 1 - c.next >= cost)?;
+        chunk.next += cost;
+        self.spent += cost;
+        self.last_used = now;
+        Some(held - cost)
+    }
+
+    /// The size of the next lease: twice what the key spent here over a span, at the rate it spent since
+    /// the last lease landed (at least `cost`).
+    fn size(&self, cost: u64, span_ns: u64, now: u64) -> u64 {
+        let elapsed = now.saturating_sub(self.since).max(1);
+        let wanted = u128::from(self.spent) * u128::from(span_ns) * 2 / u128::from(elapsed);
+        u64::try_from(wanted).unwrap_or(MOST_UNITS).clamp(cost.max(1), MOST_UNITS)
+    }
+
+    /// Reports for a decision made here: Redis's at the last lease, moved on by the time since, with the
+    /// units held added.
+    fn reports_now(&self, held: u64, now: u64) -> Vec<Report> {
+        let elapsed = now.saturating_sub(self.reported_at);
+        self.reports
+            .iter()
+            .map(|r| Report {
+                remaining: r.remaining.saturating_add(held).min(r.limit),
+                reset_after_ns: r.reset_after_ns.saturating_sub(elapsed),
+                next_ns: if held > 0 { 0 } else { r.next_ns.saturating_sub(elapsed) },
+                ..*r
+            })
+            .collect()
+    }
+
+    /// What to give back: the units held, per chunk.
+    fn returns(&mut self, now: u64) -> Vec<(u64, Vec<LeaseState>)> {
+        let mut returns = Vec::new();
+        for chunk in &mut self.chunks {
+            let left = chunk.left(now);
+            if left > 0 && !chunk.states.is_empty() {
+                returns.push((left, chunk.states.clone()));
+            }
+        }
+        self.chunks.clear();
+        returns
+    }
+}
+
+/// What a lease decided for one request.
+enum Taken {
+    /// Admitted from a lease: the reports to give.
+    Held(Vec<Report>),
+    /// Refused here: Redis refused a lease moments ago (retry in ns, reports).
+    Refused(u64, Vec<Report>),
+    /// Nothing held: ask Redis for at most this many units.
+    Miss(u64),
+}
+
+/// One stripe of the leases: by peer, then by group id.
+type Stripe = Mutex<HashMap<String, HashMap<u32, Lease>>>;
+
+/// The leases this process holds, striped by peer.
+#[derive(Debug)]
+struct Book {
+    shards: Box<[Stripe]>,
+    hasher: ahash::RandomState,
+    span_ns: u64,
+}
+
+impl Book {
+    fn new(span_ns: u64) -> Self {
+        Self {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            hasher: ahash::RandomState::new(),
+            span_ns,
+        }
+    }
+
+    fn shard(&self, peer: &str) -> &Stripe {
+        #[allow(clippy::cast_possible_truncation)] // The remainder is below SHARDS.
+        let index = (self.hasher.hash_one(peer) % SHARDS as u64) as usize;
+        &self.shards[index]
+    }
+
+    /// Decides the request for `key` from what is held; and, when the lease runs low, the size of a
+    /// prefetch (marked on its way) and the key to ask for.
+    fn take(&self, peer: &str, key: HeldKey<'_>, request: Request, now: u64) -> (Taken, Option<(u64, RemoteKey)>) {
+        let cost = request.cost;
+        let mut shard = self.shard(peer).lock();
+        let Some(lease) = shard.get_mut(peer).and_then(|groups| groups.get_mut(&key.id)) else {
+            return (Taken::Miss(cost.max(1)), None);
+        };
+        if lease.key.limits != key.limits {
+            // The key's limits changed: its units were granted under others, and are dropped (they stay
+            // counted in Redis until they lapse: never more admitted).
+            lease.chunks.clear();
+            lease.quiet_until = 0;
+            return (Taken::Miss(cost.max(1)), None);
+        }
+        match lease.take(cost, now) {
+            Some(held) => {
+                let reports = if request.report { lease.reports_now(held, now) } else { Vec::new() };
+                let low = held.saturating_mul(2) < lease.last_granted.max(1);
+                let prefetch = (low && !lease.fetching && now >= lease.quiet_until).then(|| {
+                    lease.fetching = true;
+                    (lease.size(cost, self.span_ns, now), lease.key.clone())
+                });
+                (Taken::Held(reports), prefetch)
+            }
+            None if now < lease.quiet_until => {
+                let reports = if request.report { lease.reports_now(0, now) } else { Vec::new() };
+                (Taken::Refused(lease.retry_at.saturating_sub(now), reports), None)
+            }
+            None => (Taken::Miss(lease.size(cost, self.span_ns, now)), None),
+        }
+    }
+
+    /// Lands a lease: its units (`spent` of them taken by the request that asked) are held from `anchor`;
+    /// a refusal quiets the key for its retry (at most a span). The units held after it.
+    fn grant(&self, peer: &str, key: &RemoteKey, lease: &LeaseReply, (anchor, spent): (u64, u64), now: u64) -> u64 {
+        let mut shard = self.shard(peer).lock();
+        let groups = shard.entry(peer.to_owned()).or_default();
+        let held = groups.entry(key.id).or_insert_with(|| Lease::new(key, now));
+        if held.key.limits != key.limits {
+            *held = Lease::new(key, now);
+        }
+        held.fetching = false;
+        // The demand the next lease follows is measured from here.
+        (held.spent, held.since) = (spent, now);
+        held.reports.clone_from(&lease.reports);
+        held.reported_at = now;
+        if lease.verdict.allowed && lease.granted > 0 {
+            held.key = key.clone();
+            held.chunks.push_back(Chunk::of(key, lease, anchor, spent));
+            held.last_used = now;
+            held.last_granted = lease.granted;
+        } else if !lease.verdict.allowed {
+            held.retry_at = now.saturating_add(lease.verdict.retry_ns);
+            held.quiet_until = now.saturating_add(lease.verdict.retry_ns.min(self.span_ns));
+        }
+        held.held(now)
+    }
+
+    /// A prefetch that failed: another may be sent.
+    fn fetched(&self, peer: &str, key: &RemoteKey) {
+        if let Some(lease) = self.shard(peer).lock().get_mut(peer).and_then(|g| g.get_mut(&key.id)) {
+            lease.fetching = false;
+        }
+    }
+
+    /// Takes out the leases of keys idle for a span (all with `everything`): what they hold, to give back.
+    fn sweep(&self, now: u64, everything: bool) -> Vec<(String, RemoteKey, u64, Vec<LeaseState>)> {
+        let mut returns = Vec::new();
+        for shard in &*self.shards {
+            let mut shard = shard.lock();
+            shard.retain(|peer, groups| {
+                groups.retain(|_, lease| {
+                    let idle = now.saturating_sub(lease.last_used) >= self.span_ns && !lease.fetching;
+                    if !(idle || everything) {
+                        return true;
+                    }
+                    for (units, states) in lease.returns(now) {
+                        returns.push((peer.clone(), lease.key.clone(), units, states));
+                    }
+                    now < lease.quiet_until && !everything
+                });
+                !groups.is_empty()
+            });
+        }
+        returns
+    }
+
+    /// Forgets `peer`'s leases (every peer's with `None`), giving nothing back (a reset removes the states).
+    fn forget(&self, peer: Option<&str>) {
+        match peer {
+            Some(peer) => {
+                self.shard(peer).lock().remove(peer);
+            }
+            None => self.shards.iter().for_each(|s| s.lock().clear()),
+        }
+    }
+}
+
+/// Every span, gives back the leases of keys idle for a span, while the store lives.
+fn start_sweeper(exact: &Exact, book: &Arc<Book>, span: Duration) {
+    let (book, limiter, decider) =
+        (Arc::downgrade(book), Arc::downgrade(exact.limiter()), Arc::downgrade(&exact.decider));
+    exact.decider.client.runtime().spawn(async move {
+        let mut timer = tokio::time::interval(span);
+        timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        timer.tick().await;
+        loop {
+            timer.tick().await;
+            let (Some(book), Some(limiter), Some(decider)) = (book.upgrade(), limiter.upgrade(), decider.upgrade())
+            else {
+                break;
+            };
+            give_back(&book, &decider, &limiter, false);
+        }
+    });
+}
+
+/// Gives back what the swept leases hold, without waiting for the replies; the units given back.
+fn give_back(book: &Book, decider: &RedisDecider, limiter: &Limiter, everything: bool) -> SyncReport {
+    let returns = book.sweep(limiter.now_ns(), everything);
+    let mut report = SyncReport::default();
+    for (peer, key, units, states) in returns {
+        report.keys += 1;
+        report.absorbed += units;
+        let args = script::return_arguments(&key, units, &states, decider.caller(limiter));
+        let keys = decider.keys(&peer, &key);
+        decider.client.spawn(keys, args, |_| {});
+    }
+    report
+}
+
+impl StateStore for Leased {
+    fn limiter(&self) -> &Arc<Limiter> {
+        self.exact.limiter()
+    }
+
+    fn waits_on_io(&self) -> bool {
+        true
+    }
+
+    fn replays_moves(&self) -> bool {
+        true
+    }
+
+    fn decide_at_once(&self, peer: &str, target: Target<'_>, request: Request) -> Option<Result<Answer>> {
+        match self.decide_held(peer, target, request) {
+            Ok(Held::Decided(answer)) => Some(Ok(answer)),
+            Ok(Held::Miss(..) | Held::Elsewhere) => None,
+            Err(error) => Some(Err(error)),
+        }
+    }
+
+    fn decide(&self, peer: &str, target: Target<'_>, request: Request) -> Result<Answer> {
+        let (key, most) = match self.decide_held(peer, target, request)? {
+            Held::Decided(answer) => return Ok(answer),
+            Held::Elsewhere => return self.exact.decide(peer, target, request),
+            Held::Miss(key, most) => (key, most),
+        };
+        let call = self.lease_call(peer, target, request, key, most);
+        let decider = self.decider();
+        let anchor = self.limiter().now_ns();
+        let round_trip = decider.health().round_trip();
+        let reply = decider.client.run(&call.keys, &call.args);
+        round_trip.done();
+        land(&self.book, decider, self.limiter(), &call, anchor, reply)
+    }
+
+    fn decide_later(&self, peer: &str, target: Target<'_>, request: Request, done: Later) -> Result<Option<Answer>> {
+        let (key, most) = match self.decide_held(peer, target, request)? {
+            Held::Decided(answer) => return Ok(Some(answer)),
+            Held::Elsewhere => return self.exact.decide_later(peer, target, request, done),
+            Held::Miss(key, most) => (key, most),
+        };
+        let mut call = self.lease_call(peer, target, request, key, most);
+        let (keys, args) = (std::mem::take(&mut call.keys), std::mem::take(&mut call.args));
+        let (book, decider, limiter) = (Arc::clone(&self.book), Arc::clone(self.decider()), Arc::clone(self.limiter()));
+        let anchor = limiter.now_ns();
+        let round_trip = decider.health().round_trip();
+        self.decider().client.spawn(keys, args, move |reply| {
+            round_trip.done();
+            done(land(&book, &decider, &limiter, &call, anchor, reply));
+        });
+        Ok(None)
+    }
+
+    fn reduce(&self, peer: &str, target: Target<'_>, n: u64) -> Result<bool> {
+        self.exact.reduce(peer, target, n)
+    }
+
+    fn cap(&self, peer: &str, target: Target<'_>, remaining: u64, times: (u64, u64)) -> Result<bool> {
+        self.exact.cap(peer, target, remaining, times)
+    }
+
+    fn refund(&self, peer: &str, target: Target<'_>, cost: u64, receipt: Receipt) -> Result<()> {
+        self.exact.refund(peer, target, cost, receipt)
+    }
+
+    fn release(&self, peer: &str, target: Target<'_>, cost: u64) -> Result<()> {
+        self.exact.release(peer, target, cost)
+    }
+
+    fn set_quota(&self, peer: &str, group: &str, rate: Option<Rate>) -> Result<()> {
+        self.exact.set_quota(peer, group, rate)
+    }
+
+    fn moved(&self, peer: &str, key: &RemoteKey) -> Result<()> {
+        self.exact.moved(peer, key)
+    }
+
+    /// The leases go first (what they hold is not given back: the states go), then the states.
+    fn reset(&self, peer: Option<&str>) -> Result<()> {
+        self.book.forget(peer);
+        self.exact.reset(peer)
+    }
+
+    fn health(&self) -> HealthReport {
+        self.exact.health()
+    }
+
+    /// Gives back now what the leases of keys idle for a span hold (the sweeper does it every span).
+    fn sync_now(&self) -> Result<SyncReport> {
+        Ok(give_back(&self.book, self.decider(), self.limiter(), false))
+    }
+}
+
+impl Drop for Leased {
+    /// What the leases hold goes back (sent, not waited for: a process that exits at once may lose it,
+    /// and those units lapse as a killed process's do).
+    fn drop(&mut self) {
+        give_back(&self.book, &self.exact.decider, self.exact.limiter(), true);
+    }
+}
