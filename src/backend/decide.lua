@@ -117,6 +117,19 @@ local function gcra_tat(l, state, at)
   if state.a < l.p1 then return state.t, state.a end
   return state.t + 1, 0
 end
+-- The arrival time `ns` (and remainder `rem`) moved back by `cost` intervals, never before now.
+local function gcra_back(l, ns, rem)
+  local step_rem = cost * l.p3
+  local step_ns = cost * l.p2 + floor(step_rem / l.p1)
+  step_rem = step_rem % l.p1
+  if rem >= step_rem then
+    ns, rem = ns - step_ns, rem - step_rem
+  else
+    ns, rem = ns - step_ns - 1, rem + l.p1 - step_rem
+  end
+  if ns >= 0 then return { t = ns, a = rem, b = 0 } end
+  return { t = 0, a = 0, b = 0 }
+end
 algorithms.gcra = {
   evaluate = function(l, state, at)
     local ns, rem = gcra_tat(l, state, at)
@@ -142,20 +155,9 @@ algorithms.gcra = {
     end
     return remaining, reset, next_ns
   end,
-  -- A lease's unused units, the newest `cost` slots: the arrival time moves back by `cost` intervals, never
-  -- before now.
+  -- A lease's unused units, the newest `cost` slots.
   give_back = function(l, state)
-    local step_rem = cost * l.p3
-    local step_ns = cost * l.p2 + floor(step_rem / l.p1)
-    step_rem = step_rem % l.p1
-    local ns, rem = state.t, state.a
-    if rem >= step_rem then
-      ns, rem = ns - step_ns, rem - step_rem
-    else
-      ns, rem = ns - step_ns - 1, rem + l.p1 - step_rem
-    end
-    if ns >= 0 then return { t = ns, a = rem, b = 0 } end
-    return { t = 0, a = 0, b = 0 }
+    return gcra_back(l, state.t, state.a)
   end,
   -- Moves the arrival time back by `cost` intervals, never before now; while the newest slot is now or
   -- later, only the newest (at `at`) can be given back, or a new arrival would get a promised slot.
@@ -164,16 +166,7 @@ algorithms.gcra = {
     local newest = ns - l.p4
     if rem > l.p5 then newest = newest + 1 end
     if newest >= 0 and newest ~= at then return state end
-    local step_rem = cost * l.p3
-    local step_ns = cost * l.p2 + floor(step_rem / l.p1)
-    step_rem = step_rem % l.p1
-    if rem >= step_rem then
-      ns, rem = ns - step_ns, rem - step_rem
-    else
-      ns, rem = ns - step_ns - 1, rem + l.p1 - step_rem
-    end
-    if ns >= 0 then return { t = ns, a = rem, b = 0 } end
-    return { t = 0, a = 0, b = 0 }
+    return gcra_back(l, ns, rem)
   end,
 }
 
@@ -914,6 +907,35 @@ decide_full = function(KEYS, ARGV, timed)
     states[i] = load_any(l, KEYS[i])
   end
 
+  -- A lease's unused units given back ("return:<i>,<s>,<ns>,<a>/...", `cost` the units): to each limit i
+  -- whose state is still the one the lease wrote (its instant s.ns, for GCRA its remainder a, and the
+  -- limit it was written under: the lease's, which the call names), so that only units nobody else was
+  -- granted after come back. Before any move: a state moved to another limit counts them as used.
+  local returning = string.match(operation, '^return:(.*)$')
+  if returning then
+    local written = 0
+    for i, s, ns, a in string.gmatch(returning, '(%d+),(%d+),(%d+),(%d+)') do
+      i = tonumber(i)
+      local l, state = limits[i], states[i]
+      local at = (tonumber(s) - now_s) * E9 + (tonumber(ns) - now_ns)
+      if l ~= nil and state ~= nil and not state.log and state.sig == l.sig and state.t == at and state.ledger == nil then
+        local back
+        if l.kind == 'gcra' and state.a == tonumber(a) then
+          back = algorithms.gcra.give_back(l, state)
+        elseif l.kind == 'windows' then
+          back = { t = state.t, a = math.min(state.a + cost, l.p1), b = state.b }
+        elseif l.kind == 'sliding_window' then
+          back = { t = state.t, a = math.max(0, state.a - cost), b = state.b }
+        end
+        if back then
+          store(l, KEYS[i], back, nil, state)
+          written = written + 2 ^ (i - 1)
+        end
+      end
+    end
+    return { str(written) }
+  end
+
   -- The moves this limiter made that each state has not seen, in order, each at its instant.
   -- A limit past the group's current ones (KEYS[i], i > n) is one the group no longer has: its moves end
   -- in its removal, and its key goes.
@@ -1103,31 +1125,22 @@ decide_full = function(KEYS, ARGV, timed)
     return writes
   end
 
-  -- A lease ("lease:<most>:<span_ns>", `cost` the least): as many units as the rate limits admit now, at
-  -- least `cost` and at most `most`, taken at once for the caller to spend on its own (src/store/leased.rs).
-  -- Units past the least are granted only while every GCRA state written stays within `span_ns` of now: a
-  -- holder killed with its lease loses those for at most that long. Replies as a decision with reports, then
-  -- the units granted and each limit's state written (t relative to now, a), from which the caller knows
-  -- when each unit lapses.
-  local most, span = string.match(operation, '^lease:(%d+):(%d+)$')
+  -- A lease ("lease:<most>", `cost` the least): as many units as the rate limits admit now, at least `cost`
+  -- and at most `most`, taken at once for the caller to spend on its own (src/store/leased.rs). Replies as
+  -- a decision with reports, then the units granted and each limit's state written (t relative to now, a),
+  -- from which the caller knows when each unit lapses.
+  local most = string.match(operation, '^lease:(%d+)$')
   if most then
-    most, span = tonumber(most), tonumber(span)
+    most = tonumber(most)
     local writes, r, by = evaluate(0)
     local granted = 0
     if writes then
-      local least = cost
-      granted = least
-      local function within(w)
-        for i, state in pairs(w) do
-          if limits[i].kind == 'gcra' and state.t > span then return false end
-        end
-        return true
-      end
-      local high = math.max(least, most)
+      granted = cost
+      local high = math.max(cost, most)
       while granted < high do
         cost = floor((granted + high + 1) / 2)
         local more = evaluate(0)
-        if more and within(more) then
+        if more then
           granted, writes = cost, more
         else
           high = cost - 1
@@ -1158,34 +1171,6 @@ decide_full = function(KEYS, ARGV, timed)
     return reply
   end
 
-  -- A lease's unused units given back ("return:<i>,<s>,<ns>,<a>/...", `cost` the units): to each limit i
-  -- whose state is still the one the lease wrote (its instant s.ns and, for GCRA, its remainder a), so
-  -- that only units nobody else was granted after come back.
-  local returning = string.match(operation, '^return:(.*)$')
-  if returning then
-    local written = 0
-    for i, s, ns, a in string.gmatch(returning, '(%d+),(%d+),(%d+),(%d+)') do
-      i = tonumber(i)
-      local l, state = limits[i], states[i]
-      local at = (tonumber(s) - now_s) * E9 + (tonumber(ns) - now_ns)
-      if l ~= nil and state ~= nil and not state.log and state.t == at and state.ledger == nil then
-        local back
-        if l.kind == 'gcra' and state.a == tonumber(a) then
-          back = algorithms.gcra.give_back(l, state)
-        elseif l.kind == 'windows' then
-          back = { t = state.t, a = math.min(state.a + cost, l.p1), b = state.b }
-        elseif l.kind == 'sliding_window' then
-          back = { t = state.t, a = math.max(0, state.a - cost), b = state.b }
-        end
-        if back then
-          store(l, KEYS[i], back, nil, state)
-          written = written + 2 ^ (i - 1)
-        end
-      end
-    end
-    persist_moved(written)
-    return { str(written) }
-  end
 
   -- Now, or for a waiter the first instant every limit admits (src/limiter/decide.rs `decide_group`).
   local allowed, wait, retry, written, refused_by = false, 0, nil, 0, ''

@@ -226,11 +226,11 @@ pub fn cap_arguments(
     encode(key, &operation, (remaining, 0), "rates", NO_LEASES, caller)
 }
 
-/// The script's `ARGV` for a lease (lease mode): at least `least` units and at most `most`, those past the
-/// least only while every GCRA state written ends within `span_ns` of the script's now.
+/// The script's `ARGV` for a lease (lease mode): as many units as the limits admit now, at least `least`
+/// and at most `most`.
 #[must_use]
-pub fn lease_arguments(key: &RemoteKey, (least, most): (u64, u64), span_ns: u64, caller: Caller<'_>) -> Vec<String> {
-    let operation = format!("lease:{}:{}", most.min(EXACT - 1), span_ns.min(EXACT - 1));
+pub fn lease_arguments(key: &RemoteKey, (least, most): (u64, u64), caller: Caller<'_>) -> Vec<String> {
+    let operation = format!("lease:{}", most.min(EXACT - 1));
     encode(key, &operation, (least, 0), "rates", NO_LEASES, caller)
 }
 

@@ -20,7 +20,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use super::exact::{Call, RedisDecider};
 use super::{Answer, Exact, Later, StateStore, SyncReport};
@@ -105,7 +105,7 @@ impl Leased {
     fn lease_call(&self, peer: &str, target: Target<'_>, request: Request, key: RemoteKey, most: u64) -> Call {
         let (decider, limiter) = (self.decider(), self.limiter());
         let keys = decider.keys(peer, &key);
-        let args = script::lease_arguments(&key, (request.cost, most), self.book.span_ns, decider.caller(limiter));
+        let args = script::lease_arguments(&key, (request.cost, most), decider.caller(limiter));
         let health = decider.health().seen();
         Call { peer: peer.to_owned(), target: OwnedTarget::from(target), request, key, keys, args, health }
     }
@@ -114,7 +114,7 @@ impl Leased {
     fn prefetch(&self, peer: &str, key: &RemoteKey, most: u64) {
         let (decider, limiter) = (self.decider(), self.limiter());
         let keys = decider.keys(peer, key);
-        let args = script::lease_arguments(key, (1, most), self.book.span_ns, decider.caller(limiter));
+        let args = script::lease_arguments(key, (1, most), decider.caller(limiter));
         let (book, limiter, decider_arc) = (Arc::clone(&self.book), Arc::clone(limiter), Arc::clone(decider));
         let (peer, key, anchor) = (peer.to_owned(), key.clone(), limiter.now_ns());
         let (seen, round_trip) = (decider.health().seen(), decider.health().round_trip());
@@ -286,11 +286,15 @@ struct Lease {
     spent: u64,
     since: u64,
     last_used: u64,
+    /// Units of limits the key no longer has, to give back before its next lease (taken out once).
+    returning: Vec<Return>,
     /// What Redis reported at the last grant, and when.
     reports: Vec<Report>,
     reported_at: u64,
     /// The units the last lease granted: a prefetch goes out when less than half as many are left.
     last_granted: u64,
+    /// How long the last lease took to land.
+    round_trip_ns: u64,
 }
 
 impl Lease {
@@ -304,9 +308,11 @@ impl Lease {
             spent: 0,
             since: now,
             last_used: now,
+            returning: Vec::new(),
             reports: Vec::new(),
             reported_at: now,
             last_granted: 0,
+            round_trip_ns: 0,
         }
     }
 
@@ -332,11 +338,29 @@ impl Lease {
     }
 
     /// The size of the next lease: twice what the key spent here over a span, at the rate it spent since
-    /// the last lease landed (at least `cost`).
+    /// the last lease landed, measured over a span at least (at least `cost`). So a lease at most doubles
+    /// what was spent since the last: a burst of two requests does not take a key's whole budget, and a
+    /// busy key grows its leases by doubling, a round trip each.
+    ///
+    /// A GCRA unit lapses one interval after the one before it from where the key's arrival time was, so
+    /// the units of a lease from a full bucket lapse while its reply is on its way: the lease asks for
+    /// twice those more, or a key busier than its rate would never hold a unit.
     fn size(&self, cost: u64, span_ns: u64, now: u64) -> u64 {
-        let elapsed = now.saturating_sub(self.since).max(1);
+        let elapsed = now.saturating_sub(self.since).max(span_ns);
         let wanted = u128::from(self.spent) * u128::from(span_ns) * 2 / u128::from(elapsed);
-        u64::try_from(wanted).unwrap_or(MOST_UNITS).clamp(cost.max(1), MOST_UNITS)
+        let in_transit = self
+            .key
+            .limits
+            .iter()
+            .filter_map(|l| match lapse_kind(l) {
+                Some(LapseKind::Gcra { interval_ns }) => {
+                    Some(self.round_trip_ns.saturating_mul(2) / interval_ns.max(1))
+                }
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        u64::try_from(wanted).unwrap_or(MOST_UNITS).saturating_add(in_transit).clamp(cost.max(1), MOST_UNITS)
     }
 
     /// Reports for a decision made here: Redis's at the last lease, moved on by the time since, with the
@@ -368,6 +392,9 @@ impl Lease {
     }
 }
 
+/// Units to give back: the key they were leased under, how many, and the states the lease wrote.
+type Return = (RemoteKey, u64, Vec<LeaseState>);
+
 /// What a lease decided for one request.
 enum Taken {
     /// Admitted from a lease: the reports to give.
@@ -379,7 +406,13 @@ enum Taken {
 }
 
 /// One stripe of the leases: by peer, then by group id.
-type Stripe = Mutex<HashMap<String, HashMap<u32, Lease>>>;
+#[derive(Debug, Default)]
+struct Stripe {
+    leases: Mutex<HashMap<String, HashMap<u32, Lease>>>,
+    /// Notified when a prefetch lands (or fails): a request that found its key's lease empty while one
+    /// was on its way waits for it rather than asking for another.
+    landed: Condvar,
+}
 
 /// The leases this process holds, striped by peer.
 #[derive(Debug)]
@@ -391,17 +424,36 @@ struct Book {
 
 impl Book {
     fn new(span_ns: u64) -> Self {
-        Self {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-            hasher: ahash::RandomState::new(),
-            span_ns,
-        }
+        Self { shards: (0..SHARDS).map(|_| Stripe::default()).collect(), hasher: ahash::RandomState::new(), span_ns }
     }
 
-    fn shard(&self, peer: &str) -> &Stripe {
+    fn stripe(&self, peer: &str) -> &Stripe {
         #[allow(clippy::cast_possible_truncation)] // The remainder is below SHARDS.
         let index = (self.hasher.hash_one(peer) % SHARDS as u64) as usize;
         &self.shards[index]
+    }
+
+    fn shard(&self, peer: &str) -> &Mutex<HashMap<String, HashMap<u32, Lease>>> {
+        &self.stripe(peer).leases
+    }
+
+    /// Waits at most `timeout` for the prefetch of `peer`'s key `id` to land; false when none is on its way.
+    fn wait_prefetch(&self, peer: &str, id: u32, timeout: Duration) -> bool {
+        let stripe = self.stripe(peer);
+        let deadline = std::time::Instant::now() + timeout;
+        let mut leases = stripe.leases.lock();
+        let fetching = |l: &HashMap<String, HashMap<u32, Lease>>| {
+            l.get(peer).and_then(|g| g.get(&id)).is_some_and(|lease| lease.fetching)
+        };
+        if !fetching(&leases) {
+            return false;
+        }
+        while fetching(&leases) {
+            if stripe.landed.wait_until(&mut leases, deadline).timed_out() {
+                break;
+            }
+        }
+        true
     }
 
     /// Decides the request for `key` from what is held; and, when the lease runs low, the size of a
@@ -413,9 +465,10 @@ impl Book {
             return (Taken::Miss(cost.max(1)), None);
         };
         if lease.key.limits != key.limits {
-            // The key's limits changed: its units were granted under others, and are dropped (they stay
-            // counted in Redis until they lapse: never more admitted).
-            lease.chunks.clear();
+            // The key's limits changed: its units were granted under others. They go back before the state
+            // is moved to the new limits (a state moved first counts them as used: never more admitted).
+            let returns = lease.returns(now).into_iter().map(|(units, states)| (lease.key.clone(), units, states));
+            lease.returning.extend(returns);
             lease.quiet_until = 0;
             return (Taken::Miss(cost.max(1)), None);
         }
@@ -440,15 +493,18 @@ impl Book {
     /// Lands a lease: its units (`spent` of them taken by the request that asked) are held from `anchor`;
     /// a refusal quiets the key for its retry (at most a span). The units held after it.
     fn grant(&self, peer: &str, key: &RemoteKey, lease: &LeaseReply, (anchor, spent): (u64, u64), now: u64) -> u64 {
-        let mut shard = self.shard(peer).lock();
+        let stripe = self.stripe(peer);
+        let mut shard = stripe.leases.lock();
+        stripe.landed.notify_all();
         let groups = shard.entry(peer.to_owned()).or_default();
         let held = groups.entry(key.id).or_insert_with(|| Lease::new(key, now));
         if held.key.limits != key.limits {
-            *held = Lease::new(key, now);
+            let returning = std::mem::take(&mut held.returning);
+            *held = Lease { returning, ..Lease::new(key, now) };
         }
         held.fetching = false;
         // The demand the next lease follows is measured from here.
-        (held.spent, held.since) = (spent, now);
+        (held.spent, held.since, held.round_trip_ns) = (spent, now, now.saturating_sub(anchor));
         held.reports.clone_from(&lease.reports);
         held.reported_at = now;
         if lease.verdict.allowed && lease.granted > 0 {
@@ -463,18 +519,26 @@ impl Book {
         held.held(now)
     }
 
+    /// What the key's leases of limits it no longer has hold, taken out to be given back.
+    fn returning(&self, peer: &str, id: u32) -> Vec<Return> {
+        let mut shard = self.shard(peer).lock();
+        shard.get_mut(peer).and_then(|g| g.get_mut(&id)).map(|l| std::mem::take(&mut l.returning)).unwrap_or_default()
+    }
+
     /// A prefetch that failed: another may be sent.
     fn fetched(&self, peer: &str, key: &RemoteKey) {
-        if let Some(lease) = self.shard(peer).lock().get_mut(peer).and_then(|g| g.get_mut(&key.id)) {
+        let stripe = self.stripe(peer);
+        if let Some(lease) = stripe.leases.lock().get_mut(peer).and_then(|g| g.get_mut(&key.id)) {
             lease.fetching = false;
         }
+        stripe.landed.notify_all();
     }
 
     /// Takes out the leases of keys idle for a span (all with `everything`): what they hold, to give back.
     fn sweep(&self, now: u64, everything: bool) -> Vec<(String, RemoteKey, u64, Vec<LeaseState>)> {
         let mut returns = Vec::new();
-        for shard in &*self.shards {
-            let mut shard = shard.lock();
+        for stripe in &*self.shards {
+            let mut shard = stripe.leases.lock();
             shard.retain(|peer, groups| {
                 groups.retain(|_, lease| {
                     let idle = now.saturating_sub(lease.last_used) >= self.span_ns && !lease.fetching;
@@ -498,7 +562,7 @@ impl Book {
             Some(peer) => {
                 self.shard(peer).lock().remove(peer);
             }
-            None => self.shards.iter().for_each(|s| s.lock().clear()),
+            None => self.shards.iter().for_each(|s| s.leases.lock().clear()),
         }
     }
 }
@@ -558,13 +622,28 @@ impl StateStore for Leased {
     }
 
     fn decide(&self, peer: &str, target: Target<'_>, request: Request) -> Result<Answer> {
-        let (key, most) = match self.decide_held(peer, target, request)? {
+        let mut held = self.decide_held(peer, target, request)?;
+        if let Held::Miss(key, ..) = &held {
+            // A prefetch on its way brings what this request needs, or Redis has none: waited for, not
+            // asked for again.
+            if self.book.wait_prefetch(peer, key.id, self.decider().settings.timeout) {
+                held = self.decide_held(peer, target, request)?;
+            }
+        }
+        let (key, most) = match held {
             Held::Decided(answer) => return Ok(answer),
             Held::Elsewhere => return self.exact.decide(peer, target, request),
             Held::Miss(key, most) => (key, most),
         };
+        let returns = self.book.returning(peer, key.id);
         let call = self.lease_call(peer, target, request, key, most);
         let decider = self.decider();
+        for (old, units, states) in returns {
+            // Waited for, so that it lands before the lease moves the state (on failure the units stay
+            // counted: never more admitted).
+            let args = script::return_arguments(&old, units, &states, decider.caller(self.limiter()));
+            let _ = decider.client.run(&call.keys, &args);
+        }
         let anchor = self.limiter().now_ns();
         let round_trip = decider.health().round_trip();
         let reply = decider.client.run(&call.keys, &call.args);
@@ -578,7 +657,14 @@ impl StateStore for Leased {
             Held::Elsewhere => return self.exact.decide_later(peer, target, request, done),
             Held::Miss(key, most) => (key, most),
         };
+        let returns = self.book.returning(peer, key.id);
         let mut call = self.lease_call(peer, target, request, key, most);
+        let decider = self.decider();
+        for (old, units, states) in returns {
+            // Sent first on the same connection as the lease; lost, the units stay counted.
+            let args = script::return_arguments(&old, units, &states, decider.caller(self.limiter()));
+            decider.client.spawn(call.keys.clone(), args, |_| {});
+        }
         let (keys, args) = (std::mem::take(&mut call.keys), std::mem::take(&mut call.args));
         let (book, decider, limiter) = (Arc::clone(&self.book), Arc::clone(self.decider()), Arc::clone(self.limiter()));
         let anchor = limiter.now_ns();

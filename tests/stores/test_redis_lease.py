@@ -1,0 +1,356 @@
+"""The Redis backend's lease mode (``rk.Redis(mode="lease")``): a process leases part of a key's budget in
+one script call and decides against it in memory.
+
+The promise under test: never above the limit, across processes. It is stated the strongest way memory's
+own algorithm can state it: every admission that any number of lease-mode limiters made, replayed at its
+instant into one limiter in memory with the same rules, is admitted there too. Limiters share a
+``ManualClock`` reading (the script decides at the time it is given), so every test is deterministic;
+real processes get the same readings through a pipe, and are killed with SIGKILL while they hold leases.
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+import pytest
+import ratekeeper as rk
+from _redis import RedisServer
+from _support import fresh_per_example
+from hypothesis import given
+from hypothesis import strategies as st
+
+SPAWN = multiprocessing.get_context("spawn")
+
+#: Where every clock starts (s): any reading works; the sliding window is aligned to the clock's zero.
+START = 1000.0
+START_NS = 1_000_000_000_000
+
+#: The algorithms a lease decides; the others go through exact mode.
+LEASED: tuple[rk.Algorithm, ...] = ("gcra", "token_bucket", "fixed_window", "sliding_window")
+
+prefixes = itertools.count()
+
+
+def lease_backend(server: RedisServer, prefix: str, span: float = 0.1) -> rk.Redis:
+    return rk.Redis(server.url, mode="lease", prefix=prefix, lease_span=span, on_error="raise", timeout=2.0)
+
+
+@dataclass
+class Fleet:
+    """Limiters in lease mode on one key space and one clock reading, with every admission they made."""
+
+    limiters: list[rk.Limiter]
+    clock: rk.ManualClock
+    options: dict[str, Any]
+    admissions: list[tuple[int, int]] = field(default_factory=list)
+    now_ns: int = START_NS
+
+    def allow(self, who: int, cost: int = 1, peer: str = "k") -> bool:
+        allowed = self.limiters[who].allow(peer, "/api", cost=cost)
+        if allowed:
+            self.admissions.append((self.now_ns, cost))
+        return allowed
+
+    def advance_us(self, us: int) -> None:
+        self.now_ns += us * 1000
+        self.clock._advance_to_ns(self.now_ns)
+
+    def replayed_in_memory(self) -> list[tuple[int, int]]:
+        """The admissions that one limiter in memory, with the same rules, refuses at their instants
+        (none, if the fleet kept the promise)."""
+        return refused_in_memory(self.options, self.admissions)
+
+
+def refused_in_memory(options: dict[str, Any], admissions: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    clock = rk.ManualClock(START)
+    memory = rk.Limiter(clock=clock, **options)
+    refused = []
+    for at_ns, cost in sorted(admissions):
+        clock._advance_to_ns(at_ns)
+        if not memory.allow("k", "/api", cost=cost):
+            refused.append((at_ns, cost))
+    return refused
+
+
+@pytest.fixture
+def fleet(redis_server: RedisServer, redis_prefix: str) -> Iterator[Callable[..., Fleet]]:
+    """``fleet(n, span=..., **limiter_options)``: n lease-mode limiters sharing a key space and a clock."""
+    made: list[Fleet] = []
+
+    def build(n: int, span: float = 0.1, **options: Any) -> Fleet:
+        prefix = f"{redis_prefix}{next(prefixes)}:"
+        clock = rk.ManualClock(START)
+        limiters = [rk.Limiter(clock=clock, backend=lease_backend(redis_server, prefix, span), **options) for _ in range(n)]
+        made.append(Fleet(limiters, clock, options))
+        return made[-1]
+
+    yield build
+
+
+def rules(rate: str | list[str], algorithm: rk.Algorithm) -> dict[str, Any]:
+    limits = [rk.Limit(r, algorithm=algorithm) for r in ([rate] if isinstance(rate, str) else rate)]
+    return {"rules": [rk.Rule("^/api", "api", limits=limits)]}
+
+
+# One process ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("algorithm", LEASED)
+def test_a_lone_limiter_admits_its_limit_each_window(fleet: Callable[..., Fleet], algorithm: rk.Algorithm) -> None:
+    lone = fleet(1, **rules("10/min", algorithm))
+    assert sum(lone.allow(0) for _ in range(15)) == 10
+    lone.advance_us(120_000_000)
+    assert sum(lone.allow(0) for _ in range(15)) == 10
+    assert lone.replayed_in_memory() == []
+
+
+@pytest.mark.parametrize("algorithm", LEASED)
+def test_a_busy_key_decides_without_a_round_trip_per_decision(
+    fleet: Callable[..., Fleet], algorithm: rk.Algorithm
+) -> None:
+    busy = fleet(1, **rules("100000/min", algorithm))
+    for _ in range(2000):
+        assert busy.allow(0)
+        busy.advance_us(1)
+    # Leases double with what the key spent, a round trip each (prefetches included): at least 20 times
+    # fewer round trips than exact mode's one per decision.
+    round_trips = busy.limiters[0].stats()["backend_seconds"]["count"]
+    assert round_trips <= 100, round_trips
+
+
+def test_a_refusal_names_the_servers_retry_and_asks_again_only_after_a_span(fleet: Callable[..., Fleet]) -> None:
+    one = fleet(1, span=1.0, **rules("10/min", "fixed_window"))
+    assert sum(one.allow(0) for _ in range(10)) == 10
+    before = one.limiters[0].stats()["backend_seconds"]["count"]
+    refusals = [one.limiters[0].check("k", "/api") for _ in range(50)]
+    assert not any(refusals)
+    assert all(50 < r.retry_after <= 60 for r in refusals)
+    # Refused here, from what Redis said: at most one more round trip for the 50.
+    assert one.limiters[0].stats()["backend_seconds"]["count"] - before <= 1
+
+
+@pytest.mark.parametrize("algorithm", ["sliding_log", "leaky_bucket"])
+def test_algorithms_a_lease_cannot_carry_are_decided_in_redis_exactly(
+    fleet: Callable[..., Fleet], algorithm: rk.Algorithm
+) -> None:
+    pair = fleet(2, **rules("10/min", algorithm))
+    admitted = sum(pair.allow(i % 2) for i in range(30))
+    assert admitted == 10
+    # One round trip per decision: exact mode's.
+    assert sum(lim.stats()["backend_seconds"]["count"] for lim in pair.limiters) == 30
+
+
+def test_waits_and_permits_go_through_exact_mode(fleet: Callable[..., Fleet]) -> None:
+    pair = fleet(
+        2, rules=[rk.Rule("^/api", "api", limits=["2/s", rk.Limit(concurrency=1)]), rk.Rule("^/slow", "slow", "1/s")]
+    )
+    a, b = pair.limiters
+    with a.concurrent("k", "/api"), pytest.raises(rk.RateLimited), b.concurrent("k", "/api"):
+        pass
+    with b.concurrent("k", "/api"):
+        pass
+    assert a.allow("k", "/slow")
+    # A wait reserves the next slot in Redis: 1 s on the shared clock, which the wait advances.
+    assert b.throttle("k", "/slow", timeout=5.0).allowed
+    assert pair.clock.now() == pytest.approx(START + 1.0)
+
+
+# Many processes on one clock: never above the limit --------------------------------------------------------
+
+step = st.tuples(
+    st.integers(0, 2),  # which limiter decides
+    st.one_of(st.sampled_from([0, 1, 999, 100_000, 1_000_000, 6_000_000, 60_000_000]), st.integers(0, 90_000_000)),
+    st.integers(1, 3),  # the request's cost
+    st.integers(0, 15),  # 0: that limiter gives back its idle leases first (sync_now)
+)
+
+
+@fresh_per_example
+@given(
+    algorithm=st.sampled_from(LEASED),
+    rate=st.sampled_from(["10/min", "5/s", "3/s", ["5/s", "20/min"], ["2/s", "7/10s"]]),
+    span=st.sampled_from([0.001, 1.0, 3600.0]),
+    steps=st.lists(step, max_size=60),
+)
+def test_admissions_of_three_lease_holders_are_what_one_limiter_in_memory_admits(
+    fleet: Callable[..., Fleet],
+    algorithm: rk.Algorithm,
+    rate: str | list[str],
+    span: float,
+    steps: list[tuple[int, int, int, int]],
+) -> None:
+    three = fleet(3, span=span, **rules(rate, algorithm))
+    for who, gap_us, cost, sweep in steps:
+        three.advance_us(gap_us)
+        if sweep == 0:
+            three.limiters[who].sync_now()
+        three.allow(who, cost)
+    assert three.replayed_in_memory() == []
+
+
+@pytest.mark.parametrize("algorithm", LEASED)
+def test_a_limit_lowered_while_leases_are_out_holds_from_the_change(
+    fleet: Callable[..., Fleet], algorithm: rk.Algorithm
+) -> None:
+    # Rolling out a lower limit: each process takes it; the units they leased under the old one go back
+    # if the state is still the lease's, else they count as used. Never more admitted than memory would.
+    pair = fleet(2, **rules("100/min", algorithm))
+    for i in range(20):
+        assert pair.allow(i % 2)
+        pair.advance_us(100_000)
+    for limiter in pair.limiters:
+        limiter.update_rule("api", "10/min")
+    # Memory moves a key's usage to the new limit: 20 used of 100/min leave nothing of 10/min for two
+    # minutes; what the leases held at the change may add to that, never take from it.
+    assert sum(pair.allow(i % 2) for i in range(40)) == 0
+    pair.advance_us(300_000_000)
+    assert sum(pair.allow(i % 2) for i in range(40)) == 10
+
+
+def test_demand_moving_between_processes_is_short_at_most_what_the_idle_one_held(
+    fleet: Callable[..., Fleet],
+) -> None:
+    # A is busy at 100 a second for 2 s on a 100/s GCRA key, then stops; B takes over. B is refused only
+    # the units A leased and had not spent, which lapse at their instants (at most a span of the rate).
+    pair = fleet(2, span=0.05, **rules("100/s", "gcra"))
+    for _ in range(200):
+        assert pair.allow(0)
+        pair.advance_us(10_000)
+    b_admitted = 0
+    for _ in range(100):
+        b_admitted += pair.allow(1)
+        pair.advance_us(10_000)
+    # A span of 50 ms at 100/s is 5 units; A's lease was twice its span's demand: at most 10 short.
+    assert b_admitted >= 90, b_admitted
+    assert pair.replayed_in_memory() == []
+
+
+def test_a_swept_lease_gives_back_its_units_to_the_others(fleet: Callable[..., Fleet]) -> None:
+    pair = fleet(2, span=1.0, **rules("100/h", "fixed_window"))
+    a, b = pair.limiters
+    for _ in range(10):
+        pair.allow(0)
+        pair.advance_us(1)
+    # A leased more than it used: B finds less than the 90 left until A's lease goes back.
+    held_by_a = 90 - sum(pair.allow(1) for _ in range(100))
+    assert held_by_a > 0
+    pair.advance_us(2_000_000)
+    assert a.sync_now()[1] == held_by_a  # given back: the units A held
+    assert sum(pair.allow(1) for _ in range(100)) == held_by_a
+    assert pair.replayed_in_memory() == []
+
+
+# Real processes, SIGKILL -----------------------------------------------------------------------------------
+
+
+def lease_worker(url: str, prefix: str, rule: tuple[str | list[str], rk.Algorithm], commands: Connection) -> None:
+    """A process deciding in lease mode under ``rules(*rule)`` at the readings the parent sends: ("at", ns)
+    then ("allow", n) (answers how many were admitted) until it is killed or told ("stop",)."""
+    clock = rk.ManualClock(START)
+    backend = rk.Redis(url, mode="lease", prefix=prefix, lease_span=0.05, timeout=2.0)
+    limiter = rk.Limiter(clock=clock, backend=backend, **rules(*rule))
+    while True:
+        command = commands.recv()
+        if command[0] == "at":
+            clock._advance_to_ns(command[1])
+        elif command[0] == "allow":
+            commands.send(sum(limiter.allow("k", "/api") for _ in range(command[1])))
+        else:
+            return
+
+
+@contextmanager
+def worker(
+    server: RedisServer, prefix: str, rule: tuple[str | list[str], rk.Algorithm]
+) -> Iterator[tuple[Any, Connection]]:
+    parent, child = SPAWN.Pipe()
+    process = SPAWN.Process(target=lease_worker, args=(server.url, prefix, rule, child), daemon=True)
+    process.start()
+    try:
+        yield process, parent
+    finally:
+        if process.exitcode is None:
+            process.kill()
+        process.join(10)
+
+
+@pytest.mark.parametrize("algorithm", ["gcra", "fixed_window"])
+def test_a_holder_killed_with_its_lease_loses_only_that_lease(
+    redis_server: RedisServer, redis_prefix: str, algorithm: rk.Algorithm
+) -> None:
+    rule: tuple[str, rk.Algorithm] = ("100/s", algorithm)
+    options = rules(*rule)
+    prefix = f"{redis_prefix}{next(prefixes)}:"
+    clock = rk.ManualClock(START)
+    survivor = rk.Limiter(clock=clock, backend=lease_backend(redis_server, prefix, span=0.05), **options)
+    admissions: list[tuple[int, int]] = []
+    now = START_NS
+    with worker(redis_server, prefix, rule) as (process, pipe):
+        # The worker is busy: 10 decisions every 100 ms for 1 s, at the same readings as the survivor's.
+        for _ in range(10):
+            pipe.send(("at", now))
+            pipe.send(("allow", 10))
+            admissions += [(now, 1)] * pipe.recv()
+            now += 100_000_000
+            clock._advance_to_ns(now)
+        process.kill()  # SIGKILL: it never gives its lease back
+        process.join(10)
+        assert process.exitcode == -signal.SIGKILL
+    # Within a second the dead worker's units are spent in Redis's eyes (its window ended, its GCRA
+    # instants passed): the survivor gets the full rate.
+    now += 1_000_000_000
+    clock._advance_to_ns(now)
+    got = sum(survivor.allow("k", "/api") for _ in range(150))
+    admissions += [(now, 1)] * got
+    assert got == 100
+    assert refused_in_memory(options, admissions) == []
+
+
+@pytest.mark.parametrize("algorithm", LEASED)
+def test_two_processes_together_never_exceed_the_limit(
+    redis_server: RedisServer, redis_prefix: str, algorithm: rk.Algorithm
+) -> None:
+    rule: tuple[list[str], rk.Algorithm] = (["20/s", "50/10s"], algorithm)
+    options = rules(*rule)
+    prefix = f"{redis_prefix}{next(prefixes)}:"
+    admissions: list[tuple[int, int]] = []
+    now = START_NS
+    offered: list[tuple[int, int]] = []
+    with worker(redis_server, prefix, rule) as (_, a), worker(redis_server, prefix, rule) as (_, b):
+        for tick in range(60):
+            for pipe, n in ((a, 7 + tick % 5), (b, 11 - tick % 3)):
+                pipe.send(("at", now))
+                pipe.send(("allow", n))
+                admissions += [(now, 1)] * pipe.recv()
+                offered += [(now, 1)] * n
+            now += 250_000_000 if tick % 4 else 37_000_000
+        for pipe in (a, b):
+            pipe.send(("stop",))
+    assert refused_in_memory(options, admissions) == []
+    # And they use the limit: what one limiter in memory admits of the same offers, less what leases held.
+    in_memory = len(offered) - len(refused_in_memory(options, offered))
+    assert len(admissions) >= 0.8 * in_memory, (len(admissions), in_memory)
+
+
+def test_a_redis_restart_loses_the_states_as_exact_mode_does_and_decisions_go_on(
+    own_redis_server: RedisServer, redis_prefix: str
+) -> None:
+    # Without persistence a restart forgets every state (exact mode's policy too); a lease-mode limiter
+    # keeps deciding, and over-admits at most the units it held at the restart.
+    options = rules("100/min", "fixed_window")
+    clock = rk.ManualClock(START)
+    limiter = rk.Limiter(clock=clock, backend=lease_backend(own_redis_server, f"{redis_prefix}r:", 60.0), **options)
+    before = sum(limiter.allow("k", "/api") for _ in range(30))
+    assert before == 30
+    own_redis_server.restart()
+    after = sum(limiter.allow("k", "/api") for _ in range(200))
+    assert 70 <= after <= 100 + 70
+    clock.advance(120)
+    assert sum(limiter.allow("k", "/api") for _ in range(200)) == 100
