@@ -37,10 +37,53 @@ Targets (issue 10, the 2-core machine)
     64 asyncio callers: at least 5x the decisions/s of the fastest peer;
     sync mode: at most 2x the in-memory allow.
 
+Modes (issue 38; benches/redis_modes.py): lease mode against exact and sync mode, side by side
+    Every process below is a fresh interpreter (multiprocessing, start method spawn) with its own
+    rk.Limiter on the same server and prefix: exact (one script call per decision), sync
+    (sync_interval 1 s), lease (rk.Redis(mode="lease"), its default span 0.1 s), and in part 1 memory
+    (each process its own in-memory limiter: the reference); timeout 1 s, on_error="raise". Each is
+    made and warmed (one decision on another peer opens the connection) before the timed part.
+
+    1. Decisions per second: 4 processes released together (a barrier), each making 4,000,000
+       decisions as fast as it can (or as many as fit in 4 s: exact mode stops there), limit 10**9 per
+       hour (none refused; checked). hot key: every decision for one peer; 100k keys: each for a peer
+       drawn from 100,000 (a sequence of 400,000 draws, seeded per process, cycled: the same in every
+       mode). Reported: decisions/s of each process over its own loop, the median of the 4, the median
+       of 3 runs; round trips per 1,000 decisions (stats()'s backend_seconds count: the decisions' own
+       and lease mode's prefetches); the calls the server took per 1,000 decisions (INFO commandstats,
+       reset after the warm-up, read once the processes exited: the scripts, lease give-backs included,
+       and sync mode's INCRBY pushes). Targets (issue 38): lease mode within 2x of memory and at least
+       20x exact mode, in each scenario.
+    2. Admitted vs limit: 4 processes on the hot key, 2,000/s, released together, each offering as fast
+       as it can for 3 s, each admission stamped (time.time_ns) just before and just after its call.
+       fixed_window: the windows are those Redis held (the key's state, read every 2 ms: where each
+       window ends, on the server's clock, which is this machine's); an admission counts in a window
+       when its call lay wholly inside it ("certain"; "touched" adds those straddling an edge, at most
+       one per process and edge). Sync mode's windows are each process's own: the fleet's are taken
+       from the admissions (the first opens one, the first after its end the next). gcra: at each
+       admission's end, the admissions so far against burst + rate x (that instant - the first call's
+       start). Reported: the max ratio (<= 1.0 in exact and lease mode; sync mode's stated bound is
+       1 + min(N - 1, R x 2 x interval / L), R the rate admitted), the use of the limit (admitted /
+       allowed, over the whole windows or the run).
+    3. Demand that moves: A alone on the hot key (1,000/s GCRA, burst 1,000) for 1.5 s, as fast as it
+       can or paced at 500/s; then A stops (alive: its sweeper runs) and B, made and waiting, starts as
+       fast as it can: B's admissions over its first 0.5 s (from its first call) against what the limit
+       allows over it (500; 1,500 after the paced A, which left the bucket full), the shortfall in units
+       and in ms of the limit.
+    4. A killed holder: A as in 3 for 1.5 s, then SIGKILLed; B, waiting, starts once A is reaped. From
+       the kill (time.monotonic_ns, one clock for every process): ms to B's first admission, ms to the
+       first 100 ms window (1 ms steps) in which B is admitted the limit's units less one (the full
+       rate again), B's admissions in the first second and what the limit allowed that B did not get;
+       3 kills, medians, against the lease span.
+    --quick: 400,000 decisions (a sequence of 100,000) or 1 s, 1 run; 1.5 s of offering; A busy 0.7 s;
+    1 kill.
+
 Usage
     python benches/redis_bench.py            # 5 runs of 2,000 calls per case
     python benches/redis_bench.py --quick    # 1 run of 500 calls
     python benches/redis_bench.py --runs 5 --calls 10000 --json results.json   # make bench's settings
+    python benches/redis_bench.py --modes-only [--quick]   # the modes alone
+    python benches/redis_bench.py --no-modes              # the libraries alone
 
 Needs ``redis-server`` (Debian: ``apt-get install redis-server``) and the bench extra.
 """
@@ -67,6 +110,7 @@ from pathlib import Path
 from typing import Any
 
 import ratekeeper as rk
+import redis_modes
 
 HERE = Path(__file__).resolve().parent
 LIMIT = "1000000/second"
@@ -451,9 +495,11 @@ def write_json(
     concurrent: list[Case],
     server_rows: list[tuple[str, float, float]],
     verdicts: list[tuple[bool, str]],
+    modes: redis_modes.Modes | None = None,
 ) -> None:
-    """The figures for ``benches/render.py``: medians per case, server time, verdicts."""
-    from machine import describe, version, write_results
+    """The figures for ``benches/render.py``: medians per case, server time, verdicts; and the modes part's
+    figures and verdicts under ``modes``."""
+    from machine import write_results
 
     per_call = {c.name: [s / args.calls * 1e6 for s in c.seconds] for c in blocking}
     rates = {c.name: [args.calls // TASKS * TASKS / s for s in c.seconds] for c in concurrent}
@@ -471,10 +517,28 @@ def write_json(
         "verdicts": [{"passed": passed, "text": text} for passed, text in verdicts],
         "notes": [f"{case.name}: {case.note}" for case in [*BLOCKING, *CONCURRENT] if case.note],
     }
+    if modes is not None:
+        data["modes"] = redis_modes.figures(modes)
+    write_results(args.json, "redis", data, machine_block(), runs=args.runs, calls=args.calls)
+
+
+def write_modes_json(args: argparse.Namespace, modes: redis_modes.Modes | None) -> None:
+    """``--modes-only``: the modes part's figures alone (not the ``redis`` results render.py reads)."""
+    from machine import write_results
+
+    if modes is not None:
+        write_results(
+            args.json, "redis_modes", {"modes": redis_modes.figures(modes)}, machine_block(), quick=args.quick
+        )
+
+
+def machine_block() -> dict[str, Any]:
+    from machine import describe, version
+
     machine = describe(["redis", "limits", "throttled-py", "pyrate-limiter"])
     server = subprocess.run(["redis-server", "--version"], capture_output=True, text=True, check=False).stdout.split()
     machine["versions"]["redis-server"] = server[2].removeprefix("v=") if len(server) > 2 else version("redis-server")
-    write_results(args.json, "redis", data, machine, runs=args.runs, calls=args.calls)
+    return machine
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -485,6 +549,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "redis_bench.tsv", help="the TSV of every run")
     parser.add_argument("--json", type=Path, help="also write the figures and the machine block here (render.py)")
+    parts = parser.add_mutually_exclusive_group()
+    parts.add_argument("--no-modes", action="store_true", help="skip the modes part (lease, exact, sync, memory)")
+    parts.add_argument("--modes-only", action="store_true", help="only the modes part")
     args = parser.parse_args(argv)
     if args.quick:
         args.runs, args.calls = 1, 500
@@ -492,17 +559,29 @@ def main(argv: list[str] | None = None) -> int:
     print(versions(), file=sys.stderr)
     print(f"{args.runs} run(s) x {args.calls} calls per case, interleaved; medians", file=sys.stderr)
     server = Server()
+    modes = None
     try:
-        blocking, concurrent = measure(server, args.runs, args.calls)
-        server_rows = server_time(server, args.calls)
+        if not args.modes_only:
+            blocking, concurrent = measure(server, args.runs, args.calls)
+            server_rows = server_time(server, args.calls)
+        if not args.no_modes:
+            import redis
+
+            modes = redis_modes.measure(server.url, server.port, redis.Redis(port=server.port), args.quick)
     finally:
         server.stop()
-    verdicts = report(blocking, concurrent, args.calls)
-    report_server_time(server_rows)
-    write_tsv(args.out, blocking, concurrent, args.calls)
-    print(f"\nTSV: {args.out}")
-    write_json(args, blocking, concurrent, server_rows, verdicts)
-    return 1 if args.check and not all(passed for passed, _ in verdicts) else 0
+    verdicts = []
+    if not args.modes_only:
+        verdicts = report(blocking, concurrent, args.calls)
+        report_server_time(server_rows)
+    modes_verdicts = redis_modes.report(modes) if modes is not None else []
+    if args.modes_only:
+        write_modes_json(args, modes)
+    else:
+        write_tsv(args.out, blocking, concurrent, args.calls)
+        print(f"\nTSV: {args.out}")
+        write_json(args, blocking, concurrent, server_rows, verdicts, modes)
+    return 1 if args.check and not all(passed for passed, _ in [*verdicts, *modes_verdicts]) else 0
 
 
 if __name__ == "__main__":
