@@ -432,7 +432,12 @@ class Redis:
             in-memory speed, and every ``sync_interval`` seconds one pipelined round trip pushes each
             key's usage since the last push to a counter in Redis and charges what the other processes
             used meanwhile to the local state. Over-admission is bounded (see the README); ``on_error``
-            does not apply (a failed sync keeps its usage for the next).
+            does not apply (a failed sync keeps its usage for the next). Or ``"lease"``: a process takes a
+            lease of part of a key's budget in one script call and decides against it in memory, never above
+            the limit; it asks for more before it runs out and gives back what a key idle for
+            ``lease_span`` did not use. Fixed and sliding windows, GCRA and the token bucket are leased;
+            waits, permits, ``policy="fallback"``, the sliding log and the leaky bucket are decided as in
+            exact mode (see the workers-and-machines page).
         timeout: the longest a decision waits for Redis, in seconds, before ``on_error`` decides.
         prefix: the start of every key ratekeeper writes (keys are ``<prefix>{<group>:<peer>}:<limit>:<algorithm>``;
             long peers are hashed).
@@ -441,6 +446,9 @@ class Redis:
             system's (a private CA).
         lease_ttl: concurrency permits are leases in Redis that expire after this many seconds, so
             that a crashed process's permits come back; a request held longer stops counting.
+        lease_span: lease mode's span, in seconds: a lease holds about twice what its key spent over a
+            span, and a key idle for a span gives its lease back. The capacity a process holds idle is
+            at most that; a process killed with a lease loses only that lease.
         on_error: while Redis cannot answer: ``"local"`` decides in this process's memory,
             ``"allow"`` admits, ``"deny"`` refuses (``retry_after`` 1 s), ``"raise"`` raises
             [`BackendUnavailable`][ratekeeper.BackendUnavailable]. An outage is logged once, when it starts, and counted
@@ -456,24 +464,28 @@ class Redis:
         cls,
         url: str,
         *,
-        mode: Literal["exact", "sync"] = "exact",
+        mode: Literal["exact", "sync", "lease"] = "exact",
         timeout: float = 0.05,
         prefix: str = "ratekeeper:",
         on_error: Literal["local", "allow", "deny", "raise"] = "local",
         sync_interval: float = 1.0,
         tls_ca_file: str | os.PathLike[str] | None = None,
         lease_ttl: float = 300.0,
+        lease_span: float = 0.1,
     ) -> Redis: ...
     @property
     def lease_ttl(self) -> float:
         """How long a concurrency permit's lease lives in Redis, in seconds."""
     @property
+    def lease_span(self) -> float | None:
+        """Lease mode's span in seconds; ``None`` in the other modes."""
+    @property
     def url(self) -> str:
         """The server's URL (``redis://``, ``rediss://``, ``unix://``), password masked in ``repr``."""
     @property
-    def mode(self) -> Literal["exact", "sync"]:
+    def mode(self) -> Literal["exact", "sync", "lease"]:
         """``"exact"``: one atomic script per decision; ``"sync"``: decide locally, push usage every
-        ``sync_interval``."""
+        ``sync_interval``; ``"lease"``: decide locally from leases of the keys' budgets."""
     @property
     def sync_interval(self) -> float | None:
         """Sync mode's interval in seconds; ``None`` in exact mode."""
@@ -616,10 +628,12 @@ class Limiter:
     def _check_region(self) -> None: ...
     def sync_now(self) -> tuple[int, int]:
         """Sync mode: pushes this process's usage and absorbs the others' now, without waiting for the
-        timer: ``(keys synced, units the others used that were charged here)``.
+        timer: ``(keys synced, units the others used that were charged here)``. Lease mode: gives back
+        now what the leases of keys idle for ``lease_span`` hold, as the sweeper does every span:
+        ``(leases given back, units)`` (sent, not waited for).
 
         Raises:
-            InvalidValue: the limiter's backend is not in sync mode.
+            InvalidValue: the limiter's backend is in neither sync nor lease mode.
             BackendUnavailable: Redis did not answer (the usage is kept for the next sync).
         """
     @property

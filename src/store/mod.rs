@@ -171,7 +171,7 @@ pub trait StateStore: Send + Sync {
     /// # Errors
     /// A store that does not sync, or Redis did not answer.
     fn sync_now(&self) -> Result<SyncReport> {
-        Err(Error::value("backend", "sync_now needs backend=rk.Redis(..., mode='sync')"))
+        Err(Error::value("backend", "sync_now needs backend=rk.Redis(..., mode='sync') or mode='lease'"))
     }
 }
 

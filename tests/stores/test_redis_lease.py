@@ -80,18 +80,17 @@ def refused_in_memory(options: dict[str, Any], admissions: list[tuple[int, int]]
 
 
 @pytest.fixture
-def fleet(redis_server: RedisServer, redis_prefix: str) -> Iterator[Callable[..., Fleet]]:
-    """``fleet(n, span=..., **limiter_options)``: n lease-mode limiters sharing a key space and a clock."""
-    made: list[Fleet] = []
+def fleet(redis_server: RedisServer, redis_prefix: str) -> Callable[..., Fleet]:
+    """``fleet(n, span=..., **limiter_options)``: n lease-mode limiters sharing a key space and a clock (kept
+    by the caller only: a hypothesis example's go with it, their clients and sweepers too)."""
 
     def build(n: int, span: float = 0.1, **options: Any) -> Fleet:
         prefix = f"{redis_prefix}{next(prefixes)}:"
         clock = rk.ManualClock(START)
         limiters = [rk.Limiter(clock=clock, backend=lease_backend(redis_server, prefix, span), **options) for _ in range(n)]
-        made.append(Fleet(limiters, clock, options))
-        return made[-1]
+        return Fleet(limiters, clock, options)
 
-    yield build
+    return build
 
 
 def rules(rate: str | list[str], algorithm: rk.Algorithm) -> dict[str, Any]:
