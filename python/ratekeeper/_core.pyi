@@ -630,7 +630,7 @@ class Limiter:
         """Sync mode: pushes this process's usage and absorbs the others' now, without waiting for the
         timer: ``(keys synced, units the others used that were charged here)``. Lease mode: gives back
         now what the leases of keys idle for ``lease_span`` hold, as the sweeper does every span:
-        ``(leases given back, units)`` (sent, not waited for).
+        ``(leases given back, units)``.
 
         Raises:
             InvalidValue: the limiter's backend is in neither sync nor lease mode.

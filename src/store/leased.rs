@@ -581,13 +581,22 @@ fn start_sweeper(exact: &Exact, book: &Arc<Book>, span: Duration) {
             else {
                 break;
             };
-            give_back(&book, &decider, &limiter, false);
+            give_back(&book, &decider, &limiter, false, Sending::Send);
         }
     });
 }
 
-/// Gives back what the swept leases hold, without waiting for the replies; the units given back.
-fn give_back(book: &Book, decider: &RedisDecider, limiter: &Limiter, everything: bool) -> SyncReport {
+/// How a give-back is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sending {
+    /// Waited for (`sync_now`: done when it returns).
+    Wait,
+    /// Sent on the client's runtime (the sweeper, a dropped store).
+    Send,
+}
+
+/// Gives back what the swept leases hold (every lease's with `everything`); the leases and units given.
+fn give_back(book: &Book, decider: &RedisDecider, limiter: &Limiter, everything: bool, how: Sending) -> SyncReport {
     let returns = book.sweep(limiter.now_ns(), everything);
     let mut report = SyncReport::default();
     for (peer, key, units, states) in returns {
@@ -595,7 +604,11 @@ fn give_back(book: &Book, decider: &RedisDecider, limiter: &Limiter, everything:
         report.absorbed += units;
         let args = script::return_arguments(&key, units, &states, decider.caller(limiter));
         let keys = decider.keys(&peer, &key);
-        decider.client.spawn(keys, args, |_| {});
+        match how {
+            // A give-back that fails leaves the units counted: never more admitted.
+            Sending::Wait => drop(decider.client.run(&keys, &args)),
+            Sending::Send => decider.client.spawn(keys, args, |_| {}),
+        }
     }
     report
 }
@@ -710,9 +723,10 @@ impl StateStore for Leased {
         self.exact.health()
     }
 
-    /// Gives back now what the leases of keys idle for a span hold (the sweeper does it every span).
+    /// Gives back now what the leases of keys idle for a span hold (the sweeper does it every span),
+    /// waiting for Redis.
     fn sync_now(&self) -> Result<SyncReport> {
-        Ok(give_back(&self.book, self.decider(), self.limiter(), false))
+        Ok(give_back(&self.book, self.decider(), self.limiter(), false, Sending::Wait))
     }
 }
 
@@ -720,6 +734,6 @@ impl Drop for Leased {
     /// What the leases hold goes back (sent, not waited for: a process that exits at once may lose it,
     /// and those units lapse as a killed process's do).
     fn drop(&mut self) {
-        give_back(&self.book, &self.exact.decider, self.exact.limiter(), true);
+        give_back(&self.book, &self.exact.decider, self.exact.limiter(), true, Sending::Send);
     }
 }
