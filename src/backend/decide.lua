@@ -1125,8 +1125,9 @@ decide_full = function(KEYS, ARGV, timed)
     return writes
   end
 
-  -- A lease ("lease:<most>", `cost` the least): as many units as the rate limits admit now, at least `cost`
-  -- and at most `most`, taken at once for the caller to spend on its own (src/store/leased.rs). Replies as
+  -- A lease ("lease:<most>", `cost` the least): as many units as the limits `take` names admit now (rates,
+  -- or concurrency permits as members named by `lease`), at least `cost` and at most `most`, taken at once
+  -- for the caller to spend on its own (src/store/leased.rs). Replies as
   -- a decision with reports, then the units granted and each limit's state written (t relative to now, a),
   -- from which the caller knows when each unit lapses.
   local most = string.match(operation, '^lease:(%d+)$')
@@ -1150,8 +1151,14 @@ decide_full = function(KEYS, ARGV, timed)
     end
     local written = 0
     for i, state in pairs(writes or {}) do
-      store(limits[i], KEYS[i], state, ledger_after(limits[i], states[i], 0))
-      states[i] = state
+      local l = limits[i]
+      if l.algorithm.store then
+        -- Concurrency permits ("permits"): the lease's members, named by its prefix.
+        states[i] = l.algorithm.store(l, KEYS[i], state) or state
+      else
+        store(l, KEYS[i], state, ledger_after(l, states[i], 0))
+        states[i] = state
+      end
       written = written + 2 ^ (i - 1)
     end
     persist_moved(written)

@@ -226,12 +226,25 @@ pub fn cap_arguments(
     encode(key, &operation, (remaining, 0), "rates", NO_LEASES, caller)
 }
 
-/// The script's `ARGV` for a lease (lease mode): as many units as the limits admit now, at least `least`
-/// and at most `most`.
+/// The script's `ARGV` for a lease (lease mode): as many units of the rate limits as they admit now, at
+/// least `least` and at most `most`.
 #[must_use]
 pub fn lease_arguments(key: &RemoteKey, (least, most): (u64, u64), caller: Caller<'_>) -> Vec<String> {
     let operation = format!("lease:{}", most.min(EXACT - 1));
     encode(key, &operation, (least, 0), "rates", NO_LEASES, caller)
+}
+
+/// The script's `ARGV` for a lease of concurrency permits: members named by `leases.prefix`, at least
+/// `least` and at most `most`, each expiring after `leases.ttl_ms` unless released first.
+#[must_use]
+pub fn permit_lease_arguments(
+    key: &RemoteKey,
+    (least, most): (u64, u64),
+    leases: Leases<'_>,
+    caller: Caller<'_>,
+) -> Vec<String> {
+    let operation = format!("lease:{}", most.min(EXACT - 1));
+    encode(key, &operation, (least, 0), "permits", leases, caller)
 }
 
 /// The script's `ARGV` to give `units` of a lease back to each limit whose state is still the one the

@@ -105,8 +105,8 @@ pub(super) struct RedisDecider {
     pub(super) settings: Settings,
     pub(super) client: Client,
     /// This process's name in concurrency leases (random), and the count of leases it took.
-    node: String,
-    leases: AtomicU64,
+    pub(super) node: String,
+    pub(super) leases: AtomicU64,
     health: Health,
 }
 

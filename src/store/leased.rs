@@ -23,6 +23,7 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex};
 
 use super::exact::{Call, RedisDecider};
+use super::permits::{PermitLease, Permits};
 use super::{Answer, Exact, Later, StateStore, SyncReport};
 use crate::algorithm::{Limit, Report};
 use crate::backend::client::Failure;
@@ -75,8 +76,19 @@ impl Leased {
         }
         let limiter = self.limiter();
         let (mut most, mut leasable, mut prefetch) = (0, true, None);
+        let mut permits = false;
         let routed = limiter.decide_held(peer, target, request, |key| {
-            if !leasable_key(key.policy, key.limits) {
+            if permits_only(key.limits, request) {
+                permits = true;
+                return match self.book.take_permits(peer, key, request, key.now) {
+                    Ok(decided) => Some(decided),
+                    Err(size) => {
+                        most = size;
+                        None
+                    }
+                };
+            }
+            if !leasable_key(key.policy, key.limits) || request.take == Take::Permits {
                 leasable = false;
                 return None;
             }
@@ -97,6 +109,7 @@ impl Leased {
         Ok(match routed {
             Routed::Free(decision) => Held::Decided(decision.into()),
             Routed::Limited(_) if !leasable => Held::Elsewhere,
+            Routed::Limited(key) if permits => Held::MissPermits(key, most),
             Routed::Limited(key) => Held::Miss(key, most),
         })
     }
@@ -108,6 +121,29 @@ impl Leased {
         let args = script::lease_arguments(&key, (request.cost, most), decider.caller(limiter));
         let health = decider.health().seen();
         Call { peer: peer.to_owned(), target: OwnedTarget::from(target), request, key, keys, args, health }
+    }
+
+    /// The call asking Redis for a lease of at least the request's cost and at most `most` permits, and
+    /// the lease's members' prefix.
+    fn permit_call(
+        &self,
+        peer: &str,
+        target: Target<'_>,
+        request: Request,
+        key: RemoteKey,
+        most: u64,
+    ) -> (Call, String) {
+        let (decider, limiter) = (self.decider(), self.limiter());
+        let n = decider.leases.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // "~", not ":": exact mode's release of this node's permits ("<node>:") never takes a lease's.
+        let prefix = format!("{}~{n}", decider.node);
+        let ttl_ms = u64::try_from(decider.settings.lease_ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        let leases = script::Leases { prefix: &prefix, ttl_ms };
+        let keys = decider.keys(peer, &key);
+        let args = script::permit_lease_arguments(&key, (request.cost, most), leases, decider.caller(limiter));
+        let health = decider.health().seen();
+        let call = Call { peer: peer.to_owned(), target: OwnedTarget::from(target), request, key, keys, args, health };
+        (call, prefix)
     }
 
     /// Asks for more units in the background (the key's lease is running low).
@@ -158,11 +194,45 @@ fn land(
     Ok(Answer { decision, notice })
 }
 
+/// Lands a lease of permits: held here, the request's taken; a refusal quiets the key for a span. A
+/// failure decides as `on_error` says.
+fn land_permits(
+    book: &Book,
+    decider: &RedisDecider,
+    limiter: &Limiter,
+    call: &Call,
+    (prefix, anchor): (String, u64),
+    reply: std::result::Result<Vec<String>, Failure>,
+) -> Result<Answer> {
+    let parsed = reply.and_then(|r| script::parse_lease(&call.key, &r).map_err(|e| Failure(e.to_string())));
+    let lease = match parsed {
+        Ok(lease) => lease,
+        Err(failure) => return decider.finish(limiter, call, Err(failure)),
+    };
+    let recovered = decider.health().answered(call.health);
+    let now = limiter.now_ns();
+    let ttl = u64::try_from(decider.settings.lease_ttl.as_nanos()).unwrap_or(u64::MAX);
+    let held = PermitLease {
+        prefix,
+        granted: lease.granted,
+        in_flight: if lease.verdict.allowed { call.request.cost } else { 0 },
+        expires: anchor.saturating_add(ttl),
+        last_used: now,
+    };
+    book.grant_permits(&call.peer, &call.key, held, lease.verdict.allowed, now);
+    let decision = limiter.record_remote(&call.peer, &call.key, lease.verdict, Some(lease.reports), call.request);
+    let notice =
+        recovered.then(|| "ratekeeper: the Redis backend answers again; decisions are made in Redis".to_owned());
+    Ok(Answer { decision, notice })
+}
+
 enum Held {
     /// Decided here (from a lease, or nothing limits the request).
     Decided(Answer),
     /// The key's lease has nothing left: ask for one of at most this many units.
     Miss(RemoteKey, u64),
+    /// The key's permit leases have no permit free: ask for a lease of at most this many permits.
+    MissPermits(RemoteKey, u64),
     /// Not a decision a lease makes: exact mode decides.
     Elsewhere,
 }
@@ -175,6 +245,11 @@ const fn leasable_request(request: Request) -> bool {
 /// A group a lease can decide: rate limits only, every one of them (the windows and GCRA), all at once.
 fn leasable_key(policy: Policy, limits: &[Limit]) -> bool {
     policy == Policy::All && !limits.is_empty() && limits.iter().all(|l| lapse_kind(l).is_some())
+}
+
+/// A request for permits only, in a group of concurrency limits only: its permits come from leases.
+fn permits_only(limits: &[Limit], request: Request) -> bool {
+    request.take != Take::Rates && !limits.is_empty() && limits.iter().all(Limit::is_concurrency)
 }
 
 /// How a limit's leased units lapse.
@@ -295,6 +370,8 @@ struct Lease {
     last_granted: u64,
     /// How long the last lease took to land.
     round_trip_ns: u64,
+    /// The key's leases of concurrency permits.
+    permits: Permits,
 }
 
 impl Lease {
@@ -313,6 +390,7 @@ impl Lease {
             reported_at: now,
             last_granted: 0,
             round_trip_ns: 0,
+            permits: Permits::default(),
         }
     }
 
@@ -519,6 +597,70 @@ impl Book {
         held.held(now)
     }
 
+    /// Takes the request's permits from the key's permit leases: the verdict and reports, or the size of
+    /// the lease to ask for.
+    fn take_permits(
+        &self,
+        peer: &str,
+        key: HeldKey<'_>,
+        request: Request,
+        now: u64,
+    ) -> std::result::Result<(Verdict, Option<Vec<Report>>), u64> {
+        let cost = request.cost;
+        let mut shard = self.shard(peer).lock();
+        let Some(lease) = shard.get_mut(peer).and_then(|groups| groups.get_mut(&key.id)) else { return Err(cost) };
+        if lease.key.limits != key.limits {
+            lease.permits.retire();
+            return Err(cost);
+        }
+        let taken = lease.permits.take(cost, now);
+        if !taken && now >= lease.permits.quiet_until {
+            return Err(lease.permits.size(cost));
+        }
+        let gates = key.limits.iter().enumerate().fold(0, |bits, (i, _)| bits | 1 << i);
+        let verdict = Verdict {
+            written: if taken { gates } else { 0 },
+            refused_by: (!taken).then_some(Refusal::Concurrency),
+            ..local_verdict(taken, 0, now)
+        };
+        let reports = request.report.then(|| {
+            let free = lease.permits.free();
+            key.limits
+                .iter()
+                .map(|l| Report {
+                    limit: u64::from(l.burst),
+                    remaining: free,
+                    reset_after_ns: 0,
+                    window_ns: None,
+                    next_ns: 0,
+                })
+                .collect()
+        });
+        Ok((verdict, reports))
+    }
+
+    /// Lands a lease of permits (a refusal: none is asked for again for a span).
+    fn grant_permits(&self, peer: &str, key: &RemoteKey, held: PermitLease, allowed: bool, now: u64) {
+        let mut shard = self.shard(peer).lock();
+        let groups = shard.entry(peer.to_owned()).or_default();
+        let lease = groups.entry(key.id).or_insert_with(|| Lease::new(key, now));
+        if lease.key.limits != key.limits {
+            lease.permits.retire();
+            lease.key = key.clone();
+        }
+        if allowed && held.granted > 0 {
+            lease.permits.grant(held);
+        } else if !allowed {
+            lease.permits.quiet_until = now.saturating_add(self.span_ns);
+        }
+    }
+
+    /// Gives back `cost` permits a request held from a lease here; false when none did.
+    fn release_permits(&self, peer: &str, id: u32, cost: u64, now: u64) -> bool {
+        let mut shard = self.shard(peer).lock();
+        shard.get_mut(peer).and_then(|g| g.get_mut(&id)).is_some_and(|lease| lease.permits.release(cost, now))
+    }
+
     /// What the key's leases of limits it no longer has hold, taken out to be given back.
     fn returning(&self, peer: &str, id: u32) -> Vec<Return> {
         let mut shard = self.shard(peer).lock();
@@ -534,26 +676,34 @@ impl Book {
         stripe.landed.notify_all();
     }
 
-    /// Takes out the leases of keys idle for a span (all with `everything`): what they hold, to give back.
-    fn sweep(&self, now: u64, everything: bool) -> Vec<(String, RemoteKey, u64, Vec<LeaseState>)> {
-        let mut returns = Vec::new();
+    /// Takes out what the leases of keys idle for a span hold (every lease's with `everything`), and the
+    /// permit leases no request held for a span, to give back.
+    fn sweep(&self, now: u64, everything: bool) -> Vec<Giving> {
+        let mut givings = Vec::new();
         for stripe in &*self.shards {
             let mut shard = stripe.leases.lock();
             shard.retain(|peer, groups| {
                 groups.retain(|_, lease| {
-                    let idle = now.saturating_sub(lease.last_used) >= self.span_ns && !lease.fetching;
-                    if !(idle || everything) {
-                        return true;
+                    let idle = everything || (now.saturating_sub(lease.last_used) >= self.span_ns && !lease.fetching);
+                    if idle {
+                        for (units, states) in lease.returns(now) {
+                            givings.push(Giving::Units(peer.clone(), lease.key.clone(), units, states));
+                        }
                     }
-                    for (units, states) in lease.returns(now) {
-                        returns.push((peer.clone(), lease.key.clone(), units, states));
+                    for permits in lease.permits.idle(now, self.span_ns, everything) {
+                        givings.push(Giving::Permits(peer.clone(), lease.key.clone(), permits));
                     }
-                    now < lease.quiet_until && !everything
+                    let quiet = now < lease.quiet_until || now < lease.permits.quiet_until;
+                    !lease.chunks.is_empty()
+                        || lease.fetching
+                        || !lease.permits.is_empty()
+                        || !lease.returning.is_empty()
+                        || (quiet && !everything)
                 });
                 !groups.is_empty()
             });
         }
-        returns
+        givings
     }
 
     /// Forgets `peer`'s leases (every peer's with `None`), giving nothing back (a reset removes the states).
@@ -595,17 +745,40 @@ enum Sending {
     Send,
 }
 
-/// Gives back what the swept leases hold (every lease's with `everything`); the leases and units given.
+/// What a sweep gives back: a key's units (the key they were leased under, how many, the states the
+/// lease wrote), or a lease of its permits.
+#[derive(Debug)]
+enum Giving {
+    Units(String, RemoteKey, u64, Vec<LeaseState>),
+    Permits(String, RemoteKey, PermitLease),
+}
+
+/// Gives back what the swept leases hold (every lease's with `everything`): the leases, and the units and
+/// permits given.
 fn give_back(book: &Book, decider: &RedisDecider, limiter: &Limiter, everything: bool, how: Sending) -> SyncReport {
-    let returns = book.sweep(limiter.now_ns(), everything);
     let mut report = SyncReport::default();
-    for (peer, key, units, states) in returns {
+    let ttl_ms = u64::try_from(decider.settings.lease_ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+    for giving in book.sweep(limiter.now_ns(), everything) {
+        let (peer, key, args) = match giving {
+            Giving::Units(peer, key, units, states) => {
+                report.absorbed += units;
+                let args = script::return_arguments(&key, units, &states, decider.caller(limiter));
+                (peer, key, args)
+            }
+            Giving::Permits(peer, key, permits) => {
+                report.absorbed += permits.granted;
+                // The lease's own members: "<prefix>#<j>".
+                let prefix = format!("{}#", permits.prefix);
+                let leases = script::Leases { prefix: &prefix, ttl_ms };
+                let args = script::release_arguments(&key, permits.granted, leases, decider.caller(limiter));
+                (peer, key, args)
+            }
+        };
         report.keys += 1;
-        report.absorbed += units;
-        let args = script::return_arguments(&key, units, &states, decider.caller(limiter));
         let keys = decider.keys(&peer, &key);
         match how {
-            // A give-back that fails leaves the units counted: never more admitted.
+            // A give-back that fails leaves the units counted, the permits until they expire: never more
+            // admitted.
             Sending::Wait => drop(decider.client.run(&keys, &args)),
             Sending::Send => decider.client.spawn(keys, args, |_| {}),
         }
@@ -629,7 +802,7 @@ impl StateStore for Leased {
     fn decide_at_once(&self, peer: &str, target: Target<'_>, request: Request) -> Option<Result<Answer>> {
         match self.decide_held(peer, target, request) {
             Ok(Held::Decided(answer)) => Some(Ok(answer)),
-            Ok(Held::Miss(..) | Held::Elsewhere) => None,
+            Ok(Held::Miss(..) | Held::MissPermits(..) | Held::Elsewhere) => None,
             Err(error) => Some(Err(error)),
         }
     }
@@ -646,6 +819,15 @@ impl StateStore for Leased {
         let (key, most) = match held {
             Held::Decided(answer) => return Ok(answer),
             Held::Elsewhere => return self.exact.decide(peer, target, request),
+            Held::MissPermits(key, most) => {
+                let (call, prefix) = self.permit_call(peer, target, request, key, most);
+                let decider = self.decider();
+                let anchor = self.limiter().now_ns();
+                let round_trip = decider.health().round_trip();
+                let reply = decider.client.run(&call.keys, &call.args);
+                round_trip.done();
+                return land_permits(&self.book, decider, self.limiter(), &call, (prefix, anchor), reply);
+            }
             Held::Miss(key, most) => (key, most),
         };
         let returns = self.book.returning(peer, key.id);
@@ -668,6 +850,19 @@ impl StateStore for Leased {
         let (key, most) = match self.decide_held(peer, target, request)? {
             Held::Decided(answer) => return Ok(Some(answer)),
             Held::Elsewhere => return self.exact.decide_later(peer, target, request, done),
+            Held::MissPermits(key, most) => {
+                let (mut call, prefix) = self.permit_call(peer, target, request, key, most);
+                let (keys, args) = (std::mem::take(&mut call.keys), std::mem::take(&mut call.args));
+                let (book, decider) = (Arc::clone(&self.book), Arc::clone(self.decider()));
+                let limiter = Arc::clone(self.limiter());
+                let anchor = limiter.now_ns();
+                let round_trip = decider.health().round_trip();
+                self.decider().client.spawn(keys, args, move |reply| {
+                    round_trip.done();
+                    done(land_permits(&book, &decider, &limiter, &call, (prefix, anchor), reply));
+                });
+                return Ok(None);
+            }
             Held::Miss(key, most) => (key, most),
         };
         let returns = self.book.returning(peer, key.id);
@@ -701,7 +896,13 @@ impl StateStore for Leased {
         self.exact.refund(peer, target, cost, receipt)
     }
 
+    /// Permits a lease here gave are taken back here; others (a group decided in exact mode) in Redis.
     fn release(&self, peer: &str, target: Target<'_>, cost: u64) -> Result<()> {
+        if let Routed::Limited(key) = self.limiter().route_remote(peer, target)? {
+            if self.book.release_permits(peer, key.id, cost, self.limiter().now_ns()) {
+                return Ok(());
+            }
+        }
         self.exact.release(peer, target, cost)
     }
 

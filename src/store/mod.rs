@@ -10,6 +10,7 @@
 mod exact;
 mod leased;
 mod local;
+mod permits;
 mod synced;
 
 use std::sync::Arc;

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import signal
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from typing import Any
 import pytest
 import ratekeeper as rk
 from _redis import RedisServer
-from _support import fresh_per_example
+from _support import fresh_per_example, run_threads
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -354,3 +355,112 @@ def test_a_redis_restart_loses_the_states_as_exact_mode_does_and_decisions_go_on
     assert 70 <= after <= 100 + 70
     clock.advance(120)
     assert sum(limiter.allow("k", "/api") for _ in range(200)) == 100
+
+
+# Concurrency permits as leased permits ---------------------------------------------------------------------
+
+
+def permits(n: int) -> dict[str, Any]:
+    return {"rules": [rk.Rule("^/api", "api", limits=[rk.Limit(concurrency=n)])]}
+
+
+def test_permits_come_from_leases_and_never_more_are_in_flight_than_the_limit(fleet: Callable[..., Fleet]) -> None:
+    pair = fleet(2, **permits(3))
+    a, b = pair.limiters
+    held = [a.concurrent("k", "/api"), b.concurrent("k", "/api"), b.concurrent("k", "/api")]
+    for permit in held:
+        permit.__enter__()
+    with pytest.raises(rk.RateLimited) as refused:
+        a.concurrent("k", "/api").__enter__()
+    assert refused.value.decision.refused_by == "concurrency"
+    for permit in held[1:]:
+        permit.__exit__(None, None, None)
+    # B's permits are back with B: B takes them again without asking Redis; A gets them once B's lease
+    # has been idle for a span and went back.
+    before = b.stats()["backend_seconds"]["count"]
+    with b.concurrent("k", "/api"), b.concurrent("k", "/api"):
+        assert b.stats()["backend_seconds"]["count"] == before
+    pair.advance_us(200_000)
+    assert b.sync_now() == (2, 2)
+    with a.concurrent("k", "/api"), a.concurrent("k", "/api"):
+        pass
+    held[0].__exit__(None, None, None)
+
+
+def test_threads_of_two_processes_never_hold_more_permits_than_the_limit(
+    redis_server: RedisServer, redis_prefix: str
+) -> None:
+    prefix = f"{redis_prefix}{next(prefixes)}:"
+    limiters = [rk.Limiter(backend=lease_backend(redis_server, prefix, span=0.001), **permits(4)) for _ in range(2)]
+    lock = threading.Lock()
+    in_flight, most, admitted = 0, 0, 0
+
+    def work(i: int) -> None:
+        nonlocal in_flight, most, admitted
+        limiter = limiters[i % 2]
+        for _ in range(300):
+            try:
+                with limiter.concurrent("k", "/api"):
+                    with lock:
+                        in_flight += 1
+                        most = max(most, in_flight)
+                        admitted += 1
+                    with lock:
+                        in_flight -= 1
+            except rk.RateLimited:
+                pass
+
+    run_threads(8, work)
+    assert most <= 4
+    assert admitted > 0
+
+
+def permits_worker(url: str, prefix: str, commands: Connection) -> None:
+    """A process holding lease-mode permits at the readings the parent sends: ("at", ns), ("hold", n)
+    (answers how many it took and keeps them) until it is killed."""
+    clock = rk.ManualClock(START)
+    backend = rk.Redis(url, mode="lease", prefix=prefix, lease_span=0.05, lease_ttl=30.0, timeout=2.0)
+    limiter = rk.Limiter(clock=clock, backend=backend, **permits(3))
+    held = []
+    while True:
+        command = commands.recv()
+        if command[0] == "at":
+            clock._advance_to_ns(command[1])
+        else:
+            taken = 0
+            for _ in range(command[1]):
+                permit = limiter.concurrent("k", "/api")
+                try:
+                    permit.__enter__()
+                except rk.RateLimited:
+                    continue
+                held.append(permit)
+                taken += 1
+            commands.send(taken)
+
+
+def test_a_holder_of_permits_killed_loses_them_only_until_their_lease_expires(
+    redis_server: RedisServer, redis_prefix: str
+) -> None:
+    prefix = f"{redis_prefix}{next(prefixes)}:"
+    clock = rk.ManualClock(START)
+    backend = rk.Redis(redis_server.url, mode="lease", prefix=prefix, lease_ttl=30.0, on_error="raise", timeout=2.0)
+    survivor = rk.Limiter(clock=clock, backend=backend, **permits(3))
+    parent, child = SPAWN.Pipe()
+    process = SPAWN.Process(target=permits_worker, args=(redis_server.url, prefix, child), daemon=True)
+    process.start()
+    try:
+        parent.send(("at", START_NS))
+        parent.send(("hold", 2))
+        assert parent.recv() == 2
+        process.kill()
+        process.join(10)
+    finally:
+        if process.exitcode is None:
+            process.kill()
+    # The dead process's two permits still count: one is left, until their lease (30 s) expires.
+    with survivor.concurrent("k", "/api"), pytest.raises(rk.RateLimited), survivor.concurrent("k", "/api"):
+        pass
+    clock.advance(31.0)
+    with survivor.concurrent("k", "/api"), survivor.concurrent("k", "/api"), survivor.concurrent("k", "/api"):
+        pass
