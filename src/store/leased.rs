@@ -146,6 +146,39 @@ impl Leased {
         (call, prefix)
     }
 
+    /// What to ask Redis for after `held`: a lease's call and how its reply lands (the give-backs a changed
+    /// limit left sent first, on the same connection), or exact mode's decision: a key with no demand known
+    /// here asks for its request alone, which exact mode's compact call does for half the server's time.
+    fn ask(&self, peer: &str, target: Target<'_>, request: Request, held: Held) -> Asked {
+        match held {
+            Held::Decided(answer) => Asked::Decided(answer),
+            Held::Elsewhere => Asked::Exact(false),
+            Held::MissPermits(key, most) => {
+                let (call, prefix) = self.permit_call(peer, target, request, key, most);
+                Asked::Lease(call, Landing::Permits(prefix, self.limiter().now_ns()))
+            }
+            Held::Miss(key, most) => {
+                let returns = self.book.returning(peer, key.id);
+                if most <= request.cost && returns.is_empty() {
+                    return Asked::Exact(true);
+                }
+                let call = self.lease_call(peer, target, request, key, most);
+                let decider = self.decider();
+                for (old, units, states) in returns {
+                    // Before the lease moves the state (lost, the units stay counted: never more admitted).
+                    let args = script::return_arguments(&old, units, &states, decider.caller(self.limiter()));
+                    let _ = decider.client.run(&call.keys, &args);
+                }
+                Asked::Lease(call, Landing::Units(self.limiter().now_ns()))
+            }
+        }
+    }
+
+    /// Counts an exact-mode decision's units as this process's demand for the key (its next lease's size).
+    fn note(&self, peer: &str, target: Target<'_>, answer: &Answer, cost: u64) {
+        note_spent(&self.book, self.limiter(), (peer, target), answer, cost);
+    }
+
     /// Asks for more units in the background (the key's lease is running low).
     fn prefetch(&self, peer: &str, key: &RemoteKey, most: u64) {
         let (decider, limiter) = (self.decider(), self.limiter());
@@ -224,6 +257,46 @@ fn land_permits(
     let notice =
         recovered.then(|| "ratekeeper: the Redis backend answers again; decisions are made in Redis".to_owned());
     Ok(Answer { decision, notice })
+}
+
+/// After what a lease held: decided, or exact mode decides (true: a leasable key's first request, whose
+/// units count as its demand), or a lease is asked for.
+enum Asked {
+    Decided(Answer),
+    Exact(bool),
+    Lease(Call, Landing),
+}
+
+/// How a lease's reply lands: units (asked for at this instant), or permits (named by this prefix).
+enum Landing {
+    Units(u64),
+    Permits(String, u64),
+}
+
+impl Landing {
+    fn land(
+        self,
+        book: &Book,
+        decider: &RedisDecider,
+        limiter: &Limiter,
+        call: &Call,
+        reply: std::result::Result<Vec<String>, Failure>,
+    ) -> Result<Answer> {
+        match self {
+            Self::Units(anchor) => land(book, decider, limiter, call, anchor, reply),
+            Self::Permits(prefix, anchor) => land_permits(book, decider, limiter, call, (prefix, anchor), reply),
+        }
+    }
+}
+
+/// Counts the units of an admission exact mode made as this process's demand for its key.
+fn note_spent(book: &Book, limiter: &Limiter, (peer, target): (&str, Target<'_>), answer: &Answer, cost: u64) {
+    if !answer.decision.outcome.allowed {
+        return;
+    }
+    if let Ok(Routed::Limited(key)) = limiter.route_remote(peer, target) {
+        book.note_spent(peer, &key, cost, limiter.now_ns());
+    }
 }
 
 enum Held {
@@ -667,6 +740,17 @@ impl Book {
         shard.get_mut(peer).and_then(|g| g.get_mut(&id)).map(|l| std::mem::take(&mut l.returning)).unwrap_or_default()
     }
 
+    /// An admission exact mode made for `key`: its demand here, which the key's next lease follows.
+    fn note_spent(&self, peer: &str, key: &RemoteKey, cost: u64, now: u64) {
+        let mut shard = self.shard(peer).lock();
+        let groups = shard.entry(peer.to_owned()).or_default();
+        let lease = groups.entry(key.id).or_insert_with(|| Lease::new(key, now));
+        if lease.key.limits == key.limits {
+            lease.spent += cost;
+            lease.last_used = now;
+        }
+    }
+
     /// A prefetch that failed: another may be sent.
     fn fetched(&self, peer: &str, key: &RemoteKey) {
         let stripe = self.stripe(peer);
@@ -816,70 +900,49 @@ impl StateStore for Leased {
                 held = self.decide_held(peer, target, request)?;
             }
         }
-        let (key, most) = match held {
-            Held::Decided(answer) => return Ok(answer),
-            Held::Elsewhere => return self.exact.decide(peer, target, request),
-            Held::MissPermits(key, most) => {
-                let (call, prefix) = self.permit_call(peer, target, request, key, most);
-                let decider = self.decider();
-                let anchor = self.limiter().now_ns();
-                let round_trip = decider.health().round_trip();
-                let reply = decider.client.run(&call.keys, &call.args);
-                round_trip.done();
-                return land_permits(&self.book, decider, self.limiter(), &call, (prefix, anchor), reply);
+        let (call, landing) = match self.ask(peer, target, request, held) {
+            Asked::Decided(answer) => return Ok(answer),
+            Asked::Exact(false) => return self.exact.decide(peer, target, request),
+            Asked::Exact(true) => {
+                return self.exact.decide(peer, target, request).inspect(|a| self.note(peer, target, a, request.cost));
             }
-            Held::Miss(key, most) => (key, most),
+            Asked::Lease(call, landing) => (call, landing),
         };
-        let returns = self.book.returning(peer, key.id);
-        let call = self.lease_call(peer, target, request, key, most);
         let decider = self.decider();
-        for (old, units, states) in returns {
-            // Waited for, so that it lands before the lease moves the state (on failure the units stay
-            // counted: never more admitted).
-            let args = script::return_arguments(&old, units, &states, decider.caller(self.limiter()));
-            let _ = decider.client.run(&call.keys, &args);
-        }
-        let anchor = self.limiter().now_ns();
         let round_trip = decider.health().round_trip();
         let reply = decider.client.run(&call.keys, &call.args);
         round_trip.done();
-        land(&self.book, decider, self.limiter(), &call, anchor, reply)
+        landing.land(&self.book, decider, self.limiter(), &call, reply)
     }
 
     fn decide_later(&self, peer: &str, target: Target<'_>, request: Request, done: Later) -> Result<Option<Answer>> {
-        let (key, most) = match self.decide_held(peer, target, request)? {
-            Held::Decided(answer) => return Ok(Some(answer)),
-            Held::Elsewhere => return self.exact.decide_later(peer, target, request, done),
-            Held::MissPermits(key, most) => {
-                let (mut call, prefix) = self.permit_call(peer, target, request, key, most);
-                let (keys, args) = (std::mem::take(&mut call.keys), std::mem::take(&mut call.args));
-                let (book, decider) = (Arc::clone(&self.book), Arc::clone(self.decider()));
-                let limiter = Arc::clone(self.limiter());
-                let anchor = limiter.now_ns();
-                let round_trip = decider.health().round_trip();
-                self.decider().client.spawn(keys, args, move |reply| {
-                    round_trip.done();
-                    done(land_permits(&book, &decider, &limiter, &call, (prefix, anchor), reply));
+        let held = self.decide_held(peer, target, request)?;
+        let (mut call, landing) = match self.ask(peer, target, request, held) {
+            Asked::Decided(answer) => return Ok(Some(answer)),
+            Asked::Exact(false) => return self.exact.decide_later(peer, target, request, done),
+            Asked::Exact(true) => {
+                let (book, limiter) = (Arc::clone(&self.book), Arc::clone(self.limiter()));
+                let (peer_owned, owned) = (peer.to_owned(), OwnedTarget::from(target));
+                let noted: Later = Box::new(move |answer: Result<Answer>| {
+                    if let Ok(answer) = &answer {
+                        note_spent(&book, &limiter, (&peer_owned, owned.borrow()), answer, request.cost);
+                    }
+                    done(answer);
                 });
-                return Ok(None);
+                return self.exact.decide_later(peer, target, request, noted).inspect(|answer| {
+                    if let Some(answer) = answer {
+                        self.note(peer, target, answer, request.cost);
+                    }
+                });
             }
-            Held::Miss(key, most) => (key, most),
+            Asked::Lease(call, landing) => (call, landing),
         };
-        let returns = self.book.returning(peer, key.id);
-        let mut call = self.lease_call(peer, target, request, key, most);
-        let decider = self.decider();
-        for (old, units, states) in returns {
-            // Sent first on the same connection as the lease; lost, the units stay counted.
-            let args = script::return_arguments(&old, units, &states, decider.caller(self.limiter()));
-            decider.client.spawn(call.keys.clone(), args, |_| {});
-        }
         let (keys, args) = (std::mem::take(&mut call.keys), std::mem::take(&mut call.args));
         let (book, decider, limiter) = (Arc::clone(&self.book), Arc::clone(self.decider()), Arc::clone(self.limiter()));
-        let anchor = limiter.now_ns();
         let round_trip = decider.health().round_trip();
         self.decider().client.spawn(keys, args, move |reply| {
             round_trip.done();
-            done(land(&book, &decider, &limiter, &call, anchor, reply));
+            done(landing.land(&book, &decider, &limiter, &call, reply));
         });
         Ok(None)
     }
