@@ -119,19 +119,7 @@ impl Limiter {
     /// # Errors
     /// A `Target::Group` that names no group.
     pub fn route_remote(&self, peer: &str, target: Target<'_>) -> Result<Routed> {
-        if !self.enabled() {
-            return Ok(Routed::Free(Decision::free(Route::Unlimited)));
-        }
-        let now = self.clock.now_ns();
-        let mut locked = self.lock_peer(peer);
-        let route = locked.rules().route(peer, target)?;
-        let Route::Group(index) = route else {
-            // Counted as exempt the way a local decision counts it.
-            return Ok(Routed::Free(self.decide_route(&mut locked.held(), route, peer, now, Request::new(1))));
-        };
-        let mut key = locked.into_key(index);
-        let quota = self.quota_of(&mut key.locked.held(), key.key, now, Some(peer));
-        Ok(Routed::Limited(Self::remote_key(&mut key, quota)))
+        self.decide_held(peer, target, Request::new(1), |_| None)
     }
 
     /// Routes `peer`'s request and, under the peer's lock, lets `held` decide it from what this process
@@ -155,6 +143,7 @@ impl Limiter {
         let mut locked = self.lock_peer(peer);
         let route = locked.rules().route(peer, target)?;
         let Route::Group(index) = route else {
+            // Counted as exempt the way a local decision counts it.
             return Ok(Routed::Free(self.decide_route(&mut locked.held(), route, peer, now, request)));
         };
         let mut key = locked.into_key(index);

@@ -201,8 +201,29 @@ impl Leased {
     }
 }
 
-/// Lands a lease's reply: its units go to the book (the request's own taken), and the decision is
-/// counted; a failure decides as `on_error` says, as exact mode's would.
+/// Lands a lease's reply: `keep` puts what it granted in the book and says what to report, and the
+/// request's decision is counted; a failure decides as `on_error` says, as exact mode's would.
+fn landed(
+    decider: &RedisDecider,
+    limiter: &Limiter,
+    call: &Call,
+    reply: std::result::Result<Vec<String>, Failure>,
+    keep: impl FnOnce(&LeaseReply, u64) -> Vec<Report>,
+) -> Result<Answer> {
+    let parsed = reply.and_then(|r| script::parse_lease(&call.key, &r).map_err(|e| Failure(e.to_string())));
+    let lease = match parsed {
+        Ok(lease) => lease,
+        Err(failure) => return decider.finish(limiter, call, Err(failure)),
+    };
+    let recovered = decider.health().answered(call.health);
+    let reports = keep(&lease, limiter.now_ns());
+    let decision = limiter.record_remote(&call.peer, &call.key, lease.verdict, Some(reports), call.request);
+    let notice =
+        recovered.then(|| "ratekeeper: the Redis backend answers again; decisions are made in Redis".to_owned());
+    Ok(Answer { decision, notice })
+}
+
+/// Lands a lease of units: held from `anchor`, the request's own taken.
 fn land(
     book: &Book,
     decider: &RedisDecider,
@@ -211,24 +232,14 @@ fn land(
     anchor: u64,
     reply: std::result::Result<Vec<String>, Failure>,
 ) -> Result<Answer> {
-    let parsed = reply.and_then(|r| script::parse_lease(&call.key, &r).map_err(|e| Failure(e.to_string())));
-    let lease = match parsed {
-        Ok(lease) => lease,
-        Err(failure) => return decider.finish(limiter, call, Err(failure)),
-    };
-    let recovered = decider.health().answered(call.health);
-    let now = limiter.now_ns();
-    let spent = if lease.verdict.allowed { call.request.cost } else { 0 };
-    let held = book.grant(&call.peer, &call.key, &lease, (anchor, spent), now);
-    let reports = with_held(&lease.reports, held);
-    let decision = limiter.record_remote(&call.peer, &call.key, lease.verdict, Some(reports), call.request);
-    let notice =
-        recovered.then(|| "ratekeeper: the Redis backend answers again; decisions are made in Redis".to_owned());
-    Ok(Answer { decision, notice })
+    landed(decider, limiter, call, reply, |lease, now| {
+        let spent = if lease.verdict.allowed { call.request.cost } else { 0 };
+        let held = book.grant(&call.peer, &call.key, lease, (anchor, spent), now);
+        with_held(&lease.reports, held)
+    })
 }
 
-/// Lands a lease of permits: held here, the request's taken; a refusal quiets the key for a span. A
-/// failure decides as `on_error` says.
+/// Lands a lease of permits: held here, the request's taken; a refusal quiets the key for a span.
 fn land_permits(
     book: &Book,
     decider: &RedisDecider,
@@ -237,26 +248,18 @@ fn land_permits(
     (prefix, anchor): (String, u64),
     reply: std::result::Result<Vec<String>, Failure>,
 ) -> Result<Answer> {
-    let parsed = reply.and_then(|r| script::parse_lease(&call.key, &r).map_err(|e| Failure(e.to_string())));
-    let lease = match parsed {
-        Ok(lease) => lease,
-        Err(failure) => return decider.finish(limiter, call, Err(failure)),
-    };
-    let recovered = decider.health().answered(call.health);
-    let now = limiter.now_ns();
     let ttl = u64::try_from(decider.settings.lease_ttl.as_nanos()).unwrap_or(u64::MAX);
-    let held = PermitLease {
-        prefix,
-        granted: lease.granted,
-        in_flight: if lease.verdict.allowed { call.request.cost } else { 0 },
-        expires: anchor.saturating_add(ttl),
-        last_used: now,
-    };
-    book.grant_permits(&call.peer, &call.key, held, lease.verdict.allowed, now);
-    let decision = limiter.record_remote(&call.peer, &call.key, lease.verdict, Some(lease.reports), call.request);
-    let notice =
-        recovered.then(|| "ratekeeper: the Redis backend answers again; decisions are made in Redis".to_owned());
-    Ok(Answer { decision, notice })
+    landed(decider, limiter, call, reply, |lease, now| {
+        let held = PermitLease {
+            prefix,
+            granted: lease.granted,
+            in_flight: if lease.verdict.allowed { call.request.cost } else { 0 },
+            expires: anchor.saturating_add(ttl),
+            last_used: now,
+        };
+        book.grant_permits(&call.peer, &call.key, held, lease.verdict.allowed, now);
+        lease.reports.clone()
+    })
 }
 
 /// After what a lease held: decided, or exact mode decides (true: a leasable key's first request, whose
