@@ -47,3 +47,26 @@ def test_sync_mode_pushes_to_each_keys_node(redis_cluster: RedisCluster, redis_p
     assert b.sync_now() == (10, 30)
     assert not any(b.allow(f"p{peer}") for peer in range(10))
     assert all(count > 0 for count in keys_per_node(redis_cluster, redis_prefix))
+
+
+def test_lease_mode_leases_from_each_keys_node(redis_cluster: RedisCluster, redis_prefix: str) -> None:
+    rules = [
+        rk.Rule(r"^/api", "api", limits=[rk.Limit("5/h", algorithm="fixed_window"), rk.Limit("8/h")]),
+        rk.Rule(r"^/slow", "slow", limits=[rk.Limit(concurrency=2)]),
+    ]
+    clock = rk.ManualClock()
+    leased = [
+        rk.Limiter(
+            rules=rules,
+            clock=clock,
+            backend=rk.Redis(redis_cluster.url, mode="lease", prefix=redis_prefix, on_error="raise", timeout=1),
+        )
+        for _ in range(2)
+    ]
+    for peer in range(10):
+        # Two processes leasing one key's budget on its node: five in all, never more.
+        assert sum(leased[i % 2].allow(f"p{peer}", "/api") for i in range(12)) == 5
+        first, second, third = (leased[i % 2].concurrent(f"p{peer}", "/slow") for i in range(3))
+        with first, second, pytest.raises(rk.RateLimited), third:
+            pass
+    assert all(count > 0 for count in keys_per_node(redis_cluster, redis_prefix))
