@@ -16,7 +16,7 @@
 //! whose units cannot be spent later than they are counted) goes through exact mode, one call per
 //! decision, on the same states in Redis.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -560,9 +560,12 @@ enum Taken {
 }
 
 /// One stripe of the leases: by peer, then by group id.
+/// A stripe's leases: by peer, then by group id (ahash: a lookup per decision, on the hot path).
+type Leases = ahash::AHashMap<String, ahash::AHashMap<u32, Lease>>;
+
 #[derive(Debug, Default)]
 struct Stripe {
-    leases: Mutex<HashMap<String, HashMap<u32, Lease>>>,
+    leases: Mutex<Leases>,
     /// Notified when a prefetch lands (or fails): a request that found its key's lease empty while one
     /// was on its way waits for it rather than asking for another.
     landed: Condvar,
@@ -587,7 +590,7 @@ impl Book {
         &self.shards[index]
     }
 
-    fn shard(&self, peer: &str) -> &Mutex<HashMap<String, HashMap<u32, Lease>>> {
+    fn shard(&self, peer: &str) -> &Mutex<Leases> {
         &self.stripe(peer).leases
     }
 
@@ -596,9 +599,7 @@ impl Book {
         let stripe = self.stripe(peer);
         let deadline = std::time::Instant::now() + timeout;
         let mut leases = stripe.leases.lock();
-        let fetching = |l: &HashMap<String, HashMap<u32, Lease>>| {
-            l.get(peer).and_then(|g| g.get(&id)).is_some_and(|lease| lease.fetching)
-        };
+        let fetching = |l: &Leases| l.get(peer).and_then(|g| g.get(&id)).is_some_and(|lease| lease.fetching);
         if !fetching(&leases) {
             return false;
         }
