@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -628,6 +629,336 @@ def redis_block(results: Results) -> str:
     return f"{blocking}\n\n{concurrent}\n\n{server}\n\n{verdicts(redis)}{notes}\n\n{how} {machine(redis)}"
 
 
+# --- Redis modes (redis_modes.py, the modes part of redis_bench.py) ------------------------------------------
+
+
+def redis_modes(results: Results) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The modes part's figures, and the results they come with: the part's own command and machine when it
+    ran alone (``--modes-only``, merged into ``redis.json``), else the run's."""
+    (redis,) = need(results, "redis")
+    modes = redis["data"].get("modes")
+    if modes is None:
+        raise Missing("redis")
+    source = {
+        "command": modes.get("command", redis["command"]),
+        "machine": modes.get("machine", redis["machine"]),
+    }
+    return modes, source
+
+
+def keys_scenario(scenario: str) -> str:
+    """``"100000 keys"`` as ``"100,000 keys"``."""
+    count, _, rest = scenario.partition(" ")
+    return f"{int(count):,} {rest}" if count.isdigit() else scenario
+
+
+def demand_cell(demand: int | None) -> str:
+    return "as fast as it can" if demand is None else f"{demand:,}/s"
+
+
+def minus(text: str) -> str:
+    return text.replace("-", MINUS)
+
+
+def trips(value: float) -> str:
+    """Round trips per 1,000 decisions: whole when there are many (or none)."""
+    return number(value) if value >= 10 or value == 0 else f"{value:.2f}"
+
+
+def versus_memory(value: float) -> str:
+    return times(value, 2 if value >= 0.1 else 3)
+
+
+def modes_speed(modes: dict[str, Any]) -> str:
+    s = modes["settings"]
+    rows = []
+    memory = {r["scenario"]: r["per_process_per_s"] for r in modes["speed"] if r["mode"] == "memory"}
+    for r in modes["speed"]:
+        calls = r["commands_per_1000"]
+        rows.append(
+            [
+                keys_scenario(r["scenario"]),
+                f"**{r['mode']}**" if r["mode"] == "lease" else r["mode"],
+                number(r["per_process_per_s"]),
+                versus_memory(r["per_process_per_s"] / memory[r["scenario"]]),
+                number(r["round_trips_per_1000"], 2),
+                DASH if calls is None else number(calls, 2),
+            ]
+        )
+    head = (
+        f"**{modes['processes']} processes, decisions/s per process** (a limit no run reaches, 10⁹ an hour; "
+        f"{s['decisions']:,} decisions each, or as many as fit in {s['seconds']:g} s; the median of the "
+        f"{modes['processes']}, the median of {runs(s['runs'])})"
+    )
+    out = table(
+        [
+            "scenario",
+            "mode",
+            "decisions/s per process",
+            f"{TIMES} memory",
+            "round trips / 1,000 decisions",
+            "server calls / 1,000 decisions",
+        ],
+        "llrrrr",
+        rows,
+    )
+    return f"{head}\n\n{out}"
+
+
+def admitted_windows(r: dict[str, Any]) -> str:
+    if r["algorithm"] != "fixed_window":
+        return "(the run)"
+    text = ", ".join(f"{certain:,}/{touched:,}" for certain, touched in r["windows"])
+    if r["outside"] and r["mode"] != "sync":
+        text += f"; {r['outside']:,} outside any window"
+    return text
+
+
+def modes_admitted(modes: dict[str, Any]) -> str:
+    rows = []
+    for r in modes["admitted"]:
+        ratio = f"{r['max_ratio']:.4f}"
+        if r["max_ratio_upper"] != r["max_ratio"]:
+            ratio += f" ({r['max_ratio_upper']:.4f})"
+        if r["mode"] != "sync" and r["max_ratio"] > 1.0:
+            ratio = f"**{ratio}, above the limit**"
+        rows.append(
+            [
+                r["algorithm"],
+                f"**{r['mode']}**" if r["mode"] == "lease" else r["mode"],
+                number(r["offered"]),
+                number(r["admitted"]),
+                admitted_windows(r),
+                ratio,
+                f"{r['use'] * 100:.1f} %",
+                f"{r['bound']:.2f}",
+            ]
+        )
+    limit = modes["admitted"][0]["limit_per_s"]
+    head = (
+        f"**Admitted against the limit** (hot key, {limit:,}/s, {modes['processes']} processes offering as fast as "
+        f"they can for {modes['settings']['offer_seconds']:g} s; max ratio: the most admitted over what the limit "
+        "allows, in parentheses with the calls that straddled a window's edge counted in both windows; bound: "
+        "what the mode promises, sync mode's from the rate it admitted)"
+    )
+    out = table(
+        [
+            "algorithm",
+            "mode",
+            "offered",
+            "admitted",
+            "per window (certain/touched)",
+            "max ratio",
+            "use of the limit",
+            "bound",
+        ],
+        "llrrlrrr",
+        rows,
+    )
+    return f"{head}\n\n{out}"
+
+
+def modes_moved(modes: dict[str, Any]) -> str:
+    rows = [
+        [
+            demand_cell(m["a_demand_per_s"]),
+            f"**{m['mode']}**" if m["mode"] == "lease" else m["mode"],
+            number(m["b_admitted"]),
+            number(m["allowed"]),
+            minus(number(m["shortfall"])),
+            minus(number(m["shortfall_ms"])),
+        ]
+        for m in modes["moved"]
+    ]
+    first = modes["moved"][0]
+    limit = first["limit_per_s"]
+    head = (
+        f"**Demand that moves** (hot key, {limit:,}/s GCRA, burst {limit:,}: A alone for "
+        f"{modes['settings']['busy_seconds']:g} s, then A stops and B, as fast as it can, starts)"
+    )
+    out = table(
+        [
+            "A's demand",
+            "mode",
+            f"B admitted, its first {first['first_seconds']:g} s",
+            "the limit over it",
+            "shortfall (units)",
+            "in ms of the limit",
+        ],
+        "llrrrr",
+        rows,
+    )
+    return f"{head}\n\n{out}"
+
+
+def millis(values: list[float]) -> str:
+    value = statistics.median(values)
+    return "not reached" if value == float("inf") else number(value, 1)
+
+
+def modes_killed(modes: dict[str, Any]) -> str:
+    rows = [
+        [
+            demand_cell(k["a_demand_per_s"]),
+            f"**{k['mode']}**" if k["mode"] == "lease" else k["mode"],
+            millis(k["first_ms"]),
+            millis(k["full_rate_ms"]),
+            number(statistics.median(k["admitted_first_second"])),
+            minus(number(k["not_admitted_first_second"])),
+        ]
+        for k in modes["killed"]
+    ]
+    s = modes["settings"]
+    head = (
+        f"**A killed holder** (hot key, {modes['killed'][0]['limit_per_s']:,}/s GCRA: A busy for "
+        f"{s['busy_seconds']:g} s, then SIGKILLed; B, as fast as it can, starts at once; {runs(s['kills'], 'kill')}, "
+        "medians; lease span 0.1 s)"
+    )
+    out = table(
+        [
+            "A's demand",
+            "mode",
+            "ms to B's first admission",
+            "ms to the full rate",
+            "B admitted, its first second",
+            "allowed, not admitted",
+        ],
+        "llrrrr",
+        rows,
+    )
+    return f"{head}\n\n{out}"
+
+
+def modes_summary(modes: dict[str, Any]) -> str:
+    """What the tables say, in figures taken from them: lease mode's ratio, speed, shortfall, recovery."""
+    sentences = []
+    admitted = modes["admitted"]
+    lease = [r for r in admitted if r["mode"] == "lease"]
+    exact = [r for r in admitted if r["mode"] == "exact"]
+    if lease:
+        top = max(lease, key=lambda r: r["max_ratio"])
+        if top["max_ratio"] <= 1.0 and not any(r["outside"] for r in lease):
+            sentence = f"Lease mode never admitted more than the limit: at most {top['max_ratio']:.4f} of it"
+        else:
+            sentence = f"**Lease mode admitted more than the limit**: {top['max_ratio']:.4f} of it ({top['algorithm']})"
+        if exact:
+            sentence += f" (exact mode: {max(r['max_ratio'] for r in exact):.4f})"
+        sentences.append(sentence + ".")
+    speed = {(r["scenario"], r["mode"]): r for r in modes["speed"]}
+    for scenario in dict.fromkeys(r["scenario"] for r in modes["speed"]):
+        mine, memory, one = (speed.get((scenario, m)) for m in ("lease", "memory", "exact"))
+        if mine is None or memory is None or one is None:
+            continue
+        rate = mine["per_process_per_s"]
+        sentences.append(
+            f"{keys_scenario(scenario).capitalize()}: lease mode made {trips(mine['round_trips_per_1000'])} "
+            f"round trips per 1,000 decisions and ran at {times(rate / one['per_process_per_s'], 1)} exact mode's "
+            f"decisions/s, {versus_memory(rate / memory['per_process_per_s'])} memory's."
+        )
+    moved = {(m["a_demand_per_s"], m["mode"]): m for m in modes["moved"]}
+    for demand in dict.fromkeys(m["a_demand_per_s"] for m in modes["moved"]):
+        mine, one = moved.get((demand, "lease")), moved.get((demand, "exact"))
+        if mine is None or one is None:
+            continue
+        sentences.append(
+            f"When A ({demand_cell(demand)}) stopped, B was short {minus(number(mine['shortfall']))} units in "
+            f"lease mode against {minus(number(one['shortfall']))} in exact mode."
+        )
+    killed = [k for k in modes["killed"] if k["mode"] == "lease"]
+    if killed:
+        after = [f"{millis(k['full_rate_ms'])} ms after the kill ({demand_cell(k['a_demand_per_s'])})" for k in killed]
+        sentences.append(f"After a lease holder was killed, B had the full rate again {' and '.join(after)}.")
+    sync = [r for r in admitted if r["mode"] == "sync"]
+    if sync:
+        within = all(r["max_ratio"] <= r["bound"] for r in sync)
+        ratios = ", ".join(f"{r['max_ratio']:.2f}" for r in sync)
+        bounds = ", ".join(f"{r['bound']:.2f}" for r in sync)
+        sentences.append(
+            f"Sync mode's max ratios ({ratios}) are {'within' if within else '**above**'} its stated bound ({bounds})."
+        )
+    return " ".join(sentences)
+
+
+def modes_load(modes: dict[str, Any]) -> str:
+    load = modes.get("load")
+    if load is None:
+        return ""
+    before, after = (", ".join(f"{v:.2f}" for v in load[k]) for k in ("before", "after"))
+    return (
+        f"Load average (1, 5, 15 min): {before} before the run, {after} after; the run's own processes and "
+        f"`redis-server` share the {modes.get('machine', {}).get('cores', 2)} cores."
+    )
+
+
+def redis_modes_block(results: Results) -> str:
+    modes, source = redis_modes(results)
+    parts = [
+        modes_speed(modes),
+        modes_admitted(modes),
+        modes_moved(modes),
+        modes_killed(modes),
+        "\n".join(f"- {'PASS' if v['passed'] else 'MISS'}: {v['text']}" for v in modes["verdicts"]),
+        modes_summary(modes),
+    ]
+    load = modes_load(modes)
+    parts.append(f"{load} {machine(source)}".strip())
+    return "\n\n".join(part for part in parts if part)
+
+
+MODES_COMPARED = {  # mode -> guarantee, round trips per decision, over- or under-admission, a crashed process
+    "exact": ("never above the limit", "1", "none", "nothing (its permits come back after `lease_ttl`)"),
+    "sync": (
+        "above the limit by at most min((N\N{MINUS SIGN}1)·L, R·(2Δ+2·RTT))",
+        "0 (one pipelined round trip per `sync_interval` per node)",
+        "over by that bound",
+        "the usage it had not pushed (at most Δ of its admissions) is never counted",
+    ),
+    "lease": (
+        "never above the limit",
+        "about 0 on a busy key (1 for a key's first request here)",
+        "under by the units other processes hold (at most about twice what each spent in a span), back when "
+        "their holder is idle for a span or they lapse",
+        "its lease's units count as used (a window's until its end, GCRA's as a burst spent, permits until "
+        "`lease_ttl`)",
+    ),
+    "memory": ("the limit in each process, none shared (N processes: up to N·L)", "0", DASH, DASH),
+}
+
+
+def lease_modes_block(results: Results) -> str:
+    """The table of the Redis modes in docs/workers-and-machines.md: what each promises, and what it measured."""
+    modes, source = redis_modes(results)
+    speed = {(r["scenario"], r["mode"]): r for r in modes["speed"]}
+    scenarios = list(dict.fromkeys(r["scenario"] for r in modes["speed"]))
+    rows = []
+    for mode, (guarantee, per_decision, bound, crash) in MODES_COMPARED.items():
+        found = [speed.get((scenario, mode)) for scenario in scenarios]
+        rates = " / ".join(DASH if r is None else number(r["per_process_per_s"]) for r in found)
+        counted = " / ".join(DASH if r is None else trips(r["round_trips_per_1000"]) for r in found)
+        name = "memory (the reference)" if mode == "memory" else f"**{mode}**"
+        rows.append([name, guarantee, per_decision, bound, crash, rates, counted])
+    shown = " / ".join(keys_scenario(scenario) for scenario in scenarios)
+    out = table(
+        [
+            "mode",
+            "guarantee",
+            "round trips per decision",
+            "over- or under-admission",
+            "what a crashed process costs",
+            f"decisions/s per process, {shown} (measured)",
+            f"round trips per 1,000 decisions, {shown} (measured)",
+        ],
+        "lllllrr",
+        rows,
+    )
+    m = source["machine"]
+    return (
+        f"{out}\n\n<sub>Measured by `{source['command']}` on {m['date']}: {modes['processes']} processes on one "
+        f"`redis-server` on loopback, {m['cpu']}, {m['cores']} cores; ratekeeper at commit `{m['commit']}`. Every "
+        "figure of the run is on the [benchmarks page](benchmarks.md#redis-modes).</sub>"
+    )
+
+
 # --- outgoing calls (outgoing_bench.py) ---------------------------------------------------------------------
 
 CLIENT_NAMES = {
@@ -1000,6 +1331,8 @@ BLOCKS: dict[str, Callable[[Results], str]] = {
     "http-bench": http_bench_block,
     "shared": shared_block,
     "redis": redis_block,
+    "redis-modes": redis_modes_block,
+    "lease-modes": lease_modes_block,
     "http-profiles": http_profiles_block,
     "outgoing": outgoing_block,
     "outgoing-cost": outgoing_cost_block,
