@@ -14,5 +14,6 @@ pub mod quota;
 pub mod rate;
 pub(crate) mod room;
 pub mod rules;
+pub mod server_words;
 pub mod state_map;
 pub mod store;
