@@ -8,6 +8,7 @@ pub mod error;
 pub mod heavy_hitters;
 pub mod limiter;
 pub mod metrics;
+pub mod outgoing;
 pub(crate) mod probe;
 pub mod python;
 pub mod quota;

@@ -50,6 +50,12 @@ async def _call(request: ClientRequest) -> Call:
     )
 
 
+def _raw(response: ClientResponse) -> tuple[int, Any]:
+    """The status and the headers as they came (``raw_headers``: bytes), for the core to pick the rate-limit
+    fields out of."""
+    return response.status, response.raw_headers
+
+
 def _reply(response: ClientResponse) -> Reply:
     return Reply._lazy(response.status, response.headers, _pairs)
 
@@ -85,4 +91,6 @@ class Middleware:
 
     async def __call__(self, request: ClientRequest, handler: ClientHandlerType) -> ClientResponse:
         """Sends ``request`` when its turn comes; retries a 429 as the options say."""
-        return await self.outgoing._asend(await _call(request), handler, request, _reply, ClientResponse.read, _release)
+        return await self.outgoing._asend(
+            await _call(request), handler, request, _raw, _reply, ClientResponse.read, _release
+        )

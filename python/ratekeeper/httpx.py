@@ -23,7 +23,6 @@ except ImportError as error:  # pragma: no cover - the message is the point
     raise ImportError("ratekeeper.httpx needs httpx: pip install 'ratekeeper[httpx]'") from error
 
 from ratekeeper._outgoing import Call, HostStats, Outgoing, Reply, engine_of, host_of
-from ratekeeper._server_words import fields_in, fields_in_raw
 from ratekeeper.limiter import Limiter
 
 __all__ = ["AsyncTransport", "Call", "HostStats", "Outgoing", "Reply", "Transport"]
@@ -46,17 +45,15 @@ def _call(request: httpx.Request) -> Call:
     )
 
 
+def _raw(response: httpx.Response) -> tuple[int, Any]:
+    """The status and the headers as httpx keeps them, for the core to pick the rate-limit fields out of:
+    ``Headers._list``, its (raw name, lower-case name, value) bytes, which ``Headers.raw`` would copy."""
+    headers = response.headers
+    return response.status_code, getattr(headers, "_list", None) or headers.raw
+
+
 def _reply(response: httpx.Response) -> Reply:
-    return Reply._lazy(response.status_code, response.headers, httpx.Headers.multi_items, _fields)
-
-
-def _fields(headers: httpx.Headers) -> dict[str, str]:
-    """The rate-limit fields, decoding only them: a name or value out of ASCII (rare, and mostly a malformed
-    value) is read from the headers decoded as httpx decodes them."""
-    try:
-        return fields_in_raw(headers.raw)
-    except UnicodeDecodeError:
-        return fields_in(headers.multi_items())
+    return Reply._lazy(response.status_code, response.headers, httpx.Headers.multi_items)
 
 
 class Transport(httpx.BaseTransport):
@@ -87,7 +84,7 @@ class Transport(httpx.BaseTransport):
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Sends ``request`` when its turn comes; retries a 429 as the options say."""
         return self.outgoing._send(
-            _call(request), self.inner.handle_request, request, _reply, httpx.Response.read, httpx.Response.close
+            _call(request), self.inner.handle_request, request, _raw, _reply, httpx.Response.read, httpx.Response.close
         )
 
     def close(self) -> None:
@@ -125,6 +122,7 @@ class AsyncTransport(httpx.AsyncBaseTransport):
             _call(request),
             self.inner.handle_async_request,
             request,
+            _raw,
             _reply,
             httpx.Response.aread,
             httpx.Response.aclose,

@@ -46,6 +46,13 @@ def _call(request: PreparedRequest) -> Call:
     )
 
 
+def _raw(response: Response) -> tuple[int, Any]:
+    """The status and the headers as requests keeps them, for the core to pick the rate-limit fields out of:
+    ``CaseInsensitiveDict._store``, lower-case name -> (name, value), which ``items()`` would walk in Python."""
+    headers = response.headers
+    return response.status_code, getattr(headers, "_store", None) or headers.items()
+
+
 def _reply(response: Response) -> Reply:
     return Reply._lazy(response.status_code, response.headers, CaseInsensitiveDict.items)
 
@@ -103,4 +110,4 @@ class Adapter(HTTPAdapter):
         def send(request: PreparedRequest) -> Response:
             return super(Adapter, self).send(request, stream, timeout, verify, cert, proxies)
 
-        return self.outgoing._send(_call(request), send, request, _reply, _body, Response.close)
+        return self.outgoing._send(_call(request), send, request, _raw, _reply, _body, Response.close)
