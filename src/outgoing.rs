@@ -7,10 +7,10 @@
 //! The limiter is reached through [`Budgets`], which the Python boundary implements over the
 //! limiter's store (and the tests over a fake).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use ahash::AHashMap;
 use parking_lot::Mutex;
 
 use crate::error::{Error, ErrorKind, Result};
@@ -96,11 +96,9 @@ pub struct Plan {
     pub budgets: Vec<(String, Arc<str>)>,
 }
 
-/// One admitted attempt.
+/// One admitted attempt (of a call whose key and host the caller keeps).
 #[derive(Debug)]
 pub struct Ticket {
-    pub key: String,
-    pub host: String,
     pub plan: Arc<Plan>,
     pub admitted_at: Instant,
 }
@@ -167,18 +165,21 @@ struct Host {
 
 #[derive(Debug, Default)]
 struct State {
-    hosts: HashMap<String, Host>,
+    /// The hosts, and where each is in `hosts`.
+    hosts: Vec<Host>,
+    host_index: AHashMap<String, usize>,
+    /// Each key's counters, in the order first counted, and where each is in `stats`.
     stats: Vec<(String, Stats)>,
-    index: HashMap<String, usize>,
+    stats_index: AHashMap<String, usize>,
 }
 
 impl State {
     fn stats_of(&mut self, key: &str) -> &mut Stats {
-        let at = match self.index.get(key) {
+        let at = match self.stats_index.get(key) {
             Some(&at) => at,
             None => {
                 self.stats.push((key.to_owned(), Stats::default()));
-                self.index.insert(key.to_owned(), self.stats.len() - 1);
+                self.stats_index.insert(key.to_owned(), self.stats.len() - 1);
                 self.stats.len() - 1
             }
         };
@@ -186,10 +187,19 @@ impl State {
     }
 
     fn host(&mut self, host: &str) -> &mut Host {
-        if !self.hosts.contains_key(host) {
-            self.hosts.insert(host.to_owned(), Host::default());
-        }
-        self.hosts.get_mut(host).expect("inserted above")
+        let at = match self.host_index.get(host) {
+            Some(&at) => at,
+            None => {
+                self.hosts.push(Host::default());
+                self.host_index.insert(host.to_owned(), self.hosts.len() - 1);
+                self.hosts.len() - 1
+            }
+        };
+        &mut self.hosts[at]
+    }
+
+    fn known_host(&self, host: &str) -> Option<&Host> {
+        self.host_index.get(host).and_then(|&at| self.hosts.get(at))
     }
 }
 
@@ -314,7 +324,7 @@ impl Engine {
             Self::give_back(budgets, key, &plan.steps)?;
             return Ok(Admission::Held(hold));
         }
-        Ok(Admission::Admitted(Ticket { key: key.to_owned(), host: host.to_owned(), plan, admitted_at: Instant::now() }))
+        Ok(Admission::Admitted(Ticket { plan, admitted_at: Instant::now() }))
     }
 
     fn give_back(budgets: &impl Budgets, key: &str, steps: &[(Arc<str>, u64, bool)]) -> Result<()> {
@@ -326,7 +336,7 @@ impl Engine {
     /// counted in its next window, which the next local window (starting full) does not count.
     fn crossing(&self, host: &str, soonest: Option<f64>) -> f64 {
         let Some(soonest) = soonest else { return 0.0 };
-        let latency = self.state.lock().hosts.get(host).and_then(|h| h.latency).unwrap_or(0.0);
+        let latency = self.state.lock().known_host(host).and_then(|h| h.latency).unwrap_or(0.0);
         if latency > 0.0 && 0.0 < soonest && soonest < latency {
             soonest + SHORTEST_SLEEP
         } else {
@@ -334,19 +344,19 @@ impl Engine {
         }
     }
 
-    /// Takes in the reply to `ticket`'s call with the rate-limit fields `said`: counts it, keeps the
-    /// server's word in the counters, caps the groups of its budgets (those made), and works out the
-    /// wait before a retry. `now` is the client's wall clock (epoch seconds).
+    /// Takes in the reply to `ticket`'s call (of `key` to `host`) with the rate-limit fields `said`:
+    /// counts it, keeps the server's word in the counters, caps the groups of its budgets (those made),
+    /// and works out the wait before a retry. `now` is the client's wall clock (epoch seconds).
     ///
     /// # Errors
     /// A store that cannot answer (a word a group does not take is in `not_applied`).
     pub fn settle(
         &self,
         budgets: &impl Budgets,
+        (key, host): (&str, &str),
         ticket: &Ticket,
-        said: &Said,
-        status: i64,
-        now: f64,
+        said: &Said<'_>,
+        (status, now): (i64, f64),
     ) -> Result<Settled> {
         let mut settled = Settled::default();
         let word = server_words::read(said, status, now, self.settings.dialect, &mut settled.warnings);
@@ -354,13 +364,19 @@ impl Engine {
         let mut caps: Vec<(Arc<str>, u64, f64)> = Vec::new();
         {
             let mut state = self.state.lock();
-            self.record(&mut state, ticket, &word, status, now, age);
+            let state = &mut *state;
+            Self::record(state.stats_of(key), &word, status, now);
+            let host = state.host(host);
+            host.latency = Some(match host.latency {
+                Some(latency) if age >= latency => 0.9 * latency + 0.1 * age,
+                _ => age,
+            });
             if self.settings.obey {
-                self.caps_of(&mut state, ticket, &word, &mut caps, &mut settled.unmade);
+                self.caps_of(host, ticket, &word, &mut caps, &mut settled.unmade);
             }
         }
         for (group, remaining, reset_after) in caps {
-            match budgets.cap(&ticket.key, &group, remaining, reset_after, age) {
+            match budgets.cap(key, &group, remaining, reset_after, age) {
                 Ok(_) => {}
                 Err(error) if error.kind != ErrorKind::Backend => settled.not_applied.push((group.to_string(), error)),
                 Err(error) => return Err(error),
@@ -371,11 +387,11 @@ impl Engine {
         Ok(settled)
     }
 
-    /// Counts the answer and keeps the server's word; and how long calls to the host take, admission to
-    /// answer: the fastest answers tell best how soon a call reaches the server, so a faster call lowers
-    /// the figure at once and a slower one raises it by a tenth of the difference.
-    fn record(&self, state: &mut State, ticket: &Ticket, word: &Word, status: i64, now: f64, took: f64) {
-        let stats = state.stats_of(&ticket.key);
+    /// Counts the answer and keeps the server's word. (With it, [`Engine::settle`] keeps how long calls
+    /// to the host take, admission to answer: the fastest answers tell best how soon a call reaches the
+    /// server, so a faster call lowers the figure at once and a slower one raises it by a tenth of the
+    /// difference.)
+    fn record(stats: &mut Stats, word: &Word, status: i64, now: f64) {
         stats.calls += 1;
         if throttled(status, word) {
             stats.throttled += 1;
@@ -394,18 +410,13 @@ impl Engine {
                 }
             }
         }
-        let host = state.host(&ticket.host);
-        host.latency = Some(match host.latency {
-            Some(latency) if took >= latency => 0.9 * latency + 0.1 * took,
-            _ => took,
-        });
     }
 
     /// (group, remaining, reset_after) for each budget of `word` whose group is made; the others in
     /// `unmade`. A wait with no budget stated: nothing more may go before it, in any budget of the call.
     fn caps_of(
         &self,
-        state: &mut State,
+        host: &Host,
         ticket: &Ticket,
         word: &Word,
         caps: &mut Vec<(Arc<str>, u64, f64)>,
@@ -418,8 +429,7 @@ impl Engine {
             }
             let Some(limit) = budget.limit.filter(|&l| self.settings.auto_groups && l >= 1) else { continue };
             let window = budget.window.unwrap_or(self.settings.window);
-            let made = state.hosts.get(&ticket.host).and_then(|h| h.auto.iter().find(|a| a.budget == budget.name));
-            match made {
+            match host.auto.iter().find(|a| a.budget == budget.name) {
                 Some(auto) if auto.limit == limit && auto.window.to_bits() == window.to_bits() => {
                     caps.push((auto.group.clone(), budget.remaining, budget.reset_after));
                 }
@@ -453,7 +463,7 @@ impl Engine {
     #[must_use]
     pub fn made_group(&self, host: &str, budget: &str) -> Option<(String, u64, f64)> {
         let state = self.state.lock();
-        let auto = state.hosts.get(host)?.auto.iter().find(|a| a.budget == budget)?;
+        let auto = state.known_host(host)?.auto.iter().find(|a| a.budget == budget)?;
         Some((auto.group.to_string(), auto.limit, auto.window))
     }
 
@@ -495,6 +505,7 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use std::cell::RefCell;
+    use std::collections::HashMap;
 
     use super::*;
     use crate::algorithm::{Outcome, Report};
@@ -571,7 +582,7 @@ mod tests {
         })
     }
 
-    fn said(pairs: &[(&str, &str)]) -> Said {
+    fn said<'a>(pairs: &[(&str, &'a str)]) -> Said<'a> {
         let mut said = Said::new();
         for (name, value) in pairs {
             said.add_named(name, value);
@@ -600,14 +611,14 @@ mod tests {
         let (engine, budgets) = (engine(&[]), Fake::new(10));
         let ticket = admitted(engine.admit(&budgets, ("h", "api", Some("/")), &[], true).unwrap());
         assert!(budgets.calls.borrow().is_empty()); // no group yet: nothing to spend in
-        let settled = engine.settle(&budgets, &ticket, &said(&OPENAI), 200, 0.0).unwrap();
+        let settled = engine.settle(&budgets, ("h", "api"), &ticket, &said(&OPENAI), (200, 0.0)).unwrap();
         assert_eq!(settled.retry, None);
         let unmade: Vec<_> = settled.unmade.iter().map(|u| (u.budget.as_str(), u.limit, u.window)).collect();
         assert_eq!(unmade, [("requests", 100, 60.0), ("tokens", 1000, 60.0)]);
         engine.made("api", "requests", "api requests", 100, 60.0);
         engine.made("api", "tokens", "api tokens", 1000, 60.0);
         let ticket = admitted(engine.admit(&budgets, ("h", "api", Some("/")), &[("tokens".into(), 5)], true).unwrap());
-        let settled = engine.settle(&budgets, &ticket, &said(&OPENAI), 200, 0.0).unwrap();
+        let settled = engine.settle(&budgets, ("h", "api"), &ticket, &said(&OPENAI), (200, 0.0)).unwrap();
         assert!(settled.unmade.is_empty());
         assert_eq!(
             *budgets.calls.borrow(),
@@ -648,7 +659,7 @@ mod tests {
         // The first answer sets the latency: longer than the 0.5 s left of the window.
         let ticket = admitted(engine.admit(&budgets, ("h", "api", None), &[], true).unwrap());
         engine.state.lock().host("api").latency = Some(2.0);
-        engine.settle(&budgets, &ticket, &Said::new(), 200, 0.0).unwrap();
+        engine.settle(&budgets, ("h", "api"), &ticket, &Said::new(), (200, 0.0)).unwrap();
         engine.state.lock().host("api").latency = Some(2.0);
         match engine.admit(&budgets, ("h", "api", None), &[], true).unwrap() {
             Admission::Held(hold) => assert!((hold - 0.501).abs() < 1e-9),
@@ -662,12 +673,12 @@ mod tests {
     fn a_429_is_counted_and_waits_what_the_server_says() {
         let (engine, budgets) = (engine(&[("requests", "r"), ("tokens", "bad")]), Fake::new(10));
         let ticket = admitted(engine.admit(&budgets, ("h", "api", None), &[], true).unwrap());
-        let settled = engine.settle(&budgets, &ticket, &said(&[("retry-after", "7")]), 429, 0.0).unwrap();
+        let settled = engine.settle(&budgets, ("h", "api"), &ticket, &said(&[("retry-after", "7")]), (429, 0.0)).unwrap();
         assert_eq!(settled.retry, Some(7.0));
         // No budget stated: every budget of the call waits, and a group that takes no word is told of.
         assert!(budgets.calls.borrow().contains(&"cap h r 0 7".to_owned()));
         assert_eq!(settled.not_applied.len(), 1);
-        let settled = engine.settle(&budgets, &ticket, &Said::new(), 429, 0.0).unwrap();
+        let settled = engine.settle(&budgets, ("h", "api"), &ticket, &Said::new(), (429, 0.0)).unwrap();
         assert_eq!(settled.retry, Some(NO_WORD_WAIT));
         assert_eq!(engine.stats()[0].1.throttled, 2);
         engine.count("h", Counts { retries: 1, waited: 0.5, ..Counts::default() });

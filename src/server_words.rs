@@ -123,7 +123,9 @@ pub fn field_of(lower: &[u8]) -> Option<usize> {
 /// The field a header name is, in any ASCII case (as bytes are lowered: a name out of ASCII is none).
 #[must_use]
 pub fn field_of_raw(name: &[u8]) -> Option<usize> {
-    if name.len() > LONGEST_NAME {
+    // Most headers are passed over at their length or first byte, before any lowering.
+    let first = name.first()?.to_ascii_lowercase();
+    if name.len() > LONGEST_NAME || !matches!(first, b'x' | b'a' | b'r' | b'd') {
         return None;
     }
     let mut lower = [0u8; LONGEST_NAME];
@@ -146,37 +148,45 @@ pub fn field_of_name(name: &str) -> Option<usize> {
 
 /// The rate-limit fields of one response, a repeated one's values joined with `", "` (RFC 9110 5.3: a
 /// repeated field is one list; for a single-valued field that makes the value malformed, as it
-/// should).
+/// should). Values are borrowed from the headers where they can be.
 #[derive(Debug, Default, Clone)]
-pub struct Said {
-    values: [Option<String>; FIELDS],
+pub struct Said<'a> {
+    /// Per field, 0 when absent, else 1 + its index in `values`.
+    slots: [u8; FIELDS],
+    values: Vec<Cow<'a, str>>,
     kept: usize,
 }
 
-impl Said {
+impl<'a> Said<'a> {
     /// No fields yet.
     #[must_use]
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// No fields yet, with room for `fields` of them.
+    #[must_use]
+    pub fn with_capacity(fields: usize) -> Self {
+        Self { values: Vec::with_capacity(fields), ..Self::default() }
+    }
+
     /// Keeps `value` of `field` (an index of [`FIELD_NAMES`]), after any earlier one.
-    pub fn add(&mut self, field: usize, value: &str) {
-        let Some(slot) = self.values.get_mut(field) else { return };
-        match slot {
-            Some(earlier) => {
-                earlier.push_str(", ");
-                earlier.push_str(value);
-            }
-            None => {
-                *slot = Some(value.to_owned());
-                self.kept += 1;
-            }
+    pub fn add(&mut self, field: usize, value: impl Into<Cow<'a, str>>) {
+        let Some(slot) = self.slots.get_mut(field) else { return };
+        if *slot == 0 {
+            self.values.push(value.into());
+            // At most FIELDS (29) values: one per field.
+            *slot = u8::try_from(self.values.len()).unwrap_or(u8::MAX);
+            self.kept += 1;
+        } else if let Some(earlier) = self.values.get_mut(usize::from(*slot) - 1) {
+            let earlier = earlier.to_mut();
+            earlier.push_str(", ");
+            earlier.push_str(&value.into());
         }
     }
 
     /// Keeps `value` of the header `name` (any case) if it is a rate-limit field.
-    pub fn add_named(&mut self, name: &str, value: &str) {
+    pub fn add_named(&mut self, name: &str, value: impl Into<Cow<'a, str>>) {
         if let Some(field) = field_of_name(name) {
             self.add(field, value);
         }
@@ -185,7 +195,11 @@ impl Said {
     /// The value of `field`, if the response has it.
     #[must_use]
     pub fn get(&self, field: usize) -> Option<&str> {
-        self.values.get(field).and_then(|v| v.as_deref())
+        let slot = usize::from(*self.slots.get(field)?);
+        if slot == 0 {
+            return None;
+        }
+        self.values.get(slot - 1).map(|v| &**v)
     }
 
     fn has(&self, field: usize) -> bool {
@@ -204,7 +218,7 @@ impl Said {
 
     /// (name, value) of each field kept, in [`FIELD_NAMES`]'s order.
     pub fn iter(&self) -> impl Iterator<Item = (&'static str, &str)> {
-        FIELD_NAMES.iter().zip(&self.values).filter_map(|(name, value)| Some((*name, value.as_deref()?)))
+        FIELD_NAMES.iter().enumerate().filter_map(|(field, name)| Some((*name, self.get(field)?)))
     }
 }
 
@@ -259,7 +273,7 @@ pub struct Warning {
 /// dialect; `None`: the first of [`Dialect::ALL`] the response carries. Values ignored are pushed on
 /// `warnings`.
 #[must_use]
-pub fn read(said: &Said, status: i64, now: f64, dialect: Option<Dialect>, warnings: &mut Vec<Warning>) -> Word {
+pub fn read(said: &Said<'_>, status: i64, now: f64, dialect: Option<Dialect>, warnings: &mut Vec<Warning>) -> Word {
     if said.is_empty() || (said.kept == 1 && said.has(DATE)) {
         return Word { dialect, ..Word::default() };
     }
@@ -282,7 +296,7 @@ pub fn read(said: &Said, status: i64, now: f64, dialect: Option<Dialect>, warnin
 }
 
 /// The first dialect whose fields `said` holds.
-fn dialect_of(said: &Said) -> Option<Dialect> {
+fn dialect_of(said: &Said<'_>) -> Option<Dialect> {
     if said.has(RATELIMIT) {
         Some(Dialect::Ietf)
     } else if said.has_any(ANTHROPIC..ANTHROPIC + 12) {
@@ -300,7 +314,7 @@ fn dialect_of(said: &Said) -> Option<Dialect> {
 
 /// One response's fields being read in one dialect, with the server's clock worked out at most once.
 struct Reading<'a> {
-    said: &'a Said,
+    said: &'a Said<'a>,
     dialect: Option<Dialect>,
     now: f64,
     reference: Option<f64>,
@@ -611,10 +625,27 @@ pub fn rfc3339(value: &str) -> Option<f64> {
 }
 
 /// An HTTP date (RFC 9110 5.6.7: IMF-fixdate, or the obsolete RFC 850 and asctime forms) in epoch
-/// seconds, else `None`; read by `httpdate`.
+/// seconds, else `None`; read by `httpdate`. The last one read in each thread is kept: a server's
+/// `Date` changes once a second, and nearly every response has one.
 #[must_use]
-#[allow(clippy::cast_precision_loss)]
 pub fn http_date(value: &str) -> Option<f64> {
+    thread_local! {
+        static LAST: std::cell::RefCell<(String, Option<f64>)> = const { std::cell::RefCell::new((String::new(), None)) };
+    }
+    LAST.with(|last| {
+        let Ok(mut last) = last.try_borrow_mut() else { return parse_http_date(value) };
+        if last.0 != value || last.0.is_empty() {
+            let moment = parse_http_date(value);
+            last.0.clear();
+            last.0.push_str(value);
+            last.1 = moment;
+        }
+        last.1
+    })
+}
+
+#[allow(clippy::cast_precision_loss)]
+fn parse_http_date(value: &str) -> Option<f64> {
     let moment = httpdate::parse_http_date(py_strip(value)).ok()?;
     Some(moment.duration_since(UNIX_EPOCH).ok()?.as_secs() as f64)
 }
@@ -857,7 +888,7 @@ pub fn py_repr(text: &str) -> String {
 mod tests {
     use super::*;
 
-    fn said(pairs: &[(&str, &str)]) -> Said {
+    fn said<'a>(pairs: &[(&str, &'a str)]) -> Said<'a> {
         let mut said = Said::new();
         for (name, value) in pairs {
             said.add_named(name, value);

@@ -58,6 +58,13 @@ Q = TypeVar("Q")
 S = TypeVar("S")
 
 _SHORTEST_SLEEP = 0.001
+
+
+class _Unset:
+    """The type of ``_UNSET``: an argument not given (where ``None`` means something)."""
+
+
+_UNSET = _Unset()
 #: A waiting call looks again at least this often: a word heard meanwhile (or tokens given back) may have moved
 #: the window's end closer than the refusal said.
 _LONGEST_SLEEP = 0.25
@@ -289,6 +296,11 @@ class Outgoing:
         self._answered: set[str] = set()
         #: Whether the adapters must read a response's body for ``spent``.
         self._reads_body = spent is not None
+        #: Whether a call can take the short way (``_send_fast``): keyed by its host, no cost or spent function;
+        #: from asyncio, also a store that decides in this process.
+        self._fast = key is None and api_key_header is None and cost is None and spent is None
+        self._afast = self._fast and not limiter._waits_on_io
+        self._core_admit, self._core_settle = self._core.admit, self._core.settle
 
     def stats(self) -> dict[str, HostStats]:
         """The counters of each key this object has sent calls for (a copy): see
@@ -489,15 +501,18 @@ class Outgoing:
         """Takes in what the response says: the core reads the server's word from the client's raw ``headers``,
         counts it and caps the groups made; here, the groups to make, and ``spent``'s corrections (``reply``).
         The seconds to wait before a retry, or ``None`` when the response is the call's answer."""
-        settled = self._core.settle(ticket, headers, status)
+        settled = self._core_settle(ticket, headers, status)
         if reply is not None:
             for group, units in self._corrections(ticket, reply):
                 if units < 0:
                     self.limiter.reduce(ticket.key, group=group, n=-units)
                 else:
                     self.limiter.check(ticket.key, group=group, cost=units)  # refused: the next word corrects it
-        if settled is None:
-            return None
+        return None if settled is None else self._take_in(ticket, settled)
+
+    def _take_in(self, ticket: _Ticket, settled: tuple[float | None, tuple[tuple[str, int, float, int, float], ...]]) -> float | None:
+        """What the core left of a reply (``settle``'s ``(retry, unmade)``): makes the groups of the budgets the
+        server stated first, and caps them; the seconds to wait before a retry, or ``None``."""
         retry, unmade = settled
         for budget, limit, window, remaining, reset_after in unmade:
             group = self._auto_group(ticket.host, budget, limit, window)
@@ -513,6 +528,69 @@ class Outgoing:
 
     # --- one call, start to end ------------------------------------------------------------------------------
 
+    def _send_fast(
+        self,
+        host: str,
+        path: str,
+        call: Callable[[Q], Call],
+        send: Callable[[Q], R],
+        request: Q,
+        raw: Callable[[R], tuple[int, Any]],
+        reply: Callable[[R], Reply],
+        body: Callable[[R], bytes],
+        close: Callable[[R], None],
+    ) -> R:
+        """``_send`` the short way, for an engine with ``_fast`` set: a call of ``host`` (its key) to ``path`` that a
+        host which answered before admits at once costs two calls into the core, and no ``Call`` is made (the
+        adapter's ``call(request)`` makes one for ``_send``, which takes any other call)."""
+        if host in self._answered:
+            ticket = self._core_admit(host, host, path, None, True)
+            if type(ticket) is _Ticket:
+                response = send(request)
+                status, headers = raw(response)
+                settled = self._core_settle(ticket, headers, status)
+                if settled is None:
+                    return response
+                retry = self._take_in(ticket, settled)
+                # The call was admitted at once: its deadline runs from its admission.
+                deadline = None if self.timeout is None else time.monotonic() - ticket.age() + self.timeout
+                if retry is None or not self._retrying(host, 0, retry, deadline):
+                    return response
+                close(response)
+                self._sleep(host, retry)
+                return self._send(call(request), send, request, raw, reply, body, close, deadline, 1)
+        return self._send(call(request), send, request, raw, reply, body, close)
+
+    async def _asend_fast(
+        self,
+        host: str,
+        path: str,
+        call: Callable[[Q], Awaitable[Call]],
+        send: Callable[[Q], Awaitable[R]],
+        request: Q,
+        raw: Callable[[R], tuple[int, Any]],
+        reply: Callable[[R], Reply],
+        body: Callable[[R], Awaitable[bytes]],
+        close: Callable[[R], Awaitable[None]],
+    ) -> R:
+        """``_send_fast`` for asyncio, for an engine with ``_afast`` set."""
+        if host in self._answered:
+            ticket = self._core_admit(host, host, path, None, True)
+            if type(ticket) is _Ticket:
+                response = await send(request)
+                status, headers = raw(response)
+                settled = self._core_settle(ticket, headers, status)
+                if settled is None:
+                    return response
+                retry = self._take_in(ticket, settled)
+                deadline = None if self.timeout is None else time.monotonic() - ticket.age() + self.timeout
+                if retry is None or not self._retrying(host, 0, retry, deadline):
+                    return response
+                await close(response)
+                await self._asleep(host, retry)
+                return await self._asend(await call(request), send, request, raw, reply, body, close, deadline, 1)
+        return await self._asend(await call(request), send, request, raw, reply, body, close)
+
     def _send(
         self,
         call: Call,
@@ -522,13 +600,16 @@ class Outgoing:
         reply: Callable[[R], Reply],
         body: Callable[[R], bytes],
         close: Callable[[R], None],
+        deadline: float | None | _Unset = _UNSET,
+        attempt: int = 0,
     ) -> R:
         """Sends ``call`` (``send(request)``) when its turn comes, obeys the answer (``raw(response)``: its status
         and headers as the client keeps them, read in the core; ``reply(response)``, with ``body(response)`` as
         its content, when ``spent`` reads it), retries a 429; the response. Functions and their argument, not
-        closures: the adapters pass their bound methods, made for nothing per call."""
-        deadline = None if self.timeout is None else time.monotonic() + self.timeout
-        attempt = 0
+        closures: the adapters pass their bound methods, made for nothing per call. ``deadline`` and ``attempt``:
+        a call that ``_send_fast`` began."""
+        if isinstance(deadline, _Unset):
+            deadline = None if self.timeout is None else time.monotonic() + self.timeout
         while True:
             try:
                 ticket = self._admit(call, deadline)
@@ -556,10 +637,12 @@ class Outgoing:
         reply: Callable[[R], Reply],
         body: Callable[[R], Awaitable[bytes]],
         close: Callable[[R], Awaitable[None]],
+        deadline: float | None | _Unset = _UNSET,
+        attempt: int = 0,
     ) -> R:
         """``_send`` for asyncio."""
-        deadline = None if self.timeout is None else time.monotonic() + self.timeout
-        attempt = 0
+        if isinstance(deadline, _Unset):
+            deadline = None if self.timeout is None else time.monotonic() + self.timeout
         while True:
             try:
                 ticket = await self._aadmit(call, deadline)

@@ -36,18 +36,18 @@ __all__ = ["Middleware"]
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
-async def _call(request: ClientRequest) -> Call:
+def _place(request: ClientRequest) -> tuple[str, str]:
+    """The call's host (with its port when not the scheme's default) and path."""
     url = request.url
+    return host_of(url.host or "", url.explicit_port, _DEFAULT_PORTS.get(url.scheme)), url.path
+
+
+async def _call(request: ClientRequest) -> Call:
     body = request.body
     # Bytes and JSON bodies are in memory; a stream or a file is not read here (it could be read once only).
     content = await body.as_bytes() if isinstance(body, BytesPayload) else None
-    return Call._lazy(
-        request.method.upper(),
-        host_of(url.host or "", url.explicit_port, _DEFAULT_PORTS.get(url.scheme)),
-        url.path,
-        request.headers.items,
-        content,
-    )
+    host, path = _place(request)
+    return Call._lazy(request.method.upper(), host, path, request.headers.items, content)
 
 
 def _raw(response: ClientResponse) -> tuple[int, Any]:
@@ -91,6 +91,10 @@ class Middleware:
 
     async def __call__(self, request: ClientRequest, handler: ClientHandlerType) -> ClientResponse:
         """Sends ``request`` when its turn comes; retries a 429 as the options say."""
-        return await self.outgoing._asend(
-            await _call(request), handler, request, _raw, _reply, ClientResponse.read, _release
-        )
+        outgoing = self.outgoing
+        if outgoing._afast:
+            host, path = _place(request)
+            return await outgoing._asend_fast(
+                host, path, _call, handler, request, _raw, _reply, ClientResponse.read, _release
+            )
+        return await outgoing._asend(await _call(request), handler, request, _raw, _reply, ClientResponse.read, _release)

@@ -2,7 +2,6 @@
 //! `ratekeeper._outgoing.Outgoing`): a call's admission and its reply's reading, one call into the core
 //! each; and `_read_server_word`, the reader behind `ratekeeper._server_words.read`.
 
-use std::borrow::Cow;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use pyo3::intern;
@@ -43,7 +42,7 @@ impl Budgets for Through<'_, '_> {
     }
 
     fn routed(&self, key: &str, path: Option<&str>) -> Result<Option<String>> {
-        Ok(self.limiter.core().resolve(key, Target::Path(path))?.map(|r| r.group))
+        Ok(self.limiter.core().routed_group(key, path))
     }
 }
 
@@ -57,6 +56,8 @@ pub struct PyOutgoing {
 /// One admitted attempt of a call (what `_Outgoing.settle` takes in).
 #[pyclass(frozen, name = "_Ticket", module = "ratekeeper._core")]
 pub struct PyTicket {
+    key: Py<PyString>,
+    host: Py<PyString>,
     ticket: Ticket,
     estimate: Option<Py<PyDict>>,
 }
@@ -65,14 +66,14 @@ pub struct PyTicket {
 impl PyTicket {
     /// The key the call's budgets are kept under.
     #[getter]
-    fn key(&self) -> &str {
-        &self.ticket.key
+    fn key(&self, py: Python<'_>) -> Py<PyString> {
+        self.key.clone_ref(py)
     }
 
     /// The host called.
     #[getter]
-    fn host(&self) -> &str {
-        &self.ticket.host
+    fn host(&self, py: Python<'_>) -> Py<PyString> {
+        self.host.clone_ref(py)
     }
 
     /// Budget -> the group it spent in.
@@ -122,8 +123,8 @@ impl PyOutgoing {
     fn admit<'py>(
         &self,
         py: Python<'py>,
-        key: &str,
-        host: &str,
+        key: &Bound<'py, PyString>,
+        host: &Bound<'py, PyString>,
         path: Option<&str>,
         estimate: Option<&Bound<'py, PyDict>>,
         guard: bool,
@@ -133,10 +134,12 @@ impl PyOutgoing {
             Some(e) => e.iter().map(|(b, u)| Ok((b.extract()?, u.extract()?))).collect::<PyResult<_>>()?,
         };
         let limiter = self.limiter.get();
-        match self.engine.admit(&Through { py, limiter }, (key, host, path), &units, guard)? {
+        let call = (key.to_str()?, host.to_str()?, path);
+        match self.engine.admit(&Through { py, limiter }, call, &units, guard)? {
             Admission::Admitted(ticket) => {
+                let (key, host) = (key.clone().unbind(), host.clone().unbind());
                 let estimate = estimate.map(|e| e.clone().unbind());
-                Ok(Bound::new(py, PyTicket { ticket, estimate })?.into_any())
+                Ok(Bound::new(py, PyTicket { key, host, ticket, estimate })?.into_any())
             }
             Admission::Refused(decision) => Ok(Bound::new(py, limiter.decision(py, &decision))?.into_any()),
             Admission::Held(seconds) => Ok(PyFloat::new(py, seconds).into_any()),
@@ -154,16 +157,18 @@ impl PyOutgoing {
         headers: &Bound<'py, PyAny>,
         status: i64,
     ) -> PyResult<Option<Bound<'py, PyTuple>>> {
-        let said = said_of(headers)?;
+        let mut kept = Vec::with_capacity(8);
+        let said = said_of(headers, &mut kept)?;
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
         let limiter = self.limiter.get();
-        let ticket = &ticket.get().ticket;
-        let settled = self.engine.settle(&Through { py, limiter }, ticket, &said, status, now)?;
+        let ticket = ticket.get();
+        let (key, host) = (ticket.key.bind(py).to_str()?, ticket.host.bind(py).to_str()?);
+        let settled = self.engine.settle(&Through { py, limiter }, (key, host), &ticket.ticket, &said, (status, now))?;
         warn(py, &settled.warnings);
         for (group, error) in settled.not_applied {
             let error = PyErr::from(error).into_value(py);
             let message = "the server's word for %s in group %r was not applied: %s";
-            let logged = outgoing_logger(py).and_then(|log| log.call_method1("warning", (message, &ticket.key, group, error)));
+            let logged = outgoing_logger(py).and_then(|log| log.call_method1("warning", (message, key, group, error)));
             if let Err(error) = logged {
                 error.write_unraisable(py, None);
             }
@@ -235,7 +240,8 @@ pub fn _read_server_word(
     dialect: Option<&str>,
 ) -> PyResult<(&'static str, Vec<(String, u64, f64, Option<u64>, Option<f64>)>, Option<f64>)> {
     let dialect = dialect_named(dialect)?;
-    let said = said_of(headers)?;
+    let mut kept = Vec::with_capacity(8);
+    let said = said_of(headers, &mut kept)?;
     // A status out of range is no status read for a wait.
     let status = status.extract::<i64>().unwrap_or(0);
     let mut warnings = Vec::new();
@@ -257,62 +263,85 @@ fn dialect_named(name: Option<&str>) -> PyResult<Option<Dialect>> {
 /// (name, value), each str or bytes (httpx's `Headers.raw`, aiohttp's `raw_headers`, `read`'s
 /// pairs); httpx's `Headers._list` triples (raw name, lower-case name, value); or a dict of names to
 /// values or to (name, value) pairs (`read_fields`' dict, requests' `CaseInsensitiveDict._store`).
-/// Anything else in it is passed over: nothing a server sends raises.
-fn said_of(headers: &Bound<'_, PyAny>) -> PyResult<Said> {
-    let mut said = Said::new();
+/// Anything else in it is passed over: nothing a server sends raises. The values of the fields kept
+/// are held in `kept`, which the fields borrow from.
+fn said_of<'a, 'py>(headers: &Bound<'py, PyAny>, kept: &'a mut Vec<(usize, Bound<'py, PyAny>)>) -> PyResult<Said<'a>> {
     if let Ok(dict) = headers.cast::<PyDict>() {
         for (name, value) in dict.iter() {
-            match value.cast::<PyTuple>() {
-                Ok(pair) if pair.len() == 2 => add(&mut said, &name, &pair.get_item(1)?),
-                _ => add(&mut said, &name, &value),
+            if let Some(field) = field_named(&name) {
+                match value.cast::<PyTuple>() {
+                    Ok(pair) if pair.len() == 2 => kept.push((field, pair.get_item(1)?)),
+                    _ => kept.push((field, value)),
+                }
             }
         }
     } else if let Ok(list) = headers.cast::<PyList>() {
         for item in list.iter() {
-            add_item(&mut said, &item)?;
+            keep_item(kept, &item)?;
         }
     } else if let Ok(tuple) = headers.cast::<PyTuple>() {
         for item in tuple.iter() {
-            add_item(&mut said, &item)?;
+            keep_item(kept, &item)?;
         }
     } else {
         for item in headers.try_iter()? {
-            add_item(&mut said, &item?)?;
+            keep_item(kept, &item?)?;
+        }
+    }
+    let mut said = Said::with_capacity(kept.len());
+    for (field, value) in kept.iter() {
+        if let Ok(value) = value.cast::<PyString>() {
+            match value.to_str() {
+                Ok(text) => said.add(*field, text),
+                Err(_) => said.add(*field, value.to_string_lossy().into_owned()),
+            }
+        } else if let Ok(value) = value.cast::<PyBytes>() {
+            let bytes = value.as_bytes();
+            match std::str::from_utf8(bytes) {
+                Ok(text) => said.add(*field, text),
+                // Latin-1, as HTTP clients decode what is not UTF-8.
+                Err(_) => said.add(*field, bytes.iter().map(|&b| char::from(b)).collect::<String>()),
+            }
         }
     }
     Ok(said)
 }
 
-fn add_item(said: &mut Said, item: &Bound<'_, PyAny>) -> PyResult<()> {
+/// Keeps the value of a header item that is a rate-limit field: a (name, value) pair, or httpx's
+/// (raw name, lower-case name, value) triple.
+fn keep_item<'py>(kept: &mut Vec<(usize, Bound<'py, PyAny>)>, item: &Bound<'py, PyAny>) -> PyResult<()> {
     if let Ok(tuple) = item.cast::<PyTuple>() {
         match tuple.len() {
-            2 => add(said, &tuple.get_item(0)?, &tuple.get_item(1)?),
-            3 => add(said, &tuple.get_item(1)?, &tuple.get_item(2)?),
+            2 => {
+                let name = tuple.get_borrowed_item(0)?;
+                if let Some(field) = field_named(&name) {
+                    kept.push((field, tuple.get_item(1)?));
+                }
+            }
+            3 => {
+                let name = tuple.get_borrowed_item(1)?;
+                if let Some(field) = field_named(&name) {
+                    kept.push((field, tuple.get_item(2)?));
+                }
+            }
             _ => {}
         }
-    } else if let Ok((name, value)) = item.extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>() {
-        add(said, &name, &value);
+    } else if let Ok((name, value)) = item.extract::<(Bound<'py, PyAny>, Bound<'py, PyAny>)>() {
+        if let Some(field) = field_named(&name) {
+            kept.push((field, value));
+        }
     }
     Ok(())
 }
 
-/// Keeps the header `name: value` if it is a rate-limit field. Bytes values are read as UTF-8, else
-/// Latin-1 (as HTTP clients decode what is not UTF-8).
-fn add(said: &mut Said, name: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) {
-    let field = if let Ok(name) = name.cast::<PyBytes>() {
+/// The field a header name (str or bytes, any case) is, if the reader keeps it.
+fn field_named(name: &Bound<'_, PyAny>) -> Option<usize> {
+    if let Ok(name) = name.cast::<PyBytes>() {
         field_of_raw(name.as_bytes())
     } else if let Ok(name) = name.cast::<PyString>() {
         field_of_name(&name.to_string_lossy())
     } else {
         None
-    };
-    let Some(field) = field else { return };
-    if let Ok(value) = value.cast::<PyString>() {
-        said.add(field, &value.to_string_lossy());
-    } else if let Ok(value) = value.cast::<PyBytes>() {
-        let bytes = value.as_bytes();
-        let text = std::str::from_utf8(bytes).map_or_else(|_| Cow::Owned(bytes.iter().map(|&b| char::from(b)).collect()), Cow::Borrowed);
-        said.add(field, &text);
     }
 }
 
