@@ -175,25 +175,23 @@ struct State {
 
 impl State {
     fn stats_of(&mut self, key: &str) -> &mut Stats {
-        let at = match self.stats_index.get(key) {
-            Some(&at) => at,
-            None => {
-                self.stats.push((key.to_owned(), Stats::default()));
-                self.stats_index.insert(key.to_owned(), self.stats.len() - 1);
-                self.stats.len() - 1
-            }
+        let at = if let Some(&at) = self.stats_index.get(key) {
+            at
+        } else {
+            self.stats.push((key.to_owned(), Stats::default()));
+            self.stats_index.insert(key.to_owned(), self.stats.len() - 1);
+            self.stats.len() - 1
         };
         &mut self.stats[at].1
     }
 
     fn host(&mut self, host: &str) -> &mut Host {
-        let at = match self.host_index.get(host) {
-            Some(&at) => at,
-            None => {
-                self.hosts.push(Host::default());
-                self.host_index.insert(host.to_owned(), self.hosts.len() - 1);
-                self.hosts.len() - 1
-            }
+        let at = if let Some(&at) = self.host_index.get(host) {
+            at
+        } else {
+            self.hosts.push(Host::default());
+            self.host_index.insert(host.to_owned(), self.hosts.len() - 1);
+            self.hosts.len() - 1
         };
         &mut self.hosts[at]
     }
@@ -253,7 +251,8 @@ impl Engine {
     /// ones win over auto-groups).
     fn make_plan(&self, host: &Host, routed: Option<&str>, estimate: &[(String, u64)]) -> Plan {
         let units = |budget: &str| estimate.iter().find(|(b, _)| b == budget).map_or(1, |(_, u)| *u);
-        let mut budgets: Vec<(String, Arc<str>)> = host.auto.iter().map(|a| (a.budget.clone(), a.group.clone())).collect();
+        let mut budgets: Vec<(String, Arc<str>)> =
+            host.auto.iter().map(|a| (a.budget.clone(), a.group.clone())).collect();
         for (budget, group) in &self.declared {
             match budgets.iter_mut().find(|(b, _)| b == budget) {
                 Some(entry) => entry.1 = group.clone(),
@@ -270,11 +269,10 @@ impl Engine {
                 None => spent.push((group.clone(), units(budget))),
             }
         }
-        let steps =
-            spent.into_iter().map(|(group, units)| {
-                let is_budget = budgets.iter().any(|(_, g)| *g == group);
-                (group, units, is_budget)
-            });
+        let steps = spent.into_iter().map(|(group, units)| {
+            let is_budget = budgets.iter().any(|(_, g)| *g == group);
+            (group, units, is_budget)
+        });
         Plan { steps: steps.collect(), budgets }
     }
 
@@ -391,28 +389,28 @@ impl Engine {
     /// to the host take, admission to answer: the fastest answers tell best how soon a call reaches the
     /// server, so a faster call lowers the figure at once and a slower one raises it by a tenth of the
     /// difference.)
-    fn record(stats: &mut Stats, word: &Word, status: i64, now: f64) {
-        stats.calls += 1;
+    fn record(counters: &mut Stats, word: &Word, status: i64, now: f64) {
+        counters.calls += 1;
         if throttled(status, word) {
-            stats.throttled += 1;
+            counters.throttled += 1;
         }
         if word.says_anything() {
-            stats.dialect = word.dialect.map_or("", Dialect::name);
-            stats.said_at = now;
+            counters.dialect = word.dialect.map_or("", Dialect::name);
+            counters.said_at = now;
             for budget in &word.budgets {
-                match stats.remaining.iter_mut().find(|(name, _)| *name == budget.name) {
+                match counters.remaining.iter_mut().find(|(name, _)| *name == budget.name) {
                     Some(entry) => entry.1 = budget.remaining,
-                    None => stats.remaining.push((budget.name.to_string(), budget.remaining)),
+                    None => counters.remaining.push((budget.name.to_string(), budget.remaining)),
                 }
-                match stats.reset.iter_mut().find(|(name, _)| *name == budget.name) {
+                match counters.reset.iter_mut().find(|(name, _)| *name == budget.name) {
                     Some(entry) => entry.1 = budget.reset_after,
-                    None => stats.reset.push((budget.name.to_string(), budget.reset_after)),
+                    None => counters.reset.push((budget.name.to_string(), budget.reset_after)),
                 }
             }
         }
     }
 
-    /// (group, remaining, reset_after) for each budget of `word` whose group is made; the others in
+    /// (group, remaining, `reset_after`) for each budget of `word` whose group is made; the others in
     /// `unmade`. A wait with no budget stated: nothing more may go before it, in any budget of the call.
     fn caps_of(
         &self,
@@ -488,11 +486,11 @@ impl Engine {
     /// Adds `counts` to `key`'s counters.
     pub fn count(&self, key: &str, counts: Counts) {
         let mut state = self.state.lock();
-        let stats = state.stats_of(key);
-        stats.waits += counts.waits;
-        stats.waited += counts.waited;
-        stats.refused += counts.refused;
-        stats.retries += counts.retries;
+        let counters = state.stats_of(key);
+        counters.waits += counts.waits;
+        counters.waited += counts.waited;
+        counters.refused += counts.refused;
+        counters.retries += counts.retries;
     }
 
     /// Each key's counters (a copy), in the order the keys were first counted.
@@ -585,7 +583,7 @@ mod tests {
     fn said<'a>(pairs: &[(&str, &'a str)]) -> Said<'a> {
         let mut said = Said::new();
         for (name, value) in pairs {
-            said.add_named(name, value);
+            said.add_named(name, *value);
         }
         said
     }
@@ -673,7 +671,8 @@ mod tests {
     fn a_429_is_counted_and_waits_what_the_server_says() {
         let (engine, budgets) = (engine(&[("requests", "r"), ("tokens", "bad")]), Fake::new(10));
         let ticket = admitted(engine.admit(&budgets, ("h", "api", None), &[], true).unwrap());
-        let settled = engine.settle(&budgets, ("h", "api"), &ticket, &said(&[("retry-after", "7")]), (429, 0.0)).unwrap();
+        let settled =
+            engine.settle(&budgets, ("h", "api"), &ticket, &said(&[("retry-after", "7")]), (429, 0.0)).unwrap();
         assert_eq!(settled.retry, Some(7.0));
         // No budget stated: every budget of the call waits, and a group that takes no word is told of.
         assert!(budgets.calls.borrow().contains(&"cap h r 0 7".to_owned()));

@@ -2,7 +2,7 @@
 //! behind `ratekeeper._server_words` and the outgoing transports (plain Rust; the boundary is
 //! `python/outgoing.rs`).
 //!
-//! Servers speak one of a few dialects (IETF `RateLimit`, Anthropic, OpenAI, GitHub, the generic
+//! Servers speak one of a few dialects (IETF `RateLimit`, Anthropic, `OpenAI`, GitHub, the generic
 //! `X-RateLimit-*`); [`read`] turns any of them into the same [`Budget`] list and `Retry-After` wait.
 //! Nothing a server says is trusted: a value that is malformed, missing, negative, not finite,
 //! non-ASCII or absurdly large drops only the budget (or wait) it belongs to, and is reported as a
@@ -244,7 +244,7 @@ pub struct Word {
     pub dialect: Option<Dialect>,
     /// Its budgets, in the order the dialect lists them.
     pub budgets: Vec<Budget>,
-    /// Seconds to wait before the next call (`Retry-After`, OpenAI's `retry-after-ms`) on 429 and
+    /// Seconds to wait before the next call (`Retry-After`, `OpenAI`'s `retry-after-ms`) on 429 and
     /// 503, and on GitHub's 403; `None` when absent, malformed or not read for that status.
     pub retry_after: Option<f64>,
 }
@@ -342,13 +342,11 @@ impl Reading<'_> {
         }
         let mut reference = self.now;
         if let Some(value) = self.said.get(DATE) {
-            match http_date(value) {
-                Some(moment) => reference = moment,
-                None => self.warn(
-                    DATE,
-                    Some(value),
-                    "not an HTTP date; absolute times are taken from the client's clock",
-                ),
+            if let Some(moment) = http_date(value) {
+                reference = moment;
+            } else {
+                let why = "not an HTTP date; absolute times are taken from the client's clock";
+                self.warn(DATE, Some(value), why);
             }
         }
         self.reference = Some(reference);
@@ -418,7 +416,7 @@ impl Reading<'_> {
         Some(Budget { name, remaining: remaining?, reset_after: reset?, limit, window: None })
     }
 
-    /// The wait the server asks for: OpenAI's `retry-after-ms` first, then `Retry-After` (seconds or
+    /// The wait the server asks for: `OpenAI`'s `retry-after-ms` first, then `Retry-After` (seconds or
     /// an HTTP date); `None` when neither is there and valid.
     fn retry_after(&mut self) -> Option<f64> {
         let said = self.said;
@@ -564,7 +562,7 @@ fn epoch_days(year: i64, month: i64, day: i64) -> Option<i64> {
 #[allow(clippy::cast_precision_loss)]
 fn epoch_seconds(date: (i64, i64, i64), hour: i64, minute: i64, second: f64) -> Option<f64> {
     // Written so that NaN fails too.
-    if hour > 23 || minute > 59 || !(second < 61.0) {
+    if hour > 23 || minute > 59 || second.is_nan() || second >= 61.0 {
         return None;
     }
     let days = epoch_days(date.0, date.1, date.2)?;
@@ -659,7 +657,7 @@ fn epoch_reset(reading: &mut Reading<'_>, field: usize, value: &str) -> Option<f
     reading.until(moment, field, value)
 }
 
-/// OpenAI's reset: a Go duration from the response.
+/// `OpenAI`'s reset: a Go duration from the response.
 fn duration_reset(reading: &mut Reading<'_>, field: usize, value: &str) -> Option<f64> {
     let Some(seconds) = go_duration(value) else {
         reading.warn(field, Some(value), "not a Go duration");
@@ -710,7 +708,7 @@ fn seconds_reset(reading: &mut Reading<'_>, field: usize, value: &str) -> Option
     reading.wait(seconds, field, value)
 }
 
-/// OpenAI's and Anthropic's budgets: per kind, the fields `first + 3 * kind` (limit, remaining,
+/// `OpenAI`'s and Anthropic's budgets: per kind, the fields `first + 3 * kind` (limit, remaining,
 /// reset).
 fn read_kinds(reading: &mut Reading<'_>, first: usize, kinds: &[&'static str], parse: ResetParser) -> Vec<Budget> {
     let mut budgets = Vec::new();
@@ -727,7 +725,7 @@ fn read_kinds(reading: &mut Reading<'_>, first: usize, kinds: &[&'static str], p
     budgets
 }
 
-/// A resource name as GitHub writes them ("core", "search", "code_scanning_upload", "graphql").
+/// A resource name as GitHub writes them (`core`, `search`, `code_scanning_upload`, `graphql`).
 fn is_resource(name: &str) -> bool {
     (1..=64).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
 }
@@ -767,10 +765,15 @@ fn read_generic(reading: &mut Reading<'_>) -> Vec<Budget> {
     reading.budget(Cow::Borrowed("requests"), (GENERIC_REMAINING, GENERIC_LIMIT), reset).into_iter().collect()
 }
 
-/// A member's parameter as a count: an SF Integer of 0 or more (not a Boolean).
-fn count_param(params: &sfv::Parameters, name: &str) -> Option<Option<u64>> {
-    let value = params.get(name)?;
-    Some(value.as_integer().and_then(|i| u64::try_from(i64::from(i)).ok()))
+/// A member's parameter as a count: an SF Integer of 0 or more (not a Boolean); `None` for any other
+/// value.
+fn count_of(value: &sfv::BareItem) -> Option<u64> {
+    value.as_integer().and_then(|i| u64::try_from(i64::from(i)).ok())
+}
+
+/// `name`'s parameter as a count, `None` when absent or not one.
+fn count_param(params: &sfv::Parameters, name: &str) -> Option<u64> {
+    params.get(name).and_then(count_of)
 }
 
 /// The IETF fields (draft-ietf-httpapi-ratelimit-headers-10): `RateLimit` members, paired by name with
@@ -783,22 +786,22 @@ fn read_ietf(reading: &mut Reading<'_>) -> Vec<Budget> {
     let mut policies: Vec<(String, Option<u64>, Option<u64>)> = Vec::new();
     for (name, params) in sfv_members(reading, POLICY) {
         if policies.iter().all(|(n, _, _)| *n != name) {
-            let quota = count_param(&params, "q").flatten();
+            let quota = count_param(&params, "q");
             // Section 3.1.3: w is a non-negative, non-zero Integer.
-            let window = count_param(&params, "w").flatten().filter(|&w| w > 0);
+            let window = count_param(&params, "w").filter(|&w| w > 0);
             policies.push((name, quota, window));
         }
     }
     let mut budgets = Vec::new();
     for (name, params) in sfv_members(reading, RATELIMIT) {
-        let Some(Some(remaining)) = count_param(&params, "r") else {
+        let Some(remaining) = count_param(&params, "r") else {
             reading.warn(RATELIMIT, Some(state), format!("policy {} has no valid r", py_repr(&name)));
             continue;
         };
         let (limit, window) =
             policies.iter().find(|(n, _, _)| *n == name).map_or((None, None), |(_, quota, window)| (*quota, *window));
         #[allow(clippy::cast_precision_loss)]
-        let seconds = match count_param(&params, "t") {
+        let seconds = match params.get("t").map(count_of) {
             // Section 4.1: t is OPTIONAL, and absent it is not 0: 4.2's example 'r=999;pk=...' is "a
             // partition key that has no time window reset". So no more quota comes sooner than the
             // policy's window (when stated, more is reallocated by its end, section 2) or, with none,
@@ -891,7 +894,7 @@ mod tests {
     fn said<'a>(pairs: &[(&str, &'a str)]) -> Said<'a> {
         let mut said = Said::new();
         for (name, value) in pairs {
-            said.add_named(name, value);
+            said.add_named(name, *value);
         }
         said
     }

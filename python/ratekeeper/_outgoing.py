@@ -510,7 +510,9 @@ class Outgoing:
                     self.limiter.check(ticket.key, group=group, cost=units)  # refused: the next word corrects it
         return None if settled is None else self._take_in(ticket, settled)
 
-    def _take_in(self, ticket: _Ticket, settled: tuple[float | None, tuple[tuple[str, int, float, int, float], ...]]) -> float | None:
+    def _take_in(
+        self, ticket: _Ticket, settled: tuple[float | None, tuple[tuple[str, int, float, int, float], ...]]
+    ) -> float | None:
         """What the core left of a reply (``settle``'s ``(retry, unmade)``): makes the groups of the budgets the
         server stated first, and caps them; the seconds to wait before a retry, or ``None``."""
         retry, unmade = settled
@@ -600,7 +602,7 @@ class Outgoing:
         reply: Callable[[R], Reply],
         body: Callable[[R], bytes],
         close: Callable[[R], None],
-        deadline: float | None | _Unset = _UNSET,
+        deadline: float | _Unset | None = _UNSET,
         attempt: int = 0,
     ) -> R:
         """Sends ``call`` (``send(request)``) when its turn comes, obeys the answer (``raw(response)``: its status
@@ -637,7 +639,7 @@ class Outgoing:
         reply: Callable[[R], Reply],
         body: Callable[[R], Awaitable[bytes]],
         close: Callable[[R], Awaitable[None]],
-        deadline: float | None | _Unset = _UNSET,
+        deadline: float | _Unset | None = _UNSET,
         attempt: int = 0,
     ) -> R:
         """``_send`` for asyncio."""

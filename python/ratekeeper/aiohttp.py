@@ -97,4 +97,6 @@ class Middleware:
             return await outgoing._asend_fast(
                 host, path, _call, handler, request, _raw, _reply, ClientResponse.read, _release
             )
-        return await outgoing._asend(await _call(request), handler, request, _raw, _reply, ClientResponse.read, _release)
+        return await outgoing._asend(
+            await _call(request), handler, request, _raw, _reply, ClientResponse.read, _release
+        )

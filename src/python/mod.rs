@@ -19,7 +19,7 @@ pub use backend::PyRedis;
 pub use fetch::{PyFetchJob, PyFetchQueue, PyFetchResult};
 pub use limiter::PyLimiter;
 pub use limiter::{PyReservation, PyTake};
-pub use outgoing::{PyOutgoing, PyTicket, _read_server_word};
+pub use outgoing::{_read_server_word, PyOutgoing, PyTicket};
 pub use shared::{inspect_region, PyShared};
 pub use values::{
     PyDecision, PyGroupPolicy, PyLimit, PyManualClock, PyQuotaInfo, PyQuotas, PyRate, PyResolution, PyRule,
@@ -30,8 +30,8 @@ mod _core {
     #[pymodule_export]
     use super::{
         PyCompletions, PyDecision, PyFetchJob, PyFetchQueue, PyFetchResult, PyGroupPolicy, PyLimit, PyLimiter,
-        PyManualClock, PyOutgoing, PyQuotaInfo, PyQuotas, PyRate, PyRedis, PyReservation, PyResolution, PyRule, PyShared,
-        PyTake, PyTicket,
+        PyManualClock, PyOutgoing, PyQuotaInfo, PyQuotas, PyRate, PyRedis, PyReservation, PyResolution, PyRule,
+        PyShared, PyTake, PyTicket,
     };
 
     #[pymodule_export]

@@ -27,7 +27,8 @@ impl Budgets for Through<'_, '_> {
     fn check(&self, key: &str, group: &str, units: u64) -> Result<Decision> {
         let target = Target::Group(group);
         self.limiter.wait_first_fetch(self.py, key, target);
-        let answer = self.limiter.in_store(self.py, |store| store.decide(key, target, Request::new(units).reporting()))?;
+        let answer =
+            self.limiter.in_store(self.py, |store| store.decide(key, target, Request::new(units).reporting()))?;
         log_notice(self.py, &answer);
         Ok(answer.decision)
     }
@@ -163,7 +164,8 @@ impl PyOutgoing {
         let limiter = self.limiter.get();
         let ticket = ticket.get();
         let (key, host) = (ticket.key.bind(py).to_str()?, ticket.host.bind(py).to_str()?);
-        let settled = self.engine.settle(&Through { py, limiter }, (key, host), &ticket.ticket, &said, (status, now))?;
+        let settled =
+            self.engine.settle(&Through { py, limiter }, (key, host), &ticket.ticket, &said, (status, now))?;
         warn(py, &settled.warnings);
         for (group, error) in settled.not_applied {
             let error = PyErr::from(error).into_value(py);
@@ -229,6 +231,9 @@ impl PyOutgoing {
 /// (epoch seconds) in `dialect` (None: the one it carries): `(dialect, budgets, retry_after)`, the
 /// dialect `""` for none and each budget `(name, remaining, reset_after, limit, window)`. Values
 /// ignored are logged once per dialect and field (`ratekeeper._server_words._warn`).
+///
+/// # Errors
+/// `dialect` names no dialect; `headers` cannot be iterated.
 #[pyfunction]
 #[pyo3(signature = (headers, status, now, dialect = None))]
 #[allow(clippy::type_complexity)]
@@ -247,7 +252,8 @@ pub fn _read_server_word(
     let mut warnings = Vec::new();
     let word = server_words::read(&said, status, now, dialect, &mut warnings);
     warn(py, &warnings);
-    let budgets = word.budgets.into_iter().map(|b| (b.name.into_owned(), b.remaining, b.reset_after, b.limit, b.window));
+    let budgets =
+        word.budgets.into_iter().map(|b| (b.name.into_owned(), b.remaining, b.reset_after, b.limit, b.window));
     Ok((word.dialect.map_or("", Dialect::name), budgets.collect(), word.retry_after))
 }
 

@@ -337,7 +337,9 @@ def test_ietf_huge_remaining_is_clamped_and_huge_quota_dropped() -> None:
     assert read(headers, 200, now=0.0).budgets == (Budget("api", 2**32 - 1, 1.0),)
 
 
-def test_ietf_fields_are_read_without_http_sfv(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+def test_ietf_fields_are_read_without_http_sfv(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """The core parses structured fields itself (the sfv crate): http-sfv is no longer needed to read them."""
     monkeypatch.setitem(sys.modules, "http_sfv", None)  # import http_sfv now raises ImportError
     headers = [("RateLimit", '"api";r=42;t=18'), ("X-RateLimit-Remaining", "5"), ("X-RateLimit-Reset", "9")]
