@@ -290,6 +290,21 @@ impl Engine {
         plan
     }
 
+    /// Where a call spends (see [`Engine::admit`]), for a caller that checks each step itself (asyncio,
+    /// over a store that waits on I/O).
+    ///
+    /// # Errors
+    /// What the limiter raises.
+    pub fn plan_of(
+        &self,
+        budgets: &impl Budgets,
+        (key, host, path): (&str, &str, Option<&str>),
+        estimate: &[(String, u64)],
+    ) -> Result<Arc<Plan>> {
+        let routed = budgets.routed(key, path)?.filter(|g| !self.declared.iter().any(|(_, d)| **d == **g));
+        Ok(self.plan(host, routed, estimate))
+    }
+
     /// Spends a call's units in every group that applies to it, all or nothing. `guard`: hold a call
     /// admitted closer to a budget's window end than calls to `host` take to reach the server
     /// (`Outgoing._crossing`).
@@ -303,8 +318,7 @@ impl Engine {
         estimate: &[(String, u64)],
         guard: bool,
     ) -> Result<Admission> {
-        let routed = budgets.routed(key, path)?.filter(|g| !self.declared.iter().any(|(_, d)| **d == **g));
-        let plan = self.plan(host, routed, estimate);
+        let plan = self.plan_of(budgets, (key, host, path), estimate)?;
         let mut soonest: Option<f64> = None;
         for (index, (group, units, is_budget)) in plan.steps.iter().enumerate() {
             let decision = budgets.check(key, group, *units)?;
@@ -332,7 +346,7 @@ impl Engine {
     /// Seconds to hold a call admitted `soonest` seconds before the end of a budget's window that is
     /// more than half used, else 0.0: one that would take longer than that to reach the server may be
     /// counted in its next window, which the next local window (starting full) does not count.
-    fn crossing(&self, host: &str, soonest: Option<f64>) -> f64 {
+    pub fn crossing(&self, host: &str, soonest: Option<f64>) -> f64 {
         let Some(soonest) = soonest else { return 0.0 };
         let latency = self.state.lock().known_host(host).and_then(|h| h.latency).unwrap_or(0.0);
         if latency > 0.0 && 0.0 < soonest && soonest < latency {

@@ -28,6 +28,7 @@ __all__ = [
     "_FetchQueue",
     "_FetchResult",
     "_Outgoing",
+    "_Plan",
     "_Reservation",
     "_Take",
     "_Ticket",
@@ -604,6 +605,14 @@ class _Ticket:
         """Seconds since the call was admitted."""
 
 @final
+class _Plan:
+    """Where an outgoing call spends (``_Outgoing.plan``)."""
+
+    @property
+    def steps(self) -> list[tuple[str, int, bool]]:
+        """``(group, units, whether the group is a budget's)``, in the order they are spent."""
+
+@final
 class _Outgoing:
     """The per-call work of ``ratekeeper._outgoing.Outgoing``: admissions, replies, auto-groups made, counters."""
 
@@ -625,6 +634,14 @@ class _Outgoing:
         budget's estimate). The ticket when admitted; else the refusal's ``Decision``, or the seconds to hold a call
         admitted closer to a more-than-half-used budget's window end than calls to ``host`` take (not with
         ``guard=False``): what it took is given back either way."""
+    def plan(self, key: str, host: str, path: str | None, estimate: Mapping[str, int] | None) -> _Plan:
+        """Where the call spends, for asyncio over a store that waits on I/O, which awaits each check itself
+        (``Limiter.acheck``) and then asks for its ``ticket``; no I/O here."""
+    def crossing(self, host: str, ends: list[float]) -> float:
+        """Seconds to hold a call admitted ``min(ends)`` seconds before the end of a budget's window that is more
+        than half used, when calls to ``host`` take longer to reach the server; else 0.0."""
+    def ticket(self, key: str, host: str, plan: _Plan, estimate: Mapping[str, int] | None) -> _Ticket:
+        """The ticket of a call admitted now in every step of ``plan``."""
     def settle(self, ticket: _Ticket, headers: Any, status: int) -> tuple[float | None, tuple[_Unmade, ...]] | None:
         """Takes in the reply to ``ticket``'s call: its ``headers`` as the client keeps them (see
         ``_read_server_word``) and ``status``. Reads the server's word, counts the reply and keeps the word in the

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from ratekeeper._core import Decision, Limit, Rate, _Outgoing, _Ticket
 from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue, RateLimited
+from ratekeeper._offload import off_loop
 from ratekeeper._server_words import DIALECTS
 
 if TYPE_CHECKING:
@@ -181,6 +182,13 @@ class HostStats(TypedDict):
     remaining: dict[str, int]
     reset: dict[str, float]
     said_at: float
+
+
+def _filling(decision: Decision) -> bool:
+    """Whether the budget ``decision`` spent in is more than half used: only then may calls that cross into the
+    server's next window fill it past its limit."""
+    limit, remaining = decision.limit, decision.remaining
+    return limit is not None and remaining is not None and 2 * remaining < limit
 
 
 KeyFunction = Callable[[Call], str]
@@ -430,7 +438,7 @@ class Outgoing:
         waited, guard = False, True
         while True:
             if self.limiter._waits_on_io:
-                outcome = await asyncio.to_thread(admit, key, host, path, estimate, guard)
+                outcome = await self._atry(key, host, path, estimate, guard)
             else:
                 outcome = admit(key, host, path, estimate, guard)
             if type(outcome) is _Ticket:
@@ -441,6 +449,31 @@ class Outgoing:
                 continue
             waited = True
             await self._asleep(key, pause)
+
+    async def _atry(
+        self, key: str, host: str, path: str, estimate: dict[str, int] | None, guard: bool
+    ) -> _Ticket | Decision | float:
+        """The core's ``admit`` for a store whose decisions wait on I/O: each check awaited (``acheck``), never
+        blocking the event loop nor taking a worker thread; the plan, the hold and the ticket are the core's."""
+        plan = self._core.plan(key, host, path, estimate)
+        steps = plan.steps
+        ends = []
+        for index, (group, units, is_budget) in enumerate(steps):
+            decision = await self.limiter.acheck(key, group=group, cost=units)
+            if not decision.allowed:
+                await off_loop(self.limiter, self._give_back, key, steps[:index])
+                return decision
+            if is_budget and _filling(decision):
+                ends.append(decision.reset_after)
+        hold = self._core.crossing(host, ends) if guard else 0.0
+        if hold:
+            await off_loop(self.limiter, self._give_back, key, steps)
+            return hold
+        return self._core.ticket(key, host, plan, estimate)
+
+    def _give_back(self, key: str, steps: list[tuple[str, int, bool]]) -> None:
+        for group, units, _ in steps:
+            self.limiter.reduce(key, group=group, n=units)
 
     def _sleep(self, key: str, seconds: float) -> None:
         time.sleep(seconds)
@@ -563,10 +596,22 @@ class Outgoing:
                 return self._send(call(request), send, request, raw, reply, body, close, deadline, 1)
         return self._send(call(request), send, request, raw, reply, body, close)
 
-    async def _asend_fast(
+    def _admitted(self, host: str, path: str) -> _Ticket | None:
+        """The short way's admission (asyncio adapters, for an engine with ``_afast`` set): the ticket of a call of
+        ``host`` (its key) to ``path`` that a host which answered before admits at once, else ``None`` (the call
+        goes ``_asend``'s way). The adapter sends it, hands the reply to ``_core_settle``, and what that leaves to
+        ``_afinish``: no coroutine of the engine's on the way."""
+        if host in self._answered:
+            ticket = self._core_admit(host, host, path, None, True)
+            if type(ticket) is _Ticket:
+                return ticket
+        return None
+
+    async def _afinish(
         self,
-        host: str,
-        path: str,
+        ticket: _Ticket,
+        settled: tuple[float | None, tuple[tuple[str, int, float, int, float], ...]],
+        response: R,
         call: Callable[[Q], Awaitable[Call]],
         send: Callable[[Q], Awaitable[R]],
         request: Q,
@@ -575,23 +620,16 @@ class Outgoing:
         body: Callable[[R], Awaitable[bytes]],
         close: Callable[[R], Awaitable[None]],
     ) -> R:
-        """``_send_fast`` for asyncio, for an engine with ``_afast`` set."""
-        if host in self._answered:
-            ticket = self._core_admit(host, host, path, None, True)
-            if type(ticket) is _Ticket:
-                response = await send(request)
-                status, headers = raw(response)
-                settled = self._core_settle(ticket, headers, status)
-                if settled is None:
-                    return response
-                retry = self._take_in(ticket, settled)
-                deadline = None if self.timeout is None else time.monotonic() - ticket.age() + self.timeout
-                if retry is None or not self._retrying(host, 0, retry, deadline):
-                    return response
-                await close(response)
-                await self._asleep(host, retry)
-                return await self._asend(await call(request), send, request, raw, reply, body, close, deadline, 1)
-        return await self._asend(await call(request), send, request, raw, reply, body, close)
+        """The rest of a call sent the short way whose reply left work for Python (``settled``): groups to make,
+        a retry."""
+        host = ticket.host
+        retry = self._take_in(ticket, settled)
+        deadline = None if self.timeout is None else time.monotonic() - ticket.age() + self.timeout
+        if retry is None or not self._retrying(host, 0, retry, deadline):
+            return response
+        await close(response)
+        await self._asleep(host, retry)
+        return await self._asend(await call(request), send, request, raw, reply, body, close, deadline, 1)
 
     def _send(
         self,

@@ -68,6 +68,9 @@ async def _release(response: ClientResponse) -> None:
     response.release()
 
 
+_READ = ClientResponse.read
+
+
 class Middleware:
     """An aiohttp client middleware: ``aiohttp.ClientSession(middlewares=(Middleware(lim),))``, or for some
     requests only, ``session.get(url, middlewares=(pace,))``.
@@ -93,10 +96,13 @@ class Middleware:
         """Sends ``request`` when its turn comes; retries a 429 as the options say."""
         outgoing = self.outgoing
         if outgoing._afast:
-            host, path = _place(request)
-            return await outgoing._asend_fast(
-                host, path, _call, handler, request, _raw, _reply, ClientResponse.read, _release
-            )
-        return await outgoing._asend(
-            await _call(request), handler, request, _raw, _reply, ClientResponse.read, _release
-        )
+            ticket = outgoing._admitted(*_place(request))
+            if ticket is not None:
+                response = await handler(request)
+                settled = outgoing._core_settle(ticket, response.raw_headers, response.status)
+                if settled is None:
+                    return response
+                return await outgoing._afinish(
+                    ticket, settled, response, _call, handler, request, _raw, _reply, _READ, _release
+                )
+        return await outgoing._asend(await _call(request), handler, request, _raw, _reply, _READ, _release)

@@ -140,8 +140,16 @@ class AsyncTransport(httpx.AsyncBaseTransport):
         outgoing = self.outgoing
         send = self.inner.handle_async_request
         if outgoing._afast:
-            host, path = _place(request.url)
-            return await outgoing._asend_fast(host, path, _acall, send, request, _raw, _reply, _AREAD, _ACLOSE)
+            ticket = outgoing._admitted(*_place(request.url))
+            if ticket is not None:
+                response = await send(request)
+                status, headers = _raw(response)
+                settled = outgoing._core_settle(ticket, headers, status)
+                if settled is None:
+                    return response
+                return await outgoing._afinish(
+                    ticket, settled, response, _acall, send, request, _raw, _reply, _AREAD, _ACLOSE
+                )
         return await outgoing._asend(_call(request), send, request, _raw, _reply, _AREAD, _ACLOSE)
 
     async def aclose(self) -> None:

@@ -19,7 +19,7 @@ pub use backend::PyRedis;
 pub use fetch::{PyFetchJob, PyFetchQueue, PyFetchResult};
 pub use limiter::PyLimiter;
 pub use limiter::{PyReservation, PyTake};
-pub use outgoing::{_read_server_word, PyOutgoing, PyTicket};
+pub use outgoing::{_read_server_word, PyOutgoing, PyPlan, PyTicket};
 pub use shared::{inspect_region, PyShared};
 pub use values::{
     PyDecision, PyGroupPolicy, PyLimit, PyManualClock, PyQuotaInfo, PyQuotas, PyRate, PyResolution, PyRule,
@@ -30,7 +30,7 @@ mod _core {
     #[pymodule_export]
     use super::{
         PyCompletions, PyDecision, PyFetchJob, PyFetchQueue, PyFetchResult, PyGroupPolicy, PyLimit, PyLimiter,
-        PyManualClock, PyOutgoing, PyQuotaInfo, PyQuotas, PyRate, PyRedis, PyReservation, PyResolution, PyRule,
+        PyManualClock, PyOutgoing, PyPlan, PyQuotaInfo, PyQuotas, PyRate, PyRedis, PyReservation, PyResolution, PyRule,
         PyShared, PyTake, PyTicket,
     };
 

@@ -2,7 +2,8 @@
 //! `ratekeeper._outgoing.Outgoing`): a call's admission and its reply's reading, one call into the core
 //! each; and `_read_server_word`, the reader behind `ratekeeper._server_words.read`.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -12,7 +13,7 @@ use super::args::word_nanos;
 use super::limiter::{log_notice, PyLimiter};
 use crate::error::{Error, Result};
 use crate::limiter::{Decision, Request, Target};
-use crate::outgoing::{Admission, Budgets, Counts, Engine, Settings, Ticket};
+use crate::outgoing::{Admission, Budgets, Counts, Engine, Plan, Settings, Ticket};
 use crate::server_words::{self, field_of_name, field_of_raw, Dialect, Said, Warning};
 use crate::store::StateStore;
 
@@ -52,6 +53,21 @@ impl Budgets for Through<'_, '_> {
 pub struct PyOutgoing {
     engine: Engine,
     limiter: Py<PyLimiter>,
+}
+
+/// Where a call spends (`_Outgoing.plan`).
+#[pyclass(frozen, name = "_Plan", module = "ratekeeper._core")]
+pub struct PyPlan {
+    plan: Arc<Plan>,
+}
+
+#[pymethods]
+impl PyPlan {
+    /// `(group, units, whether the group is a budget's)`, in the order they are spent.
+    #[getter]
+    fn steps(&self) -> Vec<(String, u64, bool)> {
+        self.plan.steps.iter().map(|(group, units, is_budget)| (group.to_string(), *units, *is_budget)).collect()
+    }
 }
 
 /// One admitted attempt of a call (what `_Outgoing.settle` takes in).
@@ -130,10 +146,7 @@ impl PyOutgoing {
         estimate: Option<&Bound<'py, PyDict>>,
         guard: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let units = match estimate {
-            None => Vec::new(),
-            Some(e) => e.iter().map(|(b, u)| Ok((b.extract()?, u.extract()?))).collect::<PyResult<_>>()?,
-        };
+        let units = units_of(estimate)?;
         let limiter = self.limiter.get();
         let call = (key.to_str()?, host.to_str()?, path);
         match self.engine.admit(&Through { py, limiter }, call, &units, guard)? {
@@ -144,6 +157,45 @@ impl PyOutgoing {
             }
             Admission::Refused(decision) => Ok(Bound::new(py, limiter.decision(py, &decision))?.into_any()),
             Admission::Held(seconds) => Ok(PyFloat::new(py, seconds).into_any()),
+        }
+    }
+
+    /// Where the call spends, for asyncio over a store that waits on I/O, which awaits each check itself
+    /// (`Limiter.acheck`) and then asks for its `ticket`; no I/O here.
+    #[pyo3(signature = (key, host, path, estimate))]
+    fn plan(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        host: &str,
+        path: Option<&str>,
+        estimate: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<PyPlan> {
+        let units = units_of(estimate)?;
+        let limiter = self.limiter.get();
+        Ok(PyPlan { plan: self.engine.plan_of(&Through { py, limiter }, (key, host, path), &units)? })
+    }
+
+    /// Seconds to hold a call admitted `min(ends)` seconds before the end of a budget's window that is
+    /// more than half used, when calls to `host` take longer to reach the server; else 0.0.
+    fn crossing(&self, host: &str, ends: Vec<f64>) -> f64 {
+        self.engine.crossing(host, ends.into_iter().reduce(f64::min))
+    }
+
+    /// The ticket of a call admitted now in every step of `plan`.
+    #[pyo3(signature = (key, host, plan, estimate))]
+    fn ticket(
+        &self,
+        key: &Bound<'_, PyString>,
+        host: &Bound<'_, PyString>,
+        plan: &PyPlan,
+        estimate: Option<&Bound<'_, PyDict>>,
+    ) -> PyTicket {
+        PyTicket {
+            key: key.clone().unbind(),
+            host: host.clone().unbind(),
+            ticket: Ticket { plan: plan.plan.clone(), admitted_at: Instant::now() },
+            estimate: estimate.map(|e| e.clone().unbind()),
         }
     }
 
@@ -255,6 +307,14 @@ pub fn _read_server_word(
     let budgets =
         word.budgets.into_iter().map(|b| (b.name.into_owned(), b.remaining, b.reset_after, b.limit, b.window));
     Ok((word.dialect.map_or("", Dialect::name), budgets.collect(), word.retry_after))
+}
+
+/// A cost function's estimate as (budget, units).
+fn units_of(estimate: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<(String, u64)>> {
+    match estimate {
+        None => Ok(Vec::new()),
+        Some(e) => e.iter().map(|(b, u)| Ok((b.extract()?, u.extract()?))).collect(),
+    }
 }
 
 fn dialect_named(name: Option<&str>) -> PyResult<Option<Dialect>> {
