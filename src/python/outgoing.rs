@@ -184,6 +184,7 @@ impl PyOutgoing {
 
     /// The ticket of a call admitted now in every step of `plan`.
     #[pyo3(signature = (key, host, plan, estimate))]
+    #[allow(clippy::unused_self)] // the engine's method for Python, beside `plan` and `crossing`
     fn ticket(
         &self,
         key: &Bound<'_, PyString>,
