@@ -12,7 +12,7 @@ What is measured
       GitHub: x-ratelimit-limit / -remaining / -used / -reset (epoch) / -resource, with the Date the reset
               is taken against;
       OpenAI: x-ratelimit-{limit,remaining,reset}-{requests,tokens}, resets as Go durations;
-      IETF:   RateLimit / RateLimit-Policy (structured fields, read with http-sfv).
+      IETF:   RateLimit / RateLimit-Policy (structured fields, which the core reads with the sfv crate).
 
     Two setups:
 
@@ -29,7 +29,9 @@ What is measured
     with its bare client in the same round. Each transport's counters are checked afterwards: every call
     sent once, none waited, none refused, no 429.
 
-    ``ratekeeper._server_words.read`` alone is timed per dialect on the same headers.
+    ``ratekeeper._server_words.read`` alone is timed per dialect on the same headers (the core's reader, called
+    from Python with the headers as str pairs and making the ``ServerWord``; the transports call the core
+    straight from their engine with the client's raw headers).
 
 Target (issue 37)
     The transport adds at most a few µs to a call: at most 5 µs with no network, each client and dialect,
@@ -559,7 +561,7 @@ def main(argv: list[str] | None = None) -> int:
         profile(args.mock_calls * 5)
 
     data = {"rows": rows, "reads": reads, "verdicts": found, "problems": problems, "server": http}
-    packages = ["httpx", "requests", "aiohttp", "http-sfv"]
+    packages = ["httpx", "requests", "aiohttp"]
     machine = describe(packages, http=http)
     settings = {"rounds": args.rounds, "calls": args.calls, "mock_calls": args.mock_calls}
     write_results(args.json, "outgoing", data, machine, **settings)

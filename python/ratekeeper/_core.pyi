@@ -27,10 +27,14 @@ __all__ = [
     "_FetchJob",
     "_FetchQueue",
     "_FetchResult",
+    "_Outgoing",
+    "_Plan",
     "_Reservation",
     "_Take",
+    "_Ticket",
     "__version__",
     "_inspect_region",
+    "_read_server_word",
 ]
 
 __version__: str
@@ -572,6 +576,99 @@ class Shared:
 
 def _inspect_region(path: str | os.PathLike[str]) -> SharedStats:
     """Looks at the region at ``path`` without writing to it or taking its locks."""
+
+_Budget: TypeAlias = tuple[str, int, float, int | None, float | None]
+_Unmade: TypeAlias = tuple[str, int, float, int, float]
+
+def _read_server_word(
+    headers: Iterable[tuple[str | bytes, str | bytes]] | Mapping[str, str],
+    status: int,
+    now: float,
+    dialect: str | None = None,
+) -> tuple[str, list[_Budget], float | None]:
+    """What the response with ``headers`` and ``status`` says about the server's limits, read as of ``now`` (epoch
+    seconds) in ``dialect`` (``None``: the one it carries): ``(dialect, budgets, retry_after)``, the dialect ``""``
+    for none and each budget ``(name, remaining, reset_after, limit, window)``. Headers are (name, value) pairs of
+    str or bytes, httpx's ``Headers._list`` triples, or a dict of names to values (or to (name, value) pairs, as
+    requests' ``CaseInsensitiveDict._store``). Values ignored are logged once per dialect and field through
+    ``ratekeeper._server_words._warn``; nothing a server sends raises.
+
+    Raises:
+        InvalidValue: ``dialect`` is not a dialect.
+    """
+
+@final
+class _Ticket:
+    """One admitted attempt of an outgoing call, for ``_Outgoing.settle``."""
+
+    @property
+    def key(self) -> str:
+        """The key the call's budgets are kept under."""
+    @property
+    def host(self) -> str:
+        """The host called."""
+    @property
+    def budgets(self) -> dict[str, str]:
+        """Budget -> the group the call spent in."""
+    @property
+    def estimate(self) -> dict[str, int]:
+        """Budget -> the units the cost function estimated (empty without one)."""
+    def age(self) -> float:
+        """Seconds since the call was admitted."""
+
+@final
+class _Plan:
+    """Where an outgoing call spends (``_Outgoing.plan``)."""
+
+    @property
+    def steps(self) -> list[tuple[str, int, bool]]:
+        """``(group, units, whether the group is a budget's)``, in the order they are spent."""
+
+@final
+class _Outgoing:
+    """The per-call work of ``ratekeeper._outgoing.Outgoing``: admissions, replies, auto-groups made, counters."""
+
+    def __new__(
+        cls,
+        limiter: Limiter,
+        groups: Mapping[str, str],
+        *,
+        auto_groups: bool,
+        window: float,
+        dialect: str | None,
+        obey: bool,
+    ) -> _Outgoing: ...
+    def admit(
+        self, key: str, host: str, path: str | None, estimate: Mapping[str, int] | None, guard: bool
+    ) -> _Ticket | Decision | float:
+        """Spends the call's units in every group that applies to it, all or nothing: its routed group (1 unit, or
+        ``estimate["requests"]``), then each budget's group (declared, else the host's auto-group; 1 unit, or the
+        budget's estimate). The ticket when admitted; else the refusal's ``Decision``, or the seconds to hold a call
+        admitted closer to a more-than-half-used budget's window end than calls to ``host`` take (not with
+        ``guard=False``): what it took is given back either way."""
+    def plan(self, key: str, host: str, path: str | None, estimate: Mapping[str, int] | None) -> _Plan:
+        """Where the call spends, for asyncio over a store that waits on I/O, which awaits each check itself
+        (``Limiter.acheck``) and then asks for its ``ticket``; no I/O here."""
+    def crossing(self, host: str, ends: list[float]) -> float:
+        """Seconds to hold a call admitted ``min(ends)`` seconds before the end of a budget's window that is more
+        than half used, when calls to ``host`` take longer to reach the server; else 0.0."""
+    def ticket(self, key: str, host: str, plan: _Plan, estimate: Mapping[str, int] | None) -> _Ticket:
+        """The ticket of a call admitted now in every step of ``plan``."""
+    def settle(self, ticket: _Ticket, headers: Any, status: int) -> tuple[float | None, tuple[_Unmade, ...]] | None:
+        """Takes in the reply to ``ticket``'s call: its ``headers`` as the client keeps them (see
+        ``_read_server_word``) and ``status``. Reads the server's word, counts the reply and keeps the word in the
+        counters, caps the groups of its budgets (a word a group does not take is logged), keeps how long calls to
+        the host take. ``None`` when nothing is left for Python; else ``(retry, unmade)``: the seconds to wait
+        before sending the call again (``None``: the reply is the answer), and ``(budget, limit, window, remaining,
+        reset_after)`` of each budget whose auto-group is to be made (``made``) and capped."""
+    def made(self, host: str, budget: str, group: str, limit: int, window: float) -> None:
+        """Python made (or resized) ``group`` for ``budget`` at ``host``, ``limit`` per ``window`` seconds."""
+    def made_group(self, host: str, budget: str) -> tuple[str, int, float] | None:
+        """``(group, limit, window)`` of ``budget``'s auto-group at ``host`` as last made, or ``None``."""
+    def count(self, key: str, *, waits: int = 0, waited: float = 0.0, refused: int = 0, retries: int = 0) -> None:
+        """Adds to ``key``'s counters."""
+    def stats(self) -> dict[str, Any]:
+        """Each key's counters as ``HostStats`` dicts (copies), in the order the keys were first counted."""
 
 _QuotaProvider: TypeAlias = Callable[[str, str], Rate | str | Awaitable[Rate | str | None] | None]
 

@@ -24,6 +24,11 @@ Two things the server's word cannot say, and what is done about them:
 - Before a host's first answer its auto-groups do not exist: its calls go one at a time in each process until
   then. Those first calls (one per process) are in no budget, so a word may not count the other processes'
   yet: up to one call per other process may go past the server's limit at the start (and be retried).
+
+A call costs two calls into the core (``_core._Outgoing``): its admission (routing, the checks in every group,
+all or nothing, the hold at a window's end) and its reply's (the rate-limit fields picked out of the client's
+raw headers, the server's word read, its groups capped, the counters). Python keeps the waiting, the retries,
+the user's functions, and making a group for a budget the server states for the first time.
 """
 
 from __future__ import annotations
@@ -37,10 +42,10 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
-from ratekeeper._core import Decision, Limit, Rate
+from ratekeeper._core import Decision, Limit, Rate, _Outgoing, _Ticket
 from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue, RateLimited
 from ratekeeper._offload import off_loop
-from ratekeeper._server_words import DIALECTS, ServerWord, fields_in, read_fields
+from ratekeeper._server_words import DIALECTS
 
 if TYPE_CHECKING:
     from ratekeeper.limiter import Limiter
@@ -53,10 +58,14 @@ R = TypeVar("R")
 Q = TypeVar("Q")
 S = TypeVar("S")
 
-#: A call that the server's word says to retry after this many seconds at most is retried; one further
-#: away is given back to the caller at once (a day-long Retry-After is not waited out in a request).
-_NO_WORD_WAIT = 1.0
 _SHORTEST_SLEEP = 0.001
+
+
+class _Unset:
+    """The type of ``_UNSET``: an argument not given (where ``None`` means something)."""
+
+
+_UNSET = _Unset()
 #: A waiting call looks again at least this often: a word heard meanwhile (or tokens given back) may have moved
 #: the window's end closer than the refusal said.
 _LONGEST_SLEEP = 0.25
@@ -112,29 +121,21 @@ class Reply:
     the body, read only when the engine was given a ``spent`` callable (else ``None``)."""
 
     # As Call: slots, and the adapters' replies make their headers' pairs only when read (by ``spent``); the
-    # engine reads the few rate-limit fields (``_fields``) straight from the client's headers.
-    __slots__ = ("_fields", "_headers", "_pairs", "_source", "content", "status")
+    # engine reads the few rate-limit fields in the core, straight from the client's raw headers.
+    __slots__ = ("_headers", "_pairs", "_source", "content", "status")
 
     def __init__(self, status: int, headers: tuple[tuple[str, str], ...], content: bytes | None = None) -> None:
         self.status, self.content = status, content
         self._headers: tuple[tuple[str, str], ...] | None = headers
         self._source: Any = None
         self._pairs: Callable[[Any], Iterable[tuple[str, str]]] | None = None
-        self._fields: Callable[[Any], dict[str, str]] | None = None
 
     @classmethod
-    def _lazy(
-        cls,
-        status: int,
-        source: S,
-        pairs: Callable[[S], Iterable[tuple[str, str]]],
-        fields: Callable[[S], dict[str, str]] | None = None,
-    ) -> Reply:
-        """A reply of the client's headers ``source``: its pairs are ``pairs(source)``, made when first read;
-        its rate-limit fields ``fields(source)`` (default: found among the pairs)."""
+    def _lazy(cls, status: int, source: S, pairs: Callable[[S], Iterable[tuple[str, str]]]) -> Reply:
+        """A reply of the client's headers ``source``: its pairs are ``pairs(source)``, made when first read."""
         reply = cls.__new__(cls)
         reply.status, reply.content = status, None
-        reply._headers, reply._source, reply._pairs, reply._fields = None, source, pairs, fields
+        reply._headers, reply._source, reply._pairs = None, source, pairs
         return reply
 
     @property
@@ -149,15 +150,6 @@ class Reply:
         """The first value of the header ``name`` (any case), or ``None``."""
         name = name.lower()
         return next((value for key, value in self.headers if key.lower() == name), None)
-
-    def _said(self) -> dict[str, str]:
-        """The rate-limit fields among the headers (``_server_words.fields_in``)."""
-        if self._fields is not None:
-            return self._fields(self._source)
-        if self._headers is not None:
-            return fields_in(self._headers)
-        assert self._pairs is not None
-        return fields_in(self._pairs(self._source))
 
     def __repr__(self) -> str:
         return f"Reply(status={self.status!r})"
@@ -194,31 +186,9 @@ class HostStats(TypedDict):
 
 def _filling(decision: Decision) -> bool:
     """Whether the budget ``decision`` spent in is more than half used: only then may calls that cross into the
-    server's next window fill it past its limit. A budget far from used (OpenAI's, refilling continuously,
-    announces resets of a few milliseconds with nearly all of it left) is not held at each reset."""
+    server's next window fill it past its limit."""
     limit, remaining = decision.limit, decision.remaining
     return limit is not None and remaining is not None and 2 * remaining < limit
-
-
-def _new_stats() -> HostStats:
-    return HostStats(
-        calls=0, waits=0, waited=0.0, refused=0, throttled=0, retries=0, dialect="", remaining={}, reset={}, said_at=0.0
-    )
-
-
-class _Ticket:
-    """One admitted attempt: where it spends, what, and when."""
-
-    __slots__ = ("admitted_at", "budgets", "estimate", "key", "steps")
-
-    def __init__(
-        self, key: str, steps: tuple[tuple[str, int, bool], ...], budgets: dict[str, str], estimate: dict[str, int]
-    ) -> None:
-        self.key = key
-        self.steps = steps  # (group, units, whether the group is a budget's), in the order they are spent
-        self.budgets = budgets  # budget -> group; shared between tickets: never changed
-        self.estimate = estimate  # budget -> units estimated
-        self.admitted_at = time.monotonic()
 
 
 KeyFunction = Callable[[Call], str]
@@ -321,30 +291,30 @@ class Outgoing:
         self._key, self._api_key_header = key, None if api_key_header is None else api_key_header.lower()
         self._cost, self._spent = cost, spent
         self._lock = threading.Lock()
-        self._stats: dict[str, HostStats] = {}
-        # host -> budget -> auto group, and (host, budget) -> (auto group, limit, window) as last made here.
-        # Changed under the lock; read without it (a dict's get is atomic) on every call.
-        self._auto: dict[str, dict[str, str]] = {}
-        self._auto_made: dict[tuple[str, str], tuple[str, int, float]] = {}
-        # Counts the changes to _auto: a plan (see _plan) made before the last change is made again.
-        self._auto_changes = 0
-        # (host, routed group) -> (_auto_changes when made, steps, budgets): the plan of a call with no cost function.
-        self._plans: dict[tuple[str, str | None], tuple[int, tuple[tuple[str, int, bool], ...], dict[str, str]]] = {}
-        # host -> set once its first answer came back (see _first_word).
+        # The per-call work: admissions, replies, the auto-groups made, the counters, the latencies.
+        self._core = _Outgoing(
+            limiter, self.groups, auto_groups=auto_groups, window=self.window, dialect=dialect, obey=obey
+        )
+        # The key is the host: no key function, no credential header.
+        self._plain_key = key is None and api_key_header is None
+        # Whether a host's first calls go one at a time until its first answer (see _first_word).
+        self._waits_first = auto_groups and obey and not self.groups
+        # host -> set once its first answer came back (see _first_word); the hosts that answered.
         self._heard: dict[str, threading.Event] = {}
-        # host -> how long a call takes to reach the server, as its answers tell (see _record, _crossing).
-        self._latency: dict[str, float] = {}
+        self._answered: set[str] = set()
         #: Whether the adapters must read a response's body for ``spent``.
         self._reads_body = spent is not None
+        #: Whether a call can take the short way (``_send_fast``): keyed by its host, no cost or spent function;
+        #: from asyncio, also a store that decides in this process.
+        self._fast = key is None and api_key_header is None and cost is None and spent is None
+        self._afast = self._fast and not limiter._waits_on_io
+        self._core_admit, self._core_settle = self._core.admit, self._core.settle
 
     def stats(self) -> dict[str, HostStats]:
         """The counters of each key this object has sent calls for (a copy): see
         [`HostStats`][ratekeeper.httpx.HostStats]. Counted in this process."""
-        with self._lock:
-            return {
-                key: HostStats(**{**value, "remaining": dict(value["remaining"]), "reset": dict(value["reset"])})
-                for key, value in self._stats.items()
-            }
+        stats: dict[str, HostStats] = self._core.stats()
+        return stats
 
     def __repr__(self) -> str:
         return f"<ratekeeper.Outgoing groups={self.groups!r} wait={self.wait} timeout={self.timeout}>"
@@ -364,9 +334,9 @@ class Outgoing:
                 return f"{call.host} {hashlib.sha256(credential.encode()).hexdigest()[:16]}"
         return call.host
 
-    def _estimate(self, call: Call) -> dict[str, int]:
+    def _estimate(self, call: Call) -> dict[str, int] | None:
         if self._cost is None:
-            return {}
+            return None
         estimate = self._cost(call)
         if not isinstance(estimate, Mapping):
             raise InvalidType("cost", f"must return a mapping of budget names to units, got {type(estimate).__name__}")
@@ -379,92 +349,14 @@ class Outgoing:
             checked[budget] = units
         return checked
 
-    def _plan(self, call: Call, key: str, estimate: dict[str, int]) -> _Ticket:
-        """Where ``call`` spends: its routed group (1 unit, or ``cost``'s ``"requests"``) and each budget's group.
-        Without a cost function a host's plan is the same for every call until its auto-groups change: kept."""
-        resolution = self.limiter.resolve(key, call.path)  # None: no rule routes the path (auto-groups never do)
-        routed = None if resolution is None or resolution.group in self.groups.values() else resolution.group
-        if estimate:
-            _, steps, budgets = self._made_plan(call.host, routed, estimate)
-            return _Ticket(key, steps, budgets, estimate)
-        plan = self._plans.get((call.host, routed))
-        if plan is None or plan[0] != self._auto_changes:
-            plan = self._plans[call.host, routed] = self._made_plan(call.host, routed, estimate)
-        return _Ticket(key, plan[1], plan[2], estimate)
-
-    def _made_plan(
-        self, host: str, routed: str | None, estimate: dict[str, int]
-    ) -> tuple[int, tuple[tuple[str, int, bool], ...], dict[str, str]]:
-        """(``_auto_changes`` as it was read, steps, budgets) for ``_plan``."""
-        spent: dict[str, int] = {}
-        if routed is not None:
-            spent[routed] = estimate.get("requests", 1)
-        with self._lock:
-            changes = self._auto_changes
-            budgets = {**self._auto.get(host, {}), **self.groups}  # a declared group wins
-        for budget, group in budgets.items():
-            spent[group] = spent.get(group, 0) + estimate.get(budget, 1)
-        groups = set(budgets.values())
-        return changes, tuple((group, units, group in groups) for group, units in spent.items()), budgets
-
     # --- admission -------------------------------------------------------------------------------------------
-
-    def _try(self, ticket: _Ticket, host: str, guard: bool) -> Decision | float | None:
-        """Spends the ticket's units in every group, all or nothing: ``None`` when admitted, the refusal, or
-        the seconds to hold the call when it would cross the end of a window (``_crossing``)."""
-        check, key, steps = self.limiter.check, ticket.key, ticket.steps
-        ends = []
-        for index, (group, units, is_budget) in enumerate(steps):
-            decision = check(key, group=group, cost=units)
-            if not decision.allowed:
-                self._give_back(key, steps[:index])
-                return decision
-            if is_budget and _filling(decision):
-                ends.append(decision.reset_after)
-        hold = self._crossing(host, ends) if guard else 0.0
-        if hold:
-            self._give_back(key, steps)
-            return hold
-        ticket.admitted_at = time.monotonic()
-        return None
-
-    def _give_back(self, key: str, steps: tuple[tuple[str, int, bool], ...]) -> None:
-        for group, units, _ in steps:
-            self.limiter.reduce(key, group=group, n=units)
-
-    async def _atry(self, ticket: _Ticket, host: str, guard: bool) -> Decision | float | None:
-        """``_try`` for a store whose decisions wait on I/O: checked without blocking the event loop."""
-        key, steps = ticket.key, ticket.steps
-        ends = []
-        for index, (group, units, is_budget) in enumerate(steps):
-            decision = await self.limiter.acheck(key, group=group, cost=units)
-            if not decision.allowed:
-                await off_loop(self.limiter, self._give_back, key, steps[:index])
-                return decision
-            if is_budget and _filling(decision):
-                ends.append(decision.reset_after)
-        hold = self._crossing(host, ends) if guard else 0.0
-        if hold:
-            await off_loop(self.limiter, self._give_back, key, steps)
-            return hold
-        ticket.admitted_at = time.monotonic()
-        return None
-
-    def _crossing(self, host: str, ends: list[float]) -> float:
-        """Seconds to hold a call admitted this close to the end of a budget's window (each of ``ends``: the
-        seconds until one ends, as its decision says), else 0.0.
-
-        The server counts a call when it arrives: one admitted from a window's last moments may arrive after
-        the server's reset, counted in its next window, which the next local window (starting full) does not
-        count. So a call that would take longer than what is left of the window is given back and waits for
-        the window to end; as is one in a window whose end a word moved up (the word's reset is known only
-        within a call's length: the server's clock and the client's are a call apart). Only budgets more than
-        half used are in ``ends`` (``_filling``)."""
-        latency = self._latency.get(host)
-        if not latency or not ends:
-            return 0.0
-        soonest = min(ends)
-        return soonest + _SHORTEST_SLEEP if 0.0 < soonest < latency else 0.0
+    #
+    # The core's ``admit`` spends the call's units, all or nothing, in its routed group (1 unit, or ``cost``'s
+    # ``"requests"``) and each budget's group (a declared one, else the host's auto-group): the ticket when
+    # admitted, else the refusal, or the seconds to hold a call admitted closer to the end of a budget's window
+    # than calls to that host take (only budgets more than half used): the server counts a call when it arrives,
+    # and one admitted from a window's last moments may arrive after the server's reset, counted in its next
+    # window, which the next local window (starting full) does not count.
 
     def _next_pause(self, key: str, refusal: Decision | float, deadline: float | None, waited: bool) -> float | None:
         """How long to sleep after ``refusal``: a refusal's wait (``_pause``), or the seconds a call is held at a
@@ -474,7 +366,7 @@ class Outgoing:
         if deadline is not None and time.monotonic() + refusal > deadline:
             return None
         if not waited:
-            self._count(key, waits=1)
+            self._core.count(key, waits=1)
         return refusal
 
     def _pause(self, key: str, refusal: Decision, deadline: float | None, waited: bool) -> float:
@@ -482,17 +374,17 @@ class Outgoing:
         pause = refusal.retry_after
         now = time.monotonic()
         if not self.wait or math.isinf(pause) or (deadline is not None and now + pause > deadline):
-            self._count(key, refused=1)
+            self._core.count(key, refused=1)
             raise RateLimited(refusal)
         if not waited:
-            self._count(key, waits=1)
+            self._core.count(key, waits=1)
         return min(max(pause, _SHORTEST_SLEEP), _LONGEST_SLEEP)
 
     def _first_word(self, host: str) -> threading.Event | None:
         """While auto-groups are all a host's budgets are limited by and no answer from it came back yet, its
         calls go one at a time in this process: the first answer makes its groups, and a burst sent before it
         would be limited by nothing. ``None``: go; else the event to wait for."""
-        if not self.auto_groups or not self.obey or self.groups:
+        if not self._waits_first or host in self._answered:
             return None
         heard = self._heard.get(host)  # no lock: once made, a host's event stays
         if heard is None:
@@ -504,24 +396,28 @@ class Outgoing:
         return None if heard.is_set() else heard
 
     def _heard_from(self, host: str) -> None:
+        if host in self._answered:
+            return
         heard = self._heard.get(host)
-        if heard is not None and not heard.is_set():  # is_set first: set() takes the event's lock every time
+        if heard is not None:
             heard.set()
+        self._answered.add(host)
 
     def _admit(self, call: Call, deadline: float | None) -> _Ticket:
         """Waits (``time.sleep``) until ``call`` is admitted in all its groups; its ticket."""
-        key = self._key_of(call)
-        estimate = self._estimate(call)
-        waited, guard = False, True
-        heard = self._first_word(call.host)
+        host = call.host
+        key = host if self._plain_key else self._key_of(call)
+        estimate = None if self._cost is None else self._estimate(call)
+        heard = self._first_word(host)
         if heard is not None:
             heard.wait(None if deadline is None else max(deadline - time.monotonic(), 0.0))
+        admit, path = self._core.admit, call.path
+        waited, guard = False, True
         while True:
-            ticket = self._plan(call, key, estimate)
-            refusal = self._try(ticket, call.host, guard)
-            if refusal is None:
-                return ticket
-            pause = self._next_pause(key, refusal, deadline, waited)
+            outcome = admit(key, host, path, estimate, guard)
+            if type(outcome) is _Ticket:
+                return outcome
+            pause = self._next_pause(key, outcome, deadline, waited)
             if pause is None:
                 guard = False  # better a call that may cross the window than one past its timeout
                 continue
@@ -529,54 +425,69 @@ class Outgoing:
             self._sleep(key, pause)
 
     async def _aadmit(self, call: Call, deadline: float | None) -> _Ticket:
-        """``_admit`` for asyncio: waits with ``asyncio.sleep``."""
-        key = self._key_of(call)
-        estimate = self._estimate(call)
-        waited, guard = False, True
-        heard = self._first_word(call.host)
+        """``_admit`` for asyncio: waits with ``asyncio.sleep``; a store that waits on I/O is asked from a worker
+        thread, never blocking the event loop."""
+        host = call.host
+        key = host if self._plain_key else self._key_of(call)
+        estimate = None if self._cost is None else self._estimate(call)
+        heard = self._first_word(host)
         # Polled: the first call may be another thread's or another event loop's, so no asyncio.Event serves.
         while heard is not None and not heard.is_set() and (deadline is None or time.monotonic() < deadline):  # noqa: ASYNC110
             await asyncio.sleep(_SHORTEST_SLEEP * 10)
+        admit, path = self._core.admit, call.path
+        waited, guard = False, True
         while True:
-            ticket = self._plan(call, key, estimate)
-            # A store that decides in this process is checked inline: a coroutine per check costs more than it.
-            refusal = (
-                await self._atry(ticket, call.host, guard)
-                if self.limiter._waits_on_io
-                else self._try(ticket, call.host, guard)
-            )
-            if refusal is None:
-                return ticket
-            pause = self._next_pause(key, refusal, deadline, waited)
+            if self.limiter._waits_on_io:
+                outcome = await self._atry(key, host, path, estimate, guard)
+            else:
+                outcome = admit(key, host, path, estimate, guard)
+            if type(outcome) is _Ticket:
+                return outcome
+            pause = self._next_pause(key, outcome, deadline, waited)
             if pause is None:
                 guard = False  # better a call that may cross the window than one past its timeout
                 continue
             waited = True
             await self._asleep(key, pause)
 
+    async def _atry(
+        self, key: str, host: str, path: str, estimate: dict[str, int] | None, guard: bool
+    ) -> _Ticket | Decision | float:
+        """The core's ``admit`` for a store whose decisions wait on I/O: each check awaited (``acheck``), never
+        blocking the event loop nor taking a worker thread; the plan, the hold and the ticket are the core's."""
+        plan = self._core.plan(key, host, path, estimate)
+        steps = plan.steps
+        ends = []
+        for index, (group, units, is_budget) in enumerate(steps):
+            decision = await self.limiter.acheck(key, group=group, cost=units)
+            if not decision.allowed:
+                await off_loop(self.limiter, self._give_back, key, steps[:index])
+                return decision
+            if is_budget and _filling(decision):
+                ends.append(decision.reset_after)
+        hold = self._core.crossing(host, ends) if guard else 0.0
+        if hold:
+            await off_loop(self.limiter, self._give_back, key, steps)
+            return hold
+        return self._core.ticket(key, host, plan, estimate)
+
+    def _give_back(self, key: str, steps: list[tuple[str, int, bool]]) -> None:
+        for group, units, _ in steps:
+            self.limiter.reduce(key, group=group, n=units)
+
     def _sleep(self, key: str, seconds: float) -> None:
         time.sleep(seconds)
-        self._count(key, waited=seconds)
+        self._core.count(key, waited=seconds)
 
     async def _asleep(self, key: str, seconds: float) -> None:
         await asyncio.sleep(seconds)
-        self._count(key, waited=seconds)
+        self._core.count(key, waited=seconds)
 
     # --- the server's word -----------------------------------------------------------------------------------
 
-    def _word(self, reply: Reply, now: float) -> ServerWord | None:
-        try:
-            return read_fields(reply._said(), reply.status, now=now, dialect=self.dialect)
-        except Exception:  # whatever a server sends, the call goes on
-            log.exception("the server's rate-limit fields could not be read")
-            return None
-
-    def _auto_group(self, host: str, budget: str, limit: int | None, window: float | None) -> str | None:
+    def _auto_group(self, host: str, budget: str, limit: int, window: float) -> str | None:
         """The auto-group of ``budget`` at ``host``, made (or resized) for ``limit`` per ``window``."""
-        if not self.auto_groups or limit is None or limit < 1:
-            return None
-        window = self.window if window is None else window
-        made = self._auto_made.get((host, budget))  # no lock: read on every answer, changed once in a while
+        made = self._core.made_group(host, budget)
         if made is not None and made[1] == limit and made[2] == window:
             return made[0]
         name = f"{host} {budget}"
@@ -592,44 +503,8 @@ class Outgoing:
         except InvalidArgument as error:
             log.warning("no group for %s's budget %r (%s per %ss): %s", host, budget, limit, window, error)
             return None
-        with self._lock:
-            self._auto_made[host, budget] = (name, limit, window)
-            if self._auto.get(host, {}).get(budget) != name:
-                self._auto.setdefault(host, {})[budget] = name
-                self._auto_changes += 1
+        self._core.made(host, budget, name, limit, window)
         return name
-
-    def _caps(self, ticket: _Ticket, host: str, word: ServerWord) -> list[tuple[str, int, float]]:
-        """(group, remaining, reset_after) for each budget of ``word`` that has a group."""
-        caps = []
-        declared = self.groups
-        for budget in word.budgets:
-            group = declared.get(budget.name) or self._auto_group(host, budget.name, budget.limit, budget.window)
-            if group is not None:
-                caps.append((group, budget.remaining, budget.reset_after))
-        if word.retry_after is not None and not word.budgets:
-            # A wait with no budget stated: nothing more may go before it, in any budget of the call.
-            caps.extend((group, 0, word.retry_after) for group in ticket.budgets.values())
-        return caps
-
-    def _record(self, key: str, host: str, word: ServerWord | None, status: int, now: float, took: float) -> None:
-        """Counts the answer, keeps the server's word in the counters, and how long calls to ``host`` take,
-        admission to answer, for ``_crossing``: what matters there is how soon a call reaches the server, which
-        the fastest answers tell best (a slow answer is mostly the server's work, after it counted the call), so
-        a faster call lowers the figure at once and a slower one raises it by a tenth of the difference."""
-        stats = self._stats_of(key)
-        with self._lock:  # one lock a call: the counters and the latency are read-modify-writes
-            stats["calls"] += 1
-            if _throttled(status, word):
-                stats["throttled"] += 1
-            if word is not None and (word.budgets or word.retry_after is not None):
-                stats["dialect"] = word.dialect
-                stats["said_at"] = now
-                for budget in word.budgets:
-                    stats["remaining"][budget.name] = budget.remaining
-                    stats["reset"][budget.name] = budget.reset_after
-            latency = self._latency.get(host)
-            self._latency[host] = took if latency is None or took < latency else 0.9 * latency + 0.1 * took
 
     def _corrections(self, ticket: _Ticket, reply: Reply) -> list[tuple[str, int]]:
         """(group, units more (+) or fewer (-) than spent) from ``spent``'s reading of the reply."""
@@ -645,41 +520,40 @@ class Outgoing:
         if not isinstance(actual, Mapping):
             raise InvalidType("spent", f"must return a mapping or None, got {type(actual).__name__}")
         corrections = []
+        budgets, estimate = ticket.budgets, ticket.estimate
         for budget, units in actual.items():
-            group = ticket.budgets.get(budget)
+            group = budgets.get(budget)
             if group is None or isinstance(units, bool) or not isinstance(units, int) or units < 0:
                 continue
-            difference = units - ticket.estimate.get(budget, 1)
+            difference = units - estimate.get(budget, 1)
             if difference:
                 corrections.append((group, difference))
         return corrections
 
-    def _retry_wait(self, status: int, word: ServerWord | None) -> float | None:
-        """Seconds to wait before sending a throttled call again; ``None`` for a response to keep."""
-        if not _throttled(status, word):
-            return None
-        if word is not None and word.retry_after is not None:
-            return word.retry_after
-        spent = [budget.reset_after for budget in (word.budgets if word else ()) if budget.remaining == 0]
-        return max(spent) if spent else _NO_WORD_WAIT
-
-    def _settle(self, ticket: _Ticket, host: str, reply: Reply) -> float | None:
-        """Takes in what the response says: caps, corrections, counters. The seconds to wait before a retry,
-        or ``None`` when the response is the call's answer."""
-        now = time.time()
-        word = self._word(reply, now)
-        age = time.monotonic() - ticket.admitted_at
-        self._record(ticket.key, host, word, reply.status, now, age)
-        if word is not None and self.obey:
-            for group, remaining, reset_after in self._caps(ticket, host, word):
-                self._cap(ticket.key, group, remaining, reset_after, age)
-        if self._spent is not None:
+    def _settle(self, ticket: _Ticket, status: int, headers: Any, reply: Reply | None) -> float | None:
+        """Takes in what the response says: the core reads the server's word from the client's raw ``headers``,
+        counts it and caps the groups made; here, the groups to make, and ``spent``'s corrections (``reply``).
+        The seconds to wait before a retry, or ``None`` when the response is the call's answer."""
+        settled = self._core_settle(ticket, headers, status)
+        if reply is not None:
             for group, units in self._corrections(ticket, reply):
                 if units < 0:
                     self.limiter.reduce(ticket.key, group=group, n=-units)
                 else:
                     self.limiter.check(ticket.key, group=group, cost=units)  # refused: the next word corrects it
-        return self._retry_wait(reply.status, word)
+        return None if settled is None else self._take_in(ticket, settled)
+
+    def _take_in(
+        self, ticket: _Ticket, settled: tuple[float | None, tuple[tuple[str, int, float, int, float], ...]]
+    ) -> float | None:
+        """What the core left of a reply (``settle``'s ``(retry, unmade)``): makes the groups of the budgets the
+        server stated first, and caps them; the seconds to wait before a retry, or ``None``."""
+        retry, unmade = settled
+        for budget, limit, window, remaining, reset_after in unmade:
+            group = self._auto_group(ticket.host, budget, limit, window)
+            if group is not None:
+                self._cap(ticket.key, group, remaining, reset_after, ticket.age())
+        return retry
 
     def _cap(self, key: str, group: str, remaining: int, reset_after: float, age: float) -> None:
         try:
@@ -687,47 +561,105 @@ class Outgoing:
         except InvalidArgument as error:
             log.warning("the server's word for %s in group %r was not applied: %s", key, group, error)
 
-    def _stats_of(self, key: str) -> HostStats:
-        """``key``'s counters, made (under the lock) at its first call only: no new dict on every call."""
-        stats = self._stats.get(key)
-        if stats is None:
-            with self._lock:
-                stats = self._stats.setdefault(key, _new_stats())
-        return stats
-
-    def _count(self, key: str, **counts: float) -> None:
-        stats: dict[str, Any] = self._stats_of(key)  # type: ignore[assignment]
-        with self._lock:
-            for name, value in counts.items():
-                stats[name] += value
-
     # --- one call, start to end ------------------------------------------------------------------------------
 
-    def _deadline(self) -> float | None:
-        return None if self.timeout is None else time.monotonic() + self.timeout
+    def _send_fast(
+        self,
+        host: str,
+        path: str,
+        call: Callable[[Q], Call],
+        send: Callable[[Q], R],
+        request: Q,
+        raw: Callable[[R], tuple[int, Any]],
+        reply: Callable[[R], Reply],
+        body: Callable[[R], bytes],
+        close: Callable[[R], None],
+    ) -> R:
+        """``_send`` the short way, for an engine with ``_fast`` set: a call of ``host`` (its key) to ``path`` that a
+        host which answered before admits at once costs two calls into the core, and no ``Call`` is made (the
+        adapter's ``call(request)`` makes one for ``_send``, which takes any other call)."""
+        if host in self._answered:
+            ticket = self._core_admit(host, host, path, None, True)
+            if type(ticket) is _Ticket:
+                response = send(request)
+                status, headers = raw(response)
+                settled = self._core_settle(ticket, headers, status)
+                if settled is None:
+                    return response
+                retry = self._take_in(ticket, settled)
+                # The call was admitted at once: its deadline runs from its admission.
+                deadline = None if self.timeout is None else time.monotonic() - ticket.age() + self.timeout
+                if retry is None or not self._retrying(host, 0, retry, deadline):
+                    return response
+                close(response)
+                self._sleep(host, retry)
+                return self._send(call(request), send, request, raw, reply, body, close, deadline, 1)
+        return self._send(call(request), send, request, raw, reply, body, close)
+
+    def _admitted(self, host: str, path: str) -> _Ticket | None:
+        """The short way's admission (asyncio adapters, for an engine with ``_afast`` set): the ticket of a call of
+        ``host`` (its key) to ``path`` that a host which answered before admits at once, else ``None`` (the call
+        goes ``_asend``'s way). The adapter sends it, hands the reply to ``_core_settle``, and what that leaves to
+        ``_afinish``: no coroutine of the engine's on the way."""
+        if host in self._answered:
+            ticket = self._core_admit(host, host, path, None, True)
+            if type(ticket) is _Ticket:
+                return ticket
+        return None
+
+    async def _afinish(
+        self,
+        ticket: _Ticket,
+        settled: tuple[float | None, tuple[tuple[str, int, float, int, float], ...]],
+        response: R,
+        call: Callable[[Q], Awaitable[Call]],
+        send: Callable[[Q], Awaitable[R]],
+        request: Q,
+        raw: Callable[[R], tuple[int, Any]],
+        reply: Callable[[R], Reply],
+        body: Callable[[R], Awaitable[bytes]],
+        close: Callable[[R], Awaitable[None]],
+    ) -> R:
+        """The rest of a call sent the short way whose reply left work for Python (``settled``): groups to make,
+        a retry."""
+        host = ticket.host
+        retry = self._take_in(ticket, settled)
+        deadline = None if self.timeout is None else time.monotonic() - ticket.age() + self.timeout
+        if retry is None or not self._retrying(host, 0, retry, deadline):
+            return response
+        await close(response)
+        await self._asleep(host, retry)
+        return await self._asend(await call(request), send, request, raw, reply, body, close, deadline, 1)
 
     def _send(
         self,
         call: Call,
         send: Callable[[Q], R],
         request: Q,
+        raw: Callable[[R], tuple[int, Any]],
         reply: Callable[[R], Reply],
         body: Callable[[R], bytes],
         close: Callable[[R], None],
+        deadline: float | _Unset | None = _UNSET,
+        attempt: int = 0,
     ) -> R:
-        """Sends ``call`` (``send(request)``) when its turn comes, obeys the answer (``reply(response)``, with
-        ``body(response)`` as its content when ``spent`` reads it), retries a 429; the response. Functions and
-        their argument, not closures: the adapters pass their bound methods, made for nothing per call."""
-        deadline = self._deadline()
-        attempt = 0
+        """Sends ``call`` (``send(request)``) when its turn comes, obeys the answer (``raw(response)``: its status
+        and headers as the client keeps them, read in the core; ``reply(response)``, with ``body(response)`` as
+        its content, when ``spent`` reads it), retries a 429; the response. Functions and their argument, not
+        closures: the adapters pass their bound methods, made for nothing per call. ``deadline`` and ``attempt``:
+        a call that ``_send_fast`` began."""
+        if isinstance(deadline, _Unset):
+            deadline = None if self.timeout is None else time.monotonic() + self.timeout
         while True:
             try:
                 ticket = self._admit(call, deadline)
                 response = send(request)
-                answer = reply(response)
+                status, headers = raw(response)
+                answer = None
                 if self._reads_body:
+                    answer = reply(response)
                     answer.content = body(response)
-                retry = self._settle(ticket, call.host, answer)
+                retry = self._settle(ticket, status, headers, answer)
             finally:
                 self._heard_from(call.host)  # a first call that failed, even refused, holds no other back
             if retry is None or not self._retrying(ticket.key, attempt, retry, deadline):
@@ -741,24 +673,29 @@ class Outgoing:
         call: Call,
         send: Callable[[Q], Awaitable[R]],
         request: Q,
+        raw: Callable[[R], tuple[int, Any]],
         reply: Callable[[R], Reply],
         body: Callable[[R], Awaitable[bytes]],
         close: Callable[[R], Awaitable[None]],
+        deadline: float | _Unset | None = _UNSET,
+        attempt: int = 0,
     ) -> R:
         """``_send`` for asyncio."""
-        deadline = self._deadline()
-        attempt = 0
+        if isinstance(deadline, _Unset):
+            deadline = None if self.timeout is None else time.monotonic() + self.timeout
         while True:
             try:
                 ticket = await self._aadmit(call, deadline)
                 response = await send(request)
-                answer = reply(response)
+                status, headers = raw(response)
+                answer = None
                 if self._reads_body:
+                    answer = reply(response)
                     answer.content = await body(response)
                 if self.limiter._waits_on_io:  # a store's round trips off the event loop
-                    retry = await asyncio.to_thread(self._settle, ticket, call.host, answer)
+                    retry = await asyncio.to_thread(self._settle, ticket, status, headers, answer)
                 else:
-                    retry = self._settle(ticket, call.host, answer)
+                    retry = self._settle(ticket, status, headers, answer)
             finally:
                 self._heard_from(call.host)
             if retry is None or not self._retrying(ticket.key, attempt, retry, deadline):
@@ -770,7 +707,7 @@ class Outgoing:
     def _retrying(self, key: str, attempt: int, wait: float, deadline: float | None) -> bool:
         if attempt >= self.retries or (deadline is not None and time.monotonic() + wait > deadline):
             return False
-        self._count(key, retries=1)
+        self._core.count(key, retries=1)
         return True
 
 
@@ -795,12 +732,6 @@ def joined_headers(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
 def host_of(host: str, port: int | None, default_port: int | None) -> str:
     """``host`` with ``:port`` when the port is not the scheme's default."""
     return host if port is None or port == default_port else f"{host}:{port}"
-
-
-def _throttled(status: int, word: ServerWord | None) -> bool:
-    """Whether a response refuses the call for its rate: a 429, or a 503 (or GitHub's 403, secondary limits)
-    with a wait to honour. A 503 without one is an outage, not a limit."""
-    return status == 429 or (status in (403, 503) and word is not None and word.retry_after is not None)
 
 
 def _check_seconds(name: str, value: object, *, allow_none: bool) -> None:

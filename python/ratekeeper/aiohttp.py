@@ -36,18 +36,24 @@ __all__ = ["Middleware"]
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
-async def _call(request: ClientRequest) -> Call:
+def _place(request: ClientRequest) -> tuple[str, str]:
+    """The call's host (with its port when not the scheme's default) and path."""
     url = request.url
+    return host_of(url.host or "", url.explicit_port, _DEFAULT_PORTS.get(url.scheme)), url.path
+
+
+async def _call(request: ClientRequest) -> Call:
     body = request.body
     # Bytes and JSON bodies are in memory; a stream or a file is not read here (it could be read once only).
     content = await body.as_bytes() if isinstance(body, BytesPayload) else None
-    return Call._lazy(
-        request.method.upper(),
-        host_of(url.host or "", url.explicit_port, _DEFAULT_PORTS.get(url.scheme)),
-        url.path,
-        request.headers.items,
-        content,
-    )
+    host, path = _place(request)
+    return Call._lazy(request.method.upper(), host, path, request.headers.items, content)
+
+
+def _raw(response: ClientResponse) -> tuple[int, Any]:
+    """The status and the headers as they came (``raw_headers``: bytes), for the core to pick the rate-limit
+    fields out of."""
+    return response.status, response.raw_headers
 
 
 def _reply(response: ClientResponse) -> Reply:
@@ -60,6 +66,9 @@ def _pairs(headers: CIMultiDictProxy[str]) -> Iterable[tuple[str, str]]:
 
 async def _release(response: ClientResponse) -> None:
     response.release()
+
+
+_READ = ClientResponse.read
 
 
 class Middleware:
@@ -85,4 +94,15 @@ class Middleware:
 
     async def __call__(self, request: ClientRequest, handler: ClientHandlerType) -> ClientResponse:
         """Sends ``request`` when its turn comes; retries a 429 as the options say."""
-        return await self.outgoing._asend(await _call(request), handler, request, _reply, ClientResponse.read, _release)
+        outgoing = self.outgoing
+        if outgoing._afast:
+            ticket = outgoing._admitted(*_place(request))
+            if ticket is not None:
+                response = await handler(request)
+                settled = outgoing._core_settle(ticket, response.raw_headers, response.status)
+                if settled is None:
+                    return response
+                return await outgoing._afinish(
+                    ticket, settled, response, _call, handler, request, _raw, _reply, _READ, _release
+                )
+        return await outgoing._asend(await _call(request), handler, request, _raw, _reply, _READ, _release)

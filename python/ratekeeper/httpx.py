@@ -23,7 +23,6 @@ except ImportError as error:  # pragma: no cover - the message is the point
     raise ImportError("ratekeeper.httpx needs httpx: pip install 'ratekeeper[httpx]'") from error
 
 from ratekeeper._outgoing import Call, HostStats, Outgoing, Reply, engine_of, host_of
-from ratekeeper._server_words import fields_in, fields_in_raw
 from ratekeeper.limiter import Limiter
 
 __all__ = ["AsyncTransport", "Call", "HostStats", "Outgoing", "Reply", "Transport"]
@@ -31,32 +30,46 @@ __all__ = ["AsyncTransport", "Call", "HostStats", "Outgoing", "Reply", "Transpor
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
+def _place(url: httpx.URL) -> tuple[str, str]:
+    """The call's host (with its port when not the scheme's default) and path: read from the parts the URL keeps
+    parsed (``URL._uri_reference``), which its properties would decode again, when there is nothing to decode."""
+    parts = getattr(url, "_uri_reference", None)
+    if parts is None:  # pragma: no cover - another httpx
+        return host_of(url.host, url.port, _DEFAULT_PORTS.get(url.scheme)), url.path
+    host, port, path = parts.host, parts.port, parts.path
+    if host.startswith("xn--"):
+        host = url.host  # IDNA, decoded
+    if port is not None and port != _DEFAULT_PORTS.get(parts.scheme):
+        host = f"{host}:{port}"
+    return host, path if path and "%" not in path else url.path
+
+
 def _call(request: httpx.Request) -> Call:
-    url = request.url
     try:
         content: bytes | None = request.content
     except httpx.RequestNotRead:
         content = None
-    return Call._lazy(
-        request.method,
-        host_of(url.host, url.port, _DEFAULT_PORTS.get(url.scheme)),
-        url.path,
-        request.headers.multi_items,
-        content,
-    )
+    host, path = _place(request.url)
+    return Call._lazy(request.method, host, path, request.headers.multi_items, content)
+
+
+async def _acall(request: httpx.Request) -> Call:
+    return _call(request)
+
+
+def _raw(response: httpx.Response) -> tuple[int, Any]:
+    """The status and the headers as httpx keeps them, for the core to pick the rate-limit fields out of:
+    ``Headers._list``, its (raw name, lower-case name, value) bytes, which ``Headers.raw`` would copy."""
+    headers = response.headers
+    return response.status_code, getattr(headers, "_list", None) or headers.raw
 
 
 def _reply(response: httpx.Response) -> Reply:
-    return Reply._lazy(response.status_code, response.headers, httpx.Headers.multi_items, _fields)
+    return Reply._lazy(response.status_code, response.headers, httpx.Headers.multi_items)
 
 
-def _fields(headers: httpx.Headers) -> dict[str, str]:
-    """The rate-limit fields, decoding only them: a name or value out of ASCII (rare, and mostly a malformed
-    value) is read from the headers decoded as httpx decodes them."""
-    try:
-        return fields_in_raw(headers.raw)
-    except UnicodeDecodeError:
-        return fields_in(headers.multi_items())
+_READ, _CLOSE = httpx.Response.read, httpx.Response.close
+_AREAD, _ACLOSE = httpx.Response.aread, httpx.Response.aclose
 
 
 class Transport(httpx.BaseTransport):
@@ -86,9 +99,12 @@ class Transport(httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Sends ``request`` when its turn comes; retries a 429 as the options say."""
-        return self.outgoing._send(
-            _call(request), self.inner.handle_request, request, _reply, httpx.Response.read, httpx.Response.close
-        )
+        outgoing = self.outgoing
+        if outgoing._fast:
+            host, path = _place(request.url)
+            send = self.inner.handle_request
+            return outgoing._send_fast(host, path, _call, send, request, _raw, _reply, _READ, _CLOSE)
+        return outgoing._send(_call(request), self.inner.handle_request, request, _raw, _reply, _READ, _CLOSE)
 
     def close(self) -> None:
         self.inner.close()
@@ -121,14 +137,20 @@ class AsyncTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Sends ``request`` when its turn comes; retries a 429 as the options say."""
-        return await self.outgoing._asend(
-            _call(request),
-            self.inner.handle_async_request,
-            request,
-            _reply,
-            httpx.Response.aread,
-            httpx.Response.aclose,
-        )
+        outgoing = self.outgoing
+        send = self.inner.handle_async_request
+        if outgoing._afast:
+            ticket = outgoing._admitted(*_place(request.url))
+            if ticket is not None:
+                response = await send(request)
+                status, headers = _raw(response)
+                settled = outgoing._core_settle(ticket, headers, status)
+                if settled is None:
+                    return response
+                return await outgoing._afinish(
+                    ticket, settled, response, _acall, send, request, _raw, _reply, _AREAD, _ACLOSE
+                )
+        return await outgoing._asend(_call(request), send, request, _raw, _reply, _AREAD, _ACLOSE)
 
     async def aclose(self) -> None:
         await self.inner.aclose()

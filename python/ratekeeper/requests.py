@@ -33,17 +33,34 @@ __all__ = ["Adapter"]
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
+# URL -> (host, path), for the URLs a process calls again and again (bounded: past it, URLs are split each time).
+_PLACES: dict[str, tuple[str, str]] = {}
+_MOST_PLACES = 4096
+
+
+def _place(url: str) -> tuple[str, str]:
+    """The call's host (with its port when not the scheme's default) and path."""
+    place = _PLACES.get(url)
+    if place is None:
+        parts = urlsplit(url)
+        place = (host_of(parts.hostname or "", parts.port, _DEFAULT_PORTS.get(parts.scheme)), parts.path or "/")
+        if len(_PLACES) < _MOST_PLACES:
+            _PLACES[url] = place
+    return place
+
+
 def _call(request: PreparedRequest) -> Call:
-    url = urlsplit(request.url or "")
     body = request.body
     content = body.encode() if isinstance(body, str) else body if isinstance(body, bytes) else None
-    return Call._lazy(
-        (request.method or "GET").upper(),
-        host_of(url.hostname or "", url.port, _DEFAULT_PORTS.get(url.scheme)),
-        url.path or "/",
-        request.headers.items,
-        content,
-    )
+    host, path = _place(request.url or "")
+    return Call._lazy((request.method or "GET").upper(), host, path, request.headers.items, content)
+
+
+def _raw(response: Response) -> tuple[int, Any]:
+    """The status and the headers as requests keeps them, for the core to pick the rate-limit fields out of:
+    ``CaseInsensitiveDict._store``, lower-case name -> (name, value), which ``items()`` would walk in Python."""
+    headers = response.headers
+    return response.status_code, getattr(headers, "_store", None) or headers.items()
 
 
 def _reply(response: Response) -> Reply:
@@ -103,4 +120,8 @@ class Adapter(HTTPAdapter):
         def send(request: PreparedRequest) -> Response:
             return super(Adapter, self).send(request, stream, timeout, verify, cert, proxies)
 
-        return self.outgoing._send(_call(request), send, request, _reply, _body, Response.close)
+        outgoing = self.outgoing
+        if outgoing._fast:
+            host, path = _place(request.url or "")
+            return outgoing._send_fast(host, path, _call, send, request, _raw, _reply, _body, Response.close)
+        return outgoing._send(_call(request), send, request, _raw, _reply, _body, Response.close)

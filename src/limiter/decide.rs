@@ -224,6 +224,21 @@ impl Limiter {
         }
     }
 
+    /// The name of the group the rules route `path` of `peer` to, as `resolve` would name it, without
+    /// locking the key (the outgoing transports route every call): `None` when the request is exempt,
+    /// routed nowhere, or the limiter is off.
+    #[must_use]
+    pub fn routed_group(&self, peer: &str, path: Option<&str>) -> Option<String> {
+        if !self.enabled() {
+            return None;
+        }
+        let rules = self.rules();
+        match rules.router.route(peer, path) {
+            Route::Group(index) => rules.groups.get(index).map(|g| g.name.clone()),
+            Route::Exempt(_) | Route::Unlimited => None,
+        }
+    }
+
     /// Where `peer`'s request goes and what limits it (its quota applied; a key new to a provider's
     /// quotas queues its fetch). `None`: exempt, not limited, or the limiter is off.
     ///

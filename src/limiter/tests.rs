@@ -749,3 +749,15 @@ fn permits_of_killed_processes_come_back_whatever_their_number_in_a_shard() {
     assert!(lost.is_empty(), "permits of killed holders never came back: {lost:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn routed_group_names_the_group_resolve_does() {
+    let (lim, _) = limiter(vec![rule("^/api/", "api", "5/s"), rule("^/", "rest", "9/s")]);
+    for (peer, path) in [("p", Some("/api/x")), ("p", Some("/y")), ("p", None), ("admin", Some("/api/x"))] {
+        let resolved = lim.resolve(peer, Target::Path(path)).unwrap().map(|r| r.group);
+        assert_eq!(lim.routed_group(peer, path), resolved, "{peer} {path:?}");
+    }
+    assert_eq!(lim.routed_group("p", Some("/health")), None); // an exempt path
+    lim.set_enabled(false);
+    assert_eq!(lim.routed_group("p", Some("/api/x")), None);
+}

@@ -28,7 +28,7 @@ use crate::store::{Answer, StateStore, Store};
 const NAMES_PER_CHUNK: usize = 64;
 
 /// What a store asks to log once: an outage of its backend began or ended.
-fn log_notice(py: Python<'_>, answer: &Answer) {
+pub(super) fn log_notice(py: Python<'_>, answer: &Answer) {
     if let Some(notice) = &answer.notice {
         log(py, "warning", notice);
     }
@@ -152,13 +152,13 @@ pub struct PyLimiter {
 impl PyLimiter {
     /// The limiter the store decides for.
     #[inline]
-    fn core(&self) -> &Arc<Limiter> {
+    pub(super) fn core(&self) -> &Arc<Limiter> {
         self.store.limiter()
     }
 
     /// `quota_wait`: lets the first request of a key wait (without the GIL) for its fetch to land.
     #[inline]
-    fn wait_first_fetch(&self, py: Python<'_>, peer: &str, target: Target<'_>) {
+    pub(super) fn wait_first_fetch(&self, py: Python<'_>, peer: &str, target: Target<'_>) {
         if !self.quota_wait.is_zero() {
             self.wait_for_quota(py, peer, target);
         }
@@ -173,7 +173,7 @@ impl PyLimiter {
 
     /// Runs a store operation, letting other Python threads run while it waits on I/O.
     #[inline]
-    fn in_store<T: Send>(&self, py: Python<'_>, op: impl FnOnce(&Store) -> T + Send) -> T {
+    pub(super) fn in_store<T: Send>(&self, py: Python<'_>, op: impl FnOnce(&Store) -> T + Send) -> T {
         if self.store.waits_on_io() {
             py.detach(|| op(&self.store))
         } else {
@@ -281,7 +281,7 @@ impl PyLimiter {
     }
 
     #[inline]
-    fn decision(&self, py: Python<'_>, d: &limiter::Decision) -> PyDecision {
+    pub(super) fn decision(&self, py: Python<'_>, d: &limiter::Decision) -> PyDecision {
         let group = match (d.route, d.group) {
             (Route::Group(_), Some(id)) => Some(self.names.get(py, id, self.core())),
             _ => None,

@@ -7,6 +7,7 @@ mod backend;
 mod fetch;
 mod fields;
 mod limiter;
+mod outgoing;
 mod scope;
 mod shared;
 mod stats;
@@ -18,6 +19,7 @@ pub use backend::PyRedis;
 pub use fetch::{PyFetchJob, PyFetchQueue, PyFetchResult};
 pub use limiter::PyLimiter;
 pub use limiter::{PyReservation, PyTake};
+pub use outgoing::{_read_server_word, PyOutgoing, PyPlan, PyTicket};
 pub use shared::{inspect_region, PyShared};
 pub use values::{
     PyDecision, PyGroupPolicy, PyLimit, PyManualClock, PyQuotaInfo, PyQuotas, PyRate, PyResolution, PyRule,
@@ -28,11 +30,12 @@ mod _core {
     #[pymodule_export]
     use super::{
         PyCompletions, PyDecision, PyFetchJob, PyFetchQueue, PyFetchResult, PyGroupPolicy, PyLimit, PyLimiter,
-        PyManualClock, PyQuotaInfo, PyQuotas, PyRate, PyRedis, PyReservation, PyResolution, PyRule, PyShared, PyTake,
+        PyManualClock, PyOutgoing, PyPlan, PyQuotaInfo, PyQuotas, PyRate, PyRedis, PyReservation, PyResolution, PyRule,
+        PyShared, PyTake, PyTicket,
     };
 
     #[pymodule_export]
-    use super::inspect_region;
+    use super::{_read_server_word, inspect_region};
 
     #[pymodule_init]
     fn init(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {

@@ -1,0 +1,700 @@
+//! The per-call work of the outgoing transports (`ratekeeper._outgoing.Outgoing`), in plain Rust: a
+//! call's admission in all the groups that apply to it, all or nothing, and the reading of its reply
+//! (the server's word, capping its budgets' groups, the counters). What needs Python stays there:
+//! waiting, retrying, the user's key, cost and spent functions, and making a group for a budget the
+//! server states for the first time (`Limiter.add_group`): [`Settled::unmade`] says which.
+//!
+//! The limiter is reached through [`Budgets`], which the Python boundary implements over the
+//! limiter's store (and the tests over a fake).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use ahash::AHashMap;
+use parking_lot::Mutex;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::limiter::Decision;
+use crate::server_words::{self, Dialect, Said, Warning, Word};
+
+/// A call that the server's word says to retry, with no wait stated, waits this many seconds.
+pub const NO_WORD_WAIT: f64 = 1.0;
+/// What a call held at a window's end waits past it, in seconds.
+const SHORTEST_SLEEP: f64 = 0.001;
+
+/// What the engine asks of the limiter: a check (spends when admitted), a give-back, a server's word,
+/// and the group a path is routed to.
+pub trait Budgets {
+    /// Spends `units` of `key` in `group` when they are there, reporting what is left.
+    ///
+    /// # Errors
+    /// An unknown group, or a store that cannot answer.
+    fn check(&self, key: &str, group: &str, units: u64) -> Result<Decision>;
+
+    /// Gives back `units` spent in `group`.
+    ///
+    /// # Errors
+    /// As `check`.
+    fn give_back(&self, key: &str, group: &str, units: u64) -> Result<()>;
+
+    /// The server's word for `key` in `group` (`Limiter::cap`).
+    ///
+    /// # Errors
+    /// An unknown group, a group without a fixed window, or a store that cannot answer.
+    fn cap(&self, key: &str, group: &str, remaining: u64, reset_after: f64, age: f64) -> Result<bool>;
+
+    /// The group the limiter's rules route `path` of `key` to, if any.
+    ///
+    /// # Errors
+    /// As `check`.
+    fn routed(&self, key: &str, path: Option<&str>) -> Result<Option<String>>;
+}
+
+/// The engine's settings, as `Outgoing(...)` checked them.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// budget -> group, for the budgets whose group the user declared, in the user's order.
+    pub declared: Vec<(String, String)>,
+    pub auto_groups: bool,
+    /// The window of an auto-group whose server states none, in seconds.
+    pub window: f64,
+    pub dialect: Option<Dialect>,
+    pub obey: bool,
+}
+
+/// One key's counters (`HostStats` in Python).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Stats {
+    pub calls: u64,
+    pub waits: u64,
+    pub waited: f64,
+    pub refused: u64,
+    pub throttled: u64,
+    pub retries: u64,
+    /// The dialect of the server's last word (`""`: none yet).
+    pub dialect: &'static str,
+    /// Each budget's remaining and seconds to reset, as the server last said, in the order first said.
+    pub remaining: Vec<(String, u64)>,
+    pub reset: Vec<(String, f64)>,
+    /// The client's wall clock at the server's last word, 0.0 before one.
+    pub said_at: f64,
+}
+
+/// Counts to add to a key's counters outside a reply (`Outgoing._count`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Counts {
+    pub waits: u64,
+    pub waited: f64,
+    pub refused: u64,
+    pub retries: u64,
+}
+
+/// Where a call spends: (group, units, whether the group is a budget's) in order, and budget -> group.
+#[derive(Debug, PartialEq)]
+pub struct Plan {
+    pub steps: Vec<(Arc<str>, u64, bool)>,
+    pub budgets: Vec<(String, Arc<str>)>,
+}
+
+/// One admitted attempt (of a call whose key and host the caller keeps).
+#[derive(Debug)]
+pub struct Ticket {
+    pub plan: Arc<Plan>,
+    pub admitted_at: Instant,
+}
+
+impl Ticket {
+    /// Seconds since the call was admitted.
+    #[must_use]
+    pub fn age(&self) -> f64 {
+        self.admitted_at.elapsed().as_secs_f64()
+    }
+}
+
+/// What came of an admission.
+#[derive(Debug)]
+pub enum Admission {
+    Admitted(Ticket),
+    /// A group refused (nothing is spent): its decision.
+    Refused(Decision),
+    /// Admitted this close to the end of a budget's window, given back: seconds to hold the call.
+    Held(f64),
+}
+
+/// A budget the server stated whose auto-group is not made (or not at that size): Python makes it
+/// (`Limiter.add_group`), tells the engine ([`Engine::made`]) and caps it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unmade {
+    pub budget: String,
+    pub limit: u64,
+    pub window: f64,
+    pub remaining: u64,
+    pub reset_after: f64,
+}
+
+/// What a reply said, once taken in.
+#[derive(Debug, Default)]
+pub struct Settled {
+    pub word: Word,
+    /// Seconds to wait before sending the call again; `None` when the reply is the call's answer.
+    pub retry: Option<f64>,
+    pub unmade: Vec<Unmade>,
+    /// Words a group did not take, for the caller to log: (group, why).
+    pub not_applied: Vec<(String, Error)>,
+    /// Values of the reply that were ignored, for the caller to log once.
+    pub warnings: Vec<Warning>,
+}
+
+#[derive(Debug, Clone)]
+struct AutoGroup {
+    budget: String,
+    group: Arc<str>,
+    limit: u64,
+    window: f64,
+}
+
+#[derive(Debug, Default)]
+struct Host {
+    /// Its auto-groups, in the order they were made.
+    auto: Vec<AutoGroup>,
+    /// The plans of calls with no cost estimate, by routed group; emptied when an auto-group is made.
+    plans: Vec<(Option<String>, Arc<Plan>)>,
+    /// How long a call takes to reach the server, as its answers tell (see [`Engine::settle`]).
+    latency: Option<f64>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// The hosts, and where each is in `hosts`.
+    hosts: Vec<Host>,
+    host_index: AHashMap<String, usize>,
+    /// Each key's counters, in the order first counted, and where each is in `stats`.
+    stats: Vec<(String, Stats)>,
+    stats_index: AHashMap<String, usize>,
+}
+
+impl State {
+    fn stats_of(&mut self, key: &str) -> &mut Stats {
+        let at = if let Some(&at) = self.stats_index.get(key) {
+            at
+        } else {
+            self.stats.push((key.to_owned(), Stats::default()));
+            self.stats_index.insert(key.to_owned(), self.stats.len() - 1);
+            self.stats.len() - 1
+        };
+        &mut self.stats[at].1
+    }
+
+    fn host(&mut self, host: &str) -> &mut Host {
+        let at = if let Some(&at) = self.host_index.get(host) {
+            at
+        } else {
+            self.hosts.push(Host::default());
+            self.host_index.insert(host.to_owned(), self.hosts.len() - 1);
+            self.hosts.len() - 1
+        };
+        &mut self.hosts[at]
+    }
+
+    fn known_host(&self, host: &str) -> Option<&Host> {
+        self.host_index.get(host).and_then(|&at| self.hosts.get(at))
+    }
+}
+
+/// The engine of one `Outgoing`: shared by its transports, threads and tasks.
+#[derive(Debug)]
+pub struct Engine {
+    settings: Settings,
+    declared: Vec<(String, Arc<str>)>,
+    state: Mutex<State>,
+}
+
+/// Whether the budget `decision` spent in is more than half used: only then may calls that cross into
+/// the server's next window fill it past its limit.
+fn filling(decision: &Decision) -> bool {
+    decision.report.is_some_and(|r| r.remaining.saturating_mul(2) < r.limit)
+}
+
+/// Whether a reply refuses the call for its rate: a 429, or a 503 (or GitHub's 403, secondary
+/// limits) with a wait to honour.
+fn throttled(status: i64, word: &Word) -> bool {
+    status == 429 || ((status == 403 || status == 503) && word.retry_after.is_some())
+}
+
+#[allow(clippy::cast_precision_loss)]
+fn secs(ns: u64) -> f64 {
+    if ns == u64::MAX {
+        f64::INFINITY
+    } else {
+        ns as f64 / 1e9
+    }
+}
+
+impl Engine {
+    #[must_use]
+    pub fn new(settings: Settings) -> Self {
+        let declared = settings.declared.iter().map(|(b, g)| (b.clone(), Arc::from(g.as_str()))).collect();
+        Self { settings, declared, state: Mutex::new(State::default()) }
+    }
+
+    #[must_use]
+    pub const fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    fn declared_group(&self, budget: &str) -> Option<&Arc<str>> {
+        self.declared.iter().find(|(b, _)| b == budget).map(|(_, g)| g)
+    }
+
+    /// Where a call of `host` routed to `routed` spends, at `estimate` (budget -> units; 1 for a budget
+    /// it leaves out): its routed group (`"requests"`' units), then each budget's group (declared
+    /// ones win over auto-groups).
+    fn make_plan(&self, host: &Host, routed: Option<&str>, estimate: &[(String, u64)]) -> Plan {
+        let units = |budget: &str| estimate.iter().find(|(b, _)| b == budget).map_or(1, |(_, u)| *u);
+        let mut budgets: Vec<(String, Arc<str>)> =
+            host.auto.iter().map(|a| (a.budget.clone(), a.group.clone())).collect();
+        for (budget, group) in &self.declared {
+            match budgets.iter_mut().find(|(b, _)| b == budget) {
+                Some(entry) => entry.1 = group.clone(),
+                None => budgets.push((budget.clone(), group.clone())),
+            }
+        }
+        let mut spent: Vec<(Arc<str>, u64)> = Vec::with_capacity(budgets.len() + 1);
+        if let Some(routed) = routed {
+            spent.push((Arc::from(routed), units("requests")));
+        }
+        for (budget, group) in &budgets {
+            match spent.iter_mut().find(|(g, _)| g == group) {
+                Some(entry) => entry.1 += units(budget),
+                None => spent.push((group.clone(), units(budget))),
+            }
+        }
+        let steps = spent.into_iter().map(|(group, units)| {
+            let is_budget = budgets.iter().any(|(_, g)| *g == group);
+            (group, units, is_budget)
+        });
+        Plan { steps: steps.collect(), budgets }
+    }
+
+    fn plan(&self, host: &str, routed: Option<String>, estimate: &[(String, u64)]) -> Arc<Plan> {
+        let mut state = self.state.lock();
+        let host = state.host(host);
+        if !estimate.is_empty() {
+            return Arc::new(self.make_plan(host, routed.as_deref(), estimate));
+        }
+        if let Some((_, plan)) = host.plans.iter().find(|(r, _)| *r == routed) {
+            return plan.clone();
+        }
+        let plan = Arc::new(self.make_plan(host, routed.as_deref(), estimate));
+        host.plans.push((routed, plan.clone()));
+        plan
+    }
+
+    /// Where a call spends (see [`Engine::admit`]), for a caller that checks each step itself (asyncio,
+    /// over a store that waits on I/O).
+    ///
+    /// # Errors
+    /// What the limiter raises.
+    pub fn plan_of(
+        &self,
+        budgets: &impl Budgets,
+        (key, host, path): (&str, &str, Option<&str>),
+        estimate: &[(String, u64)],
+    ) -> Result<Arc<Plan>> {
+        let routed = budgets.routed(key, path)?.filter(|g| !self.declared.iter().any(|(_, d)| **d == **g));
+        Ok(self.plan(host, routed, estimate))
+    }
+
+    /// Spends a call's units in every group that applies to it, all or nothing. `guard`: hold a call
+    /// admitted closer to a budget's window end than calls to `host` take to reach the server
+    /// (`Outgoing._crossing`).
+    ///
+    /// # Errors
+    /// What the limiter raises (an unknown group, a store that cannot answer).
+    pub fn admit(
+        &self,
+        budgets: &impl Budgets,
+        (key, host, path): (&str, &str, Option<&str>),
+        estimate: &[(String, u64)],
+        guard: bool,
+    ) -> Result<Admission> {
+        let plan = self.plan_of(budgets, (key, host, path), estimate)?;
+        let mut soonest: Option<f64> = None;
+        for (index, (group, units, is_budget)) in plan.steps.iter().enumerate() {
+            let decision = budgets.check(key, group, *units)?;
+            if !decision.outcome.allowed {
+                Self::give_back(budgets, key, &plan.steps[..index])?;
+                return Ok(Admission::Refused(decision));
+            }
+            if *is_budget && filling(&decision) {
+                let end = decision.report.map_or(0.0, |r| secs(r.reset_after_ns));
+                soonest = Some(soonest.map_or(end, |s| s.min(end)));
+            }
+        }
+        let hold = if guard { self.crossing(host, soonest) } else { 0.0 };
+        if hold > 0.0 {
+            Self::give_back(budgets, key, &plan.steps)?;
+            return Ok(Admission::Held(hold));
+        }
+        Ok(Admission::Admitted(Ticket { plan, admitted_at: Instant::now() }))
+    }
+
+    fn give_back(budgets: &impl Budgets, key: &str, steps: &[(Arc<str>, u64, bool)]) -> Result<()> {
+        steps.iter().try_for_each(|(group, units, _)| budgets.give_back(key, group, *units))
+    }
+
+    /// Seconds to hold a call admitted `soonest` seconds before the end of a budget's window that is
+    /// more than half used, else 0.0: one that would take longer than that to reach the server may be
+    /// counted in its next window, which the next local window (starting full) does not count.
+    pub fn crossing(&self, host: &str, soonest: Option<f64>) -> f64 {
+        let Some(soonest) = soonest else { return 0.0 };
+        let latency = self.state.lock().known_host(host).and_then(|h| h.latency).unwrap_or(0.0);
+        if latency > 0.0 && 0.0 < soonest && soonest < latency {
+            soonest + SHORTEST_SLEEP
+        } else {
+            0.0
+        }
+    }
+
+    /// Takes in the reply to `ticket`'s call (of `key` to `host`) with the rate-limit fields `said`:
+    /// counts it, keeps the server's word in the counters, caps the groups of its budgets (those made),
+    /// and works out the wait before a retry. `now` is the client's wall clock (epoch seconds).
+    ///
+    /// # Errors
+    /// A store that cannot answer (a word a group does not take is in `not_applied`).
+    pub fn settle(
+        &self,
+        budgets: &impl Budgets,
+        (key, host): (&str, &str),
+        ticket: &Ticket,
+        said: &Said<'_>,
+        (status, now): (i64, f64),
+    ) -> Result<Settled> {
+        let mut settled = Settled::default();
+        let word = server_words::read(said, status, now, self.settings.dialect, &mut settled.warnings);
+        let age = ticket.age();
+        let mut caps: Vec<(Arc<str>, u64, f64)> = Vec::new();
+        {
+            let mut state = self.state.lock();
+            let state = &mut *state;
+            Self::record(state.stats_of(key), &word, status, now);
+            let host = state.host(host);
+            host.latency = Some(match host.latency {
+                Some(latency) if age >= latency => 0.9 * latency + 0.1 * age,
+                _ => age,
+            });
+            if self.settings.obey {
+                self.caps_of(host, ticket, &word, &mut caps, &mut settled.unmade);
+            }
+        }
+        for (group, remaining, reset_after) in caps {
+            match budgets.cap(key, &group, remaining, reset_after, age) {
+                Ok(_) => {}
+                Err(error) if error.kind != ErrorKind::Backend => settled.not_applied.push((group.to_string(), error)),
+                Err(error) => return Err(error),
+            }
+        }
+        settled.retry = Self::retry_wait(status, &word);
+        settled.word = word;
+        Ok(settled)
+    }
+
+    /// Counts the answer and keeps the server's word. (With it, [`Engine::settle`] keeps how long calls
+    /// to the host take, admission to answer: the fastest answers tell best how soon a call reaches the
+    /// server, so a faster call lowers the figure at once and a slower one raises it by a tenth of the
+    /// difference.)
+    fn record(counters: &mut Stats, word: &Word, status: i64, now: f64) {
+        counters.calls += 1;
+        if throttled(status, word) {
+            counters.throttled += 1;
+        }
+        if word.says_anything() {
+            counters.dialect = word.dialect.map_or("", Dialect::name);
+            counters.said_at = now;
+            for budget in &word.budgets {
+                match counters.remaining.iter_mut().find(|(name, _)| *name == budget.name) {
+                    Some(entry) => entry.1 = budget.remaining,
+                    None => counters.remaining.push((budget.name.to_string(), budget.remaining)),
+                }
+                match counters.reset.iter_mut().find(|(name, _)| *name == budget.name) {
+                    Some(entry) => entry.1 = budget.reset_after,
+                    None => counters.reset.push((budget.name.to_string(), budget.reset_after)),
+                }
+            }
+        }
+    }
+
+    /// (group, remaining, `reset_after`) for each budget of `word` whose group is made; the others in
+    /// `unmade`. A wait with no budget stated: nothing more may go before it, in any budget of the call.
+    fn caps_of(
+        &self,
+        host: &Host,
+        ticket: &Ticket,
+        word: &Word,
+        caps: &mut Vec<(Arc<str>, u64, f64)>,
+        unmade: &mut Vec<Unmade>,
+    ) {
+        for budget in &word.budgets {
+            if let Some(group) = self.declared_group(&budget.name) {
+                caps.push((group.clone(), budget.remaining, budget.reset_after));
+                continue;
+            }
+            let Some(limit) = budget.limit.filter(|&l| self.settings.auto_groups && l >= 1) else { continue };
+            let window = budget.window.unwrap_or(self.settings.window);
+            match host.auto.iter().find(|a| a.budget == budget.name) {
+                Some(auto) if auto.limit == limit && auto.window.to_bits() == window.to_bits() => {
+                    caps.push((auto.group.clone(), budget.remaining, budget.reset_after));
+                }
+                _ => unmade.push(Unmade {
+                    budget: budget.name.to_string(),
+                    limit,
+                    window,
+                    remaining: budget.remaining,
+                    reset_after: budget.reset_after,
+                }),
+            }
+        }
+        if let (Some(wait), true) = (word.retry_after, word.budgets.is_empty()) {
+            caps.extend(ticket.plan.budgets.iter().map(|(_, group)| (group.clone(), 0, wait)));
+        }
+    }
+
+    /// Seconds to wait before sending a throttled call again; `None` for a reply to keep.
+    fn retry_wait(status: i64, word: &Word) -> Option<f64> {
+        if !throttled(status, word) {
+            return None;
+        }
+        if word.retry_after.is_some() {
+            return word.retry_after;
+        }
+        let spent = word.budgets.iter().filter(|b| b.remaining == 0).map(|b| b.reset_after);
+        Some(spent.fold(None, |most: Option<f64>, r| Some(most.map_or(r, |m| m.max(r)))).unwrap_or(NO_WORD_WAIT))
+    }
+
+    /// The auto-group of `budget` at `host` as last made (group, limit, window).
+    #[must_use]
+    pub fn made_group(&self, host: &str, budget: &str) -> Option<(String, u64, f64)> {
+        let state = self.state.lock();
+        let auto = state.known_host(host)?.auto.iter().find(|a| a.budget == budget)?;
+        Some((auto.group.to_string(), auto.limit, auto.window))
+    }
+
+    /// Python made (or resized) `group` for `budget` at `host`: calls plan with it from now on.
+    pub fn made(&self, host: &str, budget: &str, group: &str, limit: u64, window: f64) {
+        let mut state = self.state.lock();
+        let host = state.host(host);
+        let made = AutoGroup { budget: budget.to_owned(), group: Arc::from(group), limit, window };
+        match host.auto.iter_mut().find(|a| a.budget == budget) {
+            Some(auto) if *auto.group == *group => *auto = made,
+            Some(auto) => {
+                *auto = made;
+                host.plans.clear();
+            }
+            None => {
+                host.auto.push(made);
+                host.plans.clear();
+            }
+        }
+    }
+
+    /// Adds `counts` to `key`'s counters.
+    pub fn count(&self, key: &str, counts: Counts) {
+        let mut state = self.state.lock();
+        let counters = state.stats_of(key);
+        counters.waits += counts.waits;
+        counters.waited += counts.waited;
+        counters.refused += counts.refused;
+        counters.retries += counts.retries;
+    }
+
+    /// Each key's counters (a copy), in the order the keys were first counted.
+    #[must_use]
+    pub fn stats(&self) -> Vec<(String, Stats)> {
+        self.state.lock().stats.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::algorithm::{Outcome, Report};
+    use crate::limiter::Receipt;
+    use crate::rules::Route;
+
+    /// Budgets that admit while `left` lasts, and write down what they were asked.
+    #[derive(Default)]
+    struct Fake {
+        left: RefCell<HashMap<String, u64>>,
+        limit: u64,
+        calls: RefCell<Vec<String>>,
+        routed: Option<String>,
+    }
+
+    impl Fake {
+        fn new(limit: u64) -> Self {
+            Self { limit, ..Self::default() }
+        }
+    }
+
+    impl Budgets for Fake {
+        fn check(&self, key: &str, group: &str, units: u64) -> Result<Decision> {
+            self.calls.borrow_mut().push(format!("check {key} {group} {units}"));
+            let mut left = self.left.borrow_mut();
+            let left = left.entry(group.to_owned()).or_insert(self.limit);
+            let allowed = *left >= units;
+            if allowed {
+                *left -= units;
+            }
+            Ok(Decision {
+                route: Route::Unlimited,
+                group: None,
+                outcome: if allowed { Outcome::admitted(0) } else { Outcome::refused(1_000_000_000) },
+                refused_by: None,
+                report: Some(Report {
+                    limit: self.limit,
+                    remaining: *left,
+                    reset_after_ns: 500_000_000,
+                    window_ns: None,
+                    next_ns: 0,
+                }),
+                now: 0,
+                receipt: Receipt { limits: 0, at: 0, wait_ns: 0, permits: false, remote_at: 0 },
+            })
+        }
+
+        fn give_back(&self, key: &str, group: &str, units: u64) -> Result<()> {
+            self.calls.borrow_mut().push(format!("give {key} {group} {units}"));
+            *self.left.borrow_mut().get_mut(group).expect("checked") += units;
+            Ok(())
+        }
+
+        fn cap(&self, key: &str, group: &str, remaining: u64, reset_after: f64, _age: f64) -> Result<bool> {
+            if group == "bad" {
+                return Err(Error::value("group", "no fixed window"));
+            }
+            self.calls.borrow_mut().push(format!("cap {key} {group} {remaining} {reset_after}"));
+            Ok(true)
+        }
+
+        fn routed(&self, _key: &str, _path: Option<&str>) -> Result<Option<String>> {
+            Ok(self.routed.clone())
+        }
+    }
+
+    fn engine(declared: &[(&str, &str)]) -> Engine {
+        Engine::new(Settings {
+            declared: declared.iter().map(|(b, g)| ((*b).to_owned(), (*g).to_owned())).collect(),
+            auto_groups: true,
+            window: 60.0,
+            dialect: None,
+            obey: true,
+        })
+    }
+
+    fn said<'a>(pairs: &[(&str, &'a str)]) -> Said<'a> {
+        let mut said = Said::new();
+        for (name, value) in pairs {
+            said.add_named(name, *value);
+        }
+        said
+    }
+
+    fn admitted(admission: Admission) -> Ticket {
+        match admission {
+            Admission::Admitted(ticket) => ticket,
+            other => panic!("not admitted: {other:?}"),
+        }
+    }
+
+    const OPENAI: [(&str, &str); 6] = [
+        ("x-ratelimit-limit-requests", "100"),
+        ("x-ratelimit-remaining-requests", "99"),
+        ("x-ratelimit-reset-requests", "6m0s"),
+        ("x-ratelimit-limit-tokens", "1000"),
+        ("x-ratelimit-remaining-tokens", "900"),
+        ("x-ratelimit-reset-tokens", "1s"),
+    ];
+
+    #[test]
+    fn first_word_asks_for_its_groups_then_caps_them() {
+        let (engine, budgets) = (engine(&[]), Fake::new(10));
+        let ticket = admitted(engine.admit(&budgets, ("h", "api", Some("/")), &[], true).unwrap());
+        assert!(budgets.calls.borrow().is_empty()); // no group yet: nothing to spend in
+        let settled = engine.settle(&budgets, ("h", "api"), &ticket, &said(&OPENAI), (200, 0.0)).unwrap();
+        assert_eq!(settled.retry, None);
+        let unmade: Vec<_> = settled.unmade.iter().map(|u| (u.budget.as_str(), u.limit, u.window)).collect();
+        assert_eq!(unmade, [("requests", 100, 60.0), ("tokens", 1000, 60.0)]);
+        engine.made("api", "requests", "api requests", 100, 60.0);
+        engine.made("api", "tokens", "api tokens", 1000, 60.0);
+        let ticket = admitted(engine.admit(&budgets, ("h", "api", Some("/")), &[("tokens".into(), 5)], true).unwrap());
+        let settled = engine.settle(&budgets, ("h", "api"), &ticket, &said(&OPENAI), (200, 0.0)).unwrap();
+        assert!(settled.unmade.is_empty());
+        assert_eq!(
+            *budgets.calls.borrow(),
+            ["check h api requests 1", "check h api tokens 5", "cap h api requests 99 360", "cap h api tokens 900 1"]
+        );
+        let stats = engine.stats();
+        assert_eq!(stats[0].1.calls, 2);
+        assert_eq!(stats[0].1.dialect, "openai");
+        assert_eq!(stats[0].1.remaining, [("requests".to_owned(), 99), ("tokens".to_owned(), 900)]);
+    }
+
+    #[test]
+    fn a_refusal_gives_back_what_the_groups_before_it_took() {
+        let (engine, budgets) = (engine(&[("requests", "r"), ("tokens", "t")]), Fake::new(3));
+        let estimate = [("tokens".to_owned(), 4)];
+        match engine.admit(&budgets, ("h", "api", None), &estimate, true).unwrap() {
+            Admission::Refused(decision) => assert!(!decision.outcome.allowed),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(*budgets.calls.borrow(), ["check h r 1", "check h t 4", "give h r 1"]);
+    }
+
+    #[test]
+    fn routed_group_spends_first_and_a_declared_one_is_not_routed() {
+        let mut budgets = Fake::new(10);
+        budgets.routed = Some("search".into());
+        let engine = engine(&[("requests", "r")]);
+        let ticket = admitted(engine.admit(&budgets, ("h", "api", Some("/s")), &[], true).unwrap());
+        assert_eq!(ticket.plan.steps, [(Arc::from("search"), 1, false), (Arc::from("r"), 1, true)]);
+        budgets.routed = Some("r".into());
+        let ticket = admitted(engine.admit(&budgets, ("h", "api", Some("/s")), &[], true).unwrap());
+        assert_eq!(ticket.plan.steps, [(Arc::from("r"), 1, true)]);
+    }
+
+    #[test]
+    fn a_call_near_a_filling_windows_end_is_held_and_given_back() {
+        let (engine, budgets) = (engine(&[("requests", "r")]), Fake::new(3));
+        // The first answer sets the latency: longer than the 0.5 s left of the window.
+        let ticket = admitted(engine.admit(&budgets, ("h", "api", None), &[], true).unwrap());
+        engine.state.lock().host("api").latency = Some(2.0);
+        engine.settle(&budgets, ("h", "api"), &ticket, &Said::new(), (200, 0.0)).unwrap();
+        engine.state.lock().host("api").latency = Some(2.0);
+        match engine.admit(&budgets, ("h", "api", None), &[], true).unwrap() {
+            Admission::Held(hold) => assert!((hold - 0.501).abs() < 1e-9),
+            other => panic!("{other:?}"),
+        }
+        // Unguarded, it goes.
+        admitted(engine.admit(&budgets, ("h", "api", None), &[], false).unwrap());
+    }
+
+    #[test]
+    fn a_429_is_counted_and_waits_what_the_server_says() {
+        let (engine, budgets) = (engine(&[("requests", "r"), ("tokens", "bad")]), Fake::new(10));
+        let ticket = admitted(engine.admit(&budgets, ("h", "api", None), &[], true).unwrap());
+        let settled =
+            engine.settle(&budgets, ("h", "api"), &ticket, &said(&[("retry-after", "7")]), (429, 0.0)).unwrap();
+        assert_eq!(settled.retry, Some(7.0));
+        // No budget stated: every budget of the call waits, and a group that takes no word is told of.
+        assert!(budgets.calls.borrow().contains(&"cap h r 0 7".to_owned()));
+        assert_eq!(settled.not_applied.len(), 1);
+        let settled = engine.settle(&budgets, ("h", "api"), &ticket, &Said::new(), (429, 0.0)).unwrap();
+        assert_eq!(settled.retry, Some(NO_WORD_WAIT));
+        assert_eq!(engine.stats()[0].1.throttled, 2);
+        engine.count("h", Counts { retries: 1, waited: 0.5, ..Counts::default() });
+        assert_eq!((engine.stats()[0].1.retries, engine.stats()[0].1.waited), (1, 0.5));
+    }
+}
