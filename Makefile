@@ -65,7 +65,8 @@ lint: ## cargo fmt, clippy, ruff, mypy --strict, stubtest
 # Property tests draw 50 examples each here, 300 in CI (.ci/run sets HYPOTHESIS_PROFILE=ci).
 test: install lint ## install, lint, then every test: cargo test, pytest and the docs site's strict build
 	$(DEV_CARGO) cargo test --profile dev-py
-	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-fast} $(PYTHON) -m pytest -q -n auto --maxprocesses 4
+	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-fast} $(PYTHON) -m pytest -q -n auto --maxprocesses 4 -m "not alone"
+	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-fast} $(PYTHON) -m pytest -q -m alone
 	NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs build --strict --quiet
 
 # pyproject's docs extra, installed alone: `pip install -e '.[docs]'` would compile the core again, and

@@ -17,9 +17,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
 from _callers import Store, call_for_a_while
 from _redis import RedisServer
 from conftest import ServeApi, Served
+
+# Run after the other tests, alone (see pyproject's markers): 2 to 4 processes must each make their calls in
+# real time, which the other tests' workers, on a machine of 2 cores, would starve.
+pytestmark = pytest.mark.alone
 
 SPAWN = multiprocessing.get_context("spawn")
 LIMIT, WINDOW, SECONDS = 100, 2.0, 6.0
