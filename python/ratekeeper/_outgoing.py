@@ -403,11 +403,15 @@ class Outgoing:
             heard.set()
         self._answered.add(host)
 
-    def _admit(self, call: Call, deadline: float | None) -> _Ticket:
-        """Waits (``time.sleep``) until ``call`` is admitted in all its groups; its ticket."""
+    def _asked(self, call: Call) -> tuple[str, str, dict[str, int] | None]:
+        """What ``call`` asks the core for: its host, its key and its estimated cost."""
         host = call.host
         key = host if self._plain_key else self._key_of(call)
-        estimate = None if self._cost is None else self._estimate(call)
+        return host, key, None if self._cost is None else self._estimate(call)
+
+    def _admit(self, call: Call, deadline: float | None) -> _Ticket:
+        """Waits (``time.sleep``) until ``call`` is admitted in all its groups; its ticket."""
+        host, key, estimate = self._asked(call)
         heard = self._first_word(host)
         if heard is not None:
             heard.wait(None if deadline is None else max(deadline - time.monotonic(), 0.0))
@@ -425,19 +429,18 @@ class Outgoing:
             self._sleep(key, pause)
 
     async def _aadmit(self, call: Call, deadline: float | None) -> _Ticket:
-        """``_admit`` for asyncio: waits with ``asyncio.sleep``; a store that waits on I/O is asked from a worker
-        thread, never blocking the event loop."""
-        host = call.host
-        key = host if self._plain_key else self._key_of(call)
-        estimate = None if self._cost is None else self._estimate(call)
+        """``_admit`` for asyncio: waits with ``asyncio.sleep``; a store that waits on I/O is asked through
+        ``acheck`` (``_atry``), never blocking the event loop."""
+        host, key, estimate = self._asked(call)
         heard = self._first_word(host)
+        waits_on_io = self.limiter._waits_on_io
         # Polled: the first call may be another thread's or another event loop's, so no asyncio.Event serves.
         while heard is not None and not heard.is_set() and (deadline is None or time.monotonic() < deadline):  # noqa: ASYNC110
             await asyncio.sleep(_SHORTEST_SLEEP * 10)
         admit, path = self._core.admit, call.path
         waited, guard = False, True
         while True:
-            if self.limiter._waits_on_io:
+            if waits_on_io:
                 outcome = await self._atry(key, host, path, estimate, guard)
             else:
                 outcome = admit(key, host, path, estimate, guard)

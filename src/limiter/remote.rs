@@ -79,6 +79,9 @@ struct KeyShape<'a> {
     id: u32,
     limits: &'a [Limit],
     policy: Policy,
+    /// The clock's reading the verdict was made at here (from a lease), which the decision keeps; `None`:
+    /// the backend decided, and the clock is read when its reply landed.
+    decided_at: Option<u64>,
 }
 
 /// A backend's verdict on one request.
@@ -158,7 +161,7 @@ impl Limiter {
         };
         let id = group.id;
         Self::count_remote(&mut shard.data, id, peer, peer_hash, verdict, request);
-        let shape = KeyShape { index, id, limits: &limits, policy: group.policy };
+        let shape = KeyShape { index, id, limits: &limits, policy: group.policy, decided_at: Some(now) };
         Ok(Routed::Free(self.remote_decision(shape, verdict, reports, request)))
     }
 
@@ -248,7 +251,8 @@ impl Limiter {
             let peer_hash = locked.peer_hash;
             Self::count_remote(&mut locked.held().shard.data, key.id, peer, peer_hash, verdict, request);
         }
-        let shape = KeyShape { index: key.index, id: key.id, limits: &key.limits, policy: key.policy };
+        let shape =
+            KeyShape { index: key.index, id: key.id, limits: &key.limits, policy: key.policy, decided_at: None };
         self.remote_decision(shape, verdict, reports, request)
     }
 
@@ -284,8 +288,13 @@ impl Limiter {
             key.limits.iter().enumerate().filter(|(_, l)| l.is_concurrency()).fold(0u64, |bits, (i, _)| bits | 1 << i);
         // `now` on this limiter's clock (the waits and refunds of this process count from it): with a
         // ManualClock the time the backend decided at (the clock may have moved while the reply was on
-        // its way); otherwise when the reply landed (the wait counts from then: never shorter).
-        let now = if self.manual_now().is_some() { verdict.now } else { self.clock.now_ns() };
+        // its way); otherwise when the reply landed (the wait counts from then: never shorter). A verdict
+        // made here keeps the reading it was made at (no second read of the clock on lease mode's hot path).
+        let now = match key.decided_at {
+            Some(now) => now,
+            None if self.manual_now().is_some() => verdict.now,
+            None => self.clock.now_ns(),
+        };
         Decision {
             route: Route::Group(key.index),
             group: Some(key.id),

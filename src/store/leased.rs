@@ -36,6 +36,7 @@ use crate::limiter::{
     HeldKey, Limiter, OwnedTarget, Receipt, Refusal, RemoteKey, Request, Routed, Take, Target, Verdict,
 };
 use crate::rate::Rate;
+use crate::rules::Route;
 
 /// The most units one lease asks for.
 const MOST_UNITS: u64 = 1 << 24;
@@ -965,8 +966,11 @@ impl StateStore for Leased {
 
     /// Permits a lease here gave are taken back here; others (a group decided in exact mode) in Redis.
     fn release(&self, peer: &str, target: Target<'_>, cost: u64) -> Result<()> {
-        if let Routed::Limited(key) = self.limiter().route_remote(peer, target)? {
-            if self.book.release_permits(peer, key.id, cost, self.limiter().now_ns()) {
+        // Routed by the rules alone (no key locked, no quota read: the group's id is all the book needs).
+        let rules = self.limiter().rules();
+        if let Route::Group(index) = rules.route(peer, target)? {
+            let id = rules.groups.get(index).map(|g| g.id);
+            if id.is_some_and(|id| self.book.release_permits(peer, id, cost, self.limiter().now_ns())) {
                 return Ok(());
             }
         }
