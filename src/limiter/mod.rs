@@ -42,8 +42,8 @@ pub use crate::state_map::OnStall;
 pub use decide::Resolution;
 pub use quotas::ProviderAnswer;
 pub use remote::{HeldKey, LimitMove, RemoteKey, Routed, Verdict};
-pub use shard::ShardData;
 pub(crate) use shard::{Held, Key, KeyLock, Locked};
+pub use shard::{Kept, ShardData};
 pub use stats::{GroupPolicy, GroupStats, Stats};
 
 /// Which limits a decision takes from.

@@ -2,7 +2,7 @@
 //! its limits here, the backend decides, and the verdict is counted here. No lock is held while the
 //! backend answers.
 
-use super::shard::{KeyLock, ShardData};
+use super::shard::{Kept, KeyLock, ShardData};
 use super::{Decision, Limiter, Receipt, Refusal, Request, Take, Target};
 use crate::algorithm::{Limit, Outcome, Report};
 use crate::config::Policy;
@@ -65,6 +65,8 @@ const fn head(version: u64) -> u64 {
 #[derive(Debug, Clone, Copy)]
 pub struct HeldKey<'a> {
     pub id: u32,
+    /// The peer's hash (the limiter's): what the store keeps for the key is found by it.
+    pub peer_hash: u64,
     pub policy: Policy,
     /// The group's limits for this key: its quota, if any, replaces the first rate limit.
     pub limits: &'a [Limit],
@@ -122,13 +124,28 @@ impl Limiter {
     /// # Errors
     /// A `Target::Group` that names no group.
     pub fn route_remote(&self, peer: &str, target: Target<'_>) -> Result<Routed> {
-        self.decide_held(peer, target, Request::new(1), |_| None)
+        self.decide_held(peer, target, Request::new(1), |_, _| None)
+    }
+
+    /// Runs `f` on what the store keeps in `peer`'s shard, with the peer's hash, under the shard's lock.
+    pub fn with_kept<R>(&self, peer: &str, f: impl FnOnce(&mut Kept, u64) -> R) -> R {
+        let mut locked = self.lock_peer(peer);
+        let peer_hash = locked.peer_hash;
+        f(&mut locked.shard.data.kept, peer_hash)
+    }
+
+    /// Runs `f` on what the store keeps in each shard, one shard locked at a time.
+    pub fn each_kept(&self, mut f: impl FnMut(&mut Kept)) {
+        for mut shard in self.states.shards() {
+            f(&mut shard.data.kept);
+        }
     }
 
     /// Routes `peer`'s request and, under the peer's lock, lets `held` decide it from what this process
-    /// holds (lease mode): `held` sees the group's id, policy and limits (its quota in place) and the
-    /// clock, and gives the verdict and, when asked, the reports; the decision is then counted as a
-    /// backend's is. When `held` cannot decide, what the backend needs to.
+    /// holds (lease mode): `held` sees the group's id, policy and limits (its quota in place), the peer's
+    /// hash and the clock, and what the store keeps in the peer's shard; it gives the verdict and, when
+    /// asked, the reports; the decision is then counted as a backend's is. When `held` cannot decide,
+    /// what the backend needs to.
     ///
     /// # Errors
     /// A `Target::Group` that names no group.
@@ -137,7 +154,7 @@ impl Limiter {
         peer: &str,
         target: Target<'_>,
         request: Request,
-        held: impl FnOnce(HeldKey<'_>) -> Option<(Verdict, Option<Vec<Report>>)>,
+        held: impl FnOnce(HeldKey<'_>, &mut Kept) -> Option<(Verdict, Option<Vec<Report>>)>,
     ) -> Result<Routed> {
         if !self.enabled() {
             return Ok(Routed::Free(Decision::free(Route::Unlimited)));
@@ -154,8 +171,8 @@ impl Limiter {
         let peer_hash = key.locked.peer_hash;
         let (_, group, shard) = key.parts();
         let limits = group.limits_with(quota);
-        let view = HeldKey { id: group.id, policy: group.policy, limits: &limits, now };
-        let Some((verdict, reports)) = held(view) else {
+        let view = HeldKey { id: group.id, peer_hash, policy: group.policy, limits: &limits, now };
+        let Some((verdict, reports)) = held(view, &mut shard.data.kept) else {
             drop(limits);
             return Ok(Routed::Limited(Self::remote_key(&mut key, quota)));
         };

@@ -43,7 +43,13 @@ pub struct ShardData {
     pub quotas: QuotaTable,
     /// Admissions by key, kept only when the limiter tracks usage.
     pub pending: HashMap<u64, Pending, ahash::RandomState>,
+    /// What the store keeps beside this shard's keys (lease mode's leases), under the same lock.
+    pub kept: Kept,
 }
+
+/// A store's own data in a shard, of the store's own type (found again by downcasting): what it keeps per
+/// key is reached with the lock and the peer's hash the decision already has.
+pub type Kept = Option<Box<dyn std::any::Any + Send>>;
 
 impl ShardData {
     pub(super) fn new(quotas: QuotaTable, rules: &Arc<Rules>) -> Self {
@@ -56,6 +62,7 @@ impl ShardData {
             pending: HashMap::default(),
             rules: Some(Arc::clone(rules)),
             waits: super::waits::Ledgers::default(),
+            kept: None,
         }
     }
 

@@ -33,16 +33,13 @@ use crate::backend::Spec;
 use crate::config::Policy;
 use crate::error::Result;
 use crate::limiter::{
-    HeldKey, Limiter, OwnedTarget, Receipt, Refusal, RemoteKey, Request, Routed, Take, Target, Verdict,
+    HeldKey, Kept, Limiter, OwnedTarget, Receipt, Refusal, RemoteKey, Request, Routed, Take, Target, Verdict,
 };
 use crate::rate::Rate;
 use crate::rules::Route;
 
 /// The most units one lease asks for.
 const MOST_UNITS: u64 = 1 << 24;
-
-/// Lock stripes of the leases, by peer.
-const SHARDS: usize = 64;
 
 /// Lease mode: exact mode's decider, and the leases this process holds.
 #[derive(Debug)]
@@ -78,10 +75,10 @@ impl Leased {
         let limiter = self.limiter();
         let (mut most, mut leasable, mut prefetch) = (0, true, None);
         let mut permits = false;
-        let routed = limiter.decide_held(peer, target, request, |key| {
+        let routed = limiter.decide_held(peer, target, request, |key, kept| {
             if permits_only(key.limits, request) {
                 permits = true;
-                return match self.book.take_permits(peer, key, request, key.now) {
+                return match Book::take_permits(kept, peer, key, request) {
                     Ok(decided) => Some(decided),
                     Err(size) => {
                         most = size;
@@ -93,7 +90,7 @@ impl Leased {
                 leasable = false;
                 return None;
             }
-            let (taken, fetch) = self.book.take(peer, key, request, key.now);
+            let (taken, fetch) = self.book.take(kept, peer, key, request);
             prefetch = fetch;
             match taken {
                 Taken::Held(reports) => Some((local_verdict(true, 0, key.now), Some(reports))),
@@ -159,7 +156,7 @@ impl Leased {
                 Asked::Lease(call, Landing::Permits(prefix, self.limiter().now_ns()))
             }
             Held::Miss(key, most) => {
-                let returns = self.book.returning(peer, key.id);
+                let returns = Book::returning(self.limiter(), peer, key.id);
                 if most <= request.cost && returns.is_empty() {
                     return Asked::Exact(true);
                 }
@@ -177,7 +174,7 @@ impl Leased {
 
     /// Counts an exact-mode decision's units as this process's demand for the key (its next lease's size).
     fn note(&self, peer: &str, target: Target<'_>, answer: &Answer, cost: u64) {
-        note_spent(&self.book, self.limiter(), (peer, target), answer, cost);
+        note_spent(self.limiter(), (peer, target), answer, cost);
     }
 
     /// Asks for more units in the background (the key's lease is running low).
@@ -193,10 +190,10 @@ impl Leased {
             let parsed = reply.and_then(|r| script::parse_lease(&key, &r).map_err(|e| Failure(e.to_string())));
             if let Ok(lease) = parsed {
                 decider_arc.health().answered(seen);
-                book.grant(&peer, &key, &lease, (anchor, 0), limiter.now_ns());
+                book.grant(&limiter, (&peer, &key), &lease, (anchor, 0), limiter.now_ns());
             } else {
                 decider_arc.health().count_error();
-                book.fetched(&peer, &key);
+                book.fetched(&limiter, &peer, &key);
             }
         });
     }
@@ -235,7 +232,7 @@ fn land(
 ) -> Result<Answer> {
     landed(decider, limiter, call, reply, |lease, now| {
         let spent = if lease.verdict.allowed { call.request.cost } else { 0 };
-        let held = book.grant(&call.peer, &call.key, lease, (anchor, spent), now);
+        let held = book.grant(limiter, (&call.peer, &call.key), lease, (anchor, spent), now);
         with_held(&lease.reports, held)
     })
 }
@@ -258,7 +255,7 @@ fn land_permits(
             expires: anchor.saturating_add(ttl),
             last_used: now,
         };
-        book.grant_permits(&call.peer, &call.key, held, lease.verdict.allowed, now);
+        book.grant_permits(limiter, (&call.peer, &call.key), held, lease.verdict.allowed);
         lease.reports.clone()
     })
 }
@@ -294,12 +291,12 @@ impl Landing {
 }
 
 /// Counts the units of an admission exact mode made as this process's demand for its key.
-fn note_spent(book: &Book, limiter: &Limiter, (peer, target): (&str, Target<'_>), answer: &Answer, cost: u64) {
+fn note_spent(limiter: &Limiter, (peer, target): (&str, Target<'_>), answer: &Answer, cost: u64) {
     if !answer.decision.outcome.allowed {
         return;
     }
     if let Ok(Routed::Limited(key)) = limiter.route_remote(peer, target) {
-        book.note_spent(peer, &key, cost, limiter.now_ns());
+        Book::note_spent(limiter, peer, &key, cost);
     }
 }
 
@@ -425,6 +422,9 @@ impl Chunk {
 /// The leases of one key (a group and a peer).
 #[derive(Debug)]
 struct Lease {
+    peer: Box<str>,
+    /// The limiter's hash of the peer (where the lease sits in its shard's table).
+    peer_hash: u64,
     /// The key as its last lease was granted (limits included: a change of them drops the units).
     key: RemoteKey,
     chunks: VecDeque<Chunk>,
@@ -452,8 +452,10 @@ struct Lease {
 }
 
 impl Lease {
-    fn new(key: &RemoteKey, now: u64) -> Self {
+    fn new(peer: &str, peer_hash: u64, key: &RemoteKey, now: u64) -> Self {
         Self {
+            peer: peer.into(),
+            peer_hash,
             key: key.clone(),
             chunks: VecDeque::new(),
             quiet_until: 0,
@@ -473,12 +475,16 @@ impl Lease {
 
     /// Units held at `now`, lapsed ones dropped.
     fn held(&mut self, now: u64) -> u64 {
-        let mut held = 0;
-        self.chunks.retain_mut(|chunk| {
+        let (mut held, mut spent) = (0, false);
+        for chunk in &mut self.chunks {
             let left = chunk.left(now);
             held += left;
-            left > 0
-        });
+            spent |= left == 0;
+        }
+        // Most calls drop nothing: the walk above, without retain's moves.
+        if spent {
+            self.chunks.retain(|chunk| chunk.next <= chunk.last);
+        }
         held
     }
 
@@ -560,64 +566,98 @@ enum Taken {
     Miss(u64),
 }
 
-/// One stripe of the leases: by peer, then by group id.
-/// A stripe's leases: by peer, then by group id (ahash: a lookup per decision, on the hot path).
-type Leases = ahash::AHashMap<String, ahash::AHashMap<u32, Lease>>;
-
+/// The leases of one limiter shard's keys, kept in the shard (`ShardData::kept`): found under the lock
+/// a decision takes anyway, by the hash it made of the peer.
 #[derive(Debug, Default)]
-struct Stripe {
-    leases: Mutex<Leases>,
-    /// Notified when a prefetch lands (or fails): a request that found its key's lease empty while one
-    /// was on its way waits for it rather than asking for another.
-    landed: Condvar,
+struct Leases(hashbrown::HashTable<Lease>);
+
+/// Where a key's lease sits in its shard's table: the peer's hash, with the group's id mixed in.
+fn slot(peer_hash: u64, id: u32) -> u64 {
+    peer_hash ^ u64::from(id).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
-/// The leases this process holds, striped by peer.
+impl Leases {
+    /// The shard's leases, if it has any.
+    fn of(kept: &mut Kept) -> Option<&mut Self> {
+        kept.as_mut()?.downcast_mut()
+    }
+
+    /// The shard's leases, an empty table put in it first when it has none (or another store's data).
+    fn made(kept: &mut Kept) -> &mut Self {
+        if !kept.as_ref().is_some_and(|k| k.is::<Self>()) {
+            *kept = Some(Box::new(Self::default()));
+        }
+        // Just made when it was not one.
+        kept.as_mut().and_then(|k| k.downcast_mut()).unwrap_or_else(|| unreachable!("a lease table"))
+    }
+
+    fn get(&mut self, peer: &str, peer_hash: u64, id: u32) -> Option<&mut Lease> {
+        self.0.find_mut(slot(peer_hash, id), |l| l.key.id == id && *l.peer == *peer)
+    }
+
+    /// The key's lease, made from `key` when it has none.
+    fn entry(&mut self, peer: &str, peer_hash: u64, key: &RemoteKey, now: u64) -> &mut Lease {
+        let id = key.id;
+        self.0
+            .entry(slot(peer_hash, id), |l| l.key.id == id && *l.peer == *peer, |l| slot(l.peer_hash, l.key.id))
+            .or_insert_with(|| Lease::new(peer, peer_hash, key, now))
+            .into_mut()
+    }
+}
+
+/// How leases are found and given back: in the limiter's shards (`Leases`), with what lands from Redis
+/// waited for here.
 #[derive(Debug)]
 struct Book {
-    shards: Box<[Stripe]>,
-    hasher: ahash::RandomState,
     span_ns: u64,
+    /// Notified when a prefetch lands (or fails): a request that found its key's lease empty while one
+    /// was on its way waits for it rather than asking for another. Taken after a shard's lock, never
+    /// before it (see `wait_prefetch`).
+    waiting: Mutex<()>,
+    landed: Condvar,
 }
 
 impl Book {
     fn new(span_ns: u64) -> Self {
-        Self { shards: (0..SHARDS).map(|_| Stripe::default()).collect(), hasher: ahash::RandomState::new(), span_ns }
+        Self { span_ns, waiting: Mutex::new(()), landed: Condvar::new() }
     }
 
-    fn stripe(&self, peer: &str) -> &Stripe {
-        #[allow(clippy::cast_possible_truncation)] // The remainder is below SHARDS.
-        let index = (self.hasher.hash_one(peer) % SHARDS as u64) as usize;
-        &self.shards[index]
-    }
-
-    fn shard(&self, peer: &str) -> &Mutex<Leases> {
-        &self.stripe(peer).leases
+    /// Wakes the requests waiting for a prefetch (after the shard's lock is let go).
+    fn notify_landed(&self) {
+        let _waiting = self.waiting.lock();
+        self.landed.notify_all();
     }
 
     /// Waits at most `timeout` for the prefetch of `peer`'s key `id` to land; false when none is on its way.
-    fn wait_prefetch(&self, peer: &str, id: u32, timeout: Duration) -> bool {
-        let stripe = self.stripe(peer);
+    fn wait_prefetch(&self, limiter: &Limiter, peer: &str, id: u32, timeout: Duration) -> bool {
         let deadline = std::time::Instant::now() + timeout;
-        let mut leases = stripe.leases.lock();
-        let fetching = |l: &Leases| l.get(peer).and_then(|g| g.get(&id)).is_some_and(|lease| lease.fetching);
-        if !fetching(&leases) {
-            return false;
-        }
-        while fetching(&leases) {
-            if stripe.landed.wait_until(&mut leases, deadline).timed_out() {
-                break;
+        let mut waited = false;
+        loop {
+            // The waiting lock is taken before the shard's is let go: a landing, which clears `fetching`
+            // under the shard's lock and then notifies under the waiting lock, cannot slip between.
+            let guard = limiter.with_kept(peer, |kept, hash| {
+                let fetching = Leases::of(kept).and_then(|l| l.get(peer, hash, id)).is_some_and(|l| l.fetching);
+                fetching.then(|| self.waiting.lock())
+            });
+            let Some(mut guard) = guard else { return waited };
+            waited = true;
+            if self.landed.wait_until(&mut guard, deadline).timed_out() {
+                return true;
             }
         }
-        true
     }
 
-    /// Decides the request for `key` from what is held; and, when the lease runs low, the size of a
-    /// prefetch (marked on its way) and the key to ask for.
-    fn take(&self, peer: &str, key: HeldKey<'_>, request: Request, now: u64) -> (Taken, Option<(u64, RemoteKey)>) {
-        let cost = request.cost;
-        let mut shard = self.shard(peer).lock();
-        let Some(lease) = shard.get_mut(peer).and_then(|groups| groups.get_mut(&key.id)) else {
+    /// Decides the request for `key` from what `kept` (the peer's shard's) holds; and, when the lease runs
+    /// low, the size of a prefetch (marked on its way) and the key to ask for.
+    fn take(
+        &self,
+        kept: &mut Kept,
+        peer: &str,
+        key: HeldKey<'_>,
+        request: Request,
+    ) -> (Taken, Option<(u64, RemoteKey)>) {
+        let (cost, now) = (request.cost, key.now);
+        let Some(lease) = Leases::of(kept).and_then(|l| l.get(peer, key.peer_hash, key.id)) else {
             return (Taken::Miss(cost.max(1)), None);
         };
         if lease.key.limits != key.limits {
@@ -648,45 +688,52 @@ impl Book {
 
     /// Lands a lease: its units (`spent` of them taken by the request that asked) are held from `anchor`;
     /// a refusal quiets the key for its retry (at most a span). The units held after it.
-    fn grant(&self, peer: &str, key: &RemoteKey, lease: &LeaseReply, (anchor, spent): (u64, u64), now: u64) -> u64 {
-        let stripe = self.stripe(peer);
-        let mut shard = stripe.leases.lock();
-        stripe.landed.notify_all();
-        let groups = shard.entry(peer.to_owned()).or_default();
-        let held = groups.entry(key.id).or_insert_with(|| Lease::new(key, now));
-        if held.key.limits != key.limits {
-            let returning = std::mem::take(&mut held.returning);
-            *held = Lease { returning, ..Lease::new(key, now) };
-        }
-        held.fetching = false;
-        // The demand the next lease follows is measured from here.
-        (held.spent, held.since, held.round_trip_ns) = (spent, now, now.saturating_sub(anchor));
-        held.reports.clone_from(&lease.reports);
-        held.reported_at = now;
-        if lease.verdict.allowed && lease.granted > 0 {
-            held.key = key.clone();
-            held.chunks.push_back(Chunk::of(key, lease, anchor, spent));
-            held.last_used = now;
-            held.last_granted = lease.granted;
-        } else if !lease.verdict.allowed {
-            held.retry_at = now.saturating_add(lease.verdict.retry_ns);
-            held.quiet_until = now.saturating_add(lease.verdict.retry_ns.min(self.span_ns));
-        }
-        held.held(now)
+    fn grant(
+        &self,
+        limiter: &Limiter,
+        (peer, key): (&str, &RemoteKey),
+        lease: &LeaseReply,
+        (anchor, spent): (u64, u64),
+        now: u64,
+    ) -> u64 {
+        let held = limiter.with_kept(peer, |kept, hash| {
+            let held = Leases::made(kept).entry(peer, hash, key, now);
+            if held.key.limits != key.limits {
+                let returning = std::mem::take(&mut held.returning);
+                *held = Lease { returning, ..Lease::new(peer, hash, key, now) };
+            }
+            held.fetching = false;
+            // The demand the next lease follows is measured from here.
+            (held.spent, held.since, held.round_trip_ns) = (spent, now, now.saturating_sub(anchor));
+            held.reports.clone_from(&lease.reports);
+            held.reported_at = now;
+            if lease.verdict.allowed && lease.granted > 0 {
+                held.key = key.clone();
+                held.chunks.push_back(Chunk::of(key, lease, anchor, spent));
+                held.last_used = now;
+                held.last_granted = lease.granted;
+            } else if !lease.verdict.allowed {
+                held.retry_at = now.saturating_add(lease.verdict.retry_ns);
+                held.quiet_until = now.saturating_add(lease.verdict.retry_ns.min(self.span_ns));
+            }
+            held.held(now)
+        });
+        self.notify_landed();
+        held
     }
 
-    /// Takes the request's permits from the key's permit leases: the verdict and reports, or the size of
-    /// the lease to ask for.
+    /// Takes the request's permits from the key's permit leases in `kept` (the peer's shard's): the verdict
+    /// and reports, or the size of the lease to ask for.
     fn take_permits(
-        &self,
+        kept: &mut Kept,
         peer: &str,
         key: HeldKey<'_>,
         request: Request,
-        now: u64,
     ) -> std::result::Result<(Verdict, Option<Vec<Report>>), u64> {
-        let cost = request.cost;
-        let mut shard = self.shard(peer).lock();
-        let Some(lease) = shard.get_mut(peer).and_then(|groups| groups.get_mut(&key.id)) else { return Err(cost) };
+        let (cost, now) = (request.cost, key.now);
+        let Some(lease) = Leases::of(kept).and_then(|l| l.get(peer, key.peer_hash, key.id)) else {
+            return Err(cost);
+        };
         if lease.key.limits != key.limits {
             lease.permits.retire();
             return Err(cost);
@@ -718,90 +765,102 @@ impl Book {
     }
 
     /// Lands a lease of permits (a refusal: none is asked for again for a span).
-    fn grant_permits(&self, peer: &str, key: &RemoteKey, held: PermitLease, allowed: bool, now: u64) {
-        let mut shard = self.shard(peer).lock();
-        let groups = shard.entry(peer.to_owned()).or_default();
-        let lease = groups.entry(key.id).or_insert_with(|| Lease::new(key, now));
-        if lease.key.limits != key.limits {
-            lease.permits.retire();
-            lease.key = key.clone();
-        }
-        if allowed && held.granted > 0 {
-            lease.permits.grant(held);
-        } else if !allowed {
-            lease.permits.quiet_until = now.saturating_add(self.span_ns);
-        }
+    fn grant_permits(&self, limiter: &Limiter, (peer, key): (&str, &RemoteKey), held: PermitLease, allowed: bool) {
+        let now = limiter.now_ns();
+        limiter.with_kept(peer, |kept, hash| {
+            let lease = Leases::made(kept).entry(peer, hash, key, now);
+            if lease.key.limits != key.limits {
+                lease.permits.retire();
+                lease.key = key.clone();
+            }
+            if allowed && held.granted > 0 {
+                lease.permits.grant(held);
+            } else if !allowed {
+                lease.permits.quiet_until = now.saturating_add(self.span_ns);
+            }
+        });
     }
 
     /// Gives back `cost` permits a request held from a lease here; false when none did.
-    fn release_permits(&self, peer: &str, id: u32, cost: u64, now: u64) -> bool {
-        let mut shard = self.shard(peer).lock();
-        shard.get_mut(peer).and_then(|g| g.get_mut(&id)).is_some_and(|lease| lease.permits.release(cost, now))
+    fn release_permits(limiter: &Limiter, peer: &str, id: u32, cost: u64) -> bool {
+        let now = limiter.now_ns();
+        limiter.with_kept(peer, |kept, hash| {
+            let lease = Leases::of(kept).and_then(|l| l.get(peer, hash, id));
+            lease.is_some_and(|lease| lease.permits.release(cost, now))
+        })
     }
 
     /// What the key's leases of limits it no longer has hold, taken out to be given back.
-    fn returning(&self, peer: &str, id: u32) -> Vec<Return> {
-        let mut shard = self.shard(peer).lock();
-        shard.get_mut(peer).and_then(|g| g.get_mut(&id)).map(|l| std::mem::take(&mut l.returning)).unwrap_or_default()
+    fn returning(limiter: &Limiter, peer: &str, id: u32) -> Vec<Return> {
+        limiter.with_kept(peer, |kept, hash| {
+            let lease = Leases::of(kept).and_then(|l| l.get(peer, hash, id));
+            lease.map(|l| std::mem::take(&mut l.returning)).unwrap_or_default()
+        })
     }
 
     /// An admission exact mode made for `key`: its demand here, which the key's next lease follows.
-    fn note_spent(&self, peer: &str, key: &RemoteKey, cost: u64, now: u64) {
-        let mut shard = self.shard(peer).lock();
-        let groups = shard.entry(peer.to_owned()).or_default();
-        let lease = groups.entry(key.id).or_insert_with(|| Lease::new(key, now));
-        if lease.key.limits == key.limits {
-            lease.spent += cost;
-            lease.last_used = now;
-        }
+    fn note_spent(limiter: &Limiter, peer: &str, key: &RemoteKey, cost: u64) {
+        let now = limiter.now_ns();
+        limiter.with_kept(peer, |kept, hash| {
+            let lease = Leases::made(kept).entry(peer, hash, key, now);
+            if lease.key.limits == key.limits {
+                lease.spent += cost;
+                lease.last_used = now;
+            }
+        });
     }
 
     /// A prefetch that failed: another may be sent.
-    fn fetched(&self, peer: &str, key: &RemoteKey) {
-        let stripe = self.stripe(peer);
-        if let Some(lease) = stripe.leases.lock().get_mut(peer).and_then(|g| g.get_mut(&key.id)) {
-            lease.fetching = false;
-        }
-        stripe.landed.notify_all();
+    fn fetched(&self, limiter: &Limiter, peer: &str, key: &RemoteKey) {
+        limiter.with_kept(peer, |kept, hash| {
+            if let Some(lease) = Leases::of(kept).and_then(|l| l.get(peer, hash, key.id)) {
+                lease.fetching = false;
+            }
+        });
+        self.notify_landed();
     }
 
     /// Takes out what the leases of keys idle for a span hold (every lease's with `everything`), and the
     /// permit leases no request held for a span, to give back.
-    fn sweep(&self, now: u64, everything: bool) -> Vec<Giving> {
+    fn sweep(&self, limiter: &Limiter, everything: bool) -> Vec<Giving> {
+        let now = limiter.now_ns();
         let mut givings = Vec::new();
-        for stripe in &*self.shards {
-            let mut shard = stripe.leases.lock();
-            shard.retain(|peer, groups| {
-                groups.retain(|_, lease| {
-                    let idle = everything || (now.saturating_sub(lease.last_used) >= self.span_ns && !lease.fetching);
-                    if idle {
-                        for (units, states) in lease.returns(now) {
-                            givings.push(Giving::Units(peer.clone(), lease.key.clone(), units, states));
-                        }
+        limiter.each_kept(|kept| {
+            let Some(leases) = Leases::of(kept) else { return };
+            leases.0.retain(|lease| {
+                let idle = everything || (now.saturating_sub(lease.last_used) >= self.span_ns && !lease.fetching);
+                if idle {
+                    for (units, states) in lease.returns(now) {
+                        givings.push(Giving::Units(lease.peer.to_string(), lease.key.clone(), units, states));
                     }
-                    for permits in lease.permits.idle(now, self.span_ns, everything) {
-                        givings.push(Giving::Permits(peer.clone(), lease.key.clone(), permits));
-                    }
-                    let quiet = now < lease.quiet_until || now < lease.permits.quiet_until;
-                    !lease.chunks.is_empty()
-                        || lease.fetching
-                        || !lease.permits.is_empty()
-                        || !lease.returning.is_empty()
-                        || (quiet && !everything)
-                });
-                !groups.is_empty()
+                }
+                for permits in lease.permits.idle(now, self.span_ns, everything) {
+                    givings.push(Giving::Permits(lease.peer.to_string(), lease.key.clone(), permits));
+                }
+                let quiet = now < lease.quiet_until || now < lease.permits.quiet_until;
+                !lease.chunks.is_empty()
+                    || lease.fetching
+                    || !lease.permits.is_empty()
+                    || !lease.returning.is_empty()
+                    || (quiet && !everything)
             });
-        }
+        });
         givings
     }
 
     /// Forgets `peer`'s leases (every peer's with `None`), giving nothing back (a reset removes the states).
-    fn forget(&self, peer: Option<&str>) {
+    fn forget(limiter: &Limiter, peer: Option<&str>) {
         match peer {
-            Some(peer) => {
-                self.shard(peer).lock().remove(peer);
-            }
-            None => self.shards.iter().for_each(|s| s.leases.lock().clear()),
+            Some(peer) => limiter.with_kept(peer, |kept, _| {
+                if let Some(leases) = Leases::of(kept) {
+                    leases.0.retain(|l| *l.peer != *peer);
+                }
+            }),
+            None => limiter.each_kept(|kept| {
+                if let Some(leases) = Leases::of(kept) {
+                    leases.0.clear();
+                }
+            }),
         }
     }
 }
@@ -847,7 +906,7 @@ enum Giving {
 fn give_back(book: &Book, decider: &RedisDecider, limiter: &Limiter, everything: bool, how: Sending) -> SyncReport {
     let mut report = SyncReport::default();
     let ttl_ms = u64::try_from(decider.settings.lease_ttl.as_millis()).unwrap_or(u64::MAX).max(1);
-    for giving in book.sweep(limiter.now_ns(), everything) {
+    for giving in book.sweep(limiter, everything) {
         let (peer, key, args) = match giving {
             Giving::Units(peer, key, units, states) => {
                 report.absorbed += units;
@@ -901,7 +960,7 @@ impl StateStore for Leased {
         if let Held::Miss(key, ..) = &held {
             // A prefetch on its way brings what this request needs, or Redis has none: waited for, not
             // asked for again.
-            if self.book.wait_prefetch(peer, key.id, self.decider().settings.timeout) {
+            if self.book.wait_prefetch(self.limiter(), peer, key.id, self.decider().settings.timeout) {
                 held = self.decide_held(peer, target, request)?;
             }
         }
@@ -926,11 +985,11 @@ impl StateStore for Leased {
             Asked::Decided(answer) => return Ok(Some(answer)),
             Asked::Exact(false) => return self.exact.decide_later(peer, target, request, done),
             Asked::Exact(true) => {
-                let (book, limiter) = (Arc::clone(&self.book), Arc::clone(self.limiter()));
+                let limiter = Arc::clone(self.limiter());
                 let (peer_owned, owned) = (peer.to_owned(), OwnedTarget::from(target));
                 let noted: Later = Box::new(move |answer: Result<Answer>| {
                     if let Ok(answer) = &answer {
-                        note_spent(&book, &limiter, (&peer_owned, owned.borrow()), answer, request.cost);
+                        note_spent(&limiter, (&peer_owned, owned.borrow()), answer, request.cost);
                     }
                     done(answer);
                 });
@@ -970,7 +1029,7 @@ impl StateStore for Leased {
         let rules = self.limiter().rules();
         if let Route::Group(index) = rules.route(peer, target)? {
             let id = rules.groups.get(index).map(|g| g.id);
-            if id.is_some_and(|id| self.book.release_permits(peer, id, cost, self.limiter().now_ns())) {
+            if id.is_some_and(|id| Book::release_permits(self.limiter(), peer, id, cost)) {
                 return Ok(());
             }
         }
@@ -987,7 +1046,7 @@ impl StateStore for Leased {
 
     /// The leases go first (what they hold is not given back: the states go), then the states.
     fn reset(&self, peer: Option<&str>) -> Result<()> {
-        self.book.forget(peer);
+        Book::forget(self.limiter(), peer);
         self.exact.reset(peer)
     }
 
