@@ -518,14 +518,13 @@ impl Lease {
         held
     }
 
-    /// Takes `cost` units from the first chunk that has them.
-    fn take(&mut self, cost: u64, now: u64) -> Option<u64> {
-        let held = self.held(now);
-        let chunk = self.chunks.iter_mut().find(|c| c.last + 1 - c.next >= cost)?;
+    /// Takes `cost` units from the first chunk that has them (lapsed units dropped first: `held`).
+    fn take(&mut self, cost: u64, now: u64) -> bool {
+        let Some(chunk) = self.chunks.iter_mut().find(|c| c.last + 1 - c.next >= cost) else { return false };
         chunk.next += cost;
         self.spent += cost;
         self.last_used = now;
-        Some(held - cost)
+        true
     }
 
     /// The size of the next lease: twice what the key spent here over a span, at the rate it spent since
@@ -583,9 +582,8 @@ impl Lease {
             .collect()
     }
 
-    /// Whether a chunk holds `cost` units (lapsed ones dropped).
-    fn has_units(&mut self, cost: u64, now: u64) -> bool {
-        self.held(now);
+    /// Whether a chunk holds `cost` units (lapsed units dropped first: `held`).
+    fn can_take(&self, cost: u64) -> bool {
         self.chunks.iter().any(|c| c.last + 1 - c.next >= cost)
     }
 
@@ -786,11 +784,12 @@ impl Book {
         let reports =
             |lease: &Lease, held| if request.report { lease.reports_now(key.limits, held, now) } else { Vec::new() };
         let permits = permit_bits(key.limits);
-        let units_ok = parts == Parts::Permits || lease.has_units(cost, now);
+        let held = if parts == Parts::Permits { 0 } else { lease.held(now) };
+        let units_ok = parts == Parts::Permits || lease.can_take(cost);
         let permits_ok = parts == Parts::Rates || lease.permits.has_free(cost, now);
         if units_ok && permits_ok {
             // All or nothing: both checked before either is taken, under the shard's lock.
-            let held = if parts == Parts::Permits { 0 } else { lease.take(cost, now).unwrap_or(0) };
+            let held = if parts == Parts::Permits { 0 } else { held - cost * u64::from(lease.take(cost, now)) };
             let written = if parts == Parts::Rates { 0 } else { u64::from(lease.permits.take(cost, now)) * permits };
             let verdict = Verdict { written, ..local_verdict(true, 0, now) };
             let low = parts != Parts::Permits && held.saturating_mul(2) < lease.last_granted.max(1);
@@ -807,7 +806,6 @@ impl Book {
         }
         if !permits_ok && now < lease.permits.quiet_until {
             let verdict = Verdict { refused_by: Some(Refusal::Concurrency), ..local_verdict(false, 0, now) };
-            let held = if parts == Parts::Permits { 0 } else { lease.held(now) };
             return (Ok((verdict, reports(lease, held))), None);
         }
         match parts {
