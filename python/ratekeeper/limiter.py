@@ -249,24 +249,29 @@ class Limited:
         other blocks its thread (``throttle``)."""
         if not callable(function):
             raise InvalidType("function", f"must be callable, got {type(function).__name__}")
-        limiter = self._limiter
         if inspect.iscoroutinefunction(function):
 
             @functools.wraps(function)
             async def waits_its_turn(*args: P.args, **kwargs: P.kwargs) -> Any:
                 key, cost = self._request(args, kwargs)
-                await limiter.athrottle(key, self._path, cost=cost, timeout=self._timeout, group=self._group)
-                return await function(*args, **kwargs)
+                async with self._permit(key, cost):
+                    return await function(*args, **kwargs)
 
             return cast("Callable[P, R]", waits_its_turn)
 
         @functools.wraps(function)
         def blocks_its_turn(*args: P.args, **kwargs: P.kwargs) -> R:
             key, cost = self._request(args, kwargs)
-            limiter.throttle(key, self._path, cost=cost, timeout=self._timeout, group=self._group)
-            return function(*args, **kwargs)
+            with self._permit(key, cost):
+                return function(*args, **kwargs)
 
         return blocks_its_turn
+
+    def _permit(self, key: str | int, cost: int) -> Permit:
+        """One call's admission: its rate slot waited for (up to the timeout), then the group's concurrency
+        permits held for the call, which an adaptive limit learns from (an exception is a drop)."""
+        wait = math.inf if self._timeout is None else self._timeout
+        return Permit(self._limiter, key, self._path, self._group, cost, _Take.BOTH, wait)
 
     def _fixed(self) -> tuple[str | int, int]:
         if callable(self._key) or callable(self._cost):
@@ -276,6 +281,9 @@ class Limited:
             )
         return self._key, self._cost
 
+    # A with block waits for its rate slot only: Limited holds no state between calls, so it has nowhere to
+    # keep one block's permits. The decorator holds them; a block that needs them takes
+    # ``limiter.concurrent(key, max_wait=...)``.
     def __enter__(self) -> Decision:
         key, cost = self._fixed()
         return self._limiter.throttle(key, self._path, cost=cost, timeout=self._timeout, group=self._group)
@@ -670,6 +678,9 @@ class Limiter(_CoreLimiter):
 
         A decorated coroutine function awaits its turn ([`athrottle`][ratekeeper.Limiter.athrottle]: the event loop goes
         on); any other function, and a ``with`` block, blocks its thread ([`throttle`][ratekeeper.Limiter.throttle]).
+        A decorated call also holds the group's concurrency permits while it runs (refused at once, with
+        ``RateLimited``, when none is free); an adaptive limit ([`Limit`][ratekeeper.Limit] ``adaptive=``) learns
+        from its latency, an exception being a drop. A ``with`` block waits for its rate slot only.
         Waiters on one key are served in arrival order. The decorated function keeps its signature for type checkers.
 
         Args:
