@@ -7,12 +7,107 @@
 //! share). A refusal is counted as the group's, as a full concurrency gate's is.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use super::{Decision, Limiter, Receipt, Refusal, Request, Take, Target};
+use crate::adaptive::table::HeapGates;
 use crate::adaptive::{stable_hash, GateView, Per, Sample, Settings};
 use crate::algorithm::{Outcome, Report};
 use crate::error::Result;
 use crate::rules::{Group, Route};
+use crate::state_map::region::layout::SharedRegion;
+use crate::state_map::StatesIn;
+
+/// Where a limiter's adaptive gates live: this process's memory, or a shared region (one gate for every
+/// process of the machine; a gate the region has no room for is kept in memory).
+#[derive(Debug)]
+pub(crate) enum Gates {
+    Heap(HeapGates),
+    Region(Arc<SharedRegion>, HeapGates),
+}
+
+impl Gates {
+    pub(crate) fn new(states: &StatesIn, capacity: usize) -> Self {
+        match states {
+            StatesIn::Heap => Self::Heap(HeapGates::new(capacity)),
+            StatesIn::Region(region, _) => Self::Region(Arc::clone(region), HeapGates::new(capacity)),
+        }
+    }
+
+    #[allow(clippy::cast_possible_truncation)] // a permit count is at most the ceiling, a u32
+    fn admit(&self, key: (u64, u64), settings: &Settings, cost: u64, now: u64) -> bool {
+        match self {
+            Self::Heap(heap) => heap.admit(key, settings, cost, now),
+            Self::Region(region, spill) => {
+                let admit = |reclaim| {
+                    region.with_gate(key, settings, now, reclaim, |gate, held| {
+                        let admitted = gate.admit(settings, cost, now);
+                        if admitted {
+                            *held = held.saturating_add(cost as u32);
+                        }
+                        admitted
+                    })
+                };
+                match admit(false) {
+                    Some(true) => true,
+                    // Full: permits of processes that ended may be held still; given back, asked again.
+                    Some(false) => admit(true) == Some(true),
+                    None => spill.admit(key, settings, cost, now),
+                }
+            }
+        }
+    }
+
+    #[allow(clippy::cast_possible_truncation)]
+    fn release(&self, key: (u64, u64), settings: &Settings, cost: u64, sample: Option<Sample>, now: u64) {
+        match self {
+            Self::Heap(heap) => heap.release(key.0, settings, cost, sample, now),
+            Self::Region(region, spill) => {
+                let released = region.with_gate(key, settings, now, false, |gate, held| {
+                    *held = held.saturating_sub(cost as u32);
+                    gate.release(settings, cost, sample, now);
+                });
+                if released.is_none() {
+                    spill.release(key.0, settings, cost, sample, now);
+                }
+            }
+        }
+    }
+
+    fn cancel(&self, key: (u64, u64), settings: &Settings, cost: u64, now: u64) {
+        self.release(key, settings, cost, None, now);
+    }
+
+    fn view(&self, key: (u64, u64), settings: &Settings, now: u64) -> Option<GateView> {
+        match self {
+            Self::Heap(heap) => heap.view(key.0, settings),
+            Self::Region(region, spill) => region
+                .with_gate(key, settings, now, false, |gate, _| gate.view(settings))
+                .or_else(|| spill.view(key.0, settings)),
+        }
+    }
+
+    fn views_of(&self, owner: u64, settings: &Settings) -> Vec<GateView> {
+        match self {
+            Self::Heap(heap) => heap.views_of(owner, settings),
+            Self::Region(region, spill) => {
+                let mut views = region.gate_views(owner, settings);
+                views.extend(spill.views_of(owner, settings));
+                views
+            }
+        }
+    }
+
+    fn clear(&self) {
+        match self {
+            Self::Heap(heap) => heap.clear(),
+            Self::Region(region, spill) => {
+                region.clear_gates();
+                spill.clear();
+            }
+        }
+    }
+}
 
 /// What the adaptive limits of a request's group said.
 #[derive(Debug)]
@@ -119,7 +214,7 @@ impl Limiter {
                     shard.data.record_decision(group.id, peer, peer_hash, false, 0);
                 }
                 shard.count_shared(false, peer, peer_hash);
-                let permits = self.gates.view(gate.0, settings).map_or(settings.initial, |v| v.limit);
+                let permits = self.gates.view(gate, settings, now).map_or(settings.initial, |v| v.limit);
                 let report = request.report.then_some(Report {
                     limit: u64::from(permits),
                     remaining: 0,
@@ -144,8 +239,8 @@ impl Limiter {
 
     /// Gives back permits `admit_adaptive` took for a request the store then refused: no sample.
     pub fn cancel_adaptive(&self, taken: &Taken) {
-        for &(gate, _) in &taken.gates {
-            self.gates.cancel(gate.0, taken.cost);
+        for &(gate, settings) in &taken.gates {
+            self.gates.cancel(gate, settings, taken.cost, taken.at);
         }
     }
 
@@ -179,7 +274,7 @@ impl Limiter {
         let group = &rules.groups[index];
         let now = self.clock.now_ns();
         for (i, &settings) in group.adaptive.iter().enumerate() {
-            self.gates.release(gate_key(group, i, settings, peer).0, settings, cost, sample, now);
+            self.gates.release(gate_key(group, i, settings, peer), settings, cost, sample, now);
         }
         Ok(())
     }

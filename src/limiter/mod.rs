@@ -202,7 +202,7 @@ pub struct Limiter {
     /// Decisions made so by this process.
     stalls: std::sync::atomic::AtomicU64,
     /// The adaptive limits' gates (see `adaptive`).
-    gates: crate::adaptive::table::HeapGates,
+    gates: adaptive::Gates,
     /// Whether rules with an adaptive limit were ever installed.
     adaptive_seen: AtomicBool,
 }
@@ -246,6 +246,7 @@ impl Limiter {
         };
         let records = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let data = || ShardData::new(QuotaTable::new(Arc::clone(&records), max_keys, shards), &rules);
+        let gates = adaptive::Gates::new(&states, max_keys);
         let states = StateMap::new(max_keys, data, states)?;
         let adaptive_seen = AtomicBool::new(rules.groups.iter().any(|g| !g.adaptive.is_empty()));
         Ok(Self {
@@ -263,7 +264,7 @@ impl Limiter {
             limit_bound: std::sync::OnceLock::new(),
             on_stall,
             stalls: std::sync::atomic::AtomicU64::new(0),
-            gates: crate::adaptive::table::HeapGates::new(max_keys),
+            gates,
             adaptive_seen,
         })
     }

@@ -175,3 +175,25 @@ def test_rates_alone_take_no_adaptive_permit_and_reset_forgets_the_gates() -> No
         assert gate(lim)["in_flight"] == 1
     lim.reset()
     assert gate(lim)["samples"] == 0
+
+
+def test_prometheus_exports_the_adaptive_gauges() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+    from ratekeeper.prometheus import RateLimitCollector
+
+    clock = rk.ManualClock()
+    lim = limiter(rk.Limit(adaptive="gradient", probe_samples=1), clock)
+    registry = CollectorRegistry()
+    registry.register(RateLimitCollector(lim))
+    with lim.concurrent("a", "/api"):
+        clock.advance(0.03)
+        text = generate_latest(registry).decode()
+        assert 'ratekeeper_adaptive_in_flight{controller="gradient",group="api"} 1.0' in text
+    text = generate_latest(registry).decode()
+    assert 'ratekeeper_adaptive_limit{controller="gradient",group="api"} 10.0' in text
+    assert 'ratekeeper_adaptive_baseline_latency_seconds{controller="gradient",group="api"} 0.03' in text
+    assert 'ratekeeper_adaptive_samples_total{controller="gradient",group="api"} 1.0' in text
+    plain = rk.Limiter("10/s", clock=clock)
+    plain_registry = CollectorRegistry()
+    plain_registry.register(RateLimitCollector(plain))
+    assert "adaptive" not in generate_latest(plain_registry).decode()
