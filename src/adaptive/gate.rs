@@ -211,14 +211,12 @@ impl Gate {
         let permits = f64::from(self.permits(settings));
         let in_use = f64::from(self.window_peak) >= IN_USE * permits;
         let mean = (self.window_ok > 0).then(|| self.window_sum_ns / f64::from(self.window_ok));
-        let mut sped_up = false;
         if let Some(mean) = mean {
             self.recent_ns =
                 if self.recent_ns == 0.0 { mean } else { self.recent_ns + RECENT_WEIGHT * (mean - self.recent_ns) };
             // Between probes the baseline only goes down: a window faster than it is closer to unloaded.
-            // Well below it, the service sped up, and a window under load only bounds its new unloaded
-            // latency from above: a probe measures it now rather than at the next interval.
-            sped_up = self.baseline_ns > 0.0 && mean * (1.0 + settings.tolerance) < self.baseline_ns;
+            // (No probe at once when it drops: a server shedding load on its own event loop is slowed
+            // most by the refusals while its limit is pinned low, and would re-learn a baseline too high.)
             if self.baseline_ns == 0.0 || mean < self.baseline_ns {
                 self.baseline_ns = mean;
             }
@@ -255,7 +253,7 @@ impl Gate {
         self.limit = next.clamp(f64::from(settings.min_limit), f64::from(settings.max_limit));
         self.floor_windows = if self.permits(settings) <= settings.min_limit { self.floor_windows + 1 } else { 0 };
         self.reset_window(settings, now);
-        if sped_up || now >= self.next_probe_at || self.floor_windows >= FLOOR_WINDOWS {
+        if now >= self.next_probe_at || self.floor_windows >= FLOOR_WINDOWS {
             self.start_probe();
         }
     }
