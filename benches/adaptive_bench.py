@@ -70,7 +70,8 @@ def make_app(case: str, capacity: int, service: float) -> Any:
         if scope["path"] == "/stats":
             body = json.dumps({"records": records, "limiter": None if limiter is None else limiter.stats()}).encode()
             records.clear()
-            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+            headers = [(b"content-type", b"application/json")]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
             await send({"type": "http.response.body", "body": body})
             return
         start = time.perf_counter()
