@@ -490,9 +490,10 @@ class Redis:
             does not apply (a failed sync keeps its usage for the next). Or ``"lease"``: a process takes a
             lease of part of a key's budget in one script call and decides against it in memory, never above
             the limit; it asks for more before it runs out and gives back what a key idle for
-            ``lease_span`` did not use. Fixed and sliding windows, GCRA and the token bucket are leased;
-            waits, permits, ``policy="fallback"``, the sliding log and the leaky bucket are decided as in
-            exact mode (see the workers-and-machines page).
+            ``lease_span`` did not use. Fixed and sliding windows, GCRA and the token bucket are leased,
+            and concurrency permits (alone or beside rates, all or nothing); waits, ``peek``,
+            ``policy="fallback"``, the sliding log and the leaky bucket are decided as in exact mode (see
+            the workers-and-machines page).
         timeout: the longest a decision waits for Redis, in seconds, before ``on_error`` decides.
         prefix: the start of every key ratekeeper writes (keys are ``<prefix>{<group>:<peer>}:<limit>:<algorithm>``;
             long peers are hashed).

@@ -67,48 +67,33 @@ impl Leased {
     }
 
     /// Decides from a lease this process holds, without I/O (under the peer's lock, nothing allocated);
-    /// else what to ask Redis for.
+    /// else what to ask Redis for. Inlined: its answer is then made where the caller keeps it, not moved
+    /// (a decision is 150 bytes).
+    #[inline]
     fn decide_held(&self, peer: &str, target: Target<'_>, request: Request) -> Result<Held> {
         if !leasable_request(request) {
             return Ok(Held::Elsewhere);
         }
-        let limiter = self.limiter();
-        let (mut most, mut leasable, mut prefetch) = (0, true, None);
-        let mut permits = false;
-        let routed = limiter.decide_held(peer, target, request, |key, kept| {
-            if permits_only(key.limits, request) {
-                permits = true;
-                return match Book::take_permits(kept, peer, key, request) {
-                    Ok(decided) => Some(decided),
-                    Err(size) => {
-                        most = size;
-                        None
-                    }
-                };
-            }
-            if !leasable_key(key.policy, key.limits) || request.take == Take::Permits {
-                leasable = false;
-                return None;
-            }
-            let (taken, fetch) = self.book.take(kept, peer, key, request);
-            prefetch = fetch;
-            match taken {
-                Taken::Held(reports) => Some((local_verdict(true, 0, key.now), Some(reports))),
-                Taken::Refused(retry, reports) => Some((local_verdict(false, retry, key.now), Some(reports))),
-                Taken::Miss(size) => {
-                    most = size;
+        let (mut missed, mut fetches) = (None, None);
+        let routed = self.limiter().decide_held(peer, target, request, |key, kept| {
+            let parts = Parts::of(key.policy, key.limits, request.take)?;
+            match self.book.decide(kept, (peer, key), (request, parts), &mut fetches) {
+                Ok((verdict, reports)) => Some((verdict, Some(reports))),
+                Err(miss) => {
+                    missed = Some(miss);
                     None
                 }
             }
         })?;
-        if let Some((most, key)) = prefetch {
-            self.prefetch(peer, &key, most);
+        if let Some(fetches) = fetches {
+            self.fetch(peer, fetches);
         }
-        Ok(match routed {
-            Routed::Free(decision) => Held::Decided(decision.into()),
-            Routed::Limited(_) if !leasable => Held::Elsewhere,
-            Routed::Limited(key) if permits => Held::MissPermits(key, most),
-            Routed::Limited(key) => Held::Miss(key, most),
+        Ok(match (routed, missed) {
+            (Routed::Free(decision), _) => Held::Decided(decision.into()),
+            (Routed::Limited(_), None) => Held::Elsewhere,
+            (Routed::Limited(key), Some(Missed::Units(most))) => Held::Miss(key, most),
+            (Routed::Limited(key), Some(Missed::Permits(most))) => Held::MissPermits(key, most),
+            (Routed::Limited(key), Some(Missed::Both)) => Held::MissBoth(key),
         })
     }
 
@@ -121,6 +106,18 @@ impl Leased {
         Call { peer: peer.to_owned(), target: OwnedTarget::from(target), request, key, keys, args, health }
     }
 
+    /// The script's arguments asking for a lease of at least `least` and at most `most` of `key`'s
+    /// permits, and the lease's members' prefix.
+    fn permit_lease(&self, key: &RemoteKey, (least, most): (u64, u64)) -> (Vec<String>, String) {
+        let (decider, limiter) = (self.decider(), self.limiter());
+        let n = decider.leases.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // "~", not ":": exact mode's release of this node's permits ("<node>:") never takes a lease's.
+        let prefix = format!("{}~{n}", decider.node);
+        let ttl_ms = u64::try_from(decider.settings.lease_ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        let leases = script::Leases { prefix: &prefix, ttl_ms };
+        (script::permit_lease_arguments(key, (least, most), leases, decider.caller(limiter)), prefix)
+    }
+
     /// The call asking Redis for a lease of at least the request's cost and at most `most` permits, and
     /// the lease's members' prefix.
     fn permit_call(
@@ -131,22 +128,31 @@ impl Leased {
         key: RemoteKey,
         most: u64,
     ) -> (Call, String) {
-        let (decider, limiter) = (self.decider(), self.limiter());
-        let n = decider.leases.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        // "~", not ":": exact mode's release of this node's permits ("<node>:") never takes a lease's.
-        let prefix = format!("{}~{n}", decider.node);
-        let ttl_ms = u64::try_from(decider.settings.lease_ttl.as_millis()).unwrap_or(u64::MAX).max(1);
-        let leases = script::Leases { prefix: &prefix, ttl_ms };
+        let decider = self.decider();
+        let (args, prefix) = self.permit_lease(&key, (request.cost, most));
         let keys = decider.keys(peer, &key);
-        let args = script::permit_lease_arguments(&key, (request.cost, most), leases, decider.caller(limiter));
         let health = decider.health().seen();
         let call = Call { peer: peer.to_owned(), target: OwnedTarget::from(target), request, key, keys, args, health };
         (call, prefix)
     }
 
+    /// Sends the give-backs a changed limit left for `key` (before a lease or a decision moves the state:
+    /// lost, the units stay counted: never more admitted); whether there were any.
+    fn send_returns(&self, peer: &str, key: &RemoteKey) -> bool {
+        let returns = Book::returning(self.limiter(), peer, key.id);
+        let decider = self.decider();
+        for (old, units, states) in &returns {
+            let args = script::return_arguments(old, *units, states, decider.caller(self.limiter()));
+            let _ = decider.client.run(&decider.keys(peer, key), &args);
+        }
+        !returns.is_empty()
+    }
+
     /// What to ask Redis for after `held`: a lease's call and how its reply lands (the give-backs a changed
     /// limit left sent first, on the same connection), or exact mode's decision: a key with no demand known
-    /// here asks for its request alone, which exact mode's compact call does for half the server's time.
+    /// here asks for its request alone, which exact mode's compact call does for half the server's time; a
+    /// request of rates and permits with one of them missing is decided in exact mode while the missing
+    /// lease is fetched.
     fn ask(&self, peer: &str, target: Target<'_>, request: Request, held: Held) -> Asked {
         match held {
             Held::Decided(answer) => Asked::Decided(answer),
@@ -155,18 +161,16 @@ impl Leased {
                 let (call, prefix) = self.permit_call(peer, target, request, key, most);
                 Asked::Lease(call, Landing::Permits(prefix, self.limiter().now_ns()))
             }
+            Held::MissBoth(key) => {
+                self.send_returns(peer, &key);
+                Asked::Exact(true)
+            }
             Held::Miss(key, most) => {
-                let returns = Book::returning(self.limiter(), peer, key.id);
-                if most <= request.cost && returns.is_empty() {
+                let returned = self.send_returns(peer, &key);
+                if most <= request.cost && !returned {
                     return Asked::Exact(true);
                 }
                 let call = self.lease_call(peer, target, request, key, most);
-                let decider = self.decider();
-                for (old, units, states) in returns {
-                    // Before the lease moves the state (lost, the units stay counted: never more admitted).
-                    let args = script::return_arguments(&old, units, &states, decider.caller(self.limiter()));
-                    let _ = decider.client.run(&call.keys, &args);
-                }
                 Asked::Lease(call, Landing::Units(self.limiter().now_ns()))
             }
         }
@@ -177,23 +181,52 @@ impl Leased {
         note_spent(self.limiter(), (peer, target), answer, cost);
     }
 
-    /// Asks for more units in the background (the key's lease is running low).
-    fn prefetch(&self, peer: &str, key: &RemoteKey, most: u64) {
+    /// Asks for leases in the background: units (the key's lease is running low, or a request of both found
+    /// none) and permits (a request of both found none free).
+    fn fetch(&self, peer: &str, fetches: Fetches) {
+        let Fetches { key, units, permits } = fetches;
         let (decider, limiter) = (self.decider(), self.limiter());
-        let keys = decider.keys(peer, key);
-        let args = script::lease_arguments(key, (1, most), decider.caller(limiter));
-        let (book, limiter, decider_arc) = (Arc::clone(&self.book), Arc::clone(limiter), Arc::clone(decider));
-        let (peer, key, anchor) = (peer.to_owned(), key.clone(), limiter.now_ns());
+        let keys = decider.keys(peer, &key);
+        if let Some(most) = units {
+            let args = script::lease_arguments(&key, (1, most), decider.caller(limiter));
+            let anchor = limiter.now_ns();
+            self.spawn_fetch((peer, &key, false), (keys.clone(), args), move |book, limiter, (peer, key), lease| {
+                book.grant(limiter, (peer, key), lease, (anchor, 0), limiter.now_ns());
+            });
+        }
+        if let Some(most) = permits {
+            let (args, prefix) = self.permit_lease(&key, (1, most));
+            let (anchor, ttl) = (limiter.now_ns(), decider.settings.lease_ttl);
+            self.spawn_fetch((peer, &key, true), (keys, args), move |book, limiter, (peer, key), lease| {
+                let now = limiter.now_ns();
+                let expires = anchor.saturating_add(u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX));
+                let held = PermitLease { prefix, granted: lease.granted, in_flight: 0, expires, last_used: now };
+                book.grant_permits(limiter, (peer, key), held, lease.verdict.allowed);
+            });
+        }
+    }
+
+    /// Sends a lease's call (of units, or of `permits`) in the background; `land` puts its reply in the
+    /// book (a failure lets another be sent).
+    fn spawn_fetch(
+        &self,
+        (peer, key, permits): (&str, &RemoteKey, bool),
+        (keys, args): (Vec<String>, Vec<String>),
+        land: impl FnOnce(&Book, &Limiter, (&str, &RemoteKey), &LeaseReply) + Send + 'static,
+    ) {
+        let decider = self.decider();
+        let (book, limiter, decider_arc) = (Arc::clone(&self.book), Arc::clone(self.limiter()), Arc::clone(decider));
+        let (peer, key) = (peer.to_owned(), key.clone());
         let (seen, round_trip) = (decider.health().seen(), decider.health().round_trip());
         decider.client.spawn(keys, args, move |reply| {
             round_trip.done();
             let parsed = reply.and_then(|r| script::parse_lease(&key, &r).map_err(|e| Failure(e.to_string())));
             if let Ok(lease) = parsed {
                 decider_arc.health().answered(seen);
-                book.grant(&limiter, (&peer, &key), &lease, (anchor, 0), limiter.now_ns());
+                land(&book, &limiter, (&peer, &key), &lease);
             } else {
                 decider_arc.health().count_error();
-                book.fetched(&limiter, &peer, &key);
+                book.fetched(&limiter, &peer, &key, permits);
             }
         });
     }
@@ -307,23 +340,16 @@ enum Held {
     Miss(RemoteKey, u64),
     /// The key's permit leases have no permit free: ask for a lease of at most this many permits.
     MissPermits(RemoteKey, u64),
+    /// A request of rates and permits found one of them missing: exact mode decides it (the missing lease
+    /// is on its way).
+    MissBoth(RemoteKey),
     /// Not a decision a lease makes: exact mode decides.
     Elsewhere,
 }
 
-/// A decision that a lease can make: now, of the rate limits, counted.
+/// A decision that a lease can make: now, counted.
 const fn leasable_request(request: Request) -> bool {
-    request.max_wait_ns == 0 && !request.peek && !matches!(request.take, Take::Permits)
-}
-
-/// A group a lease can decide: rate limits only, every one of them (the windows and GCRA), all at once.
-fn leasable_key(policy: Policy, limits: &[Limit]) -> bool {
-    policy == Policy::All && !limits.is_empty() && limits.iter().all(|l| lapse_kind(l).is_some())
-}
-
-/// A request for permits only, in a group of concurrency limits only: its permits come from leases.
-fn permits_only(limits: &[Limit], request: Request) -> bool {
-    request.take != Take::Rates && !limits.is_empty() && limits.iter().all(Limit::is_concurrency)
+    request.max_wait_ns == 0 && !request.peek
 }
 
 /// How a limit's leased units lapse.
@@ -384,6 +410,10 @@ impl Chunk {
         let mut states = Vec::with_capacity(key.limits.len());
         let granted = i128::from(lease.granted);
         for (index, (limit, &(t, a))) in key.limits.iter().zip(&lease.states).enumerate() {
+            if limit.is_concurrency() {
+                // A group of rates and permits: its permits are leased apart.
+                continue;
+            }
             let t = i128::from(t);
             // The last instant each unit is still counted where it was granted (see the module's head).
             lapses.push(match lapse_kind(limit) {
@@ -488,14 +518,13 @@ impl Lease {
         held
     }
 
-    /// Takes `cost` units from the first chunk that has them.
-    fn take(&mut self, cost: u64, now: u64) -> Option<u64> {
-        let held = self.held(now);
-        let chunk = self.chunks.iter_mut().find(|c| c.last + 1 - c.next >= cost)?;
+    /// Takes `cost` units from the first chunk that has them (lapsed units dropped first: `held`).
+    fn take(&mut self, cost: u64, now: u64) -> bool {
+        let Some(chunk) = self.chunks.iter_mut().find(|c| c.last + 1 - c.next >= cost) else { return false };
         chunk.next += cost;
         self.spent += cost;
         self.last_used = now;
-        Some(held - cost)
+        true
     }
 
     /// The size of the next lease: twice what the key spent here over a span, at the rate it spent since
@@ -524,23 +553,53 @@ impl Lease {
         u64::try_from(wanted).unwrap_or(MOST_UNITS).saturating_add(in_transit).clamp(cost.max(1), MOST_UNITS)
     }
 
-    /// Reports for a decision made here: Redis's at the last lease, moved on by the time since, with the
-    /// units held added.
-    fn reports_now(&self, held: u64, now: u64) -> Vec<Report> {
+    /// Reports for a decision made here, a limit each: a rate limit's from Redis's at the last lease, moved
+    /// on by the time since, with the units held added; a concurrency limit's from the permits free here.
+    fn reports_now(&self, limits: &[Limit], held: u64, now: u64) -> Vec<Report> {
         let elapsed = now.saturating_sub(self.reported_at);
-        self.reports
+        let free = self.permits.free();
+        limits
             .iter()
-            .map(|r| Report {
-                remaining: r.remaining.saturating_add(held).min(r.limit),
-                reset_after_ns: r.reset_after_ns.saturating_sub(elapsed),
-                next_ns: if held > 0 { 0 } else { r.next_ns.saturating_sub(elapsed) },
-                ..*r
+            .enumerate()
+            .map(|(i, limit)| {
+                let unknown = Report {
+                    limit: u64::from(limit.burst),
+                    remaining: if limit.is_concurrency() { free } else { held },
+                    reset_after_ns: 0,
+                    window_ns: None,
+                    next_ns: 0,
+                };
+                match self.reports.get(i) {
+                    Some(r) if !limit.is_concurrency() => Report {
+                        remaining: r.remaining.saturating_add(held).min(r.limit),
+                        reset_after_ns: r.reset_after_ns.saturating_sub(elapsed),
+                        next_ns: if held > 0 { 0 } else { r.next_ns.saturating_sub(elapsed) },
+                        ..*r
+                    },
+                    _ => unknown,
+                }
             })
             .collect()
     }
 
+    /// Whether a chunk holds `cost` units (lapsed units dropped first: `held`).
+    fn can_take(&self, cost: u64) -> bool {
+        self.chunks.iter().any(|c| c.last + 1 - c.next >= cost)
+    }
+
+    /// The key's limits are no longer the ones its leases were granted under: the units go back before the
+    /// state is moved to the new limits (a state moved first counts them as used: never more admitted), and
+    /// no permit lease takes another request (what requests hold stays theirs until released).
+    fn limits_changed(&mut self, now: u64) {
+        for (units, states) in self.chunks_returns(now) {
+            self.returning.push((self.key.clone(), units, states));
+        }
+        self.quiet_until = 0;
+        self.permits.retire();
+    }
+
     /// What to give back: the units held, per chunk.
-    fn returns(&mut self, now: u64) -> Vec<(u64, Vec<LeaseState>)> {
+    fn chunks_returns(&mut self, now: u64) -> Vec<(u64, Vec<LeaseState>)> {
         let mut returns = Vec::new();
         for chunk in &mut self.chunks {
             let left = chunk.left(now);
@@ -556,14 +615,64 @@ impl Lease {
 /// Units to give back: the key they were leased under, how many, and the states the lease wrote.
 type Return = (RemoteKey, u64, Vec<LeaseState>);
 
-/// What a lease decided for one request.
-enum Taken {
-    /// Admitted from a lease: the reports to give.
-    Held(Vec<Report>),
-    /// Refused here: Redis refused a lease moments ago (retry in ns, reports).
-    Refused(u64, Vec<Report>),
-    /// Nothing held: ask Redis for at most this many units.
-    Miss(u64),
+/// What the leases here cannot decide: ask Redis for a lease of at most this many units or permits (the
+/// request decided by it), or, for a request of both with one missing, let exact mode decide it while the
+/// missing lease is fetched.
+enum Missed {
+    Units(u64),
+    Permits(u64),
+    Both,
+}
+
+/// A decision from the leases here (the verdict and reports), or what they miss.
+type Decided = std::result::Result<(Verdict, Vec<Report>), Missed>;
+
+/// Leases to ask for in the background, for this key: of units (its lease ran low, or a request of both
+/// found none) and of permits (a request of both found none free), at most this many.
+struct Fetches {
+    key: RemoteKey,
+    units: Option<u64>,
+    permits: Option<u64>,
+}
+
+/// What of a group a lease decides for a request: its rate limits (the windows and GCRA), its concurrency
+/// limits (permits), or both at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Parts {
+    Rates,
+    Permits,
+    Both,
+}
+
+impl Parts {
+    /// What a lease decides of a request taking `take` in a group of `limits` under `policy`; `None`: exact
+    /// mode decides (another policy, a limit no lease holds, or nothing leased to take).
+    fn of(policy: Policy, limits: &[Limit], take: Take) -> Option<Self> {
+        if policy != Policy::All {
+            return None;
+        }
+        let (mut rates, mut permits) = (false, false);
+        for limit in limits {
+            if limit.is_concurrency() {
+                permits = true;
+            } else if lapse_kind(limit).is_some() {
+                rates = true;
+            } else {
+                return None;
+            }
+        }
+        match (rates && take != Take::Permits, permits && take != Take::Rates) {
+            (true, true) => Some(Self::Both),
+            (true, false) => Some(Self::Rates),
+            (false, true) => Some(Self::Permits),
+            (false, false) => None,
+        }
+    }
+}
+
+/// The bits of a group's concurrency limits (what an admission holding permits wrote).
+fn permit_bits(limits: &[Limit]) -> u64 {
+    limits.iter().enumerate().filter(|(_, l)| l.is_concurrency()).fold(0, |bits, (i, _)| bits | 1 << i)
 }
 
 /// The leases of one limiter shard's keys, kept in the shard (`ShardData::kept`): found under the lock
@@ -628,15 +737,17 @@ impl Book {
         self.landed.notify_all();
     }
 
-    /// Waits at most `timeout` for the prefetch of `peer`'s key `id` to land; false when none is on its way.
-    fn wait_prefetch(&self, limiter: &Limiter, peer: &str, id: u32, timeout: Duration) -> bool {
+    /// Waits at most `timeout` for the fetch of units (and with `permits`, of permits) of `peer`'s key `id`
+    /// to land; false when none is on its way.
+    fn wait_prefetch(&self, limiter: &Limiter, (peer, id): (&str, u32), permits: bool, timeout: Duration) -> bool {
         let deadline = std::time::Instant::now() + timeout;
         let mut waited = false;
         loop {
             // The waiting lock is taken before the shard's is let go: a landing, which clears `fetching`
             // under the shard's lock and then notifies under the waiting lock, cannot slip between.
             let guard = limiter.with_kept(peer, |kept, hash| {
-                let fetching = Leases::of(kept).and_then(|l| l.get(peer, hash, id)).is_some_and(|l| l.fetching);
+                let lease = Leases::of(kept).and_then(|l| l.get(peer, hash, id));
+                let fetching = lease.is_some_and(|l| l.fetching || (permits && l.permits.fetching));
                 fetching.then(|| self.waiting.lock())
             });
             let Some(mut guard) = guard else { return waited };
@@ -647,42 +758,75 @@ impl Book {
         }
     }
 
-    /// Decides the request for `key` from what `kept` (the peer's shard's) holds; and, when the lease runs
-    /// low, the size of a prefetch (marked on its way) and the key to ask for.
-    fn take(
+    /// Decides the request for `key` from what `kept` (the peer's shard's) holds, taking `parts` of the
+    /// group: the verdict and reports, or what to ask Redis for; `fetches` gets the leases to fetch in the
+    /// background (marked on their way). An out-parameter: the common answer, a decision with nothing to
+    /// fetch, then moves no empty key around.
+    fn decide(
         &self,
         kept: &mut Kept,
-        peer: &str,
-        key: HeldKey<'_>,
-        request: Request,
-    ) -> (Taken, Option<(u64, RemoteKey)>) {
+        (peer, key): (&str, HeldKey<'_>),
+        (request, parts): (Request, Parts),
+        fetches: &mut Option<Fetches>,
+    ) -> Decided {
         let (cost, now) = (request.cost, key.now);
+        let missed = match parts {
+            Parts::Rates => Missed::Units(cost.max(1)),
+            Parts::Permits => Missed::Permits(cost),
+            Parts::Both => Missed::Both,
+        };
         let Some(lease) = Leases::of(kept).and_then(|l| l.get(peer, key.peer_hash, key.id)) else {
-            return (Taken::Miss(cost.max(1)), None);
+            return Err(missed);
         };
         if lease.key.limits != key.limits {
-            // The key's limits changed: its units were granted under others. They go back before the state
-            // is moved to the new limits (a state moved first counts them as used: never more admitted).
-            let returns = lease.returns(now).into_iter().map(|(units, states)| (lease.key.clone(), units, states));
-            lease.returning.extend(returns);
-            lease.quiet_until = 0;
-            return (Taken::Miss(cost.max(1)), None);
+            lease.limits_changed(now);
+            return Err(missed);
         }
-        match lease.take(cost, now) {
-            Some(held) => {
-                let reports = if request.report { lease.reports_now(held, now) } else { Vec::new() };
-                let low = held.saturating_mul(2) < lease.last_granted.max(1);
-                let prefetch = (low && !lease.fetching && now >= lease.quiet_until).then(|| {
+        let reports =
+            |lease: &Lease, held| if request.report { lease.reports_now(key.limits, held, now) } else { Vec::new() };
+        let permits = permit_bits(key.limits);
+        let held = if parts == Parts::Permits { 0 } else { lease.held(now) };
+        let units_ok = parts == Parts::Permits || lease.can_take(cost);
+        let permits_ok = parts == Parts::Rates || lease.permits.has_free(cost, now);
+        if units_ok && permits_ok {
+            // All or nothing: both checked before either is taken, under the shard's lock.
+            let held = if parts == Parts::Permits { 0 } else { held - cost * u64::from(lease.take(cost, now)) };
+            let written = if parts == Parts::Rates { 0 } else { u64::from(lease.permits.take(cost, now)) * permits };
+            let verdict = Verdict { written, ..local_verdict(true, 0, now) };
+            let low = parts != Parts::Permits && held.saturating_mul(2) < lease.last_granted.max(1);
+            if low && !lease.fetching && now >= lease.quiet_until {
+                lease.fetching = true;
+                let units = Some(lease.size(cost, self.span_ns, now));
+                *fetches = Some(Fetches { key: lease.key.clone(), units, permits: None });
+            }
+            return Ok((verdict, reports(lease, held)));
+        }
+        if !units_ok && now < lease.quiet_until {
+            // Redis refused a lease moments ago.
+            let verdict = local_verdict(false, lease.retry_at.saturating_sub(now), now);
+            return Ok((verdict, reports(lease, 0)));
+        }
+        if !permits_ok && now < lease.permits.quiet_until {
+            let verdict = Verdict { refused_by: Some(Refusal::Concurrency), ..local_verdict(false, 0, now) };
+            return Ok((verdict, reports(lease, held)));
+        }
+        match parts {
+            Parts::Rates => Err(Missed::Units(lease.size(cost, self.span_ns, now))),
+            Parts::Permits => Err(Missed::Permits(lease.permits.size(cost))),
+            Parts::Both => {
+                let units = (!units_ok && !lease.fetching).then(|| {
                     lease.fetching = true;
-                    (lease.size(cost, self.span_ns, now), lease.key.clone())
+                    lease.size(cost, self.span_ns, now)
                 });
-                (Taken::Held(reports), prefetch)
+                let permits = (!permits_ok && !lease.permits.fetching).then(|| {
+                    lease.permits.fetching = true;
+                    lease.permits.size(cost)
+                });
+                if units.is_some() || permits.is_some() {
+                    *fetches = Some(Fetches { key: lease.key.clone(), units, permits });
+                }
+                Err(Missed::Both)
             }
-            None if now < lease.quiet_until => {
-                let reports = if request.report { lease.reports_now(0, now) } else { Vec::new() };
-                (Taken::Refused(lease.retry_at.saturating_sub(now), reports), None)
-            }
-            None => (Taken::Miss(lease.size(cost, self.span_ns, now)), None),
         }
     }
 
@@ -699,8 +843,9 @@ impl Book {
         let held = limiter.with_kept(peer, |kept, hash| {
             let held = Leases::made(kept).entry(peer, hash, key, now);
             if held.key.limits != key.limits {
-                let returning = std::mem::take(&mut held.returning);
-                *held = Lease { returning, ..Lease::new(peer, hash, key, now) };
+                held.limits_changed(now);
+                let (returning, permits) = (std::mem::take(&mut held.returning), std::mem::take(&mut held.permits));
+                *held = Lease { returning, permits, ..Lease::new(peer, hash, key, now) };
             }
             held.fetching = false;
             // The demand the next lease follows is measured from here.
@@ -722,57 +867,16 @@ impl Book {
         held
     }
 
-    /// Takes the request's permits from the key's permit leases in `kept` (the peer's shard's): the verdict
-    /// and reports, or the size of the lease to ask for.
-    fn take_permits(
-        kept: &mut Kept,
-        peer: &str,
-        key: HeldKey<'_>,
-        request: Request,
-    ) -> std::result::Result<(Verdict, Option<Vec<Report>>), u64> {
-        let (cost, now) = (request.cost, key.now);
-        let Some(lease) = Leases::of(kept).and_then(|l| l.get(peer, key.peer_hash, key.id)) else {
-            return Err(cost);
-        };
-        if lease.key.limits != key.limits {
-            lease.permits.retire();
-            return Err(cost);
-        }
-        let taken = lease.permits.take(cost, now);
-        if !taken && now >= lease.permits.quiet_until {
-            return Err(lease.permits.size(cost));
-        }
-        let gates = key.limits.iter().enumerate().fold(0, |bits, (i, _)| bits | 1 << i);
-        let verdict = Verdict {
-            written: if taken { gates } else { 0 },
-            refused_by: (!taken).then_some(Refusal::Concurrency),
-            ..local_verdict(taken, 0, now)
-        };
-        let reports = request.report.then(|| {
-            let free = lease.permits.free();
-            key.limits
-                .iter()
-                .map(|l| Report {
-                    limit: u64::from(l.burst),
-                    remaining: free,
-                    reset_after_ns: 0,
-                    window_ns: None,
-                    next_ns: 0,
-                })
-                .collect()
-        });
-        Ok((verdict, reports))
-    }
-
     /// Lands a lease of permits (a refusal: none is asked for again for a span).
     fn grant_permits(&self, limiter: &Limiter, (peer, key): (&str, &RemoteKey), held: PermitLease, allowed: bool) {
         let now = limiter.now_ns();
         limiter.with_kept(peer, |kept, hash| {
             let lease = Leases::made(kept).entry(peer, hash, key, now);
             if lease.key.limits != key.limits {
-                lease.permits.retire();
+                lease.limits_changed(now);
                 lease.key = key.clone();
             }
+            lease.permits.fetching = false;
             if allowed && held.granted > 0 {
                 lease.permits.grant(held);
             } else if !allowed {
@@ -781,12 +885,18 @@ impl Book {
         });
     }
 
-    /// Gives back `cost` permits a request held from a lease here; false when none did.
+    /// Gives back `cost` permits a request held from a lease here; false when none did (the request's
+    /// permits are in Redis, which this process is about to release: a lease refused a moment ago may be
+    /// granted now, so the key asks again rather than refusing for the rest of the span).
     fn release_permits(limiter: &Limiter, peer: &str, id: u32, cost: u64) -> bool {
         let now = limiter.now_ns();
         limiter.with_kept(peer, |kept, hash| {
-            let lease = Leases::of(kept).and_then(|l| l.get(peer, hash, id));
-            lease.is_some_and(|lease| lease.permits.release(cost, now))
+            let Some(lease) = Leases::of(kept).and_then(|l| l.get(peer, hash, id)) else { return false };
+            let released = lease.permits.release(cost, now);
+            if !released {
+                lease.permits.quiet_until = 0;
+            }
+            released
         })
     }
 
@@ -810,11 +920,15 @@ impl Book {
         });
     }
 
-    /// A prefetch that failed: another may be sent.
-    fn fetched(&self, limiter: &Limiter, peer: &str, key: &RemoteKey) {
+    /// A fetch of units (`permits`: of permits) that failed: another may be sent.
+    fn fetched(&self, limiter: &Limiter, peer: &str, key: &RemoteKey, permits: bool) {
         limiter.with_kept(peer, |kept, hash| {
             if let Some(lease) = Leases::of(kept).and_then(|l| l.get(peer, hash, key.id)) {
-                lease.fetching = false;
+                if permits {
+                    lease.permits.fetching = false;
+                } else {
+                    lease.fetching = false;
+                }
             }
         });
         self.notify_landed();
@@ -830,7 +944,7 @@ impl Book {
             leases.0.retain(|lease| {
                 let idle = everything || (now.saturating_sub(lease.last_used) >= self.span_ns && !lease.fetching);
                 if idle {
-                    for (units, states) in lease.returns(now) {
+                    for (units, states) in lease.chunks_returns(now) {
                         givings.push(Giving::Units(lease.peer.to_string(), lease.key.clone(), units, states));
                     }
                 }
@@ -840,6 +954,7 @@ impl Book {
                 let quiet = now < lease.quiet_until || now < lease.permits.quiet_until;
                 !lease.chunks.is_empty()
                     || lease.fetching
+                    || lease.permits.fetching
                     || !lease.permits.is_empty()
                     || !lease.returning.is_empty()
                     || (quiet && !everything)
@@ -950,17 +1065,18 @@ impl StateStore for Leased {
     fn decide_at_once(&self, peer: &str, target: Target<'_>, request: Request) -> Option<Result<Answer>> {
         match self.decide_held(peer, target, request) {
             Ok(Held::Decided(answer)) => Some(Ok(answer)),
-            Ok(Held::Miss(..) | Held::MissPermits(..) | Held::Elsewhere) => None,
+            Ok(Held::Miss(..) | Held::MissPermits(..) | Held::MissBoth(_) | Held::Elsewhere) => None,
             Err(error) => Some(Err(error)),
         }
     }
 
     fn decide(&self, peer: &str, target: Target<'_>, request: Request) -> Result<Answer> {
         let mut held = self.decide_held(peer, target, request)?;
-        if let Held::Miss(key, ..) = &held {
-            // A prefetch on its way brings what this request needs, or Redis has none: waited for, not
-            // asked for again.
-            if self.book.wait_prefetch(self.limiter(), peer, key.id, self.decider().settings.timeout) {
+        if let Held::Miss(key, ..) | Held::MissBoth(key) = &held {
+            // A fetch on its way brings what this request needs, or Redis has none: waited for, not asked
+            // for again.
+            let both = matches!(held, Held::MissBoth(_));
+            if self.book.wait_prefetch(self.limiter(), (peer, key.id), both, self.decider().settings.timeout) {
                 held = self.decide_held(peer, target, request)?;
             }
         }

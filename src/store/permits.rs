@@ -23,6 +23,8 @@ pub struct Permits {
     leases: Vec<PermitLease>,
     /// No lease is asked for before this (Redis had no permit a moment ago).
     pub quiet_until: u64,
+    /// A lease is on its way, asked for in the background (a group of rates and permits: see `leased`).
+    pub fetching: bool,
 }
 
 impl Permits {
@@ -33,6 +35,12 @@ impl Permits {
         lease.in_flight += cost;
         lease.last_used = now;
         true
+    }
+
+    /// Whether a lease has `cost` permits free (those expired dropped).
+    pub fn has_free(&mut self, cost: u64, now: u64) -> bool {
+        self.leases.retain(|l| now < l.expires);
+        self.leases.iter().any(|l| l.granted - l.in_flight >= cost)
     }
 
     /// Gives back `cost` permits a request held; false when no lease here holds that many in flight.
