@@ -665,6 +665,8 @@ def _checked_limits(items: Sequence[object], algorithm: Algorithm | None, loc: s
 
 
 def _limit_text(limit: Limit) -> str:
+    if limit.adaptive is not None:
+        return f"adaptive {limit.adaptive}"
     return str(limit.rate) if limit.rate is not None else f"concurrency {limit.concurrency}"
 
 

@@ -4,6 +4,7 @@ their samples through Limiter.concurrent and Permit; stats()."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 import ratekeeper as rk
@@ -197,3 +198,30 @@ def test_prometheus_exports_the_adaptive_gauges() -> None:
     plain_registry = CollectorRegistry()
     plain_registry.register(RateLimitCollector(plain))
     assert "adaptive" not in generate_latest(plain_registry).decode()
+
+
+def test_a_config_file_takes_an_adaptive_limit(tmp_path: Path) -> None:
+    path = tmp_path / "limits.toml"
+    path.write_text(
+        '[groups.api]\npaths = ["^/api"]\nlimits = ["100/s", { adaptive = "aimd", max_limit = 50, window = 0.2 }]\n'
+    )
+    lim = rk.Limiter.from_file(path, clock=rk.ManualClock())
+    (rule,) = lim.rules
+    assert rule.limits[1] == rk.Limit(adaptive="aimd", max_limit=50, window=0.2)
+    with lim.concurrent("a", "/api"):
+        assert gate(lim)["in_flight"] == 1
+
+
+@pytest.mark.parametrize(
+    ("limit", "loc"),
+    [
+        ({"adaptive": "aimd", "backoff": 2}, ("groups", "api", "limits", 0, "backoff")),
+        ({"adaptive": "tcp"}, ("groups", "api", "limits", 0, "adaptive")),
+        ({"adaptive": "aimd", "rate": "1/s"}, ("groups", "api", "limits", 0, "rate")),
+        ({"adaptive": "aimd", "speed": 2}, ("groups", "api", "limits", 0)),  # an unknown key: the table
+    ],
+)
+def test_a_bad_adaptive_limit_in_a_config_is_placed(limit: dict[str, object], loc: tuple[object, ...]) -> None:
+    with pytest.raises((rk.InvalidValue, rk.InvalidType)) as raised:
+        rk.Limiter.from_config({"groups": {"api": {"paths": ["^/api"], "limits": [limit]}}})
+    assert raised.value.loc == loc  # type: ignore[union-attr]
