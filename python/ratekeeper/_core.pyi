@@ -90,7 +90,7 @@ class Limit:
             one capacity) or ``"key"`` (one per key, e.g. outgoing calls keyed by the upstream they go to).
         window: seconds between updates of the limit. Default 0.1.
         tolerance: a window's mean latency above ``baseline x (1 + tolerance)`` is a sign of queueing.
-            Default 0.1 (AIMD), 0.05 (gradient).
+            Default 0.2 (AIMD), 0.1 (gradient).
         backoff: the factor a drop or a timeout (and, for AIMD, latency above the threshold) multiply the
             limit by, from 0.5 to below 1. Default 0.9; a window of nothing but drops and timeouts halves it.
         smoothing: gradient: the share of the way to its target the limit goes in a window when it

@@ -32,7 +32,7 @@ def test_settings_read_back_with_their_defaults() -> None:
     assert settings["per"] == "key"
     assert settings["min_limit"] == 1
     assert settings["threshold"] is None
-    assert settings["tolerance"] == 0.1
+    assert settings["tolerance"] == 0.2
     assert rk.Limit("10/s").adaptive is None
     assert rk.Limit("10/s").adaptive_settings is None
 
