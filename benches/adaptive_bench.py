@@ -10,6 +10,7 @@ in the server, by status, so the admitted requests' latency and the refusals' ar
 distribution mixes them). Each case: a warm-up of wrk (discarded, the limit learns), then
 ``wrk -t2 -c<4 x capacity> -d<seconds>s``; the unloaded latency is one connection's p50.
 
+Each case runs ``--repeats`` times (3), interleaved with the others; its run of median throughput is reported.
 Reports, per case: served requests/s against the capacity, admitted p50/p99 against the unloaded latency,
 refusals/s with their p50/p99 (answered at once), their status and whether they carry ``Retry-After``.
 
@@ -173,6 +174,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: 2 s a case, 1 s of warm-up")
     parser.add_argument("--seconds", type=int, default=10, help="seconds of wrk a case (default 10)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each case, interleaved (default 3)")
     parser.add_argument("--capacity", type=int, default=20, help="the service's concurrency (default 20)")
     parser.add_argument("--service", type=float, default=0.05, help="seconds a request takes (default 0.05)")
     parser.add_argument("--json", type=Path, help="also write the figures and the machine block here (render.py)")
@@ -188,8 +190,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if shutil.which("wrk") is None:
         raise SystemExit("needs wrk (Debian: apt-get install wrk)")
-    seconds, warmup = (2, 1) if args.quick else (args.seconds, 3)
-    rows = [run_case(case, args.capacity, args.service, seconds, warmup) for case in CASES]
+    seconds, warmup, repeats = (2, 1, 1) if args.quick else (args.seconds, 3, args.repeats)
+    # Interleaved (every case once, then again), so that a noisy neighbour spreads over the cases; each case
+    # reports its run of median throughput, whole (its latencies are that run's).
+    runs: dict[str, list[dict[str, Any]]] = {case: [] for case in CASES}
+    for _ in range(repeats):
+        for case in CASES:
+            runs[case].append(run_case(case, args.capacity, args.service, seconds, warmup))
+    rows = []
+    for case in CASES:
+        ordered = sorted(runs[case], key=lambda row: row["served_per_s"])
+        median = dict(ordered[len(ordered) // 2])
+        median["served_per_s_runs"] = [row["served_per_s"] for row in runs[case]]
+        rows.append(median)
     maximum = args.capacity / args.service
     print(f"capacity {args.capacity} x {args.service * 1000:.0f} ms: at most {maximum:.0f} req/s")
     for row in rows:
@@ -206,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         "max_per_s": maximum,
         "cases": rows,
     }
-    write_results(args.json, "adaptive", data, describe(["uvicorn"], http=f"uvicorn {uvicorn_http()}"), seconds=seconds)
+    machine = describe(["uvicorn"], http=f"uvicorn {uvicorn_http()}")
+    write_results(args.json, "adaptive", data, machine, seconds=seconds, repeats=repeats)
     return 0
 
 

@@ -1353,8 +1353,15 @@ def adaptive_block(results: Results) -> str:
     how = (
         f"A service of {d['capacity']} at once x {d['service_ms']:.0f} ms (at most {number(d['max_per_s'])} req/s, "
         f"unloaded latency {unloaded:.1f} ms), wrk with {d['connections']} connections for "
-        f"{adaptive['settings']['seconds']} s a case; latencies timed in the server, by status."
+        f"{adaptive['settings']['seconds']} s a case, the run of median throughput of "
+        f"{runs(adaptive['settings'].get('repeats', 1))}; latencies timed in the server, by status."
     ).replace(" x ", f" {TIMES} ")
+    spread = "; ".join(
+        f"{'no limit' if row['case'] == 'none' else row['case']}: "
+        + ", ".join(number(rate) for rate in row.get("served_per_s_runs", [row["served_per_s"]]))
+        for row in d["cases"]
+    )
+    how += f" Served req/s in each run: {spread}."
     return f"{table(header, 'lrrrrrllr', rows)}\n\n{how}\n\n{machine(adaptive)}"
 
 

@@ -127,6 +127,10 @@ pub struct Taken {
     cost: u64,
     /// The clock reading they were taken at: a released request's latency is measured from it.
     pub at: u64,
+    /// What an admission reports for a group without rate limits (its states hold only the gate of
+    /// the adaptive ceiling, whose numbers say nothing): the first adaptive limit's permits and what is
+    /// left of them. `None` when the group's rate limits report.
+    report: Option<Report>,
 }
 
 /// One adaptive gate's numbers, for `stats()`.
@@ -203,7 +207,8 @@ impl Limiter {
         let peer_hash = key.locked.peer_hash;
         let index = key.key.index;
         let (_, group, shard) = key.parts();
-        let mut taken = Taken { gates: Vec::with_capacity(group.adaptive.len()), cost: request.cost, at: now };
+        let mut taken =
+            Taken { gates: Vec::with_capacity(group.adaptive.len()), cost: request.cost, at: now, report: None };
         for (i, &settings) in group.adaptive.iter().enumerate() {
             let gate = gate_key(group, i, settings, peer);
             if !self.gates.admit(gate, settings, request.cost, now) {
@@ -234,6 +239,16 @@ impl Limiter {
             }
             taken.gates.push((gate, settings));
         }
+        let reports_gate = request.report && Group::rate_limits(&group.limits).next().is_none();
+        if let Some(&(gate, settings)) = taken.gates.first().filter(|_| reports_gate) {
+            taken.report = self.gates.view(gate, settings, now).map(|view| Report {
+                limit: u64::from(view.limit),
+                remaining: u64::from(view.limit.saturating_sub(view.in_flight)),
+                reset_after_ns: 0,
+                window_ns: None,
+                next_ns: 0,
+            });
+        }
         Ok(AdaptiveAdmission::Taken(taken))
     }
 
@@ -250,6 +265,9 @@ impl Limiter {
         if decision.outcome.allowed {
             decision.receipt.permits = true;
             decision.now = taken.at;
+            if decision.report.is_some() && taken.report.is_some() {
+                decision.report = taken.report;
+            }
         } else {
             self.cancel_adaptive(taken);
         }

@@ -225,3 +225,13 @@ def test_a_bad_adaptive_limit_in_a_config_is_placed(limit: dict[str, object], lo
     with pytest.raises((rk.InvalidValue, rk.InvalidType)) as raised:
         rk.Limiter.from_config({"groups": {"api": {"paths": ["^/api"], "limits": [limit]}}})
     assert raised.value.loc == loc  # type: ignore[union-attr]
+
+
+def test_an_admission_reports_the_adaptive_permits_left() -> None:
+    clock = rk.ManualClock()
+    lim = limiter(rk.Limit(adaptive="aimd", probe_samples=1), clock)
+    with lim.concurrent("a", "/api"):
+        clock.advance(0.01)
+    with lim.concurrent("a", "/api") as first, lim.concurrent("b", "/api") as second:
+        assert (first.limit, first.remaining) == (10, 9)
+        assert (second.limit, second.remaining) == (10, 8)
