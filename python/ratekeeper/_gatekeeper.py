@@ -307,8 +307,12 @@ class Gatekeeper:
 
     @staticmethod
     def failed(admission: Admission, error: BaseException) -> None:
-        """Notes that the app raised ``error`` while serving: a drop; a cancellation (the client left, the
-        server stops) says nothing of the service, and is no sample."""
+        """Notes that the app raised ``error`` while serving: a drop, unless it carries a status below 500
+        (an ``HTTPException(404)`` answers the client, the service is fine); a cancellation (the client
+        left, the server stops) says nothing of the service, and is no sample."""
+        status = getattr(error, "status_code", None)
+        if isinstance(status, int) and status < 500:
+            return
         admission.outcome = "dropped" if isinstance(error, Exception) else None
 
     def _settles(self, admission: Admission, status: int) -> bool:

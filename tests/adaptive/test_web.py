@@ -111,3 +111,37 @@ def test_a_decorated_call_holds_an_adaptive_permit_and_learns_from_it() -> None:
     stats = adaptive_stats(limiter)
     assert (stats["samples"], stats["drops"], stats["in_flight"], stats["gates"]) == (2, 1, 0, 1)
     assert stats["baseline_latency"] == pytest.approx(0.05)
+
+
+def test_fastapi_route_limits_record_drops_but_not_client_errors() -> None:
+    from fastapi import Depends, FastAPI, HTTPException
+    from ratekeeper.fastapi import RouteLimits
+
+    clock = rk.ManualClock()
+    limiter = rk.Limiter(rules=[rk.Rule("^/other", "other", "10/s")], clock=clock)
+    app = FastAPI()
+    limits = RouteLimits(app, limiter=limiter)
+    limited = Depends(limits.route(rk.Limit(adaptive="aimd", probe_samples=1), group="api"))
+
+    @app.get("/ok", dependencies=[limited])
+    def ok() -> str:
+        return "ok"
+
+    @app.get("/missing", dependencies=[limited])
+    def missing() -> str:
+        raise HTTPException(404)
+
+    @app.get("/broken", dependencies=[limited])
+    def broken() -> str:
+        raise HTTPException(503)
+
+    async def main() -> None:
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            assert (await client.get("/ok")).status_code == 200
+            assert (await client.get("/missing")).status_code == 404
+            assert (await client.get("/broken")).status_code == 503
+
+    asyncio.run(main())
+    stats = adaptive_stats(limiter)
+    assert (stats["samples"], stats["drops"], stats["in_flight"]) == (3, 1, 0)
