@@ -369,6 +369,93 @@ mod tests {
         assert!(!gate.admit(&s, 2, 0), "a cost above the permits is refused");
     }
 
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// One step of a run: admit `cost`, release one held request with a latency and outcome, or let time pass.
+        #[derive(Debug, Clone)]
+        enum Step {
+            Admit(u64),
+            Release { latency_ms: u64, outcome: u8 },
+            Wait(u64),
+        }
+
+        fn step() -> impl Strategy<Value = Step> {
+            prop_oneof![
+                (1u64..4).prop_map(Step::Admit),
+                (0u64..500, 0u8..3).prop_map(|(latency_ms, outcome)| Step::Release { latency_ms, outcome }),
+                (0u64..300).prop_map(Step::Wait),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(300))]
+
+            /// Whatever happens: the permits stay within the bounds, requests in flight are exactly those
+            /// admitted and not released, and an admission never passes the permits.
+            #[test]
+            fn permits_stay_bounded_and_in_flight_is_exact(
+                aimd in any::<bool>(),
+                min in 1u32..5,
+                span in 0u32..50,
+                steps in proptest::collection::vec(step(), 1..400),
+            ) {
+                let mut s = settings(if aimd { Controller::Aimd } else { Controller::Gradient });
+                s.min_limit = min;
+                s.max_limit = min + span;
+                let s = s.checked(false).unwrap();
+                let mut gate = Gate::fresh(&s, 3, 0);
+                let (mut now, mut held): (u64, Vec<u64>) = (0, Vec::new());
+                for step in steps {
+                    match step {
+                        Step::Admit(cost) => {
+                            let before = gate.in_flight();
+                            if gate.admit(&s, cost, now) {
+                                held.push(cost);
+                                prop_assert!(gate.in_flight() <= gate.permits(&s).max(before));
+                            }
+                        }
+                        Step::Release { latency_ms, outcome } => {
+                            if let Some(cost) = held.pop() {
+                                let outcome = [Outcome::Ok, Outcome::Dropped, Outcome::Timeout][usize::from(outcome)];
+                                let sample = Sample { latency_ns: latency_ms * MS, outcome };
+                                gate.release(&s, cost, Some(sample), now);
+                            }
+                        }
+                        Step::Wait(ms) => now += ms * MS,
+                    }
+                    prop_assert!((s.min_limit..=s.max_limit).contains(&gate.permits(&s)));
+                    prop_assert_eq!(u64::from(gate.in_flight()), held.iter().sum::<u64>());
+                }
+            }
+
+            /// Drops and timeouts never raise the limit, whatever their latency.
+            #[test]
+            fn bad_samples_never_raise_the_limit(
+                aimd in any::<bool>(),
+                latencies in proptest::collection::vec(0u64..2000, 1..300),
+            ) {
+                let s = settings(if aimd { Controller::Aimd } else { Controller::Gradient });
+                let mut gate = Gate::fresh(&s, 5, 0);
+                // Past the first probe, at a limit of 10 in full use.
+                gate.probing = 0;
+                gate.baseline_ns = 1e7;
+                gate.next_probe_at = u64::MAX;
+                let mut now = 0;
+                for (i, latency) in latencies.into_iter().enumerate() {
+                    let before = gate.limit;
+                    while gate.admit(&s, 1, now) {}
+                    now += 50 * MS;
+                    let outcome = if i % 2 == 0 { Outcome::Dropped } else { Outcome::Timeout };
+                    gate.release(&s, 1, Some(Sample { latency_ns: latency * MS, outcome }), now);
+                    prop_assert!(gate.limit <= before, "{} grew to {}", before, gate.limit);
+                    gate.cancel(u64::from(gate.in_flight()));
+                }
+            }
+        }
+    }
+
     #[test]
     fn jitter_stays_within_its_share_and_is_seeded() {
         let mut a = Gate { rng: 42, ..Gate::default() };

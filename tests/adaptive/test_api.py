@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 import ratekeeper as rk
+from hypothesis import given
+from hypothesis import strategies as st
 
 
 def limiter(limit: rk.Limit, clock: rk.ManualClock) -> rk.Limiter:
@@ -235,3 +237,44 @@ def test_an_admission_reports_the_adaptive_permits_left() -> None:
     with lim.concurrent("a", "/api") as first, lim.concurrent("b", "/api") as second:
         assert (first.limit, first.remaining) == (10, 9)
         assert (second.limit, second.remaining) == (10, 8)
+
+
+@given(
+    controller=st.sampled_from(["gradient", "aimd"]),
+    min_limit=st.integers(1, 50),
+    span=st.integers(0, 500),
+    per=st.sampled_from(["group", "key"]),
+    window=st.floats(0.001, 5.0),
+    tolerance=st.floats(0.0, 10.0),
+    backoff=st.floats(0.5, 0.99),
+    smoothing=st.floats(0.01, 1.0),
+    jitter=st.floats(0.0, 0.5),
+)
+def test_any_valid_settings_read_back_and_repr_round_trips(
+    controller: str,
+    min_limit: int,
+    span: int,
+    per: str,
+    window: float,
+    tolerance: float,
+    backoff: float,
+    smoothing: float,
+    jitter: float,
+) -> None:
+    limit = rk.Limit(
+        adaptive=controller,  # type: ignore[arg-type]
+        min_limit=min_limit,
+        max_limit=min_limit + span,
+        per=per,  # type: ignore[arg-type]
+        window=window,
+        probe_interval=max(window, 30.0),
+        tolerance=tolerance,
+        backoff=backoff,
+        smoothing=smoothing,
+        jitter=jitter,
+    )
+    assert eval(repr(limit), {"Limit": rk.Limit}) == limit
+    settings = limit.adaptive_settings
+    assert settings is not None
+    assert settings["min_limit"] <= settings["initial"] <= settings["max_limit"]  # type: ignore[operator]
+    assert settings["backoff"] == backoff
