@@ -94,7 +94,7 @@ class Limit:
         backoff: the factor a drop or a timeout (and, for AIMD, latency above the threshold) multiply the
             limit by, from 0.5 to below 1. Default 0.9; a window of nothing but drops and timeouts halves it.
         smoothing: gradient: the share of the way to its target the limit goes in a window when it
-            decreases, above 0 and at most 1. Default 0.5.
+            decreases, above 0 and at most 1. Default 0.25.
         threshold: AIMD: a fixed latency threshold in seconds; ``None`` (default): the learned baseline x
             (1 + ``tolerance``).
         probe_interval: seconds between probes that re-learn the baseline (the limit is pinned to
