@@ -35,6 +35,7 @@ PAGES = (
     DOCS / "workers-and-machines.md",
     DOCS / "flask.md",
     DOCS / "outgoing-calls.md",
+    DOCS / "adaptive-concurrency.md",
 )
 BLOCK = re.compile(r"<!-- bench:([\w-]+) -->(.*?)<!-- /bench:\1 -->", re.DOTALL)
 TIMES = "\N{MULTIPLICATION SIGN}"
@@ -1311,6 +1312,59 @@ def flask_inline(results: Results) -> str:
     ).replace("-", MINUS)
 
 
+def adaptive_block(results: Results) -> str:
+    """The real server check of adaptive limits (``benches/adaptive_bench.py``): served rate against capacity,
+    the admitted requests' latency against unloaded, the refusals' latency and status, with and without."""
+    (adaptive,) = need(results, "adaptive")
+    d = adaptive["data"]
+
+    def ms(value: float | None) -> str:
+        return DASH if value is None else f"{value:.1f} ms"
+
+    rows = []
+    for row in d["cases"]:
+        statuses = ", ".join(str(s) for s in row["refusal_statuses"]) or DASH
+        retry = {None: DASH, True: "yes", False: "no"}[row["refusals_with_retry_after"]]
+        rows.append(
+            [
+                "no limit" if row["case"] == "none" else f"`adaptive={row['case']!r}`",
+                f"{number(row['served_per_s'])} ({row['served_per_s'] / d['max_per_s'] * 100:.0f} %)",
+                f"{ms(row['admitted_p50_ms'])} / {ms(row['admitted_p99_ms'])}",
+                times(row["admitted_p99_ms"] / row["unloaded_ms"]),
+                number(row["refused_per_s"]),
+                f"{ms(row['refused_p50_ms'])} / {ms(row['refused_p99_ms'])}",
+                statuses,
+                retry,
+                DASH if row["limit"] is None else str(row["limit"]),
+            ]
+        )
+    header = [
+        "case",
+        "served req/s (of capacity)",
+        "admitted p50 / p99",
+        "p99 / unloaded",
+        "refused req/s",
+        "refused p50 / p99",
+        "status",
+        "Retry-After",
+        "limit at the end",
+    ]
+    unloaded = statistics.median(row["unloaded_ms"] for row in d["cases"])
+    how = (
+        f"A service of {d['capacity']} at once x {d['service_ms']:.0f} ms (at most {number(d['max_per_s'])} req/s, "
+        f"unloaded latency {unloaded:.1f} ms), wrk with {d['connections']} connections for "
+        f"{adaptive['settings']['seconds']} s a case, the run of median throughput of "
+        f"{runs(adaptive['settings'].get('repeats', 1))}; latencies timed in the server, by status."
+    ).replace(" x ", f" {TIMES} ")
+    spread = "; ".join(
+        f"{'no limit' if row['case'] == 'none' else row['case']}: "
+        + ", ".join(number(rate) for rate in row.get("served_per_s_runs", [row["served_per_s"]]))
+        for row in d["cases"]
+    )
+    how += f" Served req/s in each run: {spread}."
+    return f"{table(header, 'lrrrrrllr', rows)}\n\n{how}\n\n{machine(adaptive)}"
+
+
 def run_minutes_inline(results: Results) -> str:
     (run,) = need(results, "run")
     quick = " (`QUICK=1`)" if run.get("quick") else ""
@@ -1336,6 +1390,7 @@ BLOCKS: dict[str, Callable[[Results], str]] = {
     "http-profiles": http_profiles_block,
     "outgoing": outgoing_block,
     "outgoing-cost": outgoing_cost_block,
+    "adaptive": adaptive_block,
     "readme": readme_block,
     "allow-ns": allow_ns_inline,
     "shared-ns": shared_inline,

@@ -1,5 +1,6 @@
 //! ratekeeper's core: a lock-striped rate limiter in plain Rust. Only `python` uses pyo3.
 
+pub mod adaptive;
 pub mod algorithm;
 pub mod backend;
 pub mod clock;

@@ -180,6 +180,9 @@ pub struct Group {
     /// A shared region's id of the first limit (see `SharedRegion::def_id`), so that a simple group's
     /// decision finds it without comparing limits; 0 in memory.
     pub(crate) first_def: u16,
+    /// The group's adaptive limits (`Limit::adaptive`), decided apart from `limits` (see
+    /// `Limiter::admit_adaptive`): their permits move, so no store's states hold them.
+    pub adaptive: Vec<&'static crate::adaptive::Settings>,
 }
 
 impl Group {
@@ -403,7 +406,14 @@ impl Rules {
     }
 
     fn group(rule: &RuleSpec, quotas: &QuotaSettings, id: u32) -> Result<Group> {
-        let limits = rule.limits.clone();
+        let adaptive: Vec<_> = rule.limits.iter().filter_map(Limit::adaptive_settings).collect();
+        let mut limits: Vec<Limit> = rule.limits.iter().filter(|l| !l.is_adaptive()).copied().collect();
+        // A group of adaptive limits only keeps a gate of their ceiling in its states: never the one to
+        // refuse, it lets every store count the group's requests in flight and give their permits back
+        // by its own paths (Redis's script too), and no group is left without limits.
+        if let Some(ceiling) = adaptive.iter().map(|s| s.max_limit).max().filter(|_| limits.is_empty()) {
+            limits.push(Limit::concurrency(u64::from(ceiling))?);
+        }
         let simple = limits.len() == 1 && !limits[0].is_concurrency() && !limits[0].uses_log();
         let primary = limits.iter().position(|l| !l.is_concurrency());
         let failsafe = match (primary, quotas.failsafe) {
@@ -421,6 +431,7 @@ impl Rules {
             primary,
             failsafe,
             first_def: 0,
+            adaptive,
         })
     }
 

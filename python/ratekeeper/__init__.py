@@ -24,7 +24,16 @@ from ratekeeper._core import (
 )
 from ratekeeper._errors import BackendUnavailable, InvalidArgument, InvalidType, InvalidValue, RateLimited
 from ratekeeper._http import HeaderOptions, Penalty
-from ratekeeper._stats import Algorithm, GroupStats, Histogram, LimitStats, PolicyName, SharedStats, Stats
+from ratekeeper._stats import (
+    AdaptiveStats,
+    Algorithm,
+    GroupStats,
+    Histogram,
+    LimitStats,
+    PolicyName,
+    SharedStats,
+    Stats,
+)
 from ratekeeper.limiter import Limited, Limiter, Permit
 
 # A library's logger gets a handler that drops records: without one, an application that has not set up
@@ -33,6 +42,7 @@ from ratekeeper.limiter import Limited, Limiter, Permit
 logging.getLogger("ratekeeper").addHandler(logging.NullHandler())
 
 __all__ = [
+    "AdaptiveStats",
     "Algorithm",
     "BackendUnavailable",
     "Decision",

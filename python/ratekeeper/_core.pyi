@@ -78,9 +78,35 @@ class Limit:
             ``"sliding_log"`` or ``"leaky_bucket"``.
         concurrency: instead of a rate, at most this many requests in flight per key, held with
             [`ratekeeper.Limiter.concurrent`][ratekeeper.Limiter.concurrent].
+        adaptive: instead of a rate, a concurrency limit whose permits move with the latency and the outcome
+            of the requests it admits: ``"gradient"`` (follows the ratio of the unloaded latency to the
+            sampled one) or ``"aimd"`` (+1 a window, x ``backoff`` on overload). See
+            [Adaptive concurrency](adaptive-concurrency.md). The settings below go with it only; each has
+            a default, so none needs choosing.
+        min_limit: the floor: never fewer permits; also the permits a probe pins the limit to. Default 1.
+        max_limit: the ceiling. Default 1000.
+        initial: the permits before anything is learned. Default 10 (within the bounds).
+        per: ``"group"`` (default: one limit for every peer of the group, as the service behind it has
+            one capacity) or ``"key"`` (one per key, e.g. outgoing calls keyed by the upstream they go to).
+        window: seconds between updates of the limit. Default 0.1.
+        tolerance: a window's mean latency above ``baseline x (1 + tolerance)`` is a sign of queueing.
+            Default 0.2 (AIMD), 0.1 (gradient).
+        backoff: the factor a drop or a timeout (and, for AIMD, latency above the threshold) multiply the
+            limit by, from 0.5 to below 1. Default 0.9; a window of nothing but drops and timeouts halves it.
+        smoothing: gradient: the share of the way to its target the limit goes in a window when it
+            decreases, above 0 and at most 1. Default 0.25.
+        threshold: AIMD: a fixed latency threshold in seconds; ``None`` (default): the learned baseline x
+            (1 + ``tolerance``).
+        probe_interval: seconds between probes that re-learn the baseline (the limit is pinned to
+            ``min_limit`` until ``probe_samples`` requests admitted after the drain are measured). Default 30.
+        probe_samples: requests a probe measures. Default 10.
+        jitter: timers vary by up to this share either way (seeded per limit, so manual-clock runs
+            repeat). Default 0.1, at most 0.5.
 
     Raises:
-        InvalidValue: a bad rate, burst, algorithm, or both or neither of ``rate`` and ``concurrency``.
+        InvalidValue: a bad rate, burst, algorithm, or both or neither of ``rate`` and ``concurrency``;
+            an adaptive setting out of its range, or given without ``adaptive``.
+        InvalidType: a setting of the wrong type.
     """
 
     def __new__(
@@ -90,7 +116,28 @@ class Limit:
         burst: int | None = None,
         algorithm: Algorithm = "gcra",
         concurrency: int | None = None,
+        adaptive: Literal["gradient", "aimd"] | None = None,
+        min_limit: int | None = None,
+        max_limit: int | None = None,
+        initial: int | None = None,
+        per: Literal["group", "key"] | None = None,
+        window: float | None = None,
+        tolerance: float | None = None,
+        backoff: float | None = None,
+        smoothing: float | None = None,
+        threshold: float | None = None,
+        probe_interval: float | None = None,
+        probe_samples: int | None = None,
+        jitter: float | None = None,
     ) -> Limit: ...
+    @property
+    def adaptive(self) -> Literal["gradient", "aimd"] | None:
+        """The controller of an adaptive limit; ``None`` for any other limit."""
+    @property
+    def adaptive_settings(self) -> dict[str, int | float | str | None] | None:
+        """An adaptive limit's settings by keyword (``min_limit``, ``max_limit``, ``initial``, ``per``,
+        ``window``, ``tolerance``, ``backoff``, ``smoothing``, ``threshold``, ``probe_interval``,
+        ``probe_samples``, ``jitter``), defaults filled in; ``None`` for any other limit."""
     @property
     def rate(self) -> Rate | None:
         """The rate; ``None`` for a concurrency limit."""
@@ -107,7 +154,7 @@ class Limit:
     def window(self) -> float | None:
         """Seconds the burst is counted over, as a ``RateLimit-Policy`` header's ``w`` states it: the time
         a full burst takes to come back at the rate (``"10/min"``: 60.0; ``"10/s"`` with burst 20: 2.0),
-        or a window algorithm's window. ``None`` for concurrency."""
+        or a window algorithm's window; an adaptive limit's update window. ``None`` for concurrency."""
     def __eq__(self, value: object, /) -> bool: ...
 
 @final
@@ -202,6 +249,10 @@ class ManualClock:
 class Decision:
     """What the limiter decided for one request. ``bool(decision)`` is ``decision.allowed``."""
 
+    @property
+    def _admitted_at(self) -> int:
+        """The limiter's clock reading (ns) of the decision (for an adaptive limit's permits: when they were
+        taken), from which ``Limiter._release(admitted_at=...)`` measures the request's latency."""
     @property
     def _peer(self) -> str | None:
         """The key a web request was decided for, when the core read it (``_admit_web``,
@@ -847,9 +898,20 @@ class Limiter:
             HTTP request, carries no key, or holds anything unusual: the caller reads it in Python.
         """
 
-    def _release(self, peer: str | int, path: str | None = None, *, group: str | None = None, cost: int = 1) -> None:
+    def _release(
+        self,
+        peer: str | int,
+        path: str | None = None,
+        *,
+        group: str | None = None,
+        cost: int = 1,
+        admitted_at: int | None = None,
+        outcome: Literal["ok", "dropped", "timeout"] = "ok",
+    ) -> None:
         """Gives back ``cost`` concurrency permits an admission took; ``group=`` names the group that took
-        them (the decision's), which, when a reload has removed it since, has nothing left to give back."""
+        them (the decision's), which, when a reload has removed it since, has nothing left to give back.
+        With ``admitted_at`` (the admission's ``Decision._admitted_at``) the group's adaptive limits learn
+        from the request: its latency until now on the limiter's clock, and its ``outcome``."""
     def reduce(self, peer: str | int, path: str | None = None, n: int = 1, *, group: str | None = None) -> bool:
         """Gives ``n`` tokens back to the key (manual reduction, e.g. when a handler's transaction
         succeeded): under policy ``"all"`` to every rate limit of the group (each counted the request);

@@ -238,7 +238,8 @@ class _Gate:
         if admission.permits:
             try:
                 response = respond(request)
-            except BaseException:
+            except BaseException as error:
+                self.gatekeeper.failed(admission, error)
                 self.gatekeeper.release(admission)
                 raise
         else:  # nothing to give back if the view raises: no try block to enter
@@ -249,6 +250,7 @@ class _Gate:
             self.gatekeeper.settle(admission, response.status_code)
         if not admission.permits:
             return response
+        self.gatekeeper.observe(admission, response.status_code)
         if response.streaming:
             _release_after_streaming(response, self.gatekeeper, admission)
         else:
@@ -274,7 +276,8 @@ class _Gate:
             return self.refusal(request, admission)
         try:
             response = await respond(request)
-        except BaseException:
+        except BaseException as error:
+            self.gatekeeper.failed(admission, error)
             await self.gatekeeper.arelease(admission)
             raise
         if admission.fields:
@@ -282,6 +285,7 @@ class _Gate:
         if self.refunds:
             await self.gatekeeper.asettle(admission, response.status_code)
         if admission.permits:
+            self.gatekeeper.observe(admission, response.status_code)
             if response.streaming:
                 _release_after_streaming(response, self.gatekeeper, admission)
             else:

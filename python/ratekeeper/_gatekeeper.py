@@ -44,7 +44,7 @@ from ratekeeper._http import (
 from ratekeeper._offload import off_loop
 
 if TYPE_CHECKING:
-    from ratekeeper.limiter import Limiter
+    from ratekeeper.limiter import Limiter, Outcome
 
 __all__ = ["NOT_LIMITED", "STATUS_LINES", "Admission", "Gatekeeper", "Refusal"]
 
@@ -60,7 +60,7 @@ Refusal = tuple[int, list[tuple[Any, Any]], bytes]
 
 #: The status lines of the statuses a refusal may have (429, a missing key's 401 or 403), as WSGI's
 #: ``start_response`` takes them: ``STATUS_LINES[429] == "429 Too Many Requests"``.
-STATUS_LINES = {status: f"{status} {http.HTTPStatus(status).phrase}" for status in (401, 403, 429)}
+STATUS_LINES = {status: f"{status} {http.HTTPStatus(status).phrase}" for status in (401, 403, 429, 503)}
 
 
 class Admission:
@@ -75,9 +75,12 @@ class Admission:
         peer, path, cost: the request's key, the path it was decided on (for the logs) and its cost.
         group: the group the decision was made in (the receipt: what is released or given back goes there).
         permits: whether concurrency permits are held (``Gatekeeper.release`` gives them back once).
+        outcome: how the request ended, for the group's adaptive limits: ``"ok"``, ``"dropped"`` (a 5xx, or
+            the app raised: ``Gatekeeper.observe`` / ``failed``), or ``None`` (cancelled, the client left:
+            no sample).
     """
 
-    __slots__ = ("body", "cost", "decision", "fields", "group", "path", "peer", "permits", "status")
+    __slots__ = ("body", "cost", "decision", "fields", "group", "outcome", "path", "peer", "permits", "status")
 
     def __init__(
         self,
@@ -89,6 +92,7 @@ class Admission:
     ) -> None:
         self.status, self.fields, self.body, self.decision = status, fields, body, decision
         self.peer, self.path, asked, self.cost = route
+        self.outcome: Outcome | None = "ok"
         if decision is None:
             self.group, self.permits = asked, False
         else:
@@ -216,7 +220,8 @@ class Gatekeeper:
         if not self.options.shadow:
             if self.options.log_refusals:
                 _log_refusal(decision, route)
-            return Admission(429, fields, refusal_body(decision), decision, route)
+            status = self.options.concurrency_status if decision.refused_by == "concurrency" else 429
+            return Admission(status, fields, refusal_body(decision, status), decision, route)
         log.info("ratekeeper shadow mode: would refuse %r on %s (group %r)", route[0], route[1], decision.group)
         # Served: the fields say what the limiter decided, without a Retry-After (nothing to retry).
         served = [field for field in fields if field[0] not in ("Retry-After", b"retry-after")]
@@ -294,18 +299,36 @@ class Gatekeeper:
             admission.permits = False
             await off_loop(self.limiter, _release, self.limiter, admission)
 
+    @staticmethod
+    def observe(admission: Admission, status: int) -> None:
+        """Notes the response's ``status`` for the group's adaptive limits: a 5xx is a drop (a sign of overload)."""
+        if status >= 500:
+            admission.outcome = "dropped"
+
+    @staticmethod
+    def failed(admission: Admission, error: BaseException) -> None:
+        """Notes that the app raised ``error`` while serving: a drop, unless it carries a status below 500
+        (an ``HTTPException(404)`` answers the client, the service is fine); a cancellation (the client
+        left, the server stops) says nothing of the service, and is no sample."""
+        status = getattr(error, "status_code", None)
+        if isinstance(status, int) and status < 500:
+            return
+        admission.outcome = "dropped" if isinstance(error, Exception) else None
+
     def _settles(self, admission: Admission, status: int) -> bool:
         refund_when = self.options.refund_when
         return refund_when is not None and admission.counted and refund_when(status)
 
     def settle(self, admission: Admission, status: int) -> None:
         """Gives the request back with the limiter's ``reduce`` when ``refund_when`` (the option's name,
-        as users know it) says its response's ``status`` should not count."""
+        as users know it) says its response's ``status`` should not count (and ``observe``s it)."""
+        self.observe(admission, status)
         if self._settles(admission, status):
             _reduce(self.limiter, admission)
 
     async def asettle(self, admission: Admission, status: int) -> None:
         """``settle`` on an event loop."""
+        self.observe(admission, status)
         if self._settles(admission, status):
             await off_loop(self.limiter, _reduce, self.limiter, admission)
 
@@ -344,8 +367,13 @@ class Gatekeeper:
 
 
 def _release(limiter: Limiter, admission: Admission) -> None:
-    """Gives ``admission``'s permits back to the group it took them in (nothing, when a reload removed it)."""
-    limiter._release(admission.peer, group=admission.group, cost=admission.cost)
+    """Gives ``admission``'s permits back to the group it took them in (nothing, when a reload removed it),
+    with its latency and outcome for the group's adaptive limits."""
+    decision, outcome = admission.decision, admission.outcome
+    admitted_at = decision._admitted_at if decision is not None and outcome is not None else None
+    limiter._release(
+        admission.peer, group=admission.group, cost=admission.cost, admitted_at=admitted_at, outcome=outcome or "ok"
+    )
 
 
 def _reduce(limiter: Limiter, admission: Admission) -> None:

@@ -159,6 +159,7 @@ class WebSettings(TypedDict, total=False):
     refund_when: Callable[[int], bool] | None
     log_refusals: bool
     penalty: Penalty | None
+    concurrency_status: int
 
 
 @dataclass(frozen=True)
@@ -184,6 +185,9 @@ class WebOptions:
     refund_when: Callable[[int], bool] | None = None
     log_refusals: bool = False
     penalty: Penalty | None = None
+    #: The status of a refusal by a concurrency or adaptive limit: 429, or 503 (the server sheds load;
+    #: nothing is wrong with the client's rate).
+    concurrency_status: int = 429
 
     def __post_init__(self) -> None:
         check_integration(self.limiter, self.mode, self.max_delay)
@@ -191,6 +195,8 @@ class WebOptions:
             raise InvalidValue("on_missing_key", f"must be 'refuse' or 'anonymous', got {self.on_missing_key!r}")
         if self.missing_key_status not in (401, 403, 429):
             raise InvalidValue("missing_key_status", f"must be 401, 403 or 429, got {self.missing_key_status!r}")
+        if self.concurrency_status not in (429, 503) or isinstance(self.concurrency_status, bool):
+            raise InvalidValue("concurrency_status", f"must be 429 or 503, got {self.concurrency_status!r}")
         if self.key is not None:
             checked_key(self.key)
         for name in ("cost", "refund_when"):
@@ -296,15 +302,15 @@ def raw_response_headers(decision: Decision, options: HeaderOptions) -> Sequence
     return decision._raw_fields(options.ietf, options.legacy)
 
 
-def refusal_body(decision: Decision) -> bytes:
-    """The JSON body of a 429: ``{"detail": ..., "status": 429, "retry_after": seconds}``
+def refusal_body(decision: Decision, status: int = 429) -> bytes:
+    """The JSON body of a refusal: ``{"detail": ..., "status": 429, "retry_after": seconds}``
     (``retry_after`` is ``null`` when the request can never pass, e.g. a cost above the burst)."""
     retry = None if math.isinf(decision.retry_after) else _seconds(decision.retry_after)
-    return _refusal_json(decision.refused_by == "concurrency", retry)
+    return _refusal_json(decision.refused_by == "concurrency", retry, status)
 
 
 @functools.lru_cache(maxsize=1024)
-def _refusal_json(by_concurrency: bool, retry: int | None) -> bytes:
+def _refusal_json(by_concurrency: bool, retry: int | None, status: int = 429) -> bytes:
     # Cached: a flood of refusals asks for the same few bodies, and json.dumps costs more than the decision.
     if by_concurrency:
         detail = "Too many concurrent requests"
@@ -312,7 +318,7 @@ def _refusal_json(by_concurrency: bool, retry: int | None) -> bytes:
         detail = "Rate limit exceeded: this request is larger than the limit allows"
     else:
         detail = "Rate limit exceeded"
-    return json.dumps({"detail": detail, "status": 429, "retry_after": retry}).encode()
+    return json.dumps({"detail": detail, "status": status, "retry_after": retry}).encode()
 
 
 @functools.lru_cache(maxsize=8)

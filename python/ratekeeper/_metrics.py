@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from ratekeeper._stats import GroupStats, Histogram, Stats
+    from ratekeeper._stats import AdaptiveStats, GroupStats, Histogram, Stats
     from ratekeeper.limiter import Limiter
 
 __all__ = [
@@ -56,7 +56,7 @@ class Family:
 
 
 #: Labels of the families themselves: the label telling limiters apart must be another.
-FAMILY_LABELS = frozenset({"group", "result", "peer", "le", "limiter_id"})
+FAMILY_LABELS = frozenset({"group", "result", "peer", "le", "limiter_id", "controller"})
 
 #: A limiter to read, with the labels added to each of its samples.
 Source = tuple[Labels, "Limiter"]
@@ -124,6 +124,48 @@ def otel_name(name: str, namespace: str) -> str:
     for suffix in ("_seconds", "_bytes"):
         name = name.removesuffix(suffix)
     return f"{namespace}.{name}"
+
+
+def _adaptive_families(groups: Mapping[str, GroupStats]) -> list[Family]:
+    """The adaptive limits' gauges, by group and controller (a group's limits of one controller are summed):
+    none when no group has one, so that a limiter without them exports what it always did."""
+    gates = [(group, a) for group, g in groups.items() for a in g["adaptive"]]
+    if not gates:
+        return []
+
+    def gauge(name: str, help: str, unit: str, read: Callable[[AdaptiveStats], float | None]) -> Family:
+        samples: list[tuple[Labels, float]] = []
+        for group, adaptive in gates:
+            value = read(adaptive)
+            if value is not None:
+                samples.append(({"group": group, "controller": adaptive["controller"]}, float(value)))
+        return Family(name, "gauge", help, unit, ("group", "controller"), samples)
+
+    def counter(name: str, help: str, read: Callable[[AdaptiveStats], int]) -> Family:
+        samples = [({"group": group, "controller": a["controller"]}, float(read(a))) for group, a in gates]
+        return Family(name, "counter", help, "{request}", ("group", "controller"), samples)
+
+    return [
+        gauge("adaptive_limit", "An adaptive limit's permits now.", "{request}", lambda a: a["limit"]),
+        gauge(
+            "adaptive_in_flight", "Requests holding an adaptive limit's permits.", "{request}", lambda a: a["in_flight"]
+        ),
+        gauge(
+            "adaptive_baseline_latency_seconds",
+            "An adaptive limit's learned unloaded latency (re-learned by its probes).",
+            "s",
+            lambda a: a["baseline_latency"],
+        ),
+        gauge(
+            "adaptive_recent_latency_seconds",
+            "A moving mean of an adaptive limit's recent windows' latency.",
+            "s",
+            lambda a: a["recent_latency"],
+        ),
+        counter("adaptive_samples", "Released requests an adaptive limit learned from.", lambda a: a["samples"]),
+        counter("adaptive_drops", "Of them, drops (a 5xx, an exception).", lambda a: a["drops"]),
+        counter("adaptive_timeouts", "Of them, timeouts.", lambda a: a["timeouts"]),
+    ]
 
 
 def families(limiter: Limiter, top_refused: int = 0) -> list[Family]:
@@ -204,6 +246,7 @@ def families(limiter: Limiter, top_refused: int = 0) -> list[Family]:
             histograms=[({}, stats["decision_seconds"])],
         ),
         *_limiter_gauges(stats),
+        *_adaptive_families(groups),
     ]
     if limiter.backend is not None:
         out += _backend_families(stats)

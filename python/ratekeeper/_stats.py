@@ -34,6 +34,32 @@ class Histogram(TypedDict):
     count: int
 
 
+class AdaptiveStats(TypedDict):
+    """One adaptive limit of a group (see [`Limit`][ratekeeper.Limit]'s ``adaptive``), as this process decides it
+    (with [`Shared`][ratekeeper.Shared]: every process of the machine)."""
+
+    controller: Literal["gradient", "aimd"]
+    per: Literal["group", "key"]
+    #: Permits now (``per="key"``: summed over the keys' gates).
+    limit: int
+    #: Requests holding a permit now (``per="key"``: summed).
+    in_flight: int
+    #: The learned unloaded latency, seconds (``per="key"``: the keys' mean); ``None`` before the first probe.
+    baseline_latency: float | None
+    #: A moving mean of recent windows' mean latency, seconds; ``None`` before the first window.
+    recent_latency: float | None
+    #: Whether a probe pins the limit to its floor now, re-learning the baseline.
+    probing: bool
+    #: Gates: 1 for ``per="group"`` once used (0 before), one per key seen for ``per="key"``.
+    gates: int
+    #: Released requests learned from; of them dropped and timed out.
+    samples: int
+    drops: int
+    timeouts: int
+    #: Probes ended.
+    probes: int
+
+
 class GroupStats(TypedDict):
     """One group's counters since the limiter was made (they survive reconfiguration by name)."""
 
@@ -64,6 +90,8 @@ class GroupStats(TypedDict):
     #: How long each wait granted was, given back or not (1 ms to 60 s buckets): ``waits["count"] ==
     #: delayed + abandoned``.
     waits: Histogram
+    #: The group's adaptive limits, in the order of its limits; ``[]`` for a group without one.
+    adaptive: list[AdaptiveStats]
 
 
 class SharedStats(TypedDict):

@@ -68,6 +68,8 @@ class RateLimitMiddleware:
         on_refused: an async callable ``(scope, receive, send, decision)`` that answers a refusal instead
             of the JSON 429 (it should send the ``decision``'s fields itself if it wants them).
         path: a callable of the scope giving what the rules route on; default ``scope["path"]``.
+        concurrency_status: the status of a refusal by a concurrency or adaptive limit: 429 (default) or
+            503, as a server shedding load answers. It carries ``Retry-After`` as every refusal does.
 
     Raises:
         InvalidValue, InvalidType: a bad argument, named by ``loc``.
@@ -191,6 +193,7 @@ class RateLimitMiddleware:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                gatekeeper.observe(admission, status)
                 if extra:
                     message = {**message, "headers": [*message.get("headers", ()), *extra]}
             elif admission.permits and message["type"] == "http.response.body" and not message.get("more_body", False):
@@ -201,6 +204,9 @@ class RateLimitMiddleware:
 
         try:
             await self.app(scope, receive, send_with_fields if kind == "http" else send)
+        except BaseException as error:
+            gatekeeper.failed(admission, error)
+            raise
         finally:
             # The app raised or the client went away before the body ended: permits go back either
             # way, never leaked.

@@ -25,6 +25,7 @@ The format, in TOML:
         "10/s",                                             # a rate string
         { rate = "1000/hour", algorithm = "sliding_window" },  # a table: rate, burst, algorithm
         { concurrency = 5 },                                # at most 5 in flight per peer (lim.concurrent)
+        { adaptive = "gradient" },                          # as many in flight as latency allows (all peers)
     ]
     reduction = true                    # whether lim.reduce() may give tokens back (default true)
 
@@ -35,7 +36,10 @@ group matches is not limited. A file with no groups and no default gives a limit
 
 Group keys: ``paths`` (required, a non-empty list of regexes); either ``rate`` (+ ``burst``,
 ``algorithm``) or ``limits`` (a list of rate strings or tables with ``rate`` / ``burst`` /
-``algorithm``, or ``concurrency``); ``policy`` (``"all"``, the default, or ``"fallback"``);
+``algorithm``, or ``concurrency``, or ``adaptive`` with its optional settings: ``min_limit``, ``max_limit``,
+``initial``, ``per``, ``window``, ``tolerance``, ``backoff``, ``smoothing``, ``threshold``,
+``probe_interval``, ``probe_samples``, ``jitter``, as [`Limit`][ratekeeper.Limit] takes them);
+``policy`` (``"all"``, the default, or ``"fallback"``);
 ``reduction`` (bool). Algorithms: ``gcra`` (default), ``token_bucket``, ``sliding_window``,
 ``sliding_log``, ``fixed_window``, ``leaky_bucket``. Rates: ``"10/min"``, ``"3/60s"``, ``"2/500ms"``,
 ``"100/hour"``, ``"1000/day"``.
@@ -125,7 +129,22 @@ SHARED_BACKEND_KEYS = ("shared", "path", "log_entries")
 BACKEND_SECONDS_KEYS = tuple(name for name, parameter in _REDIS_PARAMETERS.items() if type(parameter.default) is float)
 GROUP_KEYS = ("paths", "rate", "burst", "algorithm", "limits", "policy", "reduction")
 DEFAULT_KEYS = tuple(key for key in GROUP_KEYS if key != "paths")
-LIMIT_KEYS = ("rate", "burst", "algorithm", "concurrency")
+#: The settings of an adaptive limit (``Limit(adaptive=...)``'s keywords besides ``adaptive``).
+ADAPTIVE_KEYS = (
+    "min_limit",
+    "max_limit",
+    "initial",
+    "per",
+    "window",
+    "tolerance",
+    "backoff",
+    "smoothing",
+    "threshold",
+    "probe_interval",
+    "probe_samples",
+    "jitter",
+)
+LIMIT_KEYS = ("rate", "burst", "algorithm", "concurrency", "adaptive", *ADAPTIVE_KEYS)
 DEFAULT_GROUP = "default"
 
 
@@ -313,7 +332,9 @@ def _str_list(value: object, loc: Loc) -> list[str]:
 
 
 def describe_limit(limit: Limit) -> str:
-    """A short description of a limit: ``"10/s burst 20 gcra"``, ``"concurrency 5"``."""
+    """A short description of a limit: ``"10/s burst 20 gcra"``, ``"concurrency 5"``, ``"adaptive gradient"``."""
+    if limit.adaptive is not None:
+        return f"adaptive {limit.adaptive}"
     if limit.concurrency is not None:
         return f"concurrency {limit.concurrency}"
     return f"{limit.rate} burst {limit.burst} {limit.algorithm}"
@@ -329,6 +350,8 @@ def _limit(spec: object, loc: Loc) -> Limit:
     if not isinstance(spec, Mapping):
         _fail_type(loc, "a rate string or a table", spec)
     _check_keys(spec, LIMIT_KEYS, loc)
+    if "adaptive" in spec:
+        return _adaptive_limit(spec, loc)
     if "rate" in spec and "concurrency" in spec:
         raise InvalidValue(loc, "give either rate or concurrency, not both")
     if "rate" not in spec and "concurrency" not in spec:
@@ -343,6 +366,18 @@ def _limit(spec: object, loc: Loc) -> Limit:
         raise InvalidValue((*loc, extra), "only with a rate, not with concurrency")
     try:
         return Limit(rate, burst=burst, algorithm=algorithm, concurrency=concurrency)
+    except InvalidArgument as error:
+        raise _limit_error(error, loc, False, 0) from None
+
+
+def _adaptive_limit(spec: Mapping[str, Any], loc: Loc) -> Limit:
+    """A table with ``adaptive``: the controller's name and its settings, each checked by the core."""
+    for other in ("rate", "concurrency", "burst", "algorithm"):
+        if other in spec:
+            raise InvalidValue((*loc, other), "an adaptive limit takes no rate, concurrency, burst or algorithm")
+    settings: dict[str, Any] = {key: spec[key] for key in ADAPTIVE_KEYS if key in spec}
+    try:
+        return Limit(adaptive=spec["adaptive"], **settings)
     except InvalidArgument as error:
         raise _limit_error(error, loc, False, 0) from None
 

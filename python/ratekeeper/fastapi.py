@@ -394,6 +394,9 @@ class RouteLimits:
             _put_fields(request.scope, response, fields)
             try:
                 yield admission.decision
+            except BaseException as error:  # the endpoint raised: a drop, for adaptive limits
+                gatekeeper.failed(admission, error)
+                raise
             finally:
                 await gatekeeper.arelease(admission)
 
@@ -536,12 +539,20 @@ class _RouteLimitsMiddleware:
                     fields.extend(admission.fields)
 
             async def send_with_fields(message: MutableMapping[str, Any]) -> None:
-                if message["type"] == "http.response.start" and fields:
-                    # A new message: the app may send the same one (and its headers) again.
-                    message = {**message, "headers": [*message.get("headers", ()), *fields]}
+                if message["type"] == "http.response.start":
+                    for admission in admissions:
+                        gatekeeper.observe(admission, message["status"])
+                    if fields:
+                        # A new message: the app may send the same one (and its headers) again.
+                        message = {**message, "headers": [*message.get("headers", ()), *fields]}
                 await send(message)
 
-            await self.app(scope, receive, send_with_fields)
+            try:
+                await self.app(scope, receive, send_with_fields)
+            except BaseException as error:
+                for admission in admissions:
+                    gatekeeper.failed(admission, error)
+                raise
         finally:
             for admission in admissions:
                 await gatekeeper.arelease(admission)
@@ -665,6 +676,8 @@ def _checked_limits(items: Sequence[object], algorithm: Algorithm | None, loc: s
 
 
 def _limit_text(limit: Limit) -> str:
+    if limit.adaptive is not None:
+        return f"adaptive {limit.adaptive}"
     return str(limit.rate) if limit.rate is not None else f"concurrency {limit.concurrency}"
 
 

@@ -386,6 +386,7 @@ class RateLimit:
         on_missing_key: ``"refuse"`` (``missing_key_status``) or ``"anonymous"`` (``anonymous_key``).
         cost: a callable of the request giving its cost.
         refund_when: a predicate on the response status; when true the request is given back.
+        concurrency_status: the status of a refusal by a concurrency or adaptive limit: 429 (default) or 503.
         on_refused: a callable of the refusing [`Decision`][ratekeeper.Decision] returning the response.
         algorithm: the algorithm of every limit the extension makes from a rate (``@limit``, blueprints,
             ``default_limits``, ``application_limits``); ``"fixed_window"`` decides as Flask-Limiter's
@@ -602,9 +603,12 @@ class RateLimit:
                 if not held:
                     return await function(*args, **kwargs)
                 try:
-                    return await function(*args, **kwargs)
-                finally:
-                    extension._release(held)
+                    result = await function(*args, **kwargs)
+                except BaseException as error:
+                    extension._release(held, error)
+                    raise
+                extension._release(held)
+                return result
 
             calling: Callable[..., Any] = limited_async
         else:
@@ -615,9 +619,12 @@ class RateLimit:
                 if not held:
                     return function(*args, **kwargs)
                 try:
-                    return function(*args, **kwargs)
-                finally:
-                    extension._release(held)
+                    result = function(*args, **kwargs)
+                except BaseException as error:
+                    extension._release(held, error)
+                    raise
+                extension._release(held)
+                return result
 
             calling = limited
         setattr(calling, _SELF_DECIDING, calling)  # functools.wraps copies attributes, never this identity
@@ -689,12 +696,19 @@ class RateLimit:
                 decided.append((admission, limit))
         verdict.parts.extend(decided)
 
-    def _release(self, owed: Owed | Sequence[tuple[Admission, _RouteLimit | None]]) -> None:
+    def _release(
+        self, owed: Owed | Sequence[tuple[Admission, _RouteLimit | None]], error: BaseException | None = None
+    ) -> None:
+        """Gives back what ``owed`` holds; ``error``: the app raised it (a drop, for adaptive limits)."""
         parts = owed.parts if isinstance(owed, _Verdict) else owed if not isinstance(owed, Admission) else None
         if parts is None:
+            if error is not None:
+                self.gatekeeper.failed(owed, error)  # type: ignore[arg-type]
             self.gatekeeper.release(owed)  # type: ignore[arg-type]
             return
         for admission, _ in parts:
+            if error is not None:
+                self.gatekeeper.failed(admission, error)
             self.gatekeeper.release(admission)
 
     def _settle(self, owed: Owed, status: int) -> None:
@@ -957,10 +971,10 @@ class _Gate:
             status, headers, content = self.extension.gatekeeper.refusal(answered.admission, answered.body)
             start_response(STATUS_LINES[status], headers)
             return [] if environ.get("REQUEST_METHOD") == "HEAD" else [content]
-        except BaseException:
+        except BaseException as error:
             owed = _owed(environ)
             if owed is not None:  # the app raised through Flask (PROPAGATE_EXCEPTIONS)
-                self.extension._release(owed)
+                self.extension._release(owed, error)
             raise
         if _LATE in environ:  # the decision made as the response started refused it: the refusal is the body
             late = environ[_LATE].pop(self, None)

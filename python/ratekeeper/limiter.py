@@ -17,7 +17,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from ratekeeper._core import Decision, Limit, ManualClock, Rate, Rule, _Completions, _Reservation, _Take
 from ratekeeper._core import Limiter as _CoreLimiter
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 
 __all__ = ["NAMED_ONLY", "Limited", "Limiter", "Permit"]
 
+#: How a request admitted by an adaptive limit ended (see ``Permit.mark_dropped``).
+Outcome = Literal["ok", "dropped", "timeout"]
 #: What ``Limiter.limited`` keys a call by: a fixed key, or a callable of the call's arguments.
 KeySource = str | int | Callable[..., str | int]
 #: What a limited call costs: a fixed count, or a callable of the call's arguments.
@@ -72,6 +74,11 @@ class Permit:
     around a decision must not hide it. Call [`Limiter.concurrent`][ratekeeper.Limiter.concurrent] once per request
     instead.
 
+    An adaptive limit ([`Limit`][ratekeeper.Limit] with ``adaptive=``) learns from each entry when it is left:
+    its latency (from admission to leaving, on the limiter's clock) and its outcome, ``"ok"`` unless the
+    block raised (``"dropped"``) or the handler said otherwise with [`mark_dropped`][ratekeeper.Permit.mark_dropped]
+    or [`mark_timed_out`][ratekeeper.Permit.mark_timed_out].
+
     Attributes:
         decision: the [`Decision`][ratekeeper.Decision] of the current (or last) entry; ``None`` before the first.
     """
@@ -83,6 +90,7 @@ class Permit:
         "_held",
         "_limiter",
         "_max_wait",
+        "_outcome",
         "_path",
         "_peer",
         "_take",
@@ -105,7 +113,22 @@ class Permit:
         # entering at once cannot both get in (a plain flag could be read by both before either sets it).
         self._entered = threading.Lock()
         self._held = False
+        self._outcome: Outcome | None = None
         self.decision: Decision | None = None
+
+    def mark_dropped(self) -> None:
+        """Tells the group's adaptive limits that this request failed from overload (e.g. the service
+        behind it answered 503): a sign to lower the limit, as an exception leaving the block is."""
+        self._outcome = "dropped"
+
+    def mark_timed_out(self) -> None:
+        """Tells the group's adaptive limits that this request was given up on (a timeout): a sign to lower
+        the limit; its latency is not taken as the service's."""
+        self._outcome = "timeout"
+
+    def mark_ok(self) -> None:
+        """Tells the group's adaptive limits that this request was served, even if the block then raises."""
+        self._outcome = "ok"
 
     def _enter(self) -> None:
         if not self._entered.acquire(blocking=False):
@@ -119,6 +142,7 @@ class Permit:
             self._entered.release()  # a refusal holds nothing: the Permit may be entered again
             raise RateLimited(decision)
         self._held = decision.permits_held
+        self._outcome = None
         self.decision = decision
         return decision
 
@@ -135,7 +159,7 @@ class Permit:
             raise
         return self._entered_with(decision)
 
-    def __exit__(self, *exc_info: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None = None, *exc_info: object) -> None:
         if not self._entered.locked():
             return  # not entered: nothing to give back
         try:
@@ -143,7 +167,15 @@ class Permit:
                 self._held = False
                 # To the group that took them, not the path routed again: a reload since may route it elsewhere.
                 assert self.decision is not None
-                self._limiter._release(self._peer, group=self.decision.group, cost=self._cost)
+                outcome = self._outcome
+                admitted_at: int | None = self.decision._admitted_at
+                if outcome is None:
+                    outcome = "ok" if exc_type is None else "dropped"
+                    if exc_type is not None and not issubclass(exc_type, Exception):
+                        admitted_at = None  # a cancelled task or Ctrl-C says nothing of the service: no sample
+                self._limiter._release(
+                    self._peer, group=self.decision.group, cost=self._cost, admitted_at=admitted_at, outcome=outcome
+                )
         finally:
             self._entered.release()
 
@@ -160,8 +192,8 @@ class Permit:
             raise
         return self._entered_with(decision)
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        self.__exit__()
+    async def __aexit__(self, exc_type: type[BaseException] | None = None, *exc_info: object) -> None:
+        self.__exit__(exc_type)
 
 
 class Limited:
@@ -217,24 +249,29 @@ class Limited:
         other blocks its thread (``throttle``)."""
         if not callable(function):
             raise InvalidType("function", f"must be callable, got {type(function).__name__}")
-        limiter = self._limiter
         if inspect.iscoroutinefunction(function):
 
             @functools.wraps(function)
             async def waits_its_turn(*args: P.args, **kwargs: P.kwargs) -> Any:
                 key, cost = self._request(args, kwargs)
-                await limiter.athrottle(key, self._path, cost=cost, timeout=self._timeout, group=self._group)
-                return await function(*args, **kwargs)
+                async with self._permit(key, cost):
+                    return await function(*args, **kwargs)
 
             return cast("Callable[P, R]", waits_its_turn)
 
         @functools.wraps(function)
         def blocks_its_turn(*args: P.args, **kwargs: P.kwargs) -> R:
             key, cost = self._request(args, kwargs)
-            limiter.throttle(key, self._path, cost=cost, timeout=self._timeout, group=self._group)
-            return function(*args, **kwargs)
+            with self._permit(key, cost):
+                return function(*args, **kwargs)
 
         return blocks_its_turn
+
+    def _permit(self, key: str | int, cost: int) -> Permit:
+        """One call's admission: its rate slot waited for (up to the timeout), then the group's concurrency
+        permits held for the call, which an adaptive limit learns from (an exception is a drop)."""
+        wait = math.inf if self._timeout is None else self._timeout
+        return Permit(self._limiter, key, self._path, self._group, cost, _Take.BOTH, wait)
 
     def _fixed(self) -> tuple[str | int, int]:
         if callable(self._key) or callable(self._cost):
@@ -244,6 +281,9 @@ class Limited:
             )
         return self._key, self._cost
 
+    # A with block waits for its rate slot only: Limited holds no state between calls, so it has nowhere to
+    # keep one block's permits. The decorator holds them; a block that needs them takes
+    # ``limiter.concurrent(key, max_wait=...)``.
     def __enter__(self) -> Decision:
         key, cost = self._fixed()
         return self._limiter.throttle(key, self._path, cost=cost, timeout=self._timeout, group=self._group)
@@ -638,6 +678,9 @@ class Limiter(_CoreLimiter):
 
         A decorated coroutine function awaits its turn ([`athrottle`][ratekeeper.Limiter.athrottle]: the event loop goes
         on); any other function, and a ``with`` block, blocks its thread ([`throttle`][ratekeeper.Limiter.throttle]).
+        A decorated call also holds the group's concurrency permits while it runs (refused at once, with
+        ``RateLimited``, when none is free); an adaptive limit ([`Limit`][ratekeeper.Limit] ``adaptive=``) learns
+        from its latency, an exception being a drop. A ``with`` block waits for its rate slot only.
         Waiters on one key are served in arrival order. The decorated function keeps its signature for type checkers.
 
         Args:

@@ -153,6 +153,11 @@ pub enum Algorithm {
     SlidingLog(sliding_log::SlidingLog),
     LeakyBucket(leaky_bucket::LeakyBucket),
     Concurrency(concurrency::Concurrency),
+    /// Permits that move with latency (see `crate::adaptive`). Interned (see [`Limit::adaptive`]), so
+    /// that a `Limit` stays as small as the other algorithms make it. A group keeps its adaptive limits
+    /// apart from the limits its states follow (`Group::adaptive`): the arms for it below are never
+    /// taken by a decision, and do nothing.
+    Adaptive(&'static crate::adaptive::Settings),
 }
 
 /// The admission of one limit, to be written if every limit that must agree does.
@@ -212,6 +217,33 @@ impl Limit {
         })
     }
 
+    /// Permits that move between `settings.min_limit` and `settings.max_limit` with the latency of
+    /// the requests they admit. Settings are interned: each distinct one is kept for the process's life.
+    #[must_use]
+    pub fn adaptive(settings: crate::adaptive::Settings) -> Self {
+        Self {
+            rate: None,
+            burst: settings.max_limit,
+            burst_set: true,
+            algorithm: Algorithm::Adaptive(intern(settings)),
+            window_ns: None,
+        }
+    }
+
+    /// The settings of an adaptive limit.
+    #[must_use]
+    pub const fn adaptive_settings(&self) -> Option<&'static crate::adaptive::Settings> {
+        match self.algorithm {
+            Algorithm::Adaptive(settings) => Some(settings),
+            _ => None,
+        }
+    }
+
+    #[must_use]
+    pub const fn is_adaptive(&self) -> bool {
+        matches!(self.algorithm, Algorithm::Adaptive(_))
+    }
+
     #[must_use]
     pub const fn kind(&self) -> Kind {
         match self.algorithm {
@@ -220,7 +252,7 @@ impl Limit {
             Algorithm::SlidingWindow(_) => Kind::SlidingWindow,
             Algorithm::SlidingLog(_) => Kind::SlidingLog,
             Algorithm::LeakyBucket(_) => Kind::LeakyBucket,
-            Algorithm::Concurrency(_) => Kind::Concurrency,
+            Algorithm::Concurrency(_) | Algorithm::Adaptive(_) => Kind::Concurrency,
         }
     }
 
@@ -244,6 +276,7 @@ impl Limit {
             Algorithm::LeakyBucket(l) => Some(("leaky_bucket", l.params())),
             Algorithm::SlidingLog(s) => Some(("sliding_log", s.params())),
             Algorithm::Concurrency(c) => Some(("concurrency", c.params())),
+            Algorithm::Adaptive(_) => None,
         }
     }
 
@@ -267,6 +300,7 @@ impl Limit {
             Algorithm::SlidingLog(s) => s.evaluate(log, at, cost),
             Algorithm::LeakyBucket(l) => l.evaluate(state, at, cost).map(Admit::State),
             Algorithm::Concurrency(c) => c.acquire(state, cost).map(Admit::State),
+            Algorithm::Adaptive(_) => Ok(Admit::State(*state)),
         }
     }
 
@@ -281,6 +315,7 @@ impl Limit {
             Algorithm::SlidingLog(s) => s.refund(state, log, at, cost),
             Algorithm::LeakyBucket(l) => l.refund(state, now, cost),
             Algorithm::Concurrency(c) => c.release(state, cost),
+            Algorithm::Adaptive(_) => *state,
         }
     }
 
@@ -293,6 +328,7 @@ impl Limit {
             Algorithm::SlidingLog(s) => s.report(log, now),
             Algorithm::LeakyBucket(l) => l.report(state, now),
             Algorithm::Concurrency(c) => (c.available(state), 0),
+            Algorithm::Adaptive(_) => (u64::from(self.burst), 0),
         };
         let next_ns = match &self.algorithm {
             Algorithm::Gcra(g) => g.next_unit(state, now),
@@ -335,7 +371,7 @@ impl Limit {
             Algorithm::SlidingWindow(s) => s.horizon_ns(),
             Algorithm::SlidingLog(s) => s.horizon_ns(),
             Algorithm::LeakyBucket(l) => l.horizon_ns(),
-            Algorithm::Concurrency(_) => u64::MAX,
+            Algorithm::Concurrency(_) | Algorithm::Adaptive(_) => u64::MAX,
         }
     }
 
@@ -351,6 +387,7 @@ impl Limit {
             Algorithm::SlidingLog(s) => s.live(log, now),
             Algorithm::LeakyBucket(l) => l.used(state, now),
             Algorithm::Concurrency(_) => u64::from(state.a),
+            Algorithm::Adaptive(_) => 0,
         }
     }
 
@@ -373,6 +410,7 @@ impl Limit {
                 let in_use = used.min(u64::from(u32::MAX)) as u32;
                 State { t: if in_use == 0 { 0 } else { u64::MAX }, a: in_use, b: 0 }
             }
+            Algorithm::Adaptive(_) => State::default(),
         }
     }
 
@@ -442,7 +480,7 @@ impl Limit {
     #[must_use]
     pub fn charge(&self, state: &State, log: &mut Log, now: u64, units: u64) -> State {
         match &self.algorithm {
-            Algorithm::Concurrency(_) => *state,
+            Algorithm::Concurrency(_) | Algorithm::Adaptive(_) => *state,
             Algorithm::SlidingLog(sliding) => {
                 sliding.append(log, now, now, units);
                 sliding.state_of(log)
@@ -453,6 +491,19 @@ impl Limit {
             }
         }
     }
+}
+
+/// The one copy of `settings` for the process: a `Limit` is `Copy` and compared by value, and settings
+/// are few (one per distinct adaptive limit ever made), so each is kept for good.
+fn intern(settings: crate::adaptive::Settings) -> &'static crate::adaptive::Settings {
+    static INTERNED: parking_lot::Mutex<Vec<&'static crate::adaptive::Settings>> = parking_lot::Mutex::new(Vec::new());
+    let mut interned = INTERNED.lock();
+    if let Some(found) = interned.iter().find(|s| ***s == settings) {
+        return found;
+    }
+    let kept: &'static crate::adaptive::Settings = Box::leak(Box::new(settings));
+    interned.push(kept);
+    kept
 }
 
 fn checked_burst(burst: u64) -> Result<u32> {

@@ -25,6 +25,7 @@ use crate::rules::{GroupIds, Route, Rules};
 use crate::state_map::region::layout::SharedRegion;
 use crate::state_map::{StateMap, StatesIn};
 
+mod adaptive;
 mod decide;
 mod mutate;
 pub(crate) use mutate::no_fixed_window;
@@ -39,6 +40,7 @@ mod waits;
 
 pub use crate::rules::{OwnedTarget, Target};
 pub use crate::state_map::OnStall;
+pub use adaptive::{AdaptiveAdmission, AdaptiveStats, Taken};
 pub use decide::Resolution;
 pub use quotas::ProviderAnswer;
 pub use remote::{HeldKey, LimitMove, RemoteKey, Routed, Verdict};
@@ -199,6 +201,10 @@ pub struct Limiter {
     on_stall: OnStall,
     /// Decisions made so by this process.
     stalls: std::sync::atomic::AtomicU64,
+    /// The adaptive limits' gates (see `adaptive`).
+    gates: adaptive::Gates,
+    /// Whether rules with an adaptive limit were ever installed.
+    adaptive_seen: AtomicBool,
 }
 
 /// A check of one limit against what a store can hold.
@@ -240,7 +246,9 @@ impl Limiter {
         };
         let records = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let data = || ShardData::new(QuotaTable::new(Arc::clone(&records), max_keys, shards), &rules);
+        let gates = adaptive::Gates::new(&states, max_keys);
         let states = StateMap::new(max_keys, data, states)?;
+        let adaptive_seen = AtomicBool::new(rules.groups.iter().any(|g| !g.adaptive.is_empty()));
         Ok(Self {
             current: Mutex::new(Current { rules, ids }),
             reconfiguring: Mutex::new(()),
@@ -256,6 +264,8 @@ impl Limiter {
             limit_bound: std::sync::OnceLock::new(),
             on_stall,
             stalls: std::sync::atomic::AtomicU64::new(0),
+            gates,
+            adaptive_seen,
         })
     }
 

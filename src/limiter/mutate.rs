@@ -210,6 +210,9 @@ impl Limiter {
 
     /// Forgets the state (and quota record) of `peer` in every group, or of every peer.
     pub fn reset(&self, peer: Option<&str>) {
+        if peer.is_none() {
+            self.reset_adaptive();
+        }
         match peer {
             Some(peer) => {
                 let mut locked = self.lock_peer(peer);

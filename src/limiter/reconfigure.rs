@@ -45,6 +45,7 @@ impl Limiter {
                 Self::check_limits(&built, *bound)?;
             }
             built.moves = Self::moves_after(rules, &built, now);
+            self.note_adaptive(&built);
             *rules = Arc::new(built);
             Arc::clone(rules)
         };

@@ -593,8 +593,14 @@ impl PyLimiter {
         })
     }
 
-    /// Releases `cost` of the concurrency permits `_acquire` took (a request ended).
-    #[pyo3(signature = (peer, path=None, *, group=None, cost=Cost(1)), text_signature = "(self, peer, path=None, *, group=None, cost=1)")]
+    /// Releases `cost` of the concurrency permits `_acquire` took (a request ended). With `admitted_at`
+    /// (the admission's `Decision._admitted_at`), the group's adaptive limits learn from the request's
+    /// latency until now and its `outcome` ("ok", "dropped" or "timeout").
+    #[pyo3(
+        signature = (peer, path=None, *, group=None, cost=Cost(1), admitted_at=None, outcome="ok"),
+        text_signature = "(self, peer, path=None, *, group=None, cost=1, admitted_at=None, outcome='ok')"
+    )]
+    #[allow(clippy::too_many_arguments)]
     fn _release(
         &self,
         py: Python<'_>,
@@ -602,10 +608,15 @@ impl PyLimiter {
         path: Option<&Bound<'_, PyAny>>,
         group: Option<&Bound<'_, PyAny>>,
         cost: Cost,
+        admitted_at: Option<u64>,
+        outcome: &str,
     ) -> PyResult<()> {
         let (peer, target) = (args::peer(peer)?, target(path, group)?);
         let peer = &*peer;
-        match self.in_store(py, |store| store.release(peer, target, cost.0)) {
+        let outcome = crate::adaptive::Outcome::parse(outcome)?;
+        let sample = admitted_at
+            .map(|at| crate::adaptive::Sample { latency_ns: self.core().now_ns().saturating_sub(at), outcome });
+        match self.in_store(py, |store| store.release_sampled(peer, target, cost.0, sample)) {
             // Released to the group that took them (an admission's receipt), which a reload removed since:
             // its permits went with it, and nothing is left to give back.
             Err(_) if matches!(target, Target::Group(name) if self.core().rules().group_index(name).is_err()) => Ok(()),

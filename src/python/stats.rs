@@ -3,6 +3,7 @@
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use crate::limiter::AdaptiveStats;
 use crate::metrics::{LATENCY_BOUNDS_NS, WAIT_BOUNDS_NS};
 use crate::store::{StateStore, Store};
 
@@ -45,7 +46,12 @@ pub fn stats_dict<'py>(py: Python<'py>, store: &Store) -> PyResult<Bound<'py, Py
         entry.set_item("dropped", group.dropped)?;
         entry.set_item("abandoned", c.abandoned)?;
         entry.set_item("waits", histogram(py, &WAIT_BOUNDS_NS, &c.waits.counts, c.waits.sum_ns)?)?;
+        entry.set_item("adaptive", pyo3::types::PyList::empty(py))?;
         groups.set_item(&group.name, entry)?;
+    }
+    for gate in limiter.adaptive_stats() {
+        let Some(entry) = groups.get_item(&gate.group)? else { continue };
+        entry.get_item("adaptive")?.call_method1("append", (adaptive_dict(py, &gate)?,))?;
     }
     let out = PyDict::new(py);
     out.set_item("enabled", limiter.enabled())?;
@@ -72,6 +78,27 @@ pub fn stats_dict<'py>(py: Python<'py>, store: &Store) -> PyResult<Bound<'py, Py
         Some(summary) => Some(super::shared::summary_dict(py, &summary)?),
     };
     out.set_item("shared", shared)?;
+    Ok(out)
+}
+
+/// One adaptive limit's numbers: its permits now, requests in flight, the latency estimates (seconds;
+/// None before known) and what it has learned from.
+fn adaptive_dict<'py>(py: Python<'py>, gate: &AdaptiveStats) -> PyResult<Bound<'py, PyDict>> {
+    let out = PyDict::new(py);
+    let v = &gate.view;
+    let seconds = |ns: f64| (ns > 0.0).then_some(ns / 1e9);
+    out.set_item("controller", gate.controller)?;
+    out.set_item("per", gate.per.name())?;
+    out.set_item("limit", v.limit)?;
+    out.set_item("in_flight", v.in_flight)?;
+    out.set_item("baseline_latency", seconds(v.baseline_ns))?;
+    out.set_item("recent_latency", seconds(v.recent_ns))?;
+    out.set_item("probing", v.probing)?;
+    out.set_item("gates", gate.gates)?;
+    out.set_item("samples", v.samples)?;
+    out.set_item("drops", v.drops)?;
+    out.set_item("timeouts", v.timeouts)?;
+    out.set_item("probes", v.probes)?;
     Ok(out)
 }
 

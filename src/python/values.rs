@@ -110,15 +110,64 @@ pub fn limit_arg(rate: &Bound<'_, PyAny>, burst: Option<&Bound<'_, PyAny>>, algo
 #[pymethods]
 impl PyLimit {
     #[new]
-    #[pyo3(signature = (rate=None, *, burst=None, algorithm="gcra", concurrency=None))]
+    #[pyo3(signature = (
+        rate=None, *, burst=None, algorithm="gcra", concurrency=None, adaptive=None, min_limit=None,
+        max_limit=None, initial=None, per=None, window=None, tolerance=None, backoff=None, smoothing=None,
+        threshold=None, probe_interval=None, probe_samples=None, jitter=None
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn py_new(
         rate: Option<&Bound<'_, PyAny>>,
         burst: Option<&Bound<'_, PyAny>>,
         #[pyo3(from_py_with = field::algorithm)] algorithm: &str,
         concurrency: Option<&Bound<'_, PyAny>>,
+        adaptive: Option<&Bound<'_, PyAny>>,
+        min_limit: Option<&Bound<'_, PyAny>>,
+        max_limit: Option<&Bound<'_, PyAny>>,
+        initial: Option<&Bound<'_, PyAny>>,
+        per: Option<&Bound<'_, PyAny>>,
+        window: Option<&Bound<'_, PyAny>>,
+        tolerance: Option<&Bound<'_, PyAny>>,
+        backoff: Option<&Bound<'_, PyAny>>,
+        smoothing: Option<&Bound<'_, PyAny>>,
+        threshold: Option<&Bound<'_, PyAny>>,
+        probe_interval: Option<&Bound<'_, PyAny>>,
+        probe_samples: Option<&Bound<'_, PyAny>>,
+        jitter: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let rate = rate.filter(|r| !r.is_none());
         let concurrency = concurrency.filter(|c| !c.is_none());
+        let given = |o: Option<&Bound<'_, PyAny>>| o.is_some_and(|o| !o.is_none());
+        let settings = AdaptiveArgs {
+            min_limit,
+            max_limit,
+            initial,
+            per,
+            window,
+            tolerance,
+            backoff,
+            smoothing,
+            threshold,
+            probe_interval,
+            probe_samples,
+            jitter,
+        };
+        if let Some(adaptive) = adaptive.filter(|a| !a.is_none()) {
+            if let Some(other) =
+                [("rate", rate.is_some()), ("concurrency", concurrency.is_some()), ("burst", given(burst))]
+                    .into_iter()
+                    .find_map(|(name, set)| set.then_some(name))
+            {
+                return Err(Error::value(other, "an adaptive limit takes no rate, concurrency or burst").into());
+            }
+            let controller = crate::adaptive::Controller::parse(&str_arg("adaptive", adaptive)?)?;
+            return Ok(Self { inner: Limit::adaptive(settings.settings(controller)?) });
+        }
+        if let Some(name) = settings.first_given() {
+            return Err(
+                Error::value(name, "is a setting of an adaptive limit: give adaptive='gradient' or 'aimd'").into()
+            );
+        }
         let inner = match (rate, concurrency) {
             (Some(rate), None) => limit_arg(rate, burst, algorithm)?,
             (None, Some(permits)) => {
@@ -157,7 +206,27 @@ impl PyLimit {
 
     #[getter]
     fn window(&self) -> Option<f64> {
-        self.inner.window_ns().map(secs)
+        match self.inner.adaptive_settings() {
+            Some(s) => Some(secs(s.window_ns)),
+            None => self.inner.window_ns().map(secs),
+        }
+    }
+
+    /// The controller of an adaptive limit ("gradient" or "aimd"); None for any other limit.
+    #[getter]
+    fn adaptive(&self) -> Option<&'static str> {
+        self.inner.adaptive_settings().map(|s| s.controller.name())
+    }
+
+    /// An adaptive limit's settings by name (None for any other limit): what `repr` and config read.
+    #[getter]
+    fn adaptive_settings<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, pyo3::types::PyDict>>> {
+        let Some(s) = self.inner.adaptive_settings() else { return Ok(None) };
+        let out = pyo3::types::PyDict::new(py);
+        for (name, value) in adaptive_fields(s) {
+            out.set_item(name, value.into_pyobject(py)?)?;
+        }
+        Ok(Some(out))
     }
 
     fn __repr__(&self) -> String {
@@ -165,7 +234,170 @@ impl PyLimit {
     }
 }
 
+/// A value of an adaptive limit's setting, as Python reads it.
+#[derive(Clone, Copy, PartialEq)]
+enum SettingValue {
+    Int(u32),
+    Float(f64),
+    Text(&'static str),
+    Nothing,
+}
+
+impl<'py> IntoPyObject<'py> for SettingValue {
+    type Target = PyAny;
+    type Output = Bound<'py, PyAny>;
+    type Error = std::convert::Infallible;
+
+    fn into_pyobject(self, py: Python<'py>) -> Result<Self::Output, Self::Error> {
+        Ok(match self {
+            Self::Int(n) => n.into_pyobject(py)?.into_any(),
+            Self::Float(x) => x.into_pyobject(py)?.into_any(),
+            Self::Text(t) => PyString::new(py, t).into_any(),
+            Self::Nothing => py.None().into_bound(py),
+        })
+    }
+}
+
+impl std::fmt::Display for SettingValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Int(n) => write!(f, "{n}"),
+            Self::Float(x) => write!(f, "{x:?}"),
+            Self::Text(t) => write!(f, "'{t}'"),
+            Self::Nothing => write!(f, "None"),
+        }
+    }
+}
+
+/// An adaptive limit's settings by their keyword, in the constructor's order.
+fn adaptive_fields(s: &crate::adaptive::Settings) -> [(&'static str, SettingValue); 12] {
+    use SettingValue::{Float, Int, Nothing, Text};
+    [
+        ("min_limit", Int(s.min_limit)),
+        ("max_limit", Int(s.max_limit)),
+        ("initial", Int(s.initial)),
+        ("per", Text(s.per.name())),
+        ("window", Float(secs(s.window_ns))),
+        ("tolerance", Float(s.tolerance)),
+        ("backoff", Float(s.backoff)),
+        ("smoothing", Float(s.smoothing)),
+        ("threshold", if s.threshold_ns == 0 { Nothing } else { Float(secs(s.threshold_ns)) }),
+        ("probe_interval", Float(secs(s.probe_interval_ns))),
+        ("probe_samples", Int(s.probe_samples)),
+        ("jitter", Float(s.jitter)),
+    ]
+}
+
+/// The adaptive settings a `Limit(...)` was given (each may be absent or None: its default).
+struct AdaptiveArgs<'a, 'py> {
+    min_limit: Option<&'a Bound<'py, PyAny>>,
+    max_limit: Option<&'a Bound<'py, PyAny>>,
+    initial: Option<&'a Bound<'py, PyAny>>,
+    per: Option<&'a Bound<'py, PyAny>>,
+    window: Option<&'a Bound<'py, PyAny>>,
+    tolerance: Option<&'a Bound<'py, PyAny>>,
+    backoff: Option<&'a Bound<'py, PyAny>>,
+    smoothing: Option<&'a Bound<'py, PyAny>>,
+    threshold: Option<&'a Bound<'py, PyAny>>,
+    probe_interval: Option<&'a Bound<'py, PyAny>>,
+    probe_samples: Option<&'a Bound<'py, PyAny>>,
+    jitter: Option<&'a Bound<'py, PyAny>>,
+}
+
+impl AdaptiveArgs<'_, '_> {
+    fn all(&self) -> [(&'static str, Option<&Bound<'_, PyAny>>); 12] {
+        [
+            ("min_limit", self.min_limit),
+            ("max_limit", self.max_limit),
+            ("initial", self.initial),
+            ("per", self.per),
+            ("window", self.window),
+            ("tolerance", self.tolerance),
+            ("backoff", self.backoff),
+            ("smoothing", self.smoothing),
+            ("threshold", self.threshold),
+            ("probe_interval", self.probe_interval),
+            ("probe_samples", self.probe_samples),
+            ("jitter", self.jitter),
+        ]
+    }
+
+    fn first_given(&self) -> Option<&'static str> {
+        self.all().into_iter().find_map(|(name, o)| o.is_some_and(|o| !o.is_none()).then_some(name))
+    }
+
+    fn settings(&self, controller: crate::adaptive::Controller) -> Result<crate::adaptive::Settings, Error> {
+        fn given<'py>(o: Option<&Bound<'py, PyAny>>) -> Option<Bound<'py, PyAny>> {
+            o.filter(|o| !o.is_none()).cloned()
+        }
+        let mut s = crate::adaptive::Settings::new(controller);
+        let count = |name: &str, o: &Bound<'_, PyAny>| -> Result<u32, Error> {
+            let n = super::args::int_at_least(name, o, 0)?;
+            u32::try_from(n).map_err(|_| Error::value(name, format!("must be at most {}, got {n}", u32::MAX)))
+        };
+        let number = |name: &str, o: &Bound<'_, PyAny>| -> Result<f64, Error> {
+            if o.is_instance_of::<pyo3::types::PyBool>() {
+                return Err(Error::type_error(name, "must be a number, got bool"));
+            }
+            o.extract::<f64>().map_err(|_| Error::type_error(name, format!("must be a number, got {}", type_name(o))))
+        };
+        let duration = |name: &str, o: &Bound<'_, PyAny>| -> Result<u64, Error> {
+            positive_seconds(name, super::args::seconds(name, o)?)
+        };
+        if let Some(o) = given(self.min_limit) {
+            s.min_limit = count("min_limit", &o)?;
+        }
+        if let Some(o) = given(self.max_limit) {
+            s.max_limit = count("max_limit", &o)?;
+        }
+        let initial_given = given(self.initial).is_some();
+        if let Some(o) = given(self.initial) {
+            s.initial = count("initial", &o)?;
+        }
+        if let Some(o) = given(self.per) {
+            s.per = crate::adaptive::Per::parse(&str_arg("per", &o)?)?;
+        }
+        if let Some(o) = given(self.window) {
+            s.window_ns = duration("window", &o)?;
+        }
+        if let Some(o) = given(self.tolerance) {
+            s.tolerance = number("tolerance", &o)?;
+        }
+        if let Some(o) = given(self.backoff) {
+            s.backoff = number("backoff", &o)?;
+        }
+        if let Some(o) = given(self.smoothing) {
+            s.smoothing = number("smoothing", &o)?;
+        }
+        if let Some(o) = given(self.threshold) {
+            s.threshold_ns = duration("threshold", &o)?;
+        }
+        if let Some(o) = given(self.probe_interval) {
+            s.probe_interval_ns = duration("probe_interval", &o)?;
+        }
+        if let Some(o) = given(self.probe_samples) {
+            s.probe_samples = count("probe_samples", &o)?;
+        }
+        if let Some(o) = given(self.jitter) {
+            s.jitter = number("jitter", &o)?;
+        }
+        s.checked(initial_given)
+    }
+}
+
 fn limit_repr(limit: &Limit) -> String {
+    if let Some(settings) = limit.adaptive_settings() {
+        // Only what differs from the controller's defaults, as a constructor call would give it.
+        let defaults =
+            adaptive_fields(&crate::adaptive::Settings::new(settings.controller).checked(false).unwrap_or(*settings));
+        let changed: Vec<String> = adaptive_fields(settings)
+            .into_iter()
+            .zip(defaults)
+            .filter(|((_, value), (_, default))| value != default)
+            .map(|((name, value), _)| format!(", {name}={value}"))
+            .collect();
+        return format!("Limit(adaptive='{}'{})", settings.controller.name(), changed.concat());
+    }
     match limit.rate {
         None => format!("Limit(concurrency={})", limit.burst),
         Some(rate) => format!("Limit('{rate}', burst={}, algorithm='{}')", limit.burst, limit.kind().name()),
@@ -436,6 +668,9 @@ pub struct PyDecision {
     /// The key the core read for a web request (`_admit_scope`), for the receipt of a refusal or of
     /// permits held: the adapter then need not read it again. `None` otherwise.
     pub(super) peer: Option<Py<PyString>>,
+    /// The limiter's clock reading (ns) the decision was made at (an adaptive limit's permits: when
+    /// they were taken), which a release measures the request's latency from.
+    at: u64,
 }
 
 const ALLOWED: u64 = 1;
@@ -467,6 +702,7 @@ impl PyDecision {
             window: report.window_ns.map_or(f64::NAN, secs),
             next_after: secs(report.next_ns),
             peer: None,
+            at: d.now,
         }
     }
 
@@ -487,6 +723,12 @@ impl PyDecision {
 
 #[pymethods]
 impl PyDecision {
+    /// The limiter's clock reading (ns) of the admission, for `Limiter._release(admitted_at=...)`.
+    #[getter]
+    const fn _admitted_at(&self) -> u64 {
+        self.at
+    }
+
     /// The key a web request was decided for, when the core read it (see `PyDecision::peer`).
     #[getter]
     fn _peer(&self, py: Python<'_>) -> Option<Py<PyString>> {

@@ -20,10 +20,11 @@ pub use leased::Leased;
 pub use local::Local;
 pub use synced::{SyncReport, Synced};
 
+use crate::adaptive::Sample;
 use crate::backend::health::HealthReport;
 use crate::backend::Spec;
 use crate::error::{Error, Result};
-use crate::limiter::{Decision, Limiter, Receipt, RemoteKey, Request, Target};
+use crate::limiter::{AdaptiveAdmission, Decision, Limiter, Receipt, RemoteKey, Request, Target};
 use crate::rate::Rate;
 
 /// A store's decision, and what its caller should log once (an outage of a remote store began or
@@ -222,10 +223,35 @@ impl Store {
         }
     }
 
+    /// Releases `cost` permits of a request that ended, its adaptive limits learning from `sample`.
+    /// The adaptive gates are this process's whatever the store (see `limiter::adaptive`).
+    ///
+    /// # Errors
+    /// As [`StateStore::release`].
+    pub fn release_sampled(&self, peer: &str, target: Target<'_>, cost: u64, sample: Option<Sample>) -> Result<()> {
+        self.limiter().release_adaptive(peer, target, cost, sample)?;
+        self.release(peer, target, cost)
+    }
+
     /// Whether `spec` needs the core to track each key's admitted usage (sync mode pushes it).
     #[must_use]
     pub fn tracks_usage(spec: Option<&Spec>) -> bool {
         spec.is_some_and(|s| s.sync_interval.is_some())
+    }
+}
+
+/// A store's `answer` for a request whose adaptive permits were `taken`: kept if admitted, given back
+/// if refused or failed.
+fn settled(limiter: &Limiter, taken: &crate::limiter::Taken, answer: Result<Answer>) -> Result<Answer> {
+    match answer {
+        Ok(mut answer) => {
+            limiter.settle_adaptive(taken, &mut answer.decision);
+            Ok(answer)
+        }
+        Err(error) => {
+            limiter.cancel_adaptive(taken);
+            Err(error)
+        }
     }
 }
 
@@ -244,9 +270,18 @@ impl StateStore for Store {
         each_store!(self, s => s.replays_moves())
     }
 
+    // Every decision that takes permits passes its group's adaptive limits first (see
+    // `limiter::adaptive`); `decide_here` is asked for rate limits only (`allow` and `check`).
     #[inline]
     fn decide(&self, peer: &str, target: Target<'_>, request: Request) -> Result<Answer> {
-        each_store!(self, s => s.decide(peer, target, request))
+        match self.limiter().admit_adaptive(peer, target, request)? {
+            AdaptiveAdmission::None => each_store!(self, s => s.decide(peer, target, request)),
+            AdaptiveAdmission::Refused(decision) => Ok(decision.into()),
+            AdaptiveAdmission::Taken(taken) => {
+                let answer = each_store!(self, s => s.decide(peer, target, request));
+                settled(self.limiter(), &taken, answer)
+            }
+        }
     }
 
     #[inline]
@@ -255,11 +290,36 @@ impl StateStore for Store {
     }
 
     fn decide_at_once(&self, peer: &str, target: Target<'_>, request: Request) -> Option<Result<Answer>> {
-        each_store!(self, s => s.decide_at_once(peer, target, request))
+        let taken = match self.limiter().admit_adaptive(peer, target, request) {
+            Err(error) => return Some(Err(error)),
+            Ok(AdaptiveAdmission::None) => return each_store!(self, s => s.decide_at_once(peer, target, request)),
+            Ok(AdaptiveAdmission::Refused(decision)) => return Some(Ok(decision.into())),
+            Ok(AdaptiveAdmission::Taken(taken)) => taken,
+        };
+        let answer = each_store!(self, s => s.decide_at_once(peer, target, request));
+        if answer.is_none() {
+            // The store must wait on I/O: `decide` takes the permits again.
+            self.limiter().cancel_adaptive(&taken);
+        }
+        answer.map(|answer| settled(self.limiter(), &taken, answer))
     }
 
     fn decide_later(&self, peer: &str, target: Target<'_>, request: Request, done: Later) -> Result<Option<Answer>> {
-        each_store!(self, s => s.decide_later(peer, target, request, done))
+        let taken = match self.limiter().admit_adaptive(peer, target, request)? {
+            AdaptiveAdmission::None => return each_store!(self, s => s.decide_later(peer, target, request, done)),
+            AdaptiveAdmission::Refused(decision) => return Ok(Some(decision.into())),
+            AdaptiveAdmission::Taken(taken) => std::sync::Arc::new(taken),
+        };
+        let (limiter, later) = (std::sync::Arc::clone(self.limiter()), std::sync::Arc::clone(&taken));
+        let done: Later = Box::new(move |answer| done(settled(&limiter, &later, answer)));
+        match each_store!(self, s => s.decide_later(peer, target, request, done)) {
+            Ok(Some(answer)) => settled(self.limiter(), &taken, Ok(answer)).map(Some),
+            Ok(None) => Ok(None),
+            Err(error) => {
+                self.limiter().cancel_adaptive(&taken);
+                Err(error)
+            }
+        }
     }
 
     fn reduce(&self, peer: &str, target: Target<'_>, n: u64) -> Result<bool> {

@@ -225,6 +225,7 @@ def test_stats_reports_configuration_and_counters(clock: rk.ManualClock) -> None
                 "dropped": 0,
                 "abandoned": 0,
                 "waits": no_waits,
+                "adaptive": [],
             },
             "default": {
                 "limits": [{"rate": "3/min", "burst": 3, "algorithm": "gcra"}],
@@ -243,6 +244,7 @@ def test_stats_reports_configuration_and_counters(clock: rk.ManualClock) -> None
                 "dropped": 0,
                 "abandoned": 0,
                 "waits": no_waits,
+                "adaptive": [],
             },
         },
         "shared": None,

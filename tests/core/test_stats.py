@@ -47,6 +47,7 @@ GROUP_KEYS = {
     "abandoned",
     "waits",
     "quota_unknown",
+    "adaptive",
 }
 
 
@@ -66,7 +67,7 @@ def test_stats_has_the_documented_keys(clock: rk.ManualClock) -> None:
     assert all(
         stats["groups"][name][counter] == 0
         for name in ("api", "login")
-        for counter in GROUP_KEYS - {"limits", "policy", "waits"}
+        for counter in GROUP_KEYS - {"limits", "policy", "waits", "adaptive"}
     )
     assert all(stats["groups"][name]["waits"]["count"] == 0 for name in ("api", "login"))
 

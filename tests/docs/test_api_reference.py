@@ -104,6 +104,7 @@ NOT_CALLED = {
     "ratekeeper.Stats",
     "ratekeeper.GroupStats",
     "ratekeeper.LimitStats",
+    "ratekeeper.AdaptiveStats",
     "ratekeeper.Histogram",
     "ratekeeper.SharedStats",
     "ratekeeper.httpx.HostStats",

@@ -25,7 +25,7 @@ use super::table::{
 };
 
 /// Bumped whenever anything in the region is laid out differently.
-pub const LAYOUT: u32 = 5;
+pub const LAYOUT: u32 = 6;
 /// Group names a region holds at once, as memory does: a name no running process uses is freed.
 pub const MAX_GROUPS: usize = crate::state_map::MAX_GROUP_NAMES;
 /// Peers refused most, kept per shard.
@@ -175,7 +175,8 @@ impl Shape {
             ("group records", Self::groups_offset(), Self::defs_offset()),
             ("limit definitions", Self::defs_offset(), Self::leases_offset()),
             ("overflow leases", Self::leases_offset(), Self::journal_offset()),
-            ("journal", Self::journal_offset(), heads),
+            ("journal", Self::journal_offset(), self.gates_offset()),
+            ("adaptive gates", self.gates_offset(), heads),
             ("shard heads", heads, heads + self.heads_bytes()),
             ("shard counts", heads + self.heads_bytes(), self.firsts_offset()),
             ("first blocks", self.firsts_offset(), self.firsts_offset() + self.firsts_bytes()),
@@ -218,12 +219,17 @@ impl Shape {
         )
     }
 
-    const fn shards_offset(&self) -> usize {
+    /// The adaptive limits' gates (see `GatesHead`): their head, then `REGION_GATES` slots.
+    const fn gates_offset(&self) -> usize {
         round64(
             Self::journal_offset()
                 + std::mem::size_of::<JournalHead>()
                 + self.capacity * std::mem::size_of::<RegionSlot>(),
         )
+    }
+
+    const fn shards_offset(&self) -> usize {
+        round64(self.gates_offset() + std::mem::size_of::<GatesHead>() + REGION_GATES * std::mem::size_of::<GateSlot>())
     }
 
     fn size(&self) -> Option<usize> {
@@ -234,6 +240,108 @@ impl Shape {
             .checked_add(self.firsts_bytes())?;
         let pool = std::mem::size_of::<PoolHead>() + self.chunk_count as usize * std::mem::size_of::<Chunk>();
         self.shard_bytes().checked_mul(self.shards)?.checked_add(heads)?.checked_add(pool)
+    }
+}
+
+/// Adaptive gates a region holds: every process of the machine decides an adaptive limit on one gate.
+/// A gate past them (per-key limits of many keys) is kept in the process's memory instead.
+pub const REGION_GATES: usize = 128;
+
+/// The region's adaptive gates (see `crate::adaptive`), under one lock: a gate is touched twice a
+/// request that holds its permits, well below a shard's rate, and is never held across other locks.
+#[repr(C, align(64))]
+struct GatesHead {
+    lock: SharedMutex,
+    /// Slots in use, from the first.
+    len: u64,
+}
+
+/// One adaptive gate in the region, and the permits each process slot holds of it, so that those of a
+/// process that ended are given back.
+#[repr(C)]
+struct GateSlot {
+    /// The gate's key (0: free).
+    key: u64,
+    gate: crate::adaptive::Gate,
+    held: [u32; MAX_PROCESSES],
+}
+
+impl SharedRegion {
+    fn gates_head(&self) -> *mut GatesHead {
+        // SAFETY: within the region (see `Shape::size`), aligned to 64 bytes.
+        unsafe { self.region.contents().add(self.shape.gates_offset()).cast::<GatesHead>() }
+    }
+
+    /// Runs `f` on the gate `key` of owner `owner` (made from `settings` at `now` if new), under the
+    /// gates' lock, with the permits this process holds of it; `None` when the region holds no more gates.
+    /// Permits of processes that ended are given back first when `reclaim`.
+    pub fn with_gate<T>(
+        &self,
+        (key, owner): (u64, u64),
+        settings: &crate::adaptive::Settings,
+        now: u64,
+        reclaim: bool,
+        f: impl FnOnce(&mut crate::adaptive::Gate, &mut u32) -> T,
+    ) -> Option<T> {
+        let key = key.max(1);
+        let slot = self.my_slot();
+        let head = self.gates_head();
+        // SAFETY: initialised by the region's creator (or made anew by `lock_whole`).
+        let _held = unsafe { SharedMutex::at(&raw mut (*head).lock) }.lock_whole();
+        // SAFETY: under the gates' lock; the slots follow the head, `REGION_GATES` of them.
+        let slots = unsafe { std::slice::from_raw_parts_mut(head.add(1).cast::<GateSlot>(), REGION_GATES) };
+        let len = unsafe { &mut (*head).len };
+        // Corrupt bytes make a bad length: bounded, so that nothing reads past the slots.
+        let used = usize::try_from(*len).unwrap_or(REGION_GATES).min(REGION_GATES);
+        let index = match slots[..used].iter().position(|s| s.key == key) {
+            Some(index) => index,
+            None if used < REGION_GATES => {
+                let fresh = &mut slots[used];
+                fresh.key = key;
+                fresh.gate = crate::adaptive::Gate::fresh(settings, key, now);
+                fresh.gate.owner = owner;
+                fresh.held = [0; MAX_PROCESSES];
+                *len = used as u64 + 1;
+                used
+            }
+            None => return None,
+        };
+        let entry = &mut slots[index];
+        if entry.gate.is_fresh_slot() {
+            // Zeroed or corrupt: set up again rather than decide on nonsense.
+            entry.gate = crate::adaptive::Gate::fresh(settings, key, now);
+            entry.gate.owner = owner;
+            entry.held = [0; MAX_PROCESSES];
+        }
+        if reclaim {
+            for other in 0..MAX_PROCESSES {
+                if other != slot && entry.held[other] > 0 && !self.slot_alive(other) {
+                    entry.gate.cancel(u64::from(entry.held[other]));
+                    entry.held[other] = 0;
+                }
+            }
+        }
+        entry.gate.rebound(settings);
+        Some(f(&mut entry.gate, &mut entry.held[slot]))
+    }
+
+    /// The views of every gate of `owner` in the region, for `stats()`.
+    #[must_use]
+    pub fn gate_views(&self, owner: u64, settings: &crate::adaptive::Settings) -> Vec<crate::adaptive::GateView> {
+        let head = self.gates_head();
+        // SAFETY: as in `with_gate`.
+        let _held = unsafe { SharedMutex::at(&raw mut (*head).lock) }.lock_whole();
+        let slots = unsafe { std::slice::from_raw_parts(head.add(1).cast::<GateSlot>(), REGION_GATES) };
+        let used = usize::try_from(unsafe { (*head).len }).unwrap_or(REGION_GATES).min(REGION_GATES);
+        slots[..used].iter().filter(|s| s.gate.owner == owner).map(|s| s.gate.view(settings)).collect()
+    }
+
+    /// Forgets every gate (a `reset()`).
+    pub fn clear_gates(&self) {
+        let head = self.gates_head();
+        // SAFETY: as in `with_gate`.
+        let _held = unsafe { SharedMutex::at(&raw mut (*head).lock) }.lock_whole();
+        unsafe { (*head).len = 0 };
     }
 }
 
@@ -428,6 +536,7 @@ impl SharedRegion {
             (*defs).next = AtomicU32::new(1);
             SharedMutex::init(&raw mut (*base.add(Shape::journal_offset()).cast::<JournalHead>()).lock)?;
             SharedMutex::init(&raw mut (*base.add(Shape::leases_offset()).cast::<LeaseOverflow>()).lock)?;
+            SharedMutex::init(&raw mut (*base.add(shape.gates_offset()).cast::<GatesHead>()).lock)?;
             for shard in 0..shape.shards {
                 SharedMutex::init(&raw mut (*Self::place_in(base, shape, shard).head).lock)?;
             }

@@ -1,0 +1,99 @@
+//! Where a limiter's adaptive gates live in its process: striped maps from a gate's key to its state.
+//! A gate's lock is a leaf: nothing else is locked while it is held.
+
+use std::collections::HashMap;
+
+use parking_lot::Mutex;
+
+use super::{Gate, GateView, Sample, Settings};
+
+const STRIPES: usize = 16;
+
+/// The gates of one limiter, at most `capacity` of them: past it an idle gate (nothing in flight), the
+/// least recently used of its stripe, makes room; a stripe whose gates are all busy refuses a new one.
+#[derive(Debug)]
+pub struct HeapGates {
+    stripes: Vec<Mutex<HashMap<u64, Gate, ahash::RandomState>>>,
+    per_stripe: usize,
+}
+
+impl HeapGates {
+    #[must_use]
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            stripes: (0..STRIPES).map(|_| Mutex::new(HashMap::default())).collect(),
+            per_stripe: capacity.div_ceil(STRIPES).max(1),
+        }
+    }
+
+    fn stripe(&self, key: u64) -> &Mutex<HashMap<u64, Gate, ahash::RandomState>> {
+        #[allow(clippy::cast_possible_truncation)] // a stripe index
+        let index = (key.rotate_left(17) as usize) % STRIPES;
+        &self.stripes[index]
+    }
+
+    /// Runs `f` on the gate of `key` (set up from `settings` and `key` at `now` if new); `None` when it
+    /// is new and its stripe is full of busy gates.
+    pub fn with<T>(
+        &self,
+        (key, owner): (u64, u64),
+        settings: &Settings,
+        now: u64,
+        f: impl FnOnce(&mut Gate) -> T,
+    ) -> Option<T> {
+        let mut gates = self.stripe(key).lock();
+        if !gates.contains_key(&key) && gates.len() >= self.per_stripe {
+            let idle =
+                gates.iter().filter(|(_, g)| g.in_flight() == 0).min_by_key(|(_, g)| g.last_used).map(|(&k, _)| k);
+            gates.remove(&idle?);
+        }
+        let gate = gates.entry(key).or_insert_with(|| {
+            let mut fresh = Gate::fresh(settings, key, now);
+            fresh.owner = owner;
+            fresh
+        });
+        gate.rebound(settings);
+        Some(f(gate))
+    }
+
+    /// Runs `f` on the gate of `key` if there is one.
+    pub fn existing<T>(&self, key: u64, f: impl FnOnce(&mut Gate) -> T) -> Option<T> {
+        self.stripe(key).lock().get_mut(&key).map(f)
+    }
+
+    /// Takes `cost` permits of the gate `key`.
+    #[must_use]
+    pub fn admit(&self, key: (u64, u64), settings: &Settings, cost: u64, now: u64) -> bool {
+        self.with(key, settings, now, |gate| gate.admit(settings, cost, now)).unwrap_or(false)
+    }
+
+    pub fn cancel(&self, key: u64, cost: u64) {
+        self.existing(key, |gate| gate.cancel(cost));
+    }
+
+    pub fn release(&self, key: u64, settings: &Settings, cost: u64, sample: Option<Sample>, now: u64) {
+        self.existing(key, |gate| gate.release(settings, cost, sample, now));
+    }
+
+    #[must_use]
+    pub fn view(&self, key: u64, settings: &Settings) -> Option<GateView> {
+        self.existing(key, |gate| gate.view(settings))
+    }
+
+    /// The views of every gate of `owner` (see `Gate::owner`), for `stats()`.
+    #[must_use]
+    pub fn views_of(&self, owner: u64, settings: &Settings) -> Vec<GateView> {
+        let mut views = Vec::new();
+        for stripe in &self.stripes {
+            views.extend(stripe.lock().values().filter(|g| g.owner == owner).map(|g| g.view(settings)));
+        }
+        views
+    }
+
+    /// Forgets every gate (a `reset()`): what they learned starts over; permits in flight are forgotten.
+    pub fn clear(&self) {
+        for stripe in &self.stripes {
+            stripe.lock().clear();
+        }
+    }
+}
