@@ -185,6 +185,14 @@ impl Limiter {
         self.adaptive_seen.load(Ordering::Relaxed)
     }
 
+    /// Whether `request` may pass adaptive limits here (the cheap test before `admit_adaptive`, kept
+    /// inline so that `allow` and `check`, which take rate limits only, pay no call for it).
+    #[inline]
+    #[must_use]
+    pub fn adaptive_may_apply(&self, request: Request) -> bool {
+        request.take != Take::Rates && self.has_adaptive()
+    }
+
     pub(super) fn note_adaptive(&self, rules: &crate::rules::Rules) {
         if rules.groups.iter().any(|g| !g.adaptive.is_empty()) {
             self.adaptive_seen.store(true, Ordering::Relaxed);

@@ -274,6 +274,9 @@ impl StateStore for Store {
     // `limiter::adaptive`); `decide_here` is asked for rate limits only (`allow` and `check`).
     #[inline]
     fn decide(&self, peer: &str, target: Target<'_>, request: Request) -> Result<Answer> {
+        if !self.limiter().adaptive_may_apply(request) {
+            return each_store!(self, s => s.decide(peer, target, request));
+        }
         match self.limiter().admit_adaptive(peer, target, request)? {
             AdaptiveAdmission::None => each_store!(self, s => s.decide(peer, target, request)),
             AdaptiveAdmission::Refused(decision) => Ok(decision.into()),
@@ -290,6 +293,9 @@ impl StateStore for Store {
     }
 
     fn decide_at_once(&self, peer: &str, target: Target<'_>, request: Request) -> Option<Result<Answer>> {
+        if !self.limiter().adaptive_may_apply(request) {
+            return each_store!(self, s => s.decide_at_once(peer, target, request));
+        }
         let taken = match self.limiter().admit_adaptive(peer, target, request) {
             Err(error) => return Some(Err(error)),
             Ok(AdaptiveAdmission::None) => return each_store!(self, s => s.decide_at_once(peer, target, request)),
@@ -305,6 +311,9 @@ impl StateStore for Store {
     }
 
     fn decide_later(&self, peer: &str, target: Target<'_>, request: Request, done: Later) -> Result<Option<Answer>> {
+        if !self.limiter().adaptive_may_apply(request) {
+            return each_store!(self, s => s.decide_later(peer, target, request, done));
+        }
         let taken = match self.limiter().admit_adaptive(peer, target, request)? {
             AdaptiveAdmission::None => return each_store!(self, s => s.decide_later(peer, target, request, done)),
             AdaptiveAdmission::Refused(decision) => return Ok(Some(decision.into())),
