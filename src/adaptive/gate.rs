@@ -278,15 +278,13 @@ impl Gate {
         }
     }
 
-    /// `span` varied by up to ± `jitter` of it, from the gate's RNG (splitmix64).
+    /// `span` varied by up to ± `jitter` of it, from the gate's RNG (fastrand's, its state kept in the gate:
+    /// fixed-size, so that it can live in a shared region).
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
     fn jittered(&mut self, span: u64, jitter: f64) -> u64 {
-        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        let unit = (z >> 11) as f64 / (1u64 << 53) as f64; // [0, 1)
+        let mut rng = fastrand::Rng::with_seed(self.rng);
+        let unit = rng.f64(); // [0, 1)
+        self.rng = rng.get_seed();
         let factor = 1.0 + jitter * (2.0 * unit - 1.0);
         (span as f64 * factor).max(1.0) as u64
     }

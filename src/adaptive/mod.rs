@@ -66,19 +66,17 @@ pub struct Sample {
     pub outcome: Outcome,
 }
 
-/// A name's hash that is the same in every process and every run (FNV-1a): what seeds a gate's RNG, so
-/// that a run on a manual clock is reproducible, unlike the limiter's keyed hashes.
+/// A name's hash that is the same in every process, run and build (FNV-1a, the `fnv` crate's): what seeds
+/// a gate's RNG, so that a run on a manual clock is reproducible, and names a gate in a shared region,
+/// which processes of two releases may share in a rolling deploy (unlike the limiter's keyed hashes).
 #[must_use]
 pub fn stable_hash(parts: &[&[u8]]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    use std::hash::Hasher;
+    let mut hasher = fnv::FnvHasher::default();
     for part in parts {
-        for &byte in *part {
-            hash ^= u64::from(byte);
-            hash = hash.wrapping_mul(0x0100_0000_01b3);
-        }
+        hasher.write(part);
         // A separator, so that ("ab", "c") and ("a", "bc") differ.
-        hash ^= 0xff;
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
+        hasher.write_u8(0xff);
     }
-    hash
+    hasher.finish()
 }
