@@ -15,14 +15,19 @@ const STRIPES: usize = 16;
 pub struct HeapGates {
     stripes: Vec<Mutex<HashMap<u64, Gate, ahash::RandomState>>>,
     per_stripe: usize,
+    /// Mixed into each gate's seed: this process's own on a real clock, so that the gates of a group in
+    /// several worker processes do not probe in step (their limits pinned low at once); 0 on a manual
+    /// clock, so that a run repeats.
+    salt: u64,
 }
 
 impl HeapGates {
     #[must_use]
-    pub fn new(capacity: usize) -> Self {
+    pub fn new(capacity: usize, salt: u64) -> Self {
         Self {
             stripes: (0..STRIPES).map(|_| Mutex::new(HashMap::default())).collect(),
             per_stripe: capacity.div_ceil(STRIPES).max(1),
+            salt,
         }
     }
 
@@ -48,7 +53,7 @@ impl HeapGates {
             gates.remove(&idle?);
         }
         let gate = gates.entry(key).or_insert_with(|| {
-            let mut fresh = Gate::fresh(settings, key, now);
+            let mut fresh = Gate::fresh(settings, key ^ self.salt, now);
             fresh.owner = owner;
             fresh
         });

@@ -27,10 +27,12 @@ pub(crate) enum Gates {
 }
 
 impl Gates {
-    pub(crate) fn new(states: &StatesIn, capacity: usize) -> Self {
+    /// `salt`: mixed into the seeds of this process's gates (see `HeapGates`); a region's gates are
+    /// seeded by their names alone (one gate for the machine).
+    pub(crate) fn new(states: &StatesIn, capacity: usize, salt: u64) -> Self {
         match states {
-            StatesIn::Heap => Self::Heap(HeapGates::new(capacity)),
-            StatesIn::Region(region, _) => Self::Region(Arc::clone(region), HeapGates::new(capacity)),
+            StatesIn::Heap => Self::Heap(HeapGates::new(capacity, salt)),
+            StatesIn::Region(region, _) => Self::Region(Arc::clone(region), HeapGates::new(capacity, salt)),
         }
     }
 

@@ -246,7 +246,9 @@ impl Limiter {
         };
         let records = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let data = || ShardData::new(QuotaTable::new(Arc::clone(&records), max_keys, shards), &rules);
-        let gates = adaptive::Gates::new(&states, max_keys);
+        // On a real clock each process's adaptive gates jitter their own way; on a manual one, a run repeats.
+        let salt = if matches!(clock, Clock::Manual(_)) { 0 } else { fastrand::u64(..) };
+        let gates = adaptive::Gates::new(&states, max_keys, salt);
         let states = StateMap::new(max_keys, data, states)?;
         let adaptive_seen = AtomicBool::new(rules.groups.iter().any(|g| !g.adaptive.is_empty()));
         Ok(Self {
