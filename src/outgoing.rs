@@ -161,6 +161,9 @@ struct Host {
     plans: Vec<(Option<String>, Arc<Plan>)>,
     /// How long a call takes to reach the server, as its answers tell (see [`Engine::settle`]).
     latency: Option<f64>,
+    /// Whether a call to it came back (answered, failed or refused): its calls may take the short way
+    /// ([`Engine::admit_heard`]).
+    heard: bool,
 }
 
 #[derive(Debug, Default)]
@@ -282,12 +285,23 @@ impl Engine {
         if !estimate.is_empty() {
             return Arc::new(self.make_plan(host, routed.as_deref(), estimate));
         }
+        self.plan_without_estimate(host, routed)
+    }
+
+    /// The plan of a call of `host` with no cost estimate, made once per routed group.
+    fn plan_without_estimate(&self, host: &mut Host, routed: Option<String>) -> Arc<Plan> {
         if let Some((_, plan)) = host.plans.iter().find(|(r, _)| *r == routed) {
             return plan.clone();
         }
-        let plan = Arc::new(self.make_plan(host, routed.as_deref(), estimate));
+        let plan = Arc::new(self.make_plan(host, routed.as_deref(), &[]));
         host.plans.push((routed, plan.clone()));
         plan
+    }
+
+    /// The group the limiter's rules route a call to, unless it is a declared budget's (which the call
+    /// spends in as that budget).
+    fn routed(&self, budgets: &impl Budgets, key: &str, path: Option<&str>) -> Result<Option<String>> {
+        Ok(budgets.routed(key, path)?.filter(|g| !self.declared.iter().any(|(_, d)| **d == **g)))
     }
 
     /// Where a call spends (see [`Engine::admit`]), for a caller that checks each step itself (asyncio,
@@ -301,7 +315,7 @@ impl Engine {
         (key, host, path): (&str, &str, Option<&str>),
         estimate: &[(String, u64)],
     ) -> Result<Arc<Plan>> {
-        let routed = budgets.routed(key, path)?.filter(|g| !self.declared.iter().any(|(_, d)| **d == **g));
+        let routed = self.routed(budgets, key, path)?;
         Ok(self.plan(host, routed, estimate))
     }
 
@@ -319,6 +333,17 @@ impl Engine {
         guard: bool,
     ) -> Result<Admission> {
         let plan = self.plan_of(budgets, (key, host, path), estimate)?;
+        self.spend(budgets, (key, host), plan, guard)
+    }
+
+    /// Spends in every step of `plan`, all or nothing (see [`Engine::admit`]).
+    fn spend(
+        &self,
+        budgets: &impl Budgets,
+        (key, host): (&str, &str),
+        plan: Arc<Plan>,
+        guard: bool,
+    ) -> Result<Admission> {
         let mut soonest: Option<f64> = None;
         for (index, (group, units, is_budget)) in plan.steps.iter().enumerate() {
             let decision = budgets.check(key, group, *units)?;
@@ -337,6 +362,35 @@ impl Engine {
             return Ok(Admission::Held(hold));
         }
         Ok(Admission::Admitted(Ticket { plan, admitted_at: Instant::now() }))
+    }
+
+    /// [`Engine::admit`] of a call keyed by its host with no cost estimate, the short way: `None`
+    /// (nothing spent) unless a call to `host` came back before ([`Engine::heard_from`]) and this one is
+    /// admitted now, unheld; the caller then takes the long way, which waits for the first answer and
+    /// for the call's turn.
+    ///
+    /// # Errors
+    /// What the limiter raises (an unknown group, a store that cannot answer).
+    pub fn admit_heard(&self, budgets: &impl Budgets, host: &str, path: Option<&str>) -> Result<Option<Ticket>> {
+        let routed = self.routed(budgets, host, path)?;
+        let plan = {
+            let mut state = self.state.lock();
+            let Some(&at) = state.host_index.get(host) else { return Ok(None) };
+            match state.hosts.get_mut(at) {
+                Some(known) if known.heard => self.plan_without_estimate(known, routed),
+                _ => return Ok(None),
+            }
+        };
+        match self.spend(budgets, (host, host), plan, true)? {
+            Admission::Admitted(ticket) => Ok(Some(ticket)),
+            Admission::Refused(_) | Admission::Held(_) => Ok(None),
+        }
+    }
+
+    /// A call to `host` came back (answered, failed or refused): the calls after it may take the short
+    /// way.
+    pub fn heard_from(&self, host: &str) {
+        self.state.lock().host(host).heard = true;
     }
 
     fn give_back(budgets: &impl Budgets, key: &str, steps: &[(Arc<str>, u64, bool)]) -> Result<()> {

@@ -95,8 +95,10 @@ class Middleware:
     async def __call__(self, request: ClientRequest, handler: ClientHandlerType) -> ClientResponse:
         """Sends ``request`` when its turn comes; retries a 429 as the options say."""
         outgoing = self.outgoing
-        if outgoing._afast:
-            ticket = outgoing._admitted(*_place(request))
+        admit = outgoing._aadmit_heard
+        if admit is not None:  # the short way (see Outgoing.__init__), written out: this is every call's path
+            host, path = _place(request)
+            ticket = admit(host, path)
             if ticket is not None:
                 response = await handler(request)
                 settled = outgoing._core_settle(ticket, response.raw_headers, response.status)
