@@ -101,9 +101,24 @@ pub struct Plan {
 pub struct Ticket {
     pub plan: Arc<Plan>,
     pub admitted_at: Instant,
+    /// Where the short way's admission found the call's host and its counters in the engine's state
+    /// (which only grows), so that its reply is not looked up by name again.
+    found: Option<Found>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Found {
+    host: usize,
+    stats: Option<usize>,
 }
 
 impl Ticket {
+    /// A call admitted now in every step of `plan`.
+    #[must_use]
+    pub fn new(plan: Arc<Plan>) -> Self {
+        Self { plan, admitted_at: Instant::now(), found: None }
+    }
+
     /// Seconds since the call was admitted.
     #[must_use]
     pub fn age(&self) -> f64 {
@@ -161,6 +176,11 @@ struct Host {
     plans: Vec<(Option<String>, Arc<Plan>)>,
     /// How long a call takes to reach the server, as its answers tell (see [`Engine::settle`]).
     latency: Option<f64>,
+    /// Whether a call to it came back (answered, failed or refused): its calls may take the short way
+    /// ([`Engine::admit_heard`]).
+    heard: bool,
+    /// Where the counters of the key that is this host are in `State::stats`, once counted.
+    stats: Option<usize>,
 }
 
 #[derive(Debug, Default)]
@@ -175,25 +195,35 @@ struct State {
 
 impl State {
     fn stats_of(&mut self, key: &str) -> &mut Stats {
-        let at = if let Some(&at) = self.stats_index.get(key) {
+        let at = self.stats_at(key);
+        &mut self.stats[at].1
+    }
+
+    /// Where `key`'s counters are in `stats` (made when new).
+    fn stats_at(&mut self, key: &str) -> usize {
+        if let Some(&at) = self.stats_index.get(key) {
             at
         } else {
             self.stats.push((key.to_owned(), Stats::default()));
             self.stats_index.insert(key.to_owned(), self.stats.len() - 1);
             self.stats.len() - 1
-        };
-        &mut self.stats[at].1
+        }
     }
 
     fn host(&mut self, host: &str) -> &mut Host {
-        let at = if let Some(&at) = self.host_index.get(host) {
+        let at = self.host_at(host);
+        &mut self.hosts[at]
+    }
+
+    /// Where `host` is in `hosts` (made when new).
+    fn host_at(&mut self, host: &str) -> usize {
+        if let Some(&at) = self.host_index.get(host) {
             at
         } else {
             self.hosts.push(Host::default());
             self.host_index.insert(host.to_owned(), self.hosts.len() - 1);
             self.hosts.len() - 1
-        };
-        &mut self.hosts[at]
+        }
     }
 
     fn known_host(&self, host: &str) -> Option<&Host> {
@@ -282,12 +312,23 @@ impl Engine {
         if !estimate.is_empty() {
             return Arc::new(self.make_plan(host, routed.as_deref(), estimate));
         }
+        self.plan_without_estimate(host, routed)
+    }
+
+    /// The plan of a call of `host` with no cost estimate, made once per routed group.
+    fn plan_without_estimate(&self, host: &mut Host, routed: Option<String>) -> Arc<Plan> {
         if let Some((_, plan)) = host.plans.iter().find(|(r, _)| *r == routed) {
             return plan.clone();
         }
-        let plan = Arc::new(self.make_plan(host, routed.as_deref(), estimate));
+        let plan = Arc::new(self.make_plan(host, routed.as_deref(), &[]));
         host.plans.push((routed, plan.clone()));
         plan
+    }
+
+    /// The group the limiter's rules route a call to, unless it is a declared budget's (which the call
+    /// spends in as that budget).
+    fn routed(&self, budgets: &impl Budgets, key: &str, path: Option<&str>) -> Result<Option<String>> {
+        Ok(budgets.routed(key, path)?.filter(|g| !self.declared.iter().any(|(_, d)| **d == **g)))
     }
 
     /// Where a call spends (see [`Engine::admit`]), for a caller that checks each step itself (asyncio,
@@ -301,7 +342,7 @@ impl Engine {
         (key, host, path): (&str, &str, Option<&str>),
         estimate: &[(String, u64)],
     ) -> Result<Arc<Plan>> {
-        let routed = budgets.routed(key, path)?.filter(|g| !self.declared.iter().any(|(_, d)| **d == **g));
+        let routed = self.routed(budgets, key, path)?;
         Ok(self.plan(host, routed, estimate))
     }
 
@@ -319,6 +360,17 @@ impl Engine {
         guard: bool,
     ) -> Result<Admission> {
         let plan = self.plan_of(budgets, (key, host, path), estimate)?;
+        self.spend(budgets, (key, host), plan, guard)
+    }
+
+    /// Spends in every step of `plan`, all or nothing (see [`Engine::admit`]).
+    fn spend(
+        &self,
+        budgets: &impl Budgets,
+        (key, host): (&str, &str),
+        plan: Arc<Plan>,
+        guard: bool,
+    ) -> Result<Admission> {
         let mut soonest: Option<f64> = None;
         for (index, (group, units, is_budget)) in plan.steps.iter().enumerate() {
             let decision = budgets.check(key, group, *units)?;
@@ -336,7 +388,38 @@ impl Engine {
             Self::give_back(budgets, key, &plan.steps)?;
             return Ok(Admission::Held(hold));
         }
-        Ok(Admission::Admitted(Ticket { plan, admitted_at: Instant::now() }))
+        Ok(Admission::Admitted(Ticket::new(plan)))
+    }
+
+    /// [`Engine::admit`] of a call keyed by its host with no cost estimate, the short way: `None`
+    /// (nothing spent) unless a call to `host` came back before ([`Engine::heard_from`]) and this one is
+    /// admitted now, unheld; the caller then takes the long way, which waits for the first answer and
+    /// for the call's turn.
+    ///
+    /// # Errors
+    /// What the limiter raises (an unknown group, a store that cannot answer).
+    pub fn admit_heard(&self, budgets: &impl Budgets, host: &str, path: Option<&str>) -> Result<Option<Ticket>> {
+        let routed = self.routed(budgets, host, path)?;
+        let (plan, found) = {
+            let mut state = self.state.lock();
+            let Some(&at) = state.host_index.get(host) else { return Ok(None) };
+            match state.hosts.get_mut(at) {
+                Some(known) if known.heard => {
+                    (self.plan_without_estimate(known, routed), Found { host: at, stats: known.stats })
+                }
+                _ => return Ok(None),
+            }
+        };
+        match self.spend(budgets, (host, host), plan, true)? {
+            Admission::Admitted(ticket) => Ok(Some(Ticket { found: Some(found), ..ticket })),
+            Admission::Refused(_) | Admission::Held(_) => Ok(None),
+        }
+    }
+
+    /// A call to `host` came back (answered, failed or refused): the calls after it may take the short
+    /// way.
+    pub fn heard_from(&self, host: &str) {
+        self.state.lock().host(host).heard = true;
     }
 
     fn give_back(budgets: &impl Budgets, key: &str, steps: &[(Arc<str>, u64, bool)]) -> Result<()> {
@@ -365,7 +448,7 @@ impl Engine {
     pub fn settle(
         &self,
         budgets: &impl Budgets,
-        (key, host): (&str, &str),
+        (key, host_name): (&str, &str),
         ticket: &Ticket,
         said: &Said<'_>,
         (status, now): (i64, f64),
@@ -377,8 +460,16 @@ impl Engine {
         {
             let mut state = self.state.lock();
             let state = &mut *state;
-            Self::record(state.stats_of(key), &word, status, now);
-            let host = state.host(host);
+            let (host_at, stats_at) = match ticket.found {
+                Some(Found { host, stats: Some(counters) }) => (host, counters),
+                Some(Found { host, stats: None }) => (host, state.stats_at(key)),
+                None => (state.host_at(host_name), state.stats_at(key)),
+            };
+            Self::record(&mut state.stats[stats_at].1, &word, status, now);
+            let host = &mut state.hosts[host_at];
+            if host.stats.is_none() && key == host_name {
+                host.stats = Some(stats_at); // the key of the short way's calls
+            }
             host.latency = Some(match host.latency {
                 Some(latency) if age >= latency => 0.9 * latency + 0.1 * age,
                 _ => age,
@@ -640,6 +731,26 @@ mod tests {
         assert_eq!(stats[0].1.calls, 2);
         assert_eq!(stats[0].1.dialect, "openai");
         assert_eq!(stats[0].1.remaining, [("requests".to_owned(), 99), ("tokens".to_owned(), 900)]);
+    }
+
+    #[test]
+    fn the_short_way_admits_only_a_host_heard_from_and_counts_as_the_long_way() {
+        let (engine, budgets) = (engine(&[("requests", "r")]), Fake::new(2));
+        // Not heard from yet: nothing spent, the caller goes the long way.
+        assert!(engine.admit_heard(&budgets, "api", Some("/")).unwrap().is_none());
+        assert!(budgets.calls.borrow().is_empty());
+        let first = admitted(engine.admit(&budgets, ("api", "api", Some("/")), &[], true).unwrap());
+        engine.settle(&budgets, ("api", "api"), &first, &said(&OPENAI), (200, 0.0)).unwrap();
+        engine.heard_from("api");
+        let ticket = engine.admit_heard(&budgets, "api", Some("/")).unwrap().expect("admitted");
+        engine.settle(&budgets, ("api", "api"), &ticket, &said(&OPENAI), (429, 0.0)).unwrap();
+        let stats = engine.stats();
+        assert_eq!(stats.len(), 1);
+        assert_eq!((stats[0].0.as_str(), stats[0].1.calls, stats[0].1.throttled), ("api", 2, 1));
+        // Refused (the limit of 2 is spent): nothing spent, None.
+        let calls = budgets.calls.borrow().len();
+        assert!(engine.admit_heard(&budgets, "api", Some("/")).unwrap().is_none());
+        assert_eq!(budgets.calls.borrow()[calls..], ["check api r 1".to_owned()]);
     }
 
     #[test]

@@ -66,6 +66,10 @@ pub enum Route {
     Group(usize),
 }
 
+/// The pattern of a group reached only by name (Python's `ratekeeper.limiter.NAMED_ONLY`): it matches no
+/// path.
+pub const NAMED_ONLY: &str = "a^";
+
 #[derive(Debug)]
 pub struct Router {
     /// Patterns of the rules, in order; the first match wins. Tried one by one: `is_match` stops at
@@ -91,7 +95,10 @@ impl Router {
         exempt_peers: impl IntoIterator<Item = String>,
         exempt_paths: &[String],
     ) -> Result<Self> {
-        let (rules, groups): (Vec<Regex>, Vec<usize>) = rules.into_iter().unzip();
+        // A group reached only by name (`add_group`, whose pattern is `NAMED_ONLY`) is never a path's: it is
+        // left out of the walk, where it would run a regex for nothing on every request.
+        let (rules, groups): (Vec<Regex>, Vec<usize>) =
+            rules.into_iter().filter(|(r, _)| r.as_str() != NAMED_ONLY).unzip();
         let no_path = rules.iter().position(|r| r.is_match("")).map_or(Route::Unlimited, |i| Route::Group(groups[i]));
         let rules = rules.into_iter().map(|r| (!r.as_str().is_empty()).then_some(r)).collect();
         let exempt_paths = if exempt_paths.is_empty() {
@@ -483,6 +490,19 @@ mod tests {
         assert_eq!(r.route("p", Some("/tx/42")), Route::Group(2));
         assert_eq!(r.route("p", Some("/tx/abc")), Route::Unlimited);
         assert_eq!(r.route("p", None), Route::Unlimited);
+    }
+
+    #[test]
+    fn a_group_reached_only_by_name_routes_no_path() {
+        let rules = vec![(compile(NAMED_ONLY).unwrap(), 0), (compile("^/api/").unwrap(), 1), (compile("").unwrap(), 2)];
+        let r = Router::new(rules, [], &[]).unwrap();
+        assert_eq!(r.rules.len(), 2);
+        assert_eq!(r.route("p", Some("/api/x")), Route::Group(1));
+        assert_eq!(r.route("p", Some("a")), Route::Group(2));
+        assert_eq!(r.route("p", None), Route::Group(2));
+        let named = Router::new(vec![(compile(NAMED_ONLY).unwrap(), 0)], [], &[]).unwrap();
+        assert_eq!(named.route("p", Some("/a^")), Route::Unlimited);
+        assert_eq!(named.route("p", None), Route::Unlimited);
     }
 
     #[test]

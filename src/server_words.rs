@@ -113,19 +113,57 @@ const LONGEST_NAME: usize = 43;
 /// The field a lower-case header name is, if the reader keeps it.
 #[must_use]
 pub fn field_of(lower: &[u8]) -> Option<usize> {
-    // Most headers (content-type, server, ...) are passed over at the first byte.
-    match lower.first() {
-        Some(b'x' | b'a' | b'r' | b'd') => FIELD_NAMES.iter().position(|name| name.as_bytes() == lower),
-        _ => None,
-    }
+    // One match (by length, then bytes), not a walk of FIELD_NAMES: every header of every response of the
+    // outgoing transports is looked up here. `field_of_finds_every_name` keeps it in step with FIELD_NAMES.
+    let field = match lower {
+        b"ratelimit" => RATELIMIT,
+        b"ratelimit-policy" => POLICY,
+        b"retry-after" => RETRY_AFTER,
+        b"retry-after-ms" => RETRY_AFTER_MS,
+        b"date" => DATE,
+        b"x-ratelimit-limit" => GENERIC_LIMIT,
+        b"x-ratelimit-remaining" => GENERIC_REMAINING,
+        b"x-ratelimit-reset" => GENERIC_RESET,
+        b"x-ratelimit-reset-after" => GENERIC_RESET_AFTER,
+        b"x-ratelimit-resource" => RESOURCE,
+        b"x-github-request-id" => GITHUB_REQUEST_ID,
+        b"x-ratelimit-limit-requests" => OPENAI,
+        b"x-ratelimit-remaining-requests" => OPENAI + 1,
+        b"x-ratelimit-reset-requests" => OPENAI + 2,
+        b"x-ratelimit-limit-tokens" => OPENAI + 3,
+        b"x-ratelimit-remaining-tokens" => OPENAI + 4,
+        b"x-ratelimit-reset-tokens" => OPENAI + 5,
+        b"anthropic-ratelimit-requests-limit" => ANTHROPIC,
+        b"anthropic-ratelimit-requests-remaining" => ANTHROPIC + 1,
+        b"anthropic-ratelimit-requests-reset" => ANTHROPIC + 2,
+        b"anthropic-ratelimit-tokens-limit" => ANTHROPIC + 3,
+        b"anthropic-ratelimit-tokens-remaining" => ANTHROPIC + 4,
+        b"anthropic-ratelimit-tokens-reset" => ANTHROPIC + 5,
+        b"anthropic-ratelimit-input-tokens-limit" => ANTHROPIC + 6,
+        b"anthropic-ratelimit-input-tokens-remaining" => ANTHROPIC + 7,
+        b"anthropic-ratelimit-input-tokens-reset" => ANTHROPIC + 8,
+        b"anthropic-ratelimit-output-tokens-limit" => ANTHROPIC + 9,
+        b"anthropic-ratelimit-output-tokens-remaining" => ANTHROPIC + 10,
+        b"anthropic-ratelimit-output-tokens-reset" => ANTHROPIC + 11,
+        _ => return None,
+    };
+    Some(field)
 }
 
 /// The field a header name is, in any ASCII case (as bytes are lowered: a name out of ASCII is none).
 #[must_use]
 pub fn field_of_raw(name: &[u8]) -> Option<usize> {
-    // Most headers are passed over at their length or first byte, before any lowering.
-    let first = name.first()?.to_ascii_lowercase();
+    // Most headers are passed over at their length or first byte (`| 0x20` lowers exactly the four
+    // letters' capitals here), before any lowering; a name in lower case (httpx's, requests', most
+    // servers') is found as it is.
+    let first = name.first()? | 0x20;
     if name.len() > LONGEST_NAME || !matches!(first, b'x' | b'a' | b'r' | b'd') {
+        return None;
+    }
+    if let Some(field) = field_of(name) {
+        return Some(field);
+    }
+    if !name.iter().any(u8::is_ascii_uppercase) {
         return None;
     }
     let mut lower = [0u8; LONGEST_NAME];
@@ -448,6 +486,12 @@ impl Reading<'_> {
 /// four separators U+001C to U+001F, which Python counts as space too.
 #[must_use]
 pub fn py_strip(text: &str) -> &str {
+    // Most values have nothing to strip: a printable ASCII byte at each end.
+    if let (Some(&first), Some(&last)) = (text.as_bytes().first(), text.as_bytes().last()) {
+        if (0x21..0x7f).contains(&first) && (0x21..0x7f).contains(&last) {
+            return text;
+        }
+    }
     text.trim_matches(|c: char| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c))
 }
 
@@ -743,7 +787,8 @@ fn read_github(reading: &mut Reading<'_>) -> Vec<Budget> {
             reading.warn(RESOURCE, Some(resource), "not a resource name, so the budget is dropped");
             return Vec::new();
         }
-        name = Cow::Owned(stripped.to_owned());
+        // GitHub's usual resource, named without an allocation.
+        name = if stripped == "core" { Cow::Borrowed("core") } else { Cow::Owned(stripped.to_owned()) };
     }
     let reset = reading.reset(GENERIC_RESET, epoch_reset);
     reading.budget(name, (GENERIC_REMAINING, GENERIC_LIMIT), reset).into_iter().collect()
@@ -767,13 +812,8 @@ fn read_generic(reading: &mut Reading<'_>) -> Vec<Budget> {
 
 /// A member's parameter as a count: an SF Integer of 0 or more (not a Boolean); `None` for any other
 /// value.
-fn count_of(value: &sfv::BareItem) -> Option<u64> {
+fn count_of(value: &sfv::BareItemFromInput<'_>) -> Option<u64> {
     value.as_integer().and_then(|i| u64::try_from(i64::from(i)).ok())
-}
-
-/// `name`'s parameter as a count, `None` when absent or not one.
-fn count_param(params: &sfv::Parameters, name: &str) -> Option<u64> {
-    params.get(name).and_then(count_of)
 }
 
 /// The IETF fields (draft-ietf-httpapi-ratelimit-headers-10): `RateLimit` members, paired by name with
@@ -783,32 +823,30 @@ fn read_ietf(reading: &mut Reading<'_>) -> Vec<Budget> {
     let said = reading.said;
     let Some(state) = said.get(RATELIMIT) else { return Vec::new() };
     // name -> (quota, window); the first member of a name wins.
-    let mut policies: Vec<(String, Option<u64>, Option<u64>)> = Vec::new();
-    for (name, params) in sfv_members(reading, POLICY) {
+    let mut policies: Vec<(Cow<'_, str>, Option<u64>, Option<u64>)> = Vec::new();
+    for Member { name, counts: [quota, window] } in sfv_members(reading, POLICY, ["q", "w"]) {
         if policies.iter().all(|(n, _, _)| *n != name) {
-            let quota = count_param(&params, "q");
             // Section 3.1.3: w is a non-negative, non-zero Integer.
-            let window = count_param(&params, "w").filter(|&w| w > 0);
-            policies.push((name, quota, window));
+            policies.push((name, quota.count(), window.count().filter(|&w| w > 0)));
         }
     }
     let mut budgets = Vec::new();
-    for (name, params) in sfv_members(reading, RATELIMIT) {
-        let Some(remaining) = count_param(&params, "r") else {
+    for Member { name, counts: [remaining, reset] } in sfv_members(reading, RATELIMIT, ["r", "t"]) {
+        let Some(remaining) = remaining.count() else {
             reading.warn(RATELIMIT, Some(state), format!("policy {} has no valid r", py_repr(&name)));
             continue;
         };
         let (limit, window) =
             policies.iter().find(|(n, _, _)| *n == name).map_or((None, None), |(_, quota, window)| (*quota, *window));
         #[allow(clippy::cast_precision_loss)]
-        let seconds = match params.get("t").map(count_of) {
+        let seconds = match reset {
             // Section 4.1: t is OPTIONAL, and absent it is not 0: 4.2's example 'r=999;pk=...' is "a
             // partition key that has no time window reset". So no more quota comes sooner than the
             // policy's window (when stated, more is reallocated by its end, section 2) or, with none,
             // than the longest wait obeyed.
-            None => window.map_or(LONGEST_WAIT, |w| (w as f64).min(LONGEST_WAIT)),
-            Some(Some(reset)) if reset as f64 <= LONGEST_WAIT => reset as f64,
-            Some(_) => {
+            Param::Absent => window.map_or(LONGEST_WAIT, |w| (w as f64).min(LONGEST_WAIT)),
+            Param::Count(reset) if reset as f64 <= LONGEST_WAIT => reset as f64,
+            Param::Count(_) | Param::NotCount => {
                 let why = format!("policy {} has a t that is not 0 to 86400", py_repr(&name));
                 reading.warn(RATELIMIT, Some(state), why);
                 continue;
@@ -816,7 +854,7 @@ fn read_ietf(reading: &mut Reading<'_>) -> Vec<Budget> {
         };
         #[allow(clippy::cast_precision_loss)]
         budgets.push(Budget {
-            name: Cow::Owned(name),
+            name: Cow::Owned(name.into_owned()),
             remaining: remaining.min(MOST_REMAINING),
             reset_after: seconds,
             limit: limit.filter(|&l| l <= MOST_REMAINING),
@@ -826,39 +864,128 @@ fn read_ietf(reading: &mut Reading<'_>) -> Vec<Budget> {
     budgets
 }
 
-/// The (name, parameters) of each member of the SF List in `field`; none (warned) when it does not
-/// parse. Inner lists and members not named by a string (a String, Token or Display String, not
-/// empty) are skipped (warned).
-fn sfv_members(reading: &mut Reading<'_>, field: usize) -> Vec<(String, sfv::Parameters)> {
+/// A parameter [`sfv_members`] was asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Param {
+    Absent,
+    /// Present, not a count (an SF Integer of 0 or more).
+    NotCount,
+    Count(u64),
+}
+
+impl Param {
+    const fn count(self) -> Option<u64> {
+        if let Self::Count(count) = self {
+            Some(count)
+        } else {
+            None
+        }
+    }
+}
+
+/// A member of an IETF field's SF List: its name, and each parameter [`sfv_members`] was asked for.
+struct Member<'de> {
+    name: Cow<'de, str>,
+    counts: [Param; 2],
+}
+
+/// The members of an SF List with the counts of two parameters (`keys`), read by the `sfv` crate's
+/// visitors: no map of every member's parameters is built, and names are borrowed from the value.
+struct Members<'de> {
+    keys: [&'static str; 2],
+    found: Vec<Member<'de>>,
+    /// An inner list or a member not named by a string was passed over.
+    skipped: bool,
+}
+
+impl<'de> sfv::visitor::ListVisitor<'de> for Members<'de> {
+    type Out = Self;
+    type Error = std::convert::Infallible;
+
+    fn entry(&mut self) -> Result<impl sfv::visitor::EntryVisitor<'de>, Self::Error> {
+        Ok(MemberVisitor { members: self, counts: [Param::Absent; 2], name: None })
+    }
+
+    fn finish(self) -> Result<Self, Self::Error> {
+        Ok(self)
+    }
+}
+
+/// One member of [`Members`], while it is parsed.
+struct MemberVisitor<'m, 'de> {
+    members: &'m mut Members<'de>,
+    name: Option<Cow<'de, str>>,
+    counts: [Param; 2],
+}
+
+impl<'de> sfv::visitor::EntryVisitor<'de> for MemberVisitor<'_, 'de> {
+    type Error = std::convert::Infallible;
+
+    fn item(self) -> Result<impl sfv::visitor::ItemVisitor<'de>, Self::Error> {
+        Ok(self)
+    }
+
+    fn inner_list(self) -> Result<impl sfv::visitor::InnerListVisitor<'de>, Self::Error> {
+        self.members.skipped = true;
+        Ok(sfv::visitor::Ignored)
+    }
+}
+
+impl<'de> sfv::visitor::ItemVisitor<'de> for MemberVisitor<'_, 'de> {
+    type Out = ();
+    type Error = std::convert::Infallible;
+
+    fn bare_item(
+        mut self,
+        bare_item: sfv::BareItemFromInput<'de>,
+    ) -> Result<impl sfv::visitor::ParameterVisitor<'de, Out = ()>, Self::Error> {
+        self.name = match bare_item {
+            sfv::GenericBareItem::String(Cow::Borrowed(text)) => Some(Cow::Borrowed(text.as_str())),
+            sfv::GenericBareItem::String(Cow::Owned(text)) => Some(Cow::Owned(text.into())),
+            sfv::GenericBareItem::Token(token) => Some(Cow::Borrowed(token.as_str())),
+            sfv::GenericBareItem::DisplayString(text) => Some(text),
+            _ => None,
+        };
+        Ok(self)
+    }
+}
+
+impl<'de> sfv::visitor::ParameterVisitor<'de> for MemberVisitor<'_, 'de> {
+    type Out = ();
+    type Error = std::convert::Infallible;
+
+    fn parameter(&mut self, key: &'de sfv::KeyRef, value: sfv::BareItemFromInput<'de>) -> Result<(), Self::Error> {
+        // A key given twice: the last one counts (RFC 9651 4.2.3.2).
+        if let Some(at) = self.members.keys.iter().position(|k| *k == key.as_str()) {
+            self.counts[at] = count_of(&value).map_or(Param::NotCount, Param::Count);
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> Result<(), Self::Error> {
+        match self.name {
+            Some(name) if !name.is_empty() => self.members.found.push(Member { name, counts: self.counts }),
+            _ => self.members.skipped = true,
+        }
+        Ok(())
+    }
+}
+
+/// The members of the SF List in `field`, each with the counts of the parameters `keys`; none
+/// (warned) when it does not parse. Inner lists and members not named by a string (a String, Token
+/// or Display String, not empty) are skipped (warned).
+fn sfv_members<'a>(reading: &mut Reading<'a>, field: usize, keys: [&'static str; 2]) -> Vec<Member<'a>> {
     let said = reading.said;
     let Some(value) = said.get(field) else { return Vec::new() };
-    let Ok(list) = sfv::Parser::new(value).parse::<sfv::List>() else {
+    let members = Members { keys, found: Vec::with_capacity(1), skipped: false };
+    let Ok(members) = sfv::Parser::new(value).parse_list_with_visitor(members) else {
         reading.warn(field, Some(value), "not a structured field list");
         return Vec::new();
     };
-    let mut skipped = false;
-    let mut members = Vec::with_capacity(list.len());
-    for entry in list {
-        let sfv::ListEntry::Item(item) = entry else {
-            skipped = true;
-            continue;
-        };
-        let name = match &item.bare_item {
-            sfv::BareItem::String(s) => s.as_str().to_owned(),
-            sfv::BareItem::Token(t) => t.as_str().to_owned(),
-            sfv::BareItem::DisplayString(s) => s.clone(),
-            _ => String::new(),
-        };
-        if name.is_empty() {
-            skipped = true;
-        } else {
-            members.push((name, item.params));
-        }
-    }
-    if skipped {
+    if members.skipped {
         reading.warn(field, Some(value), "a member is not a named item");
     }
-    members
+    members.found
 }
 
 /// A string as Python's `repr` writes it (for the warnings' text).
@@ -918,6 +1045,17 @@ mod tests {
         // The Kelvin sign lowers to "k", as Python's str.lower has it.
         assert_eq!(field_of_name("anthropic-ratelimit-to\u{212a}ens-limit"), Some(ANTHROPIC + 3));
         assert_eq!(FIELD_NAMES.iter().map(|n| n.len()).max(), Some(LONGEST_NAME));
+    }
+
+    #[test]
+    fn field_of_finds_every_name() {
+        for (field, name) in FIELD_NAMES.iter().enumerate() {
+            assert_eq!(field_of(name.as_bytes()), Some(field), "{name}");
+            assert_eq!(field_of_raw(name.to_ascii_uppercase().as_bytes()), Some(field), "{name}");
+        }
+        for other in ["", "x-ratelimit", "ratelimit-", "content-type", "x-ratelimit-limit-requestsx", "dates"] {
+            assert_eq!(field_of(other.as_bytes()), None, "{other}");
+        }
     }
 
     #[test]

@@ -698,6 +698,17 @@ class _Outgoing:
         budget's estimate). The ticket when admitted; else the refusal's ``Decision``, or the seconds to hold a call
         admitted closer to a more-than-half-used budget's window end than calls to ``host`` take (not with
         ``guard=False``): what it took is given back either way."""
+    def admit_heard(self, host: str, path: str | None) -> _Ticket | None:
+        """The short way's ``admit``, for calls keyed by their host with no cost estimate: the ticket of a call to
+        ``host``'s ``path`` admitted now, or ``None`` (nothing spent) when no call to ``host`` came back yet
+        (``heard_from``) or this one is not admitted at once: it goes the long way (``admit``)."""
+    def admit_parts(self, parts: tuple[Any, ...]) -> _Ticket | Literal[False] | None:
+        """``admit_heard`` of a call whose URL httpx keeps parsed as ``parts`` (``httpx._urlparse.ParseResult``:
+        scheme, userinfo, host, port, path, query, fragment; the port ``None`` when it is the scheme's default), its
+        host and path read here; ``False`` when they are for Python to read (an IDNA host, a path with escapes or
+        none, parts of another shape), which then asks ``admit_heard``."""
+    def heard_from(self, host: str) -> None:
+        """A call to ``host`` came back (answered, failed or refused): its calls may take the short way."""
     def plan(self, key: str, host: str, path: str | None, estimate: Mapping[str, int] | None) -> _Plan:
         """Where the call spends, for asyncio over a store that waits on I/O, which awaits each check itself
         (``Limiter.acheck``) and then asks for its ``ticket``; no I/O here."""

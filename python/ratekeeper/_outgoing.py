@@ -304,11 +304,20 @@ class Outgoing:
         self._answered: set[str] = set()
         #: Whether the adapters must read a response's body for ``spent``.
         self._reads_body = spent is not None
-        #: Whether a call can take the short way (``_send_fast``): keyed by its host, no cost or spent function;
-        #: from asyncio, also a store that decides in this process.
-        self._fast = key is None and api_key_header is None and cost is None and spent is None
-        self._afast = self._fast and not limiter._waits_on_io
-        self._core_admit, self._core_settle = self._core.admit, self._core.settle
+        # The short way, for calls keyed by their host with no cost or spent function (from asyncio, also a store
+        # that decides in this process): the adapter asks ``_admit_heard(host, path)`` for a ticket (``None``:
+        # the host's first answer has not come, or the call is not admitted at once; it goes the long way,
+        # ``_send``), sends the call, and hands the reply to ``_core_settle``, which leaves nothing for Python
+        # (``None``) unless groups are to be made or the call retried (``_finish``). Two calls into the core, no
+        # ``Call`` made, no frame of the engine's on the way.
+        # ``_admit_parts`` is the same for httpx, from the parts its URL keeps parsed (False: parts to read in
+        # Python first).
+        fast = key is None and api_key_header is None and cost is None and spent is None
+        self._admit_heard = self._core.admit_heard if fast else None
+        self._aadmit_heard = self._admit_heard if not limiter._waits_on_io else None
+        self._admit_parts = self._core.admit_parts if fast else None
+        self._aadmit_parts = self._admit_parts if not limiter._waits_on_io else None
+        self._core_settle = self._core.settle
 
     def stats(self) -> dict[str, HostStats]:
         """The counters of each key this object has sent calls for (a copy): see
@@ -402,6 +411,7 @@ class Outgoing:
         if heard is not None:
             heard.set()
         self._answered.add(host)
+        self._core.heard_from(host)  # its calls may take the short way from now on
 
     def _asked(self, call: Call) -> tuple[str, str, dict[str, int] | None]:
         """What ``call`` asks the core for: its host, its key and its estimated cost."""
@@ -566,10 +576,11 @@ class Outgoing:
 
     # --- one call, start to end ------------------------------------------------------------------------------
 
-    def _send_fast(
+    def _finish(
         self,
-        host: str,
-        path: str,
+        ticket: _Ticket,
+        settled: tuple[float | None, tuple[tuple[str, int, float, int, float], ...]],
+        response: R,
         call: Callable[[Q], Call],
         send: Callable[[Q], R],
         request: Q,
@@ -578,37 +589,17 @@ class Outgoing:
         body: Callable[[R], bytes],
         close: Callable[[R], None],
     ) -> R:
-        """``_send`` the short way, for an engine with ``_fast`` set: a call of ``host`` (its key) to ``path`` that a
-        host which answered before admits at once costs two calls into the core, and no ``Call`` is made (the
-        adapter's ``call(request)`` makes one for ``_send``, which takes any other call)."""
-        if host in self._answered:
-            ticket = self._core_admit(host, host, path, None, True)
-            if type(ticket) is _Ticket:
-                response = send(request)
-                status, headers = raw(response)
-                settled = self._core_settle(ticket, headers, status)
-                if settled is None:
-                    return response
-                retry = self._take_in(ticket, settled)
-                # The call was admitted at once: its deadline runs from its admission.
-                deadline = None if self.timeout is None else time.monotonic() - ticket.age() + self.timeout
-                if retry is None or not self._retrying(host, 0, retry, deadline):
-                    return response
-                close(response)
-                self._sleep(host, retry)
-                return self._send(call(request), send, request, raw, reply, body, close, deadline, 1)
-        return self._send(call(request), send, request, raw, reply, body, close)
-
-    def _admitted(self, host: str, path: str) -> _Ticket | None:
-        """The short way's admission (asyncio adapters, for an engine with ``_afast`` set): the ticket of a call of
-        ``host`` (its key) to ``path`` that a host which answered before admits at once, else ``None`` (the call
-        goes ``_asend``'s way). The adapter sends it, hands the reply to ``_core_settle``, and what that leaves to
-        ``_afinish``: no coroutine of the engine's on the way."""
-        if host in self._answered:
-            ticket = self._core_admit(host, host, path, None, True)
-            if type(ticket) is _Ticket:
-                return ticket
-        return None
+        """The rest of a call sent the short way whose reply left work for Python (``settled``): groups to make,
+        a retry (sent the long way, ``_send``)."""
+        host = ticket.host
+        retry = self._take_in(ticket, settled)
+        # The call was admitted at once: its deadline runs from its admission.
+        deadline = None if self.timeout is None else time.monotonic() - ticket.age() + self.timeout
+        if retry is None or not self._retrying(host, 0, retry, deadline):
+            return response
+        close(response)
+        self._sleep(host, retry)
+        return self._send(call(request), send, request, raw, reply, body, close, deadline, 1)
 
     async def _afinish(
         self,
@@ -623,8 +614,7 @@ class Outgoing:
         body: Callable[[R], Awaitable[bytes]],
         close: Callable[[R], Awaitable[None]],
     ) -> R:
-        """The rest of a call sent the short way whose reply left work for Python (``settled``): groups to make,
-        a retry."""
+        """``_finish`` for asyncio."""
         host = ticket.host
         retry = self._take_in(ticket, settled)
         deadline = None if self.timeout is None else time.monotonic() - ticket.age() + self.timeout
@@ -650,7 +640,7 @@ class Outgoing:
         and headers as the client keeps them, read in the core; ``reply(response)``, with ``body(response)`` as
         its content, when ``spent`` reads it), retries a 429; the response. Functions and their argument, not
         closures: the adapters pass their bound methods, made for nothing per call. ``deadline`` and ``attempt``:
-        a call that ``_send_fast`` began."""
+        a call that the short way began (``_finish``)."""
         if isinstance(deadline, _Unset):
             deadline = None if self.timeout is None else time.monotonic() + self.timeout
         while True:

@@ -23,6 +23,7 @@ try:
     from aiohttp.client_middlewares import ClientHandlerType
     from aiohttp.payload import BytesPayload
     from multidict import CIMultiDictProxy
+    from yarl import URL
 except ImportError as error:  # pragma: no cover - the message is the point
     raise ImportError(
         "ratekeeper.aiohttp needs aiohttp 3.12 or later (client middlewares): pip install 'ratekeeper[aiohttp]'"
@@ -36,9 +37,28 @@ __all__ = ["Middleware"]
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
+# (scheme, netloc, raw path) -> (host, path), for the URLs a process calls again and again (bounded: past it, URLs
+# are read each time). yarl makes every request's URL anew, and reading its host and path decodes them again.
+_PLACES: dict[tuple[str, str, str], tuple[str, str]] = {}
+_MOST_PLACES = 4096
+
+
 def _place(request: ClientRequest) -> tuple[str, str]:
     """The call's host (with its port when not the scheme's default) and path."""
     url = request.url
+    try:
+        parts = (url._scheme, url._netloc, url._path)  # yarl's URL keeps them (slots) as the URL was given
+    except AttributeError:  # pragma: no cover - another yarl
+        return _read_place(url)
+    place = _PLACES.get(parts)
+    if place is None:
+        place = _read_place(url)
+        if len(_PLACES) < _MOST_PLACES:
+            _PLACES[parts] = place
+    return place
+
+
+def _read_place(url: URL) -> tuple[str, str]:
     return host_of(url.host or "", url.explicit_port, _DEFAULT_PORTS.get(url.scheme)), url.path
 
 
@@ -95,8 +115,10 @@ class Middleware:
     async def __call__(self, request: ClientRequest, handler: ClientHandlerType) -> ClientResponse:
         """Sends ``request`` when its turn comes; retries a 429 as the options say."""
         outgoing = self.outgoing
-        if outgoing._afast:
-            ticket = outgoing._admitted(*_place(request))
+        admit = outgoing._aadmit_heard
+        if admit is not None:  # the short way (see Outgoing.__init__), written out: this is every call's path
+            host, path = _place(request)
+            ticket = admit(host, path)
             if ticket is not None:
                 response = await handler(request)
                 settled = outgoing._core_settle(ticket, response.raw_headers, response.status)

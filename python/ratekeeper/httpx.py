@@ -27,21 +27,35 @@ from ratekeeper.limiter import Limiter
 
 __all__ = ["AsyncTransport", "Call", "HostStats", "Outgoing", "Reply", "Transport"]
 
-_DEFAULT_PORTS = {"http": 80, "https": 443}
-
 
 def _place(url: httpx.URL) -> tuple[str, str]:
-    """The call's host (with its port when not the scheme's default) and path: read from the parts the URL keeps
-    parsed (``URL._uri_reference``), which its properties would decode again, when there is nothing to decode."""
-    parts = getattr(url, "_uri_reference", None)
-    if parts is None:  # pragma: no cover - another httpx
-        return host_of(url.host, url.port, _DEFAULT_PORTS.get(url.scheme)), url.path
-    host, port, path = parts.host, parts.port, parts.path
-    if host.startswith("xn--"):
-        host = url.host  # IDNA, decoded
-    if port is not None and port != _DEFAULT_PORTS.get(parts.scheme):
-        host = f"{host}:{port}"
-    return host, path if path and "%" not in path else url.path
+    """The call's host (with its port when not the scheme's default, which httpx leaves out) and path: read
+    from the parts the URL keeps parsed (``URL._uri_reference``), which its properties would decode again,
+    when there is nothing to decode (an IDNA host, a path with escapes, no path: see ``_decoded_place``)."""
+    _, _, host, port, path, _, _ = url._uri_reference
+    if "xn--" in host or "%" in path or not path:
+        return _decoded_place(url)
+    return (host if port is None else f"{host}:{port}"), path
+
+
+def _decoded_place(url: httpx.URL) -> tuple[str, str]:
+    """``_place`` from the URL's properties, which decode its host and path."""
+    return host_of(url.host, url.port, None), url.path
+
+
+# Whether httpx keeps a URL's parts as a 7-tuple (``httpx._urlparse.ParseResult``), which the core reads
+# (``admit_parts``) and so does ``_place``; another httpx's URLs are read through their properties.
+_PARTS = getattr(getattr(httpx.URL("http://a/"), "_uri_reference", None), "_fields", None) == (
+    "scheme",
+    "userinfo",
+    "host",
+    "port",
+    "path",
+    "query",
+    "fragment",
+)
+if not _PARTS:  # pragma: no cover - another httpx
+    _place = _decoded_place
 
 
 def _call(request: httpx.Request) -> Call:
@@ -57,11 +71,15 @@ async def _acall(request: httpx.Request) -> Call:
     return _call(request)
 
 
+# Whether httpx keeps its headers as ``Headers._list``, (raw name, lower-case name, value) bytes, which the core
+# picks the rate-limit fields out of as they are (``Headers.raw`` would copy them).
+_LIST = isinstance(getattr(httpx.Headers([("a", "b")]), "_list", None), list)
+
+
 def _raw(response: httpx.Response) -> tuple[int, Any]:
-    """The status and the headers as httpx keeps them, for the core to pick the rate-limit fields out of:
-    ``Headers._list``, its (raw name, lower-case name, value) bytes, which ``Headers.raw`` would copy."""
+    """The status and the headers as httpx keeps them, for the core to pick the rate-limit fields out of."""
     headers = response.headers
-    return response.status_code, getattr(headers, "_list", None) or headers.raw
+    return response.status_code, headers._list if _LIST else headers.raw
 
 
 def _reply(response: httpx.Response) -> Reply:
@@ -100,10 +118,21 @@ class Transport(httpx.BaseTransport):
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Sends ``request`` when its turn comes; retries a 429 as the options say."""
         outgoing = self.outgoing
-        if outgoing._fast:
-            host, path = _place(request.url)
-            send = self.inner.handle_request
-            return outgoing._send_fast(host, path, _call, send, request, _raw, _reply, _READ, _CLOSE)
+        admit = outgoing._admit_parts
+        if admit is not None:  # the short way (see Outgoing.__init__), written out: this is every call's path
+            url = request.url
+            ticket = admit(url._uri_reference) if _PARTS else False
+            if ticket is False:  # an IDNA host, an escaped path: read here
+                host, path = _place(url)
+                ticket = outgoing._core.admit_heard(host, path)
+            if ticket is not None:
+                response = self.inner.handle_request(request)
+                headers = response.headers
+                settled = outgoing._core_settle(ticket, headers._list if _LIST else headers.raw, response.status_code)
+                if settled is None:
+                    return response
+                send = self.inner.handle_request
+                return outgoing._finish(ticket, settled, response, _call, send, request, _raw, _reply, _READ, _CLOSE)
         return outgoing._send(_call(request), self.inner.handle_request, request, _raw, _reply, _READ, _CLOSE)
 
     def close(self) -> None:
@@ -138,18 +167,24 @@ class AsyncTransport(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Sends ``request`` when its turn comes; retries a 429 as the options say."""
         outgoing = self.outgoing
-        send = self.inner.handle_async_request
-        if outgoing._afast:
-            ticket = outgoing._admitted(*_place(request.url))
+        admit = outgoing._aadmit_parts
+        if admit is not None:  # as Transport's
+            url = request.url
+            ticket = admit(url._uri_reference) if _PARTS else False
+            if ticket is False:
+                host, path = _place(url)
+                ticket = outgoing._core.admit_heard(host, path)
             if ticket is not None:
-                response = await send(request)
-                status, headers = _raw(response)
-                settled = outgoing._core_settle(ticket, headers, status)
+                response = await self.inner.handle_async_request(request)
+                headers = response.headers
+                settled = outgoing._core_settle(ticket, headers._list if _LIST else headers.raw, response.status_code)
                 if settled is None:
                     return response
                 return await outgoing._afinish(
-                    ticket, settled, response, _acall, send, request, _raw, _reply, _AREAD, _ACLOSE
-                )
+                    ticket, settled, response, _acall, self.inner.handle_async_request, request, _raw, _reply,
+                    _AREAD, _ACLOSE,
+                )  # fmt: skip
+        send = self.inner.handle_async_request
         return await outgoing._asend(_call(request), send, request, _raw, _reply, _AREAD, _ACLOSE)
 
     async def aclose(self) -> None:

@@ -42,7 +42,8 @@ KeySource = str | int | Callable[..., str | int]
 #: What a limited call costs: a fixed count, or a callable of the call's arguments.
 CostSource = int | Callable[..., int]
 
-#: The pattern of a group reached only by name (``add_group``): it matches no path.
+#: The pattern of a group reached only by name (``add_group``): it matches no path (the core, which knows it as
+#: ``rules::NAMED_ONLY``, leaves such groups out of routing).
 NAMED_ONLY = "a^"
 
 # One channel per event loop through which the Redis client's thread completes futures: the loop

@@ -14,7 +14,7 @@ fields cap after every response; a 429 is retried after the wait the server asks
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -54,6 +54,9 @@ def _call(request: PreparedRequest) -> Call:
     content = body.encode() if isinstance(body, str) else body if isinstance(body, bytes) else None
     host, path = _place(request.url or "")
     return Call._lazy((request.method or "GET").upper(), host, path, request.headers.items, content)
+
+
+_CLOSE = Response.close
 
 
 def _raw(response: Response) -> tuple[int, Any]:
@@ -116,12 +119,37 @@ class Adapter(HTTPAdapter):
         proxies: Mapping[str, str] | None = None,
     ) -> Response:
         """Sends ``request`` when its turn comes; retries a 429 as the options say."""
+        outgoing = self.outgoing
+        admit = outgoing._admit_heard
+        if admit is not None:  # the short way (see Outgoing.__init__), written out: this is every call's path
+            host, path = _place(request.url or "")
+            ticket = admit(host, path)
+            if ticket is not None:
+                response = super().send(request, stream, timeout, verify, cert, proxies)
+                fields: Any
+                try:
+                    fields = response.headers._store  # type: ignore[attr-defined]  # see _raw
+                except AttributeError:  # not requests' CaseInsensitiveDict
+                    fields = response.headers.items()
+                settled = outgoing._core_settle(ticket, fields, response.status_code)
+                if settled is None:
+                    return response
+                send = self._sender(stream, timeout, verify, cert, proxies)
+                return outgoing._finish(ticket, settled, response, _call, send, request, _raw, _reply, _body, _CLOSE)
+        send = self._sender(stream, timeout, verify, cert, proxies)
+        return outgoing._send(_call(request), send, request, _raw, _reply, _body, _CLOSE)
+
+    def _sender(
+        self,
+        stream: bool,
+        timeout: float | tuple[float, float] | tuple[float, None] | None,
+        verify: bool | str,
+        cert: bytes | str | tuple[bytes | str, bytes | str] | None,
+        proxies: Mapping[str, str] | None,
+    ) -> Callable[[PreparedRequest], Response]:
+        """``HTTPAdapter.send`` with this call's options, for the long way."""
 
         def send(request: PreparedRequest) -> Response:
             return super(Adapter, self).send(request, stream, timeout, verify, cert, proxies)
 
-        outgoing = self.outgoing
-        if outgoing._fast:
-            host, path = _place(request.url or "")
-            return outgoing._send_fast(host, path, _call, send, request, _raw, _reply, _body, Response.close)
-        return outgoing._send(_call(request), send, request, _raw, _reply, _body, Response.close)
+        return send

@@ -3,11 +3,11 @@
 //! each; and `_read_server_word`, the reader behind `ratekeeper._server_words.read`.
 
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyFloat, PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyList, PyString, PyTuple};
 
 use super::args::word_nanos;
 use super::limiter::{log_notice, PyLimiter};
@@ -70,8 +70,9 @@ impl PyPlan {
     }
 }
 
-/// One admitted attempt of a call (what `_Outgoing.settle` takes in).
-#[pyclass(frozen, name = "_Ticket", module = "ratekeeper._core")]
+/// One admitted attempt of a call (what `_Outgoing.settle` takes in). One is made and dropped per call:
+/// kept on a free list, not allocated each time.
+#[pyclass(frozen, freelist = 64, name = "_Ticket", module = "ratekeeper._core")]
 pub struct PyTicket {
     key: Py<PyString>,
     host: Py<PyString>,
@@ -160,6 +161,46 @@ impl PyOutgoing {
         }
     }
 
+    /// The short way's admission, for calls keyed by their host with no cost estimate: the `_Ticket`
+    /// of a call to `host`'s `path` admitted now, or None (nothing spent) when no call to `host` came
+    /// back yet (`heard_from`) or this one is not admitted at once: it goes the long way (`admit`).
+    fn admit_heard(
+        &self,
+        py: Python<'_>,
+        host: &Bound<'_, PyString>,
+        path: Option<&str>,
+    ) -> PyResult<Option<PyTicket>> {
+        let limiter = self.limiter.get();
+        let Some(ticket) = self.engine.admit_heard(&Through { py, limiter }, host.to_str()?, path)? else {
+            return Ok(None);
+        };
+        let host = host.clone().unbind();
+        Ok(Some(PyTicket { key: host.clone_ref(py), host, ticket, estimate: None }))
+    }
+
+    /// `admit_heard` of a call whose URL httpx keeps parsed as `parts`
+    /// (`httpx._urlparse.ParseResult`: scheme, userinfo, host, port, path, query, fragment; the port
+    /// None when it is the scheme's default), its host and path read here: the same `_Ticket` or None,
+    /// or False when the parts are for Python to read (an IDNA host, a path with escapes or none, parts
+    /// of another shape), which then asks `admit_heard`.
+    fn admit_parts<'py>(&self, py: Python<'py>, parts: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let Some((host, path)) = url_parts(py, parts)? else {
+            return Ok(PyBool::new(py, false).to_owned().into_any());
+        };
+        let limiter = self.limiter.get();
+        let budgets = Through { py, limiter };
+        let Some(ticket) = self.engine.admit_heard(&budgets, host.to_str()?, Some(path.to_str()?))? else {
+            return Ok(py.None().into_bound(py));
+        };
+        let host = host.unbind();
+        Ok(Bound::new(py, PyTicket { key: host.clone_ref(py), host, ticket, estimate: None })?.into_any())
+    }
+
+    /// A call to `host` came back (answered, failed or refused): its calls may take the short way.
+    fn heard_from(&self, host: &str) {
+        self.engine.heard_from(host);
+    }
+
     /// Where the call spends, for asyncio over a store that waits on I/O, which awaits each check itself
     /// (`Limiter.acheck`) and then asks for its `ticket`; no I/O here.
     #[pyo3(signature = (key, host, path, estimate))]
@@ -195,7 +236,7 @@ impl PyOutgoing {
         PyTicket {
             key: key.clone().unbind(),
             host: host.clone().unbind(),
-            ticket: Ticket { plan: plan.plan.clone(), admitted_at: Instant::now() },
+            ticket: Ticket::new(plan.plan.clone()),
             estimate: estimate.map(|e| e.clone().unbind()),
         }
     }
@@ -310,6 +351,33 @@ pub fn _read_server_word(
     Ok((word.dialect.map_or("", Dialect::name), budgets.collect(), word.retry_after))
 }
 
+/// The host (with its port, which httpx leaves out when it is the scheme's default) and path of an
+/// httpx URL's `parts`, or None when they are for Python to read (see `_Outgoing.admit_parts`).
+fn url_parts<'py>(
+    py: Python<'py>,
+    parts: &Bound<'py, PyAny>,
+) -> PyResult<Option<(Bound<'py, PyString>, Bound<'py, PyString>)>> {
+    let Ok(parts) = parts.cast::<PyTuple>() else { return Ok(None) };
+    if parts.len() != 7 {
+        return Ok(None);
+    }
+    let (host, port, path) = (parts.get_borrowed_item(2)?, parts.get_borrowed_item(3)?, parts.get_borrowed_item(4)?);
+    let (Ok(host), Ok(path)) = (host.cast_exact::<PyString>(), path.cast_exact::<PyString>()) else {
+        return Ok(None);
+    };
+    let name = host.to_str()?;
+    let text = path.to_str()?;
+    // An IDNA host is keyed decoded, as httpx's URL.host gives it; an escaped path, unescaped.
+    if name.contains("xn--") || text.is_empty() || text.contains('%') {
+        return Ok(None);
+    }
+    if port.is_none() {
+        return Ok(Some((host.to_owned(), path.to_owned())));
+    }
+    let Ok(port) = port.extract::<u16>() else { return Ok(None) };
+    Ok(Some((PyString::new(py, &format!("{name}:{port}")), path.to_owned())))
+}
+
 /// A cost function's estimate as (budget, units).
 fn units_of(estimate: Option<&Bound<'_, PyDict>>) -> PyResult<Vec<(String, u64)>> {
     match estimate {
@@ -332,11 +400,23 @@ fn dialect_named(name: Option<&str>) -> PyResult<Option<Dialect>> {
 /// values or to (name, value) pairs (`read_fields`' dict, requests' `CaseInsensitiveDict._store`).
 /// Anything else in it is passed over: nothing a server sends raises. The values of the fields kept
 /// are held in `kept`, which the fields borrow from.
+///
+/// Every header of every response passes here, so the exact types the clients use (list, tuple,
+/// bytes, str) are tried first: telling them apart is a pointer comparison, where a subclass check is
+/// a call into Python.
 fn said_of<'a, 'py>(headers: &Bound<'py, PyAny>, kept: &'a mut Vec<(usize, Bound<'py, PyAny>)>) -> PyResult<Said<'a>> {
-    if let Ok(dict) = headers.cast::<PyDict>() {
+    if let Ok(list) = headers.cast_exact::<PyList>() {
+        for item in list.iter() {
+            keep_item(kept, &item)?;
+        }
+    } else if let Ok(tuple) = headers.cast_exact::<PyTuple>() {
+        for item in tuple.iter_borrowed() {
+            keep_item(kept, &item)?;
+        }
+    } else if let Ok(dict) = headers.cast::<PyDict>() {
         for (name, value) in dict.iter() {
-            if let Some(field) = field_named(&name) {
-                match value.cast::<PyTuple>() {
+            if let Some(field) = field_named(name.as_borrowed()) {
+                match value.cast_exact::<PyTuple>() {
                     Ok(pair) if pair.len() == 2 => kept.push((field, pair.get_item(1)?)),
                     _ => kept.push((field, value)),
                 }
@@ -347,7 +427,7 @@ fn said_of<'a, 'py>(headers: &Bound<'py, PyAny>, kept: &'a mut Vec<(usize, Bound
             keep_item(kept, &item)?;
         }
     } else if let Ok(tuple) = headers.cast::<PyTuple>() {
-        for item in tuple.iter() {
+        for item in tuple.iter_borrowed() {
             keep_item(kept, &item)?;
         }
     } else {
@@ -357,58 +437,73 @@ fn said_of<'a, 'py>(headers: &Bound<'py, PyAny>, kept: &'a mut Vec<(usize, Bound
     }
     let mut said = Said::with_capacity(kept.len());
     for (field, value) in kept.iter() {
-        if let Ok(value) = value.cast::<PyString>() {
-            match value.to_str() {
-                Ok(text) => said.add(*field, text),
-                Err(_) => said.add(*field, value.to_string_lossy().into_owned()),
-            }
+        if let Ok(value) = value.cast_exact::<PyBytes>() {
+            add_bytes(&mut said, *field, value.as_bytes());
+        } else if let Ok(value) = value.cast_exact::<PyString>() {
+            add_str(&mut said, *field, value);
         } else if let Ok(value) = value.cast::<PyBytes>() {
-            let bytes = value.as_bytes();
-            match std::str::from_utf8(bytes) {
-                Ok(text) => said.add(*field, text),
-                // Latin-1, as HTTP clients decode what is not UTF-8.
-                Err(_) => said.add(*field, bytes.iter().map(|&b| char::from(b)).collect::<String>()),
-            }
+            add_bytes(&mut said, *field, value.as_bytes());
+        } else if let Ok(value) = value.cast::<PyString>() {
+            add_str(&mut said, *field, value);
         }
     }
     Ok(said)
 }
 
+fn add_bytes<'a>(said: &mut Said<'a>, field: usize, bytes: &'a [u8]) {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => said.add(field, text),
+        // Latin-1, as HTTP clients decode what is not UTF-8.
+        Err(_) => said.add(field, bytes.iter().map(|&b| char::from(b)).collect::<String>()),
+    }
+}
+
+fn add_str<'a>(said: &mut Said<'a>, field: usize, value: &'a Bound<'_, PyString>) {
+    match value.to_str() {
+        Ok(text) => said.add(field, text),
+        Err(_) => said.add(field, value.to_string_lossy().into_owned()),
+    }
+}
+
 /// Keeps the value of a header item that is a rate-limit field: a (name, value) pair, or httpx's
-/// (raw name, lower-case name, value) triple.
+/// (raw name, lower-case name, value) triple: either way the name is the item before the last.
 fn keep_item<'py>(kept: &mut Vec<(usize, Bound<'py, PyAny>)>, item: &Bound<'py, PyAny>) -> PyResult<()> {
-    if let Ok(tuple) = item.cast::<PyTuple>() {
-        match tuple.len() {
-            2 => {
-                let name = tuple.get_borrowed_item(0)?;
-                if let Some(field) = field_named(&name) {
-                    kept.push((field, tuple.get_item(1)?));
-                }
+    let Ok(tuple) = item.cast_exact::<PyTuple>().or_else(|_| item.cast::<PyTuple>()) else {
+        if let Ok((name, value)) = item.extract::<(Bound<'py, PyAny>, Bound<'py, PyAny>)>() {
+            if let Some(field) = field_named(name.as_borrowed()) {
+                kept.push((field, value));
             }
-            3 => {
-                let name = tuple.get_borrowed_item(1)?;
-                if let Some(field) = field_named(&name) {
-                    kept.push((field, tuple.get_item(2)?));
-                }
-            }
-            _ => {}
         }
-    } else if let Ok((name, value)) = item.extract::<(Bound<'py, PyAny>, Bound<'py, PyAny>)>() {
-        if let Some(field) = field_named(&name) {
-            kept.push((field, value));
+        return Ok(());
+    };
+    let size = tuple.len();
+    if size == 2 || size == 3 {
+        if let Some(field) = field_named(tuple.get_borrowed_item(size - 2)?) {
+            kept.push((field, tuple.get_item(size - 1)?));
         }
     }
     Ok(())
 }
 
 /// The field a header name (str or bytes, any case) is, if the reader keeps it.
-fn field_named(name: &Bound<'_, PyAny>) -> Option<usize> {
-    if let Ok(name) = name.cast::<PyBytes>() {
+fn field_named(name: Borrowed<'_, '_, PyAny>) -> Option<usize> {
+    if let Ok(name) = name.cast_exact::<PyBytes>() {
+        field_of_raw(name.as_bytes())
+    } else if let Ok(name) = name.cast_exact::<PyString>() {
+        field_of_str(name)
+    } else if let Ok(name) = name.cast::<PyBytes>() {
         field_of_raw(name.as_bytes())
     } else if let Ok(name) = name.cast::<PyString>() {
-        field_of_name(&name.to_string_lossy())
+        field_of_str(name)
     } else {
         None
+    }
+}
+
+fn field_of_str(name: Borrowed<'_, '_, PyString>) -> Option<usize> {
+    match name.to_str() {
+        Ok(text) => field_of_name(text),
+        Err(_) => field_of_name(&name.to_string_lossy()),
     }
 }
 
