@@ -56,8 +56,10 @@ Target (issue 37)
 
 Usage
     python benches/outgoing_bench.py                   # loopback: 9 rounds of 300 calls; no network: 1,000 rounds
-    python benches/outgoing_bench.py --profile         # and where one call's µs go (cProfile, httpx, no network)
+    python benches/outgoing_bench.py --profile         # and where one call's µs go (the core's two calls timed
+                                                       # alone, in context; cProfile; httpx, no network)
     python benches/outgoing_bench.py --no-loopback     # the no-network figures only (writes no results)
+    python benches/outgoing_bench.py --no-loopback --clients httpx,aiohttp --dialects openai --blocks 300
     python benches/outgoing_bench.py --quick           # smoke run: 3 rounds of 20 calls, 60 rounds of 5
 """
 
@@ -536,10 +538,11 @@ class Paired:
     us: dict[str, list[float]] = field(default_factory=dict)
 
 
-def paired_sets(regions: list[Path]) -> list[Paired]:
+def paired_sets(regions: list[Path], clients: list[str], dialects: list[str]) -> list[Paired]:
     found = []
-    for client, maker in CLIENTS.items():
-        for dialect in DIALECTS:
+    for client in clients:
+        maker = CLIENTS[client]
+        for dialect in dialects:
             url = f"http://api.example/{dialect}"
             kinds = (BARE, AGAIN, HOOK, *STORES.get(client, ("memory",)))
             made = {kind: maker(url, BARE if kind == AGAIN else kind, True, regions) for kind in kinds}
@@ -657,6 +660,59 @@ def time_reads(rounds: int, calls: int) -> list[dict[str, Any]]:
     return found
 
 
+def steps(calls: int) -> None:
+    """Where a call's µs go, step by step: the two calls into the core an httpx call through the transport makes
+    (the admission, from the URL's parts; the reply's, from the raw headers), each timed alone after a bare
+    httpx call, so that the caches are as cold as in a real call; and, as a floor, the limiter's own check and
+    cap of each budget's group (``Limiter.check`` / ``Limiter.cap``, which those two calls make in the store);
+    medians."""
+    import httpx
+    from ratekeeper.httpx import Transport
+
+    print(f"\n--- the core's two calls of an httpx call, in context ({MICRO}, median of {calls:,}; a bare call first)")
+    print(f"| dialect | budgets | admission {MICRO} | reply {MICRO} | the store's check and cap alone {MICRO} |")
+    print("|---|---:|---:|---:|---:|")
+    clock = time.perf_counter_ns
+    for dialect in DIALECTS:
+        url = f"http://api.example/{dialect}"
+        inner = httpx_answers(dialect)
+        transport = Transport(limiter("memory", []), inner=inner)
+        with httpx.Client(transport=transport) as paced, httpx.Client(transport=inner) as bare:
+            for _ in range(200):
+                paced.get(url)
+            outgoing = transport.outgoing
+            admit, settle, store = outgoing._admit_parts, outgoing._core_settle, outgoing.limiter
+            groups = [group for group in store.groups if group.startswith("api.example ")]
+            request = httpx.Request("GET", url)
+            response = inner.handle_request(request)
+            parts, headers = request.url._uri_reference, response.headers._list
+            admitting, settling, storing = [], [], []
+            gc.disable()
+            try:
+                for _ in range(calls):
+                    bare.get(url)
+                    started = clock()
+                    ticket = admit(parts)
+                    admitted = clock()
+                    settle(ticket, headers, 200)
+                    settled = clock()
+                    admitting.append(admitted - started)
+                    settling.append(settled - admitted)
+                    bare.get(url)
+                    started = clock()
+                    for group in groups:
+                        store.check("api.example", group=group)
+                    for group in groups:
+                        store.cap("api.example", group=group, remaining=LIMIT, reset_after=3600.0, age=0.0)
+                    storing.append(clock() - started)
+            finally:
+                gc.enable()
+        print(
+            f"| {DIALECT_NAMES[dialect]} | {len(groups)} | {statistics.median(admitting) / 1e3:.2f} | "
+            f"{statistics.median(settling) / 1e3:.2f} | {statistics.median(storing) / 1e3:.2f} |"
+        )
+
+
 def profile(calls: int, top: int = 25) -> None:
     """Where one call's µs go: cProfile over ``calls`` httpx calls through the transport, no network."""
     made = httpx_client("http://api.example/github", "memory", True, [])
@@ -730,14 +786,30 @@ def main(argv: list[str] | None = None) -> int:
         "--blocks", type=int, default=1000, help="paired rounds of blocks with no network (default 1,000)"
     )
     parser.add_argument("--block", type=int, default=20, help="calls a block with no network (default 20)")
-    parser.add_argument("--profile", action="store_true", help="also print where one call's µs go (cProfile)")
+    parser.add_argument("--profile", action="store_true", help="also print where one call's µs go (steps, cProfile)")
     parser.add_argument("--check", action="store_true", help="exit 1 unless every verdict is PASS")
     parser.add_argument("--quick", action="store_true", help="smoke run: 3 rounds of 20 calls, 60 blocks of 5")
     parser.add_argument("--no-loopback", action="store_true", help="only the no-network figures (a quick look)")
+    parser.add_argument(
+        "--clients", type=lambda text: text.split(","), default=list(CLIENTS), help="with --no-loopback: these clients"
+    )
+    parser.add_argument(
+        "--dialects",
+        type=lambda text: text.split(","),
+        default=list(DIALECTS),
+        help="with --no-loopback: these dialects",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures and the machine block here (render.py)")
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.calls, args.blocks, args.block = 3, 20, 60, 5
+    if not args.no_loopback and (args.clients != list(CLIENTS) or args.dialects != list(DIALECTS)):
+        parser.error("--clients and --dialects go with --no-loopback (a full run measures them all)")
+    unknown = sorted({*args.clients} - {*CLIENTS} | {*args.dialects} - {*DIALECTS})
+    if unknown:
+        parser.error(
+            f"no client or dialect {', '.join(unknown)}; clients: {', '.join(CLIENTS)}; dialects: {', '.join(DIALECTS)}"
+        )
 
     sys.path.insert(0, str(HERE))
     from machine import describe, version, write_results
@@ -750,7 +822,7 @@ def main(argv: list[str] | None = None) -> int:
             with server() as base:
                 loopback = loopback_cases(base, regions)
                 measure_loopback(loopback, args.rounds, args.calls)
-        for paired in paired_sets(regions):
+        for paired in paired_sets(regions, args.clients, args.dialects):
             sets.append(paired)
             measure_paired(paired, args.blocks, args.block)
         engines = [(f"loopback {c.client} {c.dialect} {c.kind}", c.made.engine) for c in loopback if c.made.engine]
@@ -817,6 +889,7 @@ def main(argv: list[str] | None = None) -> int:
     for problem in problems:
         print(f"PROBLEM {problem}")
     if args.profile:
+        steps(5_000 if not args.quick else 200)
         profile(20_000 if not args.quick else 1_000)
 
     data = {"rows": rows, "reads": reads, "verdicts": found, "problems": problems, "server": http}
