@@ -31,9 +31,11 @@ What is measured
     side: bare; bare again (the A/A run); bare with a no-op hook at the extension point ratekeeper uses (a
     transport, an adapter or a middleware that only passes the call on); and through ratekeeper. In each of
     ``--blocks`` rounds every one of them makes one block of ``--block`` calls, the order turning from round to
-    round, with the garbage collector frozen and off while timing. A round's blocks are neighbours in time,
-    so a shared machine's drift hits them alike: each figure is the median of the rounds' paired differences
-    (per call), with its 95 % confidence interval (order statistics) and interquartile range:
+    round, with the garbage collector frozen and off while timing; the clients and dialects take turns, ten
+    rounds each, all through the run. A round's blocks are neighbours in time, so a shared machine's drift hits
+    them alike, and a burst of load lands on every client and dialect alike, not on the few measured at the
+    time: each figure is the median of the rounds' paired differences (per call), with its 95 % confidence
+    interval (order statistics) and interquartile range:
 
       added:          through ratekeeper, minus bare;
       no-op hook:     what the client's extension point costs by itself (minus bare);
@@ -550,27 +552,41 @@ def paired_sets(regions: list[Path], clients: list[str], dialects: list[str]) ->
     return found
 
 
-def measure_paired(paired: Paired, blocks: int, block: int) -> None:
-    """``blocks`` rounds; in each, every kind runs one block of ``block`` calls, in an order that turns each
-    round (and runs backwards every other turn), so no kind is always first, or always after the same one.
-    Drift (another process, the CPU's clock) hits a round's blocks alike, and the differences of a round's
-    blocks keep little of it. The collector is frozen and off while timing: a collection in one block and not
-    in its neighbour is noise, not cost; the garbage is collected every 50 rounds, between blocks."""
-    kinds = list(paired.made)
-    for made in paired.made.values():
-        made.run(200)  # warm-up: the server's first word, the auto-groups, the code paths
-    paired.us = {kind: [] for kind in kinds}
+#: Rounds a set runs in a row before the next set's: its clients stay warm as in a run of calls, and every set
+#: still has rounds all through the run.
+ROUNDS_IN_A_ROW = 10
+
+
+def measure_paired(sets: list[Paired], blocks: int, block: int) -> None:
+    """``blocks`` rounds per set; in each, every kind of the set runs one block of ``block`` calls, side by
+    side, in an order that turns each round (and runs backwards every other turn), so no kind is always first,
+    or always after the same one. Drift (another process, the CPU's clock) hits a round's blocks alike, and the
+    differences of a round's blocks keep little of it. The sets take turns, ``ROUNDS_IN_A_ROW`` rounds each, so
+    that a burst of load on a shared machine lands on every set alike instead of on the few measured at the
+    time (the medians over rounds keep out what lands on fewer than half of them). The collector is frozen and
+    off while timing: a collection in one block and not in its neighbour is noise, not cost; the garbage is
+    collected every 50 rounds, between blocks."""
+    for paired in sets:
+        for made in paired.made.values():
+            made.run(200)  # warm-up: the server's first word, the auto-groups, the code paths
+        paired.us = {kind: [] for kind in paired.made}
     gc.collect()
     gc.freeze()
     gc.disable()
+    done = 0
     try:
-        for index in range(blocks):
-            turn = index % len(kinds)
-            order = kinds[turn:] + kinds[:turn]
-            for kind in order if (index // len(kinds)) % 2 == 0 else reversed(order):
-                paired.us[kind].append(paired.made[kind].run(block) / block * 1e6)
-            if index % 50 == 49:
-                gc.collect()
+        for start in range(0, blocks, ROUNDS_IN_A_ROW):
+            turn_of_sets = sets if (start // ROUNDS_IN_A_ROW) % 2 == 0 else sets[::-1]
+            for paired in turn_of_sets:
+                kinds = list(paired.made)
+                for index in range(start, min(start + ROUNDS_IN_A_ROW, blocks)):
+                    turn = index % len(kinds)
+                    order = kinds[turn:] + kinds[:turn]
+                    for kind in order if (index // len(kinds)) % 2 == 0 else reversed(order):
+                        paired.us[kind].append(paired.made[kind].run(block) / block * 1e6)
+                    done += 1
+                    if done % 50 == 0:
+                        gc.collect()
     finally:
         gc.enable()
         gc.unfreeze()
@@ -822,9 +838,8 @@ def main(argv: list[str] | None = None) -> int:
             with server() as base:
                 loopback = loopback_cases(base, regions)
                 measure_loopback(loopback, args.rounds, args.calls)
-        for paired in paired_sets(regions, args.clients, args.dialects):
-            sets.append(paired)
-            measure_paired(paired, args.blocks, args.block)
+        sets = paired_sets(regions, args.clients, args.dialects)
+        measure_paired(sets, args.blocks, args.block)
         engines = [(f"loopback {c.client} {c.dialect} {c.kind}", c.made.engine) for c in loopback if c.made.engine]
         engines += [
             (f"no network {p.client} {p.dialect} {kind}", made.engine)
