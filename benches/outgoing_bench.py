@@ -31,9 +31,11 @@ What is measured
     side: bare; bare again (the A/A run); bare with a no-op hook at the extension point ratekeeper uses (a
     transport, an adapter or a middleware that only passes the call on); and through ratekeeper. In each of
     ``--blocks`` rounds every one of them makes one block of ``--block`` calls, the order turning from round to
-    round, with the garbage collector frozen and off while timing. A round's blocks are neighbours in time,
-    so a shared machine's drift hits them alike: each figure is the median of the rounds' paired differences
-    (per call), with its 95 % confidence interval (order statistics) and interquartile range:
+    round, with the garbage collector frozen and off while timing; the clients and dialects take turns, ten
+    rounds each, all through the run. A round's blocks are neighbours in time, so a shared machine's drift hits
+    them alike, and a burst of load lands on every client and dialect alike, not on the few measured at the
+    time: each figure is the median of the rounds' paired differences (per call), with its 95 % confidence
+    interval (order statistics) and interquartile range:
 
       added:          through ratekeeper, minus bare;
       no-op hook:     what the client's extension point costs by itself (minus bare);
@@ -56,8 +58,10 @@ Target (issue 37)
 
 Usage
     python benches/outgoing_bench.py                   # loopback: 9 rounds of 300 calls; no network: 1,000 rounds
-    python benches/outgoing_bench.py --profile         # and where one call's µs go (cProfile, httpx, no network)
+    python benches/outgoing_bench.py --profile         # and where one call's µs go (the core's two calls timed
+                                                       # alone, in context; cProfile; httpx, no network)
     python benches/outgoing_bench.py --no-loopback     # the no-network figures only (writes no results)
+    python benches/outgoing_bench.py --no-loopback --clients httpx,aiohttp --dialects openai --blocks 300
     python benches/outgoing_bench.py --quick           # smoke run: 3 rounds of 20 calls, 60 rounds of 5
 """
 
@@ -536,10 +540,11 @@ class Paired:
     us: dict[str, list[float]] = field(default_factory=dict)
 
 
-def paired_sets(regions: list[Path]) -> list[Paired]:
+def paired_sets(regions: list[Path], clients: list[str], dialects: list[str]) -> list[Paired]:
     found = []
-    for client, maker in CLIENTS.items():
-        for dialect in DIALECTS:
+    for client in clients:
+        maker = CLIENTS[client]
+        for dialect in dialects:
             url = f"http://api.example/{dialect}"
             kinds = (BARE, AGAIN, HOOK, *STORES.get(client, ("memory",)))
             made = {kind: maker(url, BARE if kind == AGAIN else kind, True, regions) for kind in kinds}
@@ -547,27 +552,41 @@ def paired_sets(regions: list[Path]) -> list[Paired]:
     return found
 
 
-def measure_paired(paired: Paired, blocks: int, block: int) -> None:
-    """``blocks`` rounds; in each, every kind runs one block of ``block`` calls, in an order that turns each
-    round (and runs backwards every other turn), so no kind is always first, or always after the same one.
-    Drift (another process, the CPU's clock) hits a round's blocks alike, and the differences of a round's
-    blocks keep little of it. The collector is frozen and off while timing: a collection in one block and not
-    in its neighbour is noise, not cost; the garbage is collected every 50 rounds, between blocks."""
-    kinds = list(paired.made)
-    for made in paired.made.values():
-        made.run(200)  # warm-up: the server's first word, the auto-groups, the code paths
-    paired.us = {kind: [] for kind in kinds}
+#: Rounds a set runs in a row before the next set's: its clients stay warm as in a run of calls, and every set
+#: still has rounds all through the run.
+ROUNDS_IN_A_ROW = 10
+
+
+def measure_paired(sets: list[Paired], blocks: int, block: int) -> None:
+    """``blocks`` rounds per set; in each, every kind of the set runs one block of ``block`` calls, side by
+    side, in an order that turns each round (and runs backwards every other turn), so no kind is always first,
+    or always after the same one. Drift (another process, the CPU's clock) hits a round's blocks alike, and the
+    differences of a round's blocks keep little of it. The sets take turns, ``ROUNDS_IN_A_ROW`` rounds each, so
+    that a burst of load on a shared machine lands on every set alike instead of on the few measured at the
+    time (the medians over rounds keep out what lands on fewer than half of them). The collector is frozen and
+    off while timing: a collection in one block and not in its neighbour is noise, not cost; the garbage is
+    collected every 50 rounds, between blocks."""
+    for paired in sets:
+        for made in paired.made.values():
+            made.run(200)  # warm-up: the server's first word, the auto-groups, the code paths
+        paired.us = {kind: [] for kind in paired.made}
     gc.collect()
     gc.freeze()
     gc.disable()
+    done = 0
     try:
-        for index in range(blocks):
-            turn = index % len(kinds)
-            order = kinds[turn:] + kinds[:turn]
-            for kind in order if (index // len(kinds)) % 2 == 0 else reversed(order):
-                paired.us[kind].append(paired.made[kind].run(block) / block * 1e6)
-            if index % 50 == 49:
-                gc.collect()
+        for start in range(0, blocks, ROUNDS_IN_A_ROW):
+            turn_of_sets = sets if (start // ROUNDS_IN_A_ROW) % 2 == 0 else sets[::-1]
+            for paired in turn_of_sets:
+                kinds = list(paired.made)
+                for index in range(start, min(start + ROUNDS_IN_A_ROW, blocks)):
+                    turn = index % len(kinds)
+                    order = kinds[turn:] + kinds[:turn]
+                    for kind in order if (index // len(kinds)) % 2 == 0 else reversed(order):
+                        paired.us[kind].append(paired.made[kind].run(block) / block * 1e6)
+                    done += 1
+                    if done % 50 == 0:
+                        gc.collect()
     finally:
         gc.enable()
         gc.unfreeze()
@@ -657,6 +676,59 @@ def time_reads(rounds: int, calls: int) -> list[dict[str, Any]]:
     return found
 
 
+def steps(calls: int) -> None:
+    """Where a call's µs go, step by step: the two calls into the core an httpx call through the transport makes
+    (the admission, from the URL's parts; the reply's, from the raw headers), each timed alone after a bare
+    httpx call, so that the caches are as cold as in a real call; and, as a floor, the limiter's own check and
+    cap of each budget's group (``Limiter.check`` / ``Limiter.cap``, which those two calls make in the store);
+    medians."""
+    import httpx
+    from ratekeeper.httpx import Transport
+
+    print(f"\n--- the core's two calls of an httpx call, in context ({MICRO}, median of {calls:,}; a bare call first)")
+    print(f"| dialect | budgets | admission {MICRO} | reply {MICRO} | the store's check and cap alone {MICRO} |")
+    print("|---|---:|---:|---:|---:|")
+    clock = time.perf_counter_ns
+    for dialect in DIALECTS:
+        url = f"http://api.example/{dialect}"
+        inner = httpx_answers(dialect)
+        transport = Transport(limiter("memory", []), inner=inner)
+        with httpx.Client(transport=transport) as paced, httpx.Client(transport=inner) as bare:
+            for _ in range(200):
+                paced.get(url)
+            outgoing = transport.outgoing
+            admit, settle, store = outgoing._admit_parts, outgoing._core_settle, outgoing.limiter
+            groups = [group for group in store.groups if group.startswith("api.example ")]
+            request = httpx.Request("GET", url)
+            response = inner.handle_request(request)
+            parts, headers = request.url._uri_reference, response.headers._list
+            admitting, settling, storing = [], [], []
+            gc.disable()
+            try:
+                for _ in range(calls):
+                    bare.get(url)
+                    started = clock()
+                    ticket = admit(parts)
+                    admitted = clock()
+                    settle(ticket, headers, 200)
+                    settled = clock()
+                    admitting.append(admitted - started)
+                    settling.append(settled - admitted)
+                    bare.get(url)
+                    started = clock()
+                    for group in groups:
+                        store.check("api.example", group=group)
+                    for group in groups:
+                        store.cap("api.example", group=group, remaining=LIMIT, reset_after=3600.0, age=0.0)
+                    storing.append(clock() - started)
+            finally:
+                gc.enable()
+        print(
+            f"| {DIALECT_NAMES[dialect]} | {len(groups)} | {statistics.median(admitting) / 1e3:.2f} | "
+            f"{statistics.median(settling) / 1e3:.2f} | {statistics.median(storing) / 1e3:.2f} |"
+        )
+
+
 def profile(calls: int, top: int = 25) -> None:
     """Where one call's µs go: cProfile over ``calls`` httpx calls through the transport, no network."""
     made = httpx_client("http://api.example/github", "memory", True, [])
@@ -730,14 +802,30 @@ def main(argv: list[str] | None = None) -> int:
         "--blocks", type=int, default=1000, help="paired rounds of blocks with no network (default 1,000)"
     )
     parser.add_argument("--block", type=int, default=20, help="calls a block with no network (default 20)")
-    parser.add_argument("--profile", action="store_true", help="also print where one call's µs go (cProfile)")
+    parser.add_argument("--profile", action="store_true", help="also print where one call's µs go (steps, cProfile)")
     parser.add_argument("--check", action="store_true", help="exit 1 unless every verdict is PASS")
     parser.add_argument("--quick", action="store_true", help="smoke run: 3 rounds of 20 calls, 60 blocks of 5")
     parser.add_argument("--no-loopback", action="store_true", help="only the no-network figures (a quick look)")
+    parser.add_argument(
+        "--clients", type=lambda text: text.split(","), default=list(CLIENTS), help="with --no-loopback: these clients"
+    )
+    parser.add_argument(
+        "--dialects",
+        type=lambda text: text.split(","),
+        default=list(DIALECTS),
+        help="with --no-loopback: these dialects",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures and the machine block here (render.py)")
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.calls, args.blocks, args.block = 3, 20, 60, 5
+    if not args.no_loopback and (args.clients != list(CLIENTS) or args.dialects != list(DIALECTS)):
+        parser.error("--clients and --dialects go with --no-loopback (a full run measures them all)")
+    unknown = sorted({*args.clients} - {*CLIENTS} | {*args.dialects} - {*DIALECTS})
+    if unknown:
+        parser.error(
+            f"no client or dialect {', '.join(unknown)}; clients: {', '.join(CLIENTS)}; dialects: {', '.join(DIALECTS)}"
+        )
 
     sys.path.insert(0, str(HERE))
     from machine import describe, version, write_results
@@ -750,9 +838,8 @@ def main(argv: list[str] | None = None) -> int:
             with server() as base:
                 loopback = loopback_cases(base, regions)
                 measure_loopback(loopback, args.rounds, args.calls)
-        for paired in paired_sets(regions):
-            sets.append(paired)
-            measure_paired(paired, args.blocks, args.block)
+        sets = paired_sets(regions, args.clients, args.dialects)
+        measure_paired(sets, args.blocks, args.block)
         engines = [(f"loopback {c.client} {c.dialect} {c.kind}", c.made.engine) for c in loopback if c.made.engine]
         engines += [
             (f"no network {p.client} {p.dialect} {kind}", made.engine)
@@ -817,6 +904,7 @@ def main(argv: list[str] | None = None) -> int:
     for problem in problems:
         print(f"PROBLEM {problem}")
     if args.profile:
+        steps(5_000 if not args.quick else 200)
         profile(20_000 if not args.quick else 1_000)
 
     data = {"rows": rows, "reads": reads, "verdicts": found, "problems": problems, "server": http}

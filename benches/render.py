@@ -123,8 +123,9 @@ def machine(result: dict[str, Any]) -> str:
 
 
 def verdicts(result: dict[str, Any]) -> str:
+    """A verdict's line: its status (PASS / MISS, or another a script states, e.g. "cannot tell") and text."""
     found = result["data"].get("verdicts", [])
-    return "\n".join(f"- {'PASS' if v['passed'] else 'MISS'}: {v['text']}" for v in found)
+    return "\n".join(f"- {v.get('status') or ('PASS' if v['passed'] else 'MISS')}: {v['text']}" for v in found)
 
 
 # --- the Rust core (criterion) -------------------------------------------------------------------------------
@@ -998,6 +999,25 @@ def outgoing_cells(by_setup: dict[str, dict[str, Any]], setup: str) -> list[str]
     return [f"{row['bare_us']:.1f}", f"{row['with_us']:.1f}", f"**{signed(row['added_us'], 1)}**"]
 
 
+def interval(values: list[float], digits: int = 1) -> str:
+    """A 95 % interval, ``[low, high]``."""
+    return f"[{signed(values[0], digits)}, {signed(values[1], digits)}]"
+
+
+def quiet_cells(row: dict[str, Any] | None) -> list[str]:
+    """The no-network figures of a row: added (its interval), the no-op hook's own cost, above the hook (its
+    interval), the noise floor."""
+    if row is None:
+        return [DASH] * 5
+    return [
+        f"{row['bare_us']:.1f}",
+        f"**{signed(row['added_us'], 1)}** {interval(row['added_ci_us'])}",
+        signed(row["hook_us"], 1),
+        f"{signed(row['above_hook_us'], 1)} {interval(row['above_hook_ci_us'])}",
+        f"\N{PLUS-MINUS SIGN}{row['noise_us']:.1f}",
+    ]
+
+
 def outgoing_reads(outgoing: dict[str, Any]) -> str:
     return ", ".join(
         f"{DIALECT_NAMES.get(r['dialect'], r['dialect'])} {r['us']:.1f} µs" for r in outgoing["data"]["reads"]
@@ -1006,39 +1026,48 @@ def outgoing_reads(outgoing: dict[str, Any]) -> str:
 
 def outgoing_block(results: Results) -> str:
     (outgoing,) = need(results, "outgoing")
-    rows = []
+    quiet, loopback = [], []
     for (client, store, dialect), by_setup in outgoing_rows(outgoing).items():
-        rows.append(
-            [
-                client_cell(client, store),
-                DIALECT_NAMES.get(dialect, dialect),
-                *outgoing_cells(by_setup, "loopback"),
-                *outgoing_cells(by_setup, NO_NETWORK),
-            ]
-        )
-    calls = table(
+        fields = DIALECT_NAMES.get(dialect, dialect)
+        quiet.append([client_cell(client, store), fields, *quiet_cells(by_setup.get(NO_NETWORK))])
+        loopback.append([client_cell(client, store), fields, *outgoing_cells(by_setup, "loopback")])
+    quiet_table = table(
         [
             "client, ratekeeper's transport",
             "answer's fields",
-            "loopback: bare µs",
-            "with ratekeeper µs",
-            "added µs",
-            "no network: bare µs",
-            "with ratekeeper µs",
-            "added µs",
+            "bare µs",
+            "added µs [95 % CI]",
+            "no-op hook µs",
+            "added above the hook µs [95 % CI]",
+            "noise floor µs",
         ],
-        "llrrrrrr",
-        rows,
+        "llrrrrr",
+        quiet,
+    )
+    loopback_table = table(
+        ["client, ratekeeper's transport", "answer's fields", "bare µs", "with ratekeeper µs", "added µs"],
+        "llrrr",
+        loopback,
     )
     s = outgoing["settings"]
     problems = "".join(f"\n- PROBLEM: {problem}" for problem in outgoing["data"].get("problems", []))
     how = (
-        f"µs per call, medians of {runs(s['rounds'], 'round')} interleaved with the bare client ({s['calls']:,} "
-        f'calls a round over loopback, {s["mock_calls"]:,} with no network); "added" is the median of each '
-        f"round's difference. Reading the server's fields alone (`ratekeeper._server_words.read`): "
-        f"{outgoing_reads(outgoing)}."
+        f"With no network: µs per call; each client and dialect ran as bare, bare again, with a no-op hook "
+        f"and through ratekeeper, side by side in {s['blocks']:,} rounds of blocks of {s['block_calls']} calls "
+        f"(the clients and dialects taking turns, ten rounds each, all through the run), the order turning each "
+        f'round, the garbage collector off while timing. "added" is the median of the rounds\' paired differences '
+        f'with the bare client, with its 95 % confidence interval; "no-op hook" what '
+        f'a transport, adapter or middleware that only passes the call on costs by itself; "added above the hook" '
+        f"ratekeeper against that hook. The noise floor is the larger end of the A/A run's 95 % interval (bare "
+        f"again against bare): a difference the run cannot tell from nothing. Over loopback: medians of "
+        f"{runs(s['rounds'], 'round')} of {s['calls']:,} calls interleaved with the bare client, against a server "
+        f"in its own process; socket noise is tens of µs there, so those figures show the order of things. Reading "
+        f"the server's fields alone (`ratekeeper._server_words.read`): {outgoing_reads(outgoing)}."
     )
-    return f"{calls}\n\n{verdicts(outgoing)}{problems}\n\n{how} {machine(outgoing)}"
+    return (
+        f"{quiet_table}\n\n{verdicts(outgoing)}{problems}\n\nOver loopback:\n\n{loopback_table}\n\n{how} "
+        f"{machine(outgoing)}"
+    )
 
 
 def outgoing_cost_block(results: Results) -> str:
@@ -1053,19 +1082,27 @@ def outgoing_cost_block(results: Results) -> str:
             [
                 client_cell(client, store),
                 DASH if loopback is None else f"{loopback['bare_us']:.0f}",
-                DASH if loopback is None else signed(loopback["added_us"], 1),
-                DASH if alone is None else signed(alone["added_us"], 1),
+                DASH if alone is None else f"{signed(alone['added_us'], 1)} {interval(alone['added_ci_us'])}",
+                DASH if alone is None else signed(alone["above_hook_us"], 1),
+                DASH if alone is None else f"\N{PLUS-MINUS SIGN}{alone['noise_us']:.1f}",
             ]
         )
     out = table(
-        ["client, transport", "a bare call over loopback (µs)", "ratekeeper adds (µs)", "… with no network (µs)"],
-        "lrrr",
+        [
+            "client, transport",
+            "a bare call over loopback (µs)",
+            "ratekeeper adds, no network (µs) [95 % CI]",
+            "… above a no-op hook (µs)",
+            "noise floor (µs)",
+        ],
+        "lrrrr",
         rows,
     )
     m = outgoing["machine"]
     return (
-        f"{out}\n\nMedians of interleaved rounds against a local server sending GitHub's fields; reading the "
-        f"fields alone takes {outgoing_reads(outgoing)}. Every client and dialect are on the "
+        f"{out}\n\n{verdicts(outgoing)}\n\nMedians of paired blocks of calls against the same client bare, with "
+        f"answers made in process carrying GitHub's fields; reading the fields alone takes {outgoing_reads(outgoing)}. "
+        f"Every client and dialect, the method and the loopback figures are on the "
         f"[benchmarks page](benchmarks.md#outgoing-calls). <sub>Measured by `{outgoing['command']}` on {m['date']}: "
         f"{m['cpu']}, {m['cores']} cores, {m['python']}; ratekeeper at commit `{m['commit']}`.</sub>"
     )

@@ -230,6 +230,29 @@ def test_a_first_call_refused_holds_no_other_back() -> None:
     assert time.monotonic() - started < 1.0
 
 
+@pytest.mark.parametrize(
+    ("url", "key", "path"),
+    [
+        ("https://api.example.com:443/a", "api.example.com", "/a"),  # the scheme's port is left out
+        ("http://api.example.com:8080/a", "api.example.com:8080", "/a"),
+        ("http://xn--fiqs8s.icom.museum:8080/a%20b", "\u4e2d\u56fd.icom.museum:8080", "/a b"),  # IDNA, escapes
+        ("http://api.example.com", "api.example.com", "/"),  # no path
+    ],
+)
+def test_calls_are_keyed_by_their_host_and_routed_by_their_path_the_short_way_too(
+    url: str, key: str, path: str
+) -> None:
+    # The first call goes the long way; the next ones the short way, which reads the URL in the core when it can.
+    limiter = rk.Limiter(rules=[rk.Rule(f"^{re.escape(path)}$", "routed", "100/min", algorithm="fixed_window")])
+    transport = Transport(limiter, inner=httpx.MockTransport(lambda request: httpx.Response(200)))
+    with httpx.Client(transport=transport) as client:
+        for _ in range(4):
+            assert client.get(url).status_code == 200
+    assert list(transport.stats()) == [key]
+    assert transport.stats()[key]["calls"] == 4
+    assert limiter.peek(key, path).remaining == 96
+
+
 def test_the_transports_own_inner_default_and_close() -> None:
     transport = Transport(rk.Limiter(rules=[]))
     assert isinstance(transport.inner, httpx.HTTPTransport)
