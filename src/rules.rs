@@ -190,6 +190,10 @@ pub struct Group {
     /// The group's adaptive limits (`Limit::adaptive`), decided apart from `limits` (see
     /// `Limiter::admit_adaptive`): their permits move, so no store's states hold them.
     pub adaptive: Vec<&'static crate::adaptive::Settings>,
+    /// Whether `limits` is only the gate of the adaptive ceiling (a group of adaptive limits alone):
+    /// every store then keeps its permits in this process, as it does the adaptive gates (a remote
+    /// store would spend a round trip per request and release on a ceiling each machine has alone).
+    pub ceiling_only: bool,
 }
 
 impl Group {
@@ -418,7 +422,8 @@ impl Rules {
         // A group of adaptive limits only keeps a gate of their ceiling in its states: never the one to
         // refuse, it lets every store count the group's requests in flight and give their permits back
         // by its own paths (Redis's script too), and no group is left without limits.
-        if let Some(ceiling) = adaptive.iter().map(|s| s.max_limit).max().filter(|_| limits.is_empty()) {
+        let ceiling_only = limits.is_empty() && !adaptive.is_empty();
+        if let Some(ceiling) = adaptive.iter().map(|s| s.max_limit).max().filter(|_| ceiling_only) {
             limits.push(Limit::concurrency(u64::from(ceiling))?);
         }
         let simple = limits.len() == 1 && !limits[0].is_concurrency() && !limits[0].uses_log();
@@ -439,6 +444,7 @@ impl Rules {
             failsafe,
             first_def: 0,
             adaptive,
+            ceiling_only,
         })
     }
 

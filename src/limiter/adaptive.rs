@@ -133,6 +133,9 @@ pub struct Taken {
     /// the adaptive ceiling, whose numbers say nothing): the first adaptive limit's permits and what is
     /// left of them. `None` when the group's rate limits report.
     report: Option<Report>,
+    /// The group's states hold only the gate of the adaptive ceiling (`Group::ceiling_only`): decided
+    /// in this process whatever the store.
+    pub ceiling_only: bool,
 }
 
 /// One adaptive gate's numbers, for `stats()`.
@@ -217,8 +220,13 @@ impl Limiter {
         let peer_hash = key.locked.peer_hash;
         let index = key.key.index;
         let (_, group, shard) = key.parts();
-        let mut taken =
-            Taken { gates: Vec::with_capacity(group.adaptive.len()), cost: request.cost, at: now, report: None };
+        let mut taken = Taken {
+            gates: Vec::with_capacity(group.adaptive.len()),
+            cost: request.cost,
+            at: now,
+            report: None,
+            ceiling_only: group.ceiling_only,
+        };
         for (i, &settings) in group.adaptive.iter().enumerate() {
             let gate = gate_key(group, i, settings, peer);
             if !self.gates.admit(gate, settings, request.cost, now) {
@@ -283,20 +291,22 @@ impl Limiter {
         }
     }
 
-    /// Gives back `cost` permits of `peer`'s adaptive limits, learning from `sample` (a request ended).
+    /// Gives back `cost` permits of `peer`'s adaptive limits, learning from `sample` (a request ended):
+    /// true when the group's states hold only the adaptive ceiling's gate (`Group::ceiling_only`),
+    /// whose permits this process keeps whatever the store.
     ///
     /// # Errors
     /// A `Target::Group` that names no group.
-    pub fn release_adaptive(&self, peer: &str, target: Target<'_>, cost: u64, sample: Option<Sample>) -> Result<()> {
+    pub fn release_adaptive(&self, peer: &str, target: Target<'_>, cost: u64, sample: Option<Sample>) -> Result<bool> {
         if !self.has_adaptive() {
-            return Ok(());
+            return Ok(false);
         }
         let rules = self.rules();
         let index = match target {
             Target::Group(name) => rules.group_index(name)?,
             Target::Path(path) => match rules.router.route(peer, path) {
                 Route::Group(index) => index,
-                Route::Exempt(_) | Route::Unlimited => return Ok(()),
+                Route::Exempt(_) | Route::Unlimited => return Ok(false),
             },
         };
         let group = &rules.groups[index];
@@ -304,7 +314,7 @@ impl Limiter {
         for (i, &settings) in group.adaptive.iter().enumerate() {
             self.gates.release(gate_key(group, i, settings, peer), settings, cost, sample, now);
         }
-        Ok(())
+        Ok(group.ceiling_only)
     }
 
     /// The adaptive gates of the rules in force that exist: per group, or per key (unnamed).

@@ -229,7 +229,10 @@ impl Store {
     /// # Errors
     /// As [`StateStore::release`].
     pub fn release_sampled(&self, peer: &str, target: Target<'_>, cost: u64, sample: Option<Sample>) -> Result<()> {
-        self.limiter().release_adaptive(peer, target, cost, sample)?;
+        if self.limiter().release_adaptive(peer, target, cost, sample)? {
+            // Taken in this process's states (see `Store::decide`).
+            return self.limiter().release(peer, target, cost);
+        }
         self.release(peer, target, cost)
     }
 
@@ -280,6 +283,12 @@ impl StateStore for Store {
         match self.limiter().admit_adaptive(peer, target, request)? {
             AdaptiveAdmission::None => each_store!(self, s => s.decide(peer, target, request)),
             AdaptiveAdmission::Refused(decision) => Ok(decision.into()),
+            // A group of adaptive limits alone holds only their ceiling's gate: this process's, like the
+            // adaptive gates, in every store (no round trip; each machine has the ceiling to itself).
+            AdaptiveAdmission::Taken(taken) if taken.ceiling_only => {
+                let answer = self.limiter().decide(peer, target, request).map(Answer::from);
+                settled(self.limiter(), &taken, answer)
+            }
             AdaptiveAdmission::Taken(taken) => {
                 let answer = each_store!(self, s => s.decide(peer, target, request));
                 settled(self.limiter(), &taken, answer)
@@ -302,6 +311,10 @@ impl StateStore for Store {
             Ok(AdaptiveAdmission::Refused(decision)) => return Some(Ok(decision.into())),
             Ok(AdaptiveAdmission::Taken(taken)) => taken,
         };
+        if taken.ceiling_only {
+            let answer = self.limiter().decide(peer, target, request).map(Answer::from);
+            return Some(settled(self.limiter(), &taken, answer));
+        }
         let answer = each_store!(self, s => s.decide_at_once(peer, target, request));
         if answer.is_none() {
             // The store must wait on I/O: `decide` takes the permits again.
@@ -317,6 +330,10 @@ impl StateStore for Store {
         let taken = match self.limiter().admit_adaptive(peer, target, request)? {
             AdaptiveAdmission::None => return each_store!(self, s => s.decide_later(peer, target, request, done)),
             AdaptiveAdmission::Refused(decision) => return Ok(Some(decision.into())),
+            AdaptiveAdmission::Taken(taken) if taken.ceiling_only => {
+                let answer = self.limiter().decide(peer, target, request).map(Answer::from);
+                return settled(self.limiter(), &taken, answer).map(Some);
+            }
             AdaptiveAdmission::Taken(taken) => std::sync::Arc::new(taken),
         };
         let (limiter, later) = (std::sync::Arc::clone(self.limiter()), std::sync::Arc::clone(&taken));

@@ -10,9 +10,12 @@ from pathlib import Path
 
 import pytest
 import ratekeeper as rk
+import redis
+from _redis import RedisServer
 from _support import MakeLimiter
 
 FORK = multiprocessing.get_context("fork")
+SCRIPT_CALLS = {f"cmdstat_{c}" for c in ("eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro")}
 
 
 def rules(limit: rk.Limit, *more: rk.Limit) -> list[rk.Rule]:
@@ -82,3 +85,33 @@ def test_the_permits_of_a_process_that_died_are_given_back(tmp_path: Path) -> No
     with parent.concurrent("parent", "/api") as decision:
         assert decision.allowed
         assert gate(parent)["in_flight"] == 1
+
+
+@pytest.mark.parametrize("mode", ["exact", "lease"])
+def test_a_group_of_adaptive_limits_alone_never_waits_on_redis(
+    mode: str, redis_server: RedisServer, redis_prefix: str
+) -> None:
+    """Each machine decides its adaptive limit itself: a group with no other limit sends nothing to Redis
+    (no round trip per request or release), and one machine's permits never count against another's, even
+    for the same key."""
+
+    def machine() -> rk.Limiter:
+        backend = rk.Redis(redis_server.url, mode=mode, prefix=redis_prefix, on_error="raise", timeout=2.0)
+        return rk.Limiter(rules=rules(rk.Limit(adaptive="aimd", initial=1, max_limit=1)), backend=backend)
+
+    one, two = machine(), machine()
+    with redis.Redis(port=redis_server.port) as client:
+        client.config_resetstat()
+        with one.concurrent("a", "/api") as first, two.concurrent("a", "/api") as second:
+            assert first.allowed
+            assert second.allowed
+            with pytest.raises(rk.RateLimited):
+                one.concurrent("c", "/api").__enter__()
+        for _ in range(20):
+            with one.concurrent("a", "/api"):
+                pass
+        scripts = {k: v for k, v in client.info("commandstats").items() if k.split("|")[0] in SCRIPT_CALLS}
+        assert scripts == {}
+        assert client.keys(f"{redis_prefix}*") == []
+    assert gate(one)["in_flight"] == gate(two)["in_flight"] == 0
+    assert gate(one)["samples"] == 21
