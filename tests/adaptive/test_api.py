@@ -158,6 +158,26 @@ def test_per_key_limits_are_apart_and_summed_in_stats() -> None:
         assert g["per"] == "key"
 
 
+def test_per_key_gates_stay_within_max_keys_and_a_busy_one_is_never_dropped() -> None:
+    """Bounded memory with many keys: past ``max_keys`` the idle gates used longest ago make room (what
+    they learned starts over), a gate with a request in flight keeps its permits."""
+    clock = rk.ManualClock()
+    limit = rk.Limit(adaptive="aimd", per="key", initial=3, probe_samples=1)
+    lim = rk.Limiter(rules=[rk.Rule("/api", "api", limits=[limit])], clock=clock, max_keys=1000)
+    held = lim.concurrent("held", "/api")
+    held.__enter__()
+    for i in range(5000):
+        clock.advance(0.001)
+        with lim.concurrent(f"peer{i}", "/api"):
+            pass
+        assert gate(lim)["gates"] <= 1000 + 16  # a stripe's share rounds up
+    assert gate(lim)["in_flight"] == 1
+    with pytest.raises(rk.RateLimited):  # its probe's one permit is still taken
+        lim.concurrent("held", "/api").__enter__()
+    held.__exit__(None, None, None)
+    assert gate(lim)["in_flight"] == 0
+
+
 def test_a_rate_refusal_gives_the_adaptive_permit_back() -> None:
     clock = rk.ManualClock()
     limits = [rk.Limit("1/min"), rk.Limit(adaptive="aimd", initial=5, probe_samples=1)]
