@@ -318,6 +318,7 @@ class Outgoing:
         self._admit_parts = self._core.admit_parts if fast else None
         self._aadmit_parts = self._admit_parts if not limiter._waits_on_io else None
         self._core_settle = self._core.settle
+        _warn_of_permits(limiter)
 
     def stats(self) -> dict[str, HostStats]:
         """The counters of each key this object has sent calls for (a copy): see
@@ -702,6 +703,23 @@ class Outgoing:
             return False
         self._core.count(key, retries=1)
         return True
+
+
+def _warn_of_permits(limiter: Limiter) -> None:
+    """Logs the groups the limiter's rules route paths to whose concurrency limits a call through a transport
+    does not hold: a transport spends rates (its wait is a sleep until the next unit, where a permit frees only
+    when a call ends), so a group's concurrency and adaptive limits pace no outgoing call."""
+    from ratekeeper.limiter import NAMED_ONLY
+
+    for rule in limiter.rules:
+        if rule.pattern != NAMED_ONLY and any(
+            limit.concurrency is not None or limit.adaptive is not None for limit in rule.limits
+        ):
+            log.warning(
+                "group %r has concurrency limits, which calls through an outgoing transport do not hold: only its "
+                "rates pace them (hold permits with Limiter.concurrent around such calls)",
+                rule.group,
+            )
 
 
 def engine_of(limiter: Limiter | Outgoing, options: dict[str, Any]) -> Outgoing:

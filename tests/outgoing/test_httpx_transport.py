@@ -294,6 +294,23 @@ def test_a_limiter_on_a_manual_clock_is_refused() -> None:
         Transport(rk.Limiter(rules=[], clock=rk.ManualClock()))
 
 
+def test_a_routed_group_with_concurrency_limits_is_logged_as_not_held(caplog: pytest.LogCaptureFixture) -> None:
+    """A transport spends rates only: a group whose concurrency (or adaptive) limits would pace nothing says so
+    when the transport is made, instead of letting every call through unheld in silence."""
+    rules = [
+        rk.Rule("^/held", "held", limits=["10/s", rk.Limit(concurrency=2)]),
+        rk.Rule("^/learned", "learned", limits=[rk.Limit(adaptive="aimd")]),
+        rk.Rule("^/rated", "rated", "10/s"),
+    ]
+    limiter = rk.Limiter(rules=rules)
+    limiter.add_group("by name", [rk.Limit(concurrency=1)])  # no path reaches it
+    with caplog.at_level("WARNING", logger="ratekeeper.outgoing"):
+        Transport(limiter)
+    named = [record.args[0] for record in caplog.records if isinstance(record.args, tuple)]
+    assert named == ["held", "learned"]
+    assert all("Limiter.concurrent" in record.getMessage() for record in caplog.records)
+
+
 # --- whatever a server sends -----------------------------------------------------------------------------------
 
 FIELD_NAMES = [
