@@ -497,14 +497,15 @@ class Redis:
         timeout: the longest a decision waits for Redis, in seconds, before ``on_error`` decides.
         prefix: the start of every key ratekeeper writes (keys are ``<prefix>{<group>:<peer>}:<limit>:<algorithm>``;
             long peers are hashed).
-        sync_interval: sync mode's interval in seconds.
+        sync_interval: sync mode's interval in seconds (default 1.0); only with ``mode="sync"``.
         tls_ca_file: for ``rediss://``, a PEM file of the certificates to trust instead of the
             system's (a private CA).
         lease_ttl: concurrency permits are leases in Redis that expire after this many seconds, so
             that a crashed process's permits come back; a request held longer stops counting.
-        lease_span: lease mode's span, in seconds: a lease holds about twice what its key spent over a
-            span, and a key idle for a span gives its lease back. The capacity a process holds idle is
-            at most that; a process killed with a lease loses only that lease.
+        lease_span: lease mode's span, in seconds (default 0.1; only with ``mode="lease"``): a lease holds
+            about twice what its key spent over a span, and a key idle for a span gives its lease back. The
+            capacity a process holds idle is at most that; a process killed with a lease loses only that
+            lease.
         on_error: while Redis cannot answer: ``"local"`` decides in this process's memory,
             ``"allow"`` admits, ``"deny"`` refuses (``retry_after`` 1 s), ``"raise"`` raises
             [`BackendUnavailable`][ratekeeper.BackendUnavailable]. An outage is logged once, when it starts, and counted
@@ -512,7 +513,8 @@ class Redis:
 
     Raises:
         InvalidValue: a URL that is not a Redis URL, an unknown ``mode`` or ``on_error``, a timeout
-            or interval that is not positive, a ``tls_ca_file`` that cannot be read.
+            or interval that is not positive, ``sync_interval`` or ``lease_span`` given for another mode, a
+            ``tls_ca_file`` that cannot be read.
         InvalidType: a URL that is not a str.
     """
 
@@ -524,10 +526,10 @@ class Redis:
         timeout: float = 0.05,
         prefix: str = "ratekeeper:",
         on_error: Literal["local", "allow", "deny", "raise"] = "local",
-        sync_interval: float = 1.0,
+        sync_interval: float | None = None,
         tls_ca_file: str | os.PathLike[str] | None = None,
         lease_ttl: float = 300.0,
-        lease_span: float = 0.1,
+        lease_span: float | None = None,
     ) -> Redis: ...
     @property
     def lease_ttl(self) -> float:

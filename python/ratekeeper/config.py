@@ -121,12 +121,17 @@ E = TypeVar("E", bound=InvalidArgument)
 
 TOP_KEYS = ("max_keys", "exempt_peers", "exempt_paths", "default", "groups", "backend")
 # The [backend] table is Redis's parameters, read from its signature so that a new option of Redis is a
-# key of the file at once. Those whose default is a float are durations in seconds (timeout, lease_ttl).
+# key of the file at once. Those whose default is a float are durations in seconds (timeout, lease_ttl), and
+# the modes' own intervals, whose default (None) is the mode's.
 _REDIS_PARAMETERS = inspect.signature(Redis).parameters
 BACKEND_KEYS = tuple(_REDIS_PARAMETERS)
 # A [backend] table with one of these is a shared-memory region instead (rk.Shared).
 SHARED_BACKEND_KEYS = ("shared", "path", "log_entries")
-BACKEND_SECONDS_KEYS = tuple(name for name, parameter in _REDIS_PARAMETERS.items() if type(parameter.default) is float)
+BACKEND_SECONDS_KEYS = tuple(
+    name
+    for name, parameter in _REDIS_PARAMETERS.items()
+    if type(parameter.default) is float or name in ("sync_interval", "lease_span")
+)
 GROUP_KEYS = ("paths", "rate", "burst", "algorithm", "limits", "policy", "reduction")
 DEFAULT_KEYS = tuple(key for key in GROUP_KEYS if key != "paths")
 #: The settings of an adaptive limit (``Limit(adaptive=...)``'s keywords besides ``adaptive``).

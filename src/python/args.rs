@@ -251,9 +251,9 @@ pub mod field {
         /// A timeout that may be None (no limit): `throttle`'s, `wait_quotas`'s.
         optional_timeout -> Option<f64> = |o| optional(o, |o| seconds("timeout", o))?;
         wait -> f64 = |o| seconds("wait", o)?;
-        sync_interval -> f64 = |o| seconds("sync_interval", o)?;
+        sync_interval -> Option<f64> = |o| optional(o, |o| seconds("sync_interval", o))?;
         lease_ttl -> f64 = |o| seconds("lease_ttl", o)?;
-        lease_span -> f64 = |o| seconds("lease_span", o)?;
+        lease_span -> Option<f64> = |o| optional(o, |o| seconds("lease_span", o))?;
         per -> Option<f64> = |o| optional(o, |o| seconds("per", o))?;
         start -> f64 = |o| seconds("start", o)?;
         /// `seconds` of `ManualClock.advance`.

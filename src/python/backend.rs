@@ -19,8 +19,8 @@ pub struct PyRedis {
 impl PyRedis {
     #[new]
     #[pyo3(signature = (
-        url, *, mode="exact", timeout=0.05, prefix="ratekeeper:", on_error="local", sync_interval=1.0, tls_ca_file=None,
-        lease_ttl=300.0, lease_span=0.1
+        url, *, mode="exact", timeout=0.05, prefix="ratekeeper:", on_error="local", sync_interval=None, tls_ca_file=None,
+        lease_ttl=300.0, lease_span=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn py_new(
@@ -29,10 +29,10 @@ impl PyRedis {
         #[pyo3(from_py_with = field::timeout)] timeout: f64,
         #[pyo3(from_py_with = field::prefix)] prefix: &str,
         #[pyo3(from_py_with = field::on_error)] on_error: &str,
-        #[pyo3(from_py_with = field::sync_interval)] sync_interval: f64,
+        #[pyo3(from_py_with = field::sync_interval)] sync_interval: Option<f64>,
         #[pyo3(from_py_with = field::tls_ca_file)] tls_ca_file: Option<std::path::PathBuf>,
         #[pyo3(from_py_with = field::lease_ttl)] lease_ttl: f64,
-        #[pyo3(from_py_with = field::lease_span)] lease_span: f64,
+        #[pyo3(from_py_with = field::lease_span)] lease_span: Option<f64>,
     ) -> PyResult<Self> {
         if !url.is_instance_of::<pyo3::types::PyString>() {
             let message = format!("must be a str such as 'redis://localhost:6379/0', got {}", type_name(url));
@@ -45,7 +45,16 @@ impl PyRedis {
             "lease" => "lease",
             _ => return Err(Error::value("mode", format!("must be 'exact', 'sync' or 'lease', got '{mode}'")).into()),
         };
-        let sync_interval = Duration::from_nanos(positive_seconds("sync_interval", sync_interval)?);
+        // A mode's own setting given for another mode would do nothing: said, not ignored.
+        for (field, given, its_mode) in [("sync_interval", sync_interval, "sync"), ("lease_span", lease_span, "lease")]
+        {
+            if given.is_some() && mode != its_mode {
+                let message =
+                    format!("is {its_mode} mode's setting: give it with mode='{its_mode}', not mode='{mode}'");
+                return Err(Error::value(field, message).into());
+            }
+        }
+        let sync_interval = Duration::from_nanos(positive_seconds("sync_interval", sync_interval.unwrap_or(1.0))?);
         let timeout = Duration::from_nanos(positive_seconds("timeout", timeout)?);
         let on_error = OnError::parse(on_error)?;
         // Checked now, so that a typo fails here rather than at the first request.
@@ -58,7 +67,7 @@ impl PyRedis {
             ),
         };
         let lease_ttl = Duration::from_nanos(positive_seconds("lease_ttl", lease_ttl)?);
-        let lease_span = Duration::from_nanos(positive_seconds("lease_span", lease_span)?);
+        let lease_span = Duration::from_nanos(positive_seconds("lease_span", lease_span.unwrap_or(0.1))?);
         let settings = Settings { url, tls_ca, timeout, prefix: prefix.to_owned(), on_error, lease_ttl };
         let spec = Spec {
             settings,

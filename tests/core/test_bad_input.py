@@ -93,7 +93,8 @@ DURATIONS: dict[str, tuple[str, Callable[[rk.Limiter, object], object]]] = {
     "Quotas.timeout": ("timeout", lambda lim, v: rk.Quotas(timeout=v)),
     "Quotas.wait": ("wait", lambda lim, v: rk.Quotas(wait=v)),
     "Redis.timeout": ("timeout", lambda lim, v: rk.Redis(URL, timeout=v)),
-    "Redis.sync_interval": ("sync_interval", lambda lim, v: rk.Redis(URL, sync_interval=v)),
+    "Redis.sync_interval": ("sync_interval", lambda lim, v: rk.Redis(URL, mode="sync", sync_interval=v)),
+    "Redis.lease_span": ("lease_span", lambda lim, v: rk.Redis(URL, mode="lease", lease_span=v)),
     "Redis.lease_ttl": ("lease_ttl", lambda lim, v: rk.Redis(URL, lease_ttl=v)),
 }
 DURATION_VALUES: list[tuple[str, object, type[Exception]]] = [
@@ -107,14 +108,14 @@ DURATION_VALUES: list[tuple[str, object, type[Exception]]] = [
 ]
 # +inf means "for ever" where waiting for ever is meaningful; elsewhere it is refused.
 INF_REFUSED = {"Rate.per", "ManualClock.start", "ManualClock.advance", "Quotas.ttl", "Quotas.timeout"}
-INF_REFUSED |= {"Redis.timeout", "Redis.sync_interval", "Redis.lease_ttl"}
+INF_REFUSED |= {"Redis.timeout", "Redis.sync_interval", "Redis.lease_ttl", "Redis.lease_span"}
 # Zero is refused where a positive duration is needed.
 ZERO_REFUSED = {"Rate.per", "Quotas.ttl", "Quotas.timeout"}
-ZERO_REFUSED |= {"Redis.timeout", "Redis.sync_interval", "Redis.lease_ttl"}
+ZERO_REFUSED |= {"Redis.timeout", "Redis.sync_interval", "Redis.lease_ttl", "Redis.lease_span"}
 # A huge finite value: what can hold 2**70 seconds (a timeout) takes it; a clock or a period cannot.
 HUGE_ACCEPTED = {"throttle.timeout", "athrottle.timeout", "wait_quotas.timeout", "Quotas.wait"}
 HUGE_ACCEPTED |= {"Quotas.ttl", "Quotas.timeout"}
-HUGE_ACCEPTED |= {"Redis.timeout", "Redis.sync_interval", "Redis.lease_ttl"}
+HUGE_ACCEPTED |= {"Redis.timeout", "Redis.sync_interval", "Redis.lease_ttl", "Redis.lease_span"}
 
 # Each entry point that takes a str, called with `value` for it.
 TEXTS: dict[str, tuple[str, Callable[[rk.Limiter, object], object]]] = {

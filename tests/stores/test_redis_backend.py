@@ -157,12 +157,25 @@ def test_bad_settings_are_named() -> None:
         ({"url": "redis://localhost", "timeout": 0}, rk.InvalidValue, ("timeout",), "positive"),
         ({"url": "redis://localhost", "on_error": "ignore"}, rk.InvalidValue, ("on_error",), "'ignore'"),
         ({"url": "redis://localhost", "mode": "cluster"}, rk.InvalidValue, ("mode",), "'cluster'"),
+        # A mode's own setting for another mode would do nothing.
+        ({"url": "redis://localhost", "sync_interval": 1.0}, rk.InvalidValue, ("sync_interval",), "mode='sync'"),
+        (
+            {"url": "redis://localhost", "mode": "lease", "sync_interval": 1.0},
+            rk.InvalidValue,
+            ("sync_interval",),
+            "not mode='lease'",
+        ),
+        ({"url": "redis://localhost", "lease_span": 0.5}, rk.InvalidValue, ("lease_span",), "not mode='exact'"),
+        ({"url": "redis://localhost", "mode": "sync", "lease_span": 0.5}, rk.InvalidValue, ("lease_span",), "lease"),
     ]
     for kwargs, error, loc, text in cases:
         url = kwargs.pop("url")
         with pytest.raises(error, match=text) as raised:
             rk.Redis(url, **kwargs)  # type: ignore[arg-type]
         assert raised.value.loc == loc  # type: ignore[attr-defined]
+    assert rk.Redis("redis://localhost", mode="sync").sync_interval == 1.0
+    assert rk.Redis("redis://localhost", mode="lease").lease_span == 0.1
+    assert rk.Redis("redis://localhost", mode="lease", lease_span=None).lease_span == 0.1
     expected = r"must be a ratekeeper\.Redis, a ratekeeper\.Shared or None, got str"
     with pytest.raises(rk.InvalidType, match=expected) as wrong:
         rk.Limiter("1/s", backend="redis://localhost")  # type: ignore[arg-type]
@@ -337,11 +350,25 @@ def test_bad_backend_tables_are_located(tmp_path: Path) -> None:
         ({"url": "redis://x", "on_error": "shrug"}, rk.InvalidValue, ("backend", "on_error")),
         ({"url": "ftp://x"}, rk.InvalidValue, ("backend", "url")),
         ({"url": "redis://x", "pool": 4}, rk.InvalidValue, ("backend",)),
+        ({"url": "redis://x", "sync_interval": 1.0}, rk.InvalidValue, ("backend", "sync_interval")),
+        ({"url": "redis://x", "mode": "lease", "lease_span": "long"}, rk.InvalidType, ("backend", "lease_span")),
     ]
     for table, error, loc in cases:
         with pytest.raises(error) as raised:
             rk.Limiter.from_config({"default": "1/s", "backend": table})
         assert raised.value.loc == loc, table  # type: ignore[attr-defined]
+
+
+def test_a_config_file_sets_each_modes_own_interval() -> None:
+    synced = rk.Limiter.from_config(
+        {"default": "1/s", "backend": {"url": "redis://x", "mode": "sync", "sync_interval": 2}}
+    )
+    leased = rk.Limiter.from_config(
+        {"default": "1/s", "backend": {"url": "redis://x", "mode": "lease", "lease_span": 0.2}}
+    )
+    assert synced.backend is not None
+    assert leased.backend is not None
+    assert (synced.backend.sync_interval, leased.backend.lease_span) == (2.0, 0.2)
 
 
 def test_asgi_permits_live_in_redis_for_the_whole_response(redis_server: RedisServer, redis_prefix: str) -> None:
