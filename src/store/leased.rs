@@ -17,6 +17,7 @@
 //! decision, on the same states in Redis.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -171,7 +172,7 @@ impl Leased {
                     return Asked::Exact(true);
                 }
                 let call = self.lease_call(peer, target, request, key, most);
-                Asked::Lease(call, Landing::Units(self.limiter().now_ns()))
+                Asked::Lease(call, Landing::Units(self.limiter().now_ns(), self.book.caps_now()))
             }
         }
     }
@@ -189,9 +190,9 @@ impl Leased {
         let keys = decider.keys(peer, &key);
         if let Some(most) = units {
             let args = script::lease_arguments(&key, (1, most), decider.caller(limiter));
-            let anchor = limiter.now_ns();
+            let (anchor, asked) = (limiter.now_ns(), self.book.caps_now());
             self.spawn_fetch((peer, &key, false), (keys.clone(), args), move |book, limiter, (peer, key), lease| {
-                book.grant(limiter, (peer, key), lease, (anchor, 0), limiter.now_ns());
+                book.grant(limiter, (peer, key), lease, (anchor, 0, asked), limiter.now_ns());
             });
         }
         if let Some(most) = permits {
@@ -254,18 +255,19 @@ fn landed(
     Ok(Answer { decision, notice })
 }
 
-/// Lands a lease of units: held from `anchor`, the request's own taken.
+/// Lands a lease of units: held from `anchor`, the request's own taken (`asked`: the count of caps
+/// when it was asked for).
 fn land(
     book: &Book,
     decider: &RedisDecider,
     limiter: &Limiter,
     call: &Call,
-    anchor: u64,
+    (anchor, asked): (u64, u64),
     reply: std::result::Result<Vec<String>, Failure>,
 ) -> Result<Answer> {
     landed(decider, limiter, call, reply, |lease, now| {
         let spent = if lease.verdict.allowed { call.request.cost } else { 0 };
-        let held = book.grant(limiter, (&call.peer, &call.key), lease, (anchor, spent), now);
+        let held = book.grant(limiter, (&call.peer, &call.key), lease, (anchor, spent, asked), now);
         with_held(&lease.reports, held)
     })
 }
@@ -301,9 +303,10 @@ enum Asked {
     Lease(Call, Landing),
 }
 
-/// How a lease's reply lands: units (asked for at this instant), or permits (named by this prefix).
+/// How a lease's reply lands: units (asked for at this instant, with this count of caps), or permits
+/// (named by this prefix).
 enum Landing {
-    Units(u64),
+    Units(u64, u64),
     Permits(String, u64),
 }
 
@@ -317,7 +320,7 @@ impl Landing {
         reply: std::result::Result<Vec<String>, Failure>,
     ) -> Result<Answer> {
         match self {
-            Self::Units(anchor) => land(book, decider, limiter, call, anchor, reply),
+            Self::Units(anchor, asked) => land(book, decider, limiter, call, (anchor, asked), reply),
             Self::Permits(prefix, anchor) => land_permits(book, decider, limiter, call, (prefix, anchor), reply),
         }
     }
@@ -479,6 +482,11 @@ struct Lease {
     round_trip_ns: u64,
     /// The key's leases of concurrency permits.
     permits: Permits,
+    /// The count of `Book::caps` at this process's last cap of the key (`u64::MAX` while it is being
+    /// applied), and when: a lease asked for before it lands with units Redis granted before the cap,
+    /// which are dropped (counted as used).
+    capped: u64,
+    capped_at: u64,
 }
 
 impl Lease {
@@ -500,6 +508,8 @@ impl Lease {
             last_granted: 0,
             round_trip_ns: 0,
             permits: Permits::default(),
+            capped: 0,
+            capped_at: 0,
         }
     }
 
@@ -724,11 +734,14 @@ struct Book {
     /// before it (see `wait_prefetch`).
     waiting: Mutex<()>,
     landed: Condvar,
+    /// Server's words this process took (`Leased::cap`), counted: a lease is asked for with the count then,
+    /// so that one asked for before its key's last cap is told apart when it lands.
+    caps: AtomicU64,
 }
 
 impl Book {
     fn new(span_ns: u64) -> Self {
-        Self { span_ns, waiting: Mutex::new(()), landed: Condvar::new() }
+        Self { span_ns, waiting: Mutex::new(()), landed: Condvar::new(), caps: AtomicU64::new(0) }
     }
 
     /// Wakes the requests waiting for a prefetch (after the shard's lock is let go).
@@ -837,7 +850,7 @@ impl Book {
         limiter: &Limiter,
         (peer, key): (&str, &RemoteKey),
         lease: &LeaseReply,
-        (anchor, spent): (u64, u64),
+        (anchor, spent, asked): (u64, u64, u64),
         now: u64,
     ) -> u64 {
         let held = limiter.with_kept(peer, |kept, hash| {
@@ -852,7 +865,11 @@ impl Book {
             (held.spent, held.since, held.round_trip_ns) = (spent, now, now.saturating_sub(anchor));
             held.reports.clone_from(&lease.reports);
             held.reported_at = now;
-            if lease.verdict.allowed && lease.granted > 0 {
+            if lease.verdict.allowed && lease.granted > 0 && asked < held.capped {
+                // Granted before a server's word capped the key: dropped, counted as used (given back, they
+                // would lift the key above the cap).
+                held.key = key.clone();
+            } else if lease.verdict.allowed && lease.granted > 0 {
                 held.key = key.clone();
                 held.chunks.push_back(Chunk::of(key, lease, anchor, spent));
                 held.last_used = now;
@@ -908,6 +925,34 @@ impl Book {
         })
     }
 
+    /// Takes out what `peer`'s lease of `key` holds, to give back, a chunk each, and marks the key capped
+    /// now (a server's word caps it: units held here, or granted by a lease asked for before, would be
+    /// spent past it).
+    fn take_units(limiter: &Limiter, peer: &str, key: &RemoteKey) -> Vec<Return> {
+        let now = limiter.now_ns();
+        limiter.with_kept(peer, |kept, hash| {
+            let lease = Leases::made(kept).entry(peer, hash, key, now);
+            (lease.capped, lease.capped_at) = (u64::MAX, now);
+            let returns = lease.chunks_returns(now);
+            returns.into_iter().map(|(units, states)| (lease.key.clone(), units, states)).collect()
+        })
+    }
+
+    /// `peer`'s cap of `key` is applied in Redis: the leases asked for from now on land as usual.
+    fn capped(&self, limiter: &Limiter, peer: &str, key: &RemoteKey) {
+        let count = self.caps.fetch_add(1, Ordering::SeqCst) + 1;
+        limiter.with_kept(peer, |kept, hash| {
+            if let Some(lease) = Leases::of(kept).and_then(|l| l.get(peer, hash, key.id)) {
+                lease.capped = count;
+            }
+        });
+    }
+
+    /// The count of caps taken, read as a lease is asked for.
+    fn caps_now(&self) -> u64 {
+        self.caps.load(Ordering::SeqCst)
+    }
+
     /// An admission exact mode made for `key`: its demand here, which the key's next lease follows.
     fn note_spent(limiter: &Limiter, peer: &str, key: &RemoteKey, cost: u64) {
         let now = limiter.now_ns();
@@ -951,7 +996,9 @@ impl Book {
                 for permits in lease.permits.idle(now, self.span_ns, everything) {
                     givings.push(Giving::Permits(lease.peer.to_string(), lease.key.clone(), permits));
                 }
-                let quiet = now < lease.quiet_until || now < lease.permits.quiet_until;
+                let quiet = now < lease.quiet_until
+                    || now < lease.permits.quiet_until
+                    || (lease.capped > 0 && now.saturating_sub(lease.capped_at) < self.span_ns);
                 !lease.chunks.is_empty()
                     || lease.fetching
                     || lease.permits.fetching
@@ -1131,8 +1178,28 @@ impl StateStore for Leased {
         self.exact.reduce(peer, target, n)
     }
 
+    /// The units this process holds of the key go back first, waited for: held, they would be spent past
+    /// the server's word; given back, the cap counts them, and the next decisions here lease what it left.
+    /// (Another process's lease of the key is spent until it ends or that process takes the word too.)
     fn cap(&self, peer: &str, target: Target<'_>, remaining: u64, times: (u64, u64)) -> Result<bool> {
-        self.exact.cap(peer, target, remaining, times)
+        // Only a key the word can cap (a fixed window): another is refused by exact mode's cap below.
+        let key = match self.limiter().route_remote(peer, target)? {
+            Routed::Limited(key) if key.limits.iter().any(Limit::takes_word) => Some(key),
+            _ => None,
+        };
+        if let Some(key) = &key {
+            let decider = self.decider();
+            for (leased, units, states) in Book::take_units(self.limiter(), peer, key) {
+                let args = script::return_arguments(&leased, units, &states, decider.caller(self.limiter()));
+                // A give-back that fails leaves the units counted: never more admitted.
+                drop(decider.client.run(&decider.keys(peer, &leased), &args));
+            }
+        }
+        let capped = self.exact.cap(peer, target, remaining, times);
+        if let Some(key) = key {
+            self.book.capped(self.limiter(), peer, &key);
+        }
+        capped
     }
 
     fn refund(&self, peer: &str, target: Target<'_>, cost: u64, receipt: Receipt) -> Result<()> {

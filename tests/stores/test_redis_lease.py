@@ -215,6 +215,31 @@ def test_a_limit_lowered_while_leases_are_out_holds_from_the_change(
     assert sum(pair.allow(i % 2) for i in range(40)) == 10
 
 
+def test_a_servers_word_caps_what_a_process_holds_as_exact_mode_caps_redis(fleet: Callable[..., Fleet]) -> None:
+    # An outgoing transport's reply says 2 are left until the window's end: the units this process leased
+    # before it go back, and a lease asked for before it lands dropped, so at most 2 more are admitted here,
+    # however many the lease held; the other process leases only what the cap left.
+    pair = fleet(2, span=10.0, **rules("100/min", "fixed_window"))
+    for _ in range(30):
+        assert pair.allow(0)
+        pair.advance_us(1_000)
+    assert pair.limiters[0].cap("k", group="api", remaining=2, reset_after=30.0)
+    assert sum(pair.allow(i % 2) for i in range(20)) == 2
+    # The window ends (the clock's, 60 s): the key counts afresh.
+    pair.advance_us(60_000_000)
+    assert sum(pair.allow(i % 2) for i in range(20)) == 20
+    assert pair.replayed_in_memory() == []
+
+
+def test_a_cap_of_a_group_without_a_fixed_window_is_refused_and_leaves_the_lease(fleet: Callable[..., Fleet]) -> None:
+    one = fleet(1, span=10.0, **rules("100/min", "gcra"))
+    for _ in range(10):
+        assert one.allow(0)
+    with pytest.raises(rk.InvalidValue, match="no fixed_window"):
+        one.limiters[0].cap("k", group="api", remaining=0, reset_after=30.0)
+    assert sum(one.allow(0) for _ in range(10)) == 10
+
+
 def test_demand_moving_between_processes_is_short_at_most_what_the_idle_one_held(
     fleet: Callable[..., Fleet],
 ) -> None:
