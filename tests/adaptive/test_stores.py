@@ -68,6 +68,24 @@ def test_the_processes_of_a_machine_share_one_gate(tmp_path: Path) -> None:
     assert gate(two)["samples"] == 1
 
 
+def test_a_groups_limit_is_the_machines_however_many_keys_limits_came_first(tmp_path: Path) -> None:
+    """The region's table of limits keeps room for the groups' own: per-key limits past their share live in
+    each process, a group's one limit for the machine still finds a slot."""
+    api = rk.Rule("^/api", "api", limits=[rk.Limit(adaptive="gradient")])
+    keys = rk.Rule("^/keys", "keys", limits=[rk.Limit(adaptive="aimd", per="key")])
+
+    def worker() -> rk.Limiter:
+        return rk.Limiter(rules=[keys, api], backend=rk.Shared(path=tmp_path / "region"), max_keys=1000)
+
+    one, two = worker(), worker()
+    for i in range(200):
+        with one.concurrent(f"peer{i}", "/keys"):
+            pass
+    with one.concurrent("a", "/api"):  # the first probe: one permit for the machine
+        with pytest.raises(rk.RateLimited):
+            two.concurrent("b", "/api").__enter__()
+
+
 def take_a_permit_and_die(path: Path) -> None:
     limiter = shared(path)
     limiter.concurrent("child", "/api").__enter__()

@@ -246,6 +246,9 @@ impl Shape {
 /// Adaptive gates a region holds: every process of the machine decides an adaptive limit on one gate.
 /// A gate past them (per-key limits of many keys) is kept in the process's memory instead.
 pub const REGION_GATES: usize = 128;
+/// Of `REGION_GATES`, the slots a per-key limit never takes: a group's one limit for the machine always
+/// finds room, however many keys' limits came first.
+const GROUP_GATES_KEPT: usize = 32;
 
 /// The region's adaptive gates (see `crate::adaptive`), under one lock: a gate is touched twice a
 /// request that holds its permits, well below a shard's rate, and is never held across other locks.
@@ -295,7 +298,9 @@ impl SharedRegion {
         let used = usize::try_from(*len).unwrap_or(REGION_GATES).min(REGION_GATES);
         let index = match slots[..used].iter().position(|s| s.key == key) {
             Some(index) => index,
-            None if used < REGION_GATES => {
+            None if used < REGION_GATES
+                && (settings.per == crate::adaptive::Per::Group || used < REGION_GATES - GROUP_GATES_KEPT) =>
+            {
                 let fresh = &mut slots[used];
                 fresh.key = key;
                 fresh.gate = crate::adaptive::Gate::fresh(settings, key, now);
