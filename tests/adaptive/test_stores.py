@@ -81,9 +81,9 @@ def test_a_groups_limit_is_the_machines_however_many_keys_limits_came_first(tmp_
     for i in range(200):
         with one.concurrent(f"peer{i}", "/keys"):
             pass
-    with one.concurrent("a", "/api"):  # the first probe: one permit for the machine
-        with pytest.raises(rk.RateLimited):
-            two.concurrent("b", "/api").__enter__()
+    # The first probe: one permit for the machine.
+    with one.concurrent("a", "/api"), pytest.raises(rk.RateLimited):
+        two.concurrent("b", "/api").__enter__()
 
 
 def take_a_permit_and_die(path: Path) -> None:
