@@ -482,9 +482,10 @@ struct Lease {
     round_trip_ns: u64,
     /// The key's leases of concurrency permits.
     permits: Permits,
-    /// The count of `Book::caps` at this process's last cap of the key (`u64::MAX` while it is being
-    /// applied), and when: a lease asked for before it lands with units Redis granted before the cap,
-    /// which are dropped (counted as used).
+    /// This process's caps of the key (`Leased::cap`) being applied, the count of `Book::caps` when the
+    /// last one was, and when one was last taken: a lease asked for before a cap is applied lands with
+    /// units Redis granted before it, which are dropped (counted as used).
+    caps_pending: u32,
     capped: u64,
     capped_at: u64,
 }
@@ -508,6 +509,7 @@ impl Lease {
             last_granted: 0,
             round_trip_ns: 0,
             permits: Permits::default(),
+            caps_pending: 0,
             capped: 0,
             capped_at: 0,
         }
@@ -858,14 +860,16 @@ impl Book {
             if held.key.limits != key.limits {
                 held.limits_changed(now);
                 let (returning, permits) = (std::mem::take(&mut held.returning), std::mem::take(&mut held.permits));
-                *held = Lease { returning, permits, ..Lease::new(peer, hash, key, now) };
+                let (caps_pending, capped, capped_at) = (held.caps_pending, held.capped, held.capped_at);
+                *held =
+                    Lease { returning, permits, caps_pending, capped, capped_at, ..Lease::new(peer, hash, key, now) };
             }
             held.fetching = false;
             // The demand the next lease follows is measured from here.
             (held.spent, held.since, held.round_trip_ns) = (spent, now, now.saturating_sub(anchor));
             held.reports.clone_from(&lease.reports);
             held.reported_at = now;
-            if lease.verdict.allowed && lease.granted > 0 && asked < held.capped {
+            if lease.verdict.allowed && lease.granted > 0 && (held.caps_pending > 0 || asked < held.capped) {
                 // Granted before a server's word capped the key: dropped, counted as used (given back, they
                 // would lift the key above the cap).
                 held.key = key.clone();
@@ -932,7 +936,8 @@ impl Book {
         let now = limiter.now_ns();
         limiter.with_kept(peer, |kept, hash| {
             let lease = Leases::made(kept).entry(peer, hash, key, now);
-            (lease.capped, lease.capped_at) = (u64::MAX, now);
+            lease.caps_pending += 1;
+            lease.capped_at = now;
             let returns = lease.chunks_returns(now);
             returns.into_iter().map(|(units, states)| (lease.key.clone(), units, states)).collect()
         })
@@ -943,7 +948,8 @@ impl Book {
         let count = self.caps.fetch_add(1, Ordering::SeqCst) + 1;
         limiter.with_kept(peer, |kept, hash| {
             if let Some(lease) = Leases::of(kept).and_then(|l| l.get(peer, hash, key.id)) {
-                lease.capped = count;
+                lease.caps_pending = lease.caps_pending.saturating_sub(1);
+                lease.capped = lease.capped.max(count);
             }
         });
     }
@@ -998,7 +1004,8 @@ impl Book {
                 }
                 let quiet = now < lease.quiet_until
                     || now < lease.permits.quiet_until
-                    || (lease.capped > 0 && now.saturating_sub(lease.capped_at) < self.span_ns);
+                    || lease.caps_pending > 0
+                    || (lease.capped_at > 0 && now.saturating_sub(lease.capped_at) < self.span_ns);
                 !lease.chunks.is_empty()
                     || lease.fetching
                     || lease.permits.fetching

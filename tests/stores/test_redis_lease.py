@@ -231,6 +231,29 @@ def test_a_servers_word_caps_what_a_process_holds_as_exact_mode_caps_redis(fleet
     assert pair.replayed_in_memory() == []
 
 
+def test_a_cap_taken_while_threads_spend_the_lease_holds_after_it_returns(fleet: Callable[..., Fleet]) -> None:
+    # Threads spend the key's lease (prefetches on their way) while another takes a word of 5 left: of the
+    # decisions begun once the cap returned, at most 5 are admitted, whatever was held or asked for before.
+    one = fleet(1, span=10.0, **rules("100000/min", "fixed_window"))
+    limiter, capped, after = one.limiters[0], threading.Event(), []
+
+    def work(i: int) -> None:
+        if i == 0:
+            for _ in range(200):
+                limiter.allow("k", "/api")
+            assert limiter.cap("k", group="api", remaining=5, reset_after=30.0)
+            capped.set()
+            return
+        for _ in range(400):
+            begun_after = capped.is_set()
+            allowed = limiter.allow("k", "/api")
+            if begun_after:
+                after.append(allowed)
+
+    run_threads(4, work)
+    assert sum(after) <= 5, sum(after)
+
+
 def test_a_cap_of_a_group_without_a_fixed_window_is_refused_and_leaves_the_lease(fleet: Callable[..., Fleet]) -> None:
     one = fleet(1, span=10.0, **rules("100/min", "gcra"))
     for _ in range(10):
