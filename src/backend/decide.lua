@@ -243,7 +243,7 @@ local function windows_cap(l, state, remaining, reset_at, sent_at)
     b = origin_stamp(admitted)
   end
   local _, permits = windows_current(l, state, 0)
-  return { t = reset_at, a = math.min(permits, remaining), b = b }
+  return { t = reset_at, a = math.min(permits, remaining), b = b }, remaining < permits
 end
 
 -- Sliding window counter aligned to the clock's zero (src/algorithm/sliding_window.rs). p: limit,
@@ -1055,19 +1055,21 @@ decide_full = function(KEYS, ARGV, timed)
   -- bit each) end `reset_ns` from now with at most `cost` permits, heard for a request admitted `age_ns` ago.
   local capped_bits, reset_ns, age_ns = string.match(operation, '^cap:(%d+):(%d+):(%d+)$')
   if capped_bits then
-    local written = 0
+    local written, lowered = 0, '0'
     for i = 1, n do
       if floor(tonumber(capped_bits) / 2 ^ (i - 1)) % 2 == 1 then
-        local capped = windows_cap(limits[i], states[i], cost, tonumber(reset_ns), -tonumber(age_ns))
+        local capped, below = windows_cap(limits[i], states[i], cost, tonumber(reset_ns), -tonumber(age_ns))
         if capped then
           store(limits[i], KEYS[i], capped)
           written = written + 2 ^ (i - 1)
+          if below then lowered = '1' end
         end
       end
     end
     persist_moved(written)
-    if written > 0 then return { '1' } end
-    return { '0' }
+    -- Taken, and whether it left a window less than it had (lease mode drops the units granted before it).
+    if written > 0 then return { '1', lowered } end
+    return { '0', '0' }
   end
 
   -- What limit i says at `at`: its new state, or nil and the retry (nil: never, a cost above its burst).

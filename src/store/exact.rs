@@ -241,15 +241,36 @@ impl RedisDecider {
         remaining: u64,
         times: (u64, u64),
     ) -> Result<bool> {
-        let Routed::Limited(key) = limiter.route_remote(peer, target)? else { return Ok(false) };
+        Ok(self.cap_lowering(limiter, peer, target, remaining, times)?.0)
+    }
+
+    /// [`RedisDecider::cap`], and whether the word left a window in Redis less than it had (lease mode
+    /// then drops the units Redis granted before it).
+    ///
+    /// # Errors
+    /// As [`RedisDecider::cap`].
+    pub fn cap_lowering(
+        &self,
+        limiter: &Limiter,
+        peer: &str,
+        target: Target<'_>,
+        remaining: u64,
+        times: (u64, u64),
+    ) -> Result<(bool, bool)> {
+        let Routed::Limited(key) = limiter.route_remote(peer, target)? else { return Ok((false, false)) };
         if !key.limits.iter().any(crate::algorithm::Limit::takes_word) {
             return Err(crate::limiter::no_fixed_window(&key.group));
         }
         let args = script::cap_arguments(&key, remaining, times, self.caller(limiter));
         match self.run_give_back(&key, peer, &args)? {
-            Some(reply) => Ok(reply.first().is_some_and(|taken| taken == "1")),
-            None if self.settings.on_error == OnError::Local => limiter.cap(peer, target, remaining, times.0, times.1),
-            None => Ok(false),
+            Some(reply) => {
+                let flag = |i: usize| reply.get(i).is_some_and(|f| f == "1");
+                Ok((flag(0), flag(1)))
+            }
+            None if self.settings.on_error == OnError::Local => {
+                Ok((limiter.cap(peer, target, remaining, times.0, times.1)?, true))
+            }
+            None => Ok((false, true)),
         }
     }
 

@@ -610,6 +610,22 @@ impl Lease {
         self.permits.retire();
     }
 
+    /// Keeps at most `most` of the units held (the first chunks' first), dropping the rest: counted as used
+    /// in Redis, never spent. The units kept.
+    fn keep_at_most(&mut self, most: u64, now: u64) -> u64 {
+        let mut kept = 0;
+        for chunk in &mut self.chunks {
+            let keep = chunk.left(now).min(most - kept);
+            chunk.last = (chunk.next + keep).saturating_sub(1);
+            if keep == 0 {
+                chunk.next = chunk.last + 1;
+            }
+            kept += keep;
+        }
+        self.chunks.retain(|chunk| chunk.next <= chunk.last);
+        kept
+    }
+
     /// What to give back: the units held, per chunk.
     fn chunks_returns(&mut self, now: u64) -> Vec<(u64, Vec<LeaseState>)> {
         let mut returns = Vec::new();
@@ -869,7 +885,7 @@ impl Book {
             (held.spent, held.since, held.round_trip_ns) = (spent, now, now.saturating_sub(anchor));
             held.reports.clone_from(&lease.reports);
             held.reported_at = now;
-            if lease.verdict.allowed && lease.granted > 0 && (held.caps_pending > 0 || asked < held.capped) {
+            if lease.verdict.allowed && lease.granted > 0 && asked < held.capped {
                 // Granted before a server's word capped the key: dropped, counted as used (given back, they
                 // would lift the key above the cap).
                 held.key = key.clone();
@@ -929,27 +945,32 @@ impl Book {
         })
     }
 
-    /// Takes out what `peer`'s lease of `key` holds, to give back, a chunk each, and marks the key capped
-    /// now (a server's word caps it: units held here, or granted by a lease asked for before, would be
-    /// spent past it).
-    fn take_units(limiter: &Limiter, peer: &str, key: &RemoteKey) -> Vec<Return> {
+    /// A server's word of `most` left is being taken for `peer`'s `key`: the lease keeps at most `most`
+    /// of the units it holds (the rest dropped, counted as used) and a cap is marked on its way. The
+    /// units kept, which the cap in Redis leaves room for beside them.
+    fn keep_units(limiter: &Limiter, peer: &str, key: &RemoteKey, most: u64) -> u64 {
         let now = limiter.now_ns();
         limiter.with_kept(peer, |kept, hash| {
             let lease = Leases::made(kept).entry(peer, hash, key, now);
             lease.caps_pending += 1;
             lease.capped_at = now;
-            let returns = lease.chunks_returns(now);
-            returns.into_iter().map(|(units, states)| (lease.key.clone(), units, states)).collect()
+            lease.keep_at_most(most, now)
         })
     }
 
-    /// `peer`'s cap of `key` is applied in Redis: the leases asked for from now on land as usual.
-    fn capped(&self, limiter: &Limiter, peer: &str, key: &RemoteKey) {
+    /// `peer`'s cap of `key` is applied in Redis, having kept `kept` units here. When it `lowered` a window,
+    /// the units Redis granted before it are dropped: those landed meanwhile (the lease keeps at most
+    /// `kept`), and those of leases asked for before it, when they land.
+    fn capped(&self, limiter: &Limiter, peer: &str, key: &RemoteKey, (kept, lowered): (u64, bool)) {
         let count = self.caps.fetch_add(1, Ordering::SeqCst) + 1;
-        limiter.with_kept(peer, |kept, hash| {
-            if let Some(lease) = Leases::of(kept).and_then(|l| l.get(peer, hash, key.id)) {
+        let now = limiter.now_ns();
+        limiter.with_kept(peer, |kept_here, hash| {
+            if let Some(lease) = Leases::of(kept_here).and_then(|l| l.get(peer, hash, key.id)) {
                 lease.caps_pending = lease.caps_pending.saturating_sub(1);
-                lease.capped = lease.capped.max(count);
+                if lowered {
+                    lease.capped = lease.capped.max(count);
+                    lease.keep_at_most(kept, now);
+                }
             }
         });
     }
@@ -1185,28 +1206,22 @@ impl StateStore for Leased {
         self.exact.reduce(peer, target, n)
     }
 
-    /// The units this process holds of the key go back first, waited for: held, they would be spent past
-    /// the server's word; given back, the cap counts them, and the next decisions here lease what it left.
-    /// (Another process's lease of the key is spent until it ends or that process takes the word too.)
+    /// The units this process holds of the key count against the server's word: it keeps at most
+    /// `remaining` of them, and Redis is capped to what is left beside those, in one round trip as exact
+    /// mode's. When that lowered the key in Redis, the units it granted before are dropped (a lease landed
+    /// meanwhile, or on its way). Another process's lease of the key is spent until it ends or that process
+    /// takes a word too.
     fn cap(&self, peer: &str, target: Target<'_>, remaining: u64, times: (u64, u64)) -> Result<bool> {
-        // Only a key the word can cap (a fixed window): another is refused by exact mode's cap below.
+        // Only a key the word can cap (a fixed window): another is refused by exact mode's cap.
         let key = match self.limiter().route_remote(peer, target)? {
-            Routed::Limited(key) if key.limits.iter().any(Limit::takes_word) => Some(key),
-            _ => None,
+            Routed::Limited(key) if key.limits.iter().any(Limit::takes_word) => key,
+            _ => return self.exact.cap(peer, target, remaining, times),
         };
-        if let Some(key) = &key {
-            let decider = self.decider();
-            for (leased, units, states) in Book::take_units(self.limiter(), peer, key) {
-                let args = script::return_arguments(&leased, units, &states, decider.caller(self.limiter()));
-                // A give-back that fails leaves the units counted: never more admitted.
-                drop(decider.client.run(&decider.keys(peer, &leased), &args));
-            }
-        }
-        let capped = self.exact.cap(peer, target, remaining, times);
-        if let Some(key) = key {
-            self.book.capped(self.limiter(), peer, &key);
-        }
-        capped
+        let kept = Book::keep_units(self.limiter(), peer, &key, remaining);
+        let capped = self.decider().cap_lowering(self.limiter(), peer, target, remaining - kept, times);
+        let lowered = capped.as_ref().map_or(true, |&(_, lowered)| lowered);
+        self.book.capped(self.limiter(), peer, &key, (kept, lowered));
+        capped.map(|(taken, _)| taken)
     }
 
     fn refund(&self, peer: &str, target: Target<'_>, cost: u64, receipt: Receipt) -> Result<()> {
