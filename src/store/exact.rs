@@ -64,7 +64,7 @@ impl StateStore for Exact {
     }
 
     fn cap(&self, peer: &str, target: Target<'_>, remaining: u64, times: (u64, u64)) -> Result<bool> {
-        self.decider.cap(&self.limiter, peer, target, remaining, times)
+        Ok(self.decider.cap_lowering(&self.limiter, peer, target, remaining, times)?.0)
     }
 
     fn refund(&self, peer: &str, target: Target<'_>, cost: u64, receipt: Receipt) -> Result<()> {
@@ -226,29 +226,14 @@ impl RedisDecider {
         Ok(())
     }
 
-    /// A server's word for `peer` ([`Limiter::cap`]), taken by the key's fixed windows in Redis: true when
-    /// one took it. While Redis cannot answer: `local` takes it in this process's memory; otherwise it is
-    /// lost (false; the next reply brings another).
+    /// A server's word for `peer` ([`Limiter::cap`]), taken by the key's fixed windows in Redis: whether
+    /// one took it, and whether it left a window less than it had (lease mode then drops the units Redis
+    /// granted before it). While Redis cannot answer: `local` takes it in this process's memory; otherwise
+    /// it is lost (not taken; the next reply brings another).
     ///
     /// # Errors
     /// A `Target::Group` that names no group, a group without a fixed window; Redis cannot answer and
     /// `on_error="raise"`.
-    pub fn cap(
-        &self,
-        limiter: &Limiter,
-        peer: &str,
-        target: Target<'_>,
-        remaining: u64,
-        times: (u64, u64),
-    ) -> Result<bool> {
-        Ok(self.cap_lowering(limiter, peer, target, remaining, times)?.0)
-    }
-
-    /// [`RedisDecider::cap`], and whether the word left a window in Redis less than it had (lease mode
-    /// then drops the units Redis granted before it).
-    ///
-    /// # Errors
-    /// As [`RedisDecider::cap`].
     pub fn cap_lowering(
         &self,
         limiter: &Limiter,
