@@ -216,15 +216,16 @@ def test_a_limit_lowered_while_leases_are_out_holds_from_the_change(
 
 
 def test_a_servers_word_caps_what_a_process_holds_as_exact_mode_caps_redis(fleet: Callable[..., Fleet]) -> None:
-    # An outgoing transport's reply says 2 are left until the window's end: the units this process leased
-    # before it go back, and a lease asked for before it lands dropped, so at most 2 more are admitted here,
-    # however many the lease held; the other process leases only what the cap left.
+    # An outgoing transport's reply says 2 are left until the window's end: this process keeps at most 2 of
+    # the units it leased, Redis is capped to the rest, and a lease asked for before it lands dropped, so at
+    # most 2 more are admitted, however many the lease held; the other process leases only what is left.
     pair = fleet(2, span=10.0, **rules("100/min", "fixed_window"))
     for _ in range(30):
         assert pair.allow(0)
         pair.advance_us(1_000)
     assert pair.limiters[0].cap("k", group="api", remaining=2, reset_after=30.0)
-    assert sum(pair.allow(i % 2) for i in range(20)) == 2
+    # At most 2 (a lease on its way may land dropped: a unit short, never one over).
+    assert 1 <= sum(pair.allow(i % 2) for i in range(20)) <= 2
     # The window ends (the clock's, 60 s): the key counts afresh.
     pair.advance_us(60_000_000)
     assert sum(pair.allow(i % 2) for i in range(20)) == 20
