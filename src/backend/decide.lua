@@ -243,7 +243,7 @@ local function windows_cap(l, state, remaining, reset_at, sent_at)
     b = origin_stamp(admitted)
   end
   local _, permits = windows_current(l, state, 0)
-  return { t = reset_at, a = math.min(permits, remaining), b = b }, remaining < permits
+  return { t = reset_at, a = math.min(permits, remaining), b = b }, permits
 end
 
 -- Sliding window counter aligned to the clock's zero (src/algorithm/sliding_window.rs). p: limit,
@@ -1055,21 +1055,22 @@ decide_full = function(KEYS, ARGV, timed)
   -- bit each) end `reset_ns` from now with at most `cost` permits, heard for a request admitted `age_ns` ago.
   local capped_bits, reset_ns, age_ns = string.match(operation, '^cap:(%d+):(%d+):(%d+)$')
   if capped_bits then
-    local written, lowered = 0, '0'
+    local written, before = 0, nil
     for i = 1, n do
       if floor(tonumber(capped_bits) / 2 ^ (i - 1)) % 2 == 1 then
-        local capped, below = windows_cap(limits[i], states[i], cost, tonumber(reset_ns), -tonumber(age_ns))
+        local capped, had = windows_cap(limits[i], states[i], cost, tonumber(reset_ns), -tonumber(age_ns))
         if capped then
           store(limits[i], KEYS[i], capped)
           written = written + 2 ^ (i - 1)
-          if below then lowered = '1' end
+          if before == nil or had < before then before = had end
         end
       end
     end
     persist_moved(written)
-    -- Taken, and whether it left a window less than it had (lease mode drops the units granted before it).
-    if written > 0 then return { '1', lowered } end
-    return { '0', '0' }
+    -- Taken, and what the windows had left before it (lease mode: the units of a lease granted before the
+    -- word may be spent only as far as they fit under it beside those).
+    if written > 0 then return { '1', tostring(before) } end
+    return { '0' }
   end
 
   -- What limit i says at `at`: its new state, or nil and the retry (nil: never, a cost above its burst).

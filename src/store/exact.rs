@@ -227,9 +227,10 @@ impl RedisDecider {
     }
 
     /// A server's word for `peer` ([`Limiter::cap`]), taken by the key's fixed windows in Redis: whether
-    /// one took it, and whether it left a window less than it had (lease mode then drops the units Redis
-    /// granted before it). While Redis cannot answer: `local` takes it in this process's memory; otherwise
-    /// it is lost (not taken; the next reply brings another).
+    /// one took it, and what they had left before it when it was taken in Redis (lease mode: a lease
+    /// granted before the word may be spent only as far as it fits under it beside those). While Redis
+    /// cannot answer: `local` takes it in this process's memory; otherwise it is lost (not taken; the next
+    /// reply brings another).
     ///
     /// # Errors
     /// A `Target::Group` that names no group, a group without a fixed window; Redis cannot answer and
@@ -241,21 +242,21 @@ impl RedisDecider {
         target: Target<'_>,
         remaining: u64,
         times: (u64, u64),
-    ) -> Result<(bool, bool)> {
-        let Routed::Limited(key) = limiter.route_remote(peer, target)? else { return Ok((false, false)) };
+    ) -> Result<(bool, Option<u64>)> {
+        let Routed::Limited(key) = limiter.route_remote(peer, target)? else { return Ok((false, None)) };
         if !key.limits.iter().any(crate::algorithm::Limit::takes_word) {
             return Err(crate::limiter::no_fixed_window(&key.group));
         }
         let args = script::cap_arguments(&key, remaining, times, self.caller(limiter));
         match self.run_give_back(&key, peer, &args)? {
             Some(reply) => {
-                let flag = |i: usize| reply.get(i).is_some_and(|f| f == "1");
-                Ok((flag(0), flag(1)))
+                let taken = reply.first().is_some_and(|f| f == "1");
+                Ok((taken, reply.get(1).and_then(|left| left.parse().ok())))
             }
             None if self.settings.on_error == OnError::Local => {
-                Ok((limiter.cap(peer, target, remaining, times.0, times.1)?, true))
+                Ok((limiter.cap(peer, target, remaining, times.0, times.1)?, None))
             }
-            None => Ok((false, true)),
+            None => Ok((false, None)),
         }
     }
 

@@ -434,6 +434,18 @@ impl Chunk {
         Self { anchor, next: spent + 1, last: lease.granted, lapses, states }
     }
 
+    /// A server's word moved the fixed windows of `limits` (the key's, as leased) to end `ends_after` ns
+    /// after `now`: their units lapse then.
+    fn realign(&mut self, limits: &[Limit], now: u64, ends_after: u64) {
+        let last = i128::from(now) + i128::from(ends_after) - 1 - i128::from(self.anchor);
+        let rates = limits.iter().filter(|l| !l.is_concurrency());
+        for (lapse, limit) in self.lapses.iter_mut().zip(rates) {
+            if limit.takes_word() {
+                *lapse = (last, 0);
+            }
+        }
+    }
+
     /// Skips the units lapsed at `now`; the units left.
     fn left(&mut self, now: u64) -> u64 {
         let elapsed = i128::from(now) - i128::from(self.anchor);
@@ -483,11 +495,12 @@ struct Lease {
     /// The key's leases of concurrency permits.
     permits: Permits,
     /// This process's caps of the key (`Leased::cap`) being applied, the count of `Book::caps` when the
-    /// last one was, and when one was last taken: a lease asked for before a cap is applied lands with
-    /// units Redis granted before it, which are dropped (counted as used).
+    /// last one was, and when one was last taken: a lease asked for before the last cap lands with units
+    /// Redis granted before it, of which only `room` more may be kept (the rest dropped, counted as used).
     caps_pending: u32,
     capped: u64,
     capped_at: u64,
+    room: u64,
 }
 
 impl Lease {
@@ -512,6 +525,7 @@ impl Lease {
             caps_pending: 0,
             capped: 0,
             capped_at: 0,
+            room: 0,
         }
     }
 
@@ -885,13 +899,21 @@ impl Book {
             (held.spent, held.since, held.round_trip_ns) = (spent, now, now.saturating_sub(anchor));
             held.reports.clone_from(&lease.reports);
             held.reported_at = now;
-            if lease.verdict.allowed && lease.granted > 0 && asked < held.capped {
-                // Granted before a server's word capped the key: dropped, counted as used (given back, they
-                // would lift the key above the cap).
+            if lease.verdict.allowed && lease.granted > 0 {
                 held.key = key.clone();
-            } else if lease.verdict.allowed && lease.granted > 0 {
-                held.key = key.clone();
-                held.chunks.push_back(Chunk::of(key, lease, anchor, spent));
+                let mut chunk = Chunk::of(key, lease, anchor, spent);
+                if asked < held.capped {
+                    // Granted before a server's word capped the key, which did not count them: kept as far
+                    // as they fit under it, the rest dropped (counted as used; given back, they would lift
+                    // the key above the word).
+                    let units = (chunk.last + 1).saturating_sub(chunk.next);
+                    let keep = units.min(held.room);
+                    held.room -= keep;
+                    chunk.last = (chunk.next + keep).saturating_sub(1);
+                }
+                if chunk.next <= chunk.last {
+                    held.chunks.push_back(chunk);
+                }
                 held.last_used = now;
                 held.last_granted = lease.granted;
             } else if !lease.verdict.allowed {
@@ -958,19 +980,34 @@ impl Book {
         })
     }
 
-    /// `peer`'s cap of `key` is applied in Redis, having kept `kept` units here. When it `lowered` a window,
-    /// the units Redis granted before it are dropped: those landed meanwhile (the lease keeps at most
-    /// `kept`), and those of leases asked for before it, when they land.
-    fn capped(&self, limiter: &Limiter, peer: &str, key: &RemoteKey, (kept, lowered): (u64, bool)) {
+    /// `peer`'s cap of `key` to `remaining` is applied in Redis, having kept `kept` units here; `taken`:
+    /// `None` when the word was not taken, else how long until the windows end and what they had left
+    /// before it (if Redis said). The units Redis granted before the word, which it did not count (landed
+    /// meanwhile, or on their way), may be spent only as far as they fit under it beside what Redis has
+    /// left: the rest are dropped. The units held lapse where the word ends the windows, which would
+    /// otherwise be spent in the window after it.
+    fn capped(
+        &self,
+        limiter: &Limiter,
+        (peer, key): (&str, &RemoteKey),
+        (remaining, kept): (u64, u64),
+        taken: Option<(u64, Option<u64>)>,
+    ) {
         let count = self.caps.fetch_add(1, Ordering::SeqCst) + 1;
         let now = limiter.now_ns();
         limiter.with_kept(peer, |kept_here, hash| {
-            if let Some(lease) = Leases::of(kept_here).and_then(|l| l.get(peer, hash, key.id)) {
-                lease.caps_pending = lease.caps_pending.saturating_sub(1);
-                if lowered {
-                    lease.capped = lease.capped.max(count);
-                    lease.keep_at_most(kept, now);
-                }
+            let Some(lease) = Leases::of(kept_here).and_then(|l| l.get(peer, hash, key.id)) else { return };
+            lease.caps_pending = lease.caps_pending.saturating_sub(1);
+            let Some((ends_after, left_before)) = taken else { return };
+            // What Redis has left now is min(left_before, remaining - kept); unknown, assume the most.
+            let beside = left_before.map_or(remaining - kept, |left| left.min(remaining - kept));
+            let room = (remaining - kept).saturating_sub(beside);
+            lease.capped = lease.capped.max(count);
+            let held = lease.keep_at_most(kept + room, now);
+            lease.room = (kept + room).saturating_sub(held.max(kept));
+            let Lease { chunks, key, .. } = lease;
+            for chunk in chunks.iter_mut() {
+                chunk.realign(&key.limits, now, ends_after);
             }
         });
     }
@@ -1219,8 +1256,11 @@ impl StateStore for Leased {
         };
         let kept = Book::keep_units(self.limiter(), peer, &key, remaining);
         let capped = self.decider().cap_lowering(self.limiter(), peer, target, remaining - kept, times);
-        let lowered = capped.as_ref().map_or(true, |&(_, lowered)| lowered);
-        self.book.capped(self.limiter(), peer, &key, (kept, lowered));
+        let taken = match &capped {
+            Ok((true, left_before)) => Some((times.0, *left_before)),
+            _ => None,
+        };
+        self.book.capped(self.limiter(), (peer, &key), (remaining, kept), taken);
         capped.map(|(taken, _)| taken)
     }
 

@@ -232,6 +232,21 @@ def test_a_servers_word_caps_what_a_process_holds_as_exact_mode_caps_redis(fleet
     assert pair.replayed_in_memory() == []
 
 
+@pytest.mark.parametrize("ends_in", [10.0, 120.0])
+def test_units_held_at_a_word_lapse_where_the_word_ends_the_window(fleet: Callable[..., Fleet], ends_in: float) -> None:
+    # A word moves the key's window end (the server's: sooner or later than the key's own, 60 s from its first
+    # request): the units this process holds then belong to the window it ends, never to the next, which
+    # counts afresh from 100.
+    one = fleet(1, span=300.0, **rules("100/min", "fixed_window"))
+    for _ in range(40):
+        assert one.allow(0)
+        one.advance_us(1_000)
+    assert one.limiters[0].cap("k", group="api", remaining=50, reset_after=ends_in)
+    assert sum(one.allow(0) for _ in range(100)) <= 50
+    one.advance_us(int(ends_in * 1e6) + 500_000)
+    assert sum(one.allow(0) for _ in range(300)) <= 100
+
+
 def test_a_cap_taken_while_threads_spend_the_lease_holds_after_it_returns(fleet: Callable[..., Fleet]) -> None:
     # Threads spend the key's lease (prefetches on their way) while another takes a word of 5 left: of the
     # decisions begun once the cap returned, at most 5 are admitted, whatever was held or asked for before.
