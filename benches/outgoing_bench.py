@@ -247,6 +247,18 @@ def httpx_answers(dialect: str) -> Any:
     return Canned()
 
 
+def transport_of(
+    kind: str, inner: Any, hook: Callable[[Any], Any], paced: Callable[..., Any], regions: list[Path]
+) -> Any:
+    """The transport of a case: the client's own (``inner``), the no-op ``hook`` around it, or ratekeeper's
+    (``paced``) around it."""
+    if kind == BARE:
+        return inner
+    if kind == HOOK:
+        return hook(inner)
+    return paced(limiter(kind, regions), inner=inner)
+
+
 def httpx_client(url: str, kind: str, mock: bool, regions: list[Path]) -> Made:
     import httpx
     from ratekeeper.httpx import Transport
@@ -260,14 +272,8 @@ def httpx_client(url: str, kind: str, mock: bool, regions: list[Path]) -> Made:
         def handle_request(self, request: httpx.Request) -> httpx.Response:
             return self.inner.handle_request(request)
 
-    inner: httpx.BaseTransport = httpx_answers(url.rsplit("/", 1)[1]) if mock else httpx.HTTPTransport()
-    transport: httpx.BaseTransport
-    if kind == BARE:
-        transport = inner
-    elif kind == HOOK:
-        transport = Passing(inner)
-    else:
-        transport = Transport(limiter(kind, regions), inner=inner)
+    inner = httpx_answers(url.rsplit("/", 1)[1]) if mock else httpx.HTTPTransport()
+    transport: httpx.BaseTransport = transport_of(kind, inner, Passing, Transport, regions)
     client = httpx.Client(transport=transport)
 
     def run(n: int) -> float:
@@ -320,14 +326,8 @@ def httpx_async_client(url: str, kind: str, mock: bool, regions: list[Path]) -> 
     transports: list[Any] = []
 
     def make() -> httpx.AsyncClient:
-        inner: httpx.AsyncBaseTransport = httpx_answers(url.rsplit("/", 1)[1]) if mock else httpx.AsyncHTTPTransport()
-        transport: httpx.AsyncBaseTransport
-        if kind == BARE:
-            transport = inner
-        elif kind == HOOK:
-            transport = Passing(inner)
-        else:
-            transport = AsyncTransport(limiter(kind, regions), inner=inner)
+        inner = httpx_answers(url.rsplit("/", 1)[1]) if mock else httpx.AsyncHTTPTransport()
+        transport: httpx.AsyncBaseTransport = transport_of(kind, inner, Passing, AsyncTransport, regions)
         transports.append(transport)
         return httpx.AsyncClient(transport=transport)
 

@@ -187,13 +187,10 @@ impl PyOutgoing {
         let Some((host, path)) = url_parts(py, parts)? else {
             return Ok(PyBool::new(py, false).to_owned().into_any());
         };
-        let limiter = self.limiter.get();
-        let budgets = Through { py, limiter };
-        let Some(ticket) = self.engine.admit_heard(&budgets, host.to_str()?, Some(path.to_str()?))? else {
-            return Ok(py.None().into_bound(py));
-        };
-        let host = host.unbind();
-        Ok(Bound::new(py, PyTicket { key: host.clone_ref(py), host, ticket, estimate: None })?.into_any())
+        match self.admit_heard(py, &host, Some(path.to_str()?))? {
+            Some(ticket) => Ok(Bound::new(py, ticket)?.into_any()),
+            None => Ok(py.None().into_bound(py)),
+        }
     }
 
     /// A call to `host` came back (answered, failed or refused): its calls may take the short way.

@@ -64,7 +64,7 @@ impl StateStore for Exact {
     }
 
     fn cap(&self, peer: &str, target: Target<'_>, remaining: u64, times: (u64, u64)) -> Result<bool> {
-        Ok(self.decider.cap_lowering(&self.limiter, peer, target, remaining, times)?.0)
+        Ok(self.decider.cap_word(&self.limiter, peer, target, remaining, times)?.0)
     }
 
     fn refund(&self, peer: &str, target: Target<'_>, cost: u64, receipt: Receipt) -> Result<()> {
@@ -235,7 +235,7 @@ impl RedisDecider {
     /// # Errors
     /// A `Target::Group` that names no group, a group without a fixed window; Redis cannot answer and
     /// `on_error="raise"`.
-    pub fn cap_lowering(
+    pub fn cap_word(
         &self,
         limiter: &Limiter,
         peer: &str,

@@ -494,12 +494,20 @@ struct Lease {
     round_trip_ns: u64,
     /// The key's leases of concurrency permits.
     permits: Permits,
-    /// This process's caps of the key (`Leased::cap`) being applied, the count of `Book::caps` when the
-    /// last one was, and when one was last taken: a lease asked for before the last cap lands with units
-    /// Redis granted before it, of which only `room` more may be kept (the rest dropped, counted as used).
-    caps_pending: u32,
-    capped: u64,
-    capped_at: u64,
+    /// The server's words this process took for the key (`Leased::cap`).
+    caps: Caps,
+}
+
+/// A key's server's words taken here (`Leased::cap`): a lease asked for before the last one lands with
+/// units Redis granted before it, of which only `room` more may be kept (the rest dropped, counted as used).
+#[derive(Debug, Default, Clone, Copy)]
+struct Caps {
+    /// Caps on their way to Redis (the lease is kept until they land).
+    pending: u32,
+    /// The count of `Book::caps` when the last one was applied.
+    count: u64,
+    /// When one was last taken (the lease is kept a span after it, for the leases on their way).
+    at: u64,
     room: u64,
 }
 
@@ -522,10 +530,7 @@ impl Lease {
             last_granted: 0,
             round_trip_ns: 0,
             permits: Permits::default(),
-            caps_pending: 0,
-            capped: 0,
-            capped_at: 0,
-            room: 0,
+            caps: Caps::default(),
         }
     }
 
@@ -890,9 +895,7 @@ impl Book {
             if held.key.limits != key.limits {
                 held.limits_changed(now);
                 let (returning, permits) = (std::mem::take(&mut held.returning), std::mem::take(&mut held.permits));
-                let (caps_pending, capped, capped_at) = (held.caps_pending, held.capped, held.capped_at);
-                *held =
-                    Lease { returning, permits, caps_pending, capped, capped_at, ..Lease::new(peer, hash, key, now) };
+                *held = Lease { returning, permits, caps: held.caps, ..Lease::new(peer, hash, key, now) };
             }
             held.fetching = false;
             // The demand the next lease follows is measured from here.
@@ -902,13 +905,13 @@ impl Book {
             if lease.verdict.allowed && lease.granted > 0 {
                 held.key = key.clone();
                 let mut chunk = Chunk::of(key, lease, anchor, spent);
-                if asked < held.capped {
+                if asked < held.caps.count {
                     // Granted before a server's word capped the key, which did not count them: kept as far
                     // as they fit under it, the rest dropped (counted as used; given back, they would lift
                     // the key above the word).
                     let units = (chunk.last + 1).saturating_sub(chunk.next);
-                    let keep = units.min(held.room);
-                    held.room -= keep;
+                    let keep = units.min(held.caps.room);
+                    held.caps.room -= keep;
                     chunk.last = (chunk.next + keep).saturating_sub(1);
                 }
                 if chunk.next <= chunk.last {
@@ -974,8 +977,8 @@ impl Book {
         let now = limiter.now_ns();
         limiter.with_kept(peer, |kept, hash| {
             let lease = Leases::made(kept).entry(peer, hash, key, now);
-            lease.caps_pending += 1;
-            lease.capped_at = now;
+            lease.caps.pending += 1;
+            lease.caps.at = now;
             lease.keep_at_most(most, now)
         })
     }
@@ -997,14 +1000,14 @@ impl Book {
         let now = limiter.now_ns();
         limiter.with_kept(peer, |kept_here, hash| {
             let Some(lease) = Leases::of(kept_here).and_then(|l| l.get(peer, hash, key.id)) else { return };
-            lease.caps_pending = lease.caps_pending.saturating_sub(1);
+            lease.caps.pending = lease.caps.pending.saturating_sub(1);
             let Some((ends_after, left_before)) = taken else { return };
             // What Redis has left now is min(left_before, remaining - kept); unknown, assume the most.
             let beside = left_before.map_or(remaining - kept, |left| left.min(remaining - kept));
             let room = (remaining - kept).saturating_sub(beside);
-            lease.capped = lease.capped.max(count);
+            lease.caps.count = lease.caps.count.max(count);
             let held = lease.keep_at_most(kept + room, now);
-            lease.room = (kept + room).saturating_sub(held.max(kept));
+            lease.caps.room = (kept + room).saturating_sub(held.max(kept));
             let Lease { chunks, key, .. } = lease;
             for chunk in chunks.iter_mut() {
                 chunk.realign(&key.limits, now, ends_after);
@@ -1062,8 +1065,8 @@ impl Book {
                 }
                 let quiet = now < lease.quiet_until
                     || now < lease.permits.quiet_until
-                    || lease.caps_pending > 0
-                    || (lease.capped_at > 0 && now.saturating_sub(lease.capped_at) < self.span_ns);
+                    || lease.caps.pending > 0
+                    || (lease.caps.at > 0 && now.saturating_sub(lease.caps.at) < self.span_ns);
                 !lease.chunks.is_empty()
                     || lease.fetching
                     || lease.permits.fetching
@@ -1245,9 +1248,9 @@ impl StateStore for Leased {
 
     /// The units this process holds of the key count against the server's word: it keeps at most
     /// `remaining` of them, and Redis is capped to what is left beside those, in one round trip as exact
-    /// mode's. When that lowered the key in Redis, the units it granted before are dropped (a lease landed
-    /// meanwhile, or on its way). Another process's lease of the key is spent until it ends or that process
-    /// takes a word too.
+    /// mode's. The units Redis granted before the word (a lease landed meanwhile, or on its way) are kept
+    /// only as far as they fit under it (`Book::capped`), and the units held lapse where it ends the window.
+    /// Another process's lease of the key is spent until it ends or that process takes a word too.
     fn cap(&self, peer: &str, target: Target<'_>, remaining: u64, times: (u64, u64)) -> Result<bool> {
         // Only a key the word can cap (a fixed window): another is refused by exact mode's cap.
         let key = match self.limiter().route_remote(peer, target)? {
@@ -1255,7 +1258,7 @@ impl StateStore for Leased {
             _ => return self.exact.cap(peer, target, remaining, times),
         };
         let kept = Book::keep_units(self.limiter(), peer, &key, remaining);
-        let capped = self.decider().cap_lowering(self.limiter(), peer, target, remaining - kept, times);
+        let capped = self.decider().cap_word(self.limiter(), peer, target, remaining - kept, times);
         let taken = match &capped {
             Ok((true, left_before)) => Some((times.0, *left_before)),
             _ => None,

@@ -236,6 +236,20 @@ impl Store {
         self.release(peer, target, cost)
     }
 
+    /// The decision of a request of a group of adaptive limits alone, whose permits were `taken`: its states
+    /// hold only their ceiling's gate, this process's in every store like the adaptive gates (no round trip;
+    /// each machine has the ceiling to itself).
+    fn decided_here(
+        &self,
+        peer: &str,
+        target: Target<'_>,
+        request: Request,
+        taken: &crate::limiter::Taken,
+    ) -> Result<Answer> {
+        let answer = self.limiter().decide(peer, target, request).map(Answer::from);
+        settled(self.limiter(), taken, answer)
+    }
+
     /// Whether `spec` needs the core to track each key's admitted usage (sync mode pushes it).
     #[must_use]
     pub fn tracks_usage(spec: Option<&Spec>) -> bool {
@@ -283,12 +297,7 @@ impl StateStore for Store {
         match self.limiter().admit_adaptive(peer, target, request)? {
             AdaptiveAdmission::None => each_store!(self, s => s.decide(peer, target, request)),
             AdaptiveAdmission::Refused(decision) => Ok(decision.into()),
-            // A group of adaptive limits alone holds only their ceiling's gate: this process's, like the
-            // adaptive gates, in every store (no round trip; each machine has the ceiling to itself).
-            AdaptiveAdmission::Taken(taken) if taken.ceiling_only => {
-                let answer = self.limiter().decide(peer, target, request).map(Answer::from);
-                settled(self.limiter(), &taken, answer)
-            }
+            AdaptiveAdmission::Taken(taken) if taken.ceiling_only => self.decided_here(peer, target, request, &taken),
             AdaptiveAdmission::Taken(taken) => {
                 let answer = each_store!(self, s => s.decide(peer, target, request));
                 settled(self.limiter(), &taken, answer)
@@ -312,8 +321,7 @@ impl StateStore for Store {
             Ok(AdaptiveAdmission::Taken(taken)) => taken,
         };
         if taken.ceiling_only {
-            let answer = self.limiter().decide(peer, target, request).map(Answer::from);
-            return Some(settled(self.limiter(), &taken, answer));
+            return Some(self.decided_here(peer, target, request, &taken));
         }
         let answer = each_store!(self, s => s.decide_at_once(peer, target, request));
         if answer.is_none() {
@@ -331,8 +339,7 @@ impl StateStore for Store {
             AdaptiveAdmission::None => return each_store!(self, s => s.decide_later(peer, target, request, done)),
             AdaptiveAdmission::Refused(decision) => return Ok(Some(decision.into())),
             AdaptiveAdmission::Taken(taken) if taken.ceiling_only => {
-                let answer = self.limiter().decide(peer, target, request).map(Answer::from);
-                return settled(self.limiter(), &taken, answer).map(Some);
+                return self.decided_here(peer, target, request, &taken).map(Some);
             }
             AdaptiveAdmission::Taken(taken) => std::sync::Arc::new(taken),
         };
