@@ -141,6 +141,9 @@ class Stats(TypedDict):
     backend_down: bool
     #: Outages begun: failed round trips after one that succeeded.
     backend_outages: int
+    #: Lease mode's standing share this process holds (``1`` to ``standing_shares``), or ``None``: none
+    #: held (not yet claimed, every one held, or ``standing_shares`` not set).
+    standing_share: int | None
     #: Decision latency in this process, sampled: one decision in 64 per thread, from before its shard is
     #: locked to after (100 ns to 100 ms buckets).
     decision_seconds: Histogram

@@ -34,7 +34,7 @@ local E9 = 1000000000
 -- made once when the library loads (a Redis Function) rather than on every call. `floor` too: a
 -- library's top level cannot see the standard library (Redis runs it with `redis` alone).
 local floor, now_s, now_ns, now_ms, cost, max_wait, policy, operation, want_report, take, lease, lease_ttl, n
-local node, head, manual
+local node, head, manual, manual_pool
 
 -- '%d', not '%.0f': every number written is a whole number below 2^53, which Lua's '%d' (a C long)
 -- holds exactly, and C's printf takes a few times longer to write a double with '%.0f'.
@@ -1226,9 +1226,95 @@ decide_full = function(KEYS, ARGV, timed)
   return reply
 end
 
+-- Standing shares (src/backend/standing.rs): KEYS[1] the pool, a hash: "born" (ms it was made), "fp" (the
+-- settings of its holders), "floor" (ms: no slot is free before it, after a change of settings),
+-- "h<i>" = "<expiry ms> <node>" (slot i's holder), "f<i>" (ms: slot i's last holder spent no later).
+-- ARGV: "standing", "hold" | "release", node, fingerprint, shares, ttl ms, a ManualClock's ms ("": TIME).
+-- Reply { slot, free_in_ms (ms from now until the slot's last holder has stopped: its keys start empty
+-- then), "claimed" } | { slot, "", "renewed" } | { 0, "", why none }. A pool made now (a restart lost it)
+-- frees no slot before a time to live has passed: a holder from before may spend until then.
+local function standing(KEYS, ARGV)
+  local pool, op, me, fp = KEYS[1], ARGV[2], ARGV[3], ARGV[4]
+  local shares, ttl = tonumber(ARGV[5]), tonumber(ARGV[6])
+  local now
+  if ARGV[7] ~= '' then
+    now = tonumber(ARGV[7])
+  else
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  local raw = redis.call('HGETALL', pool)
+  local f = {}
+  for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
+  local born = tonumber(f.born)
+  if not born then
+    born = now
+    redis.call('HSET', pool, 'born', string.format('%d', born))
+  end
+  local floor_ms = math.max(tonumber(f.floor) or 0, born + ttl)
+  -- Holders whose time ran out free their slot as of their expiry.
+  local live, others, mine, latest = {}, 0, nil, floor_ms
+  for name, value in pairs(f) do
+    local i = string.match(name, '^h(%d+)$')
+    if i then
+      local exp, node = string.match(value, '^(%d+) (.*)$')
+      exp = tonumber(exp)
+      if exp > now then
+        live[tonumber(i)] = true
+        if node == me then mine = tonumber(i) else others = others + 1 end
+      else
+        local free = math.max(exp, tonumber(f['f' .. i]) or 0)
+        redis.call('HDEL', pool, name)
+        redis.call('HSET', pool, 'f' .. i, string.format('%d', free))
+        f['f' .. i] = tostring(free)
+      end
+      latest = math.max(latest, exp)
+    else
+      local j = string.match(name, '^f(%d+)$')
+      if j then latest = math.max(latest, tonumber(value)) end
+    end
+  end
+  if f.fp ~= fp then
+    if others > 0 then
+      return { '0', '', 'other settings' }
+    end
+    -- New settings: no slot is free before every holder of the old ones has stopped.
+    for name, _ in pairs(f) do
+      if string.match(name, '^[hf]%d+$') then redis.call('HDEL', pool, name) end
+    end
+    redis.call('HSET', pool, 'fp', fp, 'floor', string.format('%d', latest))
+    floor_ms, live, mine, f = latest, {}, nil, {}
+  end
+  if not manual_pool then redis.call('PEXPIRE', pool, 2 * ttl) end
+  if op == 'release' then
+    if mine then
+      redis.call('HDEL', pool, 'h' .. mine)
+      redis.call('HSET', pool, 'f' .. mine, string.format('%d', now))
+    end
+    return { '0', '', 'released' }
+  end
+  local holder = string.format('%d', now + ttl) .. ' ' .. me
+  if mine then
+    redis.call('HSET', pool, 'h' .. mine, holder)
+    return { tostring(mine), '', 'renewed' }
+  end
+  for i = 1, shares do
+    if not live[i] then
+      local free = math.max(tonumber(f['f' .. i]) or 0, floor_ms)
+      redis.call('HSET', pool, 'h' .. i, holder)
+      return { tostring(i), string.format('%d', free - now), 'claimed' }
+    end
+  end
+  return { '0', '', 'full' }
+end
+
 -- The compact form has at most 6 arguments, the full one at least 20.
 local function decide(KEYS, ARGV)
   floor = math.floor
+  if ARGV[1] == 'standing' then
+    manual_pool = ARGV[7] ~= ''
+    return standing(KEYS, ARGV)
+  end
   if #ARGV <= 6 then return decide_compact(KEYS, ARGV) end
   return decide_full(KEYS, ARGV)
 end

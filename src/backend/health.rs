@@ -31,6 +31,8 @@ pub struct HealthReport {
     pub down: bool,
     pub outages: u64,
     pub latency: LatencyBuckets,
+    /// Lease mode's standing share this process holds (1-based), if any.
+    pub standing_share: Option<u32>,
 }
 
 impl Health {
@@ -75,6 +77,7 @@ impl Health {
             down: !self.seen().is_multiple_of(2),
             outages: self.outages.load(Ordering::Relaxed),
             latency: self.latency.snapshot(),
+            standing_share: None,
         }
     }
 }

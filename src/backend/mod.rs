@@ -9,6 +9,7 @@ pub mod client;
 pub mod function;
 pub mod health;
 pub mod script;
+pub mod standing;
 
 use std::time::Duration;
 
@@ -73,7 +74,10 @@ pub struct Spec {
     /// Lease mode's span: how far ahead a lease reaches, and how long a key stays idle before its lease
     /// is given back (`None`: exact mode).
     pub lease_span: Option<Duration>,
+    /// Lease mode's standing shares (`None`: none).
+    pub standing: Option<standing::Standing>,
 }
+
 
 /// Keys `SCAN` asks for in one step, and so removed by one `UNLINK`.
 const RESET_BATCH: usize = 1000;

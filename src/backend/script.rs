@@ -1,5 +1,8 @@
 //! The decision script's arguments and reply (`decide.lua`): plain data, no I/O.
 
+use std::borrow::Cow;
+
+use super::standing::{self, Standing};
 use crate::algorithm::{Limit, Report};
 use crate::config::Policy;
 use crate::error::{Error, Result};
@@ -137,6 +140,22 @@ pub struct Caller<'a> {
     pub node: &'a str,
     pub now: u64,
     pub manual: bool,
+    /// Lease mode's standing shares: Redis keeps the rest of a split group's limits.
+    pub standing: Option<Standing>,
+}
+
+/// The limits Redis keeps of `key`'s: all of them, or with standing shares the part of a split group.
+fn remote_limits<'k>(key: &'k RemoteKey, caller: Caller<'_>) -> Cow<'k, [Limit]> {
+    standing::remote_limits(caller.standing, &key.limits, key.policy)
+}
+
+/// A moved limit as Redis keeps it: its part, when the key's group is split now (a state written under
+/// another part is moved from the limit it records).
+fn remote_limit(limit: &Limit, key: &RemoteKey, caller: Caller<'_>) -> Limit {
+    let Some(standing) = caller.standing.filter(|s| s.split(&key.limits, key.policy).is_some()) else {
+        return *limit;
+    };
+    standing.split(std::slice::from_ref(limit), key.policy).and_then(|s| s.remote[0]).unwrap_or(*limit)
 }
 
 /// The script's `ARGV` for one request: see the head of `decide.lua`.
@@ -164,7 +183,8 @@ pub fn arguments(key: &RemoteKey, request: Request, leases: Leases<'_>, caller: 
 /// arguments instead of twenty: the server parses fewer, and the script finds the limit already parsed.
 /// `None` for any other request (the full form).
 fn compact(key: &RemoteKey, operation: &str, request: Request, caller: Caller<'_>) -> Option<Vec<String>> {
-    let [limit] = key.limits.as_slice() else { return None };
+    let limits = remote_limits(key, caller);
+    let [limit] = &*limits else { return None };
     let (name, params) = limit.script_params()?;
     let simple = key.moves.is_empty()
         && request.max_wait_ns == 0
@@ -332,7 +352,7 @@ fn encode(
     args.push(caller.node.into());
     args.push(key.head.to_string());
     args.push(key.limits.len().to_string());
-    for limit in &key.limits {
+    for limit in remote_limits(key, caller).iter() {
         push_limit(&mut args, Some(limit));
     }
     args.push(key.moves.len().to_string());
@@ -342,8 +362,8 @@ fn encode(
         // An instant before now, relative to it (a move is never later than the call that sends it).
         let ago = caller.now.saturating_sub(m.at).min(EXACT - 1);
         args.push(if ago == 0 { "0".into() } else { format!("-{ago}") });
-        push_limit(&mut args, Some(&m.from));
-        push_limit(&mut args, m.to.as_ref());
+        push_limit(&mut args, Some(&remote_limit(&m.from, key, caller)));
+        push_limit(&mut args, m.to.map(|to| remote_limit(&to, key, caller)).as_ref());
     }
     args
 }
@@ -454,7 +474,7 @@ mod tests {
             &key(Kind::Gcra),
             Request::new(2).reporting().waiting(9),
             leases,
-            Caller { node: "n1", now: 5 * NANOS_PER_SEC + 7, manual: true },
+            Caller { node: "n1", now: 5 * NANOS_PER_SEC + 7, manual: true, standing: None },
         );
         assert_eq!(args[..12], ["5", "7", "2", "9", "all", "1", "rates", "n1:7", "300000", "n1", "0", "1"]);
         // gcra: burst, count, interval ns and remainder, tau ns and remainder; then no moves.
@@ -463,7 +483,7 @@ mod tests {
             &key(Kind::FixedWindow),
             Request::new(1).waiting(1),
             leases,
-            Caller { node: "n1", now: 0, manual: false },
+            Caller { node: "n1", now: 0, manual: false, standing: None },
         );
         assert_eq!(args[..2], ["", ""]);
         assert_eq!(args[12..], ["windows", "3", "3", "1000000000", "0", "0", "0", "0"]);
@@ -472,11 +492,11 @@ mod tests {
     #[test]
     fn a_decision_now_on_one_rate_limit_is_compact() {
         let leases = Leases { prefix: "n1:7", ttl_ms: 300_000 };
-        let manual = Caller { node: "n1", now: 5 * NANOS_PER_SEC + 7, manual: true };
+        let manual = Caller { node: "n1", now: 5 * NANOS_PER_SEC + 7, manual: true, standing: None };
         let args = arguments(&key(Kind::Gcra), Request::new(2).reporting(), leases, manual);
         // cost, operation, seen, the limit's 7 fields as one signature, the manual clock's reading.
         assert_eq!(args, ["2", "1", "n1/0", "gcra,3,3,333333333,1,1000000000,0", "5", "7"]);
-        let server = Caller { node: "n1", now: 0, manual: false };
+        let server = Caller { node: "n1", now: 0, manual: false, standing: None };
         assert_eq!(
             arguments(&key(Kind::FixedWindow), Request::new(1), leases, server),
             ["1", "0", "n1/0", "windows,3,3,1000000000,0,0,0"]
@@ -494,7 +514,7 @@ mod tests {
         let mut remote = key(Kind::Gcra);
         let from = Limit::new("6/s".parse().unwrap(), None, Kind::Gcra).unwrap();
         remote.moves.push(LimitMove { index: 0, seq: 5 << 32, at: 2 * NANOS_PER_SEC, from, to: None });
-        let args = move_arguments(&remote, Caller { node: "n1", now: 3 * NANOS_PER_SEC, manual: true });
+        let args = move_arguments(&remote, Caller { node: "n1", now: 3 * NANOS_PER_SEC, manual: true, standing: None });
         assert_eq!(args[5], "move");
         let moves = &args[12 + 7..];
         assert_eq!(moves[..4], ["1", "1", &(5_u64 << 32).to_string(), "-1000000000"]);

@@ -145,6 +145,20 @@ pub fn seconds(field: &str, obj: &Bound<'_, PyAny>) -> Result<f64, Error> {
     }
 }
 
+/// A part of a whole: a number strictly between 0 and 1, as millionths (at least one).
+pub fn fraction_ppm(field: &str, obj: &Bound<'_, PyAny>) -> Result<u32, Error> {
+    let value = if is_bool(obj) { None } else { obj.extract::<f64>().ok() };
+    let Some(value) = value else {
+        return Err(Error::type_error(field, format!("must be a number between 0 and 1, got {}", type_name(obj))));
+    };
+    if !(value > 0.0 && value < 1.0) {
+        return Err(Error::value(field, format!("must be between 0 and 1 (exclusive), got {value:?}")));
+    }
+    // In (0, 1): at most a million, at least one.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    Ok(((value * 1e6).round() as u32).clamp(1, 999_999))
+}
+
 /// Seconds as a duration in nanoseconds (`None` and infinity: for ever); NaN and negatives refused.
 pub fn nanos(field: &str, seconds: Option<f64>) -> Result<u64, Error> {
     match seconds {
@@ -209,7 +223,7 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Cost {
 pub mod field {
     use pyo3::prelude::*;
 
-    use super::{flag, int_at_least, positive_int, seconds, text, word_nanos};
+    use super::{flag, fraction_ppm, int_at_least, positive_int, seconds, text, word_nanos};
     use crate::error::Error;
 
     macro_rules! converters {
@@ -254,6 +268,8 @@ pub mod field {
         sync_interval -> Option<f64> = |o| optional(o, |o| seconds("sync_interval", o))?;
         lease_ttl -> f64 = |o| seconds("lease_ttl", o)?;
         lease_span -> Option<f64> = |o| optional(o, |o| seconds("lease_span", o))?;
+        standing_shares -> Option<u64> = |o| optional(o, |o| positive_int("standing_shares", o))?;
+        standing_fraction -> Option<u32> = |o| optional(o, |o| fraction_ppm("standing_fraction", o))?;
         per -> Option<f64> = |o| optional(o, |o| seconds("per", o))?;
         start -> f64 = |o| seconds("start", o)?;
         /// `seconds` of `ManualClock.advance`.

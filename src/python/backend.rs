@@ -6,6 +6,7 @@ use pyo3::prelude::*;
 
 use super::args::{field, positive_seconds, str_arg, type_name};
 use crate::backend::client::{redact, Client};
+use crate::backend::standing::Standing;
 use crate::backend::{OnError, Settings, Spec};
 use crate::error::Error;
 
@@ -20,7 +21,7 @@ impl PyRedis {
     #[new]
     #[pyo3(signature = (
         url, *, mode="exact", timeout=0.05, prefix="ratekeeper:", on_error="local", sync_interval=None, tls_ca_file=None,
-        lease_ttl=300.0, lease_span=None
+        lease_ttl=300.0, lease_span=None, standing_shares=None, standing_fraction=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn py_new(
@@ -33,6 +34,8 @@ impl PyRedis {
         #[pyo3(from_py_with = field::tls_ca_file)] tls_ca_file: Option<std::path::PathBuf>,
         #[pyo3(from_py_with = field::lease_ttl)] lease_ttl: f64,
         #[pyo3(from_py_with = field::lease_span)] lease_span: Option<f64>,
+        #[pyo3(from_py_with = field::standing_shares)] standing_shares: Option<u64>,
+        #[pyo3(from_py_with = field::standing_fraction)] standing_fraction: Option<u32>,
     ) -> PyResult<Self> {
         if !url.is_instance_of::<pyo3::types::PyString>() {
             let message = format!("must be a str such as 'redis://localhost:6379/0', got {}", type_name(url));
@@ -46,9 +49,14 @@ impl PyRedis {
             _ => return Err(Error::value("mode", format!("must be 'exact', 'sync' or 'lease', got '{mode}'")).into()),
         };
         // A mode's own setting given for another mode would do nothing: said, not ignored.
-        for (field, given, its_mode) in [("sync_interval", sync_interval, "sync"), ("lease_span", lease_span, "lease")]
-        {
-            if given.is_some() && mode != its_mode {
+        let given = [
+            ("sync_interval", sync_interval.is_some(), "sync"),
+            ("lease_span", lease_span.is_some(), "lease"),
+            ("standing_shares", standing_shares.is_some(), "lease"),
+            ("standing_fraction", standing_fraction.is_some(), "lease"),
+        ];
+        for (field, given, its_mode) in given {
+            if given && mode != its_mode {
                 let message =
                     format!("is {its_mode} mode's setting: give it with mode='{its_mode}', not mode='{mode}'");
                 return Err(Error::value(field, message).into());
@@ -66,6 +74,7 @@ impl PyRedis {
                     .map_err(|e| Error::value("tls_ca_file", format!("cannot read {}: {e}", path.display())))?,
             ),
         };
+        let standing = standing_of(standing_shares, standing_fraction)?;
         let lease_ttl = Duration::from_nanos(positive_seconds("lease_ttl", lease_ttl)?);
         let lease_span = Duration::from_nanos(positive_seconds("lease_span", lease_span.unwrap_or(0.1))?);
         let settings = Settings { url, tls_ca, timeout, prefix: prefix.to_owned(), on_error, lease_ttl };
@@ -73,6 +82,7 @@ impl PyRedis {
             settings,
             sync_interval: (mode == "sync").then_some(sync_interval),
             lease_span: (mode == "lease").then_some(lease_span),
+            standing,
         };
         Ok(Self { spec, mode })
     }
@@ -95,6 +105,16 @@ impl PyRedis {
     #[getter]
     fn lease_span(&self) -> Option<f64> {
         self.spec.lease_span.map(|d| d.as_secs_f64())
+    }
+
+    #[getter]
+    fn standing_shares(&self) -> Option<u32> {
+        self.spec.standing.map(|s| s.shares)
+    }
+
+    #[getter]
+    fn standing_fraction(&self) -> Option<f64> {
+        self.spec.standing.map(|s| f64::from(s.fraction_ppm) / 1e6)
     }
 
     #[getter]
@@ -127,6 +147,31 @@ impl PyRedis {
             self.spec.settings.on_error.name(),
             self.spec.sync_interval.map_or_else(String::new, |d| format!(", sync_interval={}", d.as_secs_f64()))
                 + &self.spec.lease_span.map_or_else(String::new, |d| format!(", lease_span={}", d.as_secs_f64()))
+                + &self.spec.standing.map_or_else(String::new, |s| format!(
+                    ", standing_shares={}, standing_fraction={}",
+                    s.shares,
+                    f64::from(s.fraction_ppm) / 1e6
+                ))
         )
     }
+}
+
+/// The most standing shares: a pool call reads every slot.
+const MOST_SHARES: u64 = 1024;
+
+/// Lease mode's standing shares from `standing_shares` and `standing_fraction` (default a half).
+fn standing_of(shares: Option<u64>, fraction_ppm: Option<u32>) -> PyResult<Option<Standing>> {
+    let Some(shares) = shares else {
+        if fraction_ppm.is_some() {
+            let message = "needs standing_shares: how many processes hold a share (standing_shares=4)";
+            return Err(Error::value("standing_fraction", message).into());
+        }
+        return Ok(None);
+    };
+    if shares > MOST_SHARES {
+        return Err(Error::value("standing_shares", format!("must be at most {MOST_SHARES}, got {shares}")).into());
+    }
+    // At most 1024: fits.
+    let shares = u32::try_from(shares).unwrap_or(u32::MAX);
+    Ok(Some(Standing { shares, fraction_ppm: fraction_ppm.unwrap_or(500_000) }))
 }

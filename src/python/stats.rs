@@ -68,6 +68,7 @@ pub fn stats_dict<'py>(py: Python<'py>, store: &Store) -> PyResult<Bound<'py, Py
     out.set_item("backend_errors", health.errors)?;
     out.set_item("backend_down", health.down)?;
     out.set_item("backend_outages", health.outages)?;
+    out.set_item("standing_share", health.standing_share)?;
     let latency = limiter.latency();
     out.set_item("decision_seconds", histogram(py, &LATENCY_BOUNDS_NS, &latency.counts, latency.sum_ns)?)?;
     let backend = health.latency;

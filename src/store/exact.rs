@@ -9,6 +9,7 @@ use std::sync::Arc;
 use super::{Answer, Later, StateStore};
 use crate::backend::client::{Client, Failure};
 use crate::backend::health::{Health, HealthReport};
+use crate::backend::standing::Standing;
 use crate::backend::{reset_failed, script, unlink_owned, unlink_peer, OnError, Settings, Spec};
 use crate::error::{Error, Result};
 use crate::limiter::{Decision, Limiter, OwnedTarget, Receipt, RemoteKey, Request, Routed, Target, Verdict};
@@ -28,7 +29,9 @@ impl Exact {
     /// installed later are held to the same bound).
     pub fn open(limiter: Arc<Limiter>, spec: &Spec) -> Result<Self> {
         RedisDecider::check(&limiter)?;
-        Ok(Self { limiter, decider: Arc::new(RedisDecider::new(spec.settings.clone())?) })
+        let mut decider = RedisDecider::new(spec.settings.clone())?;
+        decider.standing = spec.standing;
+        Ok(Self { limiter, decider: Arc::new(decider) })
     }
 }
 
@@ -107,6 +110,8 @@ pub(super) struct RedisDecider {
     /// This process's name in concurrency leases (random), and the count of leases it took.
     pub(super) node: String,
     pub(super) leases: AtomicU64,
+    /// Lease mode's standing shares: the scripts are sent the part of each split group Redis keeps.
+    pub(super) standing: Option<Standing>,
     health: Health,
 }
 
@@ -125,7 +130,7 @@ impl RedisDecider {
         }
         let client = Client::open(&settings, script::DECIDE)?;
         let node = format!("{:016x}", ahash::RandomState::new().hash_one(std::process::id()));
-        Ok(Self { settings, client, node, leases: AtomicU64::new(0), health: Health::default() })
+        Ok(Self { settings, client, node, leases: AtomicU64::new(0), standing: None, health: Health::default() })
     }
 
     /// Round trips, errors and outages since the backend was made.
@@ -262,7 +267,12 @@ impl RedisDecider {
 
     /// This limiter as the script sees it: its name and its clock.
     pub(super) fn caller(&self, limiter: &Limiter) -> script::Caller<'_> {
-        script::Caller { node: &self.node, now: limiter.now_ns(), manual: limiter.manual_now().is_some() }
+        script::Caller {
+            node: &self.node,
+            now: limiter.now_ns(),
+            manual: limiter.manual_now().is_some(),
+            standing: self.standing,
+        }
     }
 
     /// Moves `peer`'s states in Redis as memory moved them (its quota changed): `key` holds the moves.

@@ -25,14 +25,16 @@ use parking_lot::{Condvar, Mutex};
 
 use super::exact::{Call, RedisDecider};
 use super::permits::{PermitLease, Permits};
+use super::standing::{self, Share};
 use super::{Answer, Exact, Later, StateStore, SyncReport};
 use crate::algorithm::{Limit, Report};
 use crate::backend::client::Failure;
 use crate::backend::health::HealthReport;
 use crate::backend::script::{self, LeaseReply, LeaseState};
+use crate::backend::standing::{parse_pool, pool_arguments, pool_key, remote_limits};
 use crate::backend::Spec;
 use crate::config::Policy;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::limiter::{
     HeldKey, Kept, Limiter, OwnedTarget, Receipt, Refusal, RemoteKey, Request, Routed, Take, Target, Verdict,
 };
@@ -56,9 +58,13 @@ impl Leased {
     /// # Errors
     /// As [`Exact::open`].
     pub fn open(limiter: Arc<Limiter>, spec: &Spec, span: Duration) -> Result<Self> {
+        let max_keys = limiter.max_keys();
         let exact = Exact::open(limiter, spec)?;
         let span_ns = u64::try_from(span.as_nanos()).unwrap_or(u64::MAX).max(1);
-        let book = Arc::new(Book::new(span_ns));
+        // A shard's table holds twice its share of `max_keys` (keys do not spread evenly).
+        let most = max_keys / crate::state_map::StateMap::<()>::shard_count(max_keys) * 2;
+        let share = spec.standing.map(|settings| Share::new(settings, span_ns, most));
+        let book = Arc::new(Book::new(span_ns, share));
         start_sweeper(&exact, &book, span);
         Ok(Self { exact, book })
     }
@@ -408,11 +414,13 @@ struct Chunk {
 }
 
 impl Chunk {
-    fn of(key: &RemoteKey, lease: &LeaseReply, anchor: u64, spent: u64) -> Self {
-        let mut lapses = Vec::with_capacity(key.limits.len());
-        let mut states = Vec::with_capacity(key.limits.len());
+    /// The chunk of `lease`, granted under `limits` (the key's, or with standing shares the part Redis
+    /// keeps: its GCRA intervals are longer).
+    fn of(limits: &[Limit], lease: &LeaseReply, anchor: u64, spent: u64) -> Self {
+        let mut lapses = Vec::with_capacity(limits.len());
+        let mut states = Vec::with_capacity(limits.len());
         let granted = i128::from(lease.granted);
-        for (index, (limit, &(t, a))) in key.limits.iter().zip(&lease.states).enumerate() {
+        for (index, (limit, &(t, a))) in limits.iter().zip(&lease.states).enumerate() {
             if limit.is_concurrency() {
                 // A group of rates and permits: its permits are leased apart.
                 continue;
@@ -725,7 +733,11 @@ fn permit_bits(limits: &[Limit]) -> u64 {
 /// The leases of one limiter shard's keys, kept in the shard (`ShardData::kept`): found under the lock
 /// a decision takes anyway, by the hash it made of the peer.
 #[derive(Debug, Default)]
-struct Leases(hashbrown::HashTable<Lease>);
+struct Leases {
+    table: hashbrown::HashTable<Lease>,
+    /// The keys' states on this process's standing share.
+    standing: standing::Table,
+}
 
 /// Where a key's lease sits in its shard's table: the peer's hash, with the group's id mixed in.
 fn slot(peer_hash: u64, id: u32) -> u64 {
@@ -748,17 +760,22 @@ impl Leases {
     }
 
     fn get(&mut self, peer: &str, peer_hash: u64, id: u32) -> Option<&mut Lease> {
-        self.0.find_mut(slot(peer_hash, id), |l| l.key.id == id && *l.peer == *peer)
+        find_lease(&mut self.table, peer, peer_hash, id)
     }
 
     /// The key's lease, made from `key` when it has none.
     fn entry(&mut self, peer: &str, peer_hash: u64, key: &RemoteKey, now: u64) -> &mut Lease {
         let id = key.id;
-        self.0
+        self.table
             .entry(slot(peer_hash, id), |l| l.key.id == id && *l.peer == *peer, |l| slot(l.peer_hash, l.key.id))
             .or_insert_with(|| Lease::new(peer, peer_hash, key, now))
             .into_mut()
     }
+}
+
+/// `peer`'s lease of group `id` in a shard's table.
+fn find_lease<'t>(table: &'t mut hashbrown::HashTable<Lease>, peer: &str, peer_hash: u64, id: u32) -> Option<&'t mut Lease> {
+    table.find_mut(slot(peer_hash, id), |l| l.key.id == id && *l.peer == *peer)
 }
 
 /// How leases are found and given back: in the limiter's shards (`Leases`), with what lands from Redis
@@ -774,11 +791,36 @@ struct Book {
     /// Server's words this process took (`Leased::cap`), counted: a lease is asked for with the count then,
     /// so that one asked for before its key's last cap is told apart when it lands.
     caps: AtomicU64,
+    /// This process's standing share, with standing shares set.
+    share: Option<Share>,
 }
 
 impl Book {
-    fn new(span_ns: u64) -> Self {
-        Self { span_ns, waiting: Mutex::new(()), landed: Condvar::new(), caps: AtomicU64::new(0) }
+    fn new(span_ns: u64, share: Option<Share>) -> Self {
+        Self { span_ns, waiting: Mutex::new(()), landed: Condvar::new(), caps: AtomicU64::new(0), share }
+    }
+
+    /// The shard's leases: made when the process may hold a standing share (its keys' states go there).
+    fn leases<'k>(&self, kept: &'k mut Kept) -> Option<&'k mut Leases> {
+        if self.share.is_some() {
+            Some(Leases::made(kept))
+        } else {
+            Leases::of(kept)
+        }
+    }
+
+    /// The limits Redis leases `key`'s units under: with standing shares, a split group's remote part.
+    fn leased_limits<'k>(&self, key: &'k RemoteKey) -> std::borrow::Cow<'k, [Limit]> {
+        remote_limits(self.share.as_ref().map(|s| s.settings), &key.limits, key.policy)
+    }
+
+    /// A request of the rates alone decided on the standing share: admitted, or `None` (Redis decides).
+    fn on_share(&self, standing: &mut standing::Table, key: HeldKey<'_>, request: Request, parts: Parts) -> Option<(Verdict, Vec<Report>)> {
+        if parts != Parts::Rates {
+            return None;
+        }
+        let reports = self.share.as_ref()?.decide(standing, key, request)?;
+        Some((local_verdict(true, 0, key.now), reports))
     }
 
     /// Wakes the requests waiting for a prefetch (after the shard's lock is let go).
@@ -825,8 +867,9 @@ impl Book {
             Parts::Permits => Missed::Permits(cost),
             Parts::Both => Missed::Both,
         };
-        let Some(lease) = Leases::of(kept).and_then(|l| l.get(peer, key.peer_hash, key.id)) else {
-            return Err(missed);
+        let Some(Leases { table, standing }) = self.leases(kept) else { return Err(missed) };
+        let Some(lease) = find_lease(table, peer, key.peer_hash, key.id) else {
+            return self.on_share(standing, key, request, parts).ok_or(missed);
         };
         if lease.key.limits != key.limits {
             lease.limits_changed(now);
@@ -850,6 +893,14 @@ impl Book {
                 *fetches = Some(Fetches { key: lease.key.clone(), units, permits: None });
             }
             return Ok((verdict, reports(lease, held)));
+        }
+        if !units_ok && permits_ok {
+            // The lease is spent: the share decides before Redis is asked (counted as the key's demand).
+            if let Some(decided) = self.on_share(standing, key, request, parts) {
+                lease.spent += cost;
+                lease.last_used = now;
+                return Ok(decided);
+            }
         }
         if !units_ok && now < lease.quiet_until {
             // Redis refused a lease moments ago.
@@ -904,7 +955,7 @@ impl Book {
             held.reported_at = now;
             if lease.verdict.allowed && lease.granted > 0 {
                 held.key = key.clone();
-                let mut chunk = Chunk::of(key, lease, anchor, spent);
+                let mut chunk = Chunk::of(&self.leased_limits(key), lease, anchor, spent);
                 if asked < held.caps.count {
                     // Granted before a server's word capped the key, which did not count them: kept as far
                     // as they fit under it, the rest dropped (counted as used; given back, they would lift
@@ -1053,7 +1104,8 @@ impl Book {
         let mut givings = Vec::new();
         limiter.each_kept(|kept| {
             let Some(leases) = Leases::of(kept) else { return };
-            leases.0.retain(|lease| {
+            leases.standing.prune(now);
+            leases.table.retain(|lease| {
                 let idle = everything || (now.saturating_sub(lease.last_used) >= self.span_ns && !lease.fetching);
                 if idle {
                     for (units, states) in lease.chunks_returns(now) {
@@ -1081,22 +1133,26 @@ impl Book {
     /// Forgets `peer`'s leases (every peer's with `None`), giving nothing back (a reset removes the states).
     fn forget(limiter: &Limiter, peer: Option<&str>) {
         match peer {
-            Some(peer) => limiter.with_kept(peer, |kept, _| {
+            Some(peer) => limiter.with_kept(peer, |kept, hash| {
                 if let Some(leases) = Leases::of(kept) {
-                    leases.0.retain(|l| *l.peer != *peer);
+                    leases.table.retain(|l| *l.peer != *peer);
+                    leases.standing.forget(hash);
                 }
             }),
             None => limiter.each_kept(|kept| {
                 if let Some(leases) = Leases::of(kept) {
-                    leases.0.clear();
+                    leases.table.clear();
+                    leases.standing = standing::Table::default();
                 }
             }),
         }
     }
 }
 
-/// Every span, gives back the leases of keys idle for a span, while the store lives.
+/// Every span, gives back the leases of keys idle for a span and renews the standing share (claimed
+/// first at once), while the store lives.
 fn start_sweeper(exact: &Exact, book: &Arc<Book>, span: Duration) {
+    call_pool(book, &exact.decider, exact.limiter(), PoolCall::Hold, Sending::Send);
     let (book, limiter, decider) =
         (Arc::downgrade(book), Arc::downgrade(exact.limiter()), Arc::downgrade(&exact.decider));
     exact.decider.client.runtime().spawn(async move {
@@ -1110,8 +1166,57 @@ fn start_sweeper(exact: &Exact, book: &Arc<Book>, span: Duration) {
                 break;
             };
             give_back(&book, &decider, &limiter, false, Sending::Send);
+            call_pool(&book, &decider, &limiter, PoolCall::Hold, Sending::Send);
         }
     });
+}
+
+/// A call to the pool of standing shares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PoolCall {
+    /// Renew the share held, or claim one.
+    Hold,
+    /// Give it back (the store ends).
+    Release,
+}
+
+/// Calls the pool of standing shares on the client's runtime (with standing shares set): the share held
+/// is renewed or one is claimed, under the settings' fingerprint now (after a change of rules, the share
+/// claimed under the old ones is no longer spent, and one is claimed anew); or it is given back, and no
+/// longer spent from now.
+fn call_pool(book: &Arc<Book>, decider: &Arc<RedisDecider>, limiter: &Arc<Limiter>, call: PoolCall, how: Sending) {
+    let Some(share) = &book.share else { return };
+    let rules = limiter.rules();
+    let fingerprint = share.settings.fingerprint(rules.groups.iter().map(|g| (g.name.as_str(), &g.limits[..])));
+    share.settings_now(&fingerprint);
+    let (ttl_ms, manual_ms) = (share.ttl_ns / 1_000_000, limiter.manual_now().map(|ns| ns / 1_000_000));
+    let operation = match call {
+        PoolCall::Hold => "hold",
+        PoolCall::Release => "release",
+    };
+    let args = pool_arguments(operation, &decider.node, (&fingerprint, share.settings), ttl_ms, manual_ms);
+    let keys = vec![pool_key(&decider.settings.prefix)];
+    if call == PoolCall::Release {
+        share.drop_share();
+        decider.client.spawn(keys, args, |_| {});
+        return;
+    }
+    // Not a decision's round trip: not counted in `backend_seconds` (the server's command counts have it).
+    let sent = limiter.now_ns();
+    let hear = move |book: &Book, limiter: &Limiter, reply: std::result::Result<Vec<String>, Failure>| {
+        let landed = limiter.now_ns();
+        let heard = reply.map_err(|f| Error::backend(f.to_string())).and_then(|r| parse_pool(&r));
+        if let (Ok(reply), Some(share)) = (heard, &book.share) {
+            share.heard(&reply, (sent, landed));
+        }
+    };
+    match how {
+        Sending::Wait => hear(book, limiter, decider.client.run(&keys, &args)),
+        Sending::Send => {
+            let (book, limiter) = (Arc::clone(book), Arc::clone(limiter));
+            decider.client.spawn(keys, args, move |reply| hear(&book, &limiter, reply));
+        }
+    }
 }
 
 /// How a give-back is sent.
@@ -1299,13 +1404,16 @@ impl StateStore for Leased {
     }
 
     fn health(&self) -> HealthReport {
-        self.exact.health()
+        let now = self.limiter().now_ns();
+        HealthReport { standing_share: self.book.share.as_ref().and_then(|s| s.slot(now)), ..self.exact.health() }
     }
 
-    /// Gives back now what the leases of keys idle for a span hold (the sweeper does it every span),
-    /// waiting for Redis.
+    /// Gives back now what the leases of keys idle for a span hold and renews the standing share (the
+    /// sweeper does both every span), waiting for Redis.
     fn sync_now(&self) -> Result<SyncReport> {
-        Ok(give_back(&self.book, self.decider(), self.limiter(), false, Sending::Wait))
+        let report = give_back(&self.book, self.decider(), self.limiter(), false, Sending::Wait);
+        call_pool(&self.book, self.decider(), self.limiter(), PoolCall::Hold, Sending::Wait);
+        Ok(report)
     }
 }
 
@@ -1314,5 +1422,6 @@ impl Drop for Leased {
     /// and those units lapse as a killed process's do).
     fn drop(&mut self) {
         give_back(&self.book, &self.exact.decider, self.exact.limiter(), true, Sending::Send);
+        call_pool(&self.book, &self.exact.decider, self.exact.limiter(), PoolCall::Release, Sending::Send);
     }
 }

@@ -11,6 +11,7 @@ mod exact;
 mod leased;
 mod local;
 mod permits;
+mod standing;
 mod synced;
 
 use std::sync::Arc;

@@ -1,0 +1,333 @@
+//! Lease mode's standing shares, as one process holds one (see `backend::standing` for the split and the
+//! pool): the share it holds and until when, and the states of its keys, kept in each limiter shard beside
+//! its leases and decided under the same lock.
+//!
+//! Why the fleet never admits more than the limit: each slot's share of a key admits, in any span `d`, at
+//! most its burst plus its rate × `d`, whoever holds it, because
+//! - a process spends its share only while it holds the slot, by its own clock from when it sent the call
+//!   that renewed it (which is no later than the pool's clock started the time to live);
+//! - a new holder's keys start empty at the instant the pool says the last holder may have spent last (its
+//!   time to live's end, or its give-back; for a pool made anew, a time to live after that): before it
+//!   nothing, then at the share's rate; and a key whose state is dropped while it still constrains, or
+//!   whose limits change, starts empty again (`Table::floor`, or at the change);
+//! - the parts of every limit add up to it (`backend::standing`).
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use crate::algorithm::{Limit, Log, Report, State};
+use crate::backend::standing::{PoolReply, Split, Standing, MOST_LIMITS};
+use crate::limiter::{HeldKey, Request};
+
+/// The pool's time to live of a slot: this many lease spans, and at least a second.
+const TTL_SPANS: u64 = 10;
+const LEAST_TTL_NS: u64 = 1_000_000_000;
+/// Taken off the time a slot is held here: the pool counts whole milliseconds.
+const MARGIN_NS: u64 = 2_000_000;
+
+/// The share this process holds, if any: what the sweeper's calls to the pool said.
+#[derive(Debug)]
+pub struct Share {
+    pub settings: Standing,
+    pub ttl_ns: u64,
+    /// The most keys a shard's table holds.
+    most: usize,
+    /// The limiter's clock: the share is spent before this instant only (0: none held).
+    live_until: AtomicU64,
+    /// The limiter's clock: the keys start empty at this instant (a last holder may have spent until then).
+    empty_at: AtomicU64,
+    /// The slot held (1-based; 0: none), and the fingerprint of the settings it was claimed under.
+    slot: AtomicU32,
+    fingerprint: parking_lot::Mutex<String>,
+}
+
+impl Share {
+    #[must_use]
+    pub fn new(settings: Standing, span_ns: u64, most: usize) -> Self {
+        Self {
+            settings,
+            ttl_ns: span_ns.saturating_mul(TTL_SPANS).max(LEAST_TTL_NS),
+            most: most.max(1),
+            live_until: AtomicU64::new(0),
+            empty_at: AtomicU64::new(0),
+            slot: AtomicU32::new(0),
+            fingerprint: parking_lot::Mutex::new(String::new()),
+        }
+    }
+
+    /// The slot held at `now` (1-based), if any.
+    pub fn slot(&self, now: u64) -> Option<u32> {
+        (now < self.live_until.load(Ordering::Acquire)).then(|| self.slot.load(Ordering::Relaxed)).filter(|&s| s > 0)
+    }
+
+    /// The settings' fingerprint is now `fingerprint`: a share claimed under others is no longer spent
+    /// (the pool frees it as the time to live ends). Whether it changed.
+    pub fn settings_now(&self, fingerprint: &str) -> bool {
+        let mut held = self.fingerprint.lock();
+        if *held == fingerprint {
+            return false;
+        }
+        fingerprint.clone_into(&mut held);
+        self.live_until.store(0, Ordering::Release);
+        true
+    }
+
+    /// What the pool said to a call sent at `sent` and answered at `landed` (the limiter's clock).
+    pub fn heard(&self, reply: &PoolReply, (sent, landed): (u64, u64)) {
+        let until = sent.saturating_add(self.ttl_ns).saturating_sub(MARGIN_NS);
+        match *reply {
+            PoolReply::Claimed { slot, free_in_ms } => {
+                // The pool's "now" was no later than `landed` here: its instant is no later than this.
+                let free = i128::from(landed) + i128::from(free_in_ms) * 1_000_000;
+                let free = u64::try_from(free.max(0)).unwrap_or(u64::MAX);
+                self.empty_at.fetch_max(free, Ordering::AcqRel);
+                self.slot.store(slot, Ordering::Relaxed);
+                // Any share held before ended by then (the pool found it lapsed): the later end stands.
+                self.live_until.fetch_max(until, Ordering::AcqRel);
+            }
+            PoolReply::Renewed { slot } if slot == self.slot.load(Ordering::Relaxed) => {
+                self.live_until.fetch_max(until, Ordering::AcqRel);
+            }
+            PoolReply::Renewed { .. } | PoolReply::None { .. } => self.live_until.store(0, Ordering::Release),
+        }
+    }
+
+    /// Stops spending the share (it is being given back).
+    pub fn drop_share(&self) {
+        self.live_until.store(0, Ordering::Release);
+    }
+
+    /// Decides `request` for `key` on this process's share, in `table` (the key's shard's): the verdict's
+    /// reports (empty unless asked for), or `None` when the share does not admit it (none held, the group
+    /// is not split, or the share is spent: Redis decides).
+    pub fn decide(&self, table: &mut Table, key: HeldKey<'_>, request: Request) -> Option<Vec<Report>> {
+        let now = key.now;
+        if now >= self.live_until.load(Ordering::Acquire) || request.cost == 0 {
+            return None;
+        }
+        let split = self.settings.split(key.limits, key.policy)?;
+        let signature = signature(key.limits);
+        let (peer_hash, id) = (key.peer_hash, key.id);
+        let found = table.entries.find_mut(slot_of(peer_hash, id), |e| e.peer_hash == peer_hash && e.id == id);
+        let (mut states, start) = match found {
+            Some(entry) if entry.signature == signature => (entry.states, table.floor),
+            // A change of limits: the key starts empty now.
+            Some(_) => ([State::default(); MOST_LIMITS], now),
+            None => ([State::default(); MOST_LIMITS], table.floor),
+        };
+        let start = start.max(self.empty_at.load(Ordering::Acquire));
+        let log = Log::new();
+        for (state, share) in states.iter_mut().zip(split.share.iter().flatten()) {
+            let emptied = emptied_at(share, start);
+            if state.t < emptied.t {
+                *state = emptied;
+            }
+            *state = match share.evaluate(state, &log, now, request.cost) {
+                Ok(crate::algorithm::Admit::State(next)) => next,
+                _ => return None,
+            };
+        }
+        table.put(Entry { peer_hash, id, signature, states }, (now, self.most));
+        Some(if request.report { reports(key.limits, &split, &states, now) } else { Vec::new() })
+    }
+}
+
+/// A GCRA share's state emptied at `at`: its arrival time a whole tolerance later.
+fn emptied_at(share: &Limit, at: u64) -> State {
+    let tau = share.script_params().map_or(0, |(_, p)| p[3] + u64::from(p[4] > 0));
+    State { t: at.saturating_add(tau), a: 0, b: 0 }
+}
+
+/// The reports of a decision on the share: what it has left, out of the limits as the rules give them.
+fn reports(limits: &[Limit], split: &Split, states: &[State; MOST_LIMITS], now: u64) -> Vec<Report> {
+    let log = Log::new();
+    limits
+        .iter()
+        .zip(split.share.iter().flatten())
+        .zip(states)
+        .map(|((limit, share), state)| Report {
+            limit: u64::from(limit.burst),
+            window_ns: limit.window_ns(),
+            ..share.report(state, &log, now)
+        })
+        .collect()
+}
+
+/// The limits' identity, to tell a key's states written under other limits (a reconfiguration, a quota).
+fn signature(limits: &[Limit]) -> u64 {
+    limits.iter().fold(0xcbf2_9ce4_8422_2325, |h, limit| {
+        let rate = limit.rate.map_or((0, 0), |r| (r.count, r.period_ns));
+        let mixed = (h ^ rate.0).wrapping_mul(0x0100_0000_01b3) ^ rate.1;
+        (mixed ^ u64::from(limit.burst)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Where a key's share state sits in its shard's table (two peers of one hash share one state: stricter,
+/// never looser).
+fn slot_of(peer_hash: u64, id: u32) -> u64 {
+    peer_hash ^ u64::from(id).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// One key's states on the share, a limit each.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    peer_hash: u64,
+    id: u32,
+    signature: u64,
+    states: [State; MOST_LIMITS],
+}
+
+impl Entry {
+    /// Whether forgetting it changes nothing: every state is back to full.
+    fn idle(&self, now: u64) -> bool {
+        self.states.iter().all(|s| s.is_idle(now))
+    }
+}
+
+/// One shard's keys on the share (at most `Share::most`).
+#[derive(Debug, Default)]
+pub struct Table {
+    entries: hashbrown::HashTable<Entry>,
+    /// Keys without a state start empty at this instant: the table was emptied of states that still
+    /// constrained (it was full).
+    floor: u64,
+}
+
+impl Table {
+    fn put(&mut self, entry: Entry, (now, most): (u64, usize)) {
+        let (peer_hash, id) = (entry.peer_hash, entry.id);
+        let slot = slot_of(peer_hash, id);
+        if let Some(found) = self.entries.find_mut(slot, |e| e.peer_hash == peer_hash && e.id == id) {
+            *found = entry;
+            return;
+        }
+        if self.entries.len() >= most {
+            self.prune(now);
+            if self.entries.len() >= most {
+                // Every key constrains still: all start empty now, which is stricter than any state kept.
+                self.entries.clear();
+                self.floor = now;
+            }
+        }
+        self.entries.insert_unique(slot, entry, |e| slot_of(e.peer_hash, e.id));
+    }
+
+    /// Forgets the keys of the peer of this hash (a reset: it starts afresh, as in memory).
+    pub fn forget(&mut self, peer_hash: u64) {
+        self.entries.retain(|e| e.peer_hash != peer_hash);
+    }
+
+    /// Forgets the keys back to full (the sweeper's, every span).
+    pub fn prune(&mut self, now: u64) {
+        self.entries.retain(|e| !e.idle(now));
+    }
+
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::Kind;
+    use crate::config::Policy;
+    use crate::limiter::Take;
+
+    const SECOND: u64 = 1_000_000_000;
+
+    fn limits(rate: &str, burst: u64) -> Vec<Limit> {
+        vec![Limit::new(rate.parse().unwrap(), Some(burst), Kind::Gcra).unwrap()]
+    }
+
+    fn request() -> Request {
+        Request { cost: 1, max_wait_ns: 0, peek: false, report: false, take: Take::Rates }
+    }
+
+    fn held(share: &Share, claimed_at: u64, free_in_ms: i64) {
+        share.heard(&PoolReply::Claimed { slot: 1, free_in_ms }, (claimed_at, claimed_at));
+    }
+
+    fn admitted(share: &Share, table: &mut Table, limits: &[Limit], peer_hash: u64, now: u64) -> bool {
+        let key = HeldKey { id: 0, peer_hash, policy: Policy::All, limits, now };
+        share.decide(table, key, request()).is_some()
+    }
+
+    /// 100/s, burst 40, four shares of half: each 12/s, burst 5.
+    fn setup() -> (Share, Table, Vec<Limit>) {
+        let share = Share::new(Standing { shares: 4, fraction_ppm: 500_000 }, SECOND / 10, 1000);
+        (share, Table::default(), limits("100/s", 40))
+    }
+
+    #[test]
+    fn nothing_is_spent_before_a_share_is_held_or_after_it_lapses() {
+        let (share, mut table, limits) = setup();
+        assert!(!admitted(&share, &mut table, &limits, 1, 10 * SECOND));
+        held(&share, 10 * SECOND, -100_000);
+        assert!(admitted(&share, &mut table, &limits, 1, 10 * SECOND));
+        // A second after the call that claimed it (the time to live), less the margin.
+        assert!(!admitted(&share, &mut table, &limits, 1, 11 * SECOND - MARGIN_NS));
+    }
+
+    #[test]
+    fn a_share_admits_its_burst_then_its_rate() {
+        let (share, mut table, limits) = setup();
+        held(&share, 100 * SECOND, -100_000);
+        let now = 100 * SECOND;
+        let burst = (0..20).take_while(|_| admitted(&share, &mut table, &limits, 7, now)).count();
+        assert_eq!(burst, 5);
+        // Another key has its own share.
+        assert!(admitted(&share, &mut table, &limits, 8, now));
+        // 12/s: one more after 1/12 s.
+        assert!(!admitted(&share, &mut table, &limits, 7, now + SECOND / 13));
+        assert!(admitted(&share, &mut table, &limits, 7, now + SECOND / 12 + 1));
+    }
+
+    #[test]
+    fn a_new_holders_keys_start_empty_where_the_last_holder_stopped() {
+        let (share, mut table, limits) = setup();
+        // The last holder may have spent until 300 ms from now.
+        held(&share, 100 * SECOND, 300);
+        let now = 100 * SECOND;
+        assert!(!admitted(&share, &mut table, &limits, 7, now + 300_000_000));
+        // Then the share fills at 12/s: one unit a twelfth of a second after.
+        assert!(admitted(&share, &mut table, &limits, 7, now + 300_000_000 + SECOND / 12 + 1));
+        assert!(!admitted(&share, &mut table, &limits, 7, now + 300_000_000 + SECOND / 12 + 2));
+    }
+
+    #[test]
+    fn a_full_table_starts_every_key_empty() {
+        let share = Share::new(Standing { shares: 4, fraction_ppm: 500_000 }, SECOND / 10, 2);
+        let mut table = Table::default();
+        let limits = limits("100/s", 40);
+        let now = 50 * SECOND;
+        held(&share, now, -100_000);
+        for peer in 1..=2 {
+            assert!(admitted(&share, &mut table, &limits, peer, now));
+        }
+        // A third key (full) while both constrain: the table forgets them, and they start empty now.
+        assert!(admitted(&share, &mut table, &limits, 3, now));
+        assert!(!admitted(&share, &mut table, &limits, 1, now));
+        assert!(admitted(&share, &mut table, &limits, 1, now + SECOND / 12 + 1));
+        // Keys back to full are forgotten without that.
+        table.prune(now + 10 * SECOND);
+        assert!(table.entries.is_empty());
+    }
+
+    #[test]
+    fn a_change_of_limits_starts_the_key_empty() {
+        let (share, mut table, limits) = setup();
+        let now = 50 * SECOND;
+        held(&share, now, -100_000);
+        assert!(admitted(&share, &mut table, &limits, 7, now));
+        let other = super::tests::limits("200/s", 80);
+        assert!(!admitted(&share, &mut table, &other, 7, now));
+    }
+
+    #[test]
+    fn a_renewal_that_lost_the_slot_stops_the_share() {
+        let (share, mut table, limits) = setup();
+        held(&share, 0, -100_000);
+        share.heard(&PoolReply::None { why: "full".into() }, (SECOND / 2, SECOND / 2));
+        assert!(!admitted(&share, &mut table, &limits, 7, SECOND / 2));
+        held(&share, SECOND, -100_000);
+        share.heard(&PoolReply::Renewed { slot: 2 }, (SECOND, SECOND));
+        assert!(!admitted(&share, &mut table, &limits, 7, SECOND));
+    }
+}
