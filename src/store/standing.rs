@@ -15,7 +15,8 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::algorithm::{Limit, Log, Report, State};
-use crate::backend::standing::{PoolReply, Split, Standing, MOST_LIMITS};
+use crate::backend::standing::{PoolReply, Standing, MOST_LIMITS};
+use crate::config::Policy;
 use crate::limiter::{HeldKey, Request};
 
 /// The pool's time to live of a slot: this many lease spans, and at least a second.
@@ -100,23 +101,32 @@ impl Share {
     /// reports (empty unless asked for), or `None` when the share does not admit it (none held, the group
     /// is not split, or the share is spent: Redis decides).
     pub fn decide(&self, table: &mut Table, key: HeldKey<'_>, request: Request) -> Option<Vec<Report>> {
+        use hashbrown::hash_table::Entry as Found;
         let now = key.now;
         if now >= self.live_until.load(Ordering::Acquire) || request.cost == 0 {
             return None;
         }
-        let split = self.settings.split(key.limits, key.policy)?;
+        let Table { entries, splits, floor } = table;
+        let shares = shares_of(splits, self.settings, key)?;
         let signature = signature(key.limits);
         let (peer_hash, id) = (key.peer_hash, key.id);
-        let found = table.entries.find_mut(slot_of(peer_hash, id), |e| e.peer_hash == peer_hash && e.id == id);
-        let (mut states, start) = match found {
-            Some(entry) if entry.signature == signature => (entry.states, table.floor),
+        if entries.len() >= self.most {
+            make_room(entries, floor, now);
+        }
+        let found = entries.entry(
+            slot_of(peer_hash, id),
+            |e| e.peer_hash == peer_hash && e.id == id,
+            |e| slot_of(e.peer_hash, e.id),
+        );
+        let (mut states, start) = match &found {
+            Found::Occupied(entry) if entry.get().signature == signature => (entry.get().states, *floor),
             // A change of limits: the key starts empty now.
-            Some(_) => ([State::default(); MOST_LIMITS], now),
-            None => ([State::default(); MOST_LIMITS], table.floor),
+            Found::Occupied(_) => ([State::default(); MOST_LIMITS], now),
+            Found::Vacant(_) => ([State::default(); MOST_LIMITS], *floor),
         };
         let start = start.max(self.empty_at.load(Ordering::Acquire));
         let log = Log::new();
-        for (state, share) in states.iter_mut().zip(split.share.iter().flatten()) {
+        for (state, share) in states.iter_mut().zip(shares.iter().flatten()) {
             let emptied = emptied_at(share, start);
             if state.t < emptied.t {
                 *state = emptied;
@@ -126,9 +136,57 @@ impl Share {
                 _ => return None,
             };
         }
-        table.put(Entry { peer_hash, id, signature, states }, (now, self.most));
-        Some(if request.report { reports(key.limits, &split, &states, now) } else { Vec::new() })
+        let entry = Entry { peer_hash, id, signature, states };
+        match found {
+            Found::Occupied(mut kept) => *kept.get_mut() = entry,
+            Found::Vacant(room) => drop(room.insert(entry)),
+        }
+        Some(if request.report { reports(key.limits, shares, &states, now) } else { Vec::new() })
     }
+}
+
+/// Makes room in a full table: the keys back to full go; if every one still constrains, all go and every
+/// key starts empty now (`floor`), which is stricter than any state kept.
+fn make_room(entries: &mut hashbrown::HashTable<Entry>, floor: &mut u64, now: u64) {
+    let most = entries.len();
+    keep_constraining(entries, now);
+    if entries.len() >= most {
+        entries.clear();
+        *floor = now;
+    }
+}
+
+/// Keeps the keys that still constrain, in a table made anew: removed in place, they would leave tombstones
+/// that every lookup of a key not in the table walks past (most keys come and go within a span), which took
+/// a third of a decision.
+fn keep_constraining(entries: &mut hashbrown::HashTable<Entry>, now: u64) {
+    let old = std::mem::take(entries);
+    for entry in old.into_iter().filter(|e| !e.idle(now)) {
+        entries.insert_unique(slot_of(entry.peer_hash, entry.id), entry, |e| slot_of(e.peer_hash, e.id));
+    }
+}
+
+/// One share of each of `key`'s limits (`None`: its group is not split), from the splits kept.
+fn shares_of<'s>(
+    splits: &'s mut [Option<KeptSplit>; SPLITS_KEPT],
+    settings: Standing,
+    key: HeldKey<'_>,
+) -> Option<&'s Shares> {
+    let kept = &mut splits[key.id as usize % SPLITS_KEPT];
+    let same = |k: &KeptSplit| k.policy == key.policy && k.limits.iter().flatten().eq(key.limits.iter());
+    if !kept.as_ref().is_some_and(same) {
+        if key.limits.len() > MOST_LIMITS {
+            // Never split.
+            return None;
+        }
+        let mut limits = [None; MOST_LIMITS];
+        for (slot, limit) in limits.iter_mut().zip(key.limits) {
+            *slot = Some(*limit);
+        }
+        let shares = settings.split(key.limits, key.policy).map(|split| split.share);
+        *kept = Some(KeptSplit { limits, policy: key.policy, shares });
+    }
+    kept.as_ref().and_then(|k| k.shares.as_ref())
 }
 
 /// A GCRA share's state emptied at `at`: its arrival time a whole tolerance later.
@@ -138,11 +196,11 @@ fn emptied_at(share: &Limit, at: u64) -> State {
 }
 
 /// The reports of a decision on the share: what it has left, out of the limits as the rules give them.
-fn reports(limits: &[Limit], split: &Split, states: &[State; MOST_LIMITS], now: u64) -> Vec<Report> {
+fn reports(limits: &[Limit], shares: &Shares, states: &[State; MOST_LIMITS], now: u64) -> Vec<Report> {
     let log = Log::new();
     limits
         .iter()
-        .zip(split.share.iter().flatten())
+        .zip(shares.iter().flatten())
         .zip(states)
         .map(|((limit, share), state)| Report {
             limit: u64::from(limit.burst),
@@ -183,51 +241,47 @@ impl Entry {
     }
 }
 
+/// A group's share limits, a limit each.
+type Shares = [Option<Limit>; MOST_LIMITS];
+
+/// The last groups' splits (by group id, direct-mapped): working a split out divides 128-bit numbers,
+/// which took a fifth of a decision.
+const SPLITS_KEPT: usize = 8;
+
+/// A group's limits as the rules gave them, and one share of each (`None`: the group is not split).
+#[derive(Debug, Clone, Copy)]
+struct KeptSplit {
+    limits: [Option<Limit>; MOST_LIMITS],
+    policy: Policy,
+    shares: Option<Shares>,
+}
+
 /// One shard's keys on the share (at most `Share::most`).
 #[derive(Debug, Default)]
 pub struct Table {
     entries: hashbrown::HashTable<Entry>,
+    splits: [Option<KeptSplit>; SPLITS_KEPT],
     /// Keys without a state start empty at this instant: the table was emptied of states that still
     /// constrained (it was full).
     floor: u64,
 }
 
 impl Table {
-    fn put(&mut self, entry: Entry, (now, most): (u64, usize)) {
-        let (peer_hash, id) = (entry.peer_hash, entry.id);
-        let slot = slot_of(peer_hash, id);
-        if let Some(found) = self.entries.find_mut(slot, |e| e.peer_hash == peer_hash && e.id == id) {
-            *found = entry;
-            return;
-        }
-        if self.entries.len() >= most {
-            self.prune(now);
-            if self.entries.len() >= most {
-                // Every key constrains still: all start empty now, which is stricter than any state kept.
-                self.entries.clear();
-                self.floor = now;
-            }
-        }
-        self.entries.insert_unique(slot, entry, |e| slot_of(e.peer_hash, e.id));
+    /// Forgets the keys back to full (the sweeper's, every span).
+    pub fn prune(&mut self, now: u64) {
+        keep_constraining(&mut self.entries, now);
     }
 
     /// Forgets the keys of the peer of this hash (a reset: it starts afresh, as in memory).
     pub fn forget(&mut self, peer_hash: u64) {
         self.entries.retain(|e| e.peer_hash != peer_hash);
     }
-
-    /// Forgets the keys back to full (the sweeper's, every span).
-    pub fn prune(&mut self, now: u64) {
-        self.entries.retain(|e| !e.idle(now));
-    }
-
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::algorithm::Kind;
-    use crate::config::Policy;
     use crate::limiter::Take;
 
     const SECOND: u64 = 1_000_000_000;
@@ -301,8 +355,8 @@ mod tests {
         for peer in 1..=2 {
             assert!(admitted(&share, &mut table, &limits, peer, now));
         }
-        // A third key (full) while both constrain: the table forgets them, and they start empty now.
-        assert!(admitted(&share, &mut table, &limits, 3, now));
+        // A third key while both constrain: the table forgets them, and every key starts empty now.
+        assert!(!admitted(&share, &mut table, &limits, 3, now));
         assert!(!admitted(&share, &mut table, &limits, 1, now));
         assert!(admitted(&share, &mut table, &limits, 1, now + SECOND / 12 + 1));
         // Keys back to full are forgotten without that.
