@@ -506,6 +506,15 @@ class Redis:
             about twice what its key spent over a span, and a key idle for a span gives its lease back. The
             capacity a process holds idle is at most that; a process killed with a lease loses only that
             lease.
+        standing_shares: lease mode's standing shares (default None: none; only with ``mode="lease"``, 1 to
+            1024): ``standing_fraction`` of each key's budget, in groups whose limits are all GCRA, split in
+            advance into this many shares, one per process (a pool in Redis hands them out, each held for
+            a time to live of ten spans, at least a second, and renewed every span). A process decides keys
+            on its share with no round trip, even keys it has never seen; Redis keeps the rest for leases.
+            Never above the limit; the cost is the shares nobody holds, and a share's keys start empty for
+            one GCRA tolerance (burst / rate) after it is claimed. Give it the number of processes.
+        standing_fraction: the part of each key's budget split into standing shares, between 0 and 1
+            (default 0.5; only with ``standing_shares``).
         on_error: while Redis cannot answer: ``"local"`` decides in this process's memory,
             ``"allow"`` admits, ``"deny"`` refuses (``retry_after`` 1 s), ``"raise"`` raises
             [`BackendUnavailable`][ratekeeper.BackendUnavailable]. An outage is logged once, when it starts, and counted
@@ -513,9 +522,10 @@ class Redis:
 
     Raises:
         InvalidValue: a URL that is not a Redis URL, an unknown ``mode`` or ``on_error``, a timeout
-            or interval that is not positive, ``sync_interval`` or ``lease_span`` given for another mode, a
-            ``tls_ca_file`` that cannot be read.
-        InvalidType: a URL that is not a str.
+            or interval that is not positive, ``sync_interval``, ``lease_span`` or ``standing_shares`` given
+            for another mode, ``standing_shares`` outside 1 to 1024, ``standing_fraction`` outside (0, 1) or
+            without ``standing_shares``, a ``tls_ca_file`` that cannot be read.
+        InvalidType: a URL that is not a str, a ``standing_fraction`` that is not a number.
     """
 
     def __new__(
@@ -530,7 +540,15 @@ class Redis:
         tls_ca_file: str | os.PathLike[str] | None = None,
         lease_ttl: float = 300.0,
         lease_span: float | None = None,
+        standing_shares: int | None = None,
+        standing_fraction: float | None = None,
     ) -> Redis: ...
+    @property
+    def standing_shares(self) -> int | None:
+        """Lease mode's standing shares; ``None`` without them."""
+    @property
+    def standing_fraction(self) -> float | None:
+        """The part of each key's budget split into standing shares; ``None`` without them."""
     @property
     def lease_ttl(self) -> float:
         """How long a concurrency permit's lease lives in Redis, in seconds."""

@@ -672,10 +672,15 @@ def test_the_backend_table_takes_every_option_of_redis() -> None:
     # The keys are read from Redis's signature: an option added to Redis is a key of the file with no other change.
     parameters = inspect.signature(rk.Redis).parameters
     options = {name: p.default for name, p in parameters.items() if p.default not in (p.empty, None)}
-    modes_own = {"sync_interval", "lease_span"}  # default None: the mode's own, given only with that mode
+    # Default None: the mode's own, given only with that mode.
+    modes_own = {"sync_interval", "lease_span", "standing_shares", "standing_fraction"}
     assert set(options) | {"url", "tls_ca_file"} | modes_own == set(config.BACKEND_KEYS) == set(parameters)
     plan = config.plan_from_config({"default": "1/s", "backend": {"url": "redis://localhost:6379/0", **options}})
     assert isinstance(plan.backend, rk.Redis)
+    leased = {"mode": "lease", "standing_shares": 4, "standing_fraction": 0.25}
+    plan = config.plan_from_config({"default": "1/s", "backend": {"url": "redis://localhost:6379/0", **leased}})
+    assert isinstance(plan.backend, rk.Redis)
+    assert (plan.backend.standing_shares, plan.backend.standing_fraction) == (4, 0.25)
     with pytest.raises(InvalidValue, match=r"unknown key 'lease_tll'.*did you mean 'lease_ttl'") as info:
         config.plan_from_config({"backend": {"url": "redis://localhost", "lease_tll": 60.0}})
     assert info.value.loc == ("backend",)

@@ -206,6 +206,7 @@ def test_stats_reports_configuration_and_counters(clock: rk.ManualClock) -> None
         "backend_errors": 0,
         "backend_down": False,
         "backend_outages": 0,
+        "standing_share": None,
         "backend_seconds": {"bounds": LATENCY_BOUNDS, "counts": [0] * 15, "sum": 0.0, "count": 0},
         "groups": {
             "api": {

@@ -25,6 +25,7 @@ STATS_KEYS = {
     "backend_errors",
     "backend_down",
     "backend_outages",
+    "standing_share",
     "decision_seconds",
     "backend_seconds",
     "groups",
