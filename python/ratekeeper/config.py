@@ -501,6 +501,12 @@ def _backend(table: Mapping[str, Any]) -> Redis | Shared:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 _fail_type(loc, "a number of seconds", value)
             options[key] = float(value)
+        elif key == "standing_shares":
+            options[key] = _int(value, loc)
+        elif key == "standing_fraction":
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                _fail_type(loc, "a number between 0 and 1", value)
+            options[key] = float(value)
         elif key != "url":
             options[key] = _str(value, loc)
     url = _str(table["url"], ("backend", "url"))  # outside the try: its loc is already in the config
