@@ -848,15 +848,16 @@ def modes_summary(modes: dict[str, Any]) -> str:
         sentences.append(sentence + ".")
     speed = {(r["scenario"], r["mode"]): r for r in modes["speed"]}
     for scenario in dict.fromkeys(r["scenario"] for r in modes["speed"]):
-        mine, memory, one = (speed.get((scenario, m)) for m in ("lease", "memory", "exact"))
-        if mine is None or memory is None or one is None:
-            continue
-        rate = mine["per_process_per_s"]
-        sentences.append(
-            f"{keys_scenario(scenario).capitalize()}: lease mode made {trips(mine['round_trips_per_1000'])} "
-            f"round trips per 1,000 decisions and ran at {times(rate / one['per_process_per_s'], 1)} exact mode's "
-            f"decisions/s, {versus_memory(rate / memory['per_process_per_s'])} memory's."
-        )
+        for mode, name in (("lease", "lease mode"), ("standing", "lease mode with standing shares")):
+            mine, memory, one = (speed.get((scenario, m)) for m in (mode, "memory", "exact"))
+            if mine is None or memory is None or one is None:
+                continue
+            rate = mine["per_process_per_s"]
+            sentences.append(
+                f"{keys_scenario(scenario).capitalize()}: {name} made {trips(mine['round_trips_per_1000'])} "
+                f"round trips per 1,000 decisions and ran at {times(rate / one['per_process_per_s'], 1)} exact "
+                f"mode's decisions/s, {versus_memory(rate / memory['per_process_per_s'])} memory's."
+            )
     moved = {(m["a_demand_per_s"], m["mode"]): m for m in modes["moved"]}
     for demand in dict.fromkeys(m["a_demand_per_s"] for m in modes["moved"]):
         mine, one = moved.get((demand, "lease")), moved.get((demand, "exact"))
@@ -923,6 +924,14 @@ MODES_COMPARED = {  # mode -> guarantee, round trips per decision, over- or unde
         "its lease's units count as used (a window's until its end, GCRA's as a burst spent, permits until "
         "`lease_ttl`)",
     ),
+    "standing": (
+        "never above the limit",
+        "0 for any key its share admits, even one never seen here; beyond it, as lease mode",
+        "under by the shares nobody holds (`standing_fraction` × (S\N{MINUS SIGN}n)/S of each key's limit, "
+        "n of S held) and by a share's keys starting empty for one tolerance (burst/rate) after it is claimed",
+        "its share is idle until its time to live ends (10 spans, at least 1 s), then free to another "
+        "process; its leases as lease mode",
+    ),
     "memory": ("the limit in each process, none shared (N processes: up to N·L)", "0", DASH, DASH),
 }
 
@@ -937,7 +946,7 @@ def lease_modes_block(results: Results) -> str:
         found = [speed.get((scenario, mode)) for scenario in scenarios]
         rates = " / ".join(DASH if r is None else number(r["per_process_per_s"]) for r in found)
         counted = " / ".join(DASH if r is None else trips(r["round_trips_per_1000"]) for r in found)
-        name = "memory (the reference)" if mode == "memory" else f"**{mode}**"
+        name = {"memory": "memory (the reference)", "standing": "**lease, standing shares**"}.get(mode, f"**{mode}**")
         rows.append([name, guarantee, per_decision, bound, crash, rates, counted])
     shown = " / ".join(keys_scenario(scenario) for scenario in scenarios)
     out = table(

@@ -50,13 +50,19 @@ def rules(rate: str | list[str], algorithm: rk.Algorithm = "gcra") -> dict[str, 
     return {"rules": [rk.Rule("^/api", "api", limits=limits)]}
 
 
-def refused_in_memory(options: dict[str, Any], admissions: list[tuple[int, str]]) -> list[tuple[int, str]]:
+def refused_in_memory(
+    options: dict[str, Any], admissions: list[tuple[int, str]], change: tuple[int, str] | None = None
+) -> list[tuple[int, str]]:
     """The admissions one limiter in memory with the same rules refuses at their instants (none, if the fleet
-    kept the promise)."""
+    kept the promise); with ``change``, the group's rate becomes ``change[1]`` at ``change[0]``."""
     clock = rk.ManualClock(START)
     memory = rk.Limiter(clock=clock, **options)
     refused = []
     for at_ns, peer in sorted(admissions):
+        if change is not None and at_ns >= change[0]:
+            clock._advance_to_ns(change[0])
+            memory.update_rule("api", change[1])
+            change = None
         clock._advance_to_ns(at_ns)
         if not memory.allow(peer, "/api"):
             refused.append((at_ns, peer))
@@ -187,6 +193,34 @@ def test_admissions_of_three_holders_with_shares_are_what_one_limiter_in_memory_
             three.limiters[who].sync_now()
         three.allow(who, peer)
     assert refused_in_memory(three.options, three.admissions) == []
+
+
+def test_a_limit_lowered_while_shares_are_out_holds_from_the_change(fleet: Callable[..., Fleet]) -> None:
+    # Rolling out a lower limit: a share's keys start empty under the new one (stricter than memory, which
+    # keeps what each used); Redis's part moves as memory moves. Never more admitted than memory would.
+    pair = fleet(2, 2, **rules("400/min"))
+    for limiter in pair.limiters:
+        limiter.sync_now()
+    pair.advance_ns(3600 * SECOND)
+    for step in range(120):
+        if step % 20 == 0:
+            for limiter in pair.limiters:
+                limiter.sync_now()
+        pair.allow(step % 2, f"k{step % 3}")
+        pair.advance_ns(SECOND // 10)
+    change = (pair.now_ns, "40/min")
+    for limiter in pair.limiters:
+        limiter.update_rule("api", "40/min")
+    admitted_before = len(pair.admissions)
+    for step in range(600):
+        if step % 20 == 0:
+            for limiter in pair.limiters:
+                limiter.sync_now()
+        pair.allow(step % 2, f"k{step % 3}")
+        pair.advance_ns(SECOND // 5)
+    assert refused_in_memory(pair.options, pair.admissions, change) == []
+    # Two minutes at 40/min on each of 3 keys, less what the change left and the shares' empty start.
+    assert len(pair.admissions) - admitted_before >= 3 * 40
 
 
 def test_processes_beyond_the_shares_decide_in_redis_until_a_share_is_free(
