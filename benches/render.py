@@ -927,8 +927,9 @@ MODES_COMPARED = {  # mode -> guarantee, round trips per decision, over- or unde
     "standing": (
         "never above the limit",
         "0 for any key its share admits, even one never seen here; beyond it, as lease mode",
-        "under by the shares nobody holds (`standing_fraction` × (S\N{MINUS SIGN}n)/S of each key's limit, "
-        "n of S held) and by a share's keys starting empty for one tolerance (burst/rate) after it is claimed",
+        "under by the shares nobody holds (`standing_fraction` \N{MULTIPLICATION SIGN} "
+        "(S\N{MINUS SIGN}n)/S of each key's limit, n of S held) and by a share's keys starting empty for one "
+        "tolerance (burst/rate) after it is claimed",
         "its share is idle until its time to live ends (10 spans, at least 1 s), then free to another "
         "process; its leases as lease mode",
     ),

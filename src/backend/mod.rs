@@ -78,7 +78,6 @@ pub struct Spec {
     pub standing: Option<standing::Standing>,
 }
 
-
 /// Keys `SCAN` asks for in one step, and so removed by one `UNLINK`.
 const RESET_BATCH: usize = 1000;
 

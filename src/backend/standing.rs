@@ -13,6 +13,7 @@
 //! the new holder counts its keys as emptied then (`crate::store` `standing`).
 
 use std::borrow::Cow;
+use std::fmt::Write;
 
 use crate::algorithm::{Algorithm, Kind, Limit};
 use crate::config::Policy;
@@ -52,7 +53,7 @@ impl Standing {
         Some(split)
     }
 
-    fn split_limit(&self, limit: &Limit) -> Option<(Limit, Limit)> {
+    fn split_limit(self, limit: &Limit) -> Option<(Limit, Limit)> {
         if !matches!(limit.algorithm, Algorithm::Gcra(_)) {
             return None;
         }
@@ -78,10 +79,10 @@ impl Standing {
     pub fn fingerprint<'a>(&self, groups: impl Iterator<Item = (&'a str, &'a [Limit])>) -> String {
         let mut text = format!("{}/{}", self.shares, self.fraction_ppm);
         for (name, limits) in groups {
-            text.push_str(&format!(";{}:{name}", name.len()));
+            let _ = write!(text, ";{}:{name}", name.len());
             for limit in limits {
                 let (kind, params) = limit.script_params().unwrap_or(("none", [0; 5]));
-                text.push_str(&format!(",{kind}:{}:{params:?}", limit.burst));
+                let _ = write!(text, ",{kind}:{}:{params:?}", limit.burst);
             }
         }
         sha1_smol::Sha1::from(text.as_bytes()).digest().to_string()
@@ -108,10 +109,17 @@ pub fn pool_key(prefix: &str) -> String {
 /// then) or renewed; or it holds none.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PoolReply {
-    Claimed { slot: u32, free_in_ms: i64 },
-    Renewed { slot: u32 },
+    Claimed {
+        slot: u32,
+        free_in_ms: i64,
+    },
+    Renewed {
+        slot: u32,
+    },
     /// Every slot is held, or held by processes of other settings (`why`); or the share was given back.
-    None { why: String },
+    None {
+        why: String,
+    },
 }
 
 /// The pool call's `ARGV`: `standing`, the operation (`hold`: renew this process's slot or claim a free

@@ -64,6 +64,11 @@ impl Leased {
         // A shard's table holds twice its share of `max_keys` (keys do not spread evenly).
         let most = max_keys / crate::state_map::StateMap::<()>::shard_count(max_keys) * 2;
         let share = spec.standing.map(|settings| Share::new(settings, span_ns, most));
+        if share.is_some() {
+            exact.limiter().each_kept(|kept| {
+                Leases::made(kept);
+            });
+        }
         let book = Arc::new(Book::new(span_ns, share));
         start_sweeper(&exact, &book, span);
         Ok(Self { exact, book })
@@ -774,7 +779,12 @@ impl Leases {
 }
 
 /// `peer`'s lease of group `id` in a shard's table.
-fn find_lease<'t>(table: &'t mut hashbrown::HashTable<Lease>, peer: &str, peer_hash: u64, id: u32) -> Option<&'t mut Lease> {
+fn find_lease<'t>(
+    table: &'t mut hashbrown::HashTable<Lease>,
+    peer: &str,
+    peer_hash: u64,
+    id: u32,
+) -> Option<&'t mut Lease> {
     table.find_mut(slot(peer_hash, id), |l| l.key.id == id && *l.peer == *peer)
 }
 
@@ -800,13 +810,13 @@ impl Book {
         Self { span_ns, waiting: Mutex::new(()), landed: Condvar::new(), caps: AtomicU64::new(0), share }
     }
 
-    /// The shard's leases: made when the process may hold a standing share (its keys' states go there).
+    /// The shard's leases: made when the process may hold a standing share (its keys' states go there; every
+    /// shard's are made when the store opens, so this is one type check).
     fn leases<'k>(&self, kept: &'k mut Kept) -> Option<&'k mut Leases> {
-        if self.share.is_some() {
-            Some(Leases::made(kept))
-        } else {
-            Leases::of(kept)
+        if self.share.is_some() && !kept.as_ref().is_some_and(|k| k.is::<Leases>()) {
+            Leases::made(kept);
         }
+        Leases::of(kept)
     }
 
     /// The limits Redis leases `key`'s units under: with standing shares, a split group's remote part.
@@ -815,7 +825,13 @@ impl Book {
     }
 
     /// A request of the rates alone decided on the standing share: admitted, or `None` (Redis decides).
-    fn on_share(&self, standing: &mut standing::Table, key: HeldKey<'_>, request: Request, parts: Parts) -> Option<(Verdict, Vec<Report>)> {
+    fn on_share(
+        &self,
+        standing: &mut standing::Table,
+        key: HeldKey<'_>,
+        request: Request,
+        parts: Parts,
+    ) -> Option<(Verdict, Vec<Report>)> {
         if parts != Parts::Rates {
             return None;
         }

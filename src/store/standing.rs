@@ -156,11 +156,12 @@ fn make_room(entries: &mut hashbrown::HashTable<Entry>, floor: &mut u64, now: u6
     }
 }
 
-/// Keeps the keys that still constrain, in a table made anew: removed in place, they would leave tombstones
-/// that every lookup of a key not in the table walks past (most keys come and go within a span), which took
-/// a third of a decision.
+/// Keeps the keys that still constrain, in a table made anew (as large): removed in place, they would leave
+/// tombstones that every lookup of a key not in the table walks past (most keys come and go within a span),
+/// which took a third of a decision.
 fn keep_constraining(entries: &mut hashbrown::HashTable<Entry>, now: u64) {
-    let old = std::mem::take(entries);
+    // As large as it was: the keys of the next span fit without growing it again.
+    let old = std::mem::replace(entries, hashbrown::HashTable::with_capacity(entries.len()));
     for entry in old.into_iter().filter(|e| !e.idle(now)) {
         entries.insert_unique(slot_of(entry.peer_hash, entry.id), entry, |e| slot_of(e.peer_hash, e.id));
     }

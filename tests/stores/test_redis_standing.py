@@ -243,9 +243,7 @@ def test_processes_beyond_the_shares_decide_in_redis_until_a_share_is_free(
     assert share_of(first) is None
 
 
-def test_processes_of_other_settings_never_hold_shares_at_once(
-    redis_server: RedisServer, redis_prefix: str
-) -> None:
+def test_processes_of_other_settings_never_hold_shares_at_once(redis_server: RedisServer, redis_prefix: str) -> None:
     prefix = f"{redis_prefix}{next(prefixes)}:"
     clocks = [rk.ManualClock(START), rk.ManualClock(START)]
     old = rk.Limiter(clock=clocks[0], backend=standing_backend(redis_server, prefix, 4), **rules("1000/s"))
