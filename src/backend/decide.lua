@@ -1228,10 +1228,12 @@ end
 
 -- Standing shares (src/backend/standing.rs): KEYS[1] the pool, a hash: "born" (ms it was made), "fp" (the
 -- settings of its holders), "floor" (ms: no slot is free before it, after a change of settings),
--- "h<i>" = "<expiry ms> <node>" (slot i's holder), "f<i>" (ms: slot i's last holder spent no later).
+-- "h<i>" = "<expiry ms> <node>" (slot i's holder), "c<i>" (ms: its keys start empty then, from its
+-- claim), "f<i>" (ms: slot i's last holder spent no later).
 -- ARGV: "standing", "hold" | "release", node, fingerprint, shares, ttl ms, a ManualClock's ms ("": TIME).
 -- Reply { slot, free_in_ms (ms from now until the slot's last holder has stopped: its keys start empty
--- then), "claimed" } | { slot, "", "renewed" } | { 0, "", why none }. A pool made now (a restart lost it)
+-- then), "claimed" | "renewed" } | { 0, "", why none }: a renewal says it again, so that a process that
+-- hears its calls' replies out of order never needs the claim's first. A pool made now (a restart lost it)
 -- frees no slot before a time to live has passed: a holder from before may spend until then.
 local function standing(KEYS, ARGV)
   local pool, op, me, fp = KEYS[1], ARGV[2], ARGV[3], ARGV[4]
@@ -1280,7 +1282,7 @@ local function standing(KEYS, ARGV)
     end
     -- New settings: no slot is free before every holder of the old ones has stopped.
     for name, _ in pairs(f) do
-      if string.match(name, '^[hf]%d+$') then redis.call('HDEL', pool, name) end
+      if string.match(name, '^[hcf]%d+$') then redis.call('HDEL', pool, name) end
     end
     redis.call('HSET', pool, 'fp', fp, 'floor', string.format('%d', latest))
     floor_ms, live, mine, f = latest, {}, nil, {}
@@ -1295,13 +1297,17 @@ local function standing(KEYS, ARGV)
   end
   local holder = string.format('%d', now + ttl) .. ' ' .. me
   if mine then
-    redis.call('HSET', pool, 'h' .. mine, holder)
-    return { tostring(mine), '', 'renewed' }
+    -- Never earlier than a renewal before it said: a call that arrives late (a retry, two on their way)
+    -- must not end a share its holder counts on.
+    local exp = tonumber(string.match(f['h' .. mine], '^(%d+) '))
+    if exp < now + ttl then redis.call('HSET', pool, 'h' .. mine, holder) end
+    local free = tonumber(f['c' .. mine]) or floor_ms
+    return { tostring(mine), string.format('%d', free - now), 'renewed' }
   end
   for i = 1, shares do
     if not live[i] then
       local free = math.max(tonumber(f['f' .. i]) or 0, floor_ms)
-      redis.call('HSET', pool, 'h' .. i, holder)
+      redis.call('HSET', pool, 'h' .. i, holder, 'c' .. i, string.format('%d', free))
       return { tostring(i), string.format('%d', free - now), 'claimed' }
     end
   end

@@ -105,16 +105,13 @@ pub fn pool_key(prefix: &str) -> String {
 }
 
 /// What the pool says to a call: this process holds `slot` (1-based) until its time to live runs out,
-/// newly (its keys empty until `free_in_ms` from the script's now: its last holder may have spent until
-/// then) or renewed; or it holds none.
+/// newly claimed or renewed, its keys empty until `free_in_ms` from the script's now (its last holder may
+/// have spent until then); or it holds none.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PoolReply {
-    Claimed {
+    Held {
         slot: u32,
         free_in_ms: i64,
-    },
-    Renewed {
-        slot: u32,
     },
     /// Every slot is held, or held by processes of other settings (`why`); or the share was given back.
     None {
@@ -144,7 +141,7 @@ pub fn pool_arguments(
     ]
 }
 
-/// The pool's reply: `{ slot, free_in_ms | "", "claimed" | "renewed" | why none }`.
+/// The pool's reply: `{ slot, free_in_ms, "claimed" | "renewed" }` or `{ 0, "", why none }`.
 ///
 /// # Errors
 /// A reply that is not the script's.
@@ -153,8 +150,7 @@ pub fn parse_pool(reply: &[String]) -> Result<PoolReply> {
     let [slot, free, what] = reply else { return Err(bad()) };
     let slot = slot.parse::<u32>().map_err(|_| bad())?;
     match what.as_str() {
-        "claimed" if slot > 0 => Ok(PoolReply::Claimed { slot, free_in_ms: free.parse().map_err(|_| bad())? }),
-        "renewed" if slot > 0 => Ok(PoolReply::Renewed { slot }),
+        "claimed" | "renewed" if slot > 0 => Ok(PoolReply::Held { slot, free_in_ms: free.parse().map_err(|_| bad())? }),
         "claimed" | "renewed" => Err(bad()),
         why if slot == 0 => Ok(PoolReply::None { why: why.to_owned() }),
         _ => Err(bad()),
@@ -207,8 +203,9 @@ mod tests {
     #[test]
     fn pool_replies_are_read_or_refused() {
         let reply = |r: &[&str]| parse_pool(&r.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>());
-        assert_eq!(reply(&["2", "-5", "claimed"]).unwrap(), PoolReply::Claimed { slot: 2, free_in_ms: -5 });
-        assert_eq!(reply(&["2", "", "renewed"]).unwrap(), PoolReply::Renewed { slot: 2 });
+        assert_eq!(reply(&["2", "-5", "claimed"]).unwrap(), PoolReply::Held { slot: 2, free_in_ms: -5 });
+        assert_eq!(reply(&["2", "7", "renewed"]).unwrap(), PoolReply::Held { slot: 2, free_in_ms: 7 });
+        assert!(reply(&["2", "", "renewed"]).is_err());
         assert_eq!(reply(&["0", "", "full"]).unwrap(), PoolReply::None { why: "full".into() });
         assert!(reply(&["0", "", "claimed"]).is_err());
         assert!(reply(&["x"]).is_err());

@@ -1204,7 +1204,9 @@ fn call_pool(book: &Arc<Book>, decider: &Arc<RedisDecider>, limiter: &Arc<Limite
     let Some(share) = &book.share else { return };
     let rules = limiter.rules();
     let fingerprint = share.settings.fingerprint(rules.groups.iter().map(|g| (g.name.as_str(), &g.limits[..])));
-    share.settings_now(&fingerprint);
+    if !share.settings_now(&fingerprint, rules.version()) {
+        return;
+    }
     let (ttl_ms, manual_ms) = (share.ttl_ns / 1_000_000, limiter.manual_now().map(|ns| ns / 1_000_000));
     let operation = match call {
         PoolCall::Hold => "hold",
@@ -1223,7 +1225,7 @@ fn call_pool(book: &Arc<Book>, decider: &Arc<RedisDecider>, limiter: &Arc<Limite
         let landed = limiter.now_ns();
         let heard = reply.map_err(|f| Error::backend(f.to_string())).and_then(|r| parse_pool(&r));
         if let (Ok(reply), Some(share)) = (heard, &book.share) {
-            share.heard(&reply, (sent, landed));
+            share.heard(&reply, (sent, landed), manual_ms.is_some());
         }
     };
     match how {

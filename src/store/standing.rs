@@ -36,9 +36,10 @@ pub struct Share {
     live_until: AtomicU64,
     /// The limiter's clock: the keys start empty at this instant (a last holder may have spent until then).
     empty_at: AtomicU64,
-    /// The slot held (1-based; 0: none), and the fingerprint of the settings it was claimed under.
+    /// The slot held (1-based; 0: none), and the fingerprint of the settings it was claimed under, with the
+    /// version of the rules it was made of.
     slot: AtomicU32,
-    fingerprint: parking_lot::Mutex<String>,
+    fingerprint: parking_lot::Mutex<(String, u64)>,
 }
 
 impl Share {
@@ -51,7 +52,7 @@ impl Share {
             live_until: AtomicU64::new(0),
             empty_at: AtomicU64::new(0),
             slot: AtomicU32::new(0),
-            fingerprint: parking_lot::Mutex::new(String::new()),
+            fingerprint: parking_lot::Mutex::new((String::new(), 0)),
         }
     }
 
@@ -60,35 +61,43 @@ impl Share {
         (now < self.live_until.load(Ordering::Acquire)).then(|| self.slot.load(Ordering::Relaxed)).filter(|&s| s > 0)
     }
 
-    /// The settings' fingerprint is now `fingerprint`: a share claimed under others is no longer spent
-    /// (the pool frees it as the time to live ends). Whether it changed.
-    pub fn settings_now(&self, fingerprint: &str) -> bool {
+    /// The settings' fingerprint under the rules of `version` is `fingerprint`: a share claimed under others
+    /// is no longer spent (the pool frees it as the time to live ends). False when rules newer than
+    /// `version` were seen already: a call made of older ones is not sent (it would turn the pool back to
+    /// them, and the next call forward again, each change starting the share's keys empty).
+    pub fn settings_now(&self, fingerprint: &str, version: u64) -> bool {
         let mut held = self.fingerprint.lock();
-        if *held == fingerprint {
+        if version < held.1 {
             return false;
         }
-        fingerprint.clone_into(&mut held);
-        self.live_until.store(0, Ordering::Release);
+        held.1 = version;
+        if held.0 != fingerprint {
+            fingerprint.clone_into(&mut held.0);
+            self.live_until.store(0, Ordering::Release);
+        }
         true
     }
 
-    /// What the pool said to a call sent at `sent` and answered at `landed` (the limiter's clock).
-    pub fn heard(&self, reply: &PoolReply, (sent, landed): (u64, u64)) {
+    /// What the pool said to a call sent at `sent` and answered at `landed` (the limiter's clock; the pool
+    /// decided at `sent` with a `ManualClock`, else at its own time, between the two).
+    pub fn heard(&self, reply: &PoolReply, (sent, landed): (u64, u64), manual: bool) {
         let until = sent.saturating_add(self.ttl_ns).saturating_sub(MARGIN_NS);
         match *reply {
-            PoolReply::Claimed { slot, free_in_ms } => {
-                // The pool's "now" was no later than `landed` here: its instant is no later than this.
-                let free = i128::from(landed) + i128::from(free_in_ms) * 1_000_000;
+            PoolReply::Held { slot, free_in_ms } => {
+                // The pool's "now" was no later than `landed` here (`sent` with a ManualClock, whose reading
+                // it was given): its instant is no later than this.
+                let now = if manual { sent } else { landed };
+                let free = i128::from(now) + i128::from(free_in_ms) * 1_000_000;
                 let free = u64::try_from(free.max(0)).unwrap_or(u64::MAX);
+                // Before it goes live: a share spent as soon as it is live starts where the pool says. A
+                // renewal says it again, so replies heard out of order (two calls on their way) agree.
                 self.empty_at.fetch_max(free, Ordering::AcqRel);
                 self.slot.store(slot, Ordering::Relaxed);
-                // Any share held before ended by then (the pool found it lapsed): the later end stands.
+                // The pool never ends a share earlier than a renewal before it said (a call that lands late
+                // extends nothing), nor does this.
                 self.live_until.fetch_max(until, Ordering::AcqRel);
             }
-            PoolReply::Renewed { slot } if slot == self.slot.load(Ordering::Relaxed) => {
-                self.live_until.fetch_max(until, Ordering::AcqRel);
-            }
-            PoolReply::Renewed { .. } | PoolReply::None { .. } => self.live_until.store(0, Ordering::Release),
+            PoolReply::None { .. } => self.live_until.store(0, Ordering::Release),
         }
     }
 
@@ -296,7 +305,7 @@ mod tests {
     }
 
     fn held(share: &Share, claimed_at: u64, free_in_ms: i64) {
-        share.heard(&PoolReply::Claimed { slot: 1, free_in_ms }, (claimed_at, claimed_at));
+        share.heard(&PoolReply::Held { slot: 1, free_in_ms }, (claimed_at, claimed_at), false);
     }
 
     fn admitted(share: &Share, table: &mut Table, limits: &[Limit], peer_hash: u64, now: u64) -> bool {
@@ -379,10 +388,11 @@ mod tests {
     fn a_renewal_that_lost_the_slot_stops_the_share() {
         let (share, mut table, limits) = setup();
         held(&share, 0, -100_000);
-        share.heard(&PoolReply::None { why: "full".into() }, (SECOND / 2, SECOND / 2));
+        share.heard(&PoolReply::None { why: "full".into() }, (SECOND / 2, SECOND / 2), false);
         assert!(!admitted(&share, &mut table, &limits, 7, SECOND / 2));
-        held(&share, SECOND, -100_000);
-        share.heard(&PoolReply::Renewed { slot: 2 }, (SECOND, SECOND));
-        assert!(!admitted(&share, &mut table, &limits, 7, SECOND));
+        // A renewal heard before the claim it renews says as much as the claim.
+        share.heard(&PoolReply::Held { slot: 1, free_in_ms: 200 }, (SECOND, SECOND), false);
+        assert!(!admitted(&share, &mut table, &limits, 7, SECOND + SECOND / 10));
+        assert!(admitted(&share, &mut table, &limits, 7, SECOND * 3 / 2));
     }
 }

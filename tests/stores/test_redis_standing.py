@@ -230,11 +230,9 @@ def test_processes_beyond_the_shares_decide_in_redis_until_a_share_is_free(
     # carry its old readings, and the sweeper renews in the background).
     prefix = f"{redis_prefix}{next(prefixes)}:"
     clocks = [rk.ManualClock(START), rk.ManualClock(START)]
-    first, second = (
-        rk.Limiter(clock=clock, backend=standing_backend(redis_server, prefix, 1), **rules("1000/s"))
-        for clock in clocks
-    )
+    first = rk.Limiter(clock=clocks[0], backend=standing_backend(redis_server, prefix, 1), **rules("1000/s"))
     assert share_of(first) == 1
+    second = rk.Limiter(clock=clocks[1], backend=standing_backend(redis_server, prefix, 1), **rules("1000/s"))
     assert share_of(second) is None
     # The first stops renewing: its share is free after its time to live, and the second's keys start
     # empty where the first may have spent last.
@@ -247,8 +245,8 @@ def test_processes_of_other_settings_never_hold_shares_at_once(redis_server: Red
     prefix = f"{redis_prefix}{next(prefixes)}:"
     clocks = [rk.ManualClock(START), rk.ManualClock(START)]
     old = rk.Limiter(clock=clocks[0], backend=standing_backend(redis_server, prefix, 4), **rules("1000/s"))
-    new = rk.Limiter(clock=clocks[1], backend=standing_backend(redis_server, prefix, 4), **rules("500/s"))
     assert share_of(old) == 1
+    new = rk.Limiter(clock=clocks[1], backend=standing_backend(redis_server, prefix, 4), **rules("500/s"))
     # Their parts would not add up to either limit: the new rules wait for the old holders to go.
     assert share_of(new) is None
     clocks[1].advance(TTL_NS / SECOND + 0.001)
@@ -275,23 +273,26 @@ def test_a_pool_lost_in_a_restart_frees_no_share_before_a_time_to_live(
 ) -> None:
     prefix = f"{redis_prefix}{next(prefixes)}:"
     clock = rk.ManualClock(START)
-    before = rk.Limiter(clock=clock, backend=standing_backend(own_redis_server, prefix, 1), **rules("1000/s"))
+    limiter = rk.Limiter(clock=clock, backend=standing_backend(own_redis_server, prefix, 1), **rules("1000/s"))
+    assert share_of(limiter) == 1  # the pool is made at this reading
     clock.advance(3600)
-    assert share_of(before) == 1
+    assert share_of(limiter) == 1
+    trips = round_trips(limiter)
+    assert limiter.allow("fresh", "/api")
+    assert round_trips(limiter) == trips
     own_redis_server.restart()
-    after = rk.Limiter(clock=clock, backend=standing_backend(own_redis_server, prefix, 1), **rules("1000/s"))
-    assert share_of(after) == 1
-    # The holder from before the restart may spend until its time to live ends: the new holder's keys
-    # start empty then, so it asks Redis meanwhile.
-    assert share_of(before) is None
-    trips = round_trips(after)
-    assert after.allow("fresh", "/api")
-    assert round_trips(after) == trips + 1
+    # The pool is made anew: whoever claims a share now (this process or another), another holder from
+    # before may spend until a time to live has passed, so the share's keys start empty then and Redis
+    # decides meanwhile.
+    assert share_of(limiter) == 1
+    trips = round_trips(limiter)
+    assert limiter.allow("fresher", "/api")
+    assert round_trips(limiter) == trips + 1
     clock.advance(3600)
-    assert share_of(after) == 1
-    trips = round_trips(after)
-    assert all(after.allow(f"fresh-{i}", "/api") for i in range(100))
-    assert round_trips(after) == trips
+    assert share_of(limiter) == 1
+    trips = round_trips(limiter)
+    assert all(limiter.allow(f"fresh-{i}", "/api") for i in range(100))
+    assert round_trips(limiter) == trips
 
 
 # Real processes ---------------------------------------------------------------------------------------------
