@@ -36,6 +36,9 @@ pub struct Share {
     live_until: AtomicU64,
     /// The limiter's clock: the keys start empty at this instant (a last holder may have spent until then).
     empty_at: AtomicU64,
+    /// When the latest call the pool said a share is held to was sent: a "none" from a call sent before it
+    /// is older news.
+    held_sent: AtomicU64,
     /// The slot held (1-based; 0: none), and the fingerprint of the settings it was claimed under, with the
     /// version of the rules it was made of.
     slot: AtomicU32,
@@ -51,6 +54,7 @@ impl Share {
             most: most.max(1),
             live_until: AtomicU64::new(0),
             empty_at: AtomicU64::new(0),
+            held_sent: AtomicU64::new(0),
             slot: AtomicU32::new(0),
             fingerprint: parking_lot::Mutex::new((String::new(), 0)),
         }
@@ -96,8 +100,13 @@ impl Share {
                 // The pool never ends a share earlier than a renewal before it said (a call that lands late
                 // extends nothing), nor does this.
                 self.live_until.fetch_max(until, Ordering::AcqRel);
+                self.held_sent.fetch_max(sent, Ordering::AcqRel);
             }
-            PoolReply::None { .. } => self.live_until.store(0, Ordering::Release),
+            // Replies are heard in any order (a sweeper's and `sync_now`'s on their way at once).
+            PoolReply::None { .. } if sent >= self.held_sent.load(Ordering::Acquire) => {
+                self.live_until.store(0, Ordering::Release);
+            }
+            PoolReply::None { .. } => {}
         }
     }
 
@@ -390,6 +399,12 @@ mod tests {
         held(&share, 0, -100_000);
         share.heard(&PoolReply::None { why: "full".into() }, (SECOND / 2, SECOND / 2), false);
         assert!(!admitted(&share, &mut table, &limits, 7, SECOND / 2));
+        // A "none" heard after a later call's claim is older news.
+        share.heard(&PoolReply::Held { slot: 1, free_in_ms: -100_000 }, (SECOND * 3 / 4, SECOND * 3 / 4), false);
+        share.heard(&PoolReply::None { why: "full".into() }, (SECOND / 2, SECOND), false);
+        assert!(admitted(&share, &mut table, &limits, 8, SECOND * 3 / 4));
+        share.heard(&PoolReply::None { why: "full".into() }, (SECOND * 3 / 4, SECOND), false);
+        assert!(!admitted(&share, &mut table, &limits, 8, SECOND * 3 / 4));
         // A renewal heard before the claim it renews says as much as the claim.
         share.heard(&PoolReply::Held { slot: 1, free_in_ms: 200 }, (SECOND, SECOND), false);
         assert!(!admitted(&share, &mut table, &limits, 7, SECOND + SECOND / 10));
