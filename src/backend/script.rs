@@ -149,15 +149,6 @@ fn remote_limits<'k>(key: &'k RemoteKey, caller: Caller<'_>) -> Cow<'k, [Limit]>
     standing::remote_limits(caller.standing, &key.limits, key.policy)
 }
 
-/// A moved limit as Redis keeps it: its part, when the key's group is split now (a state written under
-/// another part is moved from the limit it records).
-fn remote_limit(limit: &Limit, key: &RemoteKey, caller: Caller<'_>) -> Limit {
-    let Some(standing) = caller.standing.filter(|s| s.split(&key.limits, key.policy).is_some()) else {
-        return *limit;
-    };
-    standing.split(std::slice::from_ref(limit), key.policy).and_then(|s| s.remote[0]).unwrap_or(*limit)
-}
-
 /// The script's `ARGV` for one request: see the head of `decide.lua`.
 #[must_use]
 pub fn arguments(key: &RemoteKey, request: Request, leases: Leases<'_>, caller: Caller<'_>) -> Vec<String> {
@@ -352,9 +343,14 @@ fn encode(
     args.push(caller.node.into());
     args.push(key.head.to_string());
     args.push(key.limits.len().to_string());
-    for limit in remote_limits(key, caller).iter() {
+    let limits = remote_limits(key, caller);
+    for limit in limits.iter() {
         push_limit(&mut args, Some(limit));
     }
+    // A moved limit as Redis keeps it: its part when the key's group is split now (a state written under
+    // another part is moved from the limit it records).
+    let split = caller.standing.filter(|_| matches!(limits, Cow::Owned(_)));
+    let moved = |limit: &Limit| split.and_then(|s| s.remote_part(limit)).unwrap_or(*limit);
     args.push(key.moves.len().to_string());
     for m in &key.moves {
         args.push((m.index + 1).to_string());
@@ -362,8 +358,8 @@ fn encode(
         // An instant before now, relative to it (a move is never later than the call that sends it).
         let ago = caller.now.saturating_sub(m.at).min(EXACT - 1);
         args.push(if ago == 0 { "0".into() } else { format!("-{ago}") });
-        push_limit(&mut args, Some(&remote_limit(&m.from, key, caller)));
-        push_limit(&mut args, m.to.map(|to| remote_limit(&to, key, caller)).as_ref());
+        push_limit(&mut args, Some(&moved(&m.from)));
+        push_limit(&mut args, m.to.as_ref().map(moved).as_ref());
     }
     args
 }

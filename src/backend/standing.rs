@@ -53,6 +53,12 @@ impl Standing {
         Some(split)
     }
 
+    /// The part of `limit` Redis keeps, when it splits.
+    #[must_use]
+    pub fn remote_part(self, limit: &Limit) -> Option<Limit> {
+        self.split_limit(limit).map(|(_, remote)| remote)
+    }
+
     fn split_limit(self, limit: &Limit) -> Option<(Limit, Limit)> {
         if !matches!(limit.algorithm, Algorithm::Gcra(_)) {
             return None;

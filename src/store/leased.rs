@@ -744,8 +744,9 @@ struct Leases {
     standing: standing::Table,
 }
 
-/// Where a key's lease sits in its shard's table: the peer's hash, with the group's id mixed in.
-fn slot(peer_hash: u64, id: u32) -> u64 {
+/// Where a key's lease (and its standing share's states) sits in its shard's table: the peer's hash, with
+/// the group's id mixed in.
+pub(super) fn slot(peer_hash: u64, id: u32) -> u64 {
     peer_hash ^ u64::from(id).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
@@ -808,15 +809,6 @@ struct Book {
 impl Book {
     fn new(span_ns: u64, share: Option<Share>) -> Self {
         Self { span_ns, waiting: Mutex::new(()), landed: Condvar::new(), caps: AtomicU64::new(0), share }
-    }
-
-    /// The shard's leases: made when the process may hold a standing share (its keys' states go there; every
-    /// shard's are made when the store opens, so this is one type check).
-    fn leases<'k>(&self, kept: &'k mut Kept) -> Option<&'k mut Leases> {
-        if self.share.is_some() && !kept.as_ref().is_some_and(|k| k.is::<Leases>()) {
-            Leases::made(kept);
-        }
-        Leases::of(kept)
     }
 
     /// The limits Redis leases `key`'s units under: with standing shares, a split group's remote part.
@@ -883,7 +875,8 @@ impl Book {
             Parts::Permits => Missed::Permits(cost),
             Parts::Both => Missed::Both,
         };
-        let Some(Leases { table, standing }) = self.leases(kept) else { return Err(missed) };
+        // With standing shares every shard's table was made when the store opened (`Leased::open`).
+        let Some(Leases { table, standing }) = Leases::of(kept) else { return Err(missed) };
         let Some(lease) = find_lease(table, peer, key.peer_hash, key.id) else {
             return self.on_share(standing, key, request, parts).ok_or(missed);
         };
@@ -1202,11 +1195,7 @@ enum PoolCall {
 /// longer spent from now.
 fn call_pool(book: &Arc<Book>, decider: &Arc<RedisDecider>, limiter: &Arc<Limiter>, call: PoolCall, how: Sending) {
     let Some(share) = &book.share else { return };
-    let rules = limiter.rules();
-    let fingerprint = share.settings.fingerprint(rules.groups.iter().map(|g| (g.name.as_str(), &g.limits[..])));
-    if !share.settings_now(&fingerprint, rules.version()) {
-        return;
-    }
+    let Some(fingerprint) = share.fingerprint_now(&limiter.rules()) else { return };
     let (ttl_ms, manual_ms) = (share.ttl_ns / 1_000_000, limiter.manual_now().map(|ns| ns / 1_000_000));
     let operation = match call {
         PoolCall::Hold => "hold",

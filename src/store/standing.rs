@@ -14,10 +14,12 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+use super::leased::slot;
 use crate::algorithm::{Limit, Log, Report, State};
 use crate::backend::standing::{PoolReply, Standing, MOST_LIMITS};
 use crate::config::Policy;
 use crate::limiter::{HeldKey, Request};
+use crate::rules::Rules;
 
 /// The pool's time to live of a slot: this many lease spans, and at least a second.
 const TTL_SPANS: u64 = 10;
@@ -65,21 +67,26 @@ impl Share {
         (now < self.live_until.load(Ordering::Acquire)).then(|| self.slot.load(Ordering::Relaxed)).filter(|&s| s > 0)
     }
 
-    /// The settings' fingerprint under the rules of `version` is `fingerprint`: a share claimed under others
-    /// is no longer spent (the pool frees it as the time to live ends). False when rules newer than
-    /// `version` were seen already: a call made of older ones is not sent (it would turn the pool back to
-    /// them, and the next call forward again, each change starting the share's keys empty).
-    pub fn settings_now(&self, fingerprint: &str, version: u64) -> bool {
+    /// The settings' fingerprint under `rules` (worked out again only when they changed); a share claimed
+    /// under other settings is no longer spent (the pool frees it as the time to live ends). `None` when
+    /// rules newer than these were seen already: a call made of older ones is not sent (it would turn the
+    /// pool back to them, and the next call forward again, each change starting the share's keys empty).
+    pub fn fingerprint_now(&self, rules: &Rules) -> Option<String> {
         let mut held = self.fingerprint.lock();
+        let version = rules.version();
         if version < held.1 {
-            return false;
+            return None;
         }
-        held.1 = version;
-        if held.0 != fingerprint {
-            fingerprint.clone_into(&mut held.0);
-            self.live_until.store(0, Ordering::Release);
+        if version > held.1 || held.0.is_empty() {
+            let groups = rules.groups.iter().map(|g| (g.name.as_str(), &g.limits[..]));
+            let fingerprint = self.settings.fingerprint(groups);
+            if held.0 != fingerprint {
+                held.0 = fingerprint;
+                self.live_until.store(0, Ordering::Release);
+            }
+            held.1 = version;
         }
-        true
+        Some(held.0.clone())
     }
 
     /// What the pool said to a call sent at `sent` and answered at `landed` (the limiter's clock; the pool
@@ -131,11 +138,8 @@ impl Share {
         if entries.len() >= self.most {
             make_room(entries, floor, now);
         }
-        let found = entries.entry(
-            slot_of(peer_hash, id),
-            |e| e.peer_hash == peer_hash && e.id == id,
-            |e| slot_of(e.peer_hash, e.id),
-        );
+        let found =
+            entries.entry(slot(peer_hash, id), |e| e.peer_hash == peer_hash && e.id == id, |e| slot(e.peer_hash, e.id));
         let (mut states, start) = match &found {
             Found::Occupied(entry) if entry.get().signature == signature => (entry.get().states, *floor),
             // A change of limits: the key starts empty now.
@@ -181,7 +185,7 @@ fn keep_constraining(entries: &mut hashbrown::HashTable<Entry>, now: u64) {
     // As large as it was: the keys of the next span fit without growing it again.
     let old = std::mem::replace(entries, hashbrown::HashTable::with_capacity(entries.len()));
     for entry in old.into_iter().filter(|e| !e.idle(now)) {
-        entries.insert_unique(slot_of(entry.peer_hash, entry.id), entry, |e| slot_of(e.peer_hash, e.id));
+        entries.insert_unique(slot(entry.peer_hash, entry.id), entry, |e| slot(e.peer_hash, e.id));
     }
 }
 
@@ -238,13 +242,8 @@ fn signature(limits: &[Limit]) -> u64 {
     })
 }
 
-/// Where a key's share state sits in its shard's table (two peers of one hash share one state: stricter,
-/// never looser).
-fn slot_of(peer_hash: u64, id: u32) -> u64 {
-    peer_hash ^ u64::from(id).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-}
-
-/// One key's states on the share, a limit each.
+/// One key's states on the share, a limit each; found by the peer's hash and the group's id (two peers of
+/// one hash share one state: stricter, never looser).
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     peer_hash: u64,
