@@ -91,6 +91,8 @@ pub const FIELD_NAMES: [&str; FIELDS] = [
 ];
 /// How many fields the reader keeps.
 pub const FIELDS: usize = 29;
+// `Said` marks the fields present in a u32.
+const _: () = assert!(FIELDS <= 32);
 
 const RATELIMIT: usize = 0;
 const POLICY: usize = 1;
@@ -185,13 +187,13 @@ pub fn field_of_name(name: &str) -> Option<usize> {
 
 /// The rate-limit fields of one response, a repeated one's values joined with `", "` (RFC 9110 5.3: a
 /// repeated field is one list; for a single-valued field that makes the value malformed, as it
-/// should). Values are borrowed from the headers where they can be.
+/// should). Values are borrowed from the headers where they can be; each field has its place, so
+/// nothing is allocated for a reply (the outgoing transports read one per call).
 #[derive(Debug, Default, Clone)]
 pub struct Said<'a> {
-    /// Per field, 0 when absent, else 1 + its index in `values`.
-    slots: [u8; FIELDS],
-    values: Vec<Cow<'a, str>>,
-    kept: usize,
+    /// Bit `f` is set when field `f` is there.
+    present: u32,
+    values: [Cow<'a, str>; FIELDS],
 }
 
 impl<'a> Said<'a> {
@@ -201,22 +203,15 @@ impl<'a> Said<'a> {
         Self::default()
     }
 
-    /// No fields yet, with room for `fields` of them.
-    #[must_use]
-    pub fn with_capacity(fields: usize) -> Self {
-        Self { values: Vec::with_capacity(fields), ..Self::default() }
-    }
-
     /// Keeps `value` of `field` (an index of [`FIELD_NAMES`]), after any earlier one.
     pub fn add(&mut self, field: usize, value: impl Into<Cow<'a, str>>) {
-        let Some(slot) = self.slots.get_mut(field) else { return };
-        if *slot == 0 {
-            self.values.push(value.into());
-            // At most FIELDS (29) values: one per field.
-            *slot = u8::try_from(self.values.len()).unwrap_or(u8::MAX);
-            self.kept += 1;
-        } else if let Some(earlier) = self.values.get_mut(usize::from(*slot) - 1) {
-            let earlier = earlier.to_mut();
+        let Some(slot) = self.values.get_mut(field) else { return };
+        let bit = 1 << field;
+        if self.present & bit == 0 {
+            *slot = value.into();
+            self.present |= bit;
+        } else {
+            let earlier = slot.to_mut();
             earlier.push_str(", ");
             earlier.push_str(&value.into());
         }
@@ -232,11 +227,7 @@ impl<'a> Said<'a> {
     /// The value of `field`, if the response has it.
     #[must_use]
     pub fn get(&self, field: usize) -> Option<&str> {
-        let slot = usize::from(*self.slots.get(field)?);
-        if slot == 0 {
-            return None;
-        }
-        self.values.get(slot - 1).map(|v| &**v)
+        (field < FIELDS && self.present & (1 << field) != 0).then(|| &*self.values[field])
     }
 
     fn has(&self, field: usize) -> bool {
@@ -250,7 +241,12 @@ impl<'a> Said<'a> {
     /// Whether no field was kept.
     #[must_use]
     pub const fn is_empty(&self) -> bool {
-        self.kept == 0
+        self.present == 0
+    }
+
+    /// Whether the response's only field is `Date`, which says nothing by itself.
+    const fn has_only_date(&self) -> bool {
+        self.present == 1 << DATE
     }
 
     /// (name, value) of each field kept, in [`FIELD_NAMES`]'s order.
@@ -311,7 +307,7 @@ pub struct Warning {
 /// `warnings`.
 #[must_use]
 pub fn read(said: &Said<'_>, status: i64, now: f64, dialect: Option<Dialect>, warnings: &mut Vec<Warning>) -> Word {
-    if said.is_empty() || (said.kept == 1 && said.has(DATE)) {
+    if said.is_empty() || said.has_only_date() {
         return Word { dialect, ..Word::default() };
     }
     let dialect = dialect.or_else(|| dialect_of(said));
@@ -513,6 +509,10 @@ pub fn number(value: &str) -> Option<f64> {
     let bytes = text.as_bytes();
     let whole = leading_digits(bytes, 20).filter(|&n| n > 0)?;
     match &bytes[whole..] {
+        // A whole number of up to 15 digits is below 2^53, so exact as an f64: added up here, where
+        // the float parser's code is hundreds of instructions (resets and counts are whole numbers).
+        #[allow(clippy::cast_precision_loss)]
+        [] if whole <= 15 => return Some(bytes.iter().fold(0u64, |n, &d| n * 10 + u64::from(d - b'0')) as f64),
         [] => {}
         [b'.', fraction @ ..] if !fraction.is_empty() && fraction.len() <= 20 => {
             if !fraction.iter().all(u8::is_ascii_digit) {
@@ -1108,6 +1108,10 @@ mod tests {
     fn numbers_are_plain_ascii_decimals() {
         assert_eq!(number(" 42 "), Some(42.0));
         assert_eq!(number("1.25"), Some(1.25));
+        // Whole numbers are added up below 16 digits, parsed above: the same values either way.
+        for text in ["0", "007", "1764000000", "999999999999999", "9999999999999999", "12345678901234567890"] {
+            assert_eq!(number(text), text.parse::<f64>().ok(), "{text}");
+        }
         for text in ["", "1.", ".5", "-1", "1e5", "nan", "inf", "\u{661}", "1_0", "123456789012345678901"] {
             assert_eq!(number(text), None, "{text}");
         }
