@@ -95,7 +95,8 @@ impl Standing {
     }
 }
 
-/// The limits Redis keeps of a group's `limits`: with standing shares, a split group's part; else all.
+/// The limits Redis keeps of a group's `limits`: with standing shares, a split group's part (owned: a
+/// borrowed answer means the group is not split); else all.
 #[must_use]
 pub fn remote_limits(standing: Option<Standing>, limits: &[Limit], policy: Policy) -> Cow<'_, [Limit]> {
     match standing.and_then(|s| s.split(limits, policy)) {

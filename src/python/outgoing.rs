@@ -14,7 +14,7 @@ use super::limiter::{log_notice, PyLimiter};
 use crate::error::{Error, Result};
 use crate::limiter::{Decision, Request, Target};
 use crate::outgoing::{Admission, Budgets, Counts, Engine, Plan, Settings, Ticket};
-use crate::server_words::{self, field_of_name, field_of_raw, Dialect, Said, Warning};
+use crate::server_words::{self, field_of_name, field_of_raw, Dialect, Said, Warning, FIELDS};
 use crate::store::StateStore;
 
 /// The limiter's budgets as the engine reaches them: through its store, letting other threads run
@@ -248,7 +248,7 @@ impl PyOutgoing {
         headers: &Bound<'py, PyAny>,
         status: i64,
     ) -> PyResult<Option<Bound<'py, PyTuple>>> {
-        let mut kept = Vec::with_capacity(8);
+        let mut kept = Kept::default();
         let said = said_of(headers, &mut kept)?;
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
         let limiter = self.limiter.get();
@@ -335,7 +335,7 @@ pub fn _read_server_word(
     dialect: Option<&str>,
 ) -> PyResult<(&'static str, Vec<(String, u64, f64, Option<u64>, Option<f64>)>, Option<f64>)> {
     let dialect = dialect_named(dialect)?;
-    let mut kept = Vec::with_capacity(8);
+    let mut kept = Kept::default();
     let said = said_of(headers, &mut kept)?;
     // A status out of range is no status read for a wait.
     let status = status.extract::<i64>().unwrap_or(0);
@@ -396,6 +396,32 @@ fn dialect_named(name: Option<&str>) -> PyResult<Option<Dialect>> {
     }
 }
 
+/// The values of a reply's rate-limit fields as the headers hold them: each field's first in its place
+/// (nothing allocated for a reply: the transports read one per call), a repeated field's later ones
+/// after them, in order.
+#[derive(Default)]
+struct Kept<'py> {
+    first: [Option<Bound<'py, PyAny>>; FIELDS],
+    more: Vec<(usize, Bound<'py, PyAny>)>,
+}
+
+impl<'py> Kept<'py> {
+    fn keep(&mut self, field: usize, value: Bound<'py, PyAny>) {
+        match self.first.get_mut(field) {
+            Some(slot @ None) => *slot = Some(value),
+            Some(Some(_)) => self.more.push((field, value)),
+            None => {}
+        }
+    }
+
+    /// (field, value) of every value kept: each field's first, then the repeated ones, so that `Said`
+    /// joins a field's values in the headers' order.
+    fn iter(&self) -> impl Iterator<Item = (usize, &Bound<'py, PyAny>)> {
+        let first = self.first.iter().enumerate().filter_map(|(field, value)| Some((field, value.as_ref()?)));
+        first.chain(self.more.iter().map(|(field, value)| (*field, value)))
+    }
+}
+
 /// The rate-limit fields among `headers`, in whichever raw form the client keeps them: pairs of
 /// (name, value), each str or bytes (httpx's `Headers.raw`, aiohttp's `raw_headers`, `read`'s
 /// pairs); httpx's `Headers._list` triples (raw name, lower-case name, value); or a dict of names to
@@ -406,7 +432,7 @@ fn dialect_named(name: Option<&str>) -> PyResult<Option<Dialect>> {
 /// Every header of every response passes here, so the exact types the clients use (list, tuple,
 /// bytes, str) are tried first: telling them apart is a pointer comparison, where a subclass check is
 /// a call into Python.
-fn said_of<'a, 'py>(headers: &Bound<'py, PyAny>, kept: &'a mut Vec<(usize, Bound<'py, PyAny>)>) -> PyResult<Said<'a>> {
+fn said_of<'a, 'py>(headers: &Bound<'py, PyAny>, kept: &'a mut Kept<'py>) -> PyResult<Said<'a>> {
     if let Ok(list) = headers.cast_exact::<PyList>() {
         for item in list.iter() {
             keep_item(kept, &item)?;
@@ -419,8 +445,8 @@ fn said_of<'a, 'py>(headers: &Bound<'py, PyAny>, kept: &'a mut Vec<(usize, Bound
         for (name, value) in dict.iter() {
             if let Some(field) = field_named(name.as_borrowed()) {
                 match value.cast_exact::<PyTuple>() {
-                    Ok(pair) if pair.len() == 2 => kept.push((field, pair.get_item(1)?)),
-                    _ => kept.push((field, value)),
+                    Ok(pair) if pair.len() == 2 => kept.keep(field, pair.get_item(1)?),
+                    _ => kept.keep(field, value),
                 }
             }
         }
@@ -440,13 +466,13 @@ fn said_of<'a, 'py>(headers: &Bound<'py, PyAny>, kept: &'a mut Vec<(usize, Bound
     let mut said = Said::new();
     for (field, value) in kept.iter() {
         if let Ok(value) = value.cast_exact::<PyBytes>() {
-            add_bytes(&mut said, *field, value.as_bytes());
+            add_bytes(&mut said, field, value.as_bytes());
         } else if let Ok(value) = value.cast_exact::<PyString>() {
-            add_str(&mut said, *field, value);
+            add_str(&mut said, field, value);
         } else if let Ok(value) = value.cast::<PyBytes>() {
-            add_bytes(&mut said, *field, value.as_bytes());
+            add_bytes(&mut said, field, value.as_bytes());
         } else if let Ok(value) = value.cast::<PyString>() {
-            add_str(&mut said, *field, value);
+            add_str(&mut said, field, value);
         }
     }
     Ok(said)
@@ -469,11 +495,11 @@ fn add_str<'a>(said: &mut Said<'a>, field: usize, value: &'a Bound<'_, PyString>
 
 /// Keeps the value of a header item that is a rate-limit field: a (name, value) pair, or httpx's
 /// (raw name, lower-case name, value) triple: either way the name is the item before the last.
-fn keep_item<'py>(kept: &mut Vec<(usize, Bound<'py, PyAny>)>, item: &Bound<'py, PyAny>) -> PyResult<()> {
+fn keep_item<'py>(kept: &mut Kept<'py>, item: &Bound<'py, PyAny>) -> PyResult<()> {
     let Ok(tuple) = item.cast_exact::<PyTuple>().or_else(|_| item.cast::<PyTuple>()) else {
         if let Ok((name, value)) = item.extract::<(Bound<'py, PyAny>, Bound<'py, PyAny>)>() {
             if let Some(field) = field_named(name.as_borrowed()) {
-                kept.push((field, value));
+                kept.keep(field, value);
             }
         }
         return Ok(());
@@ -481,7 +507,7 @@ fn keep_item<'py>(kept: &mut Vec<(usize, Bound<'py, PyAny>)>, item: &Bound<'py, 
     let size = tuple.len();
     if size == 2 || size == 3 {
         if let Some(field) = field_named(tuple.get_borrowed_item(size - 2)?) {
-            kept.push((field, tuple.get_item(size - 1)?));
+            kept.keep(field, tuple.get_item(size - 1)?);
         }
     }
     Ok(())
