@@ -970,6 +970,13 @@ class Limiter:
         every store: with [`Shared`][ratekeeper.Shared] or [`Redis`][ratekeeper.Redis] every process
         obeys the word together.
 
+        Resets are taken as rounded to whole seconds at most. A word whose window ends more than a second
+        after the one the key keeps (counted from its request's admission: ``age`` ago) is from the
+        server's next window, which has begun: the key's window ends and the next has ``remaining``, what
+        the ended one had left aside. One whose reset comes more than two seconds before the window's end is
+        a late reply about an earlier window and is ignored; after one of ``remaining=0``, words for
+        requests admitted before it are ignored.
+
         Args:
             age: seconds since the request whose reply brought the word was admitted. A word about a
                 window that has ended since (the reply came late) is ignored, as is a reset already

@@ -45,6 +45,10 @@ const fn sent_before_origin(b: u32, sent_at: u64) -> bool {
 /// word still be taken: the clocks read on either side of one admission differ by that much at most.
 const WORD_SLACK_NS: u64 = 1_000_000;
 
+/// The coarsest rounding of a reset that servers send (whole seconds, up or down): a server's window
+/// ends within this of the reset its word says, give or take the time the word took to come back.
+const RESET_GRAIN_NS: u64 = 1_000_000_000;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Windows {
     capacity: u64,
@@ -118,6 +122,15 @@ impl Windows {
     /// limit's own follow. `None` leaves the state as it is: a word about a window that ended since the
     /// request was admitted (stale), a reset already past, or windows reserved by waiters ahead (a word
     /// does not move reservations).
+    ///
+    /// Resets rounded to whole seconds put an announced window's end up to a second late, and calls sent
+    /// in that second land in the server's next window. A word from it shows itself: its window ends more
+    /// than [`RESET_GRAIN_NS`] after the announced one, counted from its request's admission. It starts a
+    /// window of what the server says is left (the announced window's permits are about a window that is
+    /// over), and the words for requests admitted before it are stale. A word whose reset comes more than
+    /// two grains before the announced window's end is about an earlier window (a reply that came late);
+    /// one that says nothing is left makes the words for requests admitted before it stale (they cannot
+    /// say less, and must not lift the wait).
     #[must_use]
     pub fn cap(&self, state: &State, now: u64, remaining: u64, reset_at: u64, sent_at: u64) -> Option<State> {
         if reset_at <= now {
@@ -125,6 +138,18 @@ impl Windows {
         }
         let admitted = sent_at;
         let sent_at = sent_at.saturating_add(WORD_SLACK_NS);
+        // A stamp after every request admitted by now.
+        let fresh = origin_stamp(now.saturating_add(2 * WORD_SLACK_NS));
+        if announced(state) && now < state.t && !sent_before_origin(state.b, sent_at) {
+            if admitted + (reset_at - now) > state.t.saturating_add(RESET_GRAIN_NS) {
+                // remaining.min(capacity) <= u32::MAX.
+                #[allow(clippy::cast_possible_truncation)]
+                return Some(State { t: reset_at, a: remaining.min(self.capacity) as u32, b: fresh });
+            }
+            if reset_at.saturating_add(2 * RESET_GRAIN_NS) < state.t {
+                return None;
+            }
+        }
         // Where the server's window began, as far as the key knows.
         let b = if now < state.t {
             if announced(state) {
@@ -154,7 +179,7 @@ impl Windows {
         // permits <= capacity <= u32::MAX.
         #[allow(clippy::cast_possible_truncation)]
         let a = permits.min(remaining) as u32;
-        Some(State { t: reset_at, a, b })
+        Some(State { t: reset_at, a, b: if remaining == 0 { fresh } else { b } })
     }
 
     #[must_use]
@@ -354,6 +379,66 @@ mod tests {
         assert!(hear(&mut h, 12 * S, 3, 20 * S, 11 * S + 500_000_000));
         assert!(hear(&mut h, 12 * S, 2, 20 * S, 11 * S));
         assert_eq!(h.report(12 * S).remaining, 2);
+    }
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn a_word_from_the_servers_next_window_starts_one_of_what_it_says() {
+        // The server's windows of 4 s end at 4 s and 8 s; it rounds its resets up to whole seconds.
+        let mut h = Harness::new("100/4s", None, Kind::FixedWindow);
+        assert!(h.decide(3_000 * MS, 92).allowed);
+        // At 3.11 s, the word for 3.0 s: 8 left, 0.9 s rounded up to 1: the window ends at 4.11 s.
+        assert!(hear(&mut h, 3_110 * MS, 8, 4_110 * MS, 3_000 * MS));
+        // The last 8 go at 4.01 s, past the server's window: they land in its next one.
+        assert!(h.decide(4_010 * MS, 8).allowed);
+        assert_eq!(h.report(4_020 * MS).remaining, 0);
+        // A word for 4.01 s: 92 left, 3.98 s rounded up to 4. Its window ends after 4.01 + 4 - 1 s, later
+        // than the announced one can: the next window has the 92, not what the announced one had left.
+        assert!(hear(&mut h, 4_030 * MS, 92, 8_030 * MS, 4_010 * MS));
+        assert_eq!(h.report(4_030 * MS).remaining, 92);
+        assert!(h.decide(4_040 * MS, 92).allowed);
+        assert_eq!(h.decide(4_040 * MS, 1).retry_after_ns, 3_990 * MS);
+        // Words for requests admitted before it are about the window it replaced, or counted in it.
+        assert!(!hear(&mut h, 4_050 * MS, 95, 8_050 * MS, 4_010 * MS));
+        assert!(!hear(&mut h, 4_050 * MS, 0, 4_110 * MS, 3_000 * MS));
+    }
+
+    #[test]
+    fn a_word_rounded_up_in_the_same_window_is_not_taken_for_the_next() {
+        let mut h = Harness::new("100/4s", None, Kind::FixedWindow);
+        assert!(h.decide(0, 50).allowed);
+        // Exact: the server's window ends at 4 s.
+        assert!(hear(&mut h, 10 * MS, 50, 4_000 * MS, 0));
+        assert!(h.decide(3_900 * MS, 40).allowed);
+        // The request at 3.9 s reached the server at 3.95 s: 0.05 s left, rounded up to 1 s.
+        assert!(hear(&mut h, 3_950 * MS, 90, 4_950 * MS, 3_900 * MS));
+        assert_eq!(h.report(3_950 * MS).remaining, 10);
+    }
+
+    #[test]
+    fn a_word_about_an_earlier_window_that_came_late_is_ignored() {
+        let mut h = Harness::new("100/4s", None, Kind::FixedWindow);
+        assert!(h.decide(3_900 * MS, 1).allowed);
+        assert!(h.decide(4_100 * MS, 1).allowed);
+        // The reply to 4.1 s, in the server's window ending at 8 s, came first.
+        assert!(hear(&mut h, 4_200 * MS, 99, 8_200 * MS, 4_100 * MS));
+        // The reply to 3.9 s (its window ended at 4 s) comes after: it says nothing of this window.
+        assert!(!hear(&mut h, 4_300 * MS, 0, 5_300 * MS, 3_900 * MS));
+        assert_eq!(h.report(4_300 * MS).remaining, 98);
+    }
+
+    #[test]
+    fn a_wait_is_not_lifted_by_a_word_for_a_request_sent_before_it() {
+        let mut h = Harness::new("100/4s", None, Kind::FixedWindow);
+        assert!(h.decide(0, 2).allowed);
+        assert!(hear(&mut h, 10 * MS, 98, 4_000 * MS, 0));
+        // A 429 with Retry-After: 3 for the first request: nothing until 3.02 s.
+        assert!(hear(&mut h, 20 * MS, 0, 3_020 * MS, 0));
+        // The other's reply says the server's next window has 97 left (the wait is the server's, not a
+        // window's): it came for a request admitted before the wait, and is stale.
+        assert!(!hear(&mut h, 30 * MS, 97, 8_030 * MS, 5 * MS));
+        assert_eq!(h.decide(40 * MS, 1).retry_after_ns, 2_980 * MS);
     }
 
     #[test]

@@ -210,6 +210,8 @@ algorithms.windows = {
 -- permits, heard in reply to a request admitted at `sent_at` (instants relative to now); nil leaves the
 -- state as it is (a stale word, a reset already past, waiters' reserved windows ahead).
 local WORD_SLACK_NS = 1000000
+-- The coarsest rounding of a reset that servers send (whole seconds, up or down).
+local RESET_GRAIN_NS = 1000000000
 local STAMP_MODULUS = 2147483648
 -- The milliseconds of instant `x` (relative to now) on the script's clock, modulo 2^31.
 local function stamp_ms(x)
@@ -226,6 +228,16 @@ local function windows_cap(l, state, remaining, reset_at, sent_at)
   if reset_at <= 0 then return nil end
   local admitted = sent_at
   sent_at = sent_at + WORD_SLACK_NS
+  -- A stamp after every request admitted by now.
+  local fresh = origin_stamp(2 * WORD_SLACK_NS)
+  if announced(state) and state.t > 0 and not sent_before_origin(state.b, sent_at) then
+    -- A word from the server's next window (its window ends more than a grain after this one's).
+    if admitted + reset_at > state.t + RESET_GRAIN_NS then
+      return { t = reset_at, a = math.min(remaining, l.p1), b = fresh }, l.p1
+    end
+    -- A word about an earlier window, come late.
+    if reset_at + 2 * RESET_GRAIN_NS < state.t then return nil end
+  end
   local b
   if state ~= nil and state.t > 0 then
     if announced(state) then
@@ -243,6 +255,7 @@ local function windows_cap(l, state, remaining, reset_at, sent_at)
     b = origin_stamp(admitted)
   end
   local _, permits = windows_current(l, state, 0)
+  if remaining == 0 then b = fresh end
   return { t = reset_at, a = math.min(permits, remaining), b = b }, permits
 end
 

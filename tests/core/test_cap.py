@@ -82,6 +82,41 @@ def test_a_late_word_about_the_window_before_an_announced_one_is_ignored(make_li
     assert (decision.remaining, decision.reset_after) == (5, pytest.approx(8))
 
 
+def test_a_word_from_the_servers_next_window_starts_one_of_what_it_says(make_limiter: MakeLimiter) -> None:
+    """The server's windows of 4 s end at 4 s and 8 s, and it rounds its resets up to whole seconds: the window
+    it announces ends late, and the calls sent past its turn land in its next window, whose word shows it."""
+    clock = rk.ManualClock()
+    limiter = fixed("100/4s", clock, make_limiter)
+    clock.advance(3)
+    assert limiter.check("api", cost=92).allowed
+    clock.advance(0.11)
+    assert limiter.cap("api", remaining=8, reset_after=1, age=0.11)  # 0.89 s rounded up: ends at 4.11 s
+    clock.advance(0.9)
+    assert limiter.check("api", cost=8).allowed  # at 4.01 s: past the server's turn
+    clock.advance(0.02)
+    # 92 left for 3.98 s rounded up to 4: its window ends after 4.01 + 4 - 1 s, so not the announced one.
+    assert limiter.cap("api", remaining=92, reset_after=4, age=0.02)
+    assert limiter.check("api", cost=92).allowed
+    assert limiter.check("api").retry_after == pytest.approx(4.0)
+    # A late reply for 3 s, about the window before, changes nothing.
+    assert not limiter.cap("api", remaining=0, reset_after=1, age=1.03)
+    assert limiter.check("api").retry_after == pytest.approx(4.0)
+
+
+def test_a_wait_is_not_lifted_by_a_reply_to_a_request_sent_before_it(make_limiter: MakeLimiter) -> None:
+    clock = rk.ManualClock()
+    limiter = fixed("100/4s", clock, make_limiter)
+    assert limiter.check("api", cost=2).allowed
+    clock.advance(0.01)
+    assert limiter.cap("api", remaining=98, reset_after=3.99, age=0.01)
+    clock.advance(0.01)
+    assert limiter.cap("api", remaining=0, reset_after=3, age=0.02)  # a 429 with Retry-After: 3
+    clock.advance(0.01)
+    # The other request's reply speaks of the server's next window: sent before the wait, it does not end it.
+    assert not limiter.cap("api", remaining=97, reset_after=8, age=0.025)
+    assert limiter.check("api").retry_after == pytest.approx(2.99)
+
+
 def test_each_peer_and_group_hears_its_own_word(make_limiter: MakeLimiter) -> None:
     clock = rk.ManualClock()
     limiter = make_limiter(
@@ -149,13 +184,16 @@ def test_never_more_than_a_word_allows_before_its_reset(
     make_limiter: MakeLimiter, steps: list[tuple[str, object]]
 ) -> None:
     """Between a word that was taken (r left until T) and T, at most r are admitted; a later word whose reset
-    comes sooner ends that span at its reset, as the server said. A late word (its request admitted some
+    comes sooner ends that span at its reset, as the server said, and so does one that shows the server's
+    window has turned (its window ends more than a second after T, counted from its request's admission:
+    resets are rounded to whole seconds at most), when it comes. A late word (its request admitted some
     admissions back) may be ignored as stale, and then bounds nothing."""
     clock = rk.ManualClock()
     limiter = fixed("10/min", clock, make_limiter)
     # Each taken word's span: [start, end) and what it allows; admissions counted in it.
     spans: list[list[int]] = []  # [start, end, allowed, admitted]
     admitted_at: list[int] = [0]  # when each request was admitted: a word's request is one of them
+    last_end = 0  # the reset of the last word taken
     now = 0
     for kind, value in steps:
         if kind == "advance":
@@ -167,9 +205,11 @@ def test_never_more_than_a_word_allows_before_its_reset(
             remaining, reset_after, back = value
             age = now - admitted_at[max(0, len(admitted_at) - 1 - back)]
             if limiter.cap("api", remaining=remaining, reset_after=reset_after, age=age):
+                turned = now < last_end < now - age + reset_after - 1
                 for span in spans:
-                    span[1] = min(span[1], now + reset_after)
+                    span[1] = min(span[1], now if turned else now + reset_after)
                 spans.append([now, now + reset_after, remaining, 0])
+                last_end = now + reset_after
         else:
             assert isinstance(value, int)
             if limiter.check("api", cost=value).allowed:
