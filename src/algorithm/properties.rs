@@ -5,6 +5,9 @@ use crate::algorithm::{Admit, Kind, Limit, State, NO_LOG};
 use crate::rate::Rate;
 use proptest::prelude::*;
 
+const S: u64 = 1_000_000_000;
+const MS: u64 = 1_000_000;
+
 fn limit(count: u64, period_ns: u64, burst: u64, kind: Kind) -> Limit {
     Limit::new(Rate::new(count, period_ns).unwrap(), Some(burst), kind).unwrap()
 }
@@ -132,6 +135,47 @@ proptest! {
                     prop_assert!(decide(&lim, &mut state, now + retry, cost).is_ok(), "not admitted at its retry time");
                     now += retry;
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn a_caller_obeying_a_fixed_window_servers_words_is_never_refused_and_uses_every_window(
+        capacity in 1u64..30, window_s in 3u64..30, phase_frac in 0u64..1000, start_frac in 0u64..1000,
+        delays in prop::collection::vec((0u64..1000, 0u64..1000), 200)
+    ) {
+        // A server of `capacity` calls per window (windows from `phase`), whose replies say what is left and
+        // the seconds to its window's end rounded up to whole seconds (the IETF `t`), and refuse past the
+        // limit; one caller, one call at a time, each reaching it and coming back within `latency`, on a
+        // fixed window of the server's size that takes every reply's word.
+        let window = window_s * S;
+        let latency = (200 * MS).min(window / (8 * capacity));
+        let phase = window * phase_frac / 1000;
+        let lim = limit(capacity, window, capacity, Kind::FixedWindow);
+        let mut counted: std::collections::BTreeMap<u64, u64> = std::collections::BTreeMap::new();
+        let (mut state, start) = (State::default(), phase + window * start_frac / 1000);
+        let mut now = start;
+        for &(to, back) in delays.iter().take(usize::try_from(6 * capacity).unwrap()) {
+            if let Err(wait) = decide(&lim, &mut state, now, 1) {
+                now += wait;
+                prop_assert!(decide(&lim, &mut state, now, 1).is_ok(), "not admitted at its retry time");
+            }
+            let (sent, arrived) = (now, now + latency * to / 1000);
+            let index = (arrived - phase) / window;
+            let count = counted.entry(index).or_default();
+            prop_assert!(*count < capacity, "refused: window {} full at {} ns", index, arrived);
+            *count += 1;
+            let reset_after = (phase + (index + 1) * window - arrived).div_ceil(S) * S;
+            now = arrived + latency * back / 1000;
+            if let Some(capped) = lim.cap(&state, now, capacity - *count, now + reset_after, sent) {
+                state = capped;
+            }
+        }
+        // Every window of the server that the calls covered whole was used whole.
+        for (&index, &count) in &counted {
+            let (begins, ends) = (phase + index * window, phase + (index + 1) * window);
+            if start <= begins && ends <= now {
+                prop_assert_eq!(count, capacity, "window {} of {:?}", index, counted);
             }
         }
     }
