@@ -127,10 +127,11 @@ impl Windows {
     /// in that second land in the server's next window. A word from it shows itself: its window ends more
     /// than [`RESET_GRAIN_NS`] after the announced one, counted from its request's admission. It starts a
     /// window of what the server says is left (the announced window's permits are about a window that is
-    /// over), and the words for requests admitted before it are stale. A word whose reset comes more than
-    /// two grains before the announced window's end is about an earlier window (a reply that came late);
-    /// one that says nothing is left makes the words for requests admitted before it stale (they cannot
-    /// say less, and must not lift the wait).
+    /// over); the words from that window that follow lower it as any do (they count the other calls that
+    /// crossed, which it did not). A word whose reset comes more than two grains before the announced
+    /// window's end is about an earlier window (a reply that came late); one that says nothing is left
+    /// makes the words for requests admitted before it stale (they cannot say less, and must not lift the
+    /// wait).
     #[must_use]
     pub fn cap(&self, state: &State, now: u64, remaining: u64, reset_at: u64, sent_at: u64) -> Option<State> {
         if reset_at <= now {
@@ -138,13 +139,11 @@ impl Windows {
         }
         let admitted = sent_at;
         let sent_at = sent_at.saturating_add(WORD_SLACK_NS);
-        // A stamp after every request admitted by now.
-        let fresh = origin_stamp(now.saturating_add(2 * WORD_SLACK_NS));
         if announced(state) && now < state.t && !sent_before_origin(state.b, sent_at) {
             if admitted + (reset_at - now) > state.t.saturating_add(RESET_GRAIN_NS) {
                 // remaining.min(capacity) <= u32::MAX.
                 #[allow(clippy::cast_possible_truncation)]
-                return Some(State { t: reset_at, a: remaining.min(self.capacity) as u32, b: fresh });
+                return Some(State { t: reset_at, a: remaining.min(self.capacity) as u32, b: state.b });
             }
             if reset_at.saturating_add(2 * RESET_GRAIN_NS) < state.t {
                 return None;
@@ -179,7 +178,9 @@ impl Windows {
         // permits <= capacity <= u32::MAX.
         #[allow(clippy::cast_possible_truncation)]
         let a = permits.min(remaining) as u32;
-        Some(State { t: reset_at, a, b: if remaining == 0 { fresh } else { b } })
+        // After every request admitted by now.
+        let b = if remaining == 0 { origin_stamp(now.saturating_add(2 * WORD_SLACK_NS)) } else { b };
+        Some(State { t: reset_at, a, b })
     }
 
     #[must_use]
@@ -390,18 +391,20 @@ mod tests {
         assert!(h.decide(3_000 * MS, 92).allowed);
         // At 3.11 s, the word for 3.0 s: 8 left, 0.9 s rounded up to 1: the window ends at 4.11 s.
         assert!(hear(&mut h, 3_110 * MS, 8, 4_110 * MS, 3_000 * MS));
-        // The last 8 go at 4.01 s, past the server's window: they land in its next one.
-        assert!(h.decide(4_010 * MS, 8).allowed);
+        // The last 8 go at 4.01 and 4.012 s, past the server's window: they land in its next one.
+        assert!(h.decide(4_010 * MS, 1).allowed);
+        assert!(h.decide(4_012 * MS, 7).allowed);
         assert_eq!(h.report(4_020 * MS).remaining, 0);
-        // A word for 4.01 s: 92 left, 3.98 s rounded up to 4. Its window ends after 4.01 + 4 - 1 s, later
-        // than the announced one can: the next window has the 92, not what the announced one had left.
-        assert!(hear(&mut h, 4_030 * MS, 92, 8_030 * MS, 4_010 * MS));
-        assert_eq!(h.report(4_030 * MS).remaining, 92);
-        assert!(h.decide(4_040 * MS, 92).allowed);
-        assert_eq!(h.decide(4_040 * MS, 1).retry_after_ns, 3_990 * MS);
-        // Words for requests admitted before it are about the window it replaced, or counted in it.
-        assert!(!hear(&mut h, 4_050 * MS, 95, 8_050 * MS, 4_010 * MS));
-        assert!(!hear(&mut h, 4_050 * MS, 0, 4_110 * MS, 3_000 * MS));
+        // The word for 4.01 s: 99 left, 3.98 s rounded up to 4. Its window ends after 4.01 + 4 - 1 s, later
+        // than the announced one can: the next window has the 99, not what the announced one had left.
+        assert!(hear(&mut h, 4_030 * MS, 99, 8_030 * MS, 4_010 * MS));
+        assert_eq!(h.report(4_030 * MS).remaining, 99);
+        // The word for 4.012 s counts the 7 that crossed with it.
+        assert!(hear(&mut h, 4_040 * MS, 92, 8_040 * MS, 4_012 * MS));
+        assert!(h.decide(4_050 * MS, 92).allowed);
+        assert_eq!(h.decide(4_050 * MS, 1).retry_after_ns, 3_990 * MS);
+        // A late word for 3 s is about the window before.
+        assert!(!hear(&mut h, 4_060 * MS, 0, 4_110 * MS, 3_000 * MS));
     }
 
     #[test]

@@ -228,12 +228,10 @@ local function windows_cap(l, state, remaining, reset_at, sent_at)
   if reset_at <= 0 then return nil end
   local admitted = sent_at
   sent_at = sent_at + WORD_SLACK_NS
-  -- A stamp after every request admitted by now.
-  local fresh = origin_stamp(2 * WORD_SLACK_NS)
   if announced(state) and state.t > 0 and not sent_before_origin(state.b, sent_at) then
     -- A word from the server's next window (its window ends more than a grain after this one's).
     if admitted + reset_at > state.t + RESET_GRAIN_NS then
-      return { t = reset_at, a = math.min(remaining, l.p1), b = fresh }, l.p1
+      return { t = reset_at, a = math.min(remaining, l.p1), b = state.b }, l.p1
     end
     -- A word about an earlier window, come late.
     if reset_at + 2 * RESET_GRAIN_NS < state.t then return nil end
@@ -255,7 +253,8 @@ local function windows_cap(l, state, remaining, reset_at, sent_at)
     b = origin_stamp(admitted)
   end
   local _, permits = windows_current(l, state, 0)
-  if remaining == 0 then b = fresh end
+  -- After every request admitted by now.
+  if remaining == 0 then b = origin_stamp(2 * WORD_SLACK_NS) end
   return { t = reset_at, a = math.min(permits, remaining), b = b }, permits
 end
 
