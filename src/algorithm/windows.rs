@@ -139,21 +139,21 @@ impl Windows {
         }
         let admitted = sent_at;
         let sent_at = sent_at.saturating_add(WORD_SLACK_NS);
-        if announced(state) && now < state.t && !sent_before_origin(state.b, sent_at) {
-            if admitted + (reset_at - now) > state.t.saturating_add(RESET_GRAIN_NS) {
-                // remaining.min(capacity) <= u32::MAX.
-                #[allow(clippy::cast_possible_truncation)]
-                return Some(State { t: reset_at, a: remaining.min(self.capacity) as u32, b: state.b });
-            }
-            if reset_at.saturating_add(2 * RESET_GRAIN_NS) < state.t {
-                return None;
-            }
-        }
         // Where the server's window began, as far as the key knows.
         let b = if now < state.t {
             if announced(state) {
                 // A reply to a request admitted before the window began came late.
                 if sent_before_origin(state.b, sent_at) {
+                    return None;
+                }
+                // A word from the server's next window: its window ends more than a grain after this one.
+                if admitted + (reset_at - now) > state.t.saturating_add(RESET_GRAIN_NS) {
+                    // remaining.min(capacity) <= u32::MAX.
+                    #[allow(clippy::cast_possible_truncation)]
+                    return Some(State { t: reset_at, a: remaining.min(self.capacity) as u32, b: state.b });
+                }
+                // A late word about an earlier window.
+                if reset_at.saturating_add(2 * RESET_GRAIN_NS) < state.t {
                     return None;
                 }
                 state.b

@@ -228,18 +228,16 @@ local function windows_cap(l, state, remaining, reset_at, sent_at)
   if reset_at <= 0 then return nil end
   local admitted = sent_at
   sent_at = sent_at + WORD_SLACK_NS
-  if announced(state) and state.t > 0 and not sent_before_origin(state.b, sent_at) then
-    -- A word from the server's next window (its window ends more than a grain after this one's).
-    if admitted + reset_at > state.t + RESET_GRAIN_NS then
-      return { t = reset_at, a = math.min(remaining, l.p1), b = state.b }, l.p1
-    end
-    -- A word about an earlier window, come late.
-    if reset_at + 2 * RESET_GRAIN_NS < state.t then return nil end
-  end
   local b
   if state ~= nil and state.t > 0 then
     if announced(state) then
       if sent_before_origin(state.b, sent_at) then return nil end
+      -- A word from the server's next window (its window ends more than a grain after this one's).
+      if admitted + reset_at > state.t + RESET_GRAIN_NS then
+        return { t = reset_at, a = math.min(remaining, l.p1), b = state.b }, l.p1
+      end
+      -- A late word about an earlier window.
+      if reset_at + 2 * RESET_GRAIN_NS < state.t then return nil end
       b = state.b
     else
       local start = state.t - l.p2
