@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benches"))
 
-import ratekeeper as rk  # noqa: E402
+import ratekeeper as rk
 
 CALLS = 3_000
 ALGORITHMS = ("gcra", "token_bucket", "fixed_window", "sliding_window", "sliding_log", "leaky_bucket")
