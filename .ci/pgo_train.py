@@ -22,6 +22,8 @@ Usage (what `make wheel` does): python .ci/pgo_train.py
 from __future__ import annotations
 
 import asyncio
+import itertools
+import shutil
 import sys
 import tempfile
 import time
@@ -104,8 +106,8 @@ def outgoing_calls(regions: list[Path]) -> None:
 def main() -> int:
     print(f"pgo_train: ratekeeper from {rk.__file__}", flush=True)
     with tempfile.TemporaryDirectory(prefix="rk-pgo-") as folder:
-        regions: list[Path] = []
-        counter = iter(range(1_000_000))
+        regions: list[Path] = []  # the outgoing bench's regions, each in a folder of its own
+        counter = itertools.count()
         steps: tuple[tuple[str, Callable[[], None]], ...] = (
             ("decisions in memory", lambda: decisions(lambda: None)),
             ("decisions on a region", lambda: decisions(lambda: rk.Shared(path=Path(folder) / f"r{next(counter)}"))),
@@ -116,6 +118,8 @@ def main() -> int:
             started = time.monotonic()
             step()
             print(f"pgo_train: {label}: {time.monotonic() - started:.1f} s", flush=True)
+    for region in regions:
+        shutil.rmtree(region.parent, ignore_errors=True)
     return 0
 
 
