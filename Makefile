@@ -113,29 +113,36 @@ docs: ## install what the site needs, then build it into site/ (mkdocs, warnings
 demo: ## the demo
 	$(PYTHON) -m ratekeeper demo
 
+define BENCH_INSTALL
+$(MAKE) wheel
+$(PYTHON) -m pip install --quiet --force-reinstall --no-deps "$$(ls -t dist/ratekeeper-*.whl | head -n 1)"
+$(PYTHON) -m pip install --quiet "$$(ls -t dist/ratekeeper-*.whl | head -n 1)[bench]"
+endef
+
 .PHONY: bench
 # Every step of benches/run.py in turn (each writes benches/results/<step>.json with the machine it ran on),
 # then benches/render.py rewrites every figure of docs/benchmarks.md and the README from those files. The
-# editable install is a release build here (maturin's PEP 517 default), as the figures must be; make test
-# builds dev-py again. QUICK=1: the shortest settings, into a temporary folder, pages rendered there as
+# Python steps measure what users install: the wheel make wheel builds (profile-guided; PGO=0: without),
+# installed over the editable install with the bench extra; make install (and so make test) puts the
+# editable install back. QUICK=1: the shortest settings, into a temporary folder, pages rendered there as
 # copies: the committed results and pages are left alone, and the core is not rebuilt.
-bench: ## every benchmark, then every figure of docs/benchmarks.md and the README (about 25 min; QUICK=1: smoke run)
+bench: ## build and install the wheel, every benchmark, then every figure of the docs (about 35 min; QUICK=1: smoke run)
 ifdef QUICK
 	$(PYTHON) -m pip install --quiet $$($(PYTHON) benches/run.py --requirements)
 	$(PYTHON) benches/run.py --quick
 else
-	$(PYTHON) -m pip install --quiet -e '.[bench]'
+	$(BENCH_INSTALL)
 	$(PYTHON) benches/run.py
 endif
 
 .PHONY: bench-web
 bench-web: ## make bench's web steps only (in process, counted, wrk; needs wrk, valgrind), then the pages
-	$(PYTHON) -m pip install --quiet -e '.[bench]'
+	$(BENCH_INSTALL)
 	$(PYTHON) benches/run.py --only web_inprocess,django_inprocess,web_instructions,http_bench,http_profiles
 
 .PHONY: bench-redis
 bench-redis: ## make bench's Redis step only (needs redis-server), then the pages
-	$(PYTHON) -m pip install --quiet -e '.[bench]'
+	$(BENCH_INSTALL)
 	$(PYTHON) benches/run.py --only redis
 
 .PHONY: format

@@ -2,10 +2,10 @@
 
 ``describe()`` returns the facts a reader needs to weigh a figure or regenerate it: the CPU model (from
 ``/proc/cpuinfo``), the cores, the kernel, the Python, the ratekeeper commit it measured (``+changes`` when
-the sources differ from that commit), the versions of the libraries named, the HTTP server and parser where
-requests go over HTTP, and the date. ``write_results()`` writes a script's figures with that block as JSON,
-the input of ``benches/render.py``, which turns them into the tables of ``docs/benchmarks.md`` and the
-README's figures.
+the sources differ from that commit) and how it was installed (its wheel, or an editable build), the versions
+of the libraries named, the HTTP server and parser where requests go over HTTP, and the date.
+``write_results()`` writes a script's figures with that block as JSON, the input of ``benches/render.py``,
+which turns them into the tables of ``docs/benchmarks.md`` and the README's figures.
 """
 
 from __future__ import annotations
@@ -58,6 +58,21 @@ def commit() -> str:
     return f"{head}+changes" if git("status", "--porcelain", "--", *SOURCES) else head
 
 
+def installed() -> str:
+    """How ratekeeper is installed, from its ``direct_url.json`` (PEP 610): ``"editable"`` (``pip install -e``),
+    ``"wheel"`` (a wheel file or an index), ``"source"`` (built from a folder), or ``"not installed"``."""
+    try:
+        text = metadata.distribution("ratekeeper").read_text("direct_url.json")
+    except metadata.PackageNotFoundError:
+        return "not installed"
+    if text is None:  # from an index: a wheel, or an sdist built into one
+        return "wheel"
+    where = json.loads(text)
+    if where.get("dir_info", {}).get("editable"):
+        return "editable"
+    return "wheel" if str(where.get("url", "")).endswith(".whl") else "source"
+
+
 def uvicorn_http() -> str:
     """The parser uvicorn's ``--http auto`` picks (httptools when it is installed, else h11), with its version."""
     parser = "httptools" if version("httptools") != "not installed" else "h11"
@@ -74,6 +89,7 @@ def describe(packages: Iterable[str] = (), http: str | None = None) -> dict[str,
         "kernel": f"{platform.system()} {platform.release()}",
         "python": f"{platform.python_implementation()} {platform.python_version()}",
         "commit": commit(),
+        "install": installed(),
         "versions": {name: version(name) for name in names},
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
     }

@@ -109,13 +109,23 @@ def table(header: list[str], align: str, rows: Iterable[list[str]]) -> str:
     return "\n".join(lines)
 
 
+# How the ratekeeper measured was installed (machine.py's ``installed``), as the machine line says it; results
+# written before the machine block said so say nothing.
+INSTALLS = {"wheel": ", installed from its wheel", "editable": ", an editable build", "source": ", built from source"}
+
+
+def at_commit(m: dict[str, Any]) -> str:
+    """``ratekeeper at commit `...` ``, with how it was installed when the machine block ``m`` says so."""
+    return f"ratekeeper at commit `{m['commit']}`{INSTALLS.get(m.get('install', ''), '')}"
+
+
 def machine(result: dict[str, Any]) -> str:
     """The line every block ends with: what ran, on what, when."""
     m = result["machine"]
     versions = ", ".join(f"{name} {value}" for name, value in m["versions"].items())
     text = (
         f"Measured by `{result['command']}` on {m['date']}: {m['cpu']}, {m['cores']} cores, {m['kernel']}, "
-        f"{m['python']}; ratekeeper at commit `{m['commit']}`; {versions}."
+        f"{m['python']}; {at_commit(m)}; {versions}."
     )
     if "http" in m:
         text += f" HTTP: {m['http']}."
@@ -967,7 +977,7 @@ def lease_modes_block(results: Results) -> str:
     m = source["machine"]
     return (
         f"{out}\n\n<sub>Measured by `{source['command']}` on {m['date']}: {modes['processes']} processes on one "
-        f"`redis-server` on loopback, {m['cpu']}, {m['cores']} cores; ratekeeper at commit `{m['commit']}`. Every "
+        f"`redis-server` on loopback, {m['cpu']}, {m['cores']} cores; {at_commit(m)}. Every "
         "figure of the run is on the [benchmarks page](benchmarks.md#redis-modes).</sub>"
     )
 
@@ -1115,7 +1125,7 @@ def outgoing_cost_block(results: Results) -> str:
         f"answers made in process carrying GitHub's fields; reading the fields alone takes {outgoing_reads(outgoing)}. "
         f"Every client and dialect, the method and the loopback figures are on the "
         f"[benchmarks page](benchmarks.md#outgoing-calls). <sub>Measured by `{outgoing['command']}` on {m['date']}: "
-        f"{m['cpu']}, {m['cores']} cores, {m['python']}; ratekeeper at commit `{m['commit']}`.</sub>"
+        f"{m['cpu']}, {m['cores']} cores, {m['python']}; {at_commit(m)}.</sub>"
     )
 
 
@@ -1126,7 +1136,7 @@ def run_block(results: Results) -> str:
     (run,) = need(results, "run")
     rows = [[f"`{s['command']}`", f"{s['seconds'] / 60:.1f}"] for s in run["steps"]]
     which = "make bench QUICK=1" if run.get("quick") else "make bench"
-    rows.append([f"**all of `{which}`** (after its install of the bench extra)", f"**{run['seconds'] / 60:.1f}**"])
+    rows.append([f"**all of `{which}`** (after building and installing the wheel)", f"**{run['seconds'] / 60:.1f}**"])
     out = table(["step", "minutes"], "lr", rows)
     m = run["machine"]
     return f"{out}\n\n<sub>On {run['date']}: {m['cpu']}, {m['cores']} cores, {m['kernel']}, {m['python']}.</sub>"
@@ -1298,7 +1308,7 @@ def readme_block(results: Results) -> str:
         parts.append(line + ".")
     m = compare["machine"]
     parts.append(
-        f"<sub>Measured on {m['date']}: {m['cpu']}, {m['cores']} cores, ratekeeper at commit `{m['commit']}` "
+        f"<sub>Measured on {m['date']}: {m['cpu']}, {m['cores']} cores, {at_commit(m)} "
         "(each table of the benchmarks page names its own run).</sub>"
     )
     return "\n\n".join(parts)
@@ -1416,7 +1426,7 @@ def adaptive_block(results: Results) -> str:
 def run_minutes_inline(results: Results) -> str:
     (run,) = need(results, "run")
     quick = " (`QUICK=1`)" if run.get("quick") else ""
-    return f"{run['seconds'] / 60:.0f} min{quick} on {run['date']}, after its install of the bench extra"
+    return f"{run['seconds'] / 60:.0f} min{quick} on {run['date']}, after building and installing the wheel"
 
 
 BLOCKS: dict[str, Callable[[Results], str]] = {
