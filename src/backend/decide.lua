@@ -1050,6 +1050,12 @@ decide_full = function(KEYS, ARGV, timed)
           given = given + 2 ^ (i - 1)
         else
           refunded = l.algorithm.refund(l, states[i], at)
+          -- Nothing given back (a reduction older than the key's windows): the state and its waits' ledger stay
+          -- as they are, as in memory, where an unchanged state keeps its ledger (src/limiter/waits.rs).
+          local s = states[i]
+          if refunded and l.kind ~= 'sliding_log' and refunded.t == s.t and refunded.a == s.a and refunded.b == s.b then
+            refunded = nil
+          end
           if refunded then
             (l.algorithm.store or store)(l, KEYS[i], refunded)
             given = given + 2 ^ (i - 1)

@@ -623,3 +623,17 @@ def test_a_short_limit_between_two_long_ones_keeps_the_moves_after_it(
     ]
     memory, other = sides({"g0": gcra, "g1": gcra}, 0)
     play(memory, other, script, request.node.callspec.params["other_store"])
+
+
+def test_a_reduction_that_gives_nothing_back_keeps_the_ledger_of_a_wait(
+    sides: Callable[[dict[str, GroupSpec], int], tuple[Side, Side]], request: pytest.FixtureRequest
+) -> None:
+    # A sliding window of 1 an hour: alice's check fills this window, her wait reserves a slot two windows on,
+    # and her reduction, older than the key's windows, gives nothing back. Redis wrote the unchanged state
+    # anyway, dropping the ledger of the wait, so the cancelled wait gave back by the window's own rule: the
+    # check's unit was lost, and the next check was refused with 1 remaining and no wait.
+    window = GroupSpec((LimitSpec("60/hour", 1, "sliding_window"),), "all")
+    gcra = GroupSpec((LimitSpec("60/hour", None, "gcra"),), "all")
+    script: list[Step] = [Check("alice", "/a", 1), Wait("alice", "/a", 1), Reduce("alice", "/a", 1), Cancel(0)]
+    memory, other = sides({"g0": window, "g1": gcra}, 0)
+    play(memory, other, script, request.node.callspec.params["other_store"])
