@@ -113,10 +113,13 @@ docs: ## install what the site needs, then build it into site/ (mkdocs, warnings
 demo: ## the demo
 	$(PYTHON) -m ratekeeper demo
 
+# The newest wheel in dist/ (make wheel's); pip keeps an installed version it is given again, hence the first
+# install forced (the wheel alone), the second for the bench extra's libraries.
+BENCH_WHEEL = "$$(ls -t dist/ratekeeper-*.whl | head -n 1)"
 define BENCH_INSTALL
 $(MAKE) wheel
-$(PYTHON) -m pip install --quiet --force-reinstall --no-deps "$$(ls -t dist/ratekeeper-*.whl | head -n 1)"
-$(PYTHON) -m pip install --quiet "$$(ls -t dist/ratekeeper-*.whl | head -n 1)[bench]"
+$(PYTHON) -m pip install --quiet --force-reinstall --no-deps $(BENCH_WHEEL)
+$(PYTHON) -m pip install --quiet $(BENCH_WHEEL)'[bench]'
 endef
 
 .PHONY: bench
