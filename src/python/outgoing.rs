@@ -14,7 +14,7 @@ use super::limiter::{log_notice, PyLimiter};
 use crate::error::{Error, Result};
 use crate::limiter::{Decision, Request, Target};
 use crate::outgoing::{Admission, Budgets, Counts, Engine, Plan, Settings, Ticket};
-use crate::server_words::{self, field_of_name, field_of_raw, Dialect, Said, Warning, FIELDS};
+use crate::server_words::{self, field_of_name, field_of_raw, Dialect, Said, Warning};
 use crate::store::StateStore;
 
 /// The limiter's budgets as the engine reaches them: through its store, letting other threads run
@@ -249,7 +249,8 @@ impl PyOutgoing {
         status: i64,
     ) -> PyResult<Option<Bound<'py, PyTuple>>> {
         let mut kept = Kept::default();
-        let said = said_of(headers, &mut kept)?;
+        let mut said = Said::new();
+        said_of(headers, &mut kept, &mut said)?;
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
         let limiter = self.limiter.get();
         let ticket = ticket.get();
@@ -336,7 +337,8 @@ pub fn _read_server_word(
 ) -> PyResult<(&'static str, Vec<(String, u64, f64, Option<u64>, Option<f64>)>, Option<f64>)> {
     let dialect = dialect_named(dialect)?;
     let mut kept = Kept::default();
-    let said = said_of(headers, &mut kept)?;
+    let mut said = Said::new();
+    said_of(headers, &mut kept, &mut said)?;
     // A status out of range is no status read for a wait.
     let status = status.extract::<i64>().unwrap_or(0);
     let mut warnings = Vec::new();
@@ -396,29 +398,36 @@ fn dialect_named(name: Option<&str>) -> PyResult<Option<Dialect>> {
     }
 }
 
-/// The values of a reply's rate-limit fields as the headers hold them: each field's first in its place
-/// (nothing allocated for a reply: the transports read one per call), a repeated field's later ones
-/// after them, in order.
+/// The values of a reply's rate-limit fields as the headers hold them, in the headers' order (so that
+/// `Said` joins a repeated field's values in it): nothing allocated for a reply of up to
+/// [`INLINE_KEPT`] fields (the transports read one per call).
 #[derive(Default)]
 struct Kept<'py> {
-    first: [Option<Bound<'py, PyAny>>; FIELDS],
-    more: Vec<(usize, Bound<'py, PyAny>)>,
+    fields: [u8; INLINE_KEPT],
+    inline: [Option<Bound<'py, PyAny>>; INLINE_KEPT],
+    spilled: Vec<(usize, Bound<'py, PyAny>)>,
 }
+
+/// As `Said`'s inline slots: the replies of GitHub and `OpenAI` fit.
+const INLINE_KEPT: usize = 10;
 
 impl<'py> Kept<'py> {
     fn keep(&mut self, field: usize, value: Bound<'py, PyAny>) {
-        match self.first.get_mut(field) {
-            Some(slot @ None) => *slot = Some(value),
-            Some(Some(_)) => self.more.push((field, value)),
-            None => {}
+        let Ok(short) = u8::try_from(field) else { return };
+        match self.inline.iter().position(Option::is_none) {
+            Some(at) => {
+                self.fields[at] = short;
+                self.inline[at] = Some(value);
+            }
+            None => self.spilled.push((field, value)),
         }
     }
 
-    /// (field, value) of every value kept: each field's first, then the repeated ones, so that `Said`
-    /// joins a field's values in the headers' order.
+    /// (field, value) of every value kept, in the headers' order.
     fn iter(&self) -> impl Iterator<Item = (usize, &Bound<'py, PyAny>)> {
-        let first = self.first.iter().enumerate().filter_map(|(field, value)| Some((field, value.as_ref()?)));
-        first.chain(self.more.iter().map(|(field, value)| (*field, value)))
+        let inline = self.fields.iter().zip(&self.inline);
+        let inline = inline.map_while(|(field, value)| Some((usize::from(*field), value.as_ref()?)));
+        inline.chain(self.spilled.iter().map(|(field, value)| (*field, value)))
     }
 }
 
@@ -432,7 +441,7 @@ impl<'py> Kept<'py> {
 /// Every header of every response passes here, so the exact types the clients use (list, tuple,
 /// bytes, str) are tried first: telling them apart is a pointer comparison, where a subclass check is
 /// a call into Python.
-fn said_of<'a, 'py>(headers: &Bound<'py, PyAny>, kept: &'a mut Kept<'py>) -> PyResult<Said<'a>> {
+fn said_of<'a, 'py>(headers: &Bound<'py, PyAny>, kept: &'a mut Kept<'py>, said: &mut Said<'a>) -> PyResult<()> {
     if let Ok(list) = headers.cast_exact::<PyList>() {
         for item in list.iter() {
             keep_item(kept, &item)?;
@@ -463,19 +472,19 @@ fn said_of<'a, 'py>(headers: &Bound<'py, PyAny>, kept: &'a mut Kept<'py>) -> PyR
             keep_item(kept, &item?)?;
         }
     }
-    let mut said = Said::new();
+    let kept: &'a Kept<'py> = kept;
     for (field, value) in kept.iter() {
         if let Ok(value) = value.cast_exact::<PyBytes>() {
-            add_bytes(&mut said, field, value.as_bytes());
+            add_bytes(said, field, value.as_bytes());
         } else if let Ok(value) = value.cast_exact::<PyString>() {
-            add_str(&mut said, field, value);
+            add_str(said, field, value);
         } else if let Ok(value) = value.cast::<PyBytes>() {
-            add_bytes(&mut said, field, value.as_bytes());
+            add_bytes(said, field, value.as_bytes());
         } else if let Ok(value) = value.cast::<PyString>() {
-            add_str(&mut said, field, value);
+            add_str(said, field, value);
         }
     }
-    Ok(said)
+    Ok(())
 }
 
 fn add_bytes<'a>(said: &mut Said<'a>, field: usize, bytes: &'a [u8]) {
