@@ -29,8 +29,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -110,43 +108,27 @@ def outgoing_calls(regions: list[Path]) -> None:
                 made.close()
 
 
-def redis_server(folder: str) -> tuple[subprocess.Popen[bytes], str] | None:
-    """A ``redis-server`` on a free loopback port (no persistence) and its URL, once it answers PING; None
-    when none is on the PATH."""
-    executable = shutil.which("redis-server")
-    if executable is None:
-        return None
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    command = [executable, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-    server = subprocess.Popen([*command, "--dir", folder], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1) as client:
-                client.sendall(b"PING\r\n")
-                if client.recv(16).startswith(b"+PONG"):
-                    return server, f"redis://127.0.0.1:{port}/0"
-        except OSError:
-            time.sleep(0.02)
-    server.kill()
-    raise SystemExit("pgo_train: redis-server did not answer PING within 10 s")
+def lease_decisions() -> None:
+    """Lease mode's decisions (every algorithm, as in memory), then a hot key on a standing share, on a
+    ``redis-server`` of the Redis bench's own."""
+    from redis_bench import Server
 
-
-def lease_decisions(url: str) -> None:
-    """Lease mode's decisions (every algorithm, as in memory), then a hot key on a standing share."""
-    prefix = itertools.count()
-    decisions(lambda: rk.Redis(url, mode="lease", prefix=f"pgo:{next(prefix)}:"))
-    standing = rk.Limiter("1000000000/min", backend=rk.Redis(url, mode="lease", standing_shares=1, prefix="pgo:s:"))
-    deadline = time.monotonic() + 10
-    while standing.stats()["standing_share"] is None and time.monotonic() < deadline:
-        standing.sync_now()
-        time.sleep(0.01)
-    allow = standing.allow
-    for _ in range(10 * CALLS):
-        allow("hot")
-    standing.close()
+    server = Server()
+    try:
+        prefix = itertools.count()
+        decisions(lambda: rk.Redis(server.url, mode="lease", prefix=f"pgo:{next(prefix)}:"))
+        backend = rk.Redis(server.url, mode="lease", standing_shares=1, prefix="pgo:s:")
+        standing = rk.Limiter("1000000000/min", backend=backend)
+        deadline = time.monotonic() + 10
+        while standing.stats()["standing_share"] is None and time.monotonic() < deadline:
+            standing.sync_now()
+            time.sleep(0.01)
+        allow = standing.allow
+        for _ in range(10 * CALLS):
+            allow("hot")
+        standing.close()
+    finally:
+        server.stop()
 
 
 def main() -> int:
@@ -160,20 +142,14 @@ def main() -> int:
             ("requests in process", requests_in_process),
             ("outgoing calls", lambda: outgoing_calls(regions)),
         )
-        server = redis_server(folder)
-        if server is None:
+        if shutil.which("redis-server") is None:
             print("pgo_train: no redis-server on the PATH: lease mode is not trained", flush=True)
         else:
-            steps = (*steps, ("lease mode on a local redis-server", lambda: lease_decisions(server[1])))
-        try:
-            for label, step in steps:
-                started = time.monotonic()
-                step()
-                print(f"pgo_train: {label}: {time.monotonic() - started:.1f} s", flush=True)
-        finally:
-            if server is not None:
-                server[0].kill()
-                server[0].wait(timeout=10)
+            steps = (*steps, ("lease mode on a local redis-server", lease_decisions))
+        for label, step in steps:
+            started = time.monotonic()
+            step()
+            print(f"pgo_train: {label}: {time.monotonic() - started:.1f} s", flush=True)
     for region in regions:
         shutil.rmtree(region.parent, ignore_errors=True)
     return 0

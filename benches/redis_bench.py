@@ -129,7 +129,8 @@ def free_port() -> int:
 
 
 class Server:
-    """redis-server on a free loopback port, no persistence."""
+    """redis-server on a free loopback port, no persistence; ready once it answers PING (asked over a socket:
+    ``.ci/pgo_train.py`` starts one too, with no redis-py)."""
 
     def __init__(self) -> None:
         executable = shutil.which("redis-server")
@@ -141,19 +142,20 @@ class Server:
         self.process = subprocess.Popen(
             [*command, "--dir", self.directory.name], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
-        import redis
-
-        client = redis.Redis(port=self.port)
         deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise SystemExit("redis-server did not answer PING within 10 s") from None
-                time.sleep(0.02)
-        client.close()
+        while not self._pong():
+            if time.monotonic() > deadline:
+                self.stop()
+                raise SystemExit("redis-server did not answer PING within 10 s")
+            time.sleep(0.02)
+
+    def _pong(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as client:
+                client.sendall(b"PING\r\n")
+                return client.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
 
     @property
     def url(self) -> str:

@@ -17,6 +17,8 @@
 use std::borrow::Cow;
 use std::time::UNIX_EPOCH;
 
+use smallvec::SmallVec;
+
 /// The most a remaining count is read as: a larger one is clamped (it caps nothing anyway).
 pub const MOST_REMAINING: u64 = 4_294_967_295;
 /// A wait or reset beyond a day is taken for a server's mistake (or a unit mix-up), not obeyed.
@@ -187,20 +189,16 @@ pub fn field_of_name(name: &str) -> Option<usize> {
 
 /// The rate-limit fields of one response, a repeated one's values joined with `", "` (RFC 9110 5.3: a
 /// repeated field is one list; for a single-valued field that makes the value malformed, as it
-/// should). Values are borrowed from the headers where they can be, in a few slots of their own:
+/// should). Values are borrowed from the headers where they can be, kept in the order first seen:
 /// nothing is allocated for a reply of up to [`INLINE_VALUES`] fields (the outgoing transports read
-/// one per call), and the whole is a few cache lines (a slot for each of the 29 fields was eleven,
-/// written, copied and dropped on every reply).
+/// one per call), and the whole is a few cache lines, where a slot for each of the 29 fields was eleven.
 #[derive(Debug, Default, Clone)]
 pub struct Said<'a> {
     /// Bit `f` is set when field `f` is there.
     present: u32,
-    /// Where field `f`'s value is, when present: below [`INLINE_VALUES`] in `inline`, else in `spilled`.
+    /// Where field `f`'s value is in `values`, when present.
     slot: [u8; FIELDS],
-    /// The fields kept so far.
-    kept: u8,
-    inline: [Cow<'a, str>; INLINE_VALUES],
-    spilled: Vec<Cow<'a, str>>,
+    values: SmallVec<[Cow<'a, str>; INLINE_VALUES]>,
 }
 
 /// How many fields [`Said`] holds before it allocates: the replies of GitHub and `OpenAI` fit.
@@ -213,39 +211,25 @@ impl<'a> Said<'a> {
         Self::default()
     }
 
-    fn value_mut(&mut self, slot: usize) -> Option<&mut Cow<'a, str>> {
-        match slot.checked_sub(INLINE_VALUES) {
-            None => self.inline.get_mut(slot),
-            Some(spilled) => self.spilled.get_mut(spilled),
-        }
-    }
-
     /// Keeps `value` of `field` (an index of [`FIELD_NAMES`]), after any earlier one.
     pub fn add(&mut self, field: usize, value: impl Into<Cow<'a, str>>) {
         if field >= FIELDS {
             return;
         }
         let bit = 1 << field;
-        if self.present & bit != 0 {
-            if let Some(earlier) = self.value_mut(usize::from(self.slot[field])) {
-                let earlier = earlier.to_mut();
-                earlier.push_str(", ");
-                earlier.push_str(&value.into());
+        if self.present & bit == 0 {
+            // At most FIELDS (29) values are kept.
+            #[allow(clippy::cast_possible_truncation)]
+            {
+                self.slot[field] = self.values.len() as u8;
             }
-            return;
+            self.values.push(value.into());
+            self.present |= bit;
+        } else if let Some(earlier) = self.values.get_mut(usize::from(self.slot[field])) {
+            let earlier = earlier.to_mut();
+            earlier.push_str(", ");
+            earlier.push_str(&value.into());
         }
-        let slot = usize::from(self.kept);
-        match self.inline.get_mut(slot) {
-            Some(place) => *place = value.into(),
-            None => self.spilled.push(value.into()),
-        }
-        // At most FIELDS (29) fields are kept.
-        #[allow(clippy::cast_possible_truncation)]
-        {
-            self.slot[field] = slot as u8;
-        }
-        self.kept += 1;
-        self.present |= bit;
     }
 
     /// Keeps `value` of the header `name` (any case) if it is a rate-limit field.
@@ -261,12 +245,7 @@ impl<'a> Said<'a> {
         if field >= FIELDS || self.present & (1 << field) == 0 {
             return None;
         }
-        let slot = usize::from(self.slot[field]);
-        let value = match slot.checked_sub(INLINE_VALUES) {
-            None => self.inline.get(slot),
-            Some(spilled) => self.spilled.get(spilled),
-        };
-        value.map(|v| &**v)
+        self.values.get(usize::from(self.slot[field])).map(|v| &**v)
     }
 
     fn has(&self, field: usize) -> bool {
@@ -289,7 +268,7 @@ impl<'a> Said<'a> {
     }
 
     /// (name, value) of each field kept, in [`FIELD_NAMES`]'s order.
-    pub fn iter(&self) -> impl Iterator<Item = (&'static str, &str)> {
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, &str)> + use<'_, 'a> {
         FIELD_NAMES.iter().enumerate().filter_map(|(field, name)| Some((*name, self.get(field)?)))
     }
 }
@@ -385,8 +364,8 @@ fn dialect_of(said: &Said<'_>) -> Option<Dialect> {
 }
 
 /// One response's fields being read in one dialect, with the server's clock worked out at most once.
-struct Reading<'a> {
-    said: &'a Said<'a>,
+struct Reading<'a, 's> {
+    said: &'a Said<'s>,
     dialect: Option<Dialect>,
     now: f64,
     reference: Option<f64>,
@@ -394,9 +373,9 @@ struct Reading<'a> {
 }
 
 /// A reset reader: the seconds until the reset that the value of a field names, or `None` (warned).
-type ResetParser = fn(&mut Reading<'_>, usize, &str) -> Option<f64>;
+type ResetParser = fn(&mut Reading<'_, '_>, usize, &str) -> Option<f64>;
 
-impl Reading<'_> {
+impl Reading<'_, '_> {
     fn warn(&mut self, field: usize, value: Option<&str>, why: impl Into<String>) {
         self.warnings.push(Warning {
             dialect: self.dialect,
@@ -731,7 +710,7 @@ fn parse_http_date(value: &str) -> Option<f64> {
 }
 
 /// GitHub's reset: the epoch second the window resets at.
-fn epoch_reset(reading: &mut Reading<'_>, field: usize, value: &str) -> Option<f64> {
+fn epoch_reset(reading: &mut Reading<'_, '_>, field: usize, value: &str) -> Option<f64> {
     let Some(moment) = number(value) else {
         reading.warn(field, Some(value), "not epoch seconds");
         return None;
@@ -740,7 +719,7 @@ fn epoch_reset(reading: &mut Reading<'_>, field: usize, value: &str) -> Option<f
 }
 
 /// `OpenAI`'s reset: a Go duration from the response.
-fn duration_reset(reading: &mut Reading<'_>, field: usize, value: &str) -> Option<f64> {
+fn duration_reset(reading: &mut Reading<'_, '_>, field: usize, value: &str) -> Option<f64> {
     let Some(seconds) = go_duration(value) else {
         reading.warn(field, Some(value), "not a Go duration");
         return None;
@@ -749,7 +728,7 @@ fn duration_reset(reading: &mut Reading<'_>, field: usize, value: &str) -> Optio
 }
 
 /// Anthropic's reset: an RFC 3339 timestamp.
-fn rfc3339_reset(reading: &mut Reading<'_>, field: usize, value: &str) -> Option<f64> {
+fn rfc3339_reset(reading: &mut Reading<'_, '_>, field: usize, value: &str) -> Option<f64> {
     let Some(moment) = rfc3339(value) else {
         reading.warn(field, Some(value), "not an RFC 3339 timestamp");
         return None;
@@ -764,7 +743,7 @@ const EPOCH_S_ABOVE: f64 = 1e9;
 
 /// The generic X-RateLimit-Reset: epoch milliseconds, epoch seconds or seconds from now by size, or
 /// an HTTP date.
-fn any_reset(reading: &mut Reading<'_>, field: usize, value: &str) -> Option<f64> {
+fn any_reset(reading: &mut Reading<'_, '_>, field: usize, value: &str) -> Option<f64> {
     let Some(number) = number(value) else {
         let Some(moment) = http_date(value) else {
             reading.warn(field, Some(value), "neither a number nor an HTTP date");
@@ -782,7 +761,7 @@ fn any_reset(reading: &mut Reading<'_>, field: usize, value: &str) -> Option<f64
 }
 
 /// X-RateLimit-Reset-After: seconds from the response.
-fn seconds_reset(reading: &mut Reading<'_>, field: usize, value: &str) -> Option<f64> {
+fn seconds_reset(reading: &mut Reading<'_, '_>, field: usize, value: &str) -> Option<f64> {
     let Some(seconds) = number(value) else {
         reading.warn(field, Some(value), "not a number of seconds");
         return None;
@@ -792,7 +771,7 @@ fn seconds_reset(reading: &mut Reading<'_>, field: usize, value: &str) -> Option
 
 /// `OpenAI`'s and Anthropic's budgets: per kind, the fields `first + 3 * kind` (limit, remaining,
 /// reset).
-fn read_kinds(reading: &mut Reading<'_>, first: usize, kinds: &[&'static str], parse: ResetParser) -> Vec<Budget> {
+fn read_kinds(reading: &mut Reading<'_, '_>, first: usize, kinds: &[&'static str], parse: ResetParser) -> Vec<Budget> {
     let mut budgets = Vec::new();
     for (k, kind) in kinds.iter().enumerate() {
         let (limit, remaining, reset) = (first + 3 * k, first + 3 * k + 1, first + 3 * k + 2);
@@ -812,7 +791,7 @@ fn is_resource(name: &str) -> bool {
     (1..=64).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
 }
 
-fn read_github(reading: &mut Reading<'_>) -> Vec<Budget> {
+fn read_github(reading: &mut Reading<'_, '_>) -> Vec<Budget> {
     let said = reading.said;
     if !said.has_any([GENERIC_LIMIT, GENERIC_REMAINING, GENERIC_RESET]) {
         return Vec::new(); // a secondary limit's 403 may carry only retry-after
@@ -832,7 +811,7 @@ fn read_github(reading: &mut Reading<'_>) -> Vec<Budget> {
     reading.budget(name, (GENERIC_REMAINING, GENERIC_LIMIT), reset).into_iter().collect()
 }
 
-fn read_generic(reading: &mut Reading<'_>) -> Vec<Budget> {
+fn read_generic(reading: &mut Reading<'_, '_>) -> Vec<Budget> {
     let said = reading.said;
     if !said.has_any(GENERIC_LIMIT..=GENERIC_RESET_AFTER) {
         return Vec::new();
@@ -857,7 +836,7 @@ fn count_of(value: &sfv::BareItemFromInput<'_>) -> Option<u64> {
 /// The IETF fields (draft-ietf-httpapi-ratelimit-headers-10): `RateLimit` members, paired by name with
 /// `RateLimit-Policy` members for their quota and window. Per the draft's section 7, malformed fields
 /// MUST be ignored: a field that does not parse is dropped whole, a member that is not valid alone.
-fn read_ietf(reading: &mut Reading<'_>) -> Vec<Budget> {
+fn read_ietf(reading: &mut Reading<'_, '_>) -> Vec<Budget> {
     let said = reading.said;
     let Some(state) = said.get(RATELIMIT) else { return Vec::new() };
     // name -> (quota, window); the first member of a name wins.
@@ -1012,7 +991,7 @@ impl<'de> sfv::visitor::ParameterVisitor<'de> for MemberVisitor<'_, 'de> {
 /// The members of the SF List in `field`, each with the counts of the parameters `keys`; none
 /// (warned) when it does not parse. Inner lists and members not named by a string (a String, Token
 /// or Display String, not empty) are skipped (warned).
-fn sfv_members<'a>(reading: &mut Reading<'a>, field: usize, keys: [&'static str; 2]) -> Vec<Member<'a>> {
+fn sfv_members<'a>(reading: &mut Reading<'a, '_>, field: usize, keys: [&'static str; 2]) -> Vec<Member<'a>> {
     let said = reading.said;
     let Some(value) = said.get(field) else { return Vec::new() };
     let members = Members { keys, found: Vec::with_capacity(1), skipped: false };

@@ -8,6 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyList, PyString, PyTuple};
+use smallvec::SmallVec;
 
 use super::args::word_nanos;
 use super::limiter::{log_notice, PyLimiter};
@@ -398,38 +399,13 @@ fn dialect_named(name: Option<&str>) -> PyResult<Option<Dialect>> {
     }
 }
 
-/// The values of a reply's rate-limit fields as the headers hold them, in the headers' order (so that
-/// `Said` joins a repeated field's values in it): nothing allocated for a reply of up to
-/// [`INLINE_KEPT`] fields (the transports read one per call).
-#[derive(Default)]
-struct Kept<'py> {
-    fields: [u8; INLINE_KEPT],
-    inline: [Option<Bound<'py, PyAny>>; INLINE_KEPT],
-    spilled: Vec<(usize, Bound<'py, PyAny>)>,
-}
+/// The values of a reply's rate-limit fields as the headers hold them, (field, value) in the headers'
+/// order (so that `Said` joins a repeated field's values in it): nothing allocated for a reply of up to
+/// `INLINE_KEPT` fields (the transports read one per call).
+type Kept<'py> = SmallVec<[(usize, Bound<'py, PyAny>); INLINE_KEPT]>;
 
 /// As `Said`'s inline slots: the replies of GitHub and `OpenAI` fit.
 const INLINE_KEPT: usize = 10;
-
-impl<'py> Kept<'py> {
-    fn keep(&mut self, field: usize, value: Bound<'py, PyAny>) {
-        let Ok(short) = u8::try_from(field) else { return };
-        match self.inline.iter().position(Option::is_none) {
-            Some(at) => {
-                self.fields[at] = short;
-                self.inline[at] = Some(value);
-            }
-            None => self.spilled.push((field, value)),
-        }
-    }
-
-    /// (field, value) of every value kept, in the headers' order.
-    fn iter(&self) -> impl Iterator<Item = (usize, &Bound<'py, PyAny>)> {
-        let inline = self.fields.iter().zip(&self.inline);
-        let inline = inline.map_while(|(field, value)| Some((usize::from(*field), value.as_ref()?)));
-        inline.chain(self.spilled.iter().map(|(field, value)| (*field, value)))
-    }
-}
 
 /// The rate-limit fields among `headers`, in whichever raw form the client keeps them: pairs of
 /// (name, value), each str or bytes (httpx's `Headers.raw`, aiohttp's `raw_headers`, `read`'s
@@ -454,8 +430,8 @@ fn said_of<'a, 'py>(headers: &Bound<'py, PyAny>, kept: &'a mut Kept<'py>, said: 
         for (name, value) in dict.iter() {
             if let Some(field) = field_named(name.as_borrowed()) {
                 match value.cast_exact::<PyTuple>() {
-                    Ok(pair) if pair.len() == 2 => kept.keep(field, pair.get_item(1)?),
-                    _ => kept.keep(field, value),
+                    Ok(pair) if pair.len() == 2 => kept.push((field, pair.get_item(1)?)),
+                    _ => kept.push((field, value)),
                 }
             }
         }
@@ -473,7 +449,7 @@ fn said_of<'a, 'py>(headers: &Bound<'py, PyAny>, kept: &'a mut Kept<'py>, said: 
         }
     }
     let kept: &'a Kept<'py> = kept;
-    for (field, value) in kept.iter() {
+    for &(field, ref value) in kept {
         if let Ok(value) = value.cast_exact::<PyBytes>() {
             add_bytes(said, field, value.as_bytes());
         } else if let Ok(value) = value.cast_exact::<PyString>() {
@@ -508,7 +484,7 @@ fn keep_item<'py>(kept: &mut Kept<'py>, item: &Bound<'py, PyAny>) -> PyResult<()
     let Ok(tuple) = item.cast_exact::<PyTuple>().or_else(|_| item.cast::<PyTuple>()) else {
         if let Ok((name, value)) = item.extract::<(Bound<'py, PyAny>, Bound<'py, PyAny>)>() {
             if let Some(field) = field_named(name.as_borrowed()) {
-                kept.keep(field, value);
+                kept.push((field, value));
             }
         }
         return Ok(());
@@ -516,7 +492,7 @@ fn keep_item<'py>(kept: &mut Kept<'py>, item: &Bound<'py, PyAny>) -> PyResult<()
     let size = tuple.len();
     if size == 2 || size == 3 {
         if let Some(field) = field_named(tuple.get_borrowed_item(size - 2)?) {
-            kept.keep(field, tuple.get_item(size - 1)?);
+            kept.push((field, tuple.get_item(size - 1)?));
         }
     }
     Ok(())
