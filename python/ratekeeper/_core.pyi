@@ -753,6 +753,25 @@ class _Outgoing:
     def stats(self) -> dict[str, Any]:
         """Each key's counters as ``HostStats`` dicts (copies), in the order the keys were first counted."""
 
+@final
+class _HttpxSend:
+    """``ratekeeper.httpx.Transport.handle_request`` for the calls that take the short way, in one call into the
+    core: the admission, the inner transport's ``handle_request`` and the reply's reading, with no frame of
+    Python's and no ``_Ticket`` made. A URL for Python to read (an IDNA host, an escaped path) goes to
+    ``whole(request)``; a call not admitted at once (or the first to its host) to ``long_way(request)``; a reply
+    that leaves work for Python (groups to make, a retry) to ``finish(ticket, settled, response, request)``."""
+
+    def __new__(
+        cls,
+        outgoing: _Outgoing,
+        send: Callable[[Any], Any],
+        whole: Callable[[Any], Any],
+        long_way: Callable[[Any], Any],
+        finish: Callable[[_Ticket, Any, Any, Any], Any],
+    ) -> _HttpxSend: ...
+    def handle_request(self, request: Any) -> Any:
+        """Sends an ``httpx.Request``; its ``httpx.Response``."""
+
 _QuotaProvider: TypeAlias = Callable[[str, str], Rate | str | Awaitable[Rate | str | None] | None]
 
 @disjoint_base

@@ -15,6 +15,8 @@ wait the server asks for. See [`Outgoing`][ratekeeper.httpx.Outgoing] for the op
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 try:
@@ -22,8 +24,11 @@ try:
 except ImportError as error:  # pragma: no cover - the message is the point
     raise ImportError("ratekeeper.httpx needs httpx: pip install 'ratekeeper[httpx]'") from error
 
+from ratekeeper._core import _HttpxSend
 from ratekeeper._outgoing import Call, HostStats, Outgoing, Reply, engine_of, host_of
 from ratekeeper.limiter import Limiter
+
+_Send = Callable[[httpx.Request], httpx.Response]
 
 __all__ = ["AsyncTransport", "Call", "HostStats", "Outgoing", "Reply", "Transport"]
 
@@ -90,6 +95,37 @@ _READ, _CLOSE = httpx.Response.read, httpx.Response.close
 _AREAD, _ACLOSE = httpx.Response.aread, httpx.Response.aclose
 
 
+def _handle(outgoing: Outgoing, send: _Send, request: httpx.Request) -> httpx.Response:
+    """``Transport.handle_request``, written out: this is every call's path where the core's is not."""
+    admit = outgoing._admit_parts
+    if admit is not None:  # the short way (see Outgoing.__init__)
+        url = request.url
+        ticket = admit(url._uri_reference) if _PARTS else False
+        if ticket is False:  # an IDNA host, an escaped path: read here
+            host, path = _place(url)
+            ticket = outgoing._core.admit_heard(host, path)
+        if ticket is not None:
+            response = send(request)
+            headers = response.headers
+            settled = outgoing._core_settle(ticket, headers._list if _LIST else headers.raw, response.status_code)
+            if settled is None:
+                return response
+            return _finished(outgoing, send, ticket, settled, response, request)
+    return _long_way(outgoing, send, request)
+
+
+def _long_way(outgoing: Outgoing, send: _Send, request: httpx.Request) -> httpx.Response:
+    """A call that waits its turn, or the first to a host: ``Outgoing._send``."""
+    return outgoing._send(_call(request), send, request, _raw, _reply, _READ, _CLOSE)
+
+
+def _finished(
+    outgoing: Outgoing, send: _Send, ticket: Any, settled: Any, response: httpx.Response, request: httpx.Request
+) -> httpx.Response:
+    """A call sent the short way whose reply left work for Python: ``Outgoing._finish``."""
+    return outgoing._finish(ticket, settled, response, _call, send, request, _raw, _reply, _READ, _CLOSE)
+
+
 class Transport(httpx.BaseTransport):
     """An ``httpx.Client`` transport: ``httpx.Client(transport=Transport(lim))``.
 
@@ -111,32 +147,42 @@ class Transport(httpx.BaseTransport):
         self.outgoing = engine_of(limiter, options)
         self.inner = inner if inner is not None else httpx.HTTPTransport()
 
+    @property
+    def inner(self) -> httpx.BaseTransport:
+        """The transport that sends the requests."""
+        return self._inner
+
+    @inner.setter
+    def inner(self, inner: httpx.BaseTransport) -> None:
+        self._inner = inner
+        # Every call's path: the core's `_HttpxSend`, set on the instance where httpx looks
+        # `handle_request` up, takes a call the short way in one call into the core, with no frame of
+        # Python's; what it cannot take goes to `_handle`, `_long_way` or `_finished`. Not for a subclass's own
+        # `handle_request`, an httpx whose URLs and headers are kept otherwise, or an engine with no
+        # short way. Made of the engine and the inner transport's method, not of this transport's
+        # methods: no reference cycle.
+        self.__dict__.pop("handle_request", None)
+        outgoing, send = self.outgoing, inner.handle_request
+        own = type(self).handle_request is Transport.handle_request
+        if own and _PARTS and _LIST and outgoing._admit_parts is not None:
+            self.__dict__["handle_request"] = _HttpxSend(
+                outgoing._core,
+                send,
+                partial(_handle, outgoing, send),
+                partial(_long_way, outgoing, send),
+                partial(_finished, outgoing, send),
+            ).handle_request
+
     def stats(self) -> dict[str, HostStats]:
         """[`Outgoing.stats`][ratekeeper.httpx.Outgoing.stats] of this transport's engine."""
         return self.outgoing.stats()
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Sends ``request`` when its turn comes; retries a 429 as the options say."""
-        outgoing = self.outgoing
-        admit = outgoing._admit_parts
-        if admit is not None:  # the short way (see Outgoing.__init__), written out: this is every call's path
-            url = request.url
-            ticket = admit(url._uri_reference) if _PARTS else False
-            if ticket is False:  # an IDNA host, an escaped path: read here
-                host, path = _place(url)
-                ticket = outgoing._core.admit_heard(host, path)
-            if ticket is not None:
-                response = self.inner.handle_request(request)
-                headers = response.headers
-                settled = outgoing._core_settle(ticket, headers._list if _LIST else headers.raw, response.status_code)
-                if settled is None:
-                    return response
-                send = self.inner.handle_request
-                return outgoing._finish(ticket, settled, response, _call, send, request, _raw, _reply, _READ, _CLOSE)
-        return outgoing._send(_call(request), self.inner.handle_request, request, _raw, _reply, _READ, _CLOSE)
+        return _handle(self.outgoing, self._inner.handle_request, request)
 
     def close(self) -> None:
-        self.inner.close()
+        self._inner.close()
 
 
 class AsyncTransport(httpx.AsyncBaseTransport):

@@ -6,6 +6,7 @@ mod args;
 mod backend;
 mod fetch;
 mod fields;
+mod httpx;
 mod limiter;
 mod outgoing;
 mod scope;
@@ -17,6 +18,7 @@ mod values;
 pub use aio::PyCompletions;
 pub use backend::PyRedis;
 pub use fetch::{PyFetchJob, PyFetchQueue, PyFetchResult};
+pub use httpx::PyHttpxSend;
 pub use limiter::PyLimiter;
 pub use limiter::{PyReservation, PyTake};
 pub use outgoing::{_read_server_word, PyOutgoing, PyPlan, PyTicket};
@@ -29,9 +31,9 @@ pub use values::{
 mod _core {
     #[pymodule_export]
     use super::{
-        PyCompletions, PyDecision, PyFetchJob, PyFetchQueue, PyFetchResult, PyGroupPolicy, PyLimit, PyLimiter,
-        PyManualClock, PyOutgoing, PyPlan, PyQuotaInfo, PyQuotas, PyRate, PyRedis, PyReservation, PyResolution, PyRule,
-        PyShared, PyTake, PyTicket,
+        PyCompletions, PyDecision, PyFetchJob, PyFetchQueue, PyFetchResult, PyGroupPolicy, PyHttpxSend, PyLimit,
+        PyLimiter, PyManualClock, PyOutgoing, PyPlan, PyQuotaInfo, PyQuotas, PyRate, PyRedis, PyReservation,
+        PyResolution, PyRule, PyShared, PyTake, PyTicket,
     };
 
     #[pymodule_export]

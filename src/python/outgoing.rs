@@ -164,7 +164,7 @@ impl PyOutgoing {
     /// The short way's admission, for calls keyed by their host with no cost estimate: the `_Ticket`
     /// of a call to `host`'s `path` admitted now, or None (nothing spent) when no call to `host` came
     /// back yet (`heard_from`) or this one is not admitted at once: it goes the long way (`admit`).
-    fn admit_heard(
+    pub(super) fn admit_heard(
         &self,
         py: Python<'_>,
         host: &Bound<'_, PyString>,
@@ -249,29 +249,7 @@ impl PyOutgoing {
         headers: &Bound<'py, PyAny>,
         status: i64,
     ) -> PyResult<Option<Bound<'py, PyTuple>>> {
-        let mut kept = Kept::default();
-        let mut said = Said::new();
-        said_of(headers, &mut kept, &mut said)?;
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
-        let limiter = self.limiter.get();
-        let ticket = ticket.get();
-        let (key, host) = (ticket.key.bind(py).to_str()?, ticket.host.bind(py).to_str()?);
-        let settled =
-            self.engine.settle(&Through { py, limiter }, (key, host), &ticket.ticket, &said, (status, now))?;
-        warn(py, &settled.warnings);
-        for (group, error) in settled.not_applied {
-            let error = PyErr::from(error).into_value(py);
-            let message = "the server's word for %s in group %r was not applied: %s";
-            let logged = outgoing_logger(py).and_then(|log| log.call_method1("warning", (message, key, group, error)));
-            if let Err(error) = logged {
-                error.write_unraisable(py, None);
-            }
-        }
-        if settled.retry.is_none() && settled.unmade.is_empty() {
-            return Ok(None);
-        }
-        let unmade = settled.unmade.into_iter().map(|u| (u.budget, u.limit, u.window, u.remaining, u.reset_after));
-        Ok(Some((settled.retry, PyTuple::new(py, unmade)?).into_pyobject(py)?))
+        self.settle_ticket(py, ticket.get(), headers, status)
     }
 
     /// Python made (or resized) `group` for `budget` at `host`, `limit` per `window` seconds.
@@ -319,6 +297,40 @@ impl PyOutgoing {
     }
 }
 
+impl PyOutgoing {
+    /// `settle` of a ticket the caller holds (or `_HttpxSend` made).
+    pub(super) fn settle_ticket<'py>(
+        &self,
+        py: Python<'py>,
+        ticket: &PyTicket,
+        headers: &Bound<'py, PyAny>,
+        status: i64,
+    ) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let mut kept = Kept::default();
+        let mut said = Said::new();
+        said_of(headers, &mut kept, &mut said)?;
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+        let limiter = self.limiter.get();
+        let (key, host) = (ticket.key.bind(py).to_str()?, ticket.host.bind(py).to_str()?);
+        let settled =
+            self.engine.settle(&Through { py, limiter }, (key, host), &ticket.ticket, &said, (status, now))?;
+        warn(py, &settled.warnings);
+        for (group, error) in settled.not_applied {
+            let error = PyErr::from(error).into_value(py);
+            let message = "the server's word for %s in group %r was not applied: %s";
+            let logged = outgoing_logger(py).and_then(|log| log.call_method1("warning", (message, key, group, error)));
+            if let Err(error) = logged {
+                error.write_unraisable(py, None);
+            }
+        }
+        if settled.retry.is_none() && settled.unmade.is_empty() {
+            return Ok(None);
+        }
+        let unmade = settled.unmade.into_iter().map(|u| (u.budget, u.limit, u.window, u.remaining, u.reset_after));
+        Ok(Some((settled.retry, PyTuple::new(py, unmade)?).into_pyobject(py)?))
+    }
+}
+
 /// What the response with `headers` and `status` says about the server's limits, read as of `now`
 /// (epoch seconds) in `dialect` (None: the one it carries): `(dialect, budgets, retry_after)`, the
 /// dialect `""` for none and each budget `(name, remaining, reset_after, limit, window)`. Values
@@ -352,7 +364,7 @@ pub fn _read_server_word(
 
 /// The host (with its port, which httpx leaves out when it is the scheme's default) and path of an
 /// httpx URL's `parts`, or None when they are for Python to read (see `_Outgoing.admit_parts`).
-fn url_parts<'py>(
+pub(super) fn url_parts<'py>(
     py: Python<'py>,
     parts: &Bound<'py, PyAny>,
 ) -> PyResult<Option<(Bound<'py, PyString>, Bound<'py, PyString>)>> {

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import re
 import time
+import weakref
 from typing import Any
 
 import httpx
@@ -261,6 +263,89 @@ def test_the_transports_own_inner_default_and_close() -> None:
     assert AsyncTransport(shared).outgoing is shared
     with pytest.raises(rk.InvalidValue, match=r"^retries"):
         AsyncTransport(shared, retries=3)
+
+
+def answering(status: int, sent: list[str], **headers: str) -> httpx.MockTransport:
+    """A transport answering every request with ``status`` and ``headers``, noting each URL's path in ``sent``."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request.url.path)
+        return httpx.Response(status, headers=headers)
+
+    return httpx.MockTransport(answer)
+
+
+def test_a_new_inner_transport_takes_the_calls_after_it_on_the_short_way_too() -> None:
+    # The short way is made of the inner transport's method: setting `inner` must remake it, or calls would
+    # still go to the transport replaced.
+    first: list[str] = []
+    then: list[str] = []
+    transport = Transport(rk.Limiter(rules=[]), inner=answering(200, first))
+    with httpx.Client(transport=transport, base_url="https://api.example.com") as client:
+        client.get("/a")
+        client.get("/b")  # the short way
+        transport.inner = answering(200, then)
+        client.get("/c")
+        client.get("/d")
+    assert (first, then) == (["/a", "/b"], ["/c", "/d"])
+    assert transport.stats()["api.example.com"]["calls"] == 4
+
+
+def test_a_subclass_with_its_own_handle_request_is_called_for_every_call() -> None:
+    seen: list[str] = []
+
+    class Noting(Transport):
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            seen.append(request.url.path)
+            return super().handle_request(request)
+
+    sent: list[str] = []
+    transport = Noting(rk.Limiter(rules=[]), inner=answering(200, sent))
+    with httpx.Client(transport=transport, base_url="https://api.example.com") as client:
+        for path in ("/a", "/b", "/c"):
+            client.get(path)
+    assert seen == sent == ["/a", "/b", "/c"]
+    assert transport.stats()["api.example.com"]["calls"] == 3
+
+
+def test_the_short_way_obeys_the_server_and_a_failed_send_raises_as_it_came() -> None:
+    # After the first answer calls go the short way in the core: the word it reads caps the budget there as
+    # it does the long way, and the inner transport's error reaches the caller unchanged.
+    sent: list[str] = []
+    word = {"x-ratelimit-limit": "3", "x-ratelimit-remaining": "1", "x-ratelimit-reset": "60"}
+    transport = Transport(rk.Limiter(rules=[]), inner=answering(200, sent, **word), wait=False)
+    with httpx.Client(transport=transport, base_url="https://api.example.com") as client:
+        client.get("/a")  # the long way: makes the group, at 1 left
+        client.get("/b")  # the short way: spends the 1
+        with pytest.raises(rk.RateLimited):
+            client.get("/c")
+    assert sent == ["/a", "/b"]
+
+    def failing(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused", request=request)
+
+    transport = Transport(rk.Limiter(rules=[]), inner=answering(200, sent))
+    with httpx.Client(transport=transport, base_url="https://api.example.com") as client:
+        client.get("/d")
+        transport.inner = httpx.MockTransport(failing)
+        with pytest.raises(httpx.ConnectError, match="refused"):
+            client.get("/e")
+
+
+def test_a_transport_dropped_is_freed_at_once() -> None:
+    # The short way holds the engine and the inner transport's method, not the transport: no reference cycle
+    # keeps a dropped transport (and its connection pool) alive until the garbage collector runs.
+    transport = Transport(rk.Limiter(rules=[]), inner=answering(200, []))
+    with httpx.Client(transport=transport, base_url="https://api.example.com") as client:
+        client.get("/a")
+        client.get("/b")
+    dropped = weakref.ref(transport)
+    gc.disable()
+    try:
+        del transport, client
+        assert dropped() is None
+    finally:
+        gc.enable()
 
 
 @pytest.mark.parametrize(
