@@ -5,9 +5,12 @@ request and the response whole (host, path, headers, body; status, fields, body)
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import subprocess
 import sys
+import weakref
+from typing import Any
 
 import aiohttp
 import pytest
@@ -88,6 +91,57 @@ def test_requests_adapter_raises_at_once_when_asked(serve_api: ServeApi) -> None
         with pytest.raises(rk.RateLimited):
             session.get(served.url)
     assert sum(served.api.accepted.values()) == 1
+
+
+def test_requests_adapter_passes_each_calls_options_on_the_short_way_too(serve_api: ServeApi) -> None:
+    # After the first answer calls go the short way in the core, which hands requests' options to
+    # HTTPAdapter.send as they came: a streamed answer is left unread, an unstreamed one read.
+    served = serve_api("github", 100, 60.0)
+    adapter = Adapter(rk.Limiter(rules=[]))
+    with session_with(adapter) as session:
+        for _ in range(2):
+            assert session.get(f"{served.url}/a", timeout=5).json() == {"usage": {"total_tokens": 0}}
+        streamed = session.get(f"{served.url}/b", stream=True, timeout=(5, 5))
+        assert not streamed._content_consumed  # type: ignore[attr-defined]
+        assert streamed.json() == {"usage": {"total_tokens": 0}}
+    assert adapter.stats()[served.url.removeprefix("http://")]["calls"] == 3
+    assert sum(served.api.accepted.values()) == 3
+
+
+def test_requests_adapter_subclass_with_its_own_send_is_called_for_every_call(serve_api: ServeApi) -> None:
+    served = serve_api("github", 100, 60.0)
+    seen: list[str] = []
+
+    class Noting(Adapter):
+        def send(self, request: requests.PreparedRequest, *options: Any, **named: Any) -> requests.Response:
+            seen.append(request.path_url)
+            return super().send(request, *options, **named)
+
+    adapter = Noting(rk.Limiter(rules=[]))
+    with session_with(adapter) as session:
+        for path in ("/a", "/b", "/c"):
+            assert session.get(f"{served.url}{path}").status_code == 200
+    assert seen == ["/a", "/b", "/c"]
+    assert adapter.stats()[served.url.removeprefix("http://")]["calls"] == 3
+
+
+def test_requests_adapter_dropped_is_freed_at_once_and_its_send_then_says_so(serve_api: ServeApi) -> None:
+    # The short way holds the adapter weakly: no reference cycle keeps a dropped adapter (and its connection
+    # pools) alive until the garbage collector runs.
+    served = serve_api("github", 100, 60.0)
+    adapter = Adapter(rk.Limiter(rules=[]))
+    with session_with(adapter) as session:
+        session.get(served.url)
+        request = session.prepare_request(requests.Request("GET", served.url))
+    send, dropped = adapter.send, weakref.ref(adapter)
+    gc.disable()
+    try:
+        del adapter, session
+        assert dropped() is None
+    finally:
+        gc.enable()
+    with pytest.raises(ReferenceError, match="Adapter"):
+        send(request)
 
 
 # --- aiohttp -----------------------------------------------------------------------------------------------------
