@@ -777,9 +777,10 @@ class _HttpxSend:
 class _RequestsSend:
     """``ratekeeper.requests.Adapter.send`` for the calls that take the short way, in one call into the core (as
     ``_HttpxSend``): ``(host, path)`` from ``places`` (or ``place(url)``), the admission, ``send(adapter,
-    request, *options)`` (``HTTPAdapter.send``) and the reply's reading. A call not admitted at once (or the
-    first to its host) goes to ``long_way(adapter, request, *options)``; a reply that leaves work for Python to
-    ``finish(adapter, ticket, settled, response, request, *options)``. Holds the adapter weakly."""
+    request, *options)`` (the next class's in the adapter's MRO, as ``super().send``) and the reply's reading.
+    A call not admitted at once (or the first to its host) goes to ``long_way(adapter, request, *options)``; a
+    reply that leaves work for Python to ``finish(adapter, ticket, settled, response, request, *options)``.
+    Holds the adapter weakly."""
 
     def __new__(
         cls,

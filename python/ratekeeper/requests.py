@@ -114,7 +114,7 @@ class Adapter(HTTPAdapter):
             self.__dict__["send"] = _RequestsSend(
                 self.outgoing._core,
                 weakref.ref(self),
-                HTTPAdapter.send,
+                super(Adapter, type(self)).send,  # as `super().send`: the next class's in the MRO
                 _PLACES,
                 _place,
                 Adapter._long_way,

@@ -68,7 +68,7 @@ pub struct PyRequestsSend {
     outgoing: Py<PyOutgoing>,
     /// The adapter, weakly: it holds this (as its `send`).
     adapter: Py<PyWeakrefReference>,
-    /// `HTTPAdapter.send`.
+    /// The `send` of the class after `Adapter` in the adapter's MRO (`super().send`).
     send: Py<PyAny>,
     /// `ratekeeper.requests._PLACES`, URL -> (host, path), and `_place`, which fills it.
     places: Py<PyDict>,

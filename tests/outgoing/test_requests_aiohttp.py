@@ -20,6 +20,8 @@ from conftest import ServeApi
 from ratekeeper._outgoing import Reply
 from ratekeeper.aiohttp import Middleware
 from ratekeeper.requests import Adapter
+from requests.adapters import HTTPAdapter
+from requests.structures import CaseInsensitiveDict
 
 
 def fixed(rate: str) -> list[rk.Limit]:
@@ -123,6 +125,35 @@ def test_requests_adapter_subclass_with_its_own_send_is_called_for_every_call(se
             assert session.get(f"{served.url}{path}").status_code == 200
     assert seen == ["/a", "/b", "/c"]
     assert adapter.stats()[served.url.removeprefix("http://")]["calls"] == 3
+
+
+def test_requests_adapter_sends_through_the_next_adapter_in_its_mro_on_the_short_way_too() -> None:
+    # Adapter mixed with another HTTPAdapter subclass (a TLS or mocking adapter) sends through that one's send,
+    # as super().send would, the long way and the short way alike.
+    answered: list[str] = []
+
+    class Canned(HTTPAdapter):
+        def send(self, request: requests.PreparedRequest, *options: Any, **named: Any) -> requests.Response:
+            answered.append(request.path_url)
+            response = requests.Response()
+            response.status_code, response.request = 200, request
+            response.headers = CaseInsensitiveDict(
+                {"x-ratelimit-limit": "50", "x-ratelimit-remaining": "40", "x-ratelimit-reset": "60"}
+            )
+            response._content = b"{}"
+            return response
+
+    class Paced(Adapter, Canned):
+        pass
+
+    adapter = Paced(rk.Limiter(rules=[]))
+    session = requests.Session()
+    session.mount("http://", adapter)
+    for path in ("/a", "/b", "/c"):
+        assert session.get(f"http://api.invalid{path}").status_code == 200
+    assert answered == ["/a", "/b", "/c"]
+    assert adapter.stats()["api.invalid"]["calls"] == 3
+    assert adapter.stats()["api.invalid"]["remaining"] == {"requests": 40}
 
 
 def test_requests_adapter_dropped_is_freed_at_once_and_its_send_then_says_so(serve_api: ServeApi) -> None:
