@@ -2,7 +2,6 @@
 
 import asyncio
 import os
-import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, ClassVar, Literal, TypeAlias, final
 
@@ -772,29 +771,6 @@ class _HttpxSend:
     ) -> _HttpxSend: ...
     def handle_request(self, request: Any) -> Any:
         """Sends an ``httpx.Request``; its ``httpx.Response``."""
-
-@final
-class _RequestsSend:
-    """``ratekeeper.requests.Adapter.send`` for the calls that take the short way, in one call into the core (as
-    ``_HttpxSend``): ``(host, path)`` from ``places`` (or ``place(url)``), the admission, ``send(adapter,
-    request, *options)`` (the next class's in the adapter's MRO, as ``super().send``) and the reply's reading.
-    A call not admitted at once (or the first to its host) goes to ``long_way(adapter, request, *options)``; a
-    reply that leaves work for Python to ``finish(adapter, ticket, settled, response, request, *options)``.
-    Holds the adapter weakly."""
-
-    def __new__(
-        cls,
-        outgoing: _Outgoing,
-        adapter: weakref.ref[Any],
-        send: Callable[..., Any],
-        places: dict[str, tuple[str, str]],
-        place: Callable[[str], tuple[str, str]],
-        long_way: Callable[..., Any],
-        finish: Callable[..., Any],
-    ) -> _RequestsSend: ...
-    def send(self, request: Any, *options: Any, **named: Any) -> Any:
-        """Sends a ``requests.PreparedRequest``; its ``requests.Response``. Raises ``ReferenceError`` once the
-        adapter is gone."""
 
 _QuotaProvider: TypeAlias = Callable[[str, str], Rate | str | Awaitable[Rate | str | None] | None]
 

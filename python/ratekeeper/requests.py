@@ -14,7 +14,6 @@ fields cap after every response; a 429 is retried after the wait the server asks
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -26,7 +25,6 @@ try:
 except ImportError as error:  # pragma: no cover - the message is the point
     raise ImportError("ratekeeper.requests needs requests: pip install 'ratekeeper[requests]'") from error
 
-from ratekeeper._core import _RequestsSend
 from ratekeeper._outgoing import Call, HostStats, Outgoing, Reply, engine_of, host_of
 from ratekeeper.limiter import Limiter
 
@@ -106,20 +104,6 @@ class Adapter(HTTPAdapter):
     ) -> None:
         self.outgoing = engine_of(limiter, options)
         super().__init__(pool_connections, pool_maxsize, max_retries, pool_block)
-        # Every call's path: the core's `_RequestsSend`, set on the instance where requests looks `send` up,
-        # takes a call the short way in one call into the core, with no frame of Python's; what it cannot
-        # take goes to `_long_way` or `_finished`. Not for a subclass's own `send`, or an engine with no
-        # short way. It holds the adapter weakly: no reference cycle.
-        if type(self).send is Adapter.send and self.outgoing._admit_heard is not None:
-            self.__dict__["send"] = _RequestsSend(
-                self.outgoing._core,
-                weakref.ref(self),
-                super(Adapter, type(self)).send,  # as `super().send`: the next class's in the MRO
-                _PLACES,
-                _place,
-                Adapter._long_way,
-                Adapter._finished,
-            ).send
 
     def stats(self) -> dict[str, HostStats]:
         """[`Outgoing.stats`][ratekeeper.httpx.Outgoing.stats] of this adapter's engine."""
@@ -137,7 +121,7 @@ class Adapter(HTTPAdapter):
         """Sends ``request`` when its turn comes; retries a 429 as the options say."""
         outgoing = self.outgoing
         admit = outgoing._admit_heard
-        if admit is not None:  # the short way (see Outgoing.__init__), written out where the core's is not
+        if admit is not None:  # the short way (see Outgoing.__init__), written out: this is every call's path
             host, path = _place(request.url or "")
             ticket = admit(host, path)
             if ticket is not None:
@@ -150,37 +134,10 @@ class Adapter(HTTPAdapter):
                 settled = outgoing._core_settle(ticket, fields, response.status_code)
                 if settled is None:
                     return response
-                return self._finished(ticket, settled, response, request, stream, timeout, verify, cert, proxies)
-        return self._long_way(request, stream, timeout, verify, cert, proxies)
-
-    def _long_way(
-        self,
-        request: PreparedRequest,
-        stream: bool = False,
-        timeout: float | tuple[float, float] | tuple[float, None] | None = None,
-        verify: bool | str = True,
-        cert: bytes | str | tuple[bytes | str, bytes | str] | None = None,
-        proxies: Mapping[str, str] | None = None,
-    ) -> Response:
-        """A call that waits its turn, or the first to a host: ``Outgoing._send``."""
+                send = self._sender(stream, timeout, verify, cert, proxies)
+                return outgoing._finish(ticket, settled, response, _call, send, request, _raw, _reply, _body, _CLOSE)
         send = self._sender(stream, timeout, verify, cert, proxies)
-        return self.outgoing._send(_call(request), send, request, _raw, _reply, _body, _CLOSE)
-
-    def _finished(
-        self,
-        ticket: Any,
-        settled: Any,
-        response: Response,
-        request: PreparedRequest,
-        stream: bool = False,
-        timeout: float | tuple[float, float] | tuple[float, None] | None = None,
-        verify: bool | str = True,
-        cert: bytes | str | tuple[bytes | str, bytes | str] | None = None,
-        proxies: Mapping[str, str] | None = None,
-    ) -> Response:
-        """A call sent the short way whose reply left work for Python: ``Outgoing._finish``."""
-        send = self._sender(stream, timeout, verify, cert, proxies)
-        return self.outgoing._finish(ticket, settled, response, _call, send, request, _raw, _reply, _body, _CLOSE)
+        return outgoing._send(_call(request), send, request, _raw, _reply, _body, _CLOSE)
 
     def _sender(
         self,

@@ -6,11 +6,11 @@ mod args;
 mod backend;
 mod fetch;
 mod fields;
+mod httpx;
 mod limiter;
 mod outgoing;
 mod scope;
 mod shared;
-mod short_ways;
 mod stats;
 mod store;
 mod values;
@@ -18,11 +18,11 @@ mod values;
 pub use aio::PyCompletions;
 pub use backend::PyRedis;
 pub use fetch::{PyFetchJob, PyFetchQueue, PyFetchResult};
+pub use httpx::PyHttpxSend;
 pub use limiter::PyLimiter;
 pub use limiter::{PyReservation, PyTake};
 pub use outgoing::{_read_server_word, PyOutgoing, PyPlan, PyTicket};
 pub use shared::{inspect_region, PyShared};
-pub use short_ways::{PyHttpxSend, PyRequestsSend};
 pub use values::{
     PyDecision, PyGroupPolicy, PyLimit, PyManualClock, PyQuotaInfo, PyQuotas, PyRate, PyResolution, PyRule,
 };
@@ -32,8 +32,8 @@ mod _core {
     #[pymodule_export]
     use super::{
         PyCompletions, PyDecision, PyFetchJob, PyFetchQueue, PyFetchResult, PyGroupPolicy, PyHttpxSend, PyLimit,
-        PyLimiter, PyManualClock, PyOutgoing, PyPlan, PyQuotaInfo, PyQuotas, PyRate, PyRedis, PyRequestsSend,
-        PyReservation, PyResolution, PyRule, PyShared, PyTake, PyTicket,
+        PyLimiter, PyManualClock, PyOutgoing, PyPlan, PyQuotaInfo, PyQuotas, PyRate, PyRedis, PyReservation,
+        PyResolution, PyRule, PyShared, PyTake, PyTicket,
     };
 
     #[pymodule_export]
