@@ -27,6 +27,7 @@ __all__ = [
     "_FetchJob",
     "_FetchQueue",
     "_FetchResult",
+    "_HttpxSend",
     "_Outgoing",
     "_Plan",
     "_Reservation",
