@@ -202,7 +202,7 @@ pub struct Said<'a> {
 }
 
 /// How many fields [`Said`] holds before it allocates: the replies of GitHub and `OpenAI` fit.
-const INLINE_VALUES: usize = 10;
+pub const INLINE_VALUES: usize = 10;
 
 impl<'a> Said<'a> {
     /// No fields yet.

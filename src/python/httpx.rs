@@ -9,17 +9,17 @@ use super::outgoing::{url_parts, PyOutgoing};
 
 /// Sends an httpx request through `Outgoing`'s short way; whatever it cannot take (a host not heard
 /// from, a call not admitted at once, a URL for Python to read, a reply that leaves work for Python)
-/// goes to the transport's Python methods.
+/// goes to `ratekeeper.httpx`'s Python functions, bound to the engine and the inner transport.
 #[pyclass(frozen, name = "_HttpxSend", module = "ratekeeper._core")]
 pub struct PyHttpxSend {
     outgoing: Py<PyOutgoing>,
     /// The inner transport's `handle_request`.
     send: Py<PyAny>,
-    /// `Transport._handle`: the whole call in Python (a URL the core does not read).
+    /// `_handle`: the whole call in Python (a URL the core does not read).
     whole: Py<PyAny>,
-    /// `Transport._long_way`: the call sent the long way (`Outgoing._send`).
+    /// `_long_way`: the call sent the long way (`Outgoing._send`).
     long_way: Py<PyAny>,
-    /// `Transport._finished`: `(ticket, settled, response, request)`, a reply that left work for Python.
+    /// `_finished`: `(ticket, settled, response, request)`, a reply that left work for Python.
     finish: Py<PyAny>,
 }
 

@@ -15,7 +15,7 @@ use super::limiter::{log_notice, PyLimiter};
 use crate::error::{Error, Result};
 use crate::limiter::{Decision, Request, Target};
 use crate::outgoing::{Admission, Budgets, Counts, Engine, Plan, Settings, Ticket};
-use crate::server_words::{self, field_of_name, field_of_raw, Dialect, Said, Warning};
+use crate::server_words::{self, field_of_name, field_of_raw, Dialect, Said, Warning, INLINE_VALUES};
 use crate::store::StateStore;
 
 /// The limiter's budgets as the engine reaches them: through its store, letting other threads run
@@ -413,11 +413,8 @@ fn dialect_named(name: Option<&str>) -> PyResult<Option<Dialect>> {
 
 /// The values of a reply's rate-limit fields as the headers hold them, (field, value) in the headers'
 /// order (so that `Said` joins a repeated field's values in it): nothing allocated for a reply of up to
-/// `INLINE_KEPT` fields (the transports read one per call).
-type Kept<'py> = SmallVec<[(usize, Bound<'py, PyAny>); INLINE_KEPT]>;
-
-/// As `Said`'s inline slots: the replies of GitHub and `OpenAI` fit.
-const INLINE_KEPT: usize = 10;
+/// `Said`'s inline count of fields (the transports read one per call).
+type Kept<'py> = SmallVec<[(usize, Bound<'py, PyAny>); INLINE_VALUES]>;
 
 /// The rate-limit fields among `headers`, in whichever raw form the client keeps them: pairs of
 /// (name, value), each str or bytes (httpx's `Headers.raw`, aiohttp's `raw_headers`, `read`'s

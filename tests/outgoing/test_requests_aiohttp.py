@@ -94,8 +94,8 @@ def test_requests_adapter_raises_at_once_when_asked(serve_api: ServeApi) -> None
 
 
 def test_requests_adapter_passes_each_calls_options_on_the_short_way_too(serve_api: ServeApi) -> None:
-    # After the first answer calls go the short way in the core, which hands requests' options to
-    # HTTPAdapter.send as they came: a streamed answer is left unread, an unstreamed one read.
+    # The first call goes the long way, the next ones the short way: both hand requests' options on to
+    # HTTPAdapter.send as they came, so a streamed answer is left unread and an unstreamed one read.
     served = serve_api("github", 100, 60.0)
     adapter = Adapter(rk.Limiter(rules=[]))
     with session_with(adapter) as session:
