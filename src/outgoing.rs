@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use ahash::AHashMap;
 use parking_lot::Mutex;
+use smallvec::SmallVec;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::limiter::Decision;
@@ -21,6 +22,10 @@ use crate::server_words::{self, Dialect, Said, Warning, Word};
 pub const NO_WORD_WAIT: f64 = 1.0;
 /// What a call held at a window's end waits past it, in seconds.
 const SHORTEST_SLEEP: f64 = 0.001;
+
+/// The caps one reply puts on groups, (group, remaining, `reset_after`): inline for a reply of up to
+/// four budgets (every dialect's), so that settling a call allocates nothing.
+type Caps = SmallVec<[(Arc<str>, u64, f64); 4]>;
 
 /// What the engine asks of the limiter: a check (spends when admitted), a give-back, a server's word,
 /// and the group a path is routed to.
@@ -456,7 +461,7 @@ impl Engine {
         let mut settled = Settled::default();
         let word = server_words::read(said, status, now, self.settings.dialect, &mut settled.warnings);
         let age = ticket.age();
-        let mut caps: Vec<(Arc<str>, u64, f64)> = Vec::new();
+        let mut caps = Caps::new();
         {
             let mut state = self.state.lock();
             let state = &mut *state;
@@ -517,14 +522,7 @@ impl Engine {
 
     /// (group, remaining, `reset_after`) for each budget of `word` whose group is made; the others in
     /// `unmade`. A wait with no budget stated: nothing more may go before it, in any budget of the call.
-    fn caps_of(
-        &self,
-        host: &Host,
-        ticket: &Ticket,
-        word: &Word,
-        caps: &mut Vec<(Arc<str>, u64, f64)>,
-        unmade: &mut Vec<Unmade>,
-    ) {
+    fn caps_of(&self, host: &Host, ticket: &Ticket, word: &Word, caps: &mut Caps, unmade: &mut Vec<Unmade>) {
         for budget in &word.budgets {
             if let Some(group) = self.declared_group(&budget.name) {
                 caps.push((group.clone(), budget.remaining, budget.reset_after));
