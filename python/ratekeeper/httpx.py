@@ -144,8 +144,18 @@ class Transport(httpx.BaseTransport):
     def __init__(
         self, limiter: Limiter | Outgoing, *, inner: httpx.BaseTransport | None = None, **options: Any
     ) -> None:
-        self.outgoing = engine_of(limiter, options)
+        self._outgoing = engine_of(limiter, options)
         self.inner = inner if inner is not None else httpx.HTTPTransport()
+
+    @property
+    def outgoing(self) -> Outgoing:
+        """The engine: the budgets, the options and the counters."""
+        return self._outgoing
+
+    @outgoing.setter
+    def outgoing(self, outgoing: Outgoing) -> None:
+        self._outgoing = outgoing
+        self._make_short_way()
 
     @property
     def inner(self) -> httpx.BaseTransport:
@@ -155,14 +165,16 @@ class Transport(httpx.BaseTransport):
     @inner.setter
     def inner(self, inner: httpx.BaseTransport) -> None:
         self._inner = inner
-        # Every call's path: the core's `_HttpxSend`, set on the instance where httpx looks
-        # `handle_request` up, takes a call the short way in one call into the core, with no frame of
-        # Python's; what it cannot take goes to `_handle`, `_long_way` or `_finished`. Not for a subclass's own
-        # `handle_request`, an httpx whose URLs and headers are kept otherwise, or an engine with no
-        # short way. Made of the engine and the inner transport's method, not of this transport's
-        # methods: no reference cycle.
+        self._make_short_way()
+
+    def _make_short_way(self) -> None:
+        """Every call's path: the core's `_HttpxSend`, set on the instance where httpx looks `handle_request`
+        up, takes a call the short way in one call into the core, with no frame of Python's; what it cannot take
+        goes to `_handle`, `_long_way` or `_finished`. Not for a subclass's own `handle_request`, an httpx whose
+        URLs and headers are kept otherwise, or an engine with no short way. Made of the engine and the inner
+        transport's method, not of this transport's methods: no reference cycle. Remade when either changes."""
         self.__dict__.pop("handle_request", None)
-        outgoing, send = self.outgoing, inner.handle_request
+        outgoing, send = self._outgoing, self._inner.handle_request
         own = type(self).handle_request is Transport.handle_request
         if own and _PARTS and _LIST and outgoing._admit_parts is not None:
             self.__dict__["handle_request"] = _HttpxSend(
@@ -175,11 +187,11 @@ class Transport(httpx.BaseTransport):
 
     def stats(self) -> dict[str, HostStats]:
         """[`Outgoing.stats`][ratekeeper.httpx.Outgoing.stats] of this transport's engine."""
-        return self.outgoing.stats()
+        return self._outgoing.stats()
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Sends ``request`` when its turn comes; retries a 429 as the options say."""
-        return _handle(self.outgoing, self._inner.handle_request, request)
+        return _handle(self._outgoing, self._inner.handle_request, request)
 
     def close(self) -> None:
         self._inner.close()

@@ -291,6 +291,21 @@ def test_a_new_inner_transport_takes_the_calls_after_it_on_the_short_way_too() -
     assert transport.stats()["api.example.com"]["calls"] == 4
 
 
+def test_a_new_engine_takes_the_calls_after_it_on_the_short_way_too() -> None:
+    # The short way is made of the engine too: setting `outgoing` must remake it, or calls would still be
+    # admitted and counted by the engine replaced.
+    transport = Transport(rk.Limiter(rules=[]), inner=answering(200, []))
+    replaced, then = transport.outgoing, Outgoing(rk.Limiter(rules=[]))
+    with httpx.Client(transport=transport, base_url="https://api.example.com") as client:
+        client.get("/a")
+        client.get("/b")  # the short way
+        transport.outgoing = then
+        client.get("/c")
+        client.get("/d")  # the short way, in the new engine
+    assert replaced.stats()["api.example.com"]["calls"] == 2
+    assert then.stats()["api.example.com"]["calls"] == 2
+
+
 def test_a_subclass_with_its_own_handle_request_is_called_for_every_call() -> None:
     seen: list[str] = []
 
