@@ -32,9 +32,18 @@ class Server:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
-        # proxy_headers off: our key function, not uvicorn, reads X-Forwarded-For here.
+        # proxy_headers off: our key function, not uvicorn, reads X-Forwarded-For here. Keep-alive longer than
+        # any idle gap of a test (uvicorn's default is 5 s): a client waiting out a window would otherwise send on
+        # a pooled connection the server is closing at that instant, a race of the client's pool
+        # ("Server disconnected without sending a response"), not of what the test checks.
         config = uvicorn.Config(
-            app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off", proxy_headers=False
+            app,
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            lifespan="off",
+            proxy_headers=False,
+            timeout_keep_alive=60,
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
