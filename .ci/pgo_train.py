@@ -108,6 +108,35 @@ def outgoing_calls(regions: list[Path]) -> None:
                 made.close()
 
 
+def server_words() -> None:
+    """The readers of the dialects the outgoing bench's answers do not carry (Anthropic's, the bare
+    ``X-RateLimit-*`` with resets as seconds and as epoch seconds, ``Retry-After`` as seconds and as a
+    date), on the raw headers a transport hands the core."""
+    from email.utils import formatdate
+
+    from ratekeeper._server_words import read
+
+    now = time.time()
+    date = formatdate(now, usegmt=True)
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now + 30))
+    anthropic = [
+        (f"anthropic-ratelimit-{budget}-{field}", value)
+        for budget in ("requests", "tokens", "input-tokens", "output-tokens")
+        for field, value in (("limit", "1000"), ("remaining", "999"), ("reset", stamp))
+    ]
+    replies = (
+        (anthropic, 200),
+        ([("x-ratelimit-limit", "100"), ("x-ratelimit-remaining", "99"), ("x-ratelimit-reset", "30")], 200),
+        ([("X-RateLimit-Limit", "100"), ("X-RateLimit-Remaining", "0"), ("X-RateLimit-Reset", f"{now + 30:.0f}")], 429),
+        ([("retry-after", "7")], 429),
+        ([("retry-after", formatdate(now + 7, usegmt=True))], 503),
+    )
+    for headers, status in replies:
+        raw = [(name.encode(), value.encode()) for name, value in [("date", date), *headers]]
+        for _ in range(CALLS):
+            read(raw, status, now=now)
+
+
 def lease_decisions() -> None:
     """Lease mode's decisions (every algorithm, as in memory), then a hot key on a standing share, on a
     ``redis-server`` of the Redis bench's own."""
@@ -141,6 +170,7 @@ def main() -> int:
             ("decisions on a region", lambda: decisions(lambda: rk.Shared(path=Path(folder) / f"r{next(counter)}"))),
             ("requests in process", requests_in_process),
             ("outgoing calls", lambda: outgoing_calls(regions)),
+            ("the servers' words of other dialects", server_words),
         )
         if shutil.which("redis-server") is None:
             print("pgo_train: no redis-server on the PATH: lease mode is not trained", flush=True)
