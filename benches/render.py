@@ -1306,12 +1306,30 @@ def readme_block(results: Results) -> str:
         if speedup is not None:
             line += f", {times(speedup, 0)} faster than pyrate-limiter's `MultiprocessBucket`"
         parts.append(line + ".")
+    if "outgoing" in results:
+        parts.append(outgoing_readme_line(results["outgoing"]))
     m = compare["machine"]
     parts.append(
         f"<sub>Measured on {m['date']}: {m['cpu']}, {m['cores']} cores, {at_commit(m)} "
         "(each table of the benchmarks page names its own run).</sub>"
     )
     return "\n\n".join(parts)
+
+
+def outgoing_readme_line(outgoing: dict[str, Any]) -> str:
+    """What a call through each client's transport adds (no network, GitHub's fields), with the run's own machine:
+    that step may have run on another machine than the README's other figures."""
+    rows = outgoing_rows(outgoing)
+    added = [
+        f"{CLIENT_NAMES.get(client, client)} {signed(by_setup[NO_NETWORK]['added_us'], 1)}"
+        for (client, store, dialect), by_setup in rows.items()
+        if store == "memory" and dialect == "github" and NO_NETWORK in by_setup
+    ]
+    m = outgoing["machine"]
+    return (
+        f"Calling an API through the [transports](docs/outgoing-calls.md) adds to each call (µs over the bare client, "
+        f"no network, GitHub's fields): {', '.join(added)} (measured on {m['date']}: {m['cpu']}, {at_commit(m)})."
+    )
 
 
 def allow_ns_inline(results: Results) -> str:
