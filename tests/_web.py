@@ -28,7 +28,8 @@ def members(value: str) -> dict[str, dict[str, Any]]:
 class Server:
     """uvicorn serving ``app`` on 127.0.0.1 in a thread, stopped on exit."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, **options: Any) -> None:
+        """``options``: uvicorn's ``Config`` options over these defaults."""
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
@@ -36,15 +37,8 @@ class Server:
         # any idle gap of a test (uvicorn's default is 5 s): a client waiting out a window would otherwise send on
         # a pooled connection the server is closing at that instant, a race of the client's pool
         # ("Server disconnected without sending a response"), not of what the test checks.
-        config = uvicorn.Config(
-            app,
-            host="127.0.0.1",
-            port=self.port,
-            log_level="warning",
-            lifespan="off",
-            proxy_headers=False,
-            timeout_keep_alive=60,
-        )
+        settings = {"log_level": "warning", "lifespan": "off", "proxy_headers": False, "timeout_keep_alive": 60}
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, **(settings | options))
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

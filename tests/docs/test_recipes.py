@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import ratekeeper as rk
-import uvicorn
 from _docs import ROOT, page_namespace
 from _web import Server, members
 
@@ -155,18 +153,7 @@ class ProxyHeadersServer(Server):
     """uvicorn as ``uvicorn --proxy-headers --forwarded-allow-ips ALLOWED`` runs it."""
 
     def __init__(self, app: Any, forwarded_allow_ips: str) -> None:
-        super().__init__(app)
-        config = uvicorn.Config(
-            app,
-            host="127.0.0.1",
-            port=self.port,
-            log_level="warning",
-            lifespan="off",
-            proxy_headers=True,
-            forwarded_allow_ips=forwarded_allow_ips,
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        super().__init__(app, proxy_headers=True, forwarded_allow_ips=forwarded_allow_ips)
 
 
 def direct_client(proxied: httpx.Client) -> httpx.Client:

@@ -214,12 +214,15 @@ def test_an_async_transport_dropped_is_freed_at_once() -> None:
 # --- aiohttp -----------------------------------------------------------------------------------------------------
 
 
-def gated(gate: asyncio.Event, cancelled: list[str]) -> Callable[..., Awaitable[aiohttp.ClientResponse]]:
-    """An aiohttp middleware after ratekeeper's that waits on ``gate`` before the request goes out, noting a
-    cancellation."""
+def gated(
+    gate: asyncio.Event, waiting: asyncio.Event, cancelled: list[str]
+) -> Callable[..., Awaitable[aiohttp.ClientResponse]]:
+    """An aiohttp middleware after ratekeeper's that waits on ``gate`` before the request goes out (setting
+    ``waiting`` then), noting a cancellation."""
 
     async def middleware(request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType) -> aiohttp.ClientResponse:
         if request.url.path == "/held":
+            waiting.set()
             try:
                 await gate.wait()
             except asyncio.CancelledError:
@@ -236,15 +239,14 @@ def test_aiohttp_short_way_cancels_the_inner_call_and_goes_on(serve_api: ServeAp
     cancelled: list[str] = []
 
     async def main() -> list[int]:
-        gate = asyncio.Event()
-        async with aiohttp.ClientSession(middlewares=(pace, gated(gate, cancelled))) as session:
+        gate, waiting = asyncio.Event(), asyncio.Event()
+        async with aiohttp.ClientSession(middlewares=(pace, gated(gate, waiting, cancelled))) as session:
             codes = []
             for path in ("/a", "/b"):  # the long way, then the short way
                 async with session.get(f"{served.url}{path}") as answer:
                     codes.append(answer.status)
             held = asyncio.ensure_future(session.get(f"{served.url}/held"))
-            for _ in range(20):
-                await asyncio.sleep(0)
+            await waiting.wait()  # past ratekeeper, into the inner call
             held.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await held
@@ -307,4 +309,9 @@ def test_aiohttp_middleware_without_a_short_way_and_a_subclasss_call(serve_api: 
 
     assert asyncio.run(main()) == [200] * 6
     assert seen == ["/a", "/b", "/c"]
+    # The keyed middleware kept its calls under the host and the key's fingerprint, every one of them: none went
+    # a short way keyed by the host alone.
+    (key,) = keyed.stats()
+    assert key.startswith(served.url.removeprefix("http://") + " ")
+    assert keyed.stats()[key]["calls"] == 3
     assert sum(served.api.accepted.values()) == 6
