@@ -20,6 +20,11 @@ use crate::server_words::{self, Dialect, Said, Warning, Word};
 
 /// A call that the server's word says to retry, with no wait stated, waits this many seconds.
 pub const NO_WORD_WAIT: f64 = 1.0;
+/// The budget of a host whose server asked for a wait (`Retry-After`) before stating any budget: its
+/// auto-group counts nothing (its limit is more than a window's calls) until a wait caps it.
+pub const HELD_BUDGET: &str = "retry-after";
+/// [`HELD_BUDGET`]'s limit per window: the most a limit takes.
+pub const HELD_LIMIT: u64 = 4_294_967_295;
 /// What a call held at a window's end waits past it, in seconds.
 const SHORTEST_SLEEP: f64 = 0.001;
 
@@ -544,7 +549,22 @@ impl Engine {
             }
         }
         if let (Some(wait), true) = (word.retry_after, word.budgets.is_empty()) {
-            caps.extend(ticket.plan.budgets.iter().map(|(_, group)| (group.clone(), 0, wait)));
+            if !ticket.plan.budgets.is_empty() {
+                caps.extend(ticket.plan.budgets.iter().map(|(_, group)| (group.clone(), 0, wait)));
+            } else if self.settings.auto_groups {
+                // No budget of the host's to hold yet (a 429 as its first word, say): the wait's own
+                // auto-group holds its calls, in the store, so every process waits too.
+                match host.auto.iter().find(|a| a.budget == HELD_BUDGET) {
+                    Some(auto) => caps.push((auto.group.clone(), 0, wait)),
+                    None => unmade.push(Unmade {
+                        budget: HELD_BUDGET.to_string(),
+                        limit: HELD_LIMIT,
+                        window: self.settings.window,
+                        remaining: 0,
+                        reset_after: wait,
+                    }),
+                }
+            }
         }
     }
 
@@ -729,6 +749,26 @@ mod tests {
         assert_eq!(stats[0].1.calls, 2);
         assert_eq!(stats[0].1.dialect, "openai");
         assert_eq!(stats[0].1.remaining, [("requests".to_owned(), 99), ("tokens".to_owned(), 900)]);
+    }
+
+    #[test]
+    fn a_wait_before_any_budget_is_held_by_a_group_of_its_own() {
+        let (engine, budgets) = (engine(&[]), Fake::new(10));
+        let ticket = admitted(engine.admit(&budgets, ("h", "api", Some("/")), &[], true).unwrap());
+        // A 429 with only Retry-After, the host's first word: no budget to cap, so the wait's own group is asked for.
+        let settled =
+            engine.settle(&budgets, ("h", "api"), &ticket, &said(&[("retry-after", "30")]), (429, 0.0)).unwrap();
+        assert_eq!(settled.retry, Some(30.0));
+        let unmade: Vec<_> =
+            settled.unmade.iter().map(|u| (u.budget.as_str(), u.limit, u.window, u.remaining, u.reset_after)).collect();
+        assert_eq!(unmade, [(HELD_BUDGET, HELD_LIMIT, 60.0, 0, 30.0)]);
+        engine.made("api", HELD_BUDGET, "api retry-after", HELD_LIMIT, 60.0);
+        // Made: every call spends in it, and the next wait caps it.
+        let ticket = admitted(engine.admit(&budgets, ("h", "api", Some("/")), &[], true).unwrap());
+        let settled =
+            engine.settle(&budgets, ("h", "api"), &ticket, &said(&[("retry-after", "5")]), (503, 0.0)).unwrap();
+        assert!(settled.unmade.is_empty());
+        assert_eq!(*budgets.calls.borrow(), ["check h api retry-after 1", "cap h api retry-after 0 5"]);
     }
 
     #[test]

@@ -250,6 +250,12 @@ class ManualClock:
 class Decision:
     """What the limiter decided for one request. ``bool(decision)`` is ``decision.allowed``."""
 
+    @staticmethod
+    def _refusal(retry_after: float) -> Decision:
+        """A refusal no limit made: by rate, in no group, to be retried after ``retry_after`` seconds (0 when
+        it is not a finite wait of 0 or more). The outgoing engine's, for a call refused while its host's
+        first answer is awaited."""
+
     @property
     def _admitted_at(self) -> int:
         """The limiter's clock reading (ns) of the decision (for an adaptive limit's permits: when they were

@@ -40,11 +40,11 @@ import math
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from ratekeeper._core import Decision, Limit, Rate, _Outgoing, _Ticket
 from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue, RateLimited
-from ratekeeper._offload import off_loop
 from ratekeeper._server_words import DIALECTS
 
 if TYPE_CHECKING:
@@ -69,6 +69,11 @@ _UNSET = _Unset()
 #: A waiting call looks again at least this often: a word heard meanwhile (or tokens given back) may have moved
 #: the window's end closer than the refusal said.
 _LONGEST_SLEEP = 0.25
+#: The most units a call may spend in a budget, and the least it cannot: what the core counts in.
+_MOST_UNITS = 2**63
+#: How often a call awaiting its host's first answer in asyncio looks whether it came; the ``retry_after`` of
+#: one refused meanwhile.
+_FIRST_WORD_POLL = 0.01
 
 
 class Call:
@@ -227,7 +232,8 @@ class Outgoing:
         dialect: read the servers' fields in this dialect only (``"ietf"``, ``"anthropic"``, ``"openai"``,
             ``"github"``, ``"x-ratelimit"``); default: whichever a response carries.
         wait: wait for the call's turn (default); ``False`` raises [`RateLimited`][ratekeeper.RateLimited] at
-            once instead, without sending it.
+            once instead, without sending it (also while its host's first answer is awaited), and returns a
+            429 as it came, without waiting to retry it.
         timeout: the longest a call waits for its turn, in seconds, retries included; past it,
             ``RateLimited``. ``None``: as long as it takes.
         retries: how many times a 429 (or a 503 with a wait) is sent again after the wait the server asks
@@ -277,6 +283,10 @@ class Outgoing:
             if not isinstance(flag, bool):
                 raise InvalidType(name, f"must be a bool, got {type(flag).__name__}")
         _check_seconds("window", window, allow_none=False)
+        try:  # an auto-group's window: one a limit can be made of
+            Rate(1, per=window)
+        except InvalidValue as error:
+            raise InvalidValue("window", error.args[0].split(": ", 1)[-1]) from None
         _check_seconds("timeout", timeout, allow_none=True)
         if isinstance(retries, bool) or not isinstance(retries, int):
             raise InvalidType("retries", f"must be an int, got {type(retries).__name__}")
@@ -302,6 +312,8 @@ class Outgoing:
         # host -> set once its first answer came back (see _first_word); the hosts that answered.
         self._heard: dict[str, threading.Event] = {}
         self._answered: set[str] = set()
+        # (host, budget, limit, window) of the auto-groups the limiter could not make (see _auto_group).
+        self._unmakeable: set[tuple[str, str, int, float]] = set()
         #: Whether the adapters must read a response's body for ``spent``.
         self._reads_body = spent is not None
         # The short way, for calls keyed by their host with no cost or spent function (from asyncio, also a store
@@ -354,8 +366,8 @@ class Outgoing:
         for budget, units in estimate.items():
             if isinstance(units, bool) or not isinstance(units, int) or not isinstance(budget, str):
                 raise InvalidType(("cost", str(budget)), f"must return str keys and int units, got {units!r}")
-            if units < 1:
-                raise InvalidValue(("cost", budget), f"must return a positive count, got {units}")
+            if not 1 <= units < _MOST_UNITS:
+                raise InvalidValue(("cost", budget), f"must return a positive count below 2**63, got {units}")
             checked[budget] = units
         return checked
 
@@ -405,6 +417,18 @@ class Outgoing:
                     return None  # this call is the first: it goes
         return None if heard.is_set() else heard
 
+    def _await_first_word(self, key: str, deadline: float | None) -> None:
+        """Counts a call about to wait for its host's first answer (``_first_word``), or refuses it at once
+        (``wait=False``, or no time left before its deadline)."""
+        if not self.wait or (deadline is not None and time.monotonic() >= deadline):
+            self._refuse_unheard(key)
+        self._core.count(key, waits=1)
+
+    def _refuse_unheard(self, key: str) -> None:
+        """Raises ``RateLimited`` (counted) for a call that may not wait for its host's first answer longer."""
+        self._core.count(key, refused=1)
+        raise RateLimited(Decision._refusal(_FIRST_WORD_POLL))
+
     def _heard_from(self, host: str) -> None:
         if host in self._answered:
             return
@@ -424,10 +448,17 @@ class Outgoing:
         """Waits (``time.sleep``) until ``call`` is admitted in all its groups; its ticket."""
         host, key, estimate = self._asked(call)
         heard = self._first_word(host)
+        waited = heard is not None
         if heard is not None:
-            heard.wait(None if deadline is None else max(deadline - time.monotonic(), 0.0))
+            self._await_first_word(key, deadline)
+            started = time.monotonic()
+            heard.wait(None if deadline is None else max(deadline - started, 0.0))
+            self._core.count(key, waited=time.monotonic() - started)
+            if not heard.is_set():
+                self._refuse_unheard(key)
         admit, path = self._core.admit, call.path
-        waited, guard = False, True
+        # A call held at a window's end waits for the next (see ``_next_pause``); one that may not wait goes.
+        guard = self.wait
         while True:
             outcome = admit(key, host, path, estimate, guard)
             if type(outcome) is _Ticket:
@@ -444,12 +475,22 @@ class Outgoing:
         ``acheck`` (``_atry``), never blocking the event loop."""
         host, key, estimate = self._asked(call)
         heard = self._first_word(host)
+        waited = heard is not None
+        if heard is not None:
+            self._await_first_word(key, deadline)
+            started = time.monotonic()
+            try:
+                # Polled: the first call may be another thread's or another event loop's, so no asyncio.Event
+                # serves.
+                while not heard.is_set() and (deadline is None or time.monotonic() < deadline):  # noqa: ASYNC110
+                    await asyncio.sleep(_FIRST_WORD_POLL)
+            finally:
+                self._core.count(key, waited=time.monotonic() - started)
+            if not heard.is_set():
+                self._refuse_unheard(key)
         waits_on_io = self.limiter._waits_on_io
-        # Polled: the first call may be another thread's or another event loop's, so no asyncio.Event serves.
-        while heard is not None and not heard.is_set() and (deadline is None or time.monotonic() < deadline):  # noqa: ASYNC110
-            await asyncio.sleep(_SHORTEST_SLEEP * 10)
         admit, path = self._core.admit, call.path
-        waited, guard = False, True
+        guard = self.wait
         while True:
             if waits_on_io:
                 outcome = await self._atry(key, host, path, estimate, guard)
@@ -472,22 +513,48 @@ class Outgoing:
         plan = self._core.plan(key, host, path, estimate)
         steps = plan.steps
         ends = []
-        for index, (group, units, is_budget) in enumerate(steps):
-            decision = await self.limiter.acheck(key, group=group, cost=units)
+        loop = asyncio.get_running_loop()
+        for index, step in enumerate(steps):
+            group, units, is_budget = step
+            # Shielded: a task cancelled while the store decides leaves the check to end, and what it admitted
+            # is given back then (an answer that came to no one would keep its units).
+            check = asyncio.ensure_future(self.limiter.acheck(key, group=group, cost=units))
+            try:
+                decision = await asyncio.shield(check)
+            except BaseException:
+                # Cancelled (or the store failed): the steps spent go back, off the loop and not awaited.
+                if index:
+                    loop.run_in_executor(None, self._give_back, key, steps[:index])
+                check.add_done_callback(partial(self._give_back_admitted, key, step))
+                raise
             if not decision.allowed:
-                await off_loop(self.limiter, self._give_back, key, steps[:index])
+                await self._agive_back(key, steps[:index])
                 return decision
             if is_budget and _filling(decision):
                 ends.append(decision.reset_after)
         hold = self._core.crossing(host, ends) if guard else 0.0
         if hold:
-            await off_loop(self.limiter, self._give_back, key, steps)
+            await self._agive_back(key, steps)
             return hold
         return self._core.ticket(key, host, plan, estimate)
 
     def _give_back(self, key: str, steps: list[tuple[str, int, bool]]) -> None:
         for group, units, _ in steps:
             self.limiter.reduce(key, group=group, n=units)
+
+    def _give_back_admitted(self, key: str, step: tuple[str, int, bool], check: asyncio.Future[Decision]) -> None:
+        """Gives back ``step`` in a worker thread if its ``check``, which no task awaits now, admitted it."""
+        if not check.cancelled() and check.exception() is None and check.result().allowed:
+            try:
+                check.get_loop().run_in_executor(None, self._give_back, key, [step])
+            except RuntimeError:  # the loop is closing: its executor takes no more work
+                threading.Thread(target=self._give_back, args=(key, [step]), daemon=True).start()
+
+    async def _agive_back(self, key: str, steps: list[tuple[str, int, bool]]) -> None:
+        """``_give_back`` in a worker thread, which a cancellation of the awaiting task does not stop (a job
+        cancelled before its thread took it up would never run)."""
+        if steps:
+            await asyncio.shield(asyncio.get_running_loop().run_in_executor(None, self._give_back, key, steps))
 
     def _sleep(self, key: str, seconds: float) -> None:
         time.sleep(seconds)
@@ -504,6 +571,8 @@ class Outgoing:
         made = self._core.made_group(host, budget)
         if made is not None and made[1] == limit and made[2] == window:
             return made[0]
+        if (host, budget, limit, window) in self._unmakeable:
+            return None
         name = f"{host} {budget}"
         try:
             wanted = [Limit(Rate(limit, per=window), algorithm="fixed_window")]
@@ -515,6 +584,8 @@ class Outgoing:
                 except InvalidValue:  # the server's size changed (another process may have said so too)
                     self.limiter.update_rule(name, Rate(limit, per=window), burst=limit)
         except InvalidArgument as error:
+            # Logged once: the server says the same on every reply, and the group is not tried again.
+            self._unmakeable.add((host, budget, limit, window))
             log.warning("no group for %s's budget %r (%s per %ss): %s", host, budget, limit, window, error)
             return None
         self._core.made(host, budget, name, limit, window)
@@ -531,13 +602,17 @@ class Outgoing:
             return []
         if actual is None:
             return []
-        if not isinstance(actual, Mapping):
-            raise InvalidType("spent", f"must return a mapping or None, got {type(actual).__name__}")
+        if not isinstance(actual, Mapping):  # as a failure: the response is the caller's all the same
+            log.error("spent(...) must return a mapping of budget names to units or None, got %r", actual)
+            return []
         corrections = []
         budgets, estimate = ticket.budgets, ticket.estimate
         for budget, units in actual.items():
             group = budgets.get(budget)
-            if group is None or isinstance(units, bool) or not isinstance(units, int) or units < 0:
+            if group is None:  # a budget this call did not spend in
+                continue
+            if isinstance(units, bool) or not isinstance(units, int) or not 0 <= units < _MOST_UNITS:
+                log.error("spent(...)[%r] must be a count of 0 to 2**63 - 1, got %r: not corrected", budget, units)
                 continue
             difference = units - estimate.get(budget, 1)
             if difference:
@@ -699,7 +774,9 @@ class Outgoing:
             await self._asleep(ticket.key, retry)
 
     def _retrying(self, key: str, attempt: int, wait: float, deadline: float | None) -> bool:
-        if attempt >= self.retries or (deadline is not None and time.monotonic() + wait > deadline):
+        """Whether to send a throttled call again after ``wait`` (counted): not when told not to wait, after
+        ``retries`` times, nor past the deadline."""
+        if not self.wait or attempt >= self.retries or (deadline is not None and time.monotonic() + wait > deadline):
             return False
         self._core.count(key, retries=1)
         return True

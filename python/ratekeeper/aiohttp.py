@@ -59,7 +59,8 @@ def _place(request: ClientRequest) -> tuple[str, str]:
 
 
 def _read_place(url: URL) -> tuple[str, str]:
-    return host_of(url.host or "", url.explicit_port, _DEFAULT_PORTS.get(url.scheme)), url.path
+    # The host as sent (an IDNA name in its ``xn--`` form, as every adapter keys it), the path decoded.
+    return host_of(url.raw_host or "", url.explicit_port, _DEFAULT_PORTS.get(url.scheme)), url.path
 
 
 async def _call(request: ClientRequest) -> Call:

@@ -36,16 +36,17 @@ __all__ = ["AsyncTransport", "Call", "HostStats", "Outgoing", "Reply", "Transpor
 def _place(url: httpx.URL) -> tuple[str, str]:
     """The call's host (with its port when not the scheme's default, which httpx leaves out) and path: read
     from the parts the URL keeps parsed (``URL._uri_reference``), which its properties would decode again,
-    when there is nothing to decode (an IDNA host, a path with escapes, no path: see ``_decoded_place``)."""
+    when there is nothing to decode (a path with escapes, or none: see ``_decoded_place``). The host is kept as
+    it goes on the wire, an IDNA name in its ``xn--`` form, as every adapter keys it."""
     _, _, host, port, path, _, _ = url._uri_reference
-    if "xn--" in host or "%" in path or not path:
+    if "%" in path or not path:
         return _decoded_place(url)
     return (host if port is None else f"{host}:{port}"), path
 
 
 def _decoded_place(url: httpx.URL) -> tuple[str, str]:
-    """``_place`` from the URL's properties, which decode its host and path."""
-    return host_of(url.host, url.port, None), url.path
+    """``_place`` from the URL's properties: its host as sent (``raw_host``), its path decoded."""
+    return host_of(url.raw_host.decode("ascii"), url.port, None), url.path
 
 
 # Whether httpx keeps a URL's parts as a 7-tuple (``httpx._urlparse.ParseResult``), which the core reads
@@ -101,7 +102,7 @@ def _handle(outgoing: Outgoing, send: _Send, request: httpx.Request) -> httpx.Re
     if admit is not None:  # the short way (see Outgoing.__init__)
         url = request.url
         ticket = admit(url._uri_reference) if _PARTS else False
-        if ticket is False:  # an IDNA host, an escaped path: read here
+        if ticket is False:  # an escaped path: read here
             host, path = _place(url)
             ticket = outgoing._core.admit_heard(host, path)
         if ticket is not None:

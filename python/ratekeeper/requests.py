@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 try:
     from requests import PreparedRequest, Response
@@ -39,11 +39,13 @@ _MOST_PLACES = 4096
 
 
 def _place(url: str) -> tuple[str, str]:
-    """The call's host (with its port when not the scheme's default) and path."""
+    """The call's host (with its port when not the scheme's default) and path: the host as sent (requests
+    sends an IDNA name in its ``xn--`` form), the path decoded, as every adapter keys and routes them."""
     place = _PLACES.get(url)
     if place is None:
         parts = urlsplit(url)
-        place = (host_of(parts.hostname or "", parts.port, _DEFAULT_PORTS.get(parts.scheme)), parts.path or "/")
+        path = unquote(parts.path) if "%" in parts.path else parts.path
+        place = (host_of(parts.hostname or "", parts.port, _DEFAULT_PORTS.get(parts.scheme)), path or "/")
         if len(_PLACES) < _MOST_PLACES:
             _PLACES[url] = place
     return place

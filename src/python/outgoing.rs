@@ -181,8 +181,8 @@ impl PyOutgoing {
     /// `admit_heard` of a call whose URL httpx keeps parsed as `parts`
     /// (`httpx._urlparse.ParseResult`: scheme, userinfo, host, port, path, query, fragment; the port
     /// None when it is the scheme's default), its host and path read here: the same `_Ticket` or None,
-    /// or False when the parts are for Python to read (an IDNA host, a path with escapes or none, parts
-    /// of another shape), which then asks `admit_heard`.
+    /// or False when the parts are for Python to read (a path with escapes or none, parts of another
+    /// shape), which then asks `admit_heard`.
     fn admit_parts<'py>(&self, py: Python<'py>, parts: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         let Some((host, path)) = url_parts(py, parts)? else {
             return Ok(PyBool::new(py, false).to_owned().into_any());
@@ -378,8 +378,8 @@ pub(super) fn url_parts<'py>(
     };
     let name = host.to_str()?;
     let text = path.to_str()?;
-    // An IDNA host is keyed decoded, as httpx's URL.host gives it; an escaped path, unescaped.
-    if is_idna(name) || text.is_empty() || text.as_bytes().contains(&b'%') {
+    // The host is keyed as sent (an IDNA name in its `xn--` form); an escaped path, unescaped, in Python.
+    if text.is_empty() || text.as_bytes().contains(&b'%') {
         return Ok(None);
     }
     if port.is_none() {
@@ -387,12 +387,6 @@ pub(super) fn url_parts<'py>(
     }
     let Ok(port) = port.extract::<u16>() else { return Ok(None) };
     Ok(Some((PyString::new(py, &format!("{name}:{port}")), path.to_owned())))
-}
-
-/// Whether a host name holds an IDNA label's `xn--`, in any label: looked for byte by byte, a few
-/// instructions where `str::contains`' searcher is hundreds (this is every call's path).
-fn is_idna(host: &str) -> bool {
-    host.as_bytes().windows(4).any(|w| w == b"xn--")
 }
 
 /// A cost function's estimate as (budget, units).

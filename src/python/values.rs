@@ -723,6 +723,25 @@ impl PyDecision {
 
 #[pymethods]
 impl PyDecision {
+    /// A refusal no limit made: by rate, in no group, to be retried after `retry_after` seconds (0 when
+    /// it is not a finite wait of 0 or more). The outgoing engine's, for a call refused while its host's
+    /// first answer is awaited.
+    #[staticmethod]
+    fn _refusal(retry_after: f64) -> Self {
+        Self {
+            flags: BY_RATE,
+            group: None,
+            limit: 0,
+            remaining: 0,
+            retry_after: if retry_after.is_finite() { retry_after.max(0.0) } else { 0.0 },
+            reset_after: 0.0,
+            window: f64::NAN,
+            next_after: 0.0,
+            peer: None,
+            at: 0,
+        }
+    }
+
     /// The limiter's clock reading (ns) of the admission, for `Limiter._release(admitted_at=...)`.
     #[getter]
     const fn _admitted_at(&self) -> u64 {

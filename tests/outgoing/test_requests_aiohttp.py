@@ -239,6 +239,35 @@ def test_aiohttp_middleware_raises_at_once_when_asked(serve_api: ServeApi) -> No
 # --- imports -----------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://b\u00fccher.example/x",  # an IDNA name: keyed as sent, xn--
+        "http://www.xn--bcher-kva.example/",  # httpx decodes a first label only, yarl every label
+        "http://xn--bcher-kva.example:8080/a%2Fb%20c",  # an escaped path: routed decoded
+        "https://API.example.com:443/v1",  # the scheme's port left out, the host lowered
+        "http://api.example.com:443/v1",
+        "http://[::1]:8000/x",
+        "http://api.example.com",
+    ],
+)
+def test_every_client_keys_and_routes_a_url_alike(url: str) -> None:
+    # One Outgoing may serve an httpx, a requests and an aiohttp client: a URL must be the same key (its budgets,
+    # its auto-groups) and the same path (the rules it routes to) whichever sends it.
+    import httpx
+    import yarl
+    from ratekeeper import aiohttp as rk_aiohttp
+    from ratekeeper import httpx as rk_httpx
+    from ratekeeper import requests as rk_requests
+
+    places = {
+        "httpx": rk_httpx._place(httpx.URL(url)),
+        "requests": rk_requests._place(requests.Request("GET", url).prepare().url or ""),
+        "aiohttp": rk_aiohttp._read_place(yarl.URL(url)),
+    }
+    assert len(set(places.values())) == 1, places
+
+
 def test_each_client_is_imported_only_by_its_own_module() -> None:
     code = (
         "import sys, ratekeeper\n"

@@ -1,0 +1,211 @@
+"""The outgoing engine at the edges a user meets: a call that may not wait while its host's first answer is
+awaited, a bare ``Retry-After`` before any budget, ``wait=False`` and a 429, costs and corrections out of
+range, a window no group can be made of, and tasks cancelled while Redis decides their turn."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import uuid
+
+import httpx
+import pytest
+import ratekeeper as rk
+from _redis import RedisServer
+from ratekeeper.httpx import AsyncTransport, Transport
+
+HOST = "https://api.example.com"
+
+
+def held_first(started: threading.Event, release: threading.Event, sent: list[str]) -> httpx.MockTransport:
+    """Answers 200 with GitHub's fields; the first request is held until ``release`` (``started`` set once it is)."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request.url.path)
+        if len(sent) == 1:
+            started.set()
+            assert release.wait(10)
+        return httpx.Response(200, headers={"x-ratelimit-limit": "100", "x-ratelimit-remaining": "99"})
+
+    return httpx.MockTransport(answer)
+
+
+@pytest.mark.parametrize("options", [{"wait": False}, {"timeout": 0.05}])
+def test_a_call_that_may_not_wait_for_its_hosts_first_answer_is_refused_unsent(options: dict[str, object]) -> None:
+    # Until a host's first answer its calls go one at a time: a call that may not wait that long (wait=False, or
+    # a timeout shorter than the first call) raises RateLimited and is not sent beside the first.
+    started, release, sent = threading.Event(), threading.Event(), []
+    transport = Transport(rk.Limiter(rules=[]), inner=held_first(started, release, sent), **options)  # type: ignore[arg-type]
+    with httpx.Client(transport=transport, base_url=HOST) as client:
+        first = threading.Thread(target=client.get, args=("/first",))
+        first.start()
+        assert started.wait(10)
+        with pytest.raises(rk.RateLimited) as refused:
+            client.get("/second")
+        release.set()
+        first.join(10)
+        assert client.get("/third").status_code == 200  # answered: the host's calls go as they come
+    assert sent == ["/first", "/third"]
+    assert refused.value.decision.group is None
+    stats = transport.stats()["api.example.com"]
+    assert (stats["calls"], stats["refused"]) == (2, 1)
+    assert stats["waits"] == (0 if options.get("wait") is False else 1)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("wait", [True, False])
+async def test_a_task_awaiting_its_hosts_first_answer_is_counted_or_refused_when_told_not_to_wait(wait: bool) -> None:
+    arrived, release, sent = asyncio.Event(), asyncio.Event(), []
+
+    async def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request.url.path)
+        if len(sent) == 1:
+            arrived.set()
+            await release.wait()
+        return httpx.Response(200, headers={"x-ratelimit-limit": "100", "x-ratelimit-remaining": "99"})
+
+    transport = AsyncTransport(rk.Limiter(rules=[]), inner=httpx.MockTransport(answer), wait=wait)
+    async with httpx.AsyncClient(transport=transport, base_url=HOST) as client:
+        first = asyncio.create_task(client.get("/first"))
+        await arrived.wait()
+        second = asyncio.create_task(client.get("/second"))
+        await asyncio.sleep(0.05)  # whatever this lasts, the second call waits for the first answer or is refused
+        if wait:
+            assert not second.done()
+        else:
+            with pytest.raises(rk.RateLimited):
+                await second
+        release.set()
+        assert (await first).status_code == 200
+        if wait:
+            assert (await second).status_code == 200
+    stats = transport.stats()["api.example.com"]
+    assert (stats["calls"], stats["waits"], stats["refused"]) == ((2, 1, 0) if wait else (1, 0, 1))
+    assert (stats["waited"] > 0) is wait
+
+
+def test_a_retry_after_before_any_budget_holds_every_later_call_until_it_passes() -> None:
+    # A host's first word is a 429 with only Retry-After (no budget stated): the wait's own group holds the calls
+    # after it, in the limiter's store (so with rk.Shared or rk.Redis, every process's).
+    sent: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request.url.path)
+        return httpx.Response(429, headers={"retry-after": "30"})
+
+    limiter = rk.Limiter(rules=[])
+    transport = Transport(limiter, inner=httpx.MockTransport(answer), wait=False)
+    with httpx.Client(transport=transport, base_url=HOST) as client:
+        assert client.get("/a").status_code == 429  # wait=False: returned as it came, not retried
+        for path in ("/b", "/c"):
+            with pytest.raises(rk.RateLimited) as refused:
+                client.get(path)
+            assert refused.value.decision.group == "api.example.com retry-after"
+            assert 29 < refused.value.retry_after <= 30
+    assert sent == ["/a"]
+    # The group counts nothing of its own: past the wait, calls go as they come.
+    assert limiter.peek("api.example.com", group="api.example.com retry-after").remaining == 0
+
+
+def test_wait_false_returns_a_429_at_once_without_its_retries() -> None:
+    sent: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request.url.path)
+        return httpx.Response(
+            429, headers={"retry-after": "5", "x-ratelimit-limit": "10", "x-ratelimit-remaining": "0"}
+        )
+
+    transport = Transport(rk.Limiter(rules=[]), inner=httpx.MockTransport(answer), wait=False, retries=2)
+    with httpx.Client(transport=transport, base_url=HOST) as client:
+        assert client.get("/a").status_code == 429
+    stats = transport.stats()["api.example.com"]
+    assert (len(sent), stats["retries"], stats["waited"]) == (1, 0, 0.0)
+
+
+@pytest.mark.parametrize("units", [0, -1, 2**63, 2**64, 2**70])
+def test_a_cost_out_of_range_is_an_invalid_value_naming_its_budget(units: int) -> None:
+    transport = Transport(
+        rk.Limiter(rules=[]),
+        inner=httpx.MockTransport(lambda request: httpx.Response(200)),
+        cost=lambda call: {"tokens": units},
+    )
+    with (
+        httpx.Client(transport=transport, base_url=HOST) as client,
+        pytest.raises(rk.InvalidValue, match=r"^cost\.tokens: "),
+    ):
+        client.get("/")
+
+
+@pytest.mark.parametrize("spent", [12, "many", {"tokens": 2**64}, {"tokens": -3}, {"tokens": 1.5}])
+def test_a_spent_reading_out_of_range_is_logged_and_the_response_returned(
+    spent: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    limiter = rk.Limiter(rules=[])
+    limiter.add_group("tokens", [rk.Limit("1000/min", algorithm="fixed_window")])
+    transport = Transport(
+        limiter,
+        inner=httpx.MockTransport(lambda request: httpx.Response(200)),
+        groups={"tokens": "tokens"},
+        cost=lambda call: {"tokens": 10},
+        spent=lambda reply: spent,  # type: ignore[arg-type,return-value]
+    )
+    with (
+        caplog.at_level(logging.ERROR, "ratekeeper.outgoing"),
+        httpx.Client(transport=transport, base_url=HOST) as client,
+    ):
+        assert client.get("/").status_code == 200
+    assert "spent(...)" in caplog.text
+    assert limiter.peek("api.example.com", group="tokens").remaining == 990  # the estimate stands
+
+
+def test_a_group_the_limiter_cannot_make_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    # A window of thirty years: no limit is made of it, and every reply says the same.
+    headers = {"ratelimit-policy": '"a";q=10;w=999999999', "ratelimit": '"a";r=9;t=60'}
+    transport = Transport(
+        rk.Limiter(rules=[]), inner=httpx.MockTransport(lambda request: httpx.Response(200, headers=headers))
+    )
+    with (
+        caplog.at_level(logging.WARNING, "ratekeeper.outgoing"),
+        httpx.Client(transport=transport, base_url=HOST) as client,
+    ):
+        for _ in range(5):
+            assert client.get("/").status_code == 200
+    assert [r.getMessage() for r in caplog.records].count(caplog.records[0].getMessage()) == 1
+    assert "no group for api.example.com's budget 'a'" in caplog.records[0].getMessage()
+
+
+@pytest.mark.asyncio
+async def test_tasks_cancelled_while_redis_decides_their_turn_keep_nothing(redis_server: RedisServer) -> None:
+    # With rk.Redis each group's check is a round trip the task awaits: cancelled at any point of it (here while
+    # the tokens budget, spent, refuses them all), what a call spent goes back. Cancellation points are random;
+    # what is asserted holds for any of them.
+    backend = rk.Redis(redis_server.url, prefix=f"edges-{uuid.uuid4().hex}:", on_error="raise")
+    limiter = rk.Limiter(rules=[], backend=backend)
+    limiter.add_group("requests", [rk.Limit("1000/hour", algorithm="fixed_window")])
+    limiter.add_group("tokens", [rk.Limit("1000/hour", algorithm="fixed_window")])
+    assert limiter.check("api.example.com", group="tokens", cost=1000).allowed
+    sent: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request.url.path)
+        return httpx.Response(200)
+
+    transport = AsyncTransport(
+        limiter, inner=httpx.MockTransport(answer), groups={"requests": "requests", "tokens": "tokens"}, obey=False
+    )
+    async with httpx.AsyncClient(transport=transport, base_url=HOST) as client:
+        for round_ in range(20):
+            tasks = [asyncio.create_task(client.get("/")) for _ in range(8)]
+            for _ in range(round_ % 5):
+                await asyncio.sleep(0)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+    for _ in range(1000):  # give-backs run on worker threads: counted, not timed
+        if (await asyncio.to_thread(limiter.peek, "api.example.com", group="requests")).remaining == 1000:
+            break
+        await asyncio.sleep(0.001)
+    assert sent == []
+    assert limiter.peek("api.example.com", group="requests").remaining == 1000
