@@ -307,10 +307,10 @@ class Outgoing:
         )
         # The key is the host: no key function, no credential header.
         self._plain_key = key is None and api_key_header is None
-        # Whether a host's first calls go one at a time until its first answer (see _first_word).
+        # Whether a host's first calls go one at a time until its first answer (see _go_first).
         self._waits_first = auto_groups and obey and not self.groups
-        # host -> set once its first answer came back (see _first_word); the hosts that answered.
-        self._heard: dict[str, threading.Event] = {}
+        # host -> held by the call going as the host's first (see _go_first); the hosts that answered.
+        self._firsts: dict[str, threading.Lock] = {}
         self._answered: set[str] = set()
         # (host, budget, limit, window) of the auto-groups the limiter could not make (see _auto_group).
         self._unmakeable: set[tuple[str, str, int, float]] = set()
@@ -402,20 +402,67 @@ class Outgoing:
             self._core.count(key, waits=1)
         return min(max(pause, _SHORTEST_SLEEP), _LONGEST_SLEEP)
 
-    def _first_word(self, host: str) -> threading.Event | None:
+    def _first_of(self, host: str) -> threading.Lock | None:
         """While auto-groups are all a host's budgets are limited by and no answer from it came back yet, its
-        calls go one at a time in this process: the first answer makes its groups, and a burst sent before it
-        would be limited by nothing. ``None``: go; else the event to wait for."""
+        calls go one at a time in this process, each holding the host's lock: the first answer makes its groups,
+        and a burst sent before it would be limited by nothing. A call that gets no answer (it failed, was
+        refused or cancelled) lets the next go as the first. ``None``: the host answered, go."""
         if not self._waits_first or host in self._answered:
             return None
-        heard = self._heard.get(host)  # no lock: once made, a host's event stays
-        if heard is None:
+        first = self._firsts.get(host)  # no lock: once made, a host's lock stays
+        if first is None:
             with self._lock:
-                heard = self._heard.get(host)
-                if heard is None:
-                    self._heard[host] = threading.Event()
-                    return None  # this call is the first: it goes
-        return None if heard.is_set() else heard
+                first = self._firsts.setdefault(host, threading.Lock())
+        return first
+
+    def _go_first(self, host: str, key: str, deadline: float | None) -> tuple[bool, bool]:
+        """Waits (``_first_of``) until a call may go: whether it goes as its host's first, holding the host's lock
+        (``_first_done`` lets it go; not once the host has answered), and whether it waited."""
+        first = self._first_of(host)
+        if first is None:
+            return False, False
+        waited = not first.acquire(blocking=False)
+        if waited:
+            self._await_first_word(key, deadline)
+            started = time.monotonic()
+            got = first.acquire(timeout=-1 if deadline is None else max(deadline - started, 0.0))
+            self._core.count(key, waited=time.monotonic() - started)
+            if not got:
+                self._refuse_unheard(key)
+        return self._still_first(host, first), waited
+
+    async def _ago_first(self, host: str, key: str, deadline: float | None) -> tuple[bool, bool]:
+        """``_go_first`` for asyncio: the lock is polled, as the first call may be another thread's or another
+        event loop's."""
+        first = self._first_of(host)
+        if first is None:
+            return False, False
+        waited = not first.acquire(blocking=False)
+        if waited:
+            self._await_first_word(key, deadline)
+            started = time.monotonic()
+            try:
+                while not first.acquire(blocking=False):
+                    if deadline is not None and time.monotonic() >= deadline:
+                        self._refuse_unheard(key)
+                    await asyncio.sleep(_FIRST_WORD_POLL)
+            finally:
+                self._core.count(key, waited=time.monotonic() - started)
+        return self._still_first(host, first), waited
+
+    def _still_first(self, host: str, first: threading.Lock) -> bool:
+        """Whether a call that took ``host``'s lock goes as its first: not once the host answered (the lock goes
+        to the next waiting call at once)."""
+        if host in self._answered:
+            first.release()
+            return False
+        return True
+
+    def _first_done(self, host: str, answered: bool) -> None:
+        """The host's first call ended: answered, the host's calls go as they come; else the next goes first."""
+        if answered:
+            self._heard_from(host)
+        self._firsts[host].release()
 
     def _await_first_word(self, key: str, deadline: float | None) -> None:
         """Counts a call about to wait for its host's first answer (``_first_word``), or refuses it at once
@@ -432,9 +479,6 @@ class Outgoing:
     def _heard_from(self, host: str) -> None:
         if host in self._answered:
             return
-        heard = self._heard.get(host)
-        if heard is not None:
-            heard.set()
         self._answered.add(host)
         self._core.heard_from(host)  # its calls may take the short way from now on
 
@@ -444,18 +488,27 @@ class Outgoing:
         key = host if self._plain_key else self._key_of(call)
         return host, key, None if self._cost is None else self._estimate(call)
 
-    def _admit(self, call: Call, deadline: float | None) -> _Ticket:
-        """Waits (``time.sleep``) until ``call`` is admitted in all its groups; its ticket."""
+    def _admit(self, call: Call, deadline: float | None) -> tuple[_Ticket, bool]:
+        """Waits (``time.sleep``) until ``call`` is admitted in all its groups; its ticket, and whether it goes as
+        its host's first (``_go_first``)."""
         host, key, estimate = self._asked(call)
-        heard = self._first_word(host)
-        waited = heard is not None
-        if heard is not None:
-            self._await_first_word(key, deadline)
-            started = time.monotonic()
-            heard.wait(None if deadline is None else max(deadline - started, 0.0))
-            self._core.count(key, waited=time.monotonic() - started)
-            if not heard.is_set():
-                self._refuse_unheard(key)
+        first, waited = self._go_first(host, key, deadline)
+        try:
+            return self._admitted(call, host, key, estimate, deadline, waited), first
+        except BaseException:
+            if first:
+                self._first_done(host, answered=False)
+            raise
+
+    def _admitted(
+        self,
+        call: Call,
+        host: str,
+        key: str,
+        estimate: dict[str, int] | None,
+        deadline: float | None,
+        waited: bool,
+    ) -> _Ticket:
         admit, path = self._core.admit, call.path
         # A call held at a window's end waits for the next (see ``_next_pause``); one that may not wait goes.
         guard = self.wait
@@ -470,24 +523,27 @@ class Outgoing:
             waited = True
             self._sleep(key, pause)
 
-    async def _aadmit(self, call: Call, deadline: float | None) -> _Ticket:
+    async def _aadmit(self, call: Call, deadline: float | None) -> tuple[_Ticket, bool]:
         """``_admit`` for asyncio: waits with ``asyncio.sleep``; a store that waits on I/O is asked through
         ``acheck`` (``_atry``), never blocking the event loop."""
         host, key, estimate = self._asked(call)
-        heard = self._first_word(host)
-        waited = heard is not None
-        if heard is not None:
-            self._await_first_word(key, deadline)
-            started = time.monotonic()
-            try:
-                # Polled: the first call may be another thread's or another event loop's, so no asyncio.Event
-                # serves.
-                while not heard.is_set() and (deadline is None or time.monotonic() < deadline):  # noqa: ASYNC110
-                    await asyncio.sleep(_FIRST_WORD_POLL)
-            finally:
-                self._core.count(key, waited=time.monotonic() - started)
-            if not heard.is_set():
-                self._refuse_unheard(key)
+        first, waited = await self._ago_first(host, key, deadline)
+        try:
+            return await self._aadmitted(call, host, key, estimate, deadline, waited), first
+        except BaseException:
+            if first:
+                self._first_done(host, answered=False)
+            raise
+
+    async def _aadmitted(
+        self,
+        call: Call,
+        host: str,
+        key: str,
+        estimate: dict[str, int] | None,
+        deadline: float | None,
+        waited: bool,
+    ) -> _Ticket:
         waits_on_io = self.limiter._waits_on_io
         admit, path = self._core.admit, call.path
         guard = self.wait
@@ -720,9 +776,11 @@ class Outgoing:
         if isinstance(deadline, _Unset):
             deadline = None if self.timeout is None else time.monotonic() + self.timeout
         while True:
+            ticket, first = self._admit(call, deadline)
+            answered = False
             try:
-                ticket = self._admit(call, deadline)
                 response = send(request)
+                answered = True
                 status, headers = raw(response)
                 answer = None
                 if self._reads_body:
@@ -730,7 +788,8 @@ class Outgoing:
                     answer.content = body(response)
                 retry = self._settle(ticket, status, headers, answer)
             finally:
-                self._heard_from(call.host)  # a first call that failed, even refused, holds no other back
+                if first:  # answered, the host's calls go; else the next goes first
+                    self._first_done(call.host, answered)
             if retry is None or not self._retrying(ticket.key, attempt, retry, deadline):
                 return response
             attempt += 1
@@ -753,9 +812,11 @@ class Outgoing:
         if isinstance(deadline, _Unset):
             deadline = None if self.timeout is None else time.monotonic() + self.timeout
         while True:
+            ticket, first = await self._aadmit(call, deadline)
+            answered = False
             try:
-                ticket = await self._aadmit(call, deadline)
                 response = await send(request)
+                answered = True
                 status, headers = raw(response)
                 answer = None
                 if self._reads_body:
@@ -766,7 +827,8 @@ class Outgoing:
                 else:
                     retry = self._settle(ticket, status, headers, answer)
             finally:
-                self._heard_from(call.host)
+                if first:
+                    self._first_done(call.host, answered)
             if retry is None or not self._retrying(ticket.key, attempt, retry, deadline):
                 return response
             attempt += 1

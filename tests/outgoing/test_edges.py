@@ -7,13 +7,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 import uuid
 
 import httpx
 import pytest
 import ratekeeper as rk
 from _redis import RedisServer
-from ratekeeper.httpx import AsyncTransport, Transport
+from ratekeeper.httpx import AsyncTransport, Call, Transport
 
 HOST = "https://api.example.com"
 
@@ -203,9 +204,71 @@ async def test_tasks_cancelled_while_redis_decides_their_turn_keep_nothing(redis
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-    for _ in range(1000):  # give-backs run on worker threads: counted, not timed
+    for _ in range(10_000):  # the checks of cancelled tasks run to their end (shielded): counted, not timed
+        if asyncio.all_tasks() == {asyncio.current_task()}:
+            break
+        await asyncio.sleep(0.001)
+    for _ in range(1000):  # then give back what they spent, on worker threads
         if (await asyncio.to_thread(limiter.peek, "api.example.com", group="requests")).remaining == 1000:
             break
         await asyncio.sleep(0.001)
     assert sent == []
     assert limiter.peek("api.example.com", group="requests").remaining == 1000
+
+
+@pytest.mark.parametrize("failure", ["raises", "cost"])
+def test_a_first_call_that_gets_no_answer_lets_one_more_go_first_not_all(failure: str) -> None:
+    # Until a host answers, its calls go one at a time: the first failing (the connection refused, or its cost
+    # function raising) hands the turn to one more call, not to every call waiting.
+    lock, in_flight, most, sent, before_answer = threading.Lock(), [0], [0], [], []
+    first_in, second_in, let_go = threading.Event(), threading.Event(), threading.Event()
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        with lock:
+            sent.append(request.url.path)
+            in_flight[0] += 1
+            most[0] = max(most[0], in_flight[0])
+            turn = len(sent)
+        try:
+            if turn == 1 and failure == "raises":
+                first_in.set()
+                assert let_go.wait(10)
+                raise httpx.ConnectError("refused")
+            if turn == (2 if failure == "raises" else 1):  # the call going first after the failure
+                second_in.set()
+                time.sleep(0.2)  # room for any call let go too early to come in beside it
+                before_answer.append(most[0])
+            return httpx.Response(200, headers={"x-ratelimit-limit": "100", "x-ratelimit-remaining": "90"})
+        finally:
+            with lock:
+                in_flight[0] -= 1
+
+    def cost(call: Call) -> dict[str, int]:
+        if call.path == "/bad":
+            raise ValueError("no estimate")
+        return {}
+
+    transport = Transport(rk.Limiter(rules=[]), inner=httpx.MockTransport(answer), cost=cost)
+    outcomes: list[object] = []
+
+    def get(path: str) -> None:
+        try:
+            outcomes.append(client.get(path).status_code)
+        except Exception as error:  # the outcome is what is checked
+            outcomes.append(type(error).__name__)
+
+    with httpx.Client(transport=transport, base_url=HOST) as client:
+        head = threading.Thread(target=get, args=("/first" if failure == "raises" else "/bad",))
+        head.start()
+        if failure == "raises":
+            assert first_in.wait(10)
+        head.join(0.1 if failure == "raises" else 10)
+        rest = [threading.Thread(target=get, args=(f"/{n}",)) for n in range(5)]
+        for thread in rest:
+            thread.start()
+        let_go.set()
+        for thread in [head, *rest]:
+            thread.join(10)
+    assert sorted(map(str, outcomes)) == sorted(["200"] * 5 + ["ConnectError" if failure == "raises" else "ValueError"])
+    assert second_in.is_set()
+    assert before_answer == [1]  # until the host's first answer, no call beside the one going first
