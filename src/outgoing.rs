@@ -588,6 +588,23 @@ impl Engine {
         Some((auto.group.to_string(), auto.limit, auto.window))
     }
 
+    /// Whether a refusal by `group` for `key`'s call to `host` is the limit's own guess, which the server's
+    /// next word may end sooner: `group` is one of the host's budgets (an auto-group or a declared one), and
+    /// no word of the server's holds at `now` (epoch seconds): none came for `key`, or every reset it said
+    /// has passed, so the group's window is its own (`window` long) until the words of the calls now on
+    /// their way end it where the server's does.
+    pub fn guessing(&self, (key, host): (&str, &str), group: &str, now: f64) -> bool {
+        let state = self.state.lock();
+        let budget_group = self.declared.iter().any(|(_, g)| **g == *group)
+            || state.known_host(host).is_some_and(|h| h.auto.iter().any(|a| *a.group == *group));
+        if !budget_group {
+            return false;
+        }
+        let Some(&at) = state.stats_index.get(key) else { return true };
+        let said = &state.stats[at].1;
+        said.reset.iter().all(|(_, reset)| said.said_at + reset <= now)
+    }
+
     /// Python made (or resized) `group` for `budget` at `host`: calls plan with it from now on.
     pub fn made(&self, host: &str, budget: &str, group: &str, limit: u64, window: f64) {
         let mut state = self.state.lock();
@@ -749,6 +766,24 @@ mod tests {
         assert_eq!(stats[0].1.calls, 2);
         assert_eq!(stats[0].1.dialect, "openai");
         assert_eq!(stats[0].1.remaining, [("requests".to_owned(), 99), ("tokens".to_owned(), 900)]);
+    }
+
+    #[test]
+    fn a_budgets_refusal_is_a_guess_once_every_reset_the_server_said_has_passed() {
+        let (engine, budgets) = (engine(&[("requests", "declared")]), Fake::new(10));
+        // No word yet: a budget's window is its own.
+        assert!(engine.guessing(("h", "api"), "declared", 100.0));
+        let ticket = admitted(engine.admit(&budgets, ("h", "api", Some("/")), &[], true).unwrap());
+        engine.settle(&budgets, ("h", "api"), &ticket, &said(&OPENAI), (200, 100.0)).unwrap();
+        engine.made("api", "tokens", "api tokens", 1000, 60.0);
+        // The requests reset is 6 minutes away, the tokens one a second: the word holds until both passed.
+        for group in ["declared", "api tokens"] {
+            assert!(!engine.guessing(("h", "api"), group, 100.5));
+            assert!(!engine.guessing(("h", "api"), group, 459.0));
+            assert!(engine.guessing(("h", "api"), group, 461.0));
+        }
+        // A group of the limiter's own rules is never the server's to move.
+        assert!(!engine.guessing(("h", "api"), "routed", 461.0));
     }
 
     #[test]

@@ -380,22 +380,35 @@ class Outgoing:
     # and one admitted from a window's last moments may arrive after the server's reset, counted in its next
     # window, which the next local window (starting full) does not count.
 
-    def _next_pause(self, key: str, refusal: Decision | float, deadline: float | None, waited: bool) -> float | None:
+    def _next_pause(
+        self, key: str, host: str, refusal: Decision | float, deadline: float | None, waited: bool
+    ) -> float | None:
         """How long to sleep after ``refusal``: a refusal's wait (``_pause``), or the seconds a call is held at a
         window's end; ``None`` when holding it would pass the deadline (it goes again, unheld)."""
         if not isinstance(refusal, float):
-            return self._pause(key, refusal, deadline, waited)
+            return self._pause(key, host, refusal, deadline, waited)
         if deadline is not None and time.monotonic() + refusal > deadline:
             return None
         if not waited:
             self._core.count(key, waits=1)
         return refusal
 
-    def _pause(self, key: str, refusal: Decision, deadline: float | None, waited: bool) -> float:
-        """How long to sleep before trying again, or raises ``RateLimited`` (counted)."""
+    def _pause(self, key: str, host: str, refusal: Decision, deadline: float | None, waited: bool) -> float:
+        """How long to sleep before trying again, or raises ``RateLimited`` (counted). A wait past the deadline
+        raises at once unless it is a budget's own window, not the server's (``_Outgoing.guessing``): the words
+        of the calls on their way may end it where the server's ends, so the call looks again until its
+        deadline."""
         pause = refusal.retry_after
         now = time.monotonic()
-        if not self.wait or math.isinf(pause) or (deadline is not None and now + pause > deadline):
+        if (
+            not self.wait
+            or math.isinf(pause)
+            or (
+                deadline is not None
+                and now + pause > deadline
+                and (now >= deadline or refusal.group is None or not self._core.guessing(key, host, refusal.group))
+            )
+        ):
             self._core.count(key, refused=1)
             raise RateLimited(refusal)
         if not waited:
@@ -516,7 +529,7 @@ class Outgoing:
             outcome = admit(key, host, path, estimate, guard)
             if type(outcome) is _Ticket:
                 return outcome
-            pause = self._next_pause(key, outcome, deadline, waited)
+            pause = self._next_pause(key, host, outcome, deadline, waited)
             if pause is None:
                 guard = False  # better a call that may cross the window than one past its timeout
                 continue
@@ -554,7 +567,7 @@ class Outgoing:
                 outcome = admit(key, host, path, estimate, guard)
             if type(outcome) is _Ticket:
                 return outcome
-            pause = self._next_pause(key, outcome, deadline, waited)
+            pause = self._next_pause(key, host, outcome, deadline, waited)
             if pause is None:
                 guard = False  # better a call that may cross the window than one past its timeout
                 continue

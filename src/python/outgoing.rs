@@ -257,6 +257,13 @@ impl PyOutgoing {
         self.engine.made(host, budget, group, limit, window);
     }
 
+    /// Whether a refusal by `group` for `key`'s call to `host` is the limit's own guess, which the server's
+    /// next word may end sooner (see `Engine::guessing`): a call waits on rather than fail at once.
+    fn guessing(&self, key: &str, host: &str, group: &str) -> bool {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+        self.engine.guessing((key, host), group, now)
+    }
+
     /// `(group, limit, window)` of `budget`'s auto-group at `host` as last made, or None.
     fn made_group(&self, host: &str, budget: &str) -> Option<(String, u64, f64)> {
         self.engine.made_group(host, budget)

@@ -14,6 +14,7 @@ import httpx
 import pytest
 import ratekeeper as rk
 from _redis import RedisServer
+from conftest import ServeApi
 from ratekeeper.httpx import AsyncTransport, Call, Transport
 
 HOST = "https://api.example.com"
@@ -272,3 +273,23 @@ def test_a_first_call_that_gets_no_answer_lets_one_more_go_first_not_all(failure
     assert sorted(map(str, outcomes)) == sorted(["200"] * 5 + ["ConnectError" if failure == "raises" else "ValueError"])
     assert second_in.is_set()
     assert before_answer == [1]  # until the host's first answer, no call beside the one going first
+
+
+@pytest.mark.parametrize("dialect", ["github", "x-ratelimit"])
+def test_a_server_whose_windows_are_shorter_than_the_auto_groups_is_followed_window_after_window(
+    serve_api: ServeApi, dialect: str
+) -> None:
+    # GitHub's and the X-RateLimit fields state no window: an auto-group counts `window` (60 s here) once the
+    # server's reset has passed. A call refused by that window of its own waits on for the words of the calls on
+    # their way, which end it where the server's ends, rather than fail as if a minute were certain.
+    served = serve_api(dialect, 6, 3.0)  # resets in whole seconds tell windows of more than two apart
+    transport = AsyncTransport(rk.Limiter(rules=[]), timeout=30.0)
+
+    async def main() -> list[httpx.Response]:
+        async with httpx.AsyncClient(transport=transport, base_url=served.url) as client:
+            return list(await asyncio.gather(*(client.get("/") for _ in range(14))))
+
+    codes = [response.status_code for response in asyncio.run(main())]
+    assert codes == [200] * 14
+    assert served.api.refused == 0
+    assert len(served.api.accepted) >= 3  # three windows of the server's at least
