@@ -758,16 +758,19 @@ class Outgoing:
         reply: Callable[[R], Reply],
         body: Callable[[R], Awaitable[bytes]],
         close: Callable[[R], Awaitable[None]],
+        replayable: Callable[[Q], bool] | None = None,
     ) -> R:
         """``_finish`` for asyncio."""
         host = ticket.host
         retry = self._take_in(ticket, settled)
         deadline = None if self.timeout is None else time.monotonic() - ticket.age() + self.timeout
-        if retry is None or not self._retrying(host, 0, retry, deadline):
+        if retry is None or not _replayable(replayable, request) or not self._retrying(host, 0, retry, deadline):
             return response
         await close(response)
         await self._asleep(host, retry)
-        return await self._asend(await call(request), send, request, raw, reply, body, close, deadline, 1)
+        return await self._asend(
+            await call(request), send, request, raw, reply, body, close, deadline, 1, replayable=replayable
+        )
 
     def _send(
         self,
@@ -820,8 +823,11 @@ class Outgoing:
         close: Callable[[R], Awaitable[None]],
         deadline: float | _Unset | None = _UNSET,
         attempt: int = 0,
+        *,
+        replayable: Callable[[Q], bool] | None = None,
     ) -> R:
-        """``_send`` for asyncio."""
+        """``_send`` for asyncio. ``replayable(request)``: whether the request can be sent again (a body read
+        once cannot: its 429 is returned as it came)."""
         if isinstance(deadline, _Unset):
             deadline = None if self.timeout is None else time.monotonic() + self.timeout
         while True:
@@ -842,7 +848,11 @@ class Outgoing:
             finally:
                 if first:
                     self._first_done(call.host, answered)
-            if retry is None or not self._retrying(ticket.key, attempt, retry, deadline):
+            if (
+                retry is None
+                or not _replayable(replayable, request)
+                or not self._retrying(ticket.key, attempt, retry, deadline)
+            ):
                 return response
             attempt += 1
             await close(response)
@@ -855,6 +865,10 @@ class Outgoing:
             return False
         self._core.count(key, retries=1)
         return True
+
+
+def _replayable(replayable: Callable[[Q], bool] | None, request: Q) -> bool:
+    return replayable is None or replayable(request)
 
 
 def _warn_of_permits(limiter: Limiter) -> None:
@@ -893,8 +907,11 @@ def joined_headers(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
 
 
 def host_of(host: str, port: int | None, default_port: int | None) -> str:
-    """``host`` with ``:port`` when the port is not the scheme's default."""
-    return host if port is None or port == default_port else f"{host}:{port}"
+    """``host`` with ``:port`` when the port is not the scheme's default (an IPv6 address in brackets then, as in
+    a URL: ``[::1]:8080``, which ``::1:8080`` would not tell apart from ``[::1:8080]``)."""
+    if port is None or port == default_port:
+        return host
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _check_seconds(name: str, value: object, *, allow_none: bool) -> None:

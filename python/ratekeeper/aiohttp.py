@@ -19,9 +19,9 @@ from collections.abc import Iterable
 from typing import Any
 
 try:
-    from aiohttp import ClientRequest, ClientResponse
+    from aiohttp import ClientRequest, ClientResponse, StreamReader
     from aiohttp.client_middlewares import ClientHandlerType
-    from aiohttp.payload import BytesPayload
+    from aiohttp.payload import AsyncIterablePayload, BytesPayload, StreamReaderPayload
     from multidict import CIMultiDictProxy
     from yarl import URL
 except ImportError as error:  # pragma: no cover - the message is the point
@@ -89,7 +89,25 @@ async def _release(response: ClientResponse) -> None:
     response.release()
 
 
-_READ = ClientResponse.read
+async def _read(response: ClientResponse) -> bytes:
+    """The body, for ``spent``; read whole, it is put back as the response's stream too, so that a caller
+    iterating ``response.content`` still gets it (``read``, ``text`` and ``json`` keep it anyway)."""
+    body = await response.read()
+    content = StreamReader(response.content._protocol, 2**16, loop=response._loop)
+    content.feed_data(body)
+    content.feed_eof()
+    response.content = content
+    return body
+
+
+def _replayable(request: ClientRequest) -> bool:
+    """Whether the request's body can be sent again for a retry: not a stream once read (aiohttp would send it
+    empty)."""
+    body = request.body
+    consumed = getattr(body, "consumed", None)
+    if consumed is not None:
+        return not consumed
+    return not isinstance(body, (AsyncIterablePayload, StreamReaderPayload))  # pragma: no cover - older aiohttp
 
 
 class Middleware:
@@ -126,6 +144,8 @@ class Middleware:
                 if settled is None:
                     return response
                 return await outgoing._afinish(
-                    ticket, settled, response, _call, handler, request, _raw, _reply, _READ, _release
+                    ticket, settled, response, _call, handler, request, _raw, _reply, _read, _release, _replayable
                 )
-        return await outgoing._asend(await _call(request), handler, request, _raw, _reply, _READ, _release)
+        return await outgoing._asend(
+            await _call(request), handler, request, _raw, _reply, _read, _release, replayable=_replayable
+        )

@@ -41,7 +41,7 @@ def _place(url: httpx.URL) -> tuple[str, str]:
     _, _, host, port, path, _, _ = url._uri_reference
     if "%" in path or not path:
         return _decoded_place(url)
-    return (host if port is None else f"{host}:{port}"), path
+    return (host if port is None else host_of(host, port, None)), path
 
 
 def _decoded_place(url: httpx.URL) -> tuple[str, str]:

@@ -393,7 +393,9 @@ pub(super) fn url_parts<'py>(
         return Ok(Some((host.to_owned(), path.to_owned())));
     }
     let Ok(port) = port.extract::<u16>() else { return Ok(None) };
-    Ok(Some((PyString::new(py, &format!("{name}:{port}")), path.to_owned())))
+    // An IPv6 address in brackets, as in a URL (and as `host_of` keys it).
+    let host = if name.contains(':') { format!("[{name}]:{port}") } else { format!("{name}:{port}") };
+    Ok(Some((PyString::new(py, &host), path.to_owned())))
 }
 
 /// A cost function's estimate as (budget, units).

@@ -239,6 +239,7 @@ def test_a_first_call_refused_holds_no_other_back() -> None:
         ("http://api.example.com:8080/a", "api.example.com:8080", "/a"),
         ("http://xn--fiqs8s.icom.museum:8080/a%20b", "xn--fiqs8s.icom.museum:8080", "/a b"),  # IDNA as sent, escapes
         ("http://api.example.com", "api.example.com", "/"),  # no path
+        ("http://[::1]:8080/a", "[::1]:8080", "/a"),  # an IPv6 address in brackets, as in the URL
     ],
 )
 def test_calls_are_keyed_by_their_host_and_routed_by_their_path_the_short_way_too(

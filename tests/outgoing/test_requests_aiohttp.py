@@ -14,6 +14,7 @@ import aiohttp
 import pytest
 import ratekeeper as rk
 import requests
+from _web import Server
 from conftest import ServeApi
 from ratekeeper._outgoing import Reply
 from ratekeeper.aiohttp import Middleware
@@ -236,6 +237,69 @@ def test_aiohttp_middleware_raises_at_once_when_asked(serve_api: ServeApi) -> No
     assert sum(served.api.accepted.values()) == 1
 
 
+class Streaming:
+    """An ASGI app: POST answers 429 (``retry-after: 0``) the first time, then 200, noting each body received;
+    GET answers a stream of three server-sent events."""
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        if scope["method"] == "POST":
+            self.bodies.append(body)
+            status = 429 if len(self.bodies) == 1 else 200
+            await send({"type": "http.response.start", "status": status, "headers": [(b"retry-after", b"0")]})
+            await send({"type": "http.response.body", "body": b"{}"})
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+        for n in range(3):
+            await send({"type": "http.response.body", "body": f"data: {n}\n\n".encode(), "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+
+
+def test_aiohttp_middleware_with_spent_leaves_a_streamed_body_to_read() -> None:
+    # spent= reads the body: the caller iterating the response's stream still gets all of it.
+    with Server(Streaming()) as client:
+        url = str(client.base_url)
+        pace = Middleware(rk.Limiter(rules=[]), spent=lambda reply: {"requests": 1})
+
+        async def main() -> list[bytes]:
+            async with aiohttp.ClientSession(middlewares=(pace,)) as session, session.get(url) as answer:
+                return [line async for line in answer.content if line.strip()]
+
+        assert asyncio.run(main()) == [b"data: 0\n", b"data: 1\n", b"data: 2\n"]
+
+
+def test_aiohttp_middleware_returns_a_429_whose_streamed_body_cannot_be_sent_again() -> None:
+    # A body from an async generator is read once: a retry would send it empty. Bytes are sent again.
+    app = Streaming()
+    with Server(app) as client:
+        url = str(client.base_url)
+        pace = Middleware(rk.Limiter(rules=[]), obey=False)
+
+        async def parts() -> Any:
+            for part in (b"one;", b"two;"):
+                yield part
+
+        async def post(data: Any) -> int:
+            async with aiohttp.ClientSession(middlewares=(pace,)) as session, session.post(url, data=data) as answer:
+                return answer.status
+
+        assert asyncio.run(post(parts())) == 429
+        assert app.bodies == [b"one;two;"]
+        app.bodies.clear()
+        assert asyncio.run(post(b"again")) == 200
+        assert app.bodies == [b"again", b"again"]
+
+
 # --- imports -----------------------------------------------------------------------------------------------------
 
 
@@ -247,7 +311,8 @@ def test_aiohttp_middleware_raises_at_once_when_asked(serve_api: ServeApi) -> No
         "http://xn--bcher-kva.example:8080/a%2Fb%20c",  # an escaped path: routed decoded
         "https://API.example.com:443/v1",  # the scheme's port left out, the host lowered
         "http://api.example.com:443/v1",
-        "http://[::1]:8000/x",
+        "http://[::1]:8000/x",  # keyed [::1]:8000, which ::1:8000 would not tell from [::1:8000]
+        "http://[::1]/x",
         "http://api.example.com",
     ],
 )
