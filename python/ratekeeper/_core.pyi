@@ -1140,7 +1140,9 @@ class Limiter:
         """Changes the rate and/or burst of ``group``'s first rate limit, in place and at once.
 
         Every key keeps its state, so nobody gets a burst of extra admissions: a key's usage is read
-        under the new limit (GCRA keeps its debt in time). A burst that was never given follows the
+        under the new limit (GCRA keeps its debt in time). A fixed window a server's word announced
+        (``cap``) still ends at the server's reset, with what the new limit leaves of its usage: nothing is
+        carried past it. A burst that was never given follows the
         new rate's count. Per-key quotas stay in force. Safe to call from several threads at once.
 
         Raises:

@@ -708,6 +708,11 @@ class Outgoing:
         server stated first, and caps them; the seconds to wait before a retry, or ``None``."""
         retry, unmade = settled
         for budget, limit, window, remaining, reset_after in unmade:
+            made = self._core.made_group(ticket.host, budget)
+            if made is not None:
+                # Resized: the word first, at the size it is kept at, so that the key's window ends at the
+                # server's reset, and what it used there is not carried into later windows at the new size.
+                self._cap(ticket.key, made[0], remaining, reset_after, ticket.age())
             group = self._auto_group(ticket.host, budget, limit, window)
             if group is not None:
                 self._cap(ticket.key, group, remaining, reset_after, ticket.age())

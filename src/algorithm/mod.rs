@@ -436,6 +436,11 @@ impl Limit {
             }
             _ => {
                 let used = old.used(state, log, now);
+                if let (Algorithm::Windows(_, to), Algorithm::Windows(..)) = (&self.algorithm, &old.algorithm) {
+                    if let Some(kept) = to.rescale_announced(state, used, now) {
+                        return kept;
+                    }
+                }
                 self.with_used(used, log, now)
             }
         }

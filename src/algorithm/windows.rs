@@ -212,6 +212,21 @@ impl Windows {
         ahead.saturating_mul(self.capacity).saturating_add(self.capacity - permits)
     }
 
+    /// An announced window (a server's word set its end) moved to this limit at `now`: it still ends where
+    /// the server said, with what this limit leaves of the `used` permits; what was used past this limit's
+    /// capacity is not carried into later windows, which the server counts afresh (a server that lowers its
+    /// limit would otherwise leave the key idle for windows on end). `None` for any other state.
+    #[must_use]
+    pub fn rescale_announced(&self, state: &State, used: u64, now: u64) -> Option<State> {
+        if !announced(state) || now >= state.t {
+            return None;
+        }
+        // Below the capacity, a u32.
+        #[allow(clippy::cast_possible_truncation)]
+        let a = self.capacity.saturating_sub(used) as u32;
+        Some(State { t: state.t, a, b: state.b })
+    }
+
     /// The state of a key that used `used` permits at `now`: a window starting now, and as many later
     /// windows as the permits beyond the first fill (as waiters reserving them would).
     #[must_use]
@@ -244,7 +259,7 @@ impl Windows {
 #[cfg(test)]
 mod tests {
     use super::super::tests::Harness;
-    use super::super::Kind;
+    use super::super::{Kind, Limit};
 
     const S: u64 = 1_000_000_000;
 
@@ -324,6 +339,20 @@ mod tests {
         // Not at the key's own boundary: at the server's.
         assert_eq!(h.decide(60 * S, 1).retry_after_ns, 30 * S);
         assert!(h.decide(90 * S, 100).allowed);
+    }
+
+    #[test]
+    fn a_smaller_limit_keeps_the_announced_end_and_carries_nothing_past_it() {
+        // The server said its window of 20 ends at 3 s and 20 were used; then its limit drops to 5.
+        let mut h = Harness::new("20/3s", None, Kind::FixedWindow);
+        assert!(h.decide(0, 20).allowed);
+        assert!(hear(&mut h, S / 2, 0, 3 * S, 0));
+        let smaller = Limit::new("5/3s".parse().unwrap(), None, Kind::FixedWindow).unwrap();
+        h.state = smaller.rescale(&h.limit, &h.state, &mut h.log, S);
+        h.limit = smaller;
+        // Nothing more before the server's reset, and its next window whole: not three windows of debt.
+        assert_eq!(h.decide(S, 1).retry_after_ns, 2 * S);
+        assert!(h.decide(3 * S, 5).allowed);
     }
 
     #[test]

@@ -626,6 +626,13 @@ local function move(from, to, state, at, key, seen)
     return state
   end
   local used = used_at(from, state, at)
+  -- An announced window keeps the server's end, with what the new limit leaves of what it used
+  -- (src/algorithm/windows.rs `rescale_announced`): nothing is carried past it.
+  if from.kind == 'windows' and to.kind == 'windows' and announced(state) and at < state.t then
+    state.a = math.max(to.p1 - used, 0)
+    state.sig, state.seen = to.sig, seen
+    return state
+  end
   if state.log then redis.call('DEL', key) end
   local moved = with_used(to, key, used, at, seen)
   -- Nothing used: no state, and no key of another type left for a sliding log to read.
@@ -711,7 +718,11 @@ end
 local function ledger_apply(l, state, entry)
   if entry.to then
     if state == nil or entry.to.sig == l.sig then return state, entry.to end
-    return with_used(entry.to, nil, used_at(l, state, entry.at), entry.at, ''), entry.to
+    local used = used_at(l, state, entry.at)
+    if l.kind == 'windows' and entry.to.kind == 'windows' and announced(state) and entry.at < state.t then
+      return { t = state.t, a = math.max(entry.to.p1 - used, 0), b = state.b, sig = entry.to.sig, seen = '' }, entry.to
+    end
+    return with_used(entry.to, nil, used, entry.at, ''), entry.to
   end
   local saved = cost
   cost = entry.cost

@@ -43,6 +43,20 @@ def test_a_word_never_gives_more_than_the_key_has_left(make_limiter: MakeLimiter
     assert (decision.remaining, decision.reset_after) == (2, pytest.approx(30))
 
 
+def test_a_smaller_limit_after_a_word_keeps_the_servers_reset_and_no_debt(make_limiter: MakeLimiter) -> None:
+    # A server that lowers its limit: the window it announced ends at its reset, and what was used there is not
+    # carried into later windows at the new size (20 used at 5 a window would be three windows of nothing).
+    clock = rk.ManualClock()
+    limiter = make_limiter(rules=[], clock=clock)
+    limiter.add_group("api", [rk.Limit("20/3s", algorithm="fixed_window")])
+    assert limiter.check("h", group="api", cost=20).allowed
+    limiter.cap("h", group="api", remaining=0, reset_after=2)
+    limiter.update_rule("api", "5/3s", burst=5)
+    assert limiter.check("h", group="api").retry_after == pytest.approx(2)
+    clock.advance(2)
+    assert [limiter.allow("h", group="api") for _ in range(6)] == [True] * 5 + [False]
+
+
 def test_a_window_announced_longer_than_the_limits_own(make_limiter: MakeLimiter) -> None:
     clock = rk.ManualClock()
     limiter = fixed("10/min", clock, make_limiter)

@@ -293,3 +293,20 @@ def test_a_server_whose_windows_are_shorter_than_the_auto_groups_is_followed_win
     assert codes == [200] * 14
     assert served.api.refused == 0
     assert len(served.api.accepted) >= 3  # three windows of the server's at least
+
+
+def test_a_server_that_lowers_its_limit_is_followed_from_its_next_window(serve_api: ServeApi) -> None:
+    # The auto-group is resized to the new limit: what the calls of the window at the change used is not carried
+    # into the server's next windows at the new size, which would leave the client idle for windows on end.
+    served = serve_api("ietf", 6, 3.0)
+    transport = AsyncTransport(rk.Limiter(rules=[]), timeout=30.0)
+
+    async def calls(n: int) -> list[int]:
+        async with httpx.AsyncClient(transport=transport, base_url=served.url) as client:
+            return [r.status_code for r in await asyncio.gather(*(client.get("/") for _ in range(n)))]
+
+    assert asyncio.run(calls(6)) == [200] * 6
+    served.api.limit = 2
+    assert asyncio.run(calls(6)) == [200] * 6
+    windows = sorted(served.api.accepted)
+    assert windows == list(range(windows[0], windows[-1] + 1)), served.api.accepted  # no window left idle
