@@ -432,6 +432,14 @@ impl Engine {
         self.state.lock().host(host).heard = true;
     }
 
+    /// Gives back what `ticket` spent for `key`: its call never reached the server (no connection was made).
+    ///
+    /// # Errors
+    /// What the limiter raises (a store that cannot answer).
+    pub fn unspend(&self, budgets: &impl Budgets, key: &str, ticket: &Ticket) -> Result<()> {
+        Self::give_back(budgets, key, &ticket.plan.steps)
+    }
+
     fn give_back(budgets: &impl Budgets, key: &str, steps: &[(Arc<str>, u64, bool)]) -> Result<()> {
         steps.iter().try_for_each(|(group, units, _)| budgets.give_back(key, group, *units))
     }

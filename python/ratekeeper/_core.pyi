@@ -757,6 +757,8 @@ class _Outgoing:
         """Whether a refusal by ``group`` for ``key``'s call to ``host`` is the limit's own guess, which the
         server's next word may end sooner: ``group`` is one of the host's budgets and no word of the server's
         holds now (none came for ``key``, or every reset it said has passed)."""
+    def unspend(self, ticket: _Ticket) -> None:
+        """Gives back what ``ticket``'s call spent: it never reached the server (no connection was made)."""
     def made_group(self, host: str, budget: str) -> tuple[str, int, float] | None:
         """``(group, limit, window)`` of ``budget``'s auto-group at ``host`` as last made, or ``None``."""
     def count(self, key: str, *, waits: int = 0, waited: float = 0.0, refused: int = 0, retries: int = 0) -> None:
@@ -768,9 +770,10 @@ class _Outgoing:
 class _HttpxSend:
     """``ratekeeper.httpx.Transport.handle_request`` for the calls that take the short way, in one call into the
     core: the admission, the inner transport's ``handle_request`` and the reply's reading, with no frame of
-    Python's and no ``_Ticket`` made. A URL for Python to read (an IDNA host, an escaped path) goes to
-    ``whole(request)``; a call not admitted at once (or the first to its host) to ``long_way(request)``; a reply
-    that leaves work for Python (groups to make, a retry) to ``finish(ticket, settled, response, request)``."""
+    Python's and no ``_Ticket`` made. A URL for Python to read (an escaped path) goes to ``whole(request)``; a
+    call not admitted at once (or the first to its host) to ``long_way(request)``; a reply that leaves work for
+    Python (groups to make, a retry) to ``finish(ticket, settled, response, request)``; a send that raised to
+    ``failed(ticket, error)`` before the error is raised."""
 
     def __new__(
         cls,
@@ -779,6 +782,7 @@ class _HttpxSend:
         whole: Callable[[Any], Any],
         long_way: Callable[[Any], Any],
         finish: Callable[[_Ticket, Any, Any, Any], Any],
+        failed: Callable[[_Ticket, BaseException], Any],
     ) -> _HttpxSend: ...
     def handle_request(self, request: Any) -> Any:
         """Sends an ``httpx.Request``; its ``httpx.Response``."""

@@ -718,6 +718,12 @@ class Outgoing:
                 self._cap(ticket.key, group, remaining, reset_after, ticket.age())
         return retry
 
+    def _failed(self, ticket: _Ticket, error: BaseException) -> None:
+        """A send raised ``error``: a call that never reached the server (no connection was made) gives back
+        what it spent, which the server never counted."""
+        if never_sent(error):
+            self._core.unspend(ticket)
+
     def _cap(self, key: str, group: str, remaining: int, reset_after: float, age: float) -> None:
         try:
             self.limiter.cap(key, group=group, remaining=remaining, reset_after=reset_after, age=age)
@@ -800,7 +806,11 @@ class Outgoing:
             ticket, first = self._admit(call, deadline)
             answered = False
             try:
-                response = send(request)
+                try:
+                    response = send(request)
+                except BaseException as error:
+                    self._failed(ticket, error)
+                    raise
                 answered = True
                 status, headers = raw(response)
                 answer = None
@@ -811,6 +821,8 @@ class Outgoing:
             finally:
                 if first:  # answered, the host's calls go; else the next goes first
                     self._first_done(call.host, answered)
+                elif answered:  # its calls may take the short way
+                    self._heard_from(call.host)
             if retry is None or not self._retrying(ticket.key, attempt, retry, deadline):
                 return response
             attempt += 1
@@ -839,7 +851,11 @@ class Outgoing:
             ticket, first = await self._aadmit(call, deadline)
             answered = False
             try:
-                response = await send(request)
+                try:
+                    response = await send(request)
+                except BaseException as error:
+                    self._failed(ticket, error)
+                    raise
                 answered = True
                 status, headers = raw(response)
                 answer = None
@@ -853,6 +869,8 @@ class Outgoing:
             finally:
                 if first:
                     self._first_done(call.host, answered)
+                elif answered:
+                    self._heard_from(call.host)
             if (
                 retry is None
                 or not _replayable(replayable, request)
@@ -870,6 +888,16 @@ class Outgoing:
             return False
         self._core.count(key, retries=1)
         return True
+
+
+#: Predicates of the clients' adapters (registered as each is imported): whether an error a send raised means no
+#: connection was made, so the request never reached the server (``never_sent``).
+_NOT_SENT: list[Callable[[BaseException], bool]] = []
+
+
+def never_sent(error: BaseException) -> bool:
+    """Whether ``error``, raised by a client's send, means the request never reached the server."""
+    return any(check(error) for check in _NOT_SENT)
 
 
 def _replayable(replayable: Callable[[Q], bool] | None, request: Q) -> bool:

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 try:
-    from aiohttp import ClientRequest, ClientResponse, StreamReader
+    from aiohttp import ClientConnectorError, ClientRequest, ClientResponse, StreamReader
     from aiohttp.client_middlewares import ClientHandlerType
     from aiohttp.payload import AsyncIterablePayload, BytesPayload, StreamReaderPayload
     from multidict import CIMultiDictProxy
@@ -29,12 +29,20 @@ except ImportError as error:  # pragma: no cover - the message is the point
         "ratekeeper.aiohttp needs aiohttp 3.12 or later (client middlewares): pip install 'ratekeeper[aiohttp]'"
     ) from error
 
-from ratekeeper._outgoing import Call, HostStats, Outgoing, Reply, engine_of, host_of
+from ratekeeper._outgoing import _NOT_SENT, Call, HostStats, Outgoing, Reply, engine_of, host_of
 from ratekeeper.limiter import Limiter
 
 __all__ = ["Middleware"]
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _not_sent(error: BaseException) -> bool:
+    """No connection was made (refused, unresolved, its TLS handshake failed): the request never left."""
+    return isinstance(error, ClientConnectorError)
+
+
+_NOT_SENT.append(_not_sent)
 
 
 # (scheme, netloc, raw path) -> (host, path), for the URLs a process calls again and again (bounded: past it, URLs
@@ -139,7 +147,11 @@ class Middleware:
             host, path = _place(request)
             ticket = admit(host, path)
             if ticket is not None:
-                response = await handler(request)
+                try:
+                    response = await handler(request)
+                except BaseException as error:
+                    outgoing._failed(ticket, error)
+                    raise
                 settled = outgoing._core_settle(ticket, response.raw_headers, response.status)
                 if settled is None:
                     return response

@@ -25,10 +25,18 @@ except ImportError as error:  # pragma: no cover - the message is the point
     raise ImportError("ratekeeper.httpx needs httpx: pip install 'ratekeeper[httpx]'") from error
 
 from ratekeeper._core import _HttpxSend
-from ratekeeper._outgoing import Call, HostStats, Outgoing, Reply, engine_of, host_of
+from ratekeeper._outgoing import _NOT_SENT, Call, HostStats, Outgoing, Reply, engine_of, host_of
 from ratekeeper.limiter import Limiter
 
 _Send = Callable[[httpx.Request], httpx.Response]
+
+
+def _not_sent(error: BaseException) -> bool:
+    """No connection was made (refused, unresolved, timed out connecting): the request never left."""
+    return isinstance(error, (httpx.ConnectError, httpx.ConnectTimeout))
+
+
+_NOT_SENT.append(_not_sent)
 
 __all__ = ["AsyncTransport", "Call", "HostStats", "Outgoing", "Reply", "Transport"]
 
@@ -106,7 +114,11 @@ def _handle(outgoing: Outgoing, send: _Send, request: httpx.Request) -> httpx.Re
             host, path = _place(url)
             ticket = outgoing._core.admit_heard(host, path)
         if ticket is not None:
-            response = send(request)
+            try:
+                response = send(request)
+            except BaseException as error:
+                outgoing._failed(ticket, error)
+                raise
             headers = response.headers
             settled = outgoing._core_settle(ticket, headers._list if _LIST else headers.raw, response.status_code)
             if settled is None:
@@ -184,6 +196,7 @@ class Transport(httpx.BaseTransport):
                 partial(_handle, outgoing, send),
                 partial(_long_way, outgoing, send),
                 partial(_finished, outgoing, send),
+                outgoing._failed,
             ).handle_request
 
     def stats(self) -> dict[str, HostStats]:
@@ -234,7 +247,11 @@ class AsyncTransport(httpx.AsyncBaseTransport):
                 host, path = _place(url)
                 ticket = outgoing._core.admit_heard(host, path)
             if ticket is not None:
-                response = await self.inner.handle_async_request(request)
+                try:
+                    response = await self.inner.handle_async_request(request)
+                except BaseException as error:
+                    outgoing._failed(ticket, error)
+                    raise
                 headers = response.headers
                 settled = outgoing._core_settle(ticket, headers._list if _LIST else headers.raw, response.status_code)
                 if settled is None:

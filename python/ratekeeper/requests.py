@@ -21,11 +21,14 @@ from urllib.parse import unquote, urlsplit
 try:
     from requests import PreparedRequest, Response
     from requests.adapters import DEFAULT_POOLBLOCK, DEFAULT_POOLSIZE, DEFAULT_RETRIES, HTTPAdapter
+    from requests.exceptions import ConnectionError as ConnectionFailed
+    from requests.exceptions import ConnectTimeout
     from requests.structures import CaseInsensitiveDict
+    from urllib3.exceptions import ConnectTimeoutError
 except ImportError as error:  # pragma: no cover - the message is the point
     raise ImportError("ratekeeper.requests needs requests: pip install 'ratekeeper[requests]'") from error
 
-from ratekeeper._outgoing import Call, HostStats, Outgoing, Reply, engine_of, host_of
+from ratekeeper._outgoing import _NOT_SENT, Call, HostStats, Outgoing, Reply, engine_of, host_of
 from ratekeeper.limiter import Limiter
 
 __all__ = ["Adapter"]
@@ -59,6 +62,19 @@ def _call(request: PreparedRequest) -> Call:
 
 
 _CLOSE = Response.close
+
+
+def _not_sent(error: BaseException) -> bool:
+    """No connection was made (refused, unresolved, timed out connecting): the request never left."""
+    if isinstance(error, ConnectTimeout):
+        return True
+    if not isinstance(error, ConnectionFailed) or not error.args:
+        return False
+    cause = error.args[0]  # urllib3's MaxRetryError, its reason the connection's failure (NewConnectionError too)
+    return isinstance(getattr(cause, "reason", cause), ConnectTimeoutError)
+
+
+_NOT_SENT.append(_not_sent)
 
 
 def _raw(response: Response) -> tuple[int, Any]:
@@ -127,7 +143,11 @@ class Adapter(HTTPAdapter):
             host, path = _place(request.url or "")
             ticket = admit(host, path)
             if ticket is not None:
-                response = super().send(request, stream, timeout, verify, cert, proxies)
+                try:
+                    response = super().send(request, stream, timeout, verify, cert, proxies)
+                except BaseException as error:
+                    outgoing._failed(ticket, error)
+                    raise
                 fields: Any
                 try:
                     fields = response.headers._store  # type: ignore[attr-defined]  # see _raw

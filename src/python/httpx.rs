@@ -21,6 +21,9 @@ pub struct PyHttpxSend {
     long_way: Py<PyAny>,
     /// `_finished`: `(ticket, settled, response, request)`, a reply that left work for Python.
     finish: Py<PyAny>,
+    /// `_failed`: `(ticket, error)`, a send that raised (which gives back a call that never reached the
+    /// server).
+    failed: Py<PyAny>,
 }
 
 #[pymethods]
@@ -32,8 +35,9 @@ impl PyHttpxSend {
         whole: Py<PyAny>,
         long_way: Py<PyAny>,
         finish: Py<PyAny>,
+        failed: Py<PyAny>,
     ) -> Self {
-        Self { outgoing, send, whole, long_way, finish }
+        Self { outgoing, send, whole, long_way, finish, failed }
     }
 
     /// `Transport.handle_request`: set on the transport as this bound method, which Python calls
@@ -47,7 +51,13 @@ impl PyHttpxSend {
         let Some(ticket) = outgoing.admit_heard(py, &host, Some(path.to_str()?))? else {
             return self.long_way.bind(py).call1((request,));
         };
-        let response = self.send.bind(py).call1((request,))?;
+        let response = match self.send.bind(py).call1((request,)) {
+            Ok(response) => response,
+            Err(error) => {
+                self.failed.bind(py).call1((Bound::new(py, ticket)?, error.value(py)))?;
+                return Err(error);
+            }
+        };
         let headers = response.getattr(intern!(py, "headers"))?.getattr(intern!(py, "_list"))?;
         let status: i64 = response.getattr(intern!(py, "status_code"))?.extract()?;
         match outgoing.settle_ticket(py, &ticket, &headers, status)? {

@@ -252,6 +252,14 @@ impl PyOutgoing {
         self.settle_ticket(py, ticket.get(), headers, status)
     }
 
+    /// Gives back what `ticket`'s call spent: it never reached the server (no connection was made).
+    fn unspend(&self, py: Python<'_>, ticket: &Bound<'_, PyTicket>) -> PyResult<()> {
+        let ticket = ticket.get();
+        let limiter = self.limiter.get();
+        let key = ticket.key.bind(py).to_str()?;
+        Ok(self.engine.unspend(&Through { py, limiter }, key, &ticket.ticket)?)
+    }
+
     /// Python made (or resized) `group` for `budget` at `host`, `limit` per `window` seconds.
     fn made(&self, host: &str, budget: &str, group: &str, limit: u64, window: f64) {
         self.engine.made(host, budget, group, limit, window);

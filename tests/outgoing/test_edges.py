@@ -9,11 +9,14 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import httpx
 import pytest
 import ratekeeper as rk
 from _redis import RedisServer
+from _web import Server
 from conftest import ServeApi
 from ratekeeper.httpx import AsyncTransport, Call, Transport
 
@@ -310,3 +313,100 @@ def test_a_server_that_lowers_its_limit_is_followed_from_its_next_window(serve_a
     assert asyncio.run(calls(6)) == [200] * 6
     windows = sorted(served.api.accepted)
     assert windows == list(range(windows[0], windows[-1] + 1)), served.api.accepted  # no window left idle
+
+
+@pytest.mark.parametrize("options", [{}, {"groups": {"requests": "api"}}, {"obey": False}, {"auto_groups": False}])
+def test_a_host_that_answered_takes_the_short_way_whatever_its_groups(options: dict[str, object]) -> None:
+    limiter = rk.Limiter(rules=[])
+    limiter.add_group("api", [rk.Limit("100/min", algorithm="fixed_window")])
+    transport = Transport(limiter, inner=httpx.MockTransport(lambda request: httpx.Response(200)), **options)  # type: ignore[arg-type]
+    outgoing = transport.outgoing
+    assert outgoing._admit_heard is not None
+    assert outgoing._admit_heard("api.example.com", "/") is None  # not heard from: the long way
+    with httpx.Client(transport=transport, base_url=HOST) as client:
+        assert client.get("/").status_code == 200
+    assert outgoing._admit_heard("api.example.com", "/") is not None
+
+
+async def answer_ok(
+    scope: dict[str, object], receive: object, send: Callable[[dict[str, object]], Awaitable[None]]
+) -> None:
+    """An ASGI app answering 200 to every request."""
+    if scope["type"] == "http":
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+
+@pytest.mark.parametrize("client", ["httpx", "httpx-async", "requests", "aiohttp"])
+def test_a_call_that_never_reached_the_server_gives_its_units_back(client: str) -> None:
+    # The server answers once, then goes away: the calls after it (the short way, the host having answered) are
+    # refused a connection, which the server never counted, and neither does the budget.
+    import aiohttp
+    import requests
+    from ratekeeper.aiohttp import Middleware
+    from ratekeeper.requests import Adapter
+
+    limiter = rk.Limiter(rules=[])
+    limiter.add_group("api", [rk.Limit("5/min", algorithm="fixed_window")])
+    options: dict[str, Any] = {"groups": {"requests": "api"}}
+    server = Server(answer_ok)
+    url = f"http://127.0.0.1:{server.port}/"
+    gone = (httpx.ConnectError, requests.ConnectionError, aiohttp.ClientConnectorError)
+
+    def calls(get: Callable[[], object]) -> list[str]:
+        outcomes = []
+        with server:
+            outcomes.append(str(get()))
+        for _ in range(3):
+            with pytest.raises(gone) as failed:
+                get()
+            outcomes.append(type(failed.value).__name__)
+        return outcomes
+
+    async def acalls(get: Callable[[], Awaitable[object]]) -> list[str]:
+        outcomes = []
+        with server:
+            outcomes.append(str(await get()))
+        for _ in range(3):
+            with pytest.raises(gone) as failed:
+                await get()
+            outcomes.append(type(failed.value).__name__)
+        return outcomes
+
+    if client == "httpx":
+        with httpx.Client(transport=Transport(limiter, **options)) as session:
+            outcomes = calls(lambda: session.get(url).status_code)
+    elif client == "httpx-async":
+
+        async def with_httpx() -> list[str]:
+            async with httpx.AsyncClient(transport=AsyncTransport(limiter, **options)) as session:
+
+                async def get() -> int:
+                    return (await session.get(url)).status_code
+
+                return await acalls(get)
+
+        outcomes = asyncio.run(with_httpx())
+    elif client == "requests":
+        with requests.Session() as session:
+            session.mount("http://", Adapter(limiter, **options))
+            outcomes = calls(lambda: session.get(url).status_code)
+    else:
+
+        async def with_aiohttp() -> list[str]:
+            # No connection kept alive: one the server closed as it went could carry a request before it failed.
+            connector = aiohttp.TCPConnector(force_close=True)
+            async with aiohttp.ClientSession(
+                middlewares=(Middleware(limiter, **options),), connector=connector
+            ) as session:
+
+                async def get() -> int:
+                    async with session.get(url) as answer:
+                        return answer.status
+
+                return await acalls(get)
+
+        outcomes = asyncio.run(with_aiohttp())
+    assert outcomes[0] == "200"
+    assert len(outcomes) == 4
+    assert limiter.peek(f"127.0.0.1:{server.port}", group="api").remaining == 4  # the answered call's unit only
