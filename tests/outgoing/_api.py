@@ -36,6 +36,16 @@ def rfc3339(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+async def request_body(receive: Any) -> bytes:
+    """An ASGI request's whole body."""
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            return body
+
+
 class LimitedApi:
     """The app. ``limit`` requests (and ``tokens`` tokens, for the dialects that count them) per ``window``
     seconds, windows counted from the app's creation.
@@ -67,12 +77,7 @@ class LimitedApi:
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await request_body(receive)
         asked: dict[str, Any] = json.loads(body) if body else {}
         if "messages" in asked:  # a chat completion: its prompt (4 characters a token) and at most 20 more
             prompt = sum(len(str(message.get("content", ""))) for message in asked["messages"]) // 4

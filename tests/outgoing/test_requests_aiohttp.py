@@ -14,6 +14,7 @@ import aiohttp
 import pytest
 import ratekeeper as rk
 import requests
+from _api import request_body
 from _web import Server
 from conftest import ServeApi
 from ratekeeper._outgoing import Reply
@@ -247,12 +248,7 @@ class Streaming:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await request_body(receive)
         if scope["method"] == "POST":
             self.bodies.append(body)
             status = 429 if len(self.bodies) == 1 else 200
