@@ -476,7 +476,13 @@ class Limiter(_CoreLimiter):
         self._reserve_later(
             peer, path, group=group, cost=cost, timeout=0.0, report=False, future=future, completions=_channel(loop)
         )
-        return (await future).decision.allowed
+        try:
+            # Shielded: a task cancelled while the store decides leaves the answer to come, and what it admitted is
+            # given back then (a cancelled future would drop it, keeping what the store took).
+            return (await asyncio.shield(future)).decision.allowed
+        except asyncio.CancelledError:
+            future.add_done_callback(functools.partial(self._unused_answer, peer, path, group, cost))
+            raise
 
     async def _areserve(
         self,
@@ -494,7 +500,33 @@ class Limiter(_CoreLimiter):
         self._reserve_later(
             peer, path, group=group, cost=cost, timeout=max_wait, take=take, future=future, completions=_channel(loop)
         )
-        return await future
+        if take is not _Take.RATES:  # permits: given back by the holder's release or their lease's end
+            return await future
+        try:
+            return await asyncio.shield(future)  # as aallow's
+        except asyncio.CancelledError:
+            future.add_done_callback(functools.partial(self._unused_answer, peer, path, group, cost))
+            raise
+
+    def _unused_answer(
+        self, peer: str | int, path: str | None, group: str | None, cost: int, future: asyncio.Future[_Reservation]
+    ) -> None:
+        """Gives back, off the loop, what the store admitted for a task cancelled while it decided: a slot to
+        wait for as a cancelled wait's (``_refund``), an admission at once as a reduction of its cost, which
+        admissions made since do not stop (a refund gives back only the key's newest slot)."""
+        if future.cancelled() or future.exception() is not None:
+            return
+        reservation = future.result()
+        if not reservation.decision.allowed:
+            return
+        if reservation.wait > 0:
+            give_back: Callable[[], object] = functools.partial(self._refund, reservation)
+        else:
+            give_back = functools.partial(self.reduce, peer, path, cost, group=group)
+        try:
+            future.get_loop().run_in_executor(None, give_back)
+        except RuntimeError:  # the loop is closing: its executor takes no more work
+            threading.Thread(target=give_back, daemon=True).start()
 
     def throttle(
         self,

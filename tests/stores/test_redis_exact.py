@@ -283,6 +283,31 @@ def test_a_cancelled_newest_wait_on_redis_time_gives_its_slot_back(
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("ask", ["acheck", "aallow", "athrottle"])
+async def test_tasks_cancelled_while_redis_decides_keep_nothing(
+    redis_server: RedisServer, redis_prefix: str, ask: str
+) -> None:
+    # Cancelled after their requests went to Redis, before the answers came back (or as they came): what Redis
+    # admitted for them is given back when the answers come, as if they had never asked; one after the other,
+    # and many at once.
+    backend = rk.Redis(redis_server.url, prefix=redis_prefix, on_error="raise")
+    limiter = rk.Limiter("10/hour", algorithm="fixed_window", backend=backend)
+    for batch in (1, 1, 1, 4):
+        asking = [asyncio.ensure_future(getattr(limiter, ask)("alice")) for _ in range(batch)]
+        await asyncio.sleep(0)  # the requests are on their way: the tasks await Redis's answers
+        for task in asking:
+            task.cancel()
+        await asyncio.gather(*asking, return_exceptions=True)
+    # One more request on the same connection: its answer comes after theirs, which are then in.
+    assert await limiter.aallow("bob")
+    for _ in range(10_000):  # their give-backs run on threads: counted, not timed
+        if (await asyncio.to_thread(limiter.peek, "alice")).remaining == 10:
+            break
+        await asyncio.sleep(0.001)
+    assert limiter.peek("alice").remaining == 10
+
+
+@pytest.mark.asyncio
 async def test_a_cancelled_athrottle_on_redis_time_gives_its_slot_back(
     redis_server: RedisServer, redis_prefix: str
 ) -> None:
