@@ -61,7 +61,7 @@ def _place(request: ClientRequest) -> tuple[str, str]:
     place = _PLACES.get(parts)
     if place is None:
         place = _read_place(url)
-        if len(_PLACES) < _MOST_PLACES:
+        if len(_PLACES) < _MOST_PLACES and "@" not in parts[1]:  # credentials are not kept in memory
             _PLACES[parts] = place
     return place
 

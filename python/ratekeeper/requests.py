@@ -49,7 +49,8 @@ def _place(url: str) -> tuple[str, str]:
         parts = urlsplit(url)
         path = unquote(parts.path) if "%" in parts.path else parts.path
         place = (host_of(parts.hostname or "", parts.port, _DEFAULT_PORTS.get(parts.scheme)), path or "/")
-        if len(_PLACES) < _MOST_PLACES:
+        # Not kept: a URL with a query or credentials (a token in either would stay in memory, and queries vary).
+        if len(_PLACES) < _MOST_PLACES and not parts.query and "@" not in parts.netloc:
             _PLACES[url] = place
     return place
 

@@ -340,3 +340,22 @@ def test_each_client_is_imported_only_by_its_own_module() -> None:
         "assert 'httpx' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_urls_with_credentials_or_a_query_are_not_kept_in_the_adapters_caches() -> None:
+    # The adapters keep the host and path of the URLs they read again and again; a token in a URL's query or
+    # credentials must not stay in memory for the process's life.
+    import yarl
+    from ratekeeper import aiohttp as rk_aiohttp
+    from ratekeeper import requests as rk_requests
+
+    secret = "https://user:s3cret@api.example.com/v1?token=s3cret"
+    assert rk_requests._place(secret) == ("api.example.com", "/v1")
+    assert rk_requests._place("https://api.example.com/v1?token=s3cret") == ("api.example.com", "/v1")
+    assert not any("s3cret" in url for url in rk_requests._PLACES)
+
+    class Request:
+        url = yarl.URL(secret)
+
+    assert rk_aiohttp._place(Request()) == ("api.example.com", "/v1")  # type: ignore[arg-type]
+    assert not any("s3cret" in str(parts) for parts in rk_aiohttp._PLACES)
