@@ -467,11 +467,11 @@ impl Reading<'_, '_> {
         Some(Budget { name, remaining: remaining?, reset_after: reset?, limit, window: None })
     }
 
-    /// The wait the server asks for: `OpenAI`'s `retry-after-ms` first, then `Retry-After` (seconds or
-    /// an HTTP date); `None` when neither is there and valid.
+    /// The wait the server asks for: `OpenAI`'s `retry-after-ms` first (with its fields, or alone), then
+    /// `Retry-After` (seconds or an HTTP date); `None` when neither is there and valid.
     fn retry_after(&mut self) -> Option<f64> {
         let said = self.said;
-        if self.dialect == Some(Dialect::OpenAi) {
+        if matches!(self.dialect, None | Some(Dialect::OpenAi)) {
             if let Some(in_ms) = said.get(RETRY_AFTER_MS) {
                 match number(in_ms) {
                     None => self.warn(RETRY_AFTER_MS, Some(in_ms), "not a number of milliseconds"),
@@ -1201,6 +1201,9 @@ mod tests {
         let (word, warnings) = heard(&[("retry-after", "soon")], 503, 0.0);
         assert_eq!(word, Word::default());
         assert_eq!(warnings[0].why, "neither seconds nor an HTTP date");
+        // OpenAI's retry-after-ms alone, without the budgets' fields, and before a Retry-After.
+        let alone = [("retry-after-ms", "1500"), ("retry-after", "9")];
+        assert_eq!(heard(&alone, 429, 0.0).0, Word { dialect: None, budgets: vec![], retry_after: Some(1.5) });
     }
 
     #[test]

@@ -329,7 +329,7 @@ class _Reading:
     def retry_after(self) -> float | None:
         """The wait the server asks for: OpenAI's ``retry-after-ms`` first, then ``Retry-After`` (seconds or an
         HTTP date); ``None`` when neither is there and valid."""
-        if self.dialect == "openai" and "retry-after-ms" in self.said:
+        if self.dialect in ("openai", "") and "retry-after-ms" in self.said:  # OpenAI's, or alone
             in_ms = self.said["retry-after-ms"]
             milliseconds = _number(in_ms)
             if milliseconds is None:
