@@ -23,7 +23,6 @@ from ratekeeper._core import Decision, Limit, ManualClock, Rate, Rule, _Completi
 from ratekeeper._core import Limiter as _CoreLimiter
 from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue, RateLimited
 from ratekeeper._manual_wait import ManualWaits
-from ratekeeper._offload import off_loop
 from ratekeeper._quota import QuotaWorkers
 from ratekeeper._stats import PolicyName
 
@@ -590,13 +589,40 @@ class Limiter(_CoreLimiter):
     async def _athrottle_permits(
         self, peer: str | int, path: str | None, group: str | None, cost: int, timeout: float | None
     ) -> Decision:
-        """The asyncio twin of ``_throttle_permits`` (a backend's round trips off the event loop)."""
+        """The asyncio twin of ``_throttle_permits`` (a backend's round trips off the event loop). A task cancelled
+        while its permits are being taken (in a worker thread) gives them back, with its rate slot, once taken."""
         reservation = await self._athrottled(peer, path, group, cost, timeout)
-        decision = await off_loop(self, self._acquire, peer, path, group=group, cost=cost)
+        if not self._waits_on_io:
+            decision = self._acquire(peer, path, group=group, cost=cost)
+        else:
+            taking = asyncio.get_running_loop().run_in_executor(
+                None, functools.partial(self._acquire, peer, path, group=group, cost=cost)
+            )
+            try:
+                decision = await asyncio.shield(taking)
+            except asyncio.CancelledError:
+                taking.add_done_callback(functools.partial(self._unused_permits, peer, cost, reservation))
+                raise
         if not decision.allowed:
-            await off_loop(self, self._refund, reservation)
+            self._refund_soon(reservation)  # not awaited: a cancellation cannot stop it
             raise RateLimited(decision)
         return decision
+
+    def _unused_permits(
+        self, peer: str | int, cost: int, reservation: _Reservation, taking: asyncio.Future[Decision]
+    ) -> None:
+        """Gives back, off the loop, the permits a cancelled task took (when it did) and its rate slot."""
+        taken = None if taking.cancelled() or taking.exception() is not None else taking.result()
+
+        def give_back() -> None:
+            if taken is not None and taken.allowed:
+                self._release(peer, group=taken.group, cost=cost, outcome="dropped")
+            self._refund(reservation)
+
+        try:
+            taking.get_loop().run_in_executor(None, give_back)
+        except RuntimeError:  # the loop is closing: its executor takes no more work
+            threading.Thread(target=give_back, daemon=True).start()
 
     async def athrottle(
         self,

@@ -8,8 +8,11 @@ keys apart by a prefix of its own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+import threading
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import ratekeeper as rk
@@ -347,3 +350,47 @@ def test_waits_cancelled_in_any_order_on_redis_time_give_back_as_memory_does(
     for second, third in (memory_waits, redis_waits):
         assert SLOT < second <= 2 * SLOT
         assert 2 * SLOT < third <= 3 * SLOT
+
+
+@pytest.mark.asyncio
+async def test_a_task_cancelled_while_taking_permits_on_redis_leaves_them_free(
+    redis_server: RedisServer, redis_prefix: str
+) -> None:
+    # concurrent(max_wait=...) from asyncio takes its permits in a worker thread: a task cancelled while they are
+    # taken gives them back (and its rate slot) once they are.
+    taking, go_on = threading.Event(), threading.Event()
+
+    class Held(rk.Limiter):
+        def _acquire(self, *args: Any, **options: Any) -> rk.Decision:
+            if options.get("take") is None:  # concurrent(max_wait)'s permits, not a probe's
+                taking.set()
+                assert go_on.wait(10)
+            return super()._acquire(*args, **options)
+
+    backend = rk.Redis(redis_server.url, prefix=redis_prefix, on_error="raise")
+    limiter = Held(rules=[rk.Rule("^/api/", "g", limits=["1000/min", rk.Limit(concurrency=2)])], backend=backend)
+
+    async def hold() -> None:
+        async with limiter.concurrent("peer", "/api/x", max_wait=5.0):
+            await asyncio.Event().wait()
+
+    def free_permits() -> int:
+        with contextlib.ExitStack() as held:
+            for taken in range(10):
+                try:
+                    held.enter_context(limiter.concurrent("peer", "/api/x", rates=False))
+                except rk.RateLimited:
+                    return taken
+        return 10
+
+    holder = asyncio.ensure_future(hold())
+    assert await asyncio.to_thread(taking.wait, 10)
+    holder.cancel()  # while the permits are being taken
+    with pytest.raises(asyncio.CancelledError):
+        await holder
+    go_on.set()
+    for _ in range(10_000):  # the give-back runs on a worker thread once they are taken: counted, not timed
+        if await asyncio.to_thread(free_permits) == 2:
+            break
+        await asyncio.sleep(0.001)
+    assert free_permits() == 2
