@@ -9,12 +9,13 @@ serving other tasks while the round trip is in flight.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
 from ratekeeper._core import Limiter
 
-__all__ = ["off_loop"]
+__all__ = ["off_loop", "off_loop_soon"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -26,3 +27,13 @@ async def off_loop(limiter: Limiter, call: Callable[P, R], *args: P.args, **kwar
     if not limiter._waits_on_io:
         return call(*args, **kwargs)
     return await asyncio.to_thread(call, *args, **kwargs)
+
+
+def off_loop_soon(loop: asyncio.AbstractEventLoop, call: Callable[[], object]) -> None:
+    """``call()`` in ``loop``'s worker threads, not awaited: what a cancelled task gives back, which its
+    cancellation must not stop (an awaited job cancelled before a thread took it up would never run). In a
+    thread of its own when the loop is closing, its executor taking no more work."""
+    try:
+        loop.run_in_executor(None, call)
+    except RuntimeError:
+        threading.Thread(target=call, daemon=True).start()

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from ratekeeper._core import Decision, Limit, Rate, _Outgoing, _Ticket
 from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue, RateLimited
+from ratekeeper._offload import off_loop_soon
 from ratekeeper._server_words import DIALECTS
 
 if TYPE_CHECKING:
@@ -478,7 +479,7 @@ class Outgoing:
         self._firsts[host].release()
 
     def _await_first_word(self, key: str, deadline: float | None) -> None:
-        """Counts a call about to wait for its host's first answer (``_first_word``), or refuses it at once
+        """Counts a call about to wait for its host's first answer (``_go_first``), or refuses it at once
         (``wait=False``, or no time left before its deadline)."""
         if not self.wait or (deadline is not None and time.monotonic() >= deadline):
             self._refuse_unheard(key)
@@ -582,19 +583,14 @@ class Outgoing:
         plan = self._core.plan(key, host, path, estimate)
         steps = plan.steps
         ends = []
-        loop = asyncio.get_running_loop()
-        for index, step in enumerate(steps):
-            group, units, is_budget = step
-            # Shielded: a task cancelled while the store decides leaves the check to end, and what it admitted
-            # is given back then (an answer that came to no one would keep its units).
-            check = asyncio.ensure_future(self.limiter.acheck(key, group=group, cost=units))
+        for index, (group, units, is_budget) in enumerate(steps):
             try:
-                decision = await asyncio.shield(check)
+                # Cancelled while the store decides, acheck gives back what its answer admits.
+                decision = await self.limiter.acheck(key, group=group, cost=units)
             except BaseException:
-                # Cancelled (or the store failed): the steps spent go back, off the loop and not awaited.
+                # Cancelled (or the store failed): the steps spent before go back, off the loop and not awaited.
                 if index:
-                    loop.run_in_executor(None, self._give_back, key, steps[:index])
-                check.add_done_callback(partial(self._give_back_admitted, key, step))
+                    off_loop_soon(asyncio.get_running_loop(), partial(self._give_back, key, steps[:index]))
                 raise
             if not decision.allowed:
                 await self._agive_back(key, steps[:index])
@@ -610,14 +606,6 @@ class Outgoing:
     def _give_back(self, key: str, steps: list[tuple[str, int, bool]]) -> None:
         for group, units, _ in steps:
             self.limiter.reduce(key, group=group, n=units)
-
-    def _give_back_admitted(self, key: str, step: tuple[str, int, bool], check: asyncio.Future[Decision]) -> None:
-        """Gives back ``step`` in a worker thread if its ``check``, which no task awaits now, admitted it."""
-        if not check.cancelled() and check.exception() is None and check.result().allowed:
-            try:
-                check.get_loop().run_in_executor(None, self._give_back, key, [step])
-            except RuntimeError:  # the loop is closing: its executor takes no more work
-                threading.Thread(target=self._give_back, args=(key, [step]), daemon=True).start()
 
     async def _agive_back(self, key: str, steps: list[tuple[str, int, bool]]) -> None:
         """``_give_back`` in a worker thread, which a cancellation of the awaiting task does not stop (a job
@@ -635,9 +623,11 @@ class Outgoing:
 
     # --- the server's word -----------------------------------------------------------------------------------
 
-    def _auto_group(self, host: str, budget: str, limit: int, window: float) -> str | None:
-        """The auto-group of ``budget`` at ``host``, made (or resized) for ``limit`` per ``window``."""
-        made = self._core.made_group(host, budget)
+    def _auto_group(
+        self, host: str, budget: str, limit: int, window: float, made: tuple[str, int, float] | None
+    ) -> str | None:
+        """The auto-group of ``budget`` at ``host``, made (or resized) for ``limit`` per ``window``; ``made``: the
+        one made before, as ``_Outgoing.made_group`` says."""
         if made is not None and made[1] == limit and made[2] == window:
             return made[0]
         if (host, budget, limit, window) in self._unmakeable:
@@ -713,7 +703,7 @@ class Outgoing:
                 # Resized: the word first, at the size it is kept at, so that the key's window ends at the
                 # server's reset, and what it used there is not carried into later windows at the new size.
                 self._cap(ticket.key, made[0], remaining, reset_after, ticket.age())
-            group = self._auto_group(ticket.host, budget, limit, window)
+            group = self._auto_group(ticket.host, budget, limit, window, made)
             if group is not None:
                 self._cap(ticket.key, group, remaining, reset_after, ticket.age())
         return retry
@@ -775,7 +765,7 @@ class Outgoing:
         host = ticket.host
         retry = self._take_in(ticket, settled)
         deadline = None if self.timeout is None else time.monotonic() - ticket.age() + self.timeout
-        if retry is None or not _replayable(replayable, request) or not self._retrying(host, 0, retry, deadline):
+        if retry is None or not _may_replay(replayable, request) or not self._retrying(host, 0, retry, deadline):
             return response
         await close(response)
         await self._asleep(host, retry)
@@ -873,7 +863,7 @@ class Outgoing:
                     self._heard_from(call.host)
             if (
                 retry is None
-                or not _replayable(replayable, request)
+                or not _may_replay(replayable, request)
                 or not self._retrying(ticket.key, attempt, retry, deadline)
             ):
                 return response
@@ -900,7 +890,8 @@ def never_sent(error: BaseException) -> bool:
     return any(check(error) for check in _NOT_SENT)
 
 
-def _replayable(replayable: Callable[[Q], bool] | None, request: Q) -> bool:
+def _may_replay(replayable: Callable[[Q], bool] | None, request: Q) -> bool:
+    """Whether ``request`` may be sent again (``replayable`` of the adapter, None: always)."""
     return replayable is None or replayable(request)
 
 

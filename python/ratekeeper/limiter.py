@@ -23,6 +23,7 @@ from ratekeeper._core import Decision, Limit, ManualClock, Rate, Rule, _Completi
 from ratekeeper._core import Limiter as _CoreLimiter
 from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue, RateLimited
 from ratekeeper._manual_wait import ManualWaits
+from ratekeeper._offload import off_loop_soon
 from ratekeeper._quota import QuotaWorkers
 from ratekeeper._stats import PolicyName
 
@@ -519,13 +520,9 @@ class Limiter(_CoreLimiter):
         if not reservation.decision.allowed:
             return
         if reservation.wait > 0:
-            give_back: Callable[[], object] = functools.partial(self._refund, reservation)
+            off_loop_soon(future.get_loop(), functools.partial(self._refund, reservation))
         else:
-            give_back = functools.partial(self.reduce, peer, path, cost, group=group)
-        try:
-            future.get_loop().run_in_executor(None, give_back)
-        except RuntimeError:  # the loop is closing: its executor takes no more work
-            threading.Thread(target=give_back, daemon=True).start()
+            off_loop_soon(future.get_loop(), functools.partial(self.reduce, peer, path, cost, group=group))
 
     def throttle(
         self,
@@ -619,10 +616,7 @@ class Limiter(_CoreLimiter):
                 self._release(peer, group=taken.group, cost=cost, outcome="dropped")
             self._refund(reservation)
 
-        try:
-            taking.get_loop().run_in_executor(None, give_back)
-        except RuntimeError:  # the loop is closing: its executor takes no more work
-            threading.Thread(target=give_back, daemon=True).start()
+        off_loop_soon(taking.get_loop(), give_back)
 
     async def athrottle(
         self,
@@ -676,7 +670,7 @@ class Limiter(_CoreLimiter):
         if not self._waits_on_io:
             self._refund(reservation)
         else:
-            asyncio.get_running_loop().run_in_executor(None, self._refund, reservation)
+            off_loop_soon(asyncio.get_running_loop(), functools.partial(self._refund, reservation))
 
     def concurrent(
         self,

@@ -44,14 +44,16 @@ _MOST_PLACES = 4096
 def _place(url: str) -> tuple[str, str]:
     """The call's host (with its port when not the scheme's default) and path: the host as sent (requests
     sends an IDNA name in its ``xn--`` form), the path decoded, as every adapter keys and routes them."""
-    place = _PLACES.get(url)
+    # Kept by the URL without its query, which says nothing of the place (and may hold a token); not at all
+    # when it holds credentials.
+    base = url.partition("?")[0] if "?" in url else url
+    place = _PLACES.get(base)
     if place is None:
-        parts = urlsplit(url)
+        parts = urlsplit(base)
         path = unquote(parts.path) if "%" in parts.path else parts.path
         place = (host_of(parts.hostname or "", parts.port, _DEFAULT_PORTS.get(parts.scheme)), path or "/")
-        # Not kept: a URL with a query or credentials (a token in either would stay in memory, and queries vary).
-        if len(_PLACES) < _MOST_PLACES and not parts.query and "@" not in parts.netloc:
-            _PLACES[url] = place
+        if len(_PLACES) < _MOST_PLACES and "@" not in parts.netloc:
+            _PLACES[base] = place
     return place
 
 

@@ -612,6 +612,14 @@ local function with_used(l, key, used, at, seen)
   return state
 end
 
+-- An announced window moved at `at` from limit `from` to `to`, having used `used`: it keeps the server's end,
+-- with what `to` leaves of it, nothing carried past (src/algorithm/windows.rs `rescale_announced`); nil for
+-- any other state.
+local function rescale_announced(from, to, state, used, at)
+  if from.kind ~= 'windows' or to.kind ~= 'windows' or not announced(state) or at >= state.t then return nil end
+  return { t = state.t, a = math.max(to.p1 - used, 0), b = state.b }
+end
+
 -- A state moved at `at` from limit `from` to `to` (nil: gone), keeping what it used
 -- (src/algorithm/mod.rs `rescale`): 2 used of 2/min leave 98 of 100/min. A sliding log keeps its stamps.
 -- The moved state has seen the moves up to `seen` ("<node>/<order>").
@@ -626,12 +634,10 @@ local function move(from, to, state, at, key, seen)
     return state
   end
   local used = used_at(from, state, at)
-  -- An announced window keeps the server's end, with what the new limit leaves of what it used
-  -- (src/algorithm/windows.rs `rescale_announced`): nothing is carried past it.
-  if from.kind == 'windows' and to.kind == 'windows' and announced(state) and at < state.t then
-    state.a = math.max(to.p1 - used, 0)
-    state.sig, state.seen = to.sig, seen
-    return state
+  local kept = rescale_announced(from, to, state, used, at)
+  if kept then
+    kept.sig, kept.seen = to.sig, seen
+    return kept
   end
   if state.log then redis.call('DEL', key) end
   local moved = with_used(to, key, used, at, seen)
@@ -719,8 +725,10 @@ local function ledger_apply(l, state, entry)
   if entry.to then
     if state == nil or entry.to.sig == l.sig then return state, entry.to end
     local used = used_at(l, state, entry.at)
-    if l.kind == 'windows' and entry.to.kind == 'windows' and announced(state) and entry.at < state.t then
-      return { t = state.t, a = math.max(entry.to.p1 - used, 0), b = state.b, sig = entry.to.sig, seen = '' }, entry.to
+    local kept = rescale_announced(l, entry.to, state, used, entry.at)
+    if kept then
+      kept.sig, kept.seen = entry.to.sig, ''
+      return kept, entry.to
     end
     return with_used(entry.to, nil, used, entry.at, ''), entry.to
   end

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -75,8 +74,11 @@ async def test_a_task_awaiting_its_hosts_first_answer_is_counted_or_refused_when
         first = asyncio.create_task(client.get("/first"))
         await arrived.wait()
         second = asyncio.create_task(client.get("/second"))
-        await asyncio.sleep(0.05)  # whatever this lasts, the second call waits for the first answer or is refused
         if wait:
+            for _ in range(100_000):  # until the second call is counted waiting: counted, not timed
+                if transport.stats().get("api.example.com", {}).get("waits"):
+                    break
+                await asyncio.sleep(0)
             assert not second.done()
         else:
             with pytest.raises(rk.RateLimited):
@@ -208,11 +210,9 @@ async def test_tasks_cancelled_while_redis_decides_their_turn_keep_nothing(redis
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-    for _ in range(10_000):  # the checks of cancelled tasks run to their end (shielded): counted, not timed
-        if asyncio.all_tasks() == {asyncio.current_task()}:
-            break
-        await asyncio.sleep(0.001)
-    for _ in range(1000):  # then give back what they spent, on worker threads
+    # One more check on the same connection: its answer comes after theirs, which are then in.
+    assert await limiter.aallow("another key", group="requests")
+    for _ in range(10_000):  # their give-backs run on worker threads: counted, not timed
         if (await asyncio.to_thread(limiter.peek, "api.example.com", group="requests")).remaining == 1000:
             break
         await asyncio.sleep(0.001)
@@ -225,6 +225,7 @@ def test_a_first_call_that_gets_no_answer_lets_one_more_go_first_not_all(failure
     # Until a host answers, its calls go one at a time: the first failing (the connection refused, or its cost
     # function raising) hands the turn to one more call, not to every call waiting.
     lock, in_flight, most, sent, before_answer = threading.Lock(), [0], [0], [], []
+    let_go_early: list[bool] = []
     first_in, second_in, let_go = threading.Event(), threading.Event(), threading.Event()
 
     def answer(request: httpx.Request) -> httpx.Response:
@@ -240,8 +241,9 @@ def test_a_first_call_that_gets_no_answer_lets_one_more_go_first_not_all(failure
                 raise httpx.ConnectError("refused")
             if turn == (2 if failure == "raises" else 1):  # the call going first after the failure
                 second_in.set()
-                time.sleep(0.2)  # room for any call let go too early to come in beside it
                 before_answer.append(most[0])
+                # Nothing lets the waiting calls go before this call's answer: the host is not taken as answered.
+                let_go_early.append("api.example.com" in transport.outgoing._answered)
             return httpx.Response(200, headers={"x-ratelimit-limit": "100", "x-ratelimit-remaining": "90"})
         finally:
             with lock:
@@ -276,6 +278,7 @@ def test_a_first_call_that_gets_no_answer_lets_one_more_go_first_not_all(failure
     assert sorted(map(str, outcomes)) == sorted(["200"] * 5 + ["ConnectError" if failure == "raises" else "ValueError"])
     assert second_in.is_set()
     assert before_answer == [1]  # until the host's first answer, no call beside the one going first
+    assert let_go_early == [False]
 
 
 @pytest.mark.parametrize("dialect", ["github", "x-ratelimit"])
