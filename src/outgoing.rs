@@ -20,8 +20,9 @@ use crate::server_words::{self, Dialect, Said, Warning, Word};
 
 /// A call that the server's word says to retry, with no wait stated, waits this many seconds.
 pub const NO_WORD_WAIT: f64 = 1.0;
-/// The budget of a host whose server asked for a wait (`Retry-After`) before stating any budget: its
-/// auto-group counts nothing (its limit is more than a window's calls) until a wait caps it.
+/// The budget of a host whose server asked for a wait (`Retry-After`, or a budget spent in a size no
+/// group takes): its auto-group counts nothing (its limit is more than a window's calls) until a wait
+/// caps it.
 pub const HELD_BUDGET: &str = "retry-after";
 /// [`HELD_BUDGET`]'s limit per window: the most a limit takes.
 pub const HELD_LIMIT: u64 = 4_294_967_295;
@@ -534,14 +535,25 @@ impl Engine {
     }
 
     /// (group, remaining, `reset_after`) for each budget of `word` whose group is made; the others in
-    /// `unmade`. A wait with no budget stated: nothing more may go before it, in any budget of the call.
+    /// `unmade`. A wait the server asks for holds every call of the host until it is over: with
+    /// auto-groups in the host's held group (made on the first such word), so a budget keeps its own
+    /// remaining and reset for after it (GitHub's secondary limits: a `Retry-After` beside thousands
+    /// left); without, in each group of the call when the word names no budget.
     fn caps_of(&self, host: &Host, ticket: &Ticket, word: &Word, caps: &mut Caps, unmade: &mut Vec<Unmade>) {
+        let auto_groups = self.settings.auto_groups;
+        let mut held = word.retry_after.filter(|_| auto_groups);
         for budget in &word.budgets {
             if let Some(group) = self.declared_group(&budget.name) {
                 caps.push((group.clone(), budget.remaining, budget.reset_after));
                 continue;
             }
-            let Some(limit) = budget.limit.filter(|&l| self.settings.auto_groups && l >= 1) else { continue };
+            let Some(limit) = budget.limit.filter(|&l| auto_groups && l >= 1) else {
+                // Spent, in a size no group can take (unstated, or 0): nothing goes before its reset.
+                if auto_groups && budget.remaining == 0 {
+                    held = Some(held.map_or(budget.reset_after, |h| h.max(budget.reset_after)));
+                }
+                continue;
+            };
             let window = budget.window.unwrap_or(self.settings.window);
             match host.auto.iter().find(|a| a.budget == budget.name) {
                 Some(auto) if auto.limit == limit && auto.window.to_bits() == window.to_bits() => {
@@ -556,23 +568,21 @@ impl Engine {
                 }),
             }
         }
-        if let (Some(wait), true) = (word.retry_after, word.budgets.is_empty()) {
-            if !ticket.plan.budgets.is_empty() {
-                caps.extend(ticket.plan.budgets.iter().map(|(_, group)| (group.clone(), 0, wait)));
-            } else if self.settings.auto_groups {
-                // No budget of the host's to hold yet (a 429 as its first word, say): the wait's own
-                // auto-group holds its calls, in the store, so every process waits too.
-                match host.auto.iter().find(|a| a.budget == HELD_BUDGET) {
-                    Some(auto) => caps.push((auto.group.clone(), 0, wait)),
-                    None => unmade.push(Unmade {
-                        budget: HELD_BUDGET.to_string(),
-                        limit: HELD_LIMIT,
-                        window: self.settings.window,
-                        remaining: 0,
-                        reset_after: wait,
-                    }),
-                }
+        if let Some(wait) = held {
+            // The held group's limit is larger than any window's calls: it counts nothing of its own,
+            // and holds them all, in the store, so every process waits too.
+            match host.auto.iter().find(|a| a.budget == HELD_BUDGET) {
+                Some(auto) => caps.push((auto.group.clone(), 0, wait)),
+                None => unmade.push(Unmade {
+                    budget: HELD_BUDGET.to_string(),
+                    limit: HELD_LIMIT,
+                    window: self.settings.window,
+                    remaining: 0,
+                    reset_after: wait,
+                }),
             }
+        } else if let (Some(wait), true) = (word.retry_after, word.budgets.is_empty()) {
+            caps.extend(ticket.plan.budgets.iter().map(|(_, group)| (group.clone(), 0, wait)));
         }
     }
 
@@ -604,7 +614,9 @@ impl Engine {
     pub fn guessing(&self, (key, host): (&str, &str), group: &str, now: f64) -> bool {
         let state = self.state.lock();
         let budget_group = self.declared.iter().any(|(_, g)| **g == *group)
-            || state.known_host(host).is_some_and(|h| h.auto.iter().any(|a| *a.group == *group));
+            || state
+                .known_host(host)
+                .is_some_and(|h| h.auto.iter().any(|a| *a.group == *group && a.budget != HELD_BUDGET));
         if !budget_group {
             return false;
         }
@@ -815,6 +827,46 @@ mod tests {
     }
 
     #[test]
+    fn a_wait_beside_budgets_is_held_apart_from_them() {
+        let (engine, budgets) = (engine(&[]), Fake::new(10));
+        engine.made("api", "core", "api core", 5000, 60.0);
+        engine.made("api", HELD_BUDGET, "api retry-after", HELD_LIMIT, 60.0);
+        // GitHub's secondary limit: thousands left in the hour, and a minute's wait for every call.
+        let github = [
+            ("x-ratelimit-limit", "5000"),
+            ("x-ratelimit-remaining", "4000"),
+            ("x-ratelimit-reset", "1800"),
+            ("x-ratelimit-resource", "core"),
+            ("retry-after", "60"),
+        ];
+        let ticket = admitted(engine.admit(&budgets, ("h", "api", Some("/")), &[], true).unwrap());
+        let settled = engine.settle(&budgets, ("h", "api"), &ticket, &said(&github), (403, 0.0)).unwrap();
+        assert_eq!(settled.retry, Some(60.0));
+        let calls = budgets.calls.borrow();
+        assert_eq!(calls[calls.len() - 2..], ["cap h api core 4000 1800", "cap h api retry-after 0 60"]);
+        // Its refusals are the server's word, never a guess to look past.
+        assert!(!engine.guessing(("h", "api"), "api retry-after", 1e12));
+    }
+
+    #[test]
+    fn a_budget_spent_in_a_size_no_group_takes_holds_the_host_until_its_reset() {
+        let (engine, budgets) = (engine(&[]), Fake::new(10));
+        let ticket = admitted(engine.admit(&budgets, ("h", "api", Some("/")), &[], true).unwrap());
+        // A limit of 0, and an IETF budget with no policy: nothing left, in no size a group can have.
+        for (pairs, reset) in [
+            (&[("x-ratelimit-limit", "0"), ("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "30")][..], 30.0),
+            (&[("ratelimit", "\"day\";r=0;t=45")][..], 45.0),
+        ] {
+            let settled = engine.settle(&budgets, ("h", "api"), &ticket, &said(pairs), (200, 0.0)).unwrap();
+            let unmade: Vec<_> = settled.unmade.iter().map(|u| (u.budget.as_str(), u.reset_after)).collect();
+            assert_eq!(unmade, [(HELD_BUDGET, reset)]);
+        }
+        // With some left, it holds nothing.
+        let pairs = [("x-ratelimit-limit", "0"), ("x-ratelimit-remaining", "3"), ("x-ratelimit-reset", "30")];
+        assert!(engine.settle(&budgets, ("h", "api"), &ticket, &said(&pairs), (200, 0.0)).unwrap().unmade.is_empty());
+    }
+
+    #[test]
     fn the_short_way_admits_only_a_host_heard_from_and_counts_as_the_long_way() {
         let (engine, budgets) = (engine(&[("requests", "r")]), Fake::new(2));
         // Not heard from yet: nothing spent, the caller goes the long way.
@@ -880,7 +932,15 @@ mod tests {
         let settled =
             engine.settle(&budgets, ("h", "api"), &ticket, &said(&[("retry-after", "7")]), (429, 0.0)).unwrap();
         assert_eq!(settled.retry, Some(7.0));
-        // No budget stated: every budget of the call waits, and a group that takes no word is told of.
+        // The wait is held in a group of its own, whatever the algorithms of the declared groups.
+        let unmade: Vec<_> = settled.unmade.iter().map(|u| (u.budget.as_str(), u.reset_after)).collect();
+        assert_eq!(unmade, [(HELD_BUDGET, 7.0)]);
+        // Without auto-groups, every budget of the call waits, and a group that takes no word is told of.
+        let declared_only = Engine::new(Settings { auto_groups: false, ..engine.settings.clone() });
+        let ticket = admitted(declared_only.admit(&budgets, ("h", "api", None), &[], true).unwrap());
+        let settled =
+            declared_only.settle(&budgets, ("h", "api"), &ticket, &said(&[("retry-after", "7")]), (429, 0.0)).unwrap();
+        assert!(settled.unmade.is_empty());
         assert!(budgets.calls.borrow().contains(&"cap h r 0 7".to_owned()));
         assert_eq!(settled.not_applied.len(), 1);
         let settled = engine.settle(&budgets, ("h", "api"), &ticket, &Said::new(), (429, 0.0)).unwrap();

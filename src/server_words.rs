@@ -476,7 +476,7 @@ impl Reading<'_, '_> {
                 match number(in_ms) {
                     None => self.warn(RETRY_AFTER_MS, Some(in_ms), "not a number of milliseconds"),
                     Some(ms) => {
-                        if let Some(wait) = self.wait(ms / 1000.0, RETRY_AFTER_MS, in_ms) {
+                        if let Some(wait) = self.asked_wait(ms / 1000.0, RETRY_AFTER_MS, in_ms) {
                             return Some(wait);
                         }
                     }
@@ -485,13 +485,25 @@ impl Reading<'_, '_> {
         }
         let value = said.get(RETRY_AFTER)?;
         if let Some(seconds) = number(value) {
-            return self.wait(seconds, RETRY_AFTER, value);
+            return self.asked_wait(seconds, RETRY_AFTER, value);
         }
         let Some(moment) = http_date(value) else {
             self.warn(RETRY_AFTER, Some(value), "neither seconds nor an HTTP date");
             return None;
         };
-        self.until(moment, RETRY_AFTER, value)
+        let seconds = moment - self.reference();
+        self.asked_wait(if seconds > 0.0 { seconds } else { 0.0 }, RETRY_AFTER, value)
+    }
+
+    /// A wait the server asks for, capped at [`LONGEST_WAIT`]: unlike a reset, which a unit mix-up can
+    /// put years away, a long `Retry-After` is a server saying "stop", and retrying it every second
+    /// would be the worst reading of it (`None`, warned, only when negative or not finite).
+    fn asked_wait(&mut self, seconds: f64, field: usize, value: &str) -> Option<f64> {
+        if seconds.is_finite() && seconds > LONGEST_WAIT {
+            self.warn(field, Some(value), "longer than a day, so obeyed for a day");
+            return Some(LONGEST_WAIT);
+        }
+        self.wait(seconds, field, value)
     }
 }
 
@@ -1204,6 +1216,13 @@ mod tests {
         // OpenAI's retry-after-ms alone, without the budgets' fields, and before a Retry-After.
         let alone = [("retry-after-ms", "1500"), ("retry-after", "9")];
         assert_eq!(heard(&alone, 429, 0.0).0, Word { dialect: None, budgets: vec![], retry_after: Some(1.5) });
+        // A wait of more than a day is obeyed for a day (warned), where a reset that far is dropped.
+        for long in [[("retry-after", "172800")], [("retry-after-ms", "9e99")], [("retry-after-ms", "172800000")]] {
+            let (word, warnings) = heard(&long, 429, 0.0);
+            let capped = !long[0].1.contains('e');
+            assert_eq!(word.retry_after, capped.then_some(LONGEST_WAIT), "{long:?}");
+            assert_eq!(warnings.len(), 1);
+        }
     }
 
     #[test]

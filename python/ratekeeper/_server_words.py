@@ -62,7 +62,8 @@ class ServerWord:
         dialect: the dialect it was read in, one of ``DIALECTS``, or ``""`` when it carries none.
         budgets: its budgets, in the order the dialect lists them.
         retry_after: seconds to wait before the next call (``Retry-After``, OpenAI's ``retry-after-ms``) on
-            429 and 503, and on GitHub's 403; ``None`` when absent, malformed or not read for that status.
+            429 and 503, and on GitHub's 403, at most 86,400 (a longer one is obeyed for a day); ``None`` when
+            absent, malformed or not read for that status.
     """
 
     dialect: str

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -335,7 +336,7 @@ class _Reading:
             if milliseconds is None:
                 self.warn("retry-after-ms", in_ms, "not a number of milliseconds")
             else:
-                wait = self.wait(milliseconds / 1000.0, "retry-after-ms", in_ms)
+                wait = self.asked_wait(milliseconds / 1000.0, "retry-after-ms", in_ms)
                 if wait is not None:
                     return wait
         value = self.said.get("retry-after")
@@ -343,12 +344,19 @@ class _Reading:
             return None
         seconds = _number(value)
         if seconds is not None:
-            return self.wait(seconds, "retry-after", value)
+            return self.asked_wait(seconds, "retry-after", value)
         moment = _http_date(value)
         if moment is None:
             self.warn("retry-after", value, "neither seconds nor an HTTP date")
             return None
-        return self.until(moment, "retry-after", value)
+        return self.asked_wait(max(moment - self.reference(), 0.0), "retry-after", value)
+
+    def asked_wait(self, seconds: float, field: str, value: str) -> float | None:
+        """A wait the server asks for, capped at a day: a long one is a server saying "stop"."""
+        if math.isfinite(seconds) and seconds > LONGEST_WAIT:
+            self.warn(field, value, "longer than a day, so obeyed for a day")
+            return LONGEST_WAIT
+        return self.wait(seconds, field, value)
 
 
 # A reset reader below: the seconds until the reset that ``value`` of ``field`` names, or None (logged).

@@ -115,6 +115,76 @@ def test_a_retry_after_before_any_budget_holds_every_later_call_until_it_passes(
     assert limiter.peek("api.example.com", group="api.example.com retry-after").remaining == 0
 
 
+def test_githubs_secondary_limit_holds_every_call_for_its_wait_though_the_hour_has_thousands_left() -> None:
+    # GitHub's secondary limit: a 403 with Retry-After beside a primary budget far from spent. The wait holds
+    # every call of the host (the budget keeps its own remaining for after it); before, only the call that met
+    # the 403 waited, and every other call went on to meet one.
+    sent: list[str] = []
+    fields = {"x-ratelimit-limit": "5000", "x-ratelimit-remaining": "4000", "x-ratelimit-resource": "core"}
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request.url.path)
+        reset = {"x-ratelimit-reset": "1800"}
+        if len(sent) == 2:
+            return httpx.Response(403, headers={**fields, **reset, "retry-after": "60"})
+        return httpx.Response(200, headers={**fields, **reset})
+
+    limiter = rk.Limiter(rules=[])
+    transport = Transport(limiter, inner=httpx.MockTransport(answer), wait=False)
+    with httpx.Client(transport=transport, base_url=HOST) as client:
+        assert client.get("/a").status_code == 200
+        assert client.get("/b").status_code == 403
+        with pytest.raises(rk.RateLimited) as refused:
+            client.get("/c")
+    assert refused.value.decision.group == "api.example.com retry-after"
+    assert 59 < refused.value.retry_after <= 60
+    assert sent == ["/a", "/b"]
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"x-ratelimit-limit": "0", "x-ratelimit-remaining": "0", "x-ratelimit-reset": "40"},  # a limit of 0
+        {"ratelimit": '"day";r=0;t=40'},  # an IETF budget without its policy: no size stated
+    ],
+)
+def test_a_budget_spent_in_no_size_a_group_takes_holds_the_host_until_its_reset(fields: dict[str, str]) -> None:
+    sent: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request.url.path)
+        return httpx.Response(200, headers=fields)
+
+    transport = Transport(rk.Limiter(rules=[]), inner=httpx.MockTransport(answer), wait=False)
+    with httpx.Client(transport=transport, base_url=HOST) as client:
+        assert client.get("/a").status_code == 200
+        with pytest.raises(rk.RateLimited) as refused:
+            client.get("/b")
+    assert 39 < refused.value.retry_after <= 40
+    assert sent == ["/a"]
+
+
+def test_a_retry_after_longer_than_a_day_holds_the_host_for_a_day(caplog: pytest.LogCaptureFixture) -> None:
+    # A server saying "stop" for two weeks is obeyed for a day, not retried every second.
+    sent: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request.url.path)
+        return httpx.Response(429, headers={"retry-after": str(14 * 86_400)})
+
+    transport = Transport(rk.Limiter(rules=[]), inner=httpx.MockTransport(answer), timeout=5.0)
+    with (
+        caplog.at_level(logging.WARNING, logger="ratekeeper.outgoing"),
+        httpx.Client(transport=transport, base_url=HOST) as client,
+    ):
+        assert client.get("/a").status_code == 429  # its retry would be a day away: returned as it came
+        with pytest.raises(rk.RateLimited) as refused:
+            client.get("/b")
+    assert 86_399 < refused.value.retry_after <= 86_400
+    assert sent == ["/a"]
+    assert "longer than a day, so obeyed for a day" in caplog.text
+
+
 def test_wait_false_returns_a_429_at_once_without_its_retries() -> None:
     sent: list[str] = []
 

@@ -464,20 +464,21 @@ def test_the_three_http_date_forms_are_read() -> None:
         (" 7 ", 7.0),
         ("Fri, 27 Nov 2026 10:00:30 GMT", 30.0),
         ("Fri, 27 Nov 2026 09:59:00 GMT", 0.0),  # already past: go now
-        ("86401", None),
+        ("86401", 86400.0),  # a long wait is obeyed for a day, not retried every second
+        ("99999999999", 86400.0),
         ("-1", None),
         ("soon", None),
         ("", None),
         ("1e3", None),
         ("\u0661\u0662", None),
         ("Fri, 27 Nov 2026 10:00:30 GMT, 5", None),
-        ("Fri, 28 Nov 2026 10:00:30 GMT", None),  # beyond a day
+        ("Sat, 28 Nov 2026 10:00:30 GMT", 86400.0),  # beyond a day: a day
         ("Sunday, 06-Nov-94 08:49:37 GMT", 0.0),  # 1994, not 2094
         ("Fri, 31 Feb 2026 10:00:30 GMT", None),
         ("Fri, 27 Nov 2026 10:00:30 UTC", None),
     ],
 )
-def test_retry_after_is_seconds_or_an_http_date_within_a_day(value: str, seconds: float | None) -> None:
+def test_retry_after_is_seconds_or_an_http_date_up_to_a_day(value: str, seconds: float | None) -> None:
     assert read([("Date", DATE), ("Retry-After", value)], 429, now=0.0).retry_after == seconds
 
 
