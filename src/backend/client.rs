@@ -357,6 +357,9 @@ impl Client {
                         .set_connection_timeout(Some(connect_timeout))
                         .set_response_timeout(Some(timeout))
                         .set_number_of_retries(1)
+                        // The crate's first retry comes after 100 ms, past a decision's timeout (50 ms by
+                        // default): a refused connection would be reported as a silent server.
+                        .set_min_delay(Duration::from_millis(5))
                         .set_max_delay(Duration::from_secs(2));
                     let manager = ConnectionManager::new_lazy_with_config(client, config)
                         .map_err(|e| Error::value("url", format!("cannot use {:?}: {e}", redact(url))))?;

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import ratekeeper as rk
-from _redis import FakeServer, RedisServer, functions_not_loaded_answer, http_answer, paused
+from _redis import FakeServer, RedisServer, free_port, functions_not_loaded_answer, http_answer, paused
 
 # The promise under test: a decision ends within `timeout`. The margin covers a loaded 2-core machine
 # (thread wake-ups, the GIL), not a second wait: the old client took 2-4x the timeout.
@@ -156,6 +156,18 @@ def test_an_http_server_on_the_port_is_named_as_the_cause(
     assert "not the Redis protocol" in warning
     assert "\n" not in warning
     assert capfd.readouterr().err == ""
+
+
+@pytest.mark.asyncio
+async def test_a_refused_connection_is_named_as_the_cause_in_asyncio_too() -> None:
+    # The connection manager's first retry came after 100 ms, past the 50 ms timeout: asyncio callers were told
+    # the server "did not answer", as if it were stalled, while blocking ones were told it refused.
+    lim = rk.Limiter("10/s", backend=rk.Redis(f"redis://127.0.0.1:{free_port()}", on_error="raise"))
+    for _ in range(2):
+        with pytest.raises(rk.BackendUnavailable, match="refused"):
+            await lim.aallow("a")
+    with pytest.raises(rk.BackendUnavailable, match="refused"):
+        lim.allow("a")
 
 
 def test_an_application_without_logging_set_up_gets_nothing_on_stderr(
