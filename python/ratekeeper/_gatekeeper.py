@@ -41,7 +41,7 @@ from ratekeeper._http import (
     refusal_body,
     response_headers,
 )
-from ratekeeper._offload import off_loop
+from ratekeeper._offload import off_loop, off_loop_through
 
 if TYPE_CHECKING:
     from ratekeeper.limiter import Limiter, Outcome
@@ -297,7 +297,7 @@ class Gatekeeper:
         """``release`` on an event loop."""
         if admission.permits:
             admission.permits = False
-            await off_loop(self.limiter, _release, self.limiter, admission)
+            await off_loop_through(self.limiter, _release, self.limiter, admission)
 
     @staticmethod
     def observe(admission: Admission, status: int) -> None:
@@ -330,7 +330,7 @@ class Gatekeeper:
         """``settle`` on an event loop."""
         self.observe(admission, status)
         if self._settles(admission, status):
-            await off_loop(self.limiter, _reduce, self.limiter, admission)
+            await off_loop_through(self.limiter, _reduce, self.limiter, admission)
 
     def reduce(self, admission: Admission) -> None:
         """Gives back what an allowed admission counted, with the limiter's ``reduce`` (its permits stay
@@ -341,7 +341,7 @@ class Gatekeeper:
     async def areduce(self, admission: Admission) -> None:
         """``reduce`` on an event loop."""
         if admission.counted:
-            await off_loop(self.limiter, _reduce, self.limiter, admission)
+            await off_loop_through(self.limiter, _reduce, self.limiter, admission)
 
     def give_back(self, admission: Admission) -> None:
         """Undoes an allowed admission, its count and its permits: a later limit refused the request,

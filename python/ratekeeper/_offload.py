@@ -9,13 +9,14 @@ serving other tasks while the round trip is in flight.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
 from ratekeeper._core import Limiter
 
-__all__ = ["off_loop", "off_loop_soon"]
+__all__ = ["off_loop", "off_loop_soon", "off_loop_through"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -27,6 +28,15 @@ async def off_loop(limiter: Limiter, call: Callable[P, R], *args: P.args, **kwar
     if not limiter._waits_on_io:
         return call(*args, **kwargs)
     return await asyncio.to_thread(call, *args, **kwargs)
+
+
+async def off_loop_through(limiter: Limiter, call: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    """``off_loop`` for what must happen once begun (permits released, counts given back): a cancellation of
+    the awaiting task does not stop it, where a job cancelled before a thread took it up would never run."""
+    if not limiter._waits_on_io:
+        return call(*args, **kwargs)
+    job = functools.partial(call, *args, **kwargs)
+    return await asyncio.shield(asyncio.get_running_loop().run_in_executor(None, job))
 
 
 def off_loop_soon(loop: asyncio.AbstractEventLoop, call: Callable[[], object]) -> None:

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from ratekeeper._core import Decision, Limit, Rate, _Outgoing, _Ticket
 from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue, RateLimited
-from ratekeeper._offload import off_loop_soon
+from ratekeeper._offload import off_loop_soon, off_loop_through
 from ratekeeper._server_words import DIALECTS
 
 if TYPE_CHECKING:
@@ -608,10 +608,9 @@ class Outgoing:
             self.limiter.reduce(key, group=group, n=units)
 
     async def _agive_back(self, key: str, steps: list[tuple[str, int, bool]]) -> None:
-        """``_give_back`` in a worker thread, which a cancellation of the awaiting task does not stop (a job
-        cancelled before its thread took it up would never run)."""
+        """``_give_back``, which a cancellation of the awaiting task does not stop."""
         if steps:
-            await asyncio.shield(asyncio.get_running_loop().run_in_executor(None, self._give_back, key, steps))
+            await off_loop_through(self.limiter, self._give_back, key, steps)
 
     def _sleep(self, key: str, seconds: float) -> None:
         time.sleep(seconds)

@@ -12,6 +12,7 @@ import contextlib
 import itertools
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -394,3 +395,37 @@ async def test_a_task_cancelled_while_taking_permits_on_redis_leaves_them_free(
             break
         await asyncio.sleep(0.001)
     assert free_permits() == 2
+
+
+@pytest.mark.asyncio
+async def test_a_web_requests_permits_go_back_though_its_task_is_cancelled_while_they_do(
+    redis_server: RedisServer, redis_prefix: str
+) -> None:
+    # The middleware gives a request's permits back off the loop when it ends. A task cancelled again (a server
+    # stopping) while that job waited for a worker thread dropped the job, and the permits stayed taken.
+    from ratekeeper._gatekeeper import Gatekeeper
+    from ratekeeper._http import WebOptions
+
+    backend = rk.Redis(redis_server.url, prefix=redis_prefix, on_error="raise")
+    limiter = rk.Limiter(rules=[rk.Rule("^/api/", "g", limits=[rk.Limit(concurrency=1)])], backend=backend)
+    gatekeeper = Gatekeeper(WebOptions(limiter))
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(ThreadPoolExecutor(max_workers=1))
+    admission = await gatekeeper.aadmit("peer", "/api/x")
+    assert admission.status == 0
+    assert admission.permits
+    busy, go_on = threading.Event(), threading.Event()
+    loop.run_in_executor(None, lambda: (busy.set(), go_on.wait(10)))  # the one worker, taken
+    assert busy.wait(10)  # not in a thread of the loop's: its one is the busy one
+    releasing = asyncio.ensure_future(gatekeeper.arelease(admission))
+    await asyncio.sleep(0)  # the release is queued behind the busy worker
+    releasing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await releasing
+    go_on.set()
+    for _ in range(10_000):  # the release runs once the worker is free: counted, not timed
+        again = await gatekeeper.aadmit("peer", "/api/x")
+        if again.status == 0:
+            break
+        await asyncio.sleep(0.001)
+    assert again.status == 0
