@@ -22,8 +22,9 @@ Two things the server's word cannot say, and what is done about them:
   window end than calls to that host take (admission to answer, averaged) is given back and waits for the
   window to end.
 - Before a host's first answer its auto-groups do not exist: its calls go one at a time in each process until
-  then. Those first calls (one per process) are in no budget, so a word may not count the other processes'
-  yet: up to one call per other process may go past the server's limit at the start (and be retried).
+  then (a transport made later on the same limiter plans with the groups already made). Those first calls (one
+  per process) are in no budget, so a word may not count the other processes' yet: up to one call per other
+  process may go past the server's limit at the start (and be retried).
 
 A call costs two calls into the core (``_core._Outgoing``): its admission (routing, the checks in every group,
 all or nothing, the hold at a window's end) and its reply's (the rate-limit fields picked out of the client's
@@ -421,13 +422,29 @@ class Outgoing:
         calls go one at a time in this process, each holding the host's lock: the first answer makes its groups,
         and a burst sent before it would be limited by nothing. A call that gets no answer (it failed, was
         refused or cancelled) lets the next go as the first. ``None``: the host answered, go."""
-        if not self._waits_first or host in self._answered:
+        if not self._waits_first or host in self._answered or self._adopted(host):
             return None
         first = self._firsts.get(host)  # no lock: once made, a host's lock stays
         if first is None:
             with self._lock:
                 first = self._firsts.setdefault(host, threading.Lock())
         return first
+
+    def _adopted(self, host: str) -> bool:
+        """Whether the limiter has auto-groups of ``host`` already (another transport on it heard the host, one
+        made per call, say): this engine plans with them and takes the host as answered, rather than send calls
+        limited by nothing until an answer of its own. Auto-groups are named ``"<host> <budget>"``."""
+        prefix = f"{host} "
+        found = False
+        for name in self.limiter.groups:
+            if name.startswith(prefix):
+                policy = self.limiter.group_policy(name)
+                if policy.window is not None:  # a rate's group, as auto-groups are
+                    self._core.made(host, name[len(prefix) :], name, policy.quota, policy.window)
+                    found = True
+        if found:
+            self._heard_from(host)
+        return found
 
     def _go_first(self, host: str, key: str, deadline: float | None) -> tuple[bool, bool]:
         """Waits (``_first_of``) until a call may go: whether it goes as its host's first, holding the host's lock

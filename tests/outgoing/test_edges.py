@@ -185,6 +185,30 @@ def test_a_retry_after_longer_than_a_day_holds_the_host_for_a_day(caplog: pytest
     assert "longer than a day, so obeyed for a day" in caplog.text
 
 
+def test_a_transport_made_later_on_the_same_limiter_plans_with_the_groups_already_made() -> None:
+    # One transport per call (as an aiohttp middleware made in each session) spent in no budget until an answer
+    # of its own: 80 of 120 calls drew a 429. It now starts from the groups the limiter has for the host.
+    sent: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request.url.path)
+        return httpx.Response(
+            200, headers={"x-ratelimit-limit": "5", "x-ratelimit-remaining": "0", "x-ratelimit-reset": "30"}
+        )
+
+    limiter = rk.Limiter(rules=[])
+    for path in ("/a", "/b"):
+        transport = Transport(limiter, inner=httpx.MockTransport(answer), wait=False)
+        with httpx.Client(transport=transport, base_url=HOST) as client:
+            if path == "/a":
+                assert client.get(path).status_code == 200
+            else:
+                with pytest.raises(rk.RateLimited) as refused:
+                    client.get(path)
+                assert refused.value.decision.group == "api.example.com requests"
+    assert sent == ["/a"]
+
+
 def test_wait_false_returns_a_429_at_once_without_its_retries() -> None:
     sent: list[str] = []
 
