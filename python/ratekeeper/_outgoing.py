@@ -750,6 +750,7 @@ class Outgoing:
         reply: Callable[[R], Reply],
         body: Callable[[R], bytes],
         close: Callable[[R], None],
+        replayable: Callable[[Q], bool] | None = None,
     ) -> R:
         """The rest of a call sent the short way whose reply left work for Python (``settled``): groups to make,
         a retry (sent the long way, ``_send``)."""
@@ -757,11 +758,11 @@ class Outgoing:
         retry = self._take_in(ticket, settled)
         # The call was admitted at once: its deadline runs from its admission.
         deadline = None if self.timeout is None else time.monotonic() - ticket.age() + self.timeout
-        if retry is None or not self._retrying(host, 0, retry, deadline):
+        if retry is None or not _may_replay(replayable, request) or not self._retrying(host, 0, retry, deadline):
             return response
         close(response)
         self._sleep(host, retry)
-        return self._send(call(request), send, request, raw, reply, body, close, deadline, 1)
+        return self._send(call(request), send, request, raw, reply, body, close, deadline, 1, replayable=replayable)
 
     async def _afinish(
         self,
@@ -800,10 +801,13 @@ class Outgoing:
         close: Callable[[R], None],
         deadline: float | _Unset | None = _UNSET,
         attempt: int = 0,
+        *,
+        replayable: Callable[[Q], bool] | None = None,
     ) -> R:
         """Sends ``call`` (``send(request)``) when its turn comes, obeys the answer (``raw(response)``: its status
         and headers as the client keeps them, read in the core; ``reply(response)``, with ``body(response)`` as
-        its content, when ``spent`` reads it), retries a 429; the response. Functions and their argument, not
+        its content, when ``spent`` reads it), retries a 429 when ``replayable(request)`` (a body read once
+        cannot be sent again: its 429 is returned as it came); the response. Functions and their argument, not
         closures: the adapters pass their bound methods, made for nothing per call. ``deadline`` and ``attempt``:
         a call that the short way began (``_finish``)."""
         if isinstance(deadline, _Unset):
@@ -829,7 +833,11 @@ class Outgoing:
                     self._first_done(call.host, answered)
                 elif answered:  # its calls may take the short way
                     self._heard_from(call.host)
-            if retry is None or not self._retrying(ticket.key, attempt, retry, deadline):
+            if (
+                retry is None
+                or not _may_replay(replayable, request)
+                or not self._retrying(ticket.key, attempt, retry, deadline)
+            ):
                 return response
             attempt += 1
             close(response)
@@ -849,8 +857,7 @@ class Outgoing:
         *,
         replayable: Callable[[Q], bool] | None = None,
     ) -> R:
-        """``_send`` for asyncio. ``replayable(request)``: whether the request can be sent again (a body read
-        once cannot: its 429 is returned as it came)."""
+        """``_send`` for asyncio."""
         if isinstance(deadline, _Unset):
             deadline = None if self.timeout is None else time.monotonic() + self.timeout
         while True:

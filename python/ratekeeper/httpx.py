@@ -104,6 +104,12 @@ _READ, _CLOSE = httpx.Response.read, httpx.Response.close
 _AREAD, _ACLOSE = httpx.Response.aread, httpx.Response.aclose
 
 
+def _replayable(request: httpx.Request) -> bool:
+    """Whether ``request`` can be sent again: its body is bytes (content, json, a form), not a stream or file
+    httpx reads once (which a retry would send empty, or raise ``StreamConsumed`` for)."""
+    return isinstance(request.stream, httpx.ByteStream)
+
+
 def _handle(outgoing: Outgoing, send: _Send, request: httpx.Request) -> httpx.Response:
     """``Transport.handle_request``, written out: this is every call's path where the core's is not."""
     admit = outgoing._admit_parts
@@ -129,14 +135,14 @@ def _handle(outgoing: Outgoing, send: _Send, request: httpx.Request) -> httpx.Re
 
 def _long_way(outgoing: Outgoing, send: _Send, request: httpx.Request) -> httpx.Response:
     """A call that waits its turn, or the first to a host: ``Outgoing._send``."""
-    return outgoing._send(_call(request), send, request, _raw, _reply, _READ, _CLOSE)
+    return outgoing._send(_call(request), send, request, _raw, _reply, _READ, _CLOSE, replayable=_replayable)
 
 
 def _finished(
     outgoing: Outgoing, send: _Send, ticket: Any, settled: Any, response: httpx.Response, request: httpx.Request
 ) -> httpx.Response:
     """A call sent the short way whose reply left work for Python: ``Outgoing._finish``."""
-    return outgoing._finish(ticket, settled, response, _call, send, request, _raw, _reply, _READ, _CLOSE)
+    return outgoing._finish(ticket, settled, response, _call, send, request, _raw, _reply, _READ, _CLOSE, _replayable)
 
 
 class Transport(httpx.BaseTransport):
@@ -258,10 +264,12 @@ class AsyncTransport(httpx.AsyncBaseTransport):
                     return response
                 return await outgoing._afinish(
                     ticket, settled, response, _acall, self.inner.handle_async_request, request, _raw, _reply,
-                    _AREAD, _ACLOSE,
+                    _AREAD, _ACLOSE, _replayable,
                 )  # fmt: skip
         send = self.inner.handle_async_request
-        return await outgoing._asend(_call(request), send, request, _raw, _reply, _AREAD, _ACLOSE)
+        return await outgoing._asend(
+            _call(request), send, request, _raw, _reply, _AREAD, _ACLOSE, replayable=_replayable
+        )
 
     async def aclose(self) -> None:
         await self.inner.aclose()

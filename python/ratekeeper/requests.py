@@ -67,6 +67,12 @@ def _call(request: PreparedRequest) -> Call:
 _CLOSE = Response.close
 
 
+def _replayable(request: PreparedRequest) -> bool:
+    """Whether ``request`` can be sent again: its body is bytes or text (data, json, files encoded), not a
+    generator or file requests reads once (which a retry would send empty, or short of its length)."""
+    return request.body is None or isinstance(request.body, (bytes, str))
+
+
 def _not_sent(error: BaseException) -> bool:
     """No connection was made (refused, unresolved, timed out connecting): the request never left."""
     if isinstance(error, ConnectTimeout):
@@ -160,9 +166,11 @@ class Adapter(HTTPAdapter):
                 if settled is None:
                     return response
                 send = self._sender(stream, timeout, verify, cert, proxies)
-                return outgoing._finish(ticket, settled, response, _call, send, request, _raw, _reply, _body, _CLOSE)
+                return outgoing._finish(
+                    ticket, settled, response, _call, send, request, _raw, _reply, _body, _CLOSE, _replayable
+                )
         send = self._sender(stream, timeout, verify, cert, proxies)
-        return outgoing._send(_call(request), send, request, _raw, _reply, _body, _CLOSE)
+        return outgoing._send(_call(request), send, request, _raw, _reply, _body, _CLOSE, replayable=_replayable)
 
     def _sender(
         self,

@@ -296,6 +296,55 @@ def test_aiohttp_middleware_returns_a_429_whose_streamed_body_cannot_be_sent_aga
         assert app.bodies == [b"again", b"again"]
 
 
+@pytest.mark.parametrize("body", ["generator", "file"])
+@pytest.mark.parametrize("client", ["httpx", "async httpx", "requests"])
+def test_httpx_and_requests_return_a_429_whose_body_cannot_be_sent_again(client: str, body: str) -> None:
+    # As aiohttp's: a body from a generator or a file is read once. A retry raised httpx's StreamConsumed, or sent
+    # an empty body, or (requests, a file) declared its length and sent nothing, hanging until the timeout.
+    import io
+
+    import httpx
+    import requests
+    from ratekeeper.httpx import AsyncTransport, Transport
+    from ratekeeper.requests import Adapter
+
+    app = Streaming()
+    limiter = rk.Limiter(rules=[])
+
+    def content() -> Any:
+        if body == "file":
+            return io.BytesIO(b"one;two;")
+        return iter((b"one;", b"two;"))
+
+    def post(data: Any) -> int:
+        if client == "httpx":
+            with httpx.Client(transport=Transport(limiter, obey=False)) as session:
+                return session.post(url, content=data).status_code
+        if client == "async httpx":
+
+            async def apost() -> int:
+                async def parts() -> Any:
+                    for part in data if not isinstance(data, bytes) else (data,):
+                        yield part
+
+                async with httpx.AsyncClient(transport=AsyncTransport(limiter, obey=False)) as session:
+                    sent = data if isinstance(data, bytes) else parts()
+                    return (await session.post(url, content=sent)).status_code
+
+            return asyncio.run(apost())
+        with requests.Session() as session:
+            session.mount("http://", Adapter(limiter, obey=False))
+            return session.post(url, data=data, timeout=5).status_code
+
+    with Server(app) as served:
+        url = str(served.base_url)
+        assert post(content()) == 429
+        assert app.bodies == [b"one;two;"]
+        app.bodies.clear()
+        assert post(b"again") == 200
+        assert app.bodies == [b"again", b"again"]
+
+
 # --- imports -----------------------------------------------------------------------------------------------------
 
 
