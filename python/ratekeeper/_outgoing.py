@@ -76,6 +76,8 @@ _MOST_UNITS = 2**63
 #: How often a call awaiting its host's first answer in asyncio looks whether it came; the ``retry_after`` of
 #: one refused meanwhile.
 _FIRST_WORD_POLL = 0.01
+# The longest a lock may be waited for (threading.TIMEOUT_MAX, some 292 years): a longer timeout is as none.
+_LONGEST_BLOCK = threading.TIMEOUT_MAX
 
 
 class Call:
@@ -299,7 +301,8 @@ class Outgoing:
         self.limiter = limiter
         self.groups: dict[str, str] = _checked_groups(limiter, groups)
         self.auto_groups, self.window, self.dialect = auto_groups, float(window), dialect
-        self.wait, self.timeout, self.retries, self.obey = wait, timeout, retries, obey
+        self.wait, self.retries, self.obey = wait, retries, obey
+        self.timeout = None if timeout is None else float(timeout)
         self._key, self._api_key_header = key, None if api_key_header is None else api_key_header.lower()
         self._cost, self._spent = cost, spent
         self._lock = threading.Lock()
@@ -456,7 +459,7 @@ class Outgoing:
         if waited:
             self._await_first_word(key, deadline)
             started = time.monotonic()
-            got = first.acquire(timeout=-1 if deadline is None else max(deadline - started, 0.0))
+            got = first.acquire(timeout=-1 if deadline is None else min(max(deadline - started, 0.0), _LONGEST_BLOCK))
             self._core.count(key, waited=time.monotonic() - started)
             if not got:
                 self._refuse_unheard(key)
@@ -968,6 +971,12 @@ def _check_seconds(name: str, value: object, *, allow_none: bool) -> None:
         raise InvalidType(name, f"must be a number of seconds, got {type(value).__name__}")
     if not 0 < value < math.inf:
         raise InvalidValue(name, f"must be a positive number of seconds, got {value}")
+    try:
+        float(value)
+    except OverflowError:
+        raise InvalidValue(
+            name, f"must be a number of seconds a float holds, got an int of {len(str(value))} digits"
+        ) from None
 
 
 def _checked_groups(limiter: Limiter, groups: Mapping[str, str] | None) -> dict[str, str]:

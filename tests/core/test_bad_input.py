@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import ratekeeper as rk
 from ratekeeper._errors import format_loc
+from ratekeeper._outgoing import Outgoing
 
 NAN, INF = float("nan"), float("inf")
 HUGE = 2**70
@@ -96,6 +97,8 @@ DURATIONS: dict[str, tuple[str, Callable[[rk.Limiter, object], object]]] = {
     "Redis.sync_interval": ("sync_interval", lambda lim, v: rk.Redis(URL, mode="sync", sync_interval=v)),
     "Redis.lease_span": ("lease_span", lambda lim, v: rk.Redis(URL, mode="lease", lease_span=v)),
     "Redis.lease_ttl": ("lease_ttl", lambda lim, v: rk.Redis(URL, lease_ttl=v)),
+    "limited.timeout": ("timeout", lambda lim, v: lim.limited("a", timeout=v)),
+    "Outgoing.timeout": ("timeout", lambda lim, v: Outgoing(rk.Limiter(rules=[]), timeout=v)),
 }
 DURATION_VALUES: list[tuple[str, object, type[Exception]]] = [
     ("str", "1", rk.InvalidType),
@@ -105,17 +108,21 @@ DURATION_VALUES: list[tuple[str, object, type[Exception]]] = [
     ("negative", -1.0, rk.InvalidValue),
     ("minus-inf", -INF, rk.InvalidValue),
     ("huge-int", HUGE, rk.InvalidValue),
+    ("beyond-a-float", 10**400, rk.InvalidValue),  # a bare OverflowError, where Python made it a float
 ]
 # +inf means "for ever" where waiting for ever is meaningful; elsewhere it is refused.
 INF_REFUSED = {"Rate.per", "ManualClock.start", "ManualClock.advance", "Quotas.ttl", "Quotas.timeout"}
-INF_REFUSED |= {"Redis.timeout", "Redis.sync_interval", "Redis.lease_ttl", "Redis.lease_span"}
+INF_REFUSED |= {"Redis.timeout", "Redis.sync_interval", "Redis.lease_ttl", "Redis.lease_span", "Outgoing.timeout"}
 # Zero is refused where a positive duration is needed.
 ZERO_REFUSED = {"Rate.per", "Quotas.ttl", "Quotas.timeout"}
-ZERO_REFUSED |= {"Redis.timeout", "Redis.sync_interval", "Redis.lease_ttl", "Redis.lease_span"}
+ZERO_REFUSED |= {"Redis.timeout", "Redis.sync_interval", "Redis.lease_ttl", "Redis.lease_span", "Outgoing.timeout"}
 # A huge finite value: what can hold 2**70 seconds (a timeout) takes it; a clock or a period cannot.
 HUGE_ACCEPTED = {"throttle.timeout", "athrottle.timeout", "wait_quotas.timeout", "Quotas.wait"}
 HUGE_ACCEPTED |= {"Quotas.ttl", "Quotas.timeout"}
 HUGE_ACCEPTED |= {"Redis.timeout", "Redis.sync_interval", "Redis.lease_ttl", "Redis.lease_span"}
+HUGE_ACCEPTED |= {"limited.timeout", "Outgoing.timeout"}
+# An int no float holds: for ever, where a wait takes +inf.
+FOR_EVER_ACCEPTED = {"throttle.timeout", "athrottle.timeout", "wait_quotas.timeout", "Quotas.wait", "limited.timeout"}
 
 # Each entry point that takes a str, called with `value` for it.
 TEXTS: dict[str, tuple[str, Callable[[rk.Limiter, object], object]]] = {
@@ -277,6 +284,7 @@ def cases() -> list[Any]:
             (label, value, kind)
             for label, value, kind in DURATION_VALUES
             if not (label == "huge-int" and name in HUGE_ACCEPTED)
+            and not (label == "beyond-a-float" and name in FOR_EVER_ACCEPTED)
         ]
         if name in INF_REFUSED:
             values.append(("inf", INF, rk.InvalidValue))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -55,6 +56,29 @@ def test_a_call_that_may_not_wait_for_its_hosts_first_answer_is_refused_unsent(o
     stats = transport.stats()["api.example.com"]
     assert (stats["calls"], stats["refused"]) == (2, 1)
     assert stats["waits"] == (0 if options.get("wait") is False else 1)
+
+
+def test_a_timeout_longer_than_a_lock_can_wait_waits_for_the_first_answer() -> None:
+    # A thread waits for its host's first answer on a lock, which takes at most threading.TIMEOUT_MAX: a timeout
+    # of 1e10 s raised a bare OverflowError there.
+    started, release, sent = threading.Event(), threading.Event(), []
+    transport = Transport(rk.Limiter(rules=[]), inner=held_first(started, release, sent), timeout=1e10)
+    with httpx.Client(transport=transport, base_url=HOST) as client:
+        first = threading.Thread(target=client.get, args=("/first",))
+        first.start()
+        assert started.wait(10)
+        statuses: list[int] = []
+        second = threading.Thread(target=lambda: statuses.append(client.get("/second").status_code))
+        second.start()
+        for _ in range(100_000):  # until the second call is counted waiting: counted, not timed
+            if transport.stats().get("api.example.com", {}).get("waits"):
+                break
+            time.sleep(0.0001)
+        release.set()
+        first.join(10)
+        second.join(10)
+    assert statuses == [200]
+    assert sent == ["/first", "/second"]
 
 
 @pytest.mark.asyncio
