@@ -902,6 +902,7 @@ class Limiter:
         timeout: float | None,
         take: _Take = ...,
         report: bool = True,
+        counts_refusal: bool = True,
         future: asyncio.Future[_Reservation],
         completions: _Completions,
     ) -> None: ...

@@ -173,7 +173,7 @@ class HostStats(TypedDict):
         waits: calls that waited their turn at least once.
         waited: seconds spent waiting, turns and retries together.
         refused: calls refused with ``RateLimited`` (no wait asked for, or the wait would pass the timeout).
-        throttled: 429 (and 503 with a wait) responses received.
+        throttled: 429 (and 503 or 403 with a wait) responses received.
         retries: calls sent again after one.
         dialect: the dialect of the server's last word (``""``: none yet).
         remaining: each budget's remaining, as the server last said.
@@ -605,8 +605,9 @@ class Outgoing:
         ends = []
         for index, (group, units, is_budget) in enumerate(steps):
             try:
-                # Cancelled while the store decides, acheck gives back what its answer admits.
-                decision = await self.limiter.acheck(key, group=group, cost=units)
+                # acheck's, uncounted when refused (the call looks again); cancelled while the store decides, it
+                # gives back what its answer admits.
+                decision = (await self.limiter._areserve(key, None, group, units, 0.0, counts_refusal=False)).decision
             except BaseException:
                 # Cancelled (or the store failed): the steps spent before go back, off the loop and not awaited.
                 if index:

@@ -494,14 +494,18 @@ class Limiter(_CoreLimiter):
         cost: int,
         max_wait: float | None,
         take: _Take = _Take.RATES,
+        *,
+        counts_refusal: bool = True,
     ) -> _Reservation:
         """``_reserve`` awaited: the store's reply completes a future on this loop (at once when the
-        store decides without I/O)."""
+        store decides without I/O). ``counts_refusal=False``: a look at a turn, taken again until it comes,
+        whose refusal is not counted in the group's stats (an outgoing call's)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[_Reservation] = loop.create_future()
         self._reserve_later(
-            peer, path, group=group, cost=cost, timeout=max_wait, take=take, future=future, completions=_channel(loop)
-        )
+            peer, path, group=group, cost=cost, timeout=max_wait, take=take, counts_refusal=counts_refusal,
+            future=future, completions=_channel(loop),
+        )  # fmt: skip
         if take is not _Take.RATES:  # permits: given back by the holder's release or their lease's end
             return await future
         try:

@@ -197,27 +197,42 @@ class OutgoingCollector:
     ``ratekeeper.aiohttp``) at each scrape, from their ``stats()``:
 
         REGISTRY.register(OutgoingCollector(transport))
+        REGISTRY.register(OutgoingCollector(sync_transport, async_transport, adapter))
+
+    A registry takes one collector of these names: give it every transport of the process. A key several of
+    them call is one series: their counters added up, and the server's word the latest any of them heard.
+    Transports that share an ``Outgoing`` are counted once.
 
     Series are labelled ``key``: the host, or the host and a fingerprint of the API key (never the key
     itself); the server's last word is ``<namespace>_outgoing_remaining{key, budget}`` and
     ``<namespace>_outgoing_reset_seconds{key, budget}``. The counters are this process's.
 
     Args:
-        outgoing: a transport, adapter or middleware, or the ``Outgoing`` they share (anything with a
-            ``stats()`` of [`HostStats`][ratekeeper.httpx.HostStats]).
+        outgoing: transports, adapters or middlewares, or the ``Outgoing`` they share.
         namespace: the metric names' prefix (``ratekeeper_outgoing_calls_total``).
         const_labels: labels added to every series.
 
     Raises:
-        TypeError: ``outgoing`` has no ``stats()``.
+        TypeError: no transport, or one that is not a transport (a ``Limiter``, say: export it with
+            ``RateLimitCollector``).
     """
 
     def __init__(
-        self, outgoing: _CountsCalls, *, namespace: str = "ratekeeper", const_labels: Mapping[str, str] | None = None
+        self, *outgoing: _CountsCalls, namespace: str = "ratekeeper", const_labels: Mapping[str, str] | None = None
     ) -> None:
-        if not callable(getattr(outgoing, "stats", None)):
-            raise TypeError(f"outgoing: must be a transport or an Outgoing, got {type(outgoing).__name__}")
-        self._outgoing, self._namespace = outgoing, namespace
+        from ratekeeper._outgoing import Outgoing
+
+        if not outgoing:
+            raise TypeError("outgoing: give at least one transport, adapter, middleware or Outgoing")
+        engines: dict[int, Outgoing] = {}
+        for each in outgoing:
+            engine = each if isinstance(each, Outgoing) else getattr(each, "outgoing", None)
+            if not isinstance(engine, Outgoing):
+                raise TypeError(
+                    f"outgoing: must be a transport, adapter, middleware or Outgoing, got {type(each).__name__}"
+                )
+            engines[id(engine)] = engine
+        self._engines, self._namespace = list(engines.values()), namespace
         self._const_labels = dict(const_labels or {})
 
     def describe(self) -> Iterator[Metric]:
@@ -225,7 +240,7 @@ class OutgoingCollector:
         yield from self._metrics({})
 
     def collect(self) -> Iterator[Metric]:
-        yield from self._metrics(self._outgoing.stats())
+        yield from self._metrics(_merged(engine.stats() for engine in self._engines))
 
     def _metrics(self, stats: Mapping[str, HostStats]) -> Iterator[Metric]:
         names = [*self._const_labels, "key"]
@@ -246,6 +261,23 @@ class OutgoingCollector:
                 for budget, value in budgets.items():
                     gauge.add_metric([*const, key, budget], float(value))
             yield gauge
+
+
+def _merged(every: Iterator[Mapping[str, HostStats]]) -> dict[str, HostStats]:
+    """Several engines' ``stats()`` as one: each key's counters added up, its server's word the latest heard."""
+    merged: dict[str, HostStats] = {}
+    for stats in every:
+        for key, counts in stats.items():
+            seen = merged.get(key)
+            if seen is None:
+                merged[key] = counts
+                continue
+            for _, field, _ in _OUTGOING_COUNTERS:
+                seen[field] += counts[field]  # type: ignore[literal-required]
+            if counts["said_at"] > seen["said_at"]:
+                for word in ("dialect", "remaining", "reset", "said_at"):
+                    seen[word] = counts[word]
+    return merged
 
 
 def _cumulative(histogram: Histogram) -> list[tuple[str, float]]:

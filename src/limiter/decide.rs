@@ -197,7 +197,7 @@ impl Limiter {
         let (_, group, shard) = held.key_parts(key);
         let mut states = KeyStates { shard, group, base, now };
         let judgement = states.decide(quota.as_ref(), request);
-        if !request.peek {
+        if request.counted(judgement.outcome.allowed) {
             states.shard.count_shared(judgement.outcome.allowed, peer, peer_hash);
             let data = &mut states.shard.data;
             if request.take == Take::Permits {

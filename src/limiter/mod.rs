@@ -71,24 +71,39 @@ pub struct Request {
     /// Only look: what the decision would be, on the states as they are, writing and counting nothing
     /// (its report is what the key has left before the request).
     pub peek: bool,
+    /// Whether a refusal is counted in the group's stats: not for an outgoing call's look at its turn,
+    /// which it takes again until its turn comes (its transport counts its waits and refusals).
+    pub counts_refusal: bool,
 }
 
 impl Request {
     /// A decision now, for `cost`, of the rate limits, without a report: what `allow` asks.
     #[must_use]
     pub const fn new(cost: u64) -> Self {
-        Self { cost, max_wait_ns: 0, report: false, take: Take::Rates, peek: false }
+        Self { cost, max_wait_ns: 0, report: false, take: Take::Rates, peek: false, counts_refusal: true }
     }
 
     /// A look that decides nothing: see [`Request::peek`]. Reports.
     #[must_use]
     pub const fn peeking(cost: u64) -> Self {
-        Self { cost, max_wait_ns: 0, report: true, take: Take::Rates, peek: true }
+        Self { cost, max_wait_ns: 0, report: true, take: Take::Rates, peek: true, counts_refusal: true }
     }
 
     #[must_use]
     pub const fn reporting(self) -> Self {
         Self { report: true, ..self }
+    }
+
+    /// A look at a turn that is taken again until it comes: see [`Request::counts_refusal`].
+    #[must_use]
+    pub const fn looking(self) -> Self {
+        Self { counts_refusal: false, ..self }
+    }
+
+    /// Whether the decision goes in the group's stats.
+    #[must_use]
+    pub const fn counted(&self, allowed: bool) -> bool {
+        !self.peek && (allowed || self.counts_refusal)
     }
 
     /// Lets the request reserve a slot up to `max_wait_ns` ahead.

@@ -275,6 +275,9 @@ impl Limiter {
 
     /// Counts a backend's verdict in the group's stats.
     fn count_remote(data: &mut ShardData, id: u32, peer: &str, peer_hash: u64, verdict: Verdict, request: Request) {
+        if !request.counted(verdict.allowed) {
+            return;
+        }
         let wait_ns = if verdict.allowed { verdict.wait_ns } else { 0 };
         if request.take == Take::Permits {
             data.record_permits(id, peer, peer_hash, verdict.allowed);

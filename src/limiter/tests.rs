@@ -15,7 +15,7 @@ pub(crate) fn decide(
     max_wait: u64,
     report: bool,
 ) -> Decision {
-    let request = Request { cost, max_wait_ns: max_wait, report, take: Take::Rates, peek: false };
+    let request = Request { cost, max_wait_ns: max_wait, report, take: Take::Rates, peek: false, counts_refusal: true };
     lim.decide(peer, Target::Path(path), request).unwrap()
 }
 

@@ -465,8 +465,8 @@ impl PyLimiter {
     /// running loop's channel) once the store answers, never blocking the loop; at once when the
     /// store decides without I/O.
     #[pyo3(
-        signature = (peer, path=None, *, group=None, cost=Cost(1), timeout, take=PyTake::Rates, report=true, future, completions),
-        text_signature = "(self, peer, path=None, *, group=None, cost=1, timeout, take=..., report=True, future, completions)"
+        signature = (peer, path=None, *, group=None, cost=Cost(1), timeout, take=PyTake::Rates, report=true, counts_refusal=true, future, completions),
+        text_signature = "(self, peer, path=None, *, group=None, cost=1, timeout, take=..., report=True, counts_refusal=True, future, completions)"
     )]
     #[allow(clippy::too_many_arguments)]
     fn _reserve_later(
@@ -478,6 +478,7 @@ impl PyLimiter {
         #[pyo3(from_py_with = field::optional_timeout)] timeout: Option<f64>,
         take: PyTake,
         report: bool,
+        counts_refusal: bool,
         future: &Bound<'_, PyAny>,
         completions: &Bound<'_, PyCompletions>,
     ) -> PyResult<()> {
@@ -488,6 +489,9 @@ impl PyLimiter {
         let mut request = Request::new(cost.0).waiting(nanos("timeout", timeout)?).taking(take.into());
         if report {
             request = request.reporting();
+        }
+        if !counts_refusal {
+            request = request.looking();
         }
         let reserved = || Reserved { peer: peer.to_owned(), target: target.into(), cost: cost.0 };
         let (owner, pending) = (slf.clone().unbind(), future.clone().unbind());

@@ -29,8 +29,9 @@ impl Budgets for Through<'_, '_> {
     fn check(&self, key: &str, group: &str, units: u64) -> Result<Decision> {
         let target = Target::Group(group);
         self.limiter.wait_first_fetch(self.py, key, target);
-        let answer =
-            self.limiter.in_store(self.py, |store| store.decide(key, target, Request::new(units).reporting()))?;
+        let answer = self
+            .limiter
+            .in_store(self.py, |store| store.decide(key, target, Request::new(units).reporting().looking()))?;
         log_notice(self.py, &answer);
         Ok(answer.decision)
     }

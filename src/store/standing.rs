@@ -300,7 +300,6 @@ impl Table {
 mod tests {
     use super::*;
     use crate::algorithm::Kind;
-    use crate::limiter::Take;
 
     const SECOND: u64 = 1_000_000_000;
 
@@ -309,7 +308,7 @@ mod tests {
     }
 
     fn request() -> Request {
-        Request { cost: 1, max_wait_ns: 0, peek: false, report: false, take: Take::Rates }
+        Request::new(1)
     }
 
     fn held(share: &Share, claimed_at: u64, free_in_ms: i64) {
