@@ -26,6 +26,8 @@ pub const NO_WORD_WAIT: f64 = 1.0;
 pub const HELD_BUDGET: &str = "retry-after";
 /// [`HELD_BUDGET`]'s limit per window: the most a limit takes.
 pub const HELD_LIMIT: u64 = 4_294_967_295;
+/// The most routes a host of resources learns ([`Host::routes`]), and plans it keeps.
+const MOST_ROUTES: usize = 1024;
 /// What a call held at a window's end waits past it, in seconds.
 const SHORTEST_SLEEP: f64 = 0.001;
 
@@ -105,6 +107,9 @@ pub struct Counts {
 pub struct Plan {
     pub steps: Vec<(Arc<str>, u64, bool)>,
     pub budgets: Vec<(String, Arc<str>)>,
+    /// The call's route, at a host whose budgets are alternatives (GitHub's resources): what its answer
+    /// teaches ([`Host::routes`]).
+    pub route: Option<Arc<str>>,
 }
 
 /// One admitted attempt (of a call whose key and host the caller keeps).
@@ -179,12 +184,21 @@ struct AutoGroup {
     window: f64,
 }
 
+/// A plan kept for its routed group and route: `(routed, route, plan)`.
+type KeptPlan = (Option<String>, Option<Arc<str>>, Arc<Plan>);
+
 #[derive(Debug, Default)]
 struct Host {
     /// Its auto-groups, in the order they were made.
     auto: Vec<AutoGroup>,
-    /// The plans of calls with no cost estimate, by routed group; emptied when an auto-group is made.
-    plans: Vec<(Option<String>, Arc<Plan>)>,
+    /// The plans of calls with no cost estimate, by routed group (and route, at a host of resources);
+    /// emptied when an auto-group is made.
+    plans: Vec<KeptPlan>,
+    /// Whether each call spends in one of its budgets, not all: GitHub's resources (`core`, `search`,
+    /// `graphql`, ...), which its answers name (`x-ratelimit-resource`).
+    resources: bool,
+    /// Route -> the resource its answers named, learned (at most [`MOST_ROUTES`]).
+    routes: AHashMap<Arc<str>, String>,
     /// How long a call takes to reach the server, as its answers tell (see [`Engine::settle`]).
     latency: Option<f64>,
     /// Whether a call to it came back (answered, failed or refused): its calls may take the short way
@@ -192,6 +206,50 @@ struct Host {
     heard: bool,
     /// Where the counters of the key that is this host are in `State::stats`, once counted.
     stats: Option<usize>,
+}
+
+impl Host {
+    /// The resource a call of `route` spends in, at a host of resources: the one its answers named, or
+    /// (a route not heard yet) that of a route with its first segment, else `core`, else the first made.
+    fn resource_of(&self, route: &str) -> Option<&str> {
+        if let Some(resource) = self.routes.get(route) {
+            return Some(resource);
+        }
+        let first = route.split_inclusive('/').take(2).collect::<String>();
+        let sibling = self.routes.iter().find(|(r, _)| r.starts_with(&first)).map(|(_, resource)| resource.as_str());
+        let made = self.auto.iter().map(|a| a.budget.as_str()).filter(|&b| b != HELD_BUDGET);
+        sibling.or_else(|| made.clone().find(|&b| b == "core")).or_else(|| made.clone().next())
+    }
+
+    /// Takes in what an answer says of the host's resources: a GitHub word names the one its call spent in.
+    fn learn(&mut self, word: &Word, route: Option<&Arc<str>>) {
+        if word.dialect != Some(Dialect::GitHub) {
+            return;
+        }
+        if !self.resources {
+            self.resources = true;
+            self.plans.clear(); // plans by route from now on
+        }
+        if let (Some(route), [budget]) = (route, word.budgets.as_slice()) {
+            if self.routes.get(route).is_some_and(|b| *b == *budget.name) {
+                return;
+            }
+            if self.routes.len() < MOST_ROUTES || self.routes.contains_key(route) {
+                let planned = self.resource_of(route) == Some(&*budget.name);
+                self.routes.insert(route.clone(), budget.name.to_string());
+                if !planned {
+                    self.plans.clear();
+                }
+            }
+        }
+    }
+}
+
+/// What a GitHub resource is learned by: `path`'s first two segments (`/search/code`, `/repos/octocat`).
+fn route_of(path: Option<&str>) -> Arc<str> {
+    let path = path.unwrap_or("/");
+    let end = path.match_indices('/').nth(2).map_or(path.len(), |(at, _)| at);
+    Arc::from(&path[..end])
 }
 
 #[derive(Debug, Default)]
@@ -290,10 +348,21 @@ impl Engine {
     /// Where a call of `host` routed to `routed` spends, at `estimate` (budget -> units; 1 for a budget
     /// it leaves out): its routed group (`"requests"`' units), then each budget's group (declared
     /// ones win over auto-groups).
-    fn make_plan(&self, host: &Host, routed: Option<&str>, estimate: &[(String, u64)]) -> Plan {
+    fn make_plan(
+        &self,
+        host: &Host,
+        routed: Option<&str>,
+        estimate: &[(String, u64)],
+        route: Option<Arc<str>>,
+    ) -> Plan {
         let units = |budget: &str| estimate.iter().find(|(b, _)| b == budget).map_or(1, |(_, u)| *u);
-        let mut budgets: Vec<(String, Arc<str>)> =
-            host.auto.iter().map(|a| (a.budget.clone(), a.group.clone())).collect();
+        let resource = route.as_ref().and_then(|route| host.resource_of(route));
+        let mut budgets: Vec<(String, Arc<str>)> = host
+            .auto
+            .iter()
+            .filter(|a| resource.is_none_or(|r| a.budget == r || a.budget == HELD_BUDGET))
+            .map(|a| (a.budget.clone(), a.group.clone()))
+            .collect();
         for (budget, group) in &self.declared {
             match budgets.iter_mut().find(|(b, _)| b == budget) {
                 Some(entry) => entry.1 = group.clone(),
@@ -314,25 +383,30 @@ impl Engine {
             let is_budget = budgets.iter().any(|(_, g)| *g == group);
             (group, units, is_budget)
         });
-        Plan { steps: steps.collect(), budgets }
+        Plan { steps: steps.collect(), budgets, route }
     }
 
-    fn plan(&self, host: &str, routed: Option<String>, estimate: &[(String, u64)]) -> Arc<Plan> {
+    fn plan(&self, host: &str, routed: Option<String>, path: Option<&str>, estimate: &[(String, u64)]) -> Arc<Plan> {
         let mut state = self.state.lock();
         let host = state.host(host);
         if !estimate.is_empty() {
-            return Arc::new(self.make_plan(host, routed.as_deref(), estimate));
+            let route = host.resources.then(|| route_of(path));
+            return Arc::new(self.make_plan(host, routed.as_deref(), estimate, route));
         }
-        self.plan_without_estimate(host, routed)
+        self.plan_without_estimate(host, routed, path)
     }
 
-    /// The plan of a call of `host` with no cost estimate, made once per routed group.
-    fn plan_without_estimate(&self, host: &mut Host, routed: Option<String>) -> Arc<Plan> {
-        if let Some((_, plan)) = host.plans.iter().find(|(r, _)| *r == routed) {
+    /// The plan of a call of `host` with no cost estimate, made once per routed group (and route, at a
+    /// host of resources).
+    fn plan_without_estimate(&self, host: &mut Host, routed: Option<String>, path: Option<&str>) -> Arc<Plan> {
+        let route = host.resources.then(|| route_of(path));
+        if let Some((_, _, plan)) = host.plans.iter().find(|(r, p, _)| *r == routed && *p == route) {
             return plan.clone();
         }
-        let plan = Arc::new(self.make_plan(host, routed.as_deref(), &[]));
-        host.plans.push((routed, plan.clone()));
+        let plan = Arc::new(self.make_plan(host, routed.as_deref(), &[], route.clone()));
+        if host.plans.len() < MOST_ROUTES {
+            host.plans.push((routed, route, plan.clone()));
+        }
         plan
     }
 
@@ -354,7 +428,7 @@ impl Engine {
         estimate: &[(String, u64)],
     ) -> Result<Arc<Plan>> {
         let routed = self.routed(budgets, key, path)?;
-        Ok(self.plan(host, routed, estimate))
+        Ok(self.plan(host, routed, path, estimate))
     }
 
     /// Spends a call's units in every group that applies to it, all or nothing. `guard`: hold a call
@@ -416,7 +490,7 @@ impl Engine {
             let Some(&at) = state.host_index.get(host) else { return Ok(None) };
             match state.hosts.get_mut(at) {
                 Some(known) if known.heard => {
-                    (self.plan_without_estimate(known, routed), Found { host: at, stats: known.stats })
+                    (self.plan_without_estimate(known, routed, path), Found { host: at, stats: known.stats })
                 }
                 _ => return Ok(None),
             }
@@ -486,6 +560,7 @@ impl Engine {
             };
             Self::record(&mut state.stats[stats_at].1, &word, status, now);
             let host = &mut state.hosts[host_at];
+            host.learn(&word, ticket.plan.route.as_ref());
             if host.stats.is_none() && key == host_name {
                 host.stats = Some(stats_at); // the key of the short way's calls
             }
@@ -864,6 +939,33 @@ mod tests {
         // With some left, it holds nothing.
         let pairs = [("x-ratelimit-limit", "0"), ("x-ratelimit-remaining", "3"), ("x-ratelimit-reset", "30")];
         assert!(engine.settle(&budgets, ("h", "api"), &ticket, &said(&pairs), (200, 0.0)).unwrap().unmade.is_empty());
+    }
+
+    #[test]
+    fn a_github_call_spends_in_the_resource_its_route_is_answered_in() {
+        let (engine, budgets) = (engine(&[]), Fake::new(10));
+        engine.made("gh", "core", "gh core", 5000, 60.0);
+        engine.made("gh", "search", "gh search", 30, 60.0);
+        let word = |resource: &'static str| {
+            [
+                ("x-ratelimit-limit", "30"),
+                ("x-ratelimit-remaining", "9"),
+                ("x-ratelimit-reset", "30"),
+                ("x-ratelimit-resource", resource),
+            ]
+        };
+        let call = |path: &'static str, resource: &'static str| {
+            let ticket = admitted(engine.admit(&budgets, ("h", "gh", Some(path)), &[], true).unwrap());
+            engine.settle(&budgets, ("h", "gh"), &ticket, &said(&word(resource)), (200, 0.0)).unwrap();
+            ticket.plan.steps.iter().map(|(group, _, _)| group.to_string()).collect::<Vec<_>>()
+        };
+        // Before any GitHub word, a call spends in every budget; after it, in its route's resource only.
+        assert_eq!(call("/repos/o/r", "core"), ["gh core", "gh search"]);
+        assert_eq!(call("/search/issues", "search"), ["gh core"]); // not heard yet: core
+        assert_eq!(call("/search/issues", "search"), ["gh search"]);
+        assert_eq!(call("/search/repositories", "search"), ["gh search"]); // a sibling route
+        assert_eq!(call("/repos/o/r", "core"), ["gh core"]);
+        assert_eq!(call("/users/u", "core"), ["gh core"]);
     }
 
     #[test]

@@ -233,6 +233,30 @@ def test_a_transport_made_later_on_the_same_limiter_plans_with_the_groups_alread
     assert sent == ["/a"]
 
 
+def test_a_github_call_spends_only_in_its_routes_resource() -> None:
+    # GitHub's resources are budgets of their own: a call spends in one, as its answer names. Every call spent in
+    # every budget the host had named, so a spent search budget held every core call too.
+    sent: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request.url.path)
+        search = request.url.path.startswith("/search/")
+        limit, left = ("30", "0") if search else ("5000", "4000")
+        reset = str(int(time.time()) + 1800)  # GitHub's resets are epoch seconds
+        fields = {"x-ratelimit-limit": limit, "x-ratelimit-remaining": left, "x-ratelimit-reset": reset}
+        return httpx.Response(200, headers={**fields, "x-ratelimit-resource": "search" if search else "core"})
+
+    transport = Transport(rk.Limiter(rules=[]), inner=httpx.MockTransport(answer), wait=False)
+    with httpx.Client(transport=transport, base_url=HOST) as client:
+        for path in ("/repos/o/r", "/search/issues", "/user", "/repos/o/r/pulls", "/users/u"):
+            assert client.get(path).status_code == 200
+        for path in ("/search/issues", "/search/commits"):  # the search budget is spent, for every search route
+            with pytest.raises(rk.RateLimited) as refused:
+                client.get(path)
+            assert refused.value.decision.group == "api.example.com search"
+    assert sent == ["/repos/o/r", "/search/issues", "/user", "/repos/o/r/pulls", "/users/u"]
+
+
 def test_wait_false_returns_a_429_at_once_without_its_retries() -> None:
     sent: list[str] = []
 
