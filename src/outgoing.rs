@@ -20,11 +20,11 @@ use crate::server_words::{self, Dialect, Said, Warning, Word};
 
 /// A call that the server's word says to retry, with no wait stated, waits this many seconds.
 pub const NO_WORD_WAIT: f64 = 1.0;
-/// The budget of a host whose server asked for a wait (`Retry-After`, or a budget spent in a size no
-/// group takes): its auto-group counts nothing (its limit is more than a window's calls) until a wait
-/// caps it.
+/// The budget of a host whose server asked for a wait (`Retry-After`): its auto-group counts nothing
+/// (its limit is more than a window's calls) until a wait caps it.
 pub const HELD_BUDGET: &str = "retry-after";
-/// [`HELD_BUDGET`]'s limit per window: the most a limit takes.
+/// [`HELD_BUDGET`]'s limit per window, and that of a budget whose size the server does not state: the
+/// most a limit takes.
 pub const HELD_LIMIT: u64 = 4_294_967_295;
 /// The most routes a host of resources learns ([`Host::routes`]), and plans it keeps.
 const MOST_ROUTES: usize = 1024;
@@ -616,21 +616,25 @@ impl Engine {
     /// left); without, in each group of the call when the word names no budget.
     fn caps_of(&self, host: &Host, ticket: &Ticket, word: &Word, caps: &mut Caps, unmade: &mut Vec<Unmade>) {
         let auto_groups = self.settings.auto_groups;
-        let mut held = word.retry_after.filter(|_| auto_groups);
+        let held = word.retry_after.filter(|_| auto_groups);
         for budget in &word.budgets {
             if let Some(group) = self.declared_group(&budget.name) {
                 caps.push((group.clone(), budget.remaining, budget.reset_after));
                 continue;
             }
-            let Some(limit) = budget.limit.filter(|&l| auto_groups && l >= 1) else {
-                // Spent, in a size no group can take (unstated, or 0): nothing goes before its reset.
-                if auto_groups && budget.remaining == 0 {
-                    held = Some(held.map_or(budget.reset_after, |h| h.max(budget.reset_after)));
-                }
+            if !auto_groups {
                 continue;
-            };
+            }
+            let made = host.auto.iter().find(|a| a.budget == budget.name);
+            // A size unstated (IETF's RateLimit without its policy, X-RateLimit without its limit) or 0: the
+            // most the budget was seen to hold, what is left and the call just answered. Never more than it
+            // is, so that the group counts the calls on their way, which what is left does not.
+            let limit = budget.limit.filter(|&l| l >= 1).unwrap_or_else(|| {
+                let seen = budget.remaining.saturating_add(1).min(HELD_LIMIT);
+                made.map_or(seen, |a| a.limit.max(seen))
+            });
             let window = budget.window.unwrap_or(self.settings.window);
-            match host.auto.iter().find(|a| a.budget == budget.name) {
+            match made {
                 Some(auto) if auto.limit == limit && auto.window.to_bits() == window.to_bits() => {
                     caps.push((auto.group.clone(), budget.remaining, budget.reset_after));
                 }
@@ -924,21 +928,37 @@ mod tests {
     }
 
     #[test]
-    fn a_budget_spent_in_a_size_no_group_takes_holds_the_host_until_its_reset() {
+    fn a_budget_of_no_stated_size_is_sized_by_the_most_it_was_seen_to_hold() {
         let (engine, budgets) = (engine(&[]), Fake::new(10));
         let ticket = admitted(engine.admit(&budgets, ("h", "api", Some("/")), &[], true).unwrap());
-        // A limit of 0, and an IETF budget with no policy: nothing left, in no size a group can have.
-        for (pairs, reset) in [
-            (&[("x-ratelimit-limit", "0"), ("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "30")][..], 30.0),
-            (&[("ratelimit", "\"day\";r=0;t=45")][..], 45.0),
+        // A limit of 0, an IETF budget with no policy, X-RateLimit without its limit: a group of the size the
+        // budget was seen to have, capped at what is left.
+        for (pairs, budget, remaining, reset) in [
+            (
+                &[("x-ratelimit-limit", "0"), ("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "30")][..],
+                "requests",
+                0,
+                30.0,
+            ),
+            (&[("ratelimit", "\"day\";r=0;t=45")][..], "day", 0, 45.0),
+            (&[("x-ratelimit-remaining", "3"), ("x-ratelimit-reset", "20")][..], "requests", 3, 20.0),
         ] {
             let settled = engine.settle(&budgets, ("h", "api"), &ticket, &said(pairs), (200, 0.0)).unwrap();
-            let unmade: Vec<_> = settled.unmade.iter().map(|u| (u.budget.as_str(), u.reset_after)).collect();
-            assert_eq!(unmade, [(HELD_BUDGET, reset)]);
+            let unmade: Vec<_> =
+                settled.unmade.iter().map(|u| (u.budget.as_str(), u.limit, u.remaining, u.reset_after)).collect();
+            // Sized at the most it was seen to hold: what is left, and the call answered.
+            assert_eq!(unmade, [(budget, remaining + 1, remaining, reset)]);
         }
-        // With some left, it holds nothing.
-        let pairs = [("x-ratelimit-limit", "0"), ("x-ratelimit-remaining", "3"), ("x-ratelimit-reset", "30")];
-        assert!(engine.settle(&budgets, ("h", "api"), &ticket, &said(&pairs), (200, 0.0)).unwrap().unmade.is_empty());
+        // Made at 4, it grows with a larger word, and never shrinks.
+        engine.made("api", "requests", "api requests", 4, 60.0);
+        let word = |left| [("x-ratelimit-remaining", left), ("x-ratelimit-reset", "20")];
+        let settled = engine.settle(&budgets, ("h", "api"), &ticket, &said(&word("9")), (200, 0.0)).unwrap();
+        assert_eq!(settled.unmade[0].limit, 10);
+        assert!(engine
+            .settle(&budgets, ("h", "api"), &ticket, &said(&word("1")), (200, 0.0))
+            .unwrap()
+            .unmade
+            .is_empty());
     }
 
     #[test]
