@@ -199,6 +199,8 @@ struct Host {
     resources: bool,
     /// Route -> the resource its answers named, learned (at most [`MOST_ROUTES`]).
     routes: AHashMap<Arc<str>, String>,
+    /// The dialect of its last word that stated budgets: its auto-groups' budgets are that dialect's.
+    dialect: Option<Dialect>,
     /// How long a call takes to reach the server, as its answers tell (see [`Engine::settle`]).
     latency: Option<f64>,
     /// Whether a call to it came back (answered, failed or refused): its calls may take the short way
@@ -221,8 +223,19 @@ impl Host {
         sibling.or_else(|| made.clone().find(|&b| b == "core")).or_else(|| made.clone().next())
     }
 
-    /// Takes in what an answer says of the host's resources: a GitHub word names the one its call spent in.
+    /// Takes in what an answer says of the host's budgets: a server that now speaks another dialect names
+    /// other budgets (the groups of the old ones would pace its calls for good, never capped again); a
+    /// GitHub word names the resource its call spent in.
     fn learn(&mut self, word: &Word, route: Option<&Arc<str>>) {
+        if let (Some(dialect), false) = (word.dialect, word.budgets.is_empty()) {
+            if self.dialect.is_some_and(|spoken| spoken != dialect) {
+                self.auto.retain(|a| a.budget == HELD_BUDGET);
+                self.plans.clear();
+                self.routes.clear();
+                self.resources = false;
+            }
+            self.dialect = Some(dialect);
+        }
         if word.dialect != Some(Dialect::GitHub) {
             return;
         }
@@ -959,6 +972,24 @@ mod tests {
             .unwrap()
             .unmade
             .is_empty());
+    }
+
+    #[test]
+    fn a_server_that_changes_dialect_leaves_the_old_dialects_budgets_behind() {
+        let (engine, budgets) = (engine(&[]), Fake::new(10));
+        let ticket = admitted(engine.admit(&budgets, ("h", "api", Some("/")), &[], true).unwrap());
+        let old = [("x-ratelimit-limit", "10"), ("x-ratelimit-remaining", "9"), ("x-ratelimit-reset", "4")];
+        engine.settle(&budgets, ("h", "api"), &ticket, &said(&old), (200, 0.0)).unwrap();
+        engine.made("api", "requests", "api requests", 10, 60.0);
+        let steps = |engine: &Engine| {
+            let ticket = admitted(engine.admit(&budgets, ("h", "api", Some("/")), &[], true).unwrap());
+            ticket.plan.steps.iter().map(|(group, _, _)| group.to_string()).collect::<Vec<_>>()
+        };
+        assert_eq!(steps(&engine), ["api requests"]);
+        let new = [("ratelimit-policy", "\"default\";q=10;w=4"), ("ratelimit", "\"default\";r=8;t=3")];
+        let settled = engine.settle(&budgets, ("h", "api"), &ticket, &said(&new), (200, 0.0)).unwrap();
+        assert_eq!(settled.unmade[0].budget, "default");
+        assert!(steps(&engine).is_empty()); // the old budget's group no longer paces the host
     }
 
     #[test]

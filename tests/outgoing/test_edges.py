@@ -261,6 +261,26 @@ def test_a_github_call_spends_only_in_its_routes_resource() -> None:
     assert sent == ["/repos/o/r", "/search/issues", "/user", "/repos/o/r/pulls", "/users/u"]
 
 
+def test_a_server_that_changes_dialect_is_paced_by_its_new_budgets_alone() -> None:
+    # A budget the server no longer names was never capped again, and its group went on pacing the host: after a
+    # switch from X-RateLimit to IETF fields, calls per window went 10, 10, 10, 0, 0.
+    sent: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request.url.path)
+        if len(sent) == 1:
+            return httpx.Response(
+                200, headers={"x-ratelimit-limit": "2", "x-ratelimit-remaining": "1", "x-ratelimit-reset": "30"}
+            )
+        policy, left = '"default";q=10;w=60', f'"default";r={11 - len(sent)};t=30'
+        return httpx.Response(200, headers={"ratelimit-policy": policy, "ratelimit": left})
+
+    transport = Transport(rk.Limiter(rules=[]), inner=httpx.MockTransport(answer), wait=False)
+    with httpx.Client(transport=transport, base_url=HOST) as client:
+        assert [client.get(f"/{n}").status_code for n in range(4)] == [200] * 4
+    assert len(sent) == 4
+
+
 def test_wait_false_returns_a_429_at_once_without_its_retries() -> None:
     sent: list[str] = []
 
