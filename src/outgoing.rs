@@ -329,8 +329,12 @@ fn filling(decision: &Decision) -> bool {
 
 /// Whether a reply refuses the call for its rate: a 429, or a 503 (or GitHub's 403, secondary
 /// limits) with a wait to honour.
+/// Whether a reply refuses its call for the rate: a 429; a 503 or 403 with a wait; a 403 with a budget
+/// said to be spent (GitHub's primary limit: "do not retry until x-ratelimit-reset").
 fn throttled(status: i64, word: &Word) -> bool {
-    status == 429 || ((status == 403 || status == 503) && word.retry_after.is_some())
+    status == 429
+        || ((status == 403 || status == 503) && word.retry_after.is_some())
+        || (status == 403 && word.budgets.iter().any(|b| b.remaining == 0))
 }
 
 #[allow(clippy::cast_precision_loss)]
@@ -990,6 +994,19 @@ mod tests {
         let settled = engine.settle(&budgets, ("h", "api"), &ticket, &said(&new), (200, 0.0)).unwrap();
         assert_eq!(settled.unmade[0].budget, "default");
         assert!(steps(&engine).is_empty()); // the old budget's group no longer paces the host
+    }
+
+    #[test]
+    fn githubs_primary_limit_403_is_a_throttle_retried_at_the_reset() {
+        let (engine, budgets) = (engine(&[]), Fake::new(10));
+        let ticket = admitted(engine.admit(&budgets, ("h", "api", Some("/")), &[], true).unwrap());
+        let spent = [("x-ratelimit-limit", "60"), ("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "1800000030")];
+        let settled = engine.settle(&budgets, ("h", "api"), &ticket, &said(&spent), (403, 1.8e9)).unwrap();
+        assert_eq!(settled.retry, Some(30.0));
+        // A 403 with some left is the server's answer (a forbidden call), not a throttle.
+        let left = [("x-ratelimit-limit", "60"), ("x-ratelimit-remaining", "5"), ("x-ratelimit-reset", "1800000030")];
+        assert_eq!(engine.settle(&budgets, ("h", "api"), &ticket, &said(&left), (403, 1.8e9)).unwrap().retry, None);
+        assert_eq!(engine.stats()[0].1.throttled, 1);
     }
 
     #[test]

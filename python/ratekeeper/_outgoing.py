@@ -173,7 +173,7 @@ class HostStats(TypedDict):
         waits: calls that waited their turn at least once.
         waited: seconds spent waiting, turns and retries together.
         refused: calls refused with ``RateLimited`` (no wait asked for, or the wait would pass the timeout).
-        throttled: 429 (and 503 or 403 with a wait) responses received.
+        throttled: 429 (and 503 or 403 with a wait, or 403 with a budget spent) responses received.
         retries: calls sent again after one.
         dialect: the dialect of the server's last word (``""``: none yet).
         remaining: each budget's remaining, as the server last said.

@@ -187,7 +187,7 @@ _OUTGOING_COUNTERS = (
     ("outgoing_waits", "waits", "Calls that waited their turn."),
     ("outgoing_wait_seconds", "waited", "Seconds calls spent waiting, turns and retries."),
     ("outgoing_refused", "refused", "Calls refused with RateLimited, not sent."),
-    ("outgoing_throttled", "throttled", "429 (and 503 or 403 with a wait) responses received."),
+    ("outgoing_throttled", "throttled", "429s (and 503s or 403s with a wait, 403s with a budget spent) received."),
     ("outgoing_retries", "retries", "Calls sent again after a 429."),
 )
 
