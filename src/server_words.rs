@@ -853,14 +853,29 @@ fn read_ietf(reading: &mut Reading<'_, '_>) -> Vec<Budget> {
     let Some(state) = said.get(RATELIMIT) else { return Vec::new() };
     // name -> (quota, window); the first member of a name wins.
     let mut policies: Vec<(Cow<'_, str>, Option<u64>, Option<u64>)> = Vec::new();
-    for Member { name, counts: [quota, window] } in sfv_members(reading, POLICY, ["q", "w"]) {
+    // The policies whose quota is not in requests (`qu`: content-bytes, concurrent-requests): no call
+    // counts in them, so they are not kept.
+    let mut not_requests: Vec<Cow<'_, str>> = Vec::new();
+    let policy = said.get(POLICY);
+    for Member { name, counts: [quota, window], requests } in sfv_members(reading, POLICY, ["q", "w"]) {
+        if !requests {
+            if !not_requests.contains(&name) {
+                let why = format!("policy {} counts a quota unit other than requests", py_repr(&name));
+                reading.warn(POLICY, policy, why);
+                not_requests.push(name);
+            }
+            continue;
+        }
         if policies.iter().all(|(n, _, _)| *n != name) {
             // Section 3.1.3: w is a non-negative, non-zero Integer.
             policies.push((name, quota.count(), window.count().filter(|&w| w > 0)));
         }
     }
     let mut budgets = Vec::new();
-    for Member { name, counts: [remaining, reset] } in sfv_members(reading, RATELIMIT, ["r", "t"]) {
+    for Member { name, counts: [remaining, reset], .. } in sfv_members(reading, RATELIMIT, ["r", "t"]) {
+        if not_requests.contains(&name) {
+            continue;
+        }
         let Some(remaining) = remaining.count() else {
             reading.warn(RATELIMIT, Some(state), format!("policy {} has no valid r", py_repr(&name)));
             continue;
@@ -916,6 +931,8 @@ impl Param {
 struct Member<'de> {
     name: Cow<'de, str>,
     counts: [Param; 2],
+    /// Whether its quota is in requests: no `qu` parameter, or `qu="requests"`.
+    requests: bool,
 }
 
 /// The members of an SF List with the counts of two parameters (`keys`), read by the `sfv` crate's
@@ -932,7 +949,7 @@ impl<'de> sfv::visitor::ListVisitor<'de> for Members<'de> {
     type Error = std::convert::Infallible;
 
     fn entry(&mut self) -> Result<impl sfv::visitor::EntryVisitor<'de>, Self::Error> {
-        Ok(MemberVisitor { members: self, counts: [Param::Absent; 2], name: None })
+        Ok(MemberVisitor { members: self, counts: [Param::Absent; 2], name: None, requests: true })
     }
 
     fn finish(self) -> Result<Self, Self::Error> {
@@ -945,6 +962,7 @@ struct MemberVisitor<'m, 'de> {
     members: &'m mut Members<'de>,
     name: Option<Cow<'de, str>>,
     counts: [Param; 2],
+    requests: bool,
 }
 
 impl<'de> sfv::visitor::EntryVisitor<'de> for MemberVisitor<'_, 'de> {
@@ -987,13 +1005,22 @@ impl<'de> sfv::visitor::ParameterVisitor<'de> for MemberVisitor<'_, 'de> {
         // A key given twice: the last one counts (RFC 9651 4.2.3.2).
         if let Some(at) = self.members.keys.iter().position(|k| *k == key.as_str()) {
             self.counts[at] = count_of(&value).map_or(Param::NotCount, Param::Count);
+        } else if key.as_str() == "qu" {
+            // A unit named by a String or a Token; one of another type is malformed, left aside.
+            self.requests = match &value {
+                sfv::GenericBareItem::String(unit) => unit.as_str() == "requests",
+                sfv::GenericBareItem::Token(unit) => unit.as_str() == "requests",
+                _ => self.requests,
+            };
         }
         Ok(())
     }
 
     fn finish(self) -> Result<(), Self::Error> {
         match self.name {
-            Some(name) if !name.is_empty() => self.members.found.push(Member { name, counts: self.counts }),
+            Some(name) if !name.is_empty() => {
+                self.members.found.push(Member { name, counts: self.counts, requests: self.requests });
+            }
             _ => self.members.skipped = true,
         }
         Ok(())
@@ -1185,6 +1212,19 @@ mod tests {
         assert_eq!(http_date(" Sun Nov  6 08:49:37 1994 "), at);
         assert_eq!(http_date("Sun, 06 Nov 1994 08:49:37 GMT, 5"), None);
         assert_eq!(http_date("Mon, 06 Nov 1994 08:49:37 GMT"), None); // not that date's weekday
+    }
+
+    #[test]
+    fn ietf_policies_in_another_unit_than_requests_are_not_kept() {
+        let pairs = [
+            ("ratelimit-policy", "\"bytes\";q=1000;w=4;qu=\"content-bytes\", \"calls\";q=10;w=4;qu=requests"),
+            ("ratelimit", "\"bytes\";r=900;t=3, \"calls\";r=9;t=3"),
+        ];
+        let (word, warnings) = heard(&pairs, 200, 0.0);
+        let calls = Budget { window: Some(4.0), ..budget("calls", 9, 3.0, Some(10)) };
+        assert_eq!(word.budgets, vec![calls]);
+        assert_eq!(warnings.len(), 1);
+        assert_eq!(warnings[0].why, "policy 'bytes' counts a quota unit other than requests");
     }
 
     #[test]

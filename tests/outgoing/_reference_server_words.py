@@ -557,12 +557,23 @@ def _read_ietf(reading: _Reading) -> tuple[Budget, ...]:
     if "ratelimit" not in reading.said or not _sfv_installed():
         return ()
     policies: dict[str, tuple[int | None, int | None]] = {}
+    # The policies whose quota is not in requests (qu: content-bytes, concurrent-requests): no call counts in them.
+    not_requests: set[str] = set()
     for name, params in _sfv_members(reading, "ratelimit-policy"):
+        unit = params.get("qu", "requests")
+        if isinstance(unit, str) and unit != "requests":  # a String or a Token; another type is left aside
+            if name not in not_requests:
+                why = f"policy {name!r} counts a quota unit other than requests"
+                reading.warn("ratelimit-policy", reading.said["ratelimit-policy"], why)
+                not_requests.add(name)
+            continue
         q, w = params.get("q"), params.get("w")
         # Section 3.1.3: w is a non-negative, non-zero Integer.
         policies.setdefault(name, (q if _is_count(q) else None, w if _is_count(w) and w > 0 else None))
     budgets = []
     for name, params in _sfv_members(reading, "ratelimit"):
+        if name in not_requests:
+            continue
         remaining, reset = params.get("r"), params.get("t")
         if not _is_count(remaining):
             reading.warn("ratelimit", reading.said["ratelimit"], f"policy {name!r} has no valid r")

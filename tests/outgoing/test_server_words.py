@@ -266,6 +266,16 @@ def test_ietf_pairs_ratelimit_with_its_policy_by_name() -> None:
     )
 
 
+@pytest.mark.parametrize("unit", ['"content-bytes"', '"concurrent-requests"', "content-bytes"])
+def test_ietf_policies_counted_in_another_unit_than_requests_are_not_kept(unit: str) -> None:
+    # A quota of bytes read as one of requests left hundreds of calls where a few bytes' worth were (9 to 11 429s).
+    headers = [
+        ("RateLimit-Policy", f'"bytes";q=1000;w=4;qu={unit}, "calls";q=10;w=4;qu="requests"'),
+        ("RateLimit", '"bytes";r=900;t=3, "calls";r=9;t=3'),
+    ]
+    assert read(headers, 200, now=0.0).budgets == (Budget("calls", 9, 3.0, 10, 4.0),)
+
+
 def test_ietf_lists_split_over_several_lines_are_one_list() -> None:
     headers = [
         ("RateLimit-Policy", '"burst";q=100;w=60'),
