@@ -55,7 +55,7 @@ impl Rate {
         }
         let nanos = (seconds * 1e9).round();
         if !(1.0..=MAX_PERIOD_NS_F64).contains(&nanos) {
-            return Err(Error::value("per", format!("must be between 1ns and ten years, got {seconds} s")));
+            return Err(Error::value("per", format!("must be between 1ns and ten years, got {seconds:?} s")));
         }
         // Checked above to be within (0, MAX_PERIOD_NS].
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]

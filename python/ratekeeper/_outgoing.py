@@ -296,6 +296,8 @@ class Outgoing:
             raise InvalidType("retries", f"must be an int, got {type(retries).__name__}")
         if not 0 <= retries <= 100:
             raise InvalidValue("retries", f"must be 0 to 100, got {retries}")
+        if dialect is not None and not isinstance(dialect, str):
+            raise InvalidType("dialect", f"must be a str or None, got {type(dialect).__name__}")
         if dialect is not None and dialect not in DIALECTS:
             raise InvalidValue("dialect", f"{dialect!r} is not one of {', '.join(map(repr, DIALECTS))}")
         self.limiter = limiter
@@ -939,12 +941,33 @@ def _warn_of_permits(limiter: Limiter) -> None:
             )
 
 
-def engine_of(limiter: Limiter | Outgoing, options: dict[str, Any]) -> Outgoing:
+class OutgoingOptions(TypedDict, total=False):
+    """The options a transport passes to [`Outgoing`][ratekeeper.httpx.Outgoing], for type checkers."""
+
+    key: KeyFunction | None
+    api_key_header: str | None
+    groups: Mapping[str, str] | None
+    auto_groups: bool
+    window: float
+    cost: CostFunction | None
+    spent: SpentFunction | None
+    dialect: str | None
+    wait: bool
+    timeout: float | None
+    retries: int
+    obey: bool
+
+
+def engine_of(limiter: Limiter | Outgoing, options: Mapping[str, Any]) -> Outgoing:
     """The ``Outgoing`` a transport uses: the one given, or one made of ``limiter`` and ``options``."""
     if isinstance(limiter, Outgoing):
         if options:
             raise InvalidValue(next(iter(options)), "give options to Outgoing(...), or a limiter and options here")
         return limiter
+    unknown = [name for name in options if name not in OutgoingOptions.__annotations__]
+    if unknown:
+        known = ", ".join(OutgoingOptions.__annotations__)
+        raise InvalidType(unknown[0], f"is not an option of the transports (they take {known})")
     return Outgoing(limiter, **options)
 
 

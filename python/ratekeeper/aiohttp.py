@@ -16,7 +16,7 @@ sessions take middlewares (``pip install 'ratekeeper[aiohttp]'``).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 try:
     from aiohttp import ClientConnectorError, ClientRequest, ClientResponse, StreamReader
@@ -31,6 +31,11 @@ except ImportError as error:  # pragma: no cover - the message is the point
 
 from ratekeeper._outgoing import _NOT_SENT, Call, HostStats, Outgoing, Reply, engine_of, host_of
 from ratekeeper.limiter import Limiter
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ratekeeper._outgoing import OutgoingOptions
 
 __all__ = ["Middleware"]
 
@@ -132,7 +137,7 @@ class Middleware:
         RateLimited: at a call, when its turn is further away than ``timeout`` (or ``wait=False``).
     """
 
-    def __init__(self, limiter: Limiter | Outgoing, **options: Any) -> None:
+    def __init__(self, limiter: Limiter | Outgoing, **options: Unpack[OutgoingOptions]) -> None:
         self.outgoing = engine_of(limiter, options)
 
     def stats(self) -> dict[str, HostStats]:

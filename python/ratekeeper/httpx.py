@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 try:
     import httpx
@@ -25,8 +25,14 @@ except ImportError as error:  # pragma: no cover - the message is the point
     raise ImportError("ratekeeper.httpx needs httpx: pip install 'ratekeeper[httpx]'") from error
 
 from ratekeeper._core import _HttpxSend
+from ratekeeper._errors import InvalidType
 from ratekeeper._outgoing import _NOT_SENT, Call, HostStats, Outgoing, Reply, engine_of, host_of
 from ratekeeper.limiter import Limiter
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ratekeeper._outgoing import OutgoingOptions
 
 _Send = Callable[[httpx.Request], httpx.Response]
 
@@ -161,8 +167,14 @@ class Transport(httpx.BaseTransport):
     """
 
     def __init__(
-        self, limiter: Limiter | Outgoing, *, inner: httpx.BaseTransport | None = None, **options: Any
+        self,
+        limiter: Limiter | Outgoing,
+        *,
+        inner: httpx.BaseTransport | None = None,
+        **options: Unpack[OutgoingOptions],
     ) -> None:
+        if inner is not None and not isinstance(inner, httpx.BaseTransport):
+            raise InvalidType("inner", f"must be an httpx.BaseTransport, got {type(inner).__name__}")
         self._outgoing = engine_of(limiter, options)
         self.inner = inner if inner is not None else httpx.HTTPTransport()
 
@@ -233,8 +245,14 @@ class AsyncTransport(httpx.AsyncBaseTransport):
     """
 
     def __init__(
-        self, limiter: Limiter | Outgoing, *, inner: httpx.AsyncBaseTransport | None = None, **options: Any
+        self,
+        limiter: Limiter | Outgoing,
+        *,
+        inner: httpx.AsyncBaseTransport | None = None,
+        **options: Unpack[OutgoingOptions],
     ) -> None:
+        if inner is not None and not isinstance(inner, httpx.AsyncBaseTransport):
+            raise InvalidType("inner", f"must be an httpx.AsyncBaseTransport, got {type(inner).__name__}")
         self.outgoing = engine_of(limiter, options)
         self.inner = inner if inner is not None else httpx.AsyncHTTPTransport()
 

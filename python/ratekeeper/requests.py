@@ -15,7 +15,7 @@ fields cap after every response; a 429 is retried after the wait the server asks
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 try:
@@ -30,6 +30,11 @@ except ImportError as error:  # pragma: no cover - the message is the point
 
 from ratekeeper._outgoing import _NOT_SENT, Call, HostStats, Outgoing, Reply, engine_of, host_of
 from ratekeeper.limiter import Limiter
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ratekeeper._outgoing import OutgoingOptions
 
 __all__ = ["Adapter"]
 
@@ -127,7 +132,7 @@ class Adapter(HTTPAdapter):
         pool_maxsize: int = DEFAULT_POOLSIZE,
         max_retries: Any = DEFAULT_RETRIES,
         pool_block: bool = DEFAULT_POOLBLOCK,
-        **options: Any,
+        **options: Unpack[OutgoingOptions],
     ) -> None:
         self.outgoing = engine_of(limiter, options)
         super().__init__(pool_connections, pool_maxsize, max_retries, pool_block)

@@ -375,6 +375,9 @@ def test_a_transport_dropped_is_freed_at_once() -> None:
         ({"window": 1e12}, rk.InvalidValue, "window"),  # no limit is made of thirty thousand years
         ({"wait": 1}, rk.InvalidType, "wait"),
         ({"dialect": "klingon"}, rk.InvalidValue, "dialect"),
+        ({"dialect": 1}, rk.InvalidType, "dialect"),
+        ({"timout": 5}, rk.InvalidType, "timout"),  # a typo: named, with the options there are
+        ({"inner": 5}, rk.InvalidType, "inner"),
         ({"cost": 3}, rk.InvalidType, "cost"),
         ({"api_key_header": ""}, rk.InvalidValue, "api_key_header"),
         ({"groups": {"requests": "nowhere"}}, rk.InvalidValue, "groups.requests"),
