@@ -161,6 +161,9 @@ pub struct Unmade {
     pub window: f64,
     pub remaining: u64,
     pub reset_after: f64,
+    /// The group's algorithm: `"gcra"` for a budget that refills all the time (`OpenAI`'s, `Anthropic`'s:
+    /// their reset is when it is full again), else `"fixed_window"` (a reset ends a window).
+    pub algorithm: &'static str,
 }
 
 /// What a reply said, once taken in.
@@ -329,6 +332,13 @@ fn filling(decision: &Decision) -> bool {
 
 /// Whether a reply refuses the call for its rate: a 429, or a 503 (or GitHub's 403, secondary
 /// limits) with a wait to honour.
+/// Whether the budgets of `dialect` refill all the time, full again at their reset (`OpenAI`: "the time
+/// until the rate limit resets to its initial state"; Anthropic: "fully replenished"), rather than in
+/// windows that their reset ends.
+const fn refills(dialect: Option<Dialect>) -> bool {
+    matches!(dialect, Some(Dialect::OpenAi | Dialect::Anthropic))
+}
+
 /// Whether a reply refuses its call for the rate: a 429; a 503 or 403 with a wait; a 403 with a budget
 /// said to be spent (GitHub's primary limit: "do not retry until x-ratelimit-reset").
 fn throttled(status: i64, word: &Word) -> bool {
@@ -661,6 +671,7 @@ impl Engine {
                     window,
                     remaining: budget.remaining,
                     reset_after: budget.reset_after,
+                    algorithm: if refills(word.dialect) { "gcra" } else { "fixed_window" },
                 }),
             }
         }
@@ -675,6 +686,7 @@ impl Engine {
                     window: self.settings.window,
                     remaining: 0,
                     reset_after: wait,
+                    algorithm: "fixed_window",
                 }),
             }
         } else if let (Some(wait), true) = (word.retry_after, word.budgets.is_empty()) {
@@ -867,8 +879,10 @@ mod tests {
         assert!(budgets.calls.borrow().is_empty()); // no group yet: nothing to spend in
         let settled = engine.settle(&budgets, ("h", "api"), &ticket, &said(&OPENAI), (200, 0.0)).unwrap();
         assert_eq!(settled.retry, None);
-        let unmade: Vec<_> = settled.unmade.iter().map(|u| (u.budget.as_str(), u.limit, u.window)).collect();
-        assert_eq!(unmade, [("requests", 100, 60.0), ("tokens", 1000, 60.0)]);
+        let unmade: Vec<_> =
+            settled.unmade.iter().map(|u| (u.budget.as_str(), u.limit, u.window, u.algorithm)).collect();
+        // OpenAI's budgets refill all the time, full again at their reset: a GCRA each.
+        assert_eq!(unmade, [("requests", 100, 60.0, "gcra"), ("tokens", 1000, 60.0, "gcra")]);
         engine.made("api", "requests", "api requests", 100, 60.0);
         engine.made("api", "tokens", "api tokens", 1000, 60.0);
         let ticket = admitted(engine.admit(&budgets, ("h", "api", Some("/")), &[("tokens".into(), 5)], true).unwrap());

@@ -657,7 +657,7 @@ def _inspect_region(path: str | os.PathLike[str]) -> SharedStats:
     """Looks at the region at ``path`` without writing to it or taking its locks."""
 
 _Budget: TypeAlias = tuple[str, int, float, int | None, float | None]
-_Unmade: TypeAlias = tuple[str, int, float, int, float]
+_Unmade: TypeAlias = tuple[str, int, float, int, float, Literal["gcra", "fixed_window"]]
 
 def _read_server_word(
     headers: Iterable[tuple[str | bytes, str | bytes]] | Mapping[str, str],
@@ -750,7 +750,8 @@ class _Outgoing:
         counters, caps the groups of its budgets (a word a group does not take is logged), keeps how long calls to
         the host take. ``None`` when nothing is left for Python; else ``(retry, unmade)``: the seconds to wait
         before sending the call again (``None``: the reply is the answer), and ``(budget, limit, window, remaining,
-        reset_after)`` of each budget whose auto-group is to be made (``made``) and capped."""
+        reset_after, algorithm)`` of each budget whose auto-group is to be made (``made``) and capped: a
+        ``"gcra"`` for a budget that refills all the time (OpenAI's, Anthropic's), else a ``"fixed_window"``."""
     def made(self, host: str, budget: str, group: str, limit: int, window: float) -> None:
         """Python made (or resized) ``group`` for ``budget`` at ``host``, ``limit`` per ``window`` seconds."""
     def guessing(self, key: str, host: str, group: str) -> bool:
@@ -1012,6 +1013,11 @@ class Limiter:
         a late reply about an earlier window and is ignored; after one of ``remaining=0``, words for
         requests admitted before it are ignored.
 
+        A ``gcra`` limit takes a word as a server's bucket that refills all the time (OpenAI's and
+        Anthropic's budgets, whose reset is when they are full again): the key's arrival time moves to the
+        later of "``remaining`` left now" and "full again ``reset_after`` from now", never earlier, so a
+        stale word changes nothing.
+
         Args:
             age: seconds since the request whose reply brought the word was admitted. A word about a
                 window that has ended since (the reply came late) is ignored, as is a reset already
@@ -1019,12 +1025,12 @@ class Limiter:
                 ``check`` and ``retry_after`` for keys that take words).
 
         Returns:
-            True when a fixed window took the word; False when it changed nothing (stale, a reset past,
+            True when a fixed window (or a GCRA) took the word; False when it changed nothing (stale, a reset past,
             reservations ahead), when no group limits the request, or when Redis could not be reached
             (``on_error`` other than ``"raise"``; with ``"local"``, whether this process's memory took it).
 
         Raises:
-            InvalidValue: the group has no ``fixed_window`` limit; ``remaining`` below 0;
+            InvalidValue: the group has no ``fixed_window`` or ``gcra`` limit; ``remaining`` below 0;
                 ``reset_after`` or ``age`` negative, not finite, or above 2**53 ns (about 104 days).
             InvalidType: a value that is not a number.
         """

@@ -42,9 +42,12 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar
 
 from ratekeeper._core import Decision, Limit, Rate, _Outgoing, _Ticket
+
+if TYPE_CHECKING:
+    from ratekeeper._core import _Unmade
 from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue, RateLimited
 from ratekeeper._offload import off_loop_soon, off_loop_through
 from ratekeeper._server_words import DIALECTS
@@ -646,17 +649,23 @@ class Outgoing:
     # --- the server's word -----------------------------------------------------------------------------------
 
     def _auto_group(
-        self, host: str, budget: str, limit: int, window: float, made: tuple[str, int, float] | None
+        self,
+        host: str,
+        budget: str,
+        size: tuple[int, float, Literal["gcra", "fixed_window"]],
+        made: tuple[str, int, float] | None,
     ) -> str | None:
-        """The auto-group of ``budget`` at ``host``, made (or resized) for ``limit`` per ``window``; ``made``: the
-        one made before, as ``_Outgoing.made_group`` says."""
+        """The auto-group of ``budget`` at ``host``, made (or resized) for ``size``: ``limit`` per ``window`` with
+        ``algorithm``; ``made``: the one made before, as ``_Outgoing.made_group``
+        says."""
+        limit, window, algorithm = size
         if made is not None and made[1] == limit and made[2] == window:
             return made[0]
         if (host, budget, limit, window) in self._unmakeable:
             return None
         name = f"{host} {budget}"
         try:
-            wanted = [Limit(Rate(limit, per=window), algorithm="fixed_window")]
+            wanted = [Limit(Rate(limit, per=window), algorithm=algorithm)]  # a GCRA's burst: its limit
             if made is None and name not in self.limiter.groups:
                 self.limiter.add_group(name, wanted)
             else:
@@ -713,19 +722,17 @@ class Outgoing:
                     self.limiter.check(ticket.key, group=group, cost=units)  # refused: the next word corrects it
         return None if settled is None else self._take_in(ticket, settled)
 
-    def _take_in(
-        self, ticket: _Ticket, settled: tuple[float | None, tuple[tuple[str, int, float, int, float], ...]]
-    ) -> float | None:
+    def _take_in(self, ticket: _Ticket, settled: tuple[float | None, tuple[_Unmade, ...]]) -> float | None:
         """What the core left of a reply (``settle``'s ``(retry, unmade)``): makes the groups of the budgets the
         server stated first, and caps them; the seconds to wait before a retry, or ``None``."""
         retry, unmade = settled
-        for budget, limit, window, remaining, reset_after in unmade:
+        for budget, limit, window, remaining, reset_after, algorithm in unmade:
             made = self._core.made_group(ticket.host, budget)
             if made is not None:
                 # Resized: the word first, at the size it is kept at, so that the key's window ends at the
                 # server's reset, and what it used there is not carried into later windows at the new size.
                 self._cap(ticket.key, made[0], remaining, reset_after, ticket.age())
-            group = self._auto_group(ticket.host, budget, limit, window, made)
+            group = self._auto_group(ticket.host, budget, (limit, window, algorithm), made)
             if group is not None:
                 self._cap(ticket.key, group, remaining, reset_after, ticket.age())
         return retry
@@ -747,7 +754,7 @@ class Outgoing:
     def _finish(
         self,
         ticket: _Ticket,
-        settled: tuple[float | None, tuple[tuple[str, int, float, int, float], ...]],
+        settled: tuple[float | None, tuple[_Unmade, ...]],
         response: R,
         call: Callable[[Q], Call],
         send: Callable[[Q], R],
@@ -773,7 +780,7 @@ class Outgoing:
     async def _afinish(
         self,
         ticket: _Ticket,
-        settled: tuple[float | None, tuple[tuple[str, int, float, int, float], ...]],
+        settled: tuple[float | None, tuple[_Unmade, ...]],
         response: R,
         call: Callable[[Q], Awaitable[Call]],
         send: Callable[[Q], Awaitable[R]],
@@ -1016,11 +1023,11 @@ def _checked_groups(limiter: Limiter, groups: Mapping[str, str] | None) -> dict[
         rule = rules.get(group)
         if rule is None:
             raise InvalidValue(("groups", budget), f"no group {group!r} in the limiter (add it with add_group)")
-        if not any(limit.algorithm == "fixed_window" for limit in rule.limits):
+        if not any(limit.algorithm in ("fixed_window", "gcra") for limit in rule.limits):
             raise InvalidValue(
                 ("groups", budget),
-                f"group {group!r} has no fixed_window limit, which the server's word caps; "
-                f'e.g. rk.Limit("5000/hour", algorithm="fixed_window")',
+                f"group {group!r} has no fixed_window or gcra limit, which the server's word caps; e.g. "
+                f'rk.Limit("5000/hour", algorithm="fixed_window") (GitHub), rk.Limit("500/min") (OpenAI)',
             )
         checked[budget] = group
     return checked

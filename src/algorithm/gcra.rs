@@ -129,6 +129,29 @@ impl Gcra {
         }
     }
 
+    /// The state after a server said the key has `remaining` left and is full again at `reset_at`
+    /// (`OpenAI`'s and `Anthropic`'s budgets, which refill as this does): the arrival time moves to the later
+    /// of the two, never earlier. A stale word, or calls on their way that it does not count, cannot lift
+    /// what the key used; `None` when it changes nothing.
+    #[must_use]
+    pub fn cap(&self, state: &State, now: u64, remaining: u64, reset_at: u64) -> Option<State> {
+        let current = self.tat(state, now);
+        let count = u128::from(self.count);
+        // In 1/count ns: the tolerance is the burst's periods, `remaining` is that many periods less.
+        let tau = u128::from(self.tau_ns) * count + u128::from(self.tau_rem);
+        let lead = tau.saturating_sub(u128::from(remaining) * u128::from(self.period_ns));
+        // lead <= tau, whose ns fit in 62 bits; rem < count.
+        #[allow(clippy::cast_possible_truncation)]
+        let by_remaining = Instant { ns: now.saturating_add((lead / count) as u64), rem: (lead % count) as u64 };
+        let capped = current.max(by_remaining).max(Instant { ns: reset_at, rem: 0 });
+        if capped == current {
+            return None;
+        }
+        // rem < count <= u32::MAX.
+        #[allow(clippy::cast_possible_truncation)]
+        Some(State { t: capped.ns, a: capped.rem as u32, b: 0 })
+    }
+
     /// Requests the key has used at `now`: its arrival time's lead over `now`, in emission intervals
     /// (rounded up; more than the burst when waiters reserved later slots).
     #[must_use]
@@ -196,6 +219,33 @@ mod tests {
 
     fn harness(text: &str, burst: Option<u64>) -> Harness {
         Harness::new(text, burst, Kind::Gcra)
+    }
+
+    /// A server's bucket word (`OpenAI`'s): what is left, and when it is full again. The arrival time moves to
+    /// the later of the two, never earlier, so a stale word or one that does not count calls on their way
+    /// lifts nothing.
+    #[test]
+    fn a_word_moves_the_arrival_time_later_never_earlier() {
+        let limit =
+            crate::algorithm::Limit::new("10/min".parse().unwrap(), None, crate::algorithm::Kind::Gcra).unwrap();
+        let crate::algorithm::Algorithm::Gcra(g) = limit.algorithm else { unreachable!() };
+        let fresh = crate::algorithm::State::default();
+        let now = 100 * S;
+        // 4 left, full in 36 s: 6 used at 6 s each.
+        let capped = g.cap(&fresh, now, 4, now + 36 * S).unwrap();
+        assert_eq!(g.report(&capped, now), (4, 36 * S));
+        // Full later than what is left says (another client spends too): the later holds.
+        let later = g.cap(&fresh, now, 9, now + 50 * S).unwrap();
+        assert_eq!(g.report(&later, now).1, 50 * S);
+        // A stale word (more left, full sooner) changes nothing.
+        assert_eq!(g.cap(&capped, now, 8, now + 12 * S), None);
+        // 0 left: nothing until an interval passes.
+        let spent = g.cap(&fresh, now, 0, now + 60 * S).unwrap();
+        assert!(g.evaluate(&spent, now, 1).is_err());
+        assert!(g.evaluate(&spent, now + 6 * S, 1).is_ok());
+        // And the limit takes words through Limit::cap.
+        assert!(limit.takes_word());
+        assert_eq!(limit.cap(&fresh, now, 4, now + 36 * S, now), Some(capped));
     }
 
     /// The cooldown score's worked example: 3 per 60 s; the score delta it prints is `reset_after` for an admission

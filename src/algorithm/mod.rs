@@ -460,19 +460,26 @@ impl Limit {
 
 impl Limit {
     /// Whether a server's word ([`Limit::cap`]) applies to this limit: a fixed window, whose window
-    /// can end where the server's does.
+    /// can end where the server's does, or a GCRA, refilling as a server's bucket does.
     #[must_use]
     pub const fn takes_word(&self) -> bool {
+        matches!(self.algorithm, Algorithm::Windows(Kind::FixedWindow, _) | Algorithm::Gcra(_))
+    }
+
+    /// Whether this limit is a fixed window (a word moves where its window ends).
+    #[must_use]
+    pub const fn is_fixed_window(&self) -> bool {
         matches!(self.algorithm, Algorithm::Windows(Kind::FixedWindow, _))
     }
 
     /// The state after a server said the key has `remaining` left until `reset_at`, in reply to a request
-    /// admitted at `sent_at` (see [`windows::Windows::cap`]); `None` when it changes nothing, or the limit
-    /// does not [take a word](Limit::takes_word).
+    /// admitted at `sent_at` (see [`windows::Windows::cap`]; for a GCRA, [`gcra::Gcra::cap`]: full again at
+    /// `reset_at`); `None` when it changes nothing, or the limit does not [take a word](Limit::takes_word).
     #[must_use]
     pub fn cap(&self, state: &State, now: u64, remaining: u64, reset_at: u64, sent_at: u64) -> Option<State> {
         match &self.algorithm {
             Algorithm::Windows(Kind::FixedWindow, w) => w.cap(state, now, remaining, reset_at, sent_at),
+            Algorithm::Gcra(g) => g.cap(state, now, remaining, reset_at),
             _ => None,
         }
     }

@@ -256,6 +256,21 @@ local function windows_cap(l, state, remaining, reset_at, sent_at)
   return { t = reset_at, a = math.min(permits, remaining), b = b }, permits
 end
 
+-- A server's word for a GCRA (src/algorithm/gcra.rs `cap`): `remaining` left, and full again at `reset_at`
+-- (relative to now); the arrival time moves to the later of the two, never earlier. nil when it changes
+-- nothing. Also what the key had left before it.
+local function gcra_cap(l, state, remaining, reset_at)
+  local ns, rem = gcra_tat(l, state, 0)
+  local had = algorithms.gcra.report(l, state)
+  local lead = math.max(0, l.p4 * l.p1 + l.p5 - remaining * (l.p1 * l.p2 + l.p3))
+  local tns, trem = ns, rem
+  local rns, rrem = floor(lead / l.p1), lead % l.p1
+  if rns > tns or (rns == tns and rrem > trem) then tns, trem = rns, rrem end
+  if reset_at > tns then tns, trem = reset_at, 0 end
+  if tns == ns and trem == rem then return nil end
+  return { t = tns, a = trem, b = 0 }, had
+end
+
 -- Sliding window counter aligned to the clock's zero (src/algorithm/sliding_window.rs). p: limit,
 -- window_ns. `phase`: where `now` falls in its window.
 local function sliding_view(l, state, at, phase)
@@ -1087,13 +1102,19 @@ decide_full = function(KEYS, ARGV, timed)
   end
 
   -- A server's word ("cap:<limits>:<reset_ns>:<age_ns>", `cost` the remaining): the fixed windows named (a
-  -- bit each) end `reset_ns` from now with at most `cost` permits, heard for a request admitted `age_ns` ago.
+  -- bit each) end `reset_ns` from now with at most `cost` permits, heard for a request admitted `age_ns` ago;
+  -- a GCRA named has at most `cost` left and is full again no sooner than `reset_ns` from now.
   local capped_bits, reset_ns, age_ns = string.match(operation, '^cap:(%d+):(%d+):(%d+)$')
   if capped_bits then
     local written, before = 0, nil
     for i = 1, n do
       if floor(tonumber(capped_bits) / 2 ^ (i - 1)) % 2 == 1 then
-        local capped, had = windows_cap(limits[i], states[i], cost, tonumber(reset_ns), -tonumber(age_ns))
+        local capped, had
+        if limits[i].kind == 'gcra' then
+          capped, had = gcra_cap(limits[i], states[i], cost, tonumber(reset_ns))
+        else
+          capped, had = windows_cap(limits[i], states[i], cost, tonumber(reset_ns), -tonumber(age_ns))
+        end
         if capped then
           store(limits[i], KEYS[i], capped)
           written = written + 2 ^ (i - 1)

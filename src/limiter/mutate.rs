@@ -123,7 +123,7 @@ impl Limiter {
     }
 
     /// A server's word for `peer`: at most `remaining` more before `reset_after_ns` from now, heard in
-    /// reply to a request admitted `age_ns` ago; taken by the group's fixed-window limits
+    /// reply to a request admitted `age_ns` ago; taken by the group's fixed-window and GCRA limits
     /// ([`Limit::cap`]). True when one of them took it; false when none did (a stale word, a reset
     /// already past) or no group limits the request.
     ///
@@ -235,7 +235,7 @@ impl Limiter {
     }
 }
 
-/// The error of a server's word for a group that has no fixed window to take it.
+/// The error of a server's word for a group that has no fixed window (or GCRA) to take it.
 pub(crate) fn no_fixed_window(group: &str) -> Error {
-    Error::value("group", format!("group {group:?} has no fixed_window limit for a server's word to cap"))
+    Error::value("group", format!("group {group:?} has no fixed_window or gcra limit for a server's word to cap"))
 }

@@ -242,7 +242,8 @@ impl PyOutgoing {
     /// Takes in the reply to `ticket`'s call: its `headers` as the client keeps them (see
     /// `said_of`) and `status`. None when nothing is left for Python, else `(retry, unmade)`: the
     /// seconds to wait before sending the call again (None: the reply is the answer), and
-    /// `(budget, limit, window, remaining, reset_after)` of each budget whose auto-group is to be made.
+    /// `(budget, limit, window, remaining, reset_after, algorithm)` of each budget whose auto-group is to be
+    /// made.
     fn settle<'py>(
         &self,
         py: Python<'py>,
@@ -342,7 +343,8 @@ impl PyOutgoing {
         if settled.retry.is_none() && settled.unmade.is_empty() {
             return Ok(None);
         }
-        let unmade = settled.unmade.into_iter().map(|u| (u.budget, u.limit, u.window, u.remaining, u.reset_after));
+        let unmade =
+            settled.unmade.into_iter().map(|u| (u.budget, u.limit, u.window, u.remaining, u.reset_after, u.algorithm));
         Ok(Some((settled.retry, PyTuple::new(py, unmade)?).into_pyobject(py)?))
     }
 }

@@ -453,7 +453,7 @@ impl Chunk {
         let last = i128::from(now) + i128::from(ends_after) - 1 - i128::from(self.anchor);
         let rates = limits.iter().filter(|l| !l.is_concurrency());
         for (lapse, limit) in self.lapses.iter_mut().zip(rates) {
-            if limit.takes_word() {
+            if limit.is_fixed_window() {
                 *lapse = (last, 0);
             }
         }
@@ -1364,7 +1364,7 @@ impl StateStore for Leased {
     /// only as far as they fit under it (`Book::capped`), and the units held lapse where it ends the window.
     /// Another process's lease of the key is spent until it ends or that process takes a word too.
     fn cap(&self, peer: &str, target: Target<'_>, remaining: u64, times: (u64, u64)) -> Result<bool> {
-        // Only a key the word can cap (a fixed window): another is refused by exact mode's cap.
+        // Only a key the word can cap (a fixed window, a GCRA): another is refused by exact mode's cap.
         let key = match self.limiter().route_remote(peer, target)? {
             Routed::Limited(key) if key.limits.iter().any(Limit::takes_word) => key,
             _ => return self.exact.cap(peer, target, remaining, times),

@@ -1,4 +1,5 @@
-"""``Limiter.cap``: a server's word ("r left until t") caps a key's fixed windows, in every store.
+"""``Limiter.cap``: a server's word ("r left until t") caps a key's fixed windows (and, as a server's bucket, its
+GCRA limits), in every store.
 
 A client calling a rate-limited API keeps under what the server says: between a word and the server's
 reset it never spends more than the word allowed, whatever its own windows would; after the reset its own
@@ -150,11 +151,26 @@ def test_each_peer_and_group_hears_its_own_word(make_limiter: MakeLimiter) -> No
     assert limiter.allow("token-a", "/search/x")
 
 
-def test_a_group_without_a_fixed_window_cannot_take_a_word(make_limiter: MakeLimiter) -> None:
-    limiter = make_limiter("10/min", clock=rk.ManualClock())
-    with pytest.raises(rk.InvalidValue, match="no fixed_window limit") as raised:
+def test_a_group_without_a_fixed_window_or_gcra_cannot_take_a_word(make_limiter: MakeLimiter) -> None:
+    limiter = make_limiter("10/min", algorithm="sliding_window", clock=rk.ManualClock())
+    with pytest.raises(rk.InvalidValue, match="no fixed_window or gcra limit") as raised:
         limiter.cap("api", remaining=1, reset_after=1)
     assert raised.value.loc == ("group",)
+
+
+def test_a_gcra_takes_a_word_as_a_servers_bucket(make_limiter: MakeLimiter) -> None:
+    # OpenAI's and Anthropic's budgets refill all the time, their reset the moment they are full again: a GCRA key
+    # takes such a word as what is left now and full again at the reset, whichever holds it longer, never lifted.
+    clock = rk.ManualClock()
+    limiter = make_limiter("10/min", clock=clock)  # a GCRA, burst 10: one back every 6 s
+    limiter.cap("api", remaining=4, reset_after=36)
+    decision = limiter.peek("api")
+    assert (decision.remaining, decision.reset_after) == (4, pytest.approx(36))
+    limiter.cap("api", remaining=8, reset_after=12)  # a stale word: more left, full sooner
+    assert limiter.peek("api").remaining == 4
+    assert [limiter.allow("api") for _ in range(5)] == [True] * 4 + [False]
+    clock.advance(6)
+    assert [limiter.allow("api") for _ in range(2)] == [True, False]
 
 
 @pytest.mark.parametrize(

@@ -1,12 +1,14 @@
 """A rate-limited API to call: a pure ASGI app that speaks one server dialect of rate-limit fields, counts
-what it receives in fixed windows of its own, and answers 429 with ``Retry-After`` past its limit.
+what it receives, and answers 429 with ``Retry-After`` past its limit.
 
 Dialects: ``ietf`` (``RateLimit`` / ``RateLimit-Policy``), ``x-ratelimit`` (reset in seconds),
 ``x-ratelimit-epoch`` (reset as epoch seconds), ``github``, ``openai`` (requests and tokens, Go durations) and
-``anthropic`` (requests and tokens, RFC 3339). A JSON body ``{"tokens": n}`` spends ``n`` tokens (``openai``,
-``anthropic``); ``{"tokens": n, "used": m}`` spends ``m`` instead, which the answer's
-``{"usage": {"total_tokens": m}}`` reports; a chat completion's body (``messages``, ``max_tokens``) spends its
-prompt's characters / 4 and at most 20 tokens of answer.
+``anthropic`` (requests and tokens, RFC 3339). OpenAI's and Anthropic's budgets are buckets, as theirs are:
+full at ``limit`` (``tokens``), refilled all the time at that many per ``window``, their reset the time until
+full again; the others count in fixed windows of their own, their reset the window's end. A JSON body
+``{"tokens": n}`` spends ``n`` tokens (``openai``, ``anthropic``); ``{"tokens": n, "used": m}`` spends ``m``
+instead, which the answer's ``{"usage": {"total_tokens": m}}`` reports; a chat completion's body
+(``messages``, ``max_tokens``) spends its prompt's characters / 4 and at most 20 tokens of answer.
 """
 
 from __future__ import annotations
@@ -67,6 +69,10 @@ class LimitedApi:
         self.override: dict[str, str] = {}
         self.status_override: int | None = None
         self._lock = threading.Lock()
+        # OpenAI's and Anthropic's buckets: (requests, tokens) left, as of `_filled`.
+        self.refills = dialect in ("openai", "anthropic")
+        self._level = [float(limit), float(tokens or 0)]
+        self._filled = self.start
 
     def now_window(self) -> tuple[int, float]:
         """The current window's index and seconds to its end."""
@@ -88,19 +94,24 @@ class LimitedApi:
             used_tokens = int(asked.get("used", want_tokens))
         with self._lock:
             index, reset = self.now_window()
-            over = self.accepted[index] >= self.limit
-            if self.tokens is not None and self.tokens_used[index] + used_tokens > self.tokens:
-                over = True
+            tokens_reset = reset
+            if self.refills:
+                over, remaining, tokens_left, (reset, tokens_reset) = self.from_bucket(used_tokens)
+            else:
+                over = self.accepted[index] >= self.limit
+                if self.tokens is not None and self.tokens_used[index] + used_tokens > self.tokens:
+                    over = True
             if over:
                 self.refused += 1
                 self.refused_in[index] += 1
             else:
                 self.accepted[index] += 1
                 self.tokens_used[index] += used_tokens
-            remaining = self.limit - self.accepted[index]
-            tokens_left = None if self.tokens is None else self.tokens - self.tokens_used[index]
+            if not self.refills:
+                remaining = self.limit - self.accepted[index]
+                tokens_left = None if self.tokens is None else self.tokens - self.tokens_used[index]
         status = 429 if over else 200
-        headers = self.fields(remaining, tokens_left, reset)
+        headers = self.fields(remaining, tokens_left, reset, tokens_reset)
         if over:
             headers.append(("retry-after", str(math.ceil(reset))))
         if self.status_override is not None:
@@ -117,8 +128,30 @@ class LimitedApi:
         await send({"type": "http.response.start", "status": status, "headers": raw})
         await send({"type": "http.response.body", "body": answer.encode()})
 
-    def fields(self, remaining: int, tokens_left: int | None, reset: float) -> list[tuple[str, str]]:
-        """The rate-limit fields of the dialect, for a window with ``remaining`` left for ``reset`` seconds."""
+    def from_bucket(self, used_tokens: int) -> tuple[bool, int, int | None, tuple[float, float]]:
+        """Spends a request and ``used_tokens`` from the buckets, refilled since they were last: whether the
+        call is over, what is left of each, and the seconds until each is full again."""
+        now = time.monotonic()
+        sizes = (float(self.limit), float(self.tokens or 0))
+        for budget, size in enumerate(sizes):
+            self._level[budget] = min(size, self._level[budget] + (now - self._filled) * size / self.window)
+        self._filled = now
+        over = self._level[0] < 1 or (self.tokens is not None and self._level[1] < used_tokens)
+        if not over:
+            self._level[0] -= 1
+            self._level[1] -= used_tokens
+        requests_full, tokens_full = (
+            (size - level) * self.window / size if size else 0.0 for size, level in zip(sizes, self._level, strict=True)
+        )
+        tokens_left = None if self.tokens is None else math.floor(self._level[1])
+        return over, math.floor(self._level[0]), tokens_left, (requests_full, tokens_full)
+
+    def fields(
+        self, remaining: int, tokens_left: int | None, reset: float, tokens_reset: float | None = None
+    ) -> list[tuple[str, str]]:
+        """The rate-limit fields of the dialect, with ``remaining`` left for ``reset`` seconds (the tokens'
+        ``tokens_left`` for ``tokens_reset``, by default the same)."""
+        tokens_reset = reset if tokens_reset is None else tokens_reset
         dialect, limit = self.dialect, self.limit
         whole = str(math.ceil(reset))
         epoch = str(math.ceil(time.time() + reset))
@@ -158,11 +191,11 @@ class LimitedApi:
                 fields += [
                     ("x-ratelimit-limit-tokens", str(self.tokens)),
                     ("x-ratelimit-remaining-tokens", str(tokens_left)),
-                    ("x-ratelimit-reset-tokens", go_duration(reset)),
+                    ("x-ratelimit-reset-tokens", go_duration(tokens_reset)),
                 ]
             return fields
         if dialect == "anthropic":
-            at = rfc3339(time.time() + reset)
+            at, tokens_at = rfc3339(time.time() + reset), rfc3339(time.time() + tokens_reset)
             fields = [
                 ("anthropic-ratelimit-requests-limit", str(limit)),
                 ("anthropic-ratelimit-requests-remaining", str(remaining)),
@@ -172,7 +205,7 @@ class LimitedApi:
                 fields += [
                     ("anthropic-ratelimit-tokens-limit", str(self.tokens)),
                     ("anthropic-ratelimit-tokens-remaining", str(tokens_left)),
-                    ("anthropic-ratelimit-tokens-reset", at),
+                    ("anthropic-ratelimit-tokens-reset", tokens_at),
                 ]
             return fields
         raise AssertionError(f"no dialect {dialect!r}")

@@ -381,12 +381,12 @@ def test_a_transport_dropped_is_freed_at_once() -> None:
         ({"cost": 3}, rk.InvalidType, "cost"),
         ({"api_key_header": ""}, rk.InvalidValue, "api_key_header"),
         ({"groups": {"requests": "nowhere"}}, rk.InvalidValue, "groups.requests"),
-        ({"groups": {"requests": "gcra"}}, rk.InvalidValue, "groups.requests"),
+        ({"groups": {"requests": "sliding"}}, rk.InvalidValue, "groups.requests"),
         ({"groups": ["requests"]}, rk.InvalidType, "groups"),
     ],
 )
 def test_options_are_checked_when_the_transport_is_made(options: dict[str, Any], error: type, loc: str) -> None:
-    limiter = rk.Limiter(rules=[rk.Rule("^/x", "gcra", "1/s")])
+    limiter = rk.Limiter(rules=[rk.Rule("^/x", "sliding", limits=[rk.Limit("1/s", algorithm="sliding_window")])])
     with pytest.raises(error, match=rf"^{re.escape(loc)}: "):
         Transport(limiter, **options)
     with pytest.raises(rk.InvalidType, match=r"^limiter: "):

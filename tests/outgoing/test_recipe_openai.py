@@ -40,9 +40,9 @@ def test_the_recipes_client_reads_both_budgets_and_gives_back_unused_tokens(serv
 
 
 def test_the_recipes_client_keeps_several_tasks_under_both_budgets(serve_api: ServeApi) -> None:
-    # 4 requests and 500 tokens a second: each call estimates 206 tokens, so two at a time go until the
-    # unused tokens come back.
-    served = serve_api("openai", 4, 1.0, tokens=500)
+    # 12 requests and 500 tokens a minute (OpenAI's budgets are per minute, as the recipe's window says): each
+    # call estimates 206 tokens, so two at a time go until the unused tokens come back.
+    served = serve_api("openai", 12, 60.0, tokens=500)
     namespace, client = recipe(served)
 
     async def main() -> list[str]:

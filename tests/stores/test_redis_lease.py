@@ -271,12 +271,22 @@ def test_a_cap_taken_while_threads_spend_the_lease_holds_after_it_returns(fleet:
 
 
 def test_a_cap_of_a_group_without_a_fixed_window_is_refused_and_leaves_the_lease(fleet: Callable[..., Fleet]) -> None:
+    one = fleet(1, span=10.0, **rules("100/min", "sliding_window"))
+    for _ in range(10):
+        assert one.allow(0)
+    with pytest.raises(rk.InvalidValue, match="no fixed_window or gcra"):
+        one.limiters[0].cap("k", group="api", remaining=0, reset_after=30.0)
+    assert sum(one.allow(0) for _ in range(10)) == 10
+
+
+def test_a_gcra_key_keeps_no_more_of_its_lease_than_a_word_leaves(fleet: Callable[..., Fleet]) -> None:
+    # A GCRA takes a word as a server's bucket (OpenAI's): the units this process leased before it are kept only
+    # as far as the word leaves, the rest counted as used in Redis.
     one = fleet(1, span=10.0, **rules("100/min", "gcra"))
     for _ in range(10):
         assert one.allow(0)
-    with pytest.raises(rk.InvalidValue, match="no fixed_window"):
-        one.limiters[0].cap("k", group="api", remaining=0, reset_after=30.0)
-    assert sum(one.allow(0) for _ in range(10)) == 10
+    assert one.limiters[0].cap("k", group="api", remaining=3, reset_after=30.0)
+    assert sum(one.allow(0) for _ in range(10)) == 3
 
 
 def test_demand_moving_between_processes_is_short_at_most_what_the_idle_one_held(
