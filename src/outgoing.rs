@@ -202,6 +202,11 @@ struct Host {
     resources: bool,
     /// Route -> the resource its answers named, learned (at most [`MOST_ROUTES`]).
     routes: AHashMap<Arc<str>, String>,
+    /// A route's first segment -> the resource of the last route learned with it.
+    firsts: AHashMap<Box<str>, String>,
+    /// At a host of resources, the plans of calls routed to no group of the rules, by route (at most
+    /// [`MOST_ROUTES`]): found by the path's route as a slice, with nothing allocated.
+    route_plans: AHashMap<Arc<str>, Arc<Plan>>,
     /// The dialect of its last word that stated budgets: its auto-groups' budgets are that dialect's.
     dialect: Option<Dialect>,
     /// How long a call takes to reach the server, as its answers tell (see [`Engine::settle`]).
@@ -214,14 +219,19 @@ struct Host {
 }
 
 impl Host {
+    /// Drops the plans made: the groups or routes they were made of changed.
+    fn forget_plans(&mut self) {
+        self.plans.clear();
+        self.route_plans.clear();
+    }
+
     /// The resource a call of `route` spends in, at a host of resources: the one its answers named, or
     /// (a route not heard yet) that of a route with its first segment, else `core`, else the first made.
     fn resource_of(&self, route: &str) -> Option<&str> {
         if let Some(resource) = self.routes.get(route) {
             return Some(resource);
         }
-        let first = route.split_inclusive('/').take(2).collect::<String>();
-        let sibling = self.routes.iter().find(|(r, _)| r.starts_with(&first)).map(|(_, resource)| resource.as_str());
+        let sibling = self.firsts.get(first_segment(route)).map(String::as_str);
         let made = self.auto.iter().map(|a| a.budget.as_str()).filter(|&b| b != HELD_BUDGET);
         sibling.or_else(|| made.clone().find(|&b| b == "core")).or_else(|| made.clone().next())
     }
@@ -233,8 +243,9 @@ impl Host {
         if let (Some(dialect), false) = (word.dialect, word.budgets.is_empty()) {
             if self.dialect.is_some_and(|spoken| spoken != dialect) {
                 self.auto.retain(|a| a.budget == HELD_BUDGET);
-                self.plans.clear();
+                self.forget_plans();
                 self.routes.clear();
+                self.firsts.clear();
                 self.resources = false;
             }
             self.dialect = Some(dialect);
@@ -244,7 +255,7 @@ impl Host {
         }
         if !self.resources {
             self.resources = true;
-            self.plans.clear(); // plans by route from now on
+            self.forget_plans(); // plans by route from now on
         }
         if let (Some(route), [budget]) = (route, word.budgets.as_slice()) {
             if self.routes.get(route).is_some_and(|b| *b == *budget.name) {
@@ -253,19 +264,26 @@ impl Host {
             if self.routes.len() < MOST_ROUTES || self.routes.contains_key(route) {
                 let planned = self.resource_of(route) == Some(&*budget.name);
                 self.routes.insert(route.clone(), budget.name.to_string());
+                self.firsts.insert(first_segment(route).into(), budget.name.to_string());
                 if !planned {
-                    self.plans.clear();
+                    self.forget_plans();
                 }
             }
         }
     }
 }
 
+/// `route`'s first segment (`/search` of `/search/issues`).
+fn first_segment(route: &str) -> &str {
+    let end = route.match_indices('/').nth(1).map_or(route.len(), |(at, _)| at);
+    &route[..end]
+}
+
 /// What a GitHub resource is learned by: `path`'s first two segments (`/search/code`, `/repos/octocat`).
-fn route_of(path: Option<&str>) -> Arc<str> {
+fn route_of(path: Option<&str>) -> &str {
     let path = path.unwrap_or("/");
     let end = path.match_indices('/').nth(2).map_or(path.len(), |(at, _)| at);
-    Arc::from(&path[..end])
+    &path[..end]
 }
 
 #[derive(Debug, Default)]
@@ -417,7 +435,7 @@ impl Engine {
         let mut state = self.state.lock();
         let host = state.host(host);
         if !estimate.is_empty() {
-            let route = host.resources.then(|| route_of(path));
+            let route = host.resources.then(|| Arc::from(route_of(path)));
             return Arc::new(self.make_plan(host, routed.as_deref(), estimate, route));
         }
         self.plan_without_estimate(host, routed, path)
@@ -427,9 +445,21 @@ impl Engine {
     /// host of resources).
     fn plan_without_estimate(&self, host: &mut Host, routed: Option<String>, path: Option<&str>) -> Arc<Plan> {
         let route = host.resources.then(|| route_of(path));
-        if let Some((_, _, plan)) = host.plans.iter().find(|(r, p, _)| *r == routed && *p == route) {
+        if let (Some(route), None) = (route, &routed) {
+            if let Some(plan) = host.route_plans.get(route) {
+                return plan.clone();
+            }
+            let route: Arc<str> = Arc::from(route);
+            let plan = Arc::new(self.make_plan(host, None, &[], Some(route.clone())));
+            if host.route_plans.len() < MOST_ROUTES {
+                host.route_plans.insert(route, plan.clone());
+            }
+            return plan;
+        }
+        if let Some((_, _, plan)) = host.plans.iter().find(|(r, p, _)| *r == routed && p.as_deref() == route) {
             return plan.clone();
         }
+        let route: Option<Arc<str>> = route.map(Arc::from);
         let plan = Arc::new(self.make_plan(host, routed.as_deref(), &[], route.clone()));
         if host.plans.len() < MOST_ROUTES {
             host.plans.push((routed, route, plan.clone()));
@@ -742,11 +772,11 @@ impl Engine {
             Some(auto) if *auto.group == *group => *auto = made,
             Some(auto) => {
                 *auto = made;
-                host.plans.clear();
+                host.forget_plans();
             }
             None => {
                 host.auto.push(made);
-                host.plans.clear();
+                host.forget_plans();
             }
         }
     }
