@@ -357,6 +357,19 @@ const fn refills(dialect: Option<Dialect>) -> bool {
     matches!(dialect, Some(Dialect::OpenAi | Dialect::Anthropic))
 }
 
+/// The window of a refilling budget that `budget` implies, in whole seconds: its reset is when it is
+/// full again, so what it used refills in `reset_after` (`None` when nothing is used, or the reset is
+/// under 10 s, whose rounding would make the figure a guess). At most 30 days.
+fn implied_window(budget: &server_words::Budget) -> Option<f64> {
+    let limit = budget.limit?;
+    if budget.remaining >= limit || budget.reset_after < 10.0 {
+        return None;
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let window = budget.reset_after * limit as f64 / (limit - budget.remaining) as f64;
+    Some(window.round().clamp(1.0, 30.0 * 86_400.0))
+}
+
 /// Whether a reply refuses its call for the rate: a 429; a 503 or 403 with a wait; a 403 with a budget
 /// said to be spent (GitHub's primary limit: "do not retry until x-ratelimit-reset").
 fn throttled(status: i64, word: &Word) -> bool {
@@ -690,7 +703,17 @@ impl Engine {
                 let seen = budget.remaining.saturating_add(1).min(HELD_LIMIT);
                 made.map_or(seen, |a| a.limit.max(seen))
             });
-            let window = budget.window.unwrap_or(self.settings.window);
+            let window = budget.window.unwrap_or_else(|| {
+                // A refilling budget's window, as its word implies it (OpenAI's per-day budgets beside the
+                // per-minute ones); kept while later words imply about the same, against rounding.
+                let implied = if refills(word.dialect) { implied_window(budget) } else { None };
+                match (implied, made) {
+                    (Some(w), Some(a)) if (w / a.window - 1.0).abs() <= 0.2 => a.window,
+                    (Some(w), _) => w,
+                    (None, Some(a)) => a.window,
+                    (None, None) => self.settings.window,
+                }
+            });
             match made {
                 Some(auto) if auto.limit == limit && auto.window.to_bits() == window.to_bits() => {
                     caps.push((auto.group.clone(), budget.remaining, budget.reset_after));
@@ -911,9 +934,10 @@ mod tests {
         assert_eq!(settled.retry, None);
         let unmade: Vec<_> =
             settled.unmade.iter().map(|u| (u.budget.as_str(), u.limit, u.window, u.algorithm)).collect();
-        // OpenAI's budgets refill all the time, full again at their reset: a GCRA each.
-        assert_eq!(unmade, [("requests", 100, 60.0, "gcra"), ("tokens", 1000, 60.0, "gcra")]);
-        engine.made("api", "requests", "api requests", 100, 60.0);
+        // OpenAI's budgets refill all the time, full again at their reset: a GCRA each. One request of 100 refills
+        // in 6 minutes: 100 per 10 hours; the tokens' reset, under 10 s, implies no window.
+        assert_eq!(unmade, [("requests", 100, 36_000.0, "gcra"), ("tokens", 1000, 60.0, "gcra")]);
+        engine.made("api", "requests", "api requests", 100, 36_000.0);
         engine.made("api", "tokens", "api tokens", 1000, 60.0);
         let ticket = admitted(engine.admit(&budgets, ("h", "api", Some("/")), &[("tokens".into(), 5)], true).unwrap());
         let settled = engine.settle(&budgets, ("h", "api"), &ticket, &said(&OPENAI), (200, 0.0)).unwrap();
@@ -1051,6 +1075,33 @@ mod tests {
         let left = [("x-ratelimit-limit", "60"), ("x-ratelimit-remaining", "5"), ("x-ratelimit-reset", "1800000030")];
         assert_eq!(engine.settle(&budgets, ("h", "api"), &ticket, &said(&left), (403, 1.8e9)).unwrap().retry, None);
         assert_eq!(engine.stats()[0].1.throttled, 1);
+    }
+
+    #[test]
+    fn a_refilling_budgets_window_is_what_its_words_imply() {
+        let (engine, budgets) = (engine(&[]), Fake::new(10));
+        let ticket = admitted(engine.admit(&budgets, ("h", "api", Some("/")), &[], true).unwrap());
+        // OpenAI's per-day budget: 200 a day, one used, full again in 7m12s; a per-minute one beside it.
+        let day = [
+            ("x-ratelimit-limit-requests", "200"),
+            ("x-ratelimit-remaining-requests", "199"),
+            ("x-ratelimit-reset-requests", "7m12s"),
+            ("x-ratelimit-limit-tokens", "1000"),
+            ("x-ratelimit-remaining-tokens", "990"),
+            ("x-ratelimit-reset-tokens", "600ms"),
+        ];
+        let settled = engine.settle(&budgets, ("h", "api"), &ticket, &said(&day), (200, 0.0)).unwrap();
+        let unmade: Vec<_> = settled.unmade.iter().map(|u| (u.budget.as_str(), u.window)).collect();
+        assert_eq!(unmade, [("requests", 86_400.0), ("tokens", 60.0)]); // a reset under 10 s implies nothing
+        engine.made("api", "requests", "api requests", 200, 86_400.0);
+        engine.made("api", "tokens", "api tokens", 1000, 60.0);
+        // Later words implying about the same keep the window made.
+        let later = [
+            ("x-ratelimit-limit-requests", "200"),
+            ("x-ratelimit-remaining-requests", "190"),
+            ("x-ratelimit-reset-requests", "1h10m0s"),
+        ];
+        assert!(engine.settle(&budgets, ("h", "api"), &ticket, &said(&later), (200, 0.0)).unwrap().unmade.is_empty());
     }
 
     #[test]
