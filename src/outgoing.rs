@@ -23,8 +23,8 @@ pub const NO_WORD_WAIT: f64 = 1.0;
 /// The budget of a host whose server asked for a wait (`Retry-After`): its auto-group counts nothing
 /// (its limit is more than a window's calls) until a wait caps it.
 pub const HELD_BUDGET: &str = "retry-after";
-/// [`HELD_BUDGET`]'s limit per window, and that of a budget whose size the server does not state: the
-/// most a limit takes.
+/// [`HELD_BUDGET`]'s limit per window, the most a limit takes; also the most a budget of no stated size
+/// is taken to hold.
 pub const HELD_LIMIT: u64 = 4_294_967_295;
 /// The most routes a host of resources learns ([`Host::routes`]), and plans it keeps.
 const MOST_ROUTES: usize = 1024;
@@ -187,16 +187,13 @@ struct AutoGroup {
     window: f64,
 }
 
-/// A plan kept for its routed group and route: `(routed, route, plan)`.
-type KeptPlan = (Option<String>, Option<Arc<str>>, Arc<Plan>);
-
 #[derive(Debug, Default)]
 struct Host {
     /// Its auto-groups, in the order they were made.
     auto: Vec<AutoGroup>,
-    /// The plans of calls with no cost estimate, by routed group (and route, at a host of resources);
-    /// emptied when an auto-group is made.
-    plans: Vec<KeptPlan>,
+    /// The plans of calls with no cost estimate, by routed group (at a host of resources, those routed to
+    /// no group: [`Host::route_plans`]); emptied when an auto-group is made.
+    plans: Vec<(Option<String>, Arc<Plan>)>,
     /// Whether each call spends in one of its budgets, not all: GitHub's resources (`core`, `search`,
     /// `graphql`, ...), which its answers name (`x-ratelimit-resource`).
     resources: bool,
@@ -348,8 +345,6 @@ fn filling(decision: &Decision) -> bool {
     decision.report.is_some_and(|r| r.remaining.saturating_mul(2) < r.limit)
 }
 
-/// Whether a reply refuses the call for its rate: a 429, or a 503 (or GitHub's 403, secondary
-/// limits) with a wait to honour.
 /// Whether the budgets of `dialect` refill all the time, full again at their reset (`OpenAI`: "the time
 /// until the rate limit resets to its initial state"; Anthropic: "fully replenished"), rather than in
 /// windows that their reset ends.
@@ -454,29 +449,26 @@ impl Engine {
         self.plan_without_estimate(host, routed, path)
     }
 
-    /// The plan of a call of `host` with no cost estimate, made once per routed group (and route, at a
-    /// host of resources).
+    /// The plan of a call of `host` with no cost estimate, made once per routed group, or at a host of
+    /// resources once per route (a call its rules route too, rare there, has a plan made for it).
     fn plan_without_estimate(&self, host: &mut Host, routed: Option<String>, path: Option<&str>) -> Arc<Plan> {
-        let route = host.resources.then(|| route_of(path));
-        if let (Some(route), None) = (route, &routed) {
-            if let Some(plan) = host.route_plans.get(route) {
+        if host.resources {
+            let route = route_of(path);
+            if let (Some(plan), None) = (host.route_plans.get(route), &routed) {
                 return plan.clone();
             }
             let route: Arc<str> = Arc::from(route);
-            let plan = Arc::new(self.make_plan(host, None, &[], Some(route.clone())));
-            if host.route_plans.len() < MOST_ROUTES {
+            let plan = Arc::new(self.make_plan(host, routed.as_deref(), &[], Some(route.clone())));
+            if routed.is_none() && host.route_plans.len() < MOST_ROUTES {
                 host.route_plans.insert(route, plan.clone());
             }
             return plan;
         }
-        if let Some((_, _, plan)) = host.plans.iter().find(|(r, p, _)| *r == routed && p.as_deref() == route) {
+        if let Some((_, plan)) = host.plans.iter().find(|(r, _)| *r == routed) {
             return plan.clone();
         }
-        let route: Option<Arc<str>> = route.map(Arc::from);
-        let plan = Arc::new(self.make_plan(host, routed.as_deref(), &[], route.clone()));
-        if host.plans.len() < MOST_ROUTES {
-            host.plans.push((routed, route, plan.clone()));
-        }
+        let plan = Arc::new(self.make_plan(host, routed.as_deref(), &[], None));
+        host.plans.push((routed, plan.clone()));
         plan
     }
 

@@ -45,14 +45,12 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar
 
 from ratekeeper._core import Decision, Limit, Rate, _Outgoing, _Ticket
-
-if TYPE_CHECKING:
-    from ratekeeper._core import _Unmade
 from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue, RateLimited
 from ratekeeper._offload import off_loop_soon, off_loop_through
 from ratekeeper._server_words import DIALECTS
 
 if TYPE_CHECKING:
+    from ratekeeper._core import _Unmade
     from ratekeeper.limiter import Limiter
 
 __all__ = ["Call", "HostStats", "Outgoing", "Reply"]
@@ -656,8 +654,7 @@ class Outgoing:
         made: tuple[str, int, float] | None,
     ) -> str | None:
         """The auto-group of ``budget`` at ``host``, made (or resized) for ``size``: ``limit`` per ``window`` with
-        ``algorithm``; ``made``: the one made before, as ``_Outgoing.made_group``
-        says."""
+        ``algorithm``; ``made``: the one made before, as ``_Outgoing.made_group`` says."""
         limit, window, algorithm = size
         if made is not None and made[1] == limit and made[2] == window:
             return made[0]

@@ -314,8 +314,10 @@ def _check_count(name: str, value: object, verb: str = "must be") -> None:
 def _check_seconds(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidType(name, f"must be a number of seconds, got {type(value).__name__}")
-    if isinstance(value, int):
-        value = float(value) if value < 2**1000 else math.inf  # no float holds it: for ever, as throttle takes it
+    try:
+        value = float(value)
+    except OverflowError:  # an int no float holds: for ever, as throttle takes it (or below 0)
+        value = math.inf if value > 0 else -math.inf
     if math.isnan(value) or value < 0:
         raise InvalidValue(name, f"must be >= 0 seconds, got {value!r}")
 

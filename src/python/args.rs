@@ -140,7 +140,10 @@ pub fn seconds(field: &str, obj: &Bound<'_, PyAny>) -> Result<f64, Error> {
     }
     match obj.extract::<f64>() {
         Ok(s) => Ok(s),
-        Err(_) if obj.is_instance_of::<PyInt>() => Ok(f64::INFINITY),
+        // An int no float holds: past either end, as its sign says (a huge negative is refused as negative).
+        Err(_) if obj.is_instance_of::<PyInt>() => {
+            Ok(if obj.lt(0).unwrap_or(false) { f64::NEG_INFINITY } else { f64::INFINITY })
+        }
         Err(_) => Err(Error::type_error(field, format!("must be a number of seconds, got {}", type_name(obj)))),
     }
 }

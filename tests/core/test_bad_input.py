@@ -109,6 +109,7 @@ DURATION_VALUES: list[tuple[str, object, type[Exception]]] = [
     ("minus-inf", -INF, rk.InvalidValue),
     ("huge-int", HUGE, rk.InvalidValue),
     ("beyond-a-float", 10**400, rk.InvalidValue),  # a bare OverflowError, where Python made it a float
+    ("below-a-float", -(10**400), rk.InvalidValue),
 ]
 # +inf means "for ever" where waiting for ever is meaningful; elsewhere it is refused.
 INF_REFUSED = {"Rate.per", "ManualClock.start", "ManualClock.advance", "Quotas.ttl", "Quotas.timeout"}

@@ -36,6 +36,17 @@ def held_first(started: threading.Event, release: threading.Event, sent: list[st
     return httpx.MockTransport(answer)
 
 
+def answering(status: int, headers: dict[str, str] | None = None) -> tuple[list[str], httpx.MockTransport]:
+    """A server answering every request ``status`` with ``headers``, and the paths it received."""
+    sent: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request.url.path)
+        return httpx.Response(status, headers=headers)
+
+    return sent, httpx.MockTransport(answer)
+
+
 @pytest.mark.parametrize("options", [{"wait": False}, {"timeout": 0.05}])
 def test_a_call_that_may_not_wait_for_its_hosts_first_answer_is_refused_unsent(options: dict[str, object]) -> None:
     # Until a host's first answer its calls go one at a time: a call that may not wait that long (wait=False, or
@@ -119,14 +130,9 @@ async def test_a_task_awaiting_its_hosts_first_answer_is_counted_or_refused_when
 def test_a_retry_after_before_any_budget_holds_every_later_call_until_it_passes() -> None:
     # A host's first word is a 429 with only Retry-After (no budget stated): the wait's own group holds the calls
     # after it, in the limiter's store (so with rk.Shared or rk.Redis, every process's).
-    sent: list[str] = []
-
-    def answer(request: httpx.Request) -> httpx.Response:
-        sent.append(request.url.path)
-        return httpx.Response(429, headers={"retry-after": "30"})
-
+    sent, server = answering(429, {"retry-after": "30"})
     limiter = rk.Limiter(rules=[])
-    transport = Transport(limiter, inner=httpx.MockTransport(answer), wait=False)
+    transport = Transport(limiter, inner=server, wait=False)
     with httpx.Client(transport=transport, base_url=HOST) as client:
         assert client.get("/a").status_code == 429  # wait=False: returned as it came, not retried
         for path in ("/b", "/c"):
@@ -194,13 +200,8 @@ def test_a_budget_of_no_size_is_kept_to_what_is_left_until_its_reset(fields: dic
 
 def test_a_retry_after_longer_than_a_day_holds_the_host_for_a_day(caplog: pytest.LogCaptureFixture) -> None:
     # A server saying "stop" for two weeks is obeyed for a day, not retried every second.
-    sent: list[str] = []
-
-    def answer(request: httpx.Request) -> httpx.Response:
-        sent.append(request.url.path)
-        return httpx.Response(429, headers={"retry-after": str(14 * 86_400)})
-
-    transport = Transport(rk.Limiter(rules=[]), inner=httpx.MockTransport(answer), timeout=5.0)
+    sent, server = answering(429, {"retry-after": str(14 * 86_400)})
+    transport = Transport(rk.Limiter(rules=[]), inner=server, timeout=5.0)
     with (
         caplog.at_level(logging.WARNING, logger="ratekeeper.outgoing"),
         httpx.Client(transport=transport, base_url=HOST) as client,
@@ -216,17 +217,10 @@ def test_a_retry_after_longer_than_a_day_holds_the_host_for_a_day(caplog: pytest
 def test_a_transport_made_later_on_the_same_limiter_plans_with_the_groups_already_made() -> None:
     # One transport per call (as an aiohttp middleware made in each session) spent in no budget until an answer
     # of its own: 80 of 120 calls drew a 429. It now starts from the groups the limiter has for the host.
-    sent: list[str] = []
-
-    def answer(request: httpx.Request) -> httpx.Response:
-        sent.append(request.url.path)
-        return httpx.Response(
-            200, headers={"x-ratelimit-limit": "5", "x-ratelimit-remaining": "0", "x-ratelimit-reset": "30"}
-        )
-
+    sent, server = answering(200, {"x-ratelimit-limit": "5", "x-ratelimit-remaining": "0", "x-ratelimit-reset": "30"})
     limiter = rk.Limiter(rules=[])
     for path in ("/a", "/b"):
-        transport = Transport(limiter, inner=httpx.MockTransport(answer), wait=False)
+        transport = Transport(limiter, inner=server, wait=False)
         with httpx.Client(transport=transport, base_url=HOST) as client:
             if path == "/a":
                 assert client.get(path).status_code == 200
@@ -282,15 +276,8 @@ def test_a_server_that_changes_dialect_is_paced_by_its_new_budgets_alone() -> No
 
 
 def test_wait_false_returns_a_429_at_once_without_its_retries() -> None:
-    sent: list[str] = []
-
-    def answer(request: httpx.Request) -> httpx.Response:
-        sent.append(request.url.path)
-        return httpx.Response(
-            429, headers={"retry-after": "5", "x-ratelimit-limit": "10", "x-ratelimit-remaining": "0"}
-        )
-
-    transport = Transport(rk.Limiter(rules=[]), inner=httpx.MockTransport(answer), wait=False, retries=2)
+    sent, server = answering(429, {"retry-after": "5", "x-ratelimit-limit": "10", "x-ratelimit-remaining": "0"})
+    transport = Transport(rk.Limiter(rules=[]), inner=server, wait=False, retries=2)
     with httpx.Client(transport=transport, base_url=HOST) as client:
         assert client.get("/a").status_code == 429
     stats = transport.stats()["api.example.com"]
@@ -359,15 +346,8 @@ async def test_tasks_cancelled_while_redis_decides_their_turn_keep_nothing(redis
     limiter.add_group("requests", [rk.Limit("1000/hour", algorithm="fixed_window")])
     limiter.add_group("tokens", [rk.Limit("1000/hour", algorithm="fixed_window")])
     assert limiter.check("api.example.com", group="tokens", cost=1000).allowed
-    sent: list[str] = []
-
-    def answer(request: httpx.Request) -> httpx.Response:
-        sent.append(request.url.path)
-        return httpx.Response(200)
-
-    transport = AsyncTransport(
-        limiter, inner=httpx.MockTransport(answer), groups={"requests": "requests", "tokens": "tokens"}, obey=False
-    )
+    sent, server = answering(200)
+    transport = AsyncTransport(limiter, inner=server, groups={"requests": "requests", "tokens": "tokens"}, obey=False)
     async with httpx.AsyncClient(transport=transport, base_url=HOST) as client:
         for round_ in range(20):
             tasks = [asyncio.create_task(client.get("/")) for _ in range(8)]
