@@ -1,7 +1,8 @@
 """A rate-limited API to call: a pure ASGI app that speaks one server dialect of rate-limit fields, counts
 what it receives, and answers 429 with ``Retry-After`` past its limit.
 
-Dialects: ``ietf`` (``RateLimit`` / ``RateLimit-Policy``), ``x-ratelimit`` (reset in seconds),
+Dialects: ``ietf`` (``RateLimit`` / ``RateLimit-Policy``), ``ietf-refill`` (the same fields from a bucket, ``t``
+the seconds until its next unit, as a GCRA server says them), ``x-ratelimit`` (reset in seconds),
 ``x-ratelimit-epoch`` (reset as epoch seconds), ``github``, ``openai`` (requests and tokens, Go durations) and
 ``anthropic`` (requests and tokens, RFC 3339). OpenAI's and Anthropic's budgets are buckets, as theirs are:
 full at ``limit`` (``tokens``), refilled all the time at that many per ``window``, their reset the time until
@@ -70,7 +71,7 @@ class LimitedApi:
         self.status_override: int | None = None
         self._lock = threading.Lock()
         # OpenAI's and Anthropic's buckets: (requests, tokens) left, as of `_filled`.
-        self.refills = dialect in ("openai", "anthropic")
+        self.refills = dialect in ("openai", "anthropic", "ietf-refill")
         self._level = [float(limit), float(tokens or 0)]
         self._filled = self.start
 
@@ -97,6 +98,9 @@ class LimitedApi:
             tokens_reset = reset
             if self.refills:
                 over, remaining, tokens_left, (reset, tokens_reset) = self.from_bucket(used_tokens)
+                if self.dialect == "ietf-refill":  # t: when its next unit comes
+                    level = self._level[0]
+                    reset = 0.0 if level >= self.limit else (1 - level % 1) * self.window / self.limit
             else:
                 over = self.accepted[index] >= self.limit
                 if self.tokens is not None and self.tokens_used[index] + used_tokens > self.tokens:
@@ -155,7 +159,7 @@ class LimitedApi:
         dialect, limit = self.dialect, self.limit
         whole = str(math.ceil(reset))
         epoch = str(math.ceil(time.time() + reset))
-        if dialect == "ietf":
+        if dialect in ("ietf", "ietf-refill"):
             window = math.ceil(self.window)
             return [
                 ("ratelimit-policy", f'"api";q={limit};w={window}'),

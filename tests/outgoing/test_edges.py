@@ -447,6 +447,37 @@ def test_a_server_whose_windows_are_shorter_than_the_auto_groups_is_followed_win
     assert len(served.api.accepted) >= 3  # three windows of the server's at least
 
 
+@pytest.mark.parametrize(("dialect", "algorithm"), [("ietf-refill", "gcra"), ("ietf", "fixed_window")])
+def test_an_ietf_budget_that_refills_is_told_from_windows_and_paced_as_it_refills(
+    serve_api: ServeApi, dialect: str, algorithm: str
+) -> None:
+    # A GCRA server's `t` is when its next unit comes: taken as a window's end, each `t` opened a full window
+    # the server does not give, and drew a burst of 429s at every one. Its words show it within its first
+    # window (their resets fall inside the stated window, as a fixed window's never do), and from then on its
+    # group is a GCRA of its policy; a server of fixed windows keeps its fixed window.
+    window = 4.0
+    served = serve_api(dialect, 20, window)
+    transport = AsyncTransport(rk.Limiter(rules=[]), timeout=30.0)
+    start = time.monotonic()
+
+    async def main() -> None:
+        async with httpx.AsyncClient(transport=transport, base_url=served.url) as client:
+
+            async def task() -> None:
+                while time.monotonic() - start < 3 * window:
+                    await client.get("/")
+
+            await asyncio.gather(*(task() for _ in range(8)))
+
+    asyncio.run(main())
+    host = served.url.removeprefix("http://")
+    rule = next(rule for rule in transport.outgoing.limiter.rules if rule.group == f"{host} api")
+    assert rule.limits[0].algorithm == algorithm
+    # After the first window, not one 429; and the calls used what the server gave.
+    assert served.api.refused_in[1] + served.api.refused_in[2] == 0, served.api.refused_in
+    assert served.api.accepted[1] + served.api.accepted[2] >= 0.85 * 40, served.api.accepted  # 20 a window either way
+
+
 def test_a_server_that_lowers_its_limit_is_followed_from_its_next_window(serve_api: ServeApi) -> None:
     # The auto-group is resized to the new limit: what the calls of the window at the change used is not carried
     # into the server's next windows at the new size, which would leave the client idle for windows on end.

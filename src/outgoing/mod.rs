@@ -18,6 +18,9 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::limiter::Decision;
 use crate::server_words::{self, Dialect, Said, Warning, Word};
 
+mod anchor;
+use anchor::Anchor;
+
 /// A call that the server's word says to retry, with no wait stated, waits this many seconds.
 pub const NO_WORD_WAIT: f64 = 1.0;
 /// The budget of a host whose server asked for a wait (`Retry-After`): its auto-group counts nothing
@@ -91,6 +94,8 @@ pub struct Stats {
     pub reset: Vec<(String, f64)>,
     /// The client's wall clock at the server's last word, 0.0 before one.
     pub said_at: f64,
+    /// Where the server's words placed each budget's stated window (see [`Anchor`]).
+    anchors: Vec<Anchor>,
 }
 
 /// Counts to add to a key's counters outside a reply (`Outgoing._count`).
@@ -185,6 +190,7 @@ struct AutoGroup {
     group: Arc<str>,
     limit: u64,
     window: f64,
+    algorithm: &'static str,
 }
 
 #[derive(Debug, Default)]
@@ -206,6 +212,8 @@ struct Host {
     route_plans: AHashMap<Arc<str>, Arc<Plan>>,
     /// The dialect of its last word that stated budgets: its auto-groups' budgets are that dialect's.
     dialect: Option<Dialect>,
+    /// Its IETF budgets whose words showed they refill all the time ([`Anchor`]): theirs are GCRAs.
+    refilling: Vec<Box<str>>,
     /// How long a call takes to reach the server, as its answers tell (see [`Engine::settle`]).
     latency: Option<f64>,
     /// Whether a call to it came back (answered, failed or refused): its calls may take the short way
@@ -241,6 +249,7 @@ impl Host {
             if self.dialect.is_some_and(|spoken| spoken != dialect) {
                 self.auto.retain(|a| a.budget == HELD_BUDGET);
                 self.forget_plans();
+                self.refilling.clear();
                 self.routes.clear();
                 self.firsts.clear();
                 self.resources = false;
@@ -623,6 +632,15 @@ impl Engine {
             Self::record(&mut state.stats[stats_at].1, &word, status, now);
             let host = &mut state.hosts[host_at];
             host.learn(&word, ticket.plan.route.as_ref());
+            if word.dialect == Some(Dialect::Ietf) {
+                let anchors = &mut state.stats[stats_at].1.anchors;
+                for budget in &word.budgets {
+                    let known = host.refilling.iter().any(|b| **b == *budget.name);
+                    if !known && Anchor::refills(anchors, budget, now + budget.reset_after, age) {
+                        host.refilling.push(budget.name.as_ref().into());
+                    }
+                }
+            }
             if host.stats.is_none() && key == host_name {
                 host.stats = Some(stats_at); // the key of the short way's calls
             }
@@ -706,8 +724,17 @@ impl Engine {
                     (None, None) => self.settings.window,
                 }
             });
+            let algorithm = if refills(word.dialect) || host.refilling.iter().any(|b| **b == *budget.name) {
+                "gcra"
+            } else {
+                "fixed_window"
+            };
             match made {
-                Some(auto) if auto.limit == limit && auto.window.to_bits() == window.to_bits() => {
+                Some(auto)
+                    if auto.limit == limit
+                        && auto.window.to_bits() == window.to_bits()
+                        && auto.algorithm == algorithm =>
+                {
                     caps.push((auto.group.clone(), budget.remaining, budget.reset_after));
                 }
                 _ => unmade.push(Unmade {
@@ -716,7 +743,7 @@ impl Engine {
                     window,
                     remaining: budget.remaining,
                     reset_after: budget.reset_after,
-                    algorithm: if refills(word.dialect) { "gcra" } else { "fixed_window" },
+                    algorithm,
                 }),
             }
         }
@@ -751,12 +778,12 @@ impl Engine {
         Some(spent.fold(None, |most: Option<f64>, r| Some(most.map_or(r, |m| m.max(r)))).unwrap_or(NO_WORD_WAIT))
     }
 
-    /// The auto-group of `budget` at `host` as last made (group, limit, window).
+    /// The auto-group of `budget` at `host` as last made (group, limit, window, algorithm).
     #[must_use]
-    pub fn made_group(&self, host: &str, budget: &str) -> Option<(String, u64, f64)> {
+    pub fn made_group(&self, host: &str, budget: &str) -> Option<(String, u64, f64, &'static str)> {
         let state = self.state.lock();
         let auto = state.known_host(host)?.auto.iter().find(|a| a.budget == budget)?;
-        Some((auto.group.to_string(), auto.limit, auto.window))
+        Some((auto.group.to_string(), auto.limit, auto.window, auto.algorithm))
     }
 
     /// Whether a refusal by `group` for `key`'s call to `host` is the limit's own guess, which the server's
@@ -778,11 +805,13 @@ impl Engine {
         said.reset.iter().all(|(_, reset)| said.said_at + reset <= now)
     }
 
-    /// Python made (or resized) `group` for `budget` at `host`: calls plan with it from now on.
-    pub fn made(&self, host: &str, budget: &str, group: &str, limit: u64, window: f64) {
+    /// Python made (or resized) `group` for `budget` at `host`, `limit` per `window` with `algorithm`
+    /// (`"gcra"` or `"fixed_window"`, as [`Unmade::algorithm`]): calls plan with it from now on.
+    pub fn made(&self, host: &str, budget: &str, group: &str, (limit, window): (u64, f64), algorithm: &str) {
+        let algorithm = if algorithm == "gcra" { "gcra" } else { "fixed_window" };
         let mut state = self.state.lock();
         let host = state.host(host);
-        let made = AutoGroup { budget: budget.to_owned(), group: Arc::from(group), limit, window };
+        let made = AutoGroup { budget: budget.to_owned(), group: Arc::from(group), limit, window, algorithm };
         match host.auto.iter_mut().find(|a| a.budget == budget) {
             Some(auto) if *auto.group == *group => *auto = made,
             Some(auto) => {
@@ -929,8 +958,8 @@ mod tests {
         // OpenAI's budgets refill all the time, full again at their reset: a GCRA each. One request of 100 refills
         // in 6 minutes: 100 per 10 hours; the tokens' reset, under 10 s, implies no window.
         assert_eq!(unmade, [("requests", 100, 36_000.0, "gcra"), ("tokens", 1000, 60.0, "gcra")]);
-        engine.made("api", "requests", "api requests", 100, 36_000.0);
-        engine.made("api", "tokens", "api tokens", 1000, 60.0);
+        engine.made("api", "requests", "api requests", (100, 36_000.0), "gcra");
+        engine.made("api", "tokens", "api tokens", (1000, 60.0), "gcra");
         let ticket = admitted(engine.admit(&budgets, ("h", "api", Some("/")), &[("tokens".into(), 5)], true).unwrap());
         let settled = engine.settle(&budgets, ("h", "api"), &ticket, &said(&OPENAI), (200, 0.0)).unwrap();
         assert!(settled.unmade.is_empty());
@@ -951,7 +980,7 @@ mod tests {
         assert!(engine.guessing(("h", "api"), "declared", 100.0));
         let ticket = admitted(engine.admit(&budgets, ("h", "api", Some("/")), &[], true).unwrap());
         engine.settle(&budgets, ("h", "api"), &ticket, &said(&OPENAI), (200, 100.0)).unwrap();
-        engine.made("api", "tokens", "api tokens", 1000, 60.0);
+        engine.made("api", "tokens", "api tokens", (1000, 60.0), "gcra");
         // The requests reset is 6 minutes away, the tokens one a second: the word holds until both passed.
         for group in ["declared", "api tokens"] {
             assert!(!engine.guessing(("h", "api"), group, 100.5));
@@ -973,7 +1002,7 @@ mod tests {
         let unmade: Vec<_> =
             settled.unmade.iter().map(|u| (u.budget.as_str(), u.limit, u.window, u.remaining, u.reset_after)).collect();
         assert_eq!(unmade, [(HELD_BUDGET, HELD_LIMIT, 60.0, 0, 30.0)]);
-        engine.made("api", HELD_BUDGET, "api retry-after", HELD_LIMIT, 60.0);
+        engine.made("api", HELD_BUDGET, "api retry-after", (HELD_LIMIT, 60.0), "fixed_window");
         // Made: every call spends in it, and the next wait caps it.
         let ticket = admitted(engine.admit(&budgets, ("h", "api", Some("/")), &[], true).unwrap());
         let settled =
@@ -985,8 +1014,8 @@ mod tests {
     #[test]
     fn a_wait_beside_budgets_is_held_apart_from_them() {
         let (engine, budgets) = (engine(&[]), Fake::new(10));
-        engine.made("api", "core", "api core", 5000, 60.0);
-        engine.made("api", HELD_BUDGET, "api retry-after", HELD_LIMIT, 60.0);
+        engine.made("api", "core", "api core", (5000, 60.0), "fixed_window");
+        engine.made("api", HELD_BUDGET, "api retry-after", (HELD_LIMIT, 60.0), "fixed_window");
         // GitHub's secondary limit: thousands left in the hour, and a minute's wait for every call.
         let github = [
             ("x-ratelimit-limit", "5000"),
@@ -1027,7 +1056,7 @@ mod tests {
             assert_eq!(unmade, [(budget, remaining + 1, remaining, reset)]);
         }
         // Made at 4, it grows with a larger word, and never shrinks.
-        engine.made("api", "requests", "api requests", 4, 60.0);
+        engine.made("api", "requests", "api requests", (4, 60.0), "fixed_window");
         let word = |left| [("x-ratelimit-remaining", left), ("x-ratelimit-reset", "20")];
         let settled = engine.settle(&budgets, ("h", "api"), &ticket, &said(&word("9")), (200, 0.0)).unwrap();
         assert_eq!(settled.unmade[0].limit, 10);
@@ -1044,7 +1073,7 @@ mod tests {
         let ticket = admitted(engine.admit(&budgets, ("h", "api", Some("/")), &[], true).unwrap());
         let old = [("x-ratelimit-limit", "10"), ("x-ratelimit-remaining", "9"), ("x-ratelimit-reset", "4")];
         engine.settle(&budgets, ("h", "api"), &ticket, &said(&old), (200, 0.0)).unwrap();
-        engine.made("api", "requests", "api requests", 10, 60.0);
+        engine.made("api", "requests", "api requests", (10, 60.0), "fixed_window");
         let steps = |engine: &Engine| {
             let ticket = admitted(engine.admit(&budgets, ("h", "api", Some("/")), &[], true).unwrap());
             ticket.plan.steps.iter().map(|(group, _, _)| group.to_string()).collect::<Vec<_>>()
@@ -1085,8 +1114,8 @@ mod tests {
         let settled = engine.settle(&budgets, ("h", "api"), &ticket, &said(&day), (200, 0.0)).unwrap();
         let unmade: Vec<_> = settled.unmade.iter().map(|u| (u.budget.as_str(), u.window)).collect();
         assert_eq!(unmade, [("requests", 86_400.0), ("tokens", 60.0)]); // a reset under 10 s implies nothing
-        engine.made("api", "requests", "api requests", 200, 86_400.0);
-        engine.made("api", "tokens", "api tokens", 1000, 60.0);
+        engine.made("api", "requests", "api requests", (200, 86_400.0), "gcra");
+        engine.made("api", "tokens", "api tokens", (1000, 60.0), "gcra");
         // Later words implying about the same keep the window made.
         let later = [
             ("x-ratelimit-limit-requests", "200"),
@@ -1099,8 +1128,8 @@ mod tests {
     #[test]
     fn a_github_call_spends_in_the_resource_its_route_is_answered_in() {
         let (engine, budgets) = (engine(&[]), Fake::new(10));
-        engine.made("gh", "core", "gh core", 5000, 60.0);
-        engine.made("gh", "search", "gh search", 30, 60.0);
+        engine.made("gh", "core", "gh core", (5000, 60.0), "fixed_window");
+        engine.made("gh", "search", "gh search", (30, 60.0), "fixed_window");
         let word = |resource: &'static str| {
             [
                 ("x-ratelimit-limit", "30"),
