@@ -461,12 +461,12 @@ class Outgoing:
             return False, False
         waited = not first.acquire(blocking=False)
         if waited:
-            self._await_first_word(key, deadline)
+            self._await_first_word(host, key, deadline)
             started = time.monotonic()
             got = first.acquire(timeout=-1 if deadline is None else min(max(deadline - started, 0.0), _LONGEST_BLOCK))
             self._core.count(key, waited=time.monotonic() - started)
             if not got:
-                self._refuse_unheard(key)
+                self._refuse_unheard(host, key)
         return self._still_first(host, first), waited
 
     async def _ago_first(self, host: str, key: str, deadline: float | None) -> tuple[bool, bool]:
@@ -477,12 +477,12 @@ class Outgoing:
             return False, False
         waited = not first.acquire(blocking=False)
         if waited:
-            self._await_first_word(key, deadline)
+            self._await_first_word(host, key, deadline)
             started = time.monotonic()
             try:
                 while not first.acquire(blocking=False):
                     if deadline is not None and time.monotonic() >= deadline:
-                        self._refuse_unheard(key)
+                        self._refuse_unheard(host, key)
                     await asyncio.sleep(_FIRST_WORD_POLL)
             finally:
                 self._core.count(key, waited=time.monotonic() - started)
@@ -502,17 +502,23 @@ class Outgoing:
             self._heard_from(host)
         self._firsts[host].release()
 
-    def _await_first_word(self, key: str, deadline: float | None) -> None:
+    def _await_first_word(self, host: str, key: str, deadline: float | None) -> None:
         """Counts a call about to wait for its host's first answer (``_go_first``), or refuses it at once
         (``wait=False``, or no time left before its deadline)."""
         if not self.wait or (deadline is not None and time.monotonic() >= deadline):
-            self._refuse_unheard(key)
+            self._refuse_unheard(host, key)
         self._core.count(key, waits=1)
 
-    def _refuse_unheard(self, key: str) -> None:
-        """Raises ``RateLimited`` (counted) for a call that may not wait for its host's first answer longer."""
+    def _refuse_unheard(self, host: str, key: str) -> None:
+        """Raises ``RateLimited`` (counted) for a call that may not wait for its host's first answer longer: a
+        refusal of no group, whose message says what it waits for."""
         self._core.count(key, refused=1)
-        raise RateLimited(Decision._refusal(_FIRST_WORD_POLL))
+        refused = RateLimited(Decision._refusal(_FIRST_WORD_POLL))
+        refused.args = (
+            f"rate limited: {host}'s first answer, which states its budgets, is awaited; "
+            f"retry after {_FIRST_WORD_POLL:.3f}s",
+        )
+        raise refused
 
     def _heard_from(self, host: str) -> None:
         if host in self._answered:

@@ -64,6 +64,7 @@ def test_a_call_that_may_not_wait_for_its_hosts_first_answer_is_refused_unsent(o
         assert client.get("/third").status_code == 200  # answered: the host's calls go as they come
     assert sent == ["/first", "/third"]
     assert refused.value.decision.group is None
+    assert "api.example.com's first answer, which states its budgets, is awaited" in str(refused.value)
     stats = transport.stats()["api.example.com"]
     assert (stats["calls"], stats["refused"]) == (2, 1)
     assert stats["waits"] == (0 if options.get("wait") is False else 1)
