@@ -15,6 +15,8 @@ pub(super) struct Anchor {
     /// late the figure may be.
     end: f64,
     age: f64,
+    /// The earliest end a word about it said: where a key's window ends, the words being taken in turn.
+    earliest: f64,
     /// Words whose reset fell inside that window, clear of both its ends.
     inside: u8,
 }
@@ -23,30 +25,51 @@ pub(super) struct Anchor {
 /// does not decide.
 const INSIDE_WORDS: u8 = 2;
 
+/// What the words about a budget's stated window have shown of its server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Shown {
+    Nothing,
+    /// The budget refills all the time: its resets fall inside the window.
+    Refills,
+    /// The window outlasts the resets said: a call sent after the window's end, as its words put it, was
+    /// counted in that window (the server rounds its `t` down, or to the nearest second).
+    LateResets,
+}
+
 impl Anchor {
-    /// Places a word saying the window of `budget` ends at `end` (epoch seconds), from a call of
-    /// `age`: whether the words about that window show it refills.
-    pub(super) fn refills(anchors: &mut Vec<Self>, budget: &Budget, end: f64, age: f64) -> bool {
-        let Some(window) = budget.window else { return false };
-        let fresh = Self { budget: budget.name.as_ref().into(), window, end, age, inside: 0 };
+    /// Places a word saying the window of `budget` ends at `end` (epoch seconds), from a call sent at
+    /// `sent` that took `age` to come back: what the words about that window show.
+    pub(super) fn place(anchors: &mut Vec<Self>, budget: &Budget, end: f64, (sent, age): (f64, f64)) -> Shown {
+        let Some(window) = budget.window else { return Shown::Nothing };
+        let fresh = Self { budget: budget.name.as_ref().into(), window, end, age, earliest: end, inside: 0 };
         let Some(anchor) = anchors.iter_mut().find(|a| *a.budget == *budget.name) else {
             anchors.push(fresh);
-            return false;
+            return Shown::Nothing;
         };
         if anchor.window.to_bits() != window.to_bits() {
             *anchor = fresh;
-            return false;
+            return Shown::Nothing;
         }
         // Whole seconds round `t` by up to one either way; each figure is late by up to its call's age.
         let later_window = anchor.end + window - 1.5 - anchor.age;
         if end >= later_window {
             *anchor = fresh;
-            return false;
+            return Shown::Nothing;
         }
         if end > anchor.end + 1.5 + age {
             anchor.inside = anchor.inside.saturating_add(1);
+            return if anchor.inside >= INSIDE_WORDS { Shown::Refills } else { Shown::Nothing };
         }
-        anchor.inside >= INSIDE_WORDS
+        // A call sent after the window's end, as a word said it, and counted in that window: the end came
+        // later (a `t` rounded up, or exact, is never early). A rounded-down `t` is early by under a second;
+        // a refilling budget's next unit, rounded up, comes a second or more after the call: not this.
+        let late = sent > anchor.earliest && end < anchor.earliest + 1.0 + age;
+        anchor.earliest = anchor.earliest.min(end);
+        if late {
+            Shown::LateResets
+        } else {
+            Shown::Nothing
+        }
     }
 }
 
@@ -86,7 +109,8 @@ mod tests {
 
         /// A server of fixed windows (on a grid, or each from the first call after the last ended) is
         /// never taken for a refilling one, whatever its rounding, the calls' times and ages, and the
-        /// order their replies come back in.
+        /// order their replies come back in; nor for one whose resets come late unless it rounds its
+        /// `t` down (or to the nearest second), which makes them come late.
         #[test]
         fn fixed_windows_never_show_a_refill(
             window in 1u32..4_000,
@@ -110,12 +134,15 @@ mod tests {
                     end = if from_first_call { seen + window } else { end + ((seen - end) / window).floor().mul_add(window, window) };
                 }
                 let t = whole(end - seen, rounding);
-                replies.push((sent + age, t, age));
+                replies.push((sent, age, t));
             }
-            replies.sort_by(|a, b| a.0.total_cmp(&b.0));
+            replies.sort_by(|a, b| (a.0 + a.1).total_cmp(&(b.0 + b.1)));
             let (mut anchors, budget) = (Vec::new(), budget(window));
-            for (now, t, age) in replies {
-                prop_assert!(!Anchor::refills(&mut anchors, &budget, now + t, age), "at {now}, t={t}");
+            let rounds_down = matches!(rounding, Rounding::Down | Rounding::Nearest);
+            for (sent, age, t) in replies {
+                let shown = Anchor::place(&mut anchors, &budget, sent + age + t, (sent, age));
+                prop_assert!(shown != Shown::Refills, "sent at {sent}, t={t}");
+                prop_assert!(rounds_down || shown == Shown::Nothing, "sent at {sent}, t={t}: {shown:?}");
             }
         }
     }
@@ -132,7 +159,7 @@ mod tests {
                 level -= 1.0;
             }
             let t = next(level, size, rate).ceil();
-            if Anchor::refills(&mut anchors, &budget, now + 0.01 + t, 0.01) {
+            if Anchor::place(&mut anchors, &budget, now + 0.01 + t, (now, 0.01)) == Shown::Refills {
                 return Some(now - 1e9);
             }
             now += gap;
@@ -165,14 +192,38 @@ mod tests {
     #[test]
     fn a_budget_of_no_stated_window_or_a_new_window_starts_again() {
         let mut anchors = Vec::new();
+        let mut place = |budget: &Budget, end: f64| Anchor::place(&mut anchors, budget, end, (0.0, 0.0));
         let unstated = Budget { window: None, ..budget(60.0) };
-        assert!(!Anchor::refills(&mut anchors, &unstated, 10.0, 0.0));
-        assert!(anchors.is_empty());
+        assert_eq!(place(&unstated, 10.0), Shown::Nothing);
         let (sixty, thirty) = (budget(60.0), budget(30.0));
-        assert!(!Anchor::refills(&mut anchors, &sixty, 100.0, 0.0));
-        assert!(!Anchor::refills(&mut anchors, &sixty, 110.0, 0.0)); // one word inside
-        assert!(!Anchor::refills(&mut anchors, &thirty, 120.0, 0.0)); // the policy changed: anchored anew
-        assert!(!Anchor::refills(&mut anchors, &thirty, 130.0, 0.0));
-        assert!(Anchor::refills(&mut anchors, &thirty, 131.0, 0.0));
+        assert_eq!(place(&sixty, 100.0), Shown::Nothing);
+        assert_eq!(place(&sixty, 110.0), Shown::Nothing); // one word inside
+        assert_eq!(place(&thirty, 120.0), Shown::Nothing); // the policy changed: anchored anew
+        assert_eq!(place(&thirty, 130.0), Shown::Nothing);
+        assert_eq!(place(&thirty, 131.0), Shown::Refills);
+        assert_eq!(anchors.len(), 1);
+    }
+
+    #[test]
+    fn the_earliest_end_said_is_the_one_a_call_may_be_sent_after() {
+        // A window that began with the call: its first word says all of it (t=5), the next ones a second
+        // less (4.99 rounded down). The key's window ends at the earliest; a call sent then is in it still.
+        let (mut anchors, budget) = (Vec::new(), budget(5.0));
+        assert_eq!(Anchor::place(&mut anchors, &budget, 100.0 + 5.0, (99.99, 0.01)), Shown::Nothing);
+        assert_eq!(Anchor::place(&mut anchors, &budget, 100.01 + 4.0, (100.0, 0.01)), Shown::Nothing);
+        assert_eq!(Anchor::place(&mut anchors, &budget, 104.02 + 0.0, (104.015, 0.005)), Shown::LateResets);
+    }
+
+    #[test]
+    fn a_call_sent_after_the_end_said_and_counted_in_that_window_shows_the_resets_come_late() {
+        // A server that rounds its t down: at 100.3 its window (ending at 104) has "3" left to it.
+        let (mut anchors, budget) = (Vec::new(), budget(60.0));
+        assert_eq!(Anchor::place(&mut anchors, &budget, 100.3 + 3.0, (100.25, 0.05)), Shown::Nothing);
+        // Sent before that end: nothing to tell.
+        assert_eq!(Anchor::place(&mut anchors, &budget, 102.9 + 1.0, (102.85, 0.05)), Shown::Nothing);
+        // Sent after it (103.3), and still in the window: its replies said its end a second early.
+        assert_eq!(Anchor::place(&mut anchors, &budget, 103.6 + 0.0, (103.55, 0.05)), Shown::LateResets);
+        // A call after the server's own end is in its next window, which tells nothing of the kind.
+        assert_eq!(Anchor::place(&mut anchors, &budget, 104.1 + 59.0, (104.05, 0.05)), Shown::Nothing);
     }
 }

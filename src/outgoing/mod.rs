@@ -19,7 +19,7 @@ use crate::limiter::Decision;
 use crate::server_words::{self, Dialect, Said, Warning, Word};
 
 mod anchor;
-use anchor::Anchor;
+use anchor::{Anchor, Shown};
 
 /// A call that the server's word says to retry, with no wait stated, waits this many seconds.
 pub const NO_WORD_WAIT: f64 = 1.0;
@@ -33,6 +33,9 @@ pub const HELD_LIMIT: u64 = 4_294_967_295;
 const MOST_ROUTES: usize = 1024;
 /// What a call held at a window's end waits past it, in seconds.
 const SHORTEST_SLEEP: f64 = 0.001;
+/// Seconds a window is taken to outlast the resets of a server that rounds its `t` down: a second,
+/// the most whole seconds drop.
+const LATE_RESET: f64 = 1.0;
 
 /// The caps one reply puts on groups, (group, remaining, `reset_after`): inline for a reply of up to
 /// four budgets (every dialect's), so that settling a call allocates nothing.
@@ -214,6 +217,9 @@ struct Host {
     dialect: Option<Dialect>,
     /// Its IETF budgets whose words showed they refill all the time ([`Anchor`]): theirs are GCRAs.
     refilling: Vec<Box<str>>,
+    /// Its IETF budgets whose windows were seen to outlast their resets ([`Shown::LateResets`]): their
+    /// groups' windows end [`LATE_RESET`] later than the server says.
+    late: Vec<Box<str>>,
     /// How long a call takes to reach the server, as its answers tell (see [`Engine::settle`]).
     latency: Option<f64>,
     /// Whether a call to it came back (answered, failed or refused): its calls may take the short way
@@ -250,6 +256,7 @@ impl Host {
                 self.auto.retain(|a| a.budget == HELD_BUDGET);
                 self.forget_plans();
                 self.refilling.clear();
+                self.late.clear();
                 self.routes.clear();
                 self.firsts.clear();
                 self.resources = false;
@@ -635,9 +642,14 @@ impl Engine {
             if word.dialect == Some(Dialect::Ietf) {
                 let anchors = &mut state.stats[stats_at].1.anchors;
                 for budget in &word.budgets {
-                    let known = host.refilling.iter().any(|b| **b == *budget.name);
-                    if !known && Anchor::refills(anchors, budget, now + budget.reset_after, age) {
-                        host.refilling.push(budget.name.as_ref().into());
+                    let shown = Anchor::place(anchors, budget, now + budget.reset_after, (now - age, age));
+                    let learned = match shown {
+                        Shown::Nothing => continue,
+                        Shown::Refills => &mut host.refilling,
+                        Shown::LateResets => &mut host.late,
+                    };
+                    if !learned.iter().any(|b| **b == *budget.name) {
+                        learned.push(budget.name.as_ref().into());
                     }
                 }
             }
@@ -698,8 +710,11 @@ impl Engine {
         let auto_groups = self.settings.auto_groups;
         let held = word.retry_after.filter(|_| auto_groups);
         for budget in &word.budgets {
+            let refilling = refills(word.dialect) || host.refilling.iter().any(|b| **b == *budget.name);
+            let late = !refilling && host.late.iter().any(|b| **b == *budget.name);
+            let reset_after = budget.reset_after + if late { LATE_RESET } else { 0.0 };
             if let Some(group) = self.declared_group(&budget.name) {
-                caps.push((group.clone(), budget.remaining, budget.reset_after));
+                caps.push((group.clone(), budget.remaining, reset_after));
                 continue;
             }
             if !auto_groups {
@@ -724,25 +739,21 @@ impl Engine {
                     (None, None) => self.settings.window,
                 }
             });
-            let algorithm = if refills(word.dialect) || host.refilling.iter().any(|b| **b == *budget.name) {
-                "gcra"
-            } else {
-                "fixed_window"
-            };
+            let algorithm = if refilling { "gcra" } else { "fixed_window" };
             match made {
                 Some(auto)
                     if auto.limit == limit
                         && auto.window.to_bits() == window.to_bits()
                         && auto.algorithm == algorithm =>
                 {
-                    caps.push((auto.group.clone(), budget.remaining, budget.reset_after));
+                    caps.push((auto.group.clone(), budget.remaining, reset_after));
                 }
                 _ => unmade.push(Unmade {
                     budget: budget.name.to_string(),
                     limit,
                     window,
                     remaining: budget.remaining,
-                    reset_after: budget.reset_after,
+                    reset_after,
                     algorithm,
                 }),
             }

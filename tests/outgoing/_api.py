@@ -1,8 +1,9 @@
 """A rate-limited API to call: a pure ASGI app that speaks one server dialect of rate-limit fields, counts
 what it receives, and answers 429 with ``Retry-After`` past its limit.
 
-Dialects: ``ietf`` (``RateLimit`` / ``RateLimit-Policy``), ``ietf-refill`` (the same fields from a bucket, ``t``
-the seconds until its next unit, as a GCRA server says them), ``x-ratelimit`` (reset in seconds),
+Dialects: ``ietf`` (``RateLimit`` / ``RateLimit-Policy``), ``ietf-down`` (the same, ``t`` rounded down, as
+``int(end - now)`` has it), ``ietf-refill`` (the same fields from a bucket, ``t`` the seconds until its next unit,
+as a GCRA server says them), ``x-ratelimit`` (reset in seconds),
 ``x-ratelimit-epoch`` (reset as epoch seconds), ``github``, ``openai`` (requests and tokens, Go durations) and
 ``anthropic`` (requests and tokens, RFC 3339). OpenAI's and Anthropic's budgets are buckets, as theirs are:
 full at ``limit`` (``tokens``), refilled all the time at that many per ``window``, their reset the time until
@@ -159,11 +160,12 @@ class LimitedApi:
         dialect, limit = self.dialect, self.limit
         whole = str(math.ceil(reset))
         epoch = str(math.ceil(time.time() + reset))
-        if dialect in ("ietf", "ietf-refill"):
+        if dialect in ("ietf", "ietf-refill", "ietf-down"):
             window = math.ceil(self.window)
+            t = math.floor(reset) if dialect == "ietf-down" else whole
             return [
                 ("ratelimit-policy", f'"api";q={limit};w={window}'),
-                ("ratelimit", f'"api";r={remaining};t={whole}'),
+                ("ratelimit", f'"api";r={remaining};t={t}'),
             ]
         if dialect == "x-ratelimit":
             return [

@@ -17,7 +17,7 @@ import pytest
 import ratekeeper as rk
 from _redis import RedisServer
 from _web import Server
-from conftest import ServeApi
+from conftest import ServeApi, Served
 from ratekeeper.httpx import AsyncTransport, Call, Transport
 
 HOST = "https://api.example.com"
@@ -448,16 +448,8 @@ def test_a_server_whose_windows_are_shorter_than_the_auto_groups_is_followed_win
     assert len(served.api.accepted) >= 3  # three windows of the server's at least
 
 
-@pytest.mark.parametrize(("dialect", "algorithm"), [("ietf-refill", "gcra"), ("ietf", "fixed_window")])
-def test_an_ietf_budget_that_refills_is_told_from_windows_and_paced_as_it_refills(
-    serve_api: ServeApi, dialect: str, algorithm: str
-) -> None:
-    # A GCRA server's `t` is when its next unit comes: taken as a window's end, each `t` opened a full window
-    # the server does not give, and drew a burst of 429s at every one. Its words show it within its first
-    # window (their resets fall inside the stated window, as a fixed window's never do), and from then on its
-    # group is a GCRA of its policy; a server of fixed windows keeps its fixed window.
-    window = 4.0
-    served = serve_api(dialect, 20, window)
+def call_for_three_windows(served: Served, window: float) -> AsyncTransport:
+    """8 asyncio tasks calling ``served`` through one transport, flat out, for three of its windows."""
     transport = AsyncTransport(rk.Limiter(rules=[]), timeout=30.0)
     start = time.monotonic()
 
@@ -471,12 +463,41 @@ def test_an_ietf_budget_that_refills_is_told_from_windows_and_paced_as_it_refill
             await asyncio.gather(*(task() for _ in range(8)))
 
     asyncio.run(main())
-    host = served.url.removeprefix("http://")
-    rule = next(rule for rule in transport.outgoing.limiter.rules if rule.group == f"{host} api")
-    assert rule.limits[0].algorithm == algorithm
-    # After the first window, not one 429; and the calls used what the server gave.
+    return transport
+
+
+def algorithm_of(transport: AsyncTransport, served: Served) -> str:
+    """The algorithm of the auto-group of ``served``'s budget."""
+    group = f"{served.url.removeprefix('http://')} api"
+    return next(rule for rule in transport.outgoing.limiter.rules if rule.group == group).limits[0].algorithm
+
+
+@pytest.mark.parametrize(("dialect", "algorithm"), [("ietf-refill", "gcra"), ("ietf", "fixed_window")])
+def test_an_ietf_budget_that_refills_is_told_from_windows_and_paced_as_it_refills(
+    serve_api: ServeApi, dialect: str, algorithm: str
+) -> None:
+    # A GCRA server's `t` is when its next unit comes: taken as a window's end, each `t` opened a full window
+    # the server does not give, and drew a burst of 429s at every one. Its words show it within its first
+    # window (their resets fall inside the stated window, as a fixed window's never do), and from then on its
+    # group is a GCRA of its policy; a server of fixed windows keeps its fixed window.
+    served = serve_api(dialect, 20, 4.0)
+    transport = call_for_three_windows(served, 4.0)
+    assert algorithm_of(transport, served) == algorithm
+    # After the first window, not one 429; and the calls used what the server gave (20 a window either way).
     assert served.api.refused_in[1] + served.api.refused_in[2] == 0, served.api.refused_in
-    assert served.api.accepted[1] + served.api.accepted[2] >= 0.85 * 40, served.api.accepted  # 20 a window either way
+    assert served.api.accepted[1] + served.api.accepted[2] >= 0.85 * 40, served.api.accepted
+
+
+def test_an_ietf_server_that_rounds_its_resets_down_is_followed_a_second_later(serve_api: ServeApi) -> None:
+    # `t` as int(end - now) says a window ends up to a second before it does: the calls sent at that end were
+    # counted in the window still, which was spent, and drew 429s at every window. Such a call shows it (a `t`
+    # rounded up, or exact, is never early), and from then on the host's windows end a second after its word.
+    served = serve_api("ietf-down", 20, 4.0)
+    transport = call_for_three_windows(served, 4.0)
+    assert algorithm_of(transport, served) == "fixed_window"
+    assert served.api.refused_in[1] + served.api.refused_in[2] == 0, served.api.refused_in
+    # A second of each 4-s window is given up to the rounding: 20 calls a window all the same.
+    assert served.api.accepted[1] + served.api.accepted[2] >= 0.85 * 40, served.api.accepted
 
 
 def test_a_server_that_lowers_its_limit_is_followed_from_its_next_window(serve_api: ServeApi) -> None:
