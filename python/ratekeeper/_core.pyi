@@ -752,17 +752,16 @@ class _Outgoing:
         before sending the call again (``None``: the reply is the answer), and ``(budget, limit, window, remaining,
         reset_after, algorithm)`` of each budget whose auto-group is to be made (``made``) and capped: a
         ``"gcra"`` for a budget that refills all the time (OpenAI's, Anthropic's), else a ``"fixed_window"``."""
-    def made(self, host: str, budget: str, group: str, limit: int, window: float, algorithm: str) -> None:
-        """Python made (or resized) ``group`` for ``budget`` at ``host``, ``limit`` per ``window`` seconds with
-        ``algorithm`` (``"gcra"`` or ``"fixed_window"``)."""
+    def made(self, host: str, budget: str, group: str, limit: int, window: float) -> None:
+        """Python made (or resized) ``group`` for ``budget`` at ``host``, ``limit`` per ``window`` seconds."""
     def guessing(self, key: str, host: str, group: str) -> bool:
         """Whether a refusal by ``group`` for ``key``'s call to ``host`` is the limit's own guess, which the
         server's next word may end sooner: ``group`` is one of the host's budgets and no word of the server's
         holds now (none came for ``key``, or every reset it said has passed)."""
     def unspend(self, ticket: _Ticket) -> None:
         """Gives back what ``ticket``'s call spent: it never reached the server (no connection was made)."""
-    def made_group(self, host: str, budget: str) -> tuple[str, int, float, str] | None:
-        """``(group, limit, window, algorithm)`` of ``budget``'s auto-group at ``host`` as last made, or ``None``."""
+    def made_group(self, host: str, budget: str) -> tuple[str, int, float] | None:
+        """``(group, limit, window)`` of ``budget``'s auto-group at ``host`` as last made, or ``None``."""
     def count(self, key: str, *, waits: int = 0, waited: float = 0.0, refused: int = 0, retries: int = 0) -> None:
         """Adds to ``key``'s counters."""
     def stats(self) -> dict[str, Any]:

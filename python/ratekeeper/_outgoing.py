@@ -44,7 +44,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar
 
-from ratekeeper._core import Decision, Limit, Rate, Rule, _Outgoing, _Ticket
+from ratekeeper._core import Decision, Limit, Rate, _Outgoing, _Ticket
 from ratekeeper._errors import InvalidArgument, InvalidType, InvalidValue, RateLimited
 from ratekeeper._offload import off_loop_soon, off_loop_through
 from ratekeeper._server_words import DIALECTS
@@ -446,8 +446,7 @@ class Outgoing:
             if name.startswith(prefix):
                 policy = self.limiter.group_policy(name)
                 if policy.window is not None:  # a rate's group, as auto-groups are
-                    algorithm = next(rule.limits[0].algorithm for rule in self.limiter.rules if rule.group == name)
-                    self._core.made(host, name[len(prefix) :], name, policy.quota, policy.window, algorithm)
+                    self._core.made(host, name[len(prefix) :], name, policy.quota, policy.window)
                     found = True
         if found:
             self._heard_from(host)
@@ -658,48 +657,32 @@ class Outgoing:
         host: str,
         budget: str,
         size: tuple[int, float, Literal["gcra", "fixed_window"]],
-        made: tuple[str, int, float, str] | None,
+        made: tuple[str, int, float] | None,
     ) -> str | None:
         """The auto-group of ``budget`` at ``host``, made (or resized) for ``size``: ``limit`` per ``window`` with
         ``algorithm``; ``made``: the one made before, as ``_Outgoing.made_group`` says."""
         limit, window, algorithm = size
-        if made is not None and made[1:] == size:
+        if made is not None and made[1] == limit and made[2] == window:
             return made[0]
         if (host, budget, limit, window) in self._unmakeable:
             return None
         name = f"{host} {budget}"
         try:
-            wanted = Limit(Rate(limit, per=window), algorithm=algorithm)  # a GCRA's burst: its limit
+            wanted = [Limit(Rate(limit, per=window), algorithm=algorithm)]  # a GCRA's burst: its limit
             if made is None and name not in self.limiter.groups:
-                self.limiter.add_group(name, [wanted])
+                self.limiter.add_group(name, wanted)
             else:
                 try:
-                    self.limiter.add_group(name, [wanted])
+                    self.limiter.add_group(name, wanted)
                 except InvalidValue:  # the server's size changed (another process may have said so too)
-                    self._resize(name, wanted)
+                    self.limiter.update_rule(name, Rate(limit, per=window), burst=limit)
         except InvalidArgument as error:
             # Logged once: the server says the same on every reply, and the group is not tried again.
             self._unmakeable.add((host, budget, limit, window))
             log.warning("no group for %s's budget %r (%s per %ss): %s", host, budget, limit, window, error)
             return None
-        if made is not None and made[3] != algorithm:
-            log.info("%s's budget %r refills all the time: group %r is a %s from now on", host, budget, name, algorithm)
-        self._core.made(host, budget, name, limit, window, algorithm)
+        self._core.made(host, budget, name, limit, window)
         return name
-
-    def _resize(self, name: str, wanted: Limit) -> None:
-        """Sets the auto-group ``name`` to ``wanted``: a new size, or (a budget whose words showed it refills) a new
-        algorithm too, every key keeping what it used."""
-        from ratekeeper.limiter import NAMED_ONLY
-
-        rules = self.limiter.rules
-        rule = next(rule for rule in rules if rule.group == name)
-        if rule.limits[0].algorithm == wanted.algorithm:
-            self.limiter.update_rule(name, wanted.rate, burst=wanted.burst)
-            return
-        new = Rule(NAMED_ONLY, name, limits=[wanted], policy=rule.policy, reduction=rule.reduction)
-        swapped = [new if old.group == name else old for old in rules]
-        self.limiter._reconfigure(swapped, self.limiter.exempt_peers, self.limiter.exempt_paths)
 
     def _corrections(self, ticket: _Ticket, reply: Reply) -> list[tuple[str, int]]:
         """(group, units more (+) or fewer (-) than spent) from ``spent``'s reading of the reply."""

@@ -1,16 +1,16 @@
-//! Telling a budget whose windows a reset ends from one that refills all the time, by where the server's
-//! words place its stated window (IETF `RateLimit-Policy` `w`).
+//! Where a server's words place a budget's window: whether its resets end windows or it refills all the
+//! time (told by its stated window, IETF `RateLimit-Policy` `w`), and whether its resets come on time.
 
 use crate::server_words::Budget;
 
-/// The end of the window a key's words about an IETF budget are about, to tell windows that a reset
-/// ends from a budget that refills all the time: a fixed window's words all say its end (give or take a
-/// second of rounding, and the reply's way back), the next window's a window later; a refilling
-/// budget's say when its next unit comes, or when it is full, anywhere in between.
+/// The end of the window a key's words about a budget are about. A fixed window's words all say its end
+/// (give or take a second of rounding, and the reply's way back), the next window's a window later; a
+/// refilling budget's say when its next unit comes, or when it is full, anywhere in between.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct Anchor {
     budget: Box<str>,
-    window: f64,
+    /// The stated window, if any.
+    window: Option<f64>,
     /// The window's end (epoch seconds), as the first word about it said, and that call's age: how
     /// late the figure may be.
     end: f64,
@@ -25,14 +25,14 @@ pub(super) struct Anchor {
 /// does not decide.
 const INSIDE_WORDS: u8 = 2;
 
-/// What the words about a budget's stated window have shown of its server.
+/// What the words about a budget's window have shown of its server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Shown {
     Nothing,
-    /// The budget refills all the time: its resets fall inside the window.
+    /// The budget refills all the time: its resets fall inside its stated window.
     Refills,
     /// The window outlasts the resets said: a call sent after the window's end, as its words put it, was
-    /// counted in that window (the server rounds its `t` down, or to the nearest second).
+    /// counted in that window (the server rounds its reset down, or to the nearest second).
     LateResets,
 }
 
@@ -40,29 +40,34 @@ impl Anchor {
     /// Places a word saying the window of `budget` ends at `end` (epoch seconds), from a call sent at
     /// `sent` that took `age` to come back: what the words about that window show.
     pub(super) fn place(anchors: &mut Vec<Self>, budget: &Budget, end: f64, (sent, age): (f64, f64)) -> Shown {
-        let Some(window) = budget.window else { return Shown::Nothing };
+        let window = budget.window;
         let fresh = Self { budget: budget.name.as_ref().into(), window, end, age, earliest: end, inside: 0 };
         let Some(anchor) = anchors.iter_mut().find(|a| *a.budget == *budget.name) else {
             anchors.push(fresh);
             return Shown::Nothing;
         };
-        if anchor.window.to_bits() != window.to_bits() {
+        if anchor.window.map(f64::to_bits) != window.map(f64::to_bits) {
             *anchor = fresh;
             return Shown::Nothing;
         }
-        // Whole seconds round `t` by up to one either way; each figure is late by up to its call's age.
-        let later_window = anchor.end + window - 1.5 - anchor.age;
+        // Whole seconds round a reset by up to one either way; each figure is late by up to its call's
+        // age. A window of no stated length is taken to last more than a second or two: a word that ends
+        // clear of this one's is the next window's.
+        let later_window = match window {
+            Some(window) => anchor.end + window - 1.5 - anchor.age,
+            None => anchor.earliest + 1.5 + age,
+        };
         if end >= later_window {
             *anchor = fresh;
             return Shown::Nothing;
         }
-        if end > anchor.end + 1.5 + age {
+        if window.is_some() && end > anchor.end + 1.5 + age {
             anchor.inside = anchor.inside.saturating_add(1);
             return if anchor.inside >= INSIDE_WORDS { Shown::Refills } else { Shown::Nothing };
         }
         // A call sent after the window's end, as a word said it, and counted in that window: the end came
-        // later (a `t` rounded up, or exact, is never early). A rounded-down `t` is early by under a second;
-        // a refilling budget's next unit, rounded up, comes a second or more after the call: not this.
+        // later (a reset rounded up, or exact, is never early). A rounded-down one is early by under a
+        // second; a refilling budget's next unit, rounded up, comes a second or more after the call.
         let late = sent > anchor.earliest && end < anchor.earliest + 1.0 + age;
         anchor.earliest = anchor.earliest.min(end);
         if late {
@@ -114,6 +119,7 @@ mod tests {
         #[test]
         fn fixed_windows_never_show_a_refill(
             window in 1u32..4_000,
+            stated: bool,
             phase in 0.0f64..1.0,
             from_first_call: bool,
             rounding in prop_oneof![
@@ -121,6 +127,8 @@ mod tests {
             ],
             calls in prop::collection::vec((0.0f64..2.0, 0.0f64..1.0, 0.0f64..1.0), 1..200),
         ) {
+            // A window of no stated length is told from the next only when it lasts a few seconds.
+            prop_assume!(stated || window >= 4);
             let window = f64::from(window);
             let mut sent = 1e9;
             let mut end = sent + phase * window; // the window in force before the first call
@@ -137,7 +145,7 @@ mod tests {
                 replies.push((sent, age, t));
             }
             replies.sort_by(|a, b| (a.0 + a.1).total_cmp(&(b.0 + b.1)));
-            let (mut anchors, budget) = (Vec::new(), budget(window));
+            let (mut anchors, budget) = (Vec::new(), Budget { window: stated.then_some(window), ..budget(window) });
             let rounds_down = matches!(rounding, Rounding::Down | Rounding::Nearest);
             for (sent, age, t) in replies {
                 let shown = Anchor::place(&mut anchors, &budget, sent + age + t, (sent, age));
@@ -202,6 +210,18 @@ mod tests {
         assert_eq!(place(&thirty, 130.0), Shown::Nothing);
         assert_eq!(place(&thirty, 131.0), Shown::Refills);
         assert_eq!(anchors.len(), 1);
+    }
+
+    #[test]
+    fn a_window_of_no_stated_length_shows_late_resets_and_never_a_refill() {
+        // X-RateLimit-Reset as int(end - now): the window ends at 104.5, a minute long.
+        let (mut anchors, unstated) = (Vec::new(), Budget { window: None, ..budget(60.0) });
+        let mut place = |end: f64, sent: f64| Anchor::place(&mut anchors, &unstated, end, (sent, 0.01));
+        assert_eq!(place(100.01 + 4.0, 100.0), Shown::Nothing);
+        assert_eq!(place(102.01 + 2.0, 102.0), Shown::Nothing);
+        assert_eq!(place(104.11, 104.1), Shown::LateResets); // sent after 104.01, counted in the window
+        assert_eq!(place(104.61 + 59.0, 104.6), Shown::Nothing); // the next window
+        assert_eq!(place(130.01 + 34.0, 130.0), Shown::Nothing);
     }
 
     #[test]

@@ -33,8 +33,8 @@ pub const HELD_LIMIT: u64 = 4_294_967_295;
 const MOST_ROUTES: usize = 1024;
 /// What a call held at a window's end waits past it, in seconds.
 const SHORTEST_SLEEP: f64 = 0.001;
-/// Seconds a window is taken to outlast the resets of a server that rounds its `t` down: a second,
-/// the most whole seconds drop.
+/// Seconds a window is taken to outlast the resets of a server that rounds them down: a second, the
+/// most whole seconds drop.
 const LATE_RESET: f64 = 1.0;
 
 /// The caps one reply puts on groups, (group, remaining, `reset_after`): inline for a reply of up to
@@ -97,8 +97,11 @@ pub struct Stats {
     pub reset: Vec<(String, f64)>,
     /// The client's wall clock at the server's last word, 0.0 before one.
     pub said_at: f64,
-    /// Where the server's words placed each budget's stated window (see [`Anchor`]).
+    /// Where the server's words placed each budget's window (see [`Anchor`]).
     anchors: Vec<Anchor>,
+    /// When each budget that refills is full again (epoch seconds), as the words said it at the latest:
+    /// a word that comes late (out of order, or from a call that crossed others) never makes it sooner.
+    full_at: Vec<(Box<str>, f64)>,
 }
 
 /// Counts to add to a key's counters outside a reply (`Outgoing._count`).
@@ -193,7 +196,6 @@ struct AutoGroup {
     group: Arc<str>,
     limit: u64,
     window: f64,
-    algorithm: &'static str,
 }
 
 #[derive(Debug, Default)]
@@ -215,9 +217,10 @@ struct Host {
     route_plans: AHashMap<Arc<str>, Arc<Plan>>,
     /// The dialect of its last word that stated budgets: its auto-groups' budgets are that dialect's.
     dialect: Option<Dialect>,
-    /// Its IETF budgets whose words showed they refill all the time ([`Anchor`]): theirs are GCRAs.
+    /// Its IETF budgets whose words showed they refill all the time ([`Shown::Refills`]): see
+    /// [`Host::reset_of`].
     refilling: Vec<Box<str>>,
-    /// Its IETF budgets whose windows were seen to outlast their resets ([`Shown::LateResets`]): their
+    /// Its budgets whose windows were seen to outlast their resets ([`Shown::LateResets`]): their
     /// groups' windows end [`LATE_RESET`] later than the server says.
     late: Vec<Box<str>>,
     /// How long a call takes to reach the server, as its answers tell (see [`Engine::settle`]).
@@ -245,6 +248,33 @@ impl Host {
         let sibling = self.firsts.get(first_segment(route)).map(String::as_str);
         let made = self.auto.iter().map(|a| a.budget.as_str()).filter(|&b| b != HELD_BUDGET);
         sibling.or_else(|| made.clone().find(|&b| b == "core")).or_else(|| made.clone().next())
+    }
+
+    /// When `budget`, as a word states it, has more than what the word says is left, as its words showed
+    /// its server: a budget that refills all the time (an IETF one whose resets fell inside its window) is
+    /// full again once what it lacks has refilled, `(q - r) * w / q` from now, whatever its `t` (the next
+    /// unit's) says, and never sooner than a word of `counters`' key said before, so that a window that
+    /// ends then starts full as the bucket is; a window that outlasts its resets (a server that rounds
+    /// them down) ends a second after its word.
+    fn reset_of(&self, budget: &server_words::Budget, counters: &mut Stats, now: f64) -> f64 {
+        let is = |learned: &[Box<str>]| learned.iter().any(|b| **b == *budget.name);
+        match (budget.limit, budget.window) {
+            (Some(limit), Some(window)) if limit >= 1 && is(&self.refilling) => {
+                #[allow(clippy::cast_precision_loss)]
+                let lacking = limit.saturating_sub(budget.remaining) as f64 / limit as f64;
+                let full_at = now + budget.reset_after.max(lacking * window);
+                let held = if let Some((_, at)) = counters.full_at.iter_mut().find(|(b, _)| **b == *budget.name) {
+                    *at = at.max(full_at);
+                    *at
+                } else {
+                    counters.full_at.push((budget.name.as_ref().into(), full_at));
+                    full_at
+                };
+                held - now
+            }
+            _ if is(&self.late) => budget.reset_after + LATE_RESET,
+            _ => budget.reset_after,
+        }
     }
 
     /// Takes in what an answer says of the host's budgets: a server that now speaks another dialect names
@@ -639,7 +669,7 @@ impl Engine {
             Self::record(&mut state.stats[stats_at].1, &word, status, now);
             let host = &mut state.hosts[host_at];
             host.learn(&word, ticket.plan.route.as_ref());
-            if word.dialect == Some(Dialect::Ietf) {
+            if !refills(word.dialect) {
                 let anchors = &mut state.stats[stats_at].1.anchors;
                 for budget in &word.budgets {
                     let shown = Anchor::place(anchors, budget, now + budget.reset_after, (now - age, age));
@@ -661,7 +691,13 @@ impl Engine {
                 _ => age,
             });
             if self.settings.obey {
-                self.caps_of(host, ticket, &word, &mut caps, &mut settled.unmade);
+                let counters = &mut state.stats[stats_at].1;
+                let resets: SmallVec<[f64; 4]> = word
+                    .budgets
+                    .iter()
+                    .map(|b| if refills(word.dialect) { b.reset_after } else { host.reset_of(b, counters, now) })
+                    .collect();
+                self.caps_of(host, ticket, (&word, &resets), &mut caps, &mut settled.unmade);
             }
         }
         for (group, remaining, reset_after) in caps {
@@ -706,13 +742,17 @@ impl Engine {
     /// auto-groups in the host's held group (made on the first such word), so a budget keeps its own
     /// remaining and reset for after it (GitHub's secondary limits: a `Retry-After` beside thousands
     /// left); without, in each group of the call when the word names no budget.
-    fn caps_of(&self, host: &Host, ticket: &Ticket, word: &Word, caps: &mut Caps, unmade: &mut Vec<Unmade>) {
+    fn caps_of(
+        &self,
+        host: &Host,
+        ticket: &Ticket,
+        (word, resets): (&Word, &[f64]),
+        caps: &mut Caps,
+        unmade: &mut Vec<Unmade>,
+    ) {
         let auto_groups = self.settings.auto_groups;
         let held = word.retry_after.filter(|_| auto_groups);
-        for budget in &word.budgets {
-            let refilling = refills(word.dialect) || host.refilling.iter().any(|b| **b == *budget.name);
-            let late = !refilling && host.late.iter().any(|b| **b == *budget.name);
-            let reset_after = budget.reset_after + if late { LATE_RESET } else { 0.0 };
+        for (budget, &reset_after) in word.budgets.iter().zip(resets) {
             if let Some(group) = self.declared_group(&budget.name) {
                 caps.push((group.clone(), budget.remaining, reset_after));
                 continue;
@@ -739,13 +779,8 @@ impl Engine {
                     (None, None) => self.settings.window,
                 }
             });
-            let algorithm = if refilling { "gcra" } else { "fixed_window" };
             match made {
-                Some(auto)
-                    if auto.limit == limit
-                        && auto.window.to_bits() == window.to_bits()
-                        && auto.algorithm == algorithm =>
-                {
+                Some(auto) if auto.limit == limit && auto.window.to_bits() == window.to_bits() => {
                     caps.push((auto.group.clone(), budget.remaining, reset_after));
                 }
                 _ => unmade.push(Unmade {
@@ -754,7 +789,7 @@ impl Engine {
                     window,
                     remaining: budget.remaining,
                     reset_after,
-                    algorithm,
+                    algorithm: if refills(word.dialect) { "gcra" } else { "fixed_window" },
                 }),
             }
         }
@@ -789,12 +824,12 @@ impl Engine {
         Some(spent.fold(None, |most: Option<f64>, r| Some(most.map_or(r, |m| m.max(r)))).unwrap_or(NO_WORD_WAIT))
     }
 
-    /// The auto-group of `budget` at `host` as last made (group, limit, window, algorithm).
+    /// The auto-group of `budget` at `host` as last made (group, limit, window).
     #[must_use]
-    pub fn made_group(&self, host: &str, budget: &str) -> Option<(String, u64, f64, &'static str)> {
+    pub fn made_group(&self, host: &str, budget: &str) -> Option<(String, u64, f64)> {
         let state = self.state.lock();
         let auto = state.known_host(host)?.auto.iter().find(|a| a.budget == budget)?;
-        Some((auto.group.to_string(), auto.limit, auto.window, auto.algorithm))
+        Some((auto.group.to_string(), auto.limit, auto.window))
     }
 
     /// Whether a refusal by `group` for `key`'s call to `host` is the limit's own guess, which the server's
@@ -816,13 +851,11 @@ impl Engine {
         said.reset.iter().all(|(_, reset)| said.said_at + reset <= now)
     }
 
-    /// Python made (or resized) `group` for `budget` at `host`, `limit` per `window` with `algorithm`
-    /// (`"gcra"` or `"fixed_window"`, as [`Unmade::algorithm`]): calls plan with it from now on.
-    pub fn made(&self, host: &str, budget: &str, group: &str, (limit, window): (u64, f64), algorithm: &str) {
-        let algorithm = if algorithm == "gcra" { "gcra" } else { "fixed_window" };
+    /// Python made (or resized) `group` for `budget` at `host`: calls plan with it from now on.
+    pub fn made(&self, host: &str, budget: &str, group: &str, limit: u64, window: f64) {
         let mut state = self.state.lock();
         let host = state.host(host);
-        let made = AutoGroup { budget: budget.to_owned(), group: Arc::from(group), limit, window, algorithm };
+        let made = AutoGroup { budget: budget.to_owned(), group: Arc::from(group), limit, window };
         match host.auto.iter_mut().find(|a| a.budget == budget) {
             Some(auto) if *auto.group == *group => *auto = made,
             Some(auto) => {
@@ -969,8 +1002,8 @@ mod tests {
         // OpenAI's budgets refill all the time, full again at their reset: a GCRA each. One request of 100 refills
         // in 6 minutes: 100 per 10 hours; the tokens' reset, under 10 s, implies no window.
         assert_eq!(unmade, [("requests", 100, 36_000.0, "gcra"), ("tokens", 1000, 60.0, "gcra")]);
-        engine.made("api", "requests", "api requests", (100, 36_000.0), "gcra");
-        engine.made("api", "tokens", "api tokens", (1000, 60.0), "gcra");
+        engine.made("api", "requests", "api requests", 100, 36_000.0);
+        engine.made("api", "tokens", "api tokens", 1000, 60.0);
         let ticket = admitted(engine.admit(&budgets, ("h", "api", Some("/")), &[("tokens".into(), 5)], true).unwrap());
         let settled = engine.settle(&budgets, ("h", "api"), &ticket, &said(&OPENAI), (200, 0.0)).unwrap();
         assert!(settled.unmade.is_empty());
@@ -991,7 +1024,7 @@ mod tests {
         assert!(engine.guessing(("h", "api"), "declared", 100.0));
         let ticket = admitted(engine.admit(&budgets, ("h", "api", Some("/")), &[], true).unwrap());
         engine.settle(&budgets, ("h", "api"), &ticket, &said(&OPENAI), (200, 100.0)).unwrap();
-        engine.made("api", "tokens", "api tokens", (1000, 60.0), "gcra");
+        engine.made("api", "tokens", "api tokens", 1000, 60.0);
         // The requests reset is 6 minutes away, the tokens one a second: the word holds until both passed.
         for group in ["declared", "api tokens"] {
             assert!(!engine.guessing(("h", "api"), group, 100.5));
@@ -1013,7 +1046,7 @@ mod tests {
         let unmade: Vec<_> =
             settled.unmade.iter().map(|u| (u.budget.as_str(), u.limit, u.window, u.remaining, u.reset_after)).collect();
         assert_eq!(unmade, [(HELD_BUDGET, HELD_LIMIT, 60.0, 0, 30.0)]);
-        engine.made("api", HELD_BUDGET, "api retry-after", (HELD_LIMIT, 60.0), "fixed_window");
+        engine.made("api", HELD_BUDGET, "api retry-after", HELD_LIMIT, 60.0);
         // Made: every call spends in it, and the next wait caps it.
         let ticket = admitted(engine.admit(&budgets, ("h", "api", Some("/")), &[], true).unwrap());
         let settled =
@@ -1025,8 +1058,8 @@ mod tests {
     #[test]
     fn a_wait_beside_budgets_is_held_apart_from_them() {
         let (engine, budgets) = (engine(&[]), Fake::new(10));
-        engine.made("api", "core", "api core", (5000, 60.0), "fixed_window");
-        engine.made("api", HELD_BUDGET, "api retry-after", (HELD_LIMIT, 60.0), "fixed_window");
+        engine.made("api", "core", "api core", 5000, 60.0);
+        engine.made("api", HELD_BUDGET, "api retry-after", HELD_LIMIT, 60.0);
         // GitHub's secondary limit: thousands left in the hour, and a minute's wait for every call.
         let github = [
             ("x-ratelimit-limit", "5000"),
@@ -1067,7 +1100,7 @@ mod tests {
             assert_eq!(unmade, [(budget, remaining + 1, remaining, reset)]);
         }
         // Made at 4, it grows with a larger word, and never shrinks.
-        engine.made("api", "requests", "api requests", (4, 60.0), "fixed_window");
+        engine.made("api", "requests", "api requests", 4, 60.0);
         let word = |left| [("x-ratelimit-remaining", left), ("x-ratelimit-reset", "20")];
         let settled = engine.settle(&budgets, ("h", "api"), &ticket, &said(&word("9")), (200, 0.0)).unwrap();
         assert_eq!(settled.unmade[0].limit, 10);
@@ -1084,7 +1117,7 @@ mod tests {
         let ticket = admitted(engine.admit(&budgets, ("h", "api", Some("/")), &[], true).unwrap());
         let old = [("x-ratelimit-limit", "10"), ("x-ratelimit-remaining", "9"), ("x-ratelimit-reset", "4")];
         engine.settle(&budgets, ("h", "api"), &ticket, &said(&old), (200, 0.0)).unwrap();
-        engine.made("api", "requests", "api requests", (10, 60.0), "fixed_window");
+        engine.made("api", "requests", "api requests", 10, 60.0);
         let steps = |engine: &Engine| {
             let ticket = admitted(engine.admit(&budgets, ("h", "api", Some("/")), &[], true).unwrap());
             ticket.plan.steps.iter().map(|(group, _, _)| group.to_string()).collect::<Vec<_>>()
@@ -1125,8 +1158,8 @@ mod tests {
         let settled = engine.settle(&budgets, ("h", "api"), &ticket, &said(&day), (200, 0.0)).unwrap();
         let unmade: Vec<_> = settled.unmade.iter().map(|u| (u.budget.as_str(), u.window)).collect();
         assert_eq!(unmade, [("requests", 86_400.0), ("tokens", 60.0)]); // a reset under 10 s implies nothing
-        engine.made("api", "requests", "api requests", (200, 86_400.0), "gcra");
-        engine.made("api", "tokens", "api tokens", (1000, 60.0), "gcra");
+        engine.made("api", "requests", "api requests", 200, 86_400.0);
+        engine.made("api", "tokens", "api tokens", 1000, 60.0);
         // Later words implying about the same keep the window made.
         let later = [
             ("x-ratelimit-limit-requests", "200"),
@@ -1139,8 +1172,8 @@ mod tests {
     #[test]
     fn a_github_call_spends_in_the_resource_its_route_is_answered_in() {
         let (engine, budgets) = (engine(&[]), Fake::new(10));
-        engine.made("gh", "core", "gh core", (5000, 60.0), "fixed_window");
-        engine.made("gh", "search", "gh search", (30, 60.0), "fixed_window");
+        engine.made("gh", "core", "gh core", 5000, 60.0);
+        engine.made("gh", "search", "gh search", 30, 60.0);
         let word = |resource: &'static str| {
             [
                 ("x-ratelimit-limit", "30"),
@@ -1220,6 +1253,42 @@ mod tests {
         }
         // Unguarded, it goes.
         admitted(engine.admit(&budgets, ("h", "api", None), &[], false).unwrap());
+    }
+
+    #[test]
+    fn an_ietf_budget_shown_to_refill_is_capped_until_it_is_full_never_sooner() {
+        let (engine, budgets) = (engine(&[("api", "g")]), Fake::new(10));
+        let policy = ("ratelimit-policy", "\"api\";q=10;w=60");
+        let word = |now: f64, fields: &str| {
+            let ticket = admitted(engine.admit(&budgets, ("h", "api", None), &[], false).unwrap());
+            engine
+                .settle(&budgets, ("h", "api"), &ticket, &said(&[policy, ("ratelimit", fields)]), (200, now))
+                .unwrap();
+            budgets.calls.borrow().last().cloned().unwrap()
+        };
+        // A GCRA of 10 a minute: its t is when the next unit comes, 6 s apart.
+        assert_eq!(word(1000.0, "\"api\";r=9;t=6"), "cap h g 9 6");
+        assert_eq!(word(1008.0, "\"api\";r=9;t=6"), "cap h g 9 6"); // inside the window said: one
+                                                                    // The second: from now on a word is the bucket's, full once the 2 it lacks have refilled (12 s).
+        assert_eq!(word(1009.0, "\"api\";r=8;t=5"), "cap h g 8 12");
+        // A word that comes late says it is full sooner: the key's window still ends at 1021.
+        assert_eq!(word(1010.0, "\"api\";r=9;t=6"), "cap h g 9 11");
+    }
+
+    #[test]
+    fn a_window_seen_to_outlast_its_resets_ends_a_second_after_them() {
+        let (engine, budgets) = (engine(&[("requests", "g")]), Fake::new(10));
+        let word = |now: f64, left: &str, reset: &str| {
+            let ticket = admitted(engine.admit(&budgets, ("h", "api", None), &[], false).unwrap());
+            let fields = [("x-ratelimit-limit", "10"), ("x-ratelimit-remaining", left), ("x-ratelimit-reset", reset)];
+            engine.settle(&budgets, ("h", "api"), &ticket, &said(&fields), (200, now)).unwrap();
+            budgets.calls.borrow().last().cloned().unwrap()
+        };
+        // int(end - now) of a window that ends at 1004.9.
+        assert_eq!(word(1000.5, "5", "4"), "cap h g 5 4");
+        // Sent after 1004.5, the end it said, and counted in that window: its resets come late.
+        assert_eq!(word(1004.6, "0", "0"), "cap h g 0 1");
+        assert_eq!(word(1005.0, "9", "59"), "cap h g 9 60");
     }
 
     #[test]

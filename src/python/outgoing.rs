@@ -262,10 +262,9 @@ impl PyOutgoing {
         Ok(self.engine.unspend(&Through { py, limiter }, key, &ticket.ticket)?)
     }
 
-    /// Python made (or resized) `group` for `budget` at `host`, `limit` per `window` seconds with
-    /// `algorithm` (`"gcra"` or `"fixed_window"`).
-    fn made(&self, host: &str, budget: &str, group: &str, limit: u64, window: f64, algorithm: &str) {
-        self.engine.made(host, budget, group, (limit, window), algorithm);
+    /// Python made (or resized) `group` for `budget` at `host`, `limit` per `window` seconds.
+    fn made(&self, host: &str, budget: &str, group: &str, limit: u64, window: f64) {
+        self.engine.made(host, budget, group, limit, window);
     }
 
     /// Whether a refusal by `group` for `key`'s call to `host` is the limit's own guess, which the server's
@@ -275,8 +274,8 @@ impl PyOutgoing {
         self.engine.guessing((key, host), group, now)
     }
 
-    /// `(group, limit, window, algorithm)` of `budget`'s auto-group at `host` as last made, or None.
-    fn made_group(&self, host: &str, budget: &str) -> Option<(String, u64, f64, &'static str)> {
+    /// `(group, limit, window)` of `budget`'s auto-group at `host` as last made, or None.
+    fn made_group(&self, host: &str, budget: &str) -> Option<(String, u64, f64)> {
         self.engine.made_group(host, budget)
     }
 
