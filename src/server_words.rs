@@ -891,7 +891,8 @@ fn read_ietf(reading: &mut Reading<'_, '_>) -> Vec<Budget> {
             Param::Absent => window.map_or(LONGEST_WAIT, |w| (w as f64).min(LONGEST_WAIT)),
             Param::Count(reset) if reset as f64 <= LONGEST_WAIT => reset as f64,
             Param::Count(_) | Param::NotCount => {
-                let why = format!("policy {} has a t that is not 0 to 86400", py_repr(&name));
+                let why =
+                    format!("policy {} has a t that is not a whole number of seconds from 0 to 86400", py_repr(&name));
                 reading.warn(RATELIMIT, Some(state), why);
                 continue;
             }

@@ -587,7 +587,11 @@ def _read_ietf(reading: _Reading) -> tuple[Budget, ...]:
         elif _is_count(reset) and reset <= LONGEST_WAIT:
             seconds = float(reset)
         else:
-            reading.warn("ratelimit", reading.said["ratelimit"], f"policy {name!r} has a t that is not 0 to 86400")
+            reading.warn(
+                "ratelimit",
+                reading.said["ratelimit"],
+                f"policy {name!r} has a t that is not a whole number of seconds from 0 to 86400",
+            )
             continue
         quota = limit if limit is not None and limit <= MOST_REMAINING else None
         budgets.append(
