@@ -253,24 +253,35 @@ impl Host {
     /// When `budget`, as a word states it, has more than what the word says is left, as its words showed
     /// its server: a budget that refills all the time (an IETF one whose resets fell inside its window) is
     /// full again once what it lacks has refilled, `(q - r) * w / q` from now, whatever its `t` (the next
-    /// unit's) says, and never sooner than a word of `counters`' key said before, so that a window that
-    /// ends then starts full as the bucket is; a window that outlasts its resets (a server that rounds
-    /// them down) ends a second after its word.
-    fn reset_of(&self, budget: &server_words::Budget, counters: &mut Stats, now: f64) -> f64 {
+    /// unit's) says, never sooner than a word of `counters`' key said before, nor than a window after the
+    /// key's window opened: a window that ends then starts full as the bucket is. A window that outlasts
+    /// its resets (a server that rounds them down) ends a second after its word.
+    fn reset_of(&self, budget: &server_words::Budget, counters: &mut Stats, (now, age): (f64, f64)) -> f64 {
         let is = |learned: &[Box<str>]| learned.iter().any(|b| **b == *budget.name);
         match (budget.limit, budget.window) {
             (Some(limit), Some(window)) if limit >= 1 && is(&self.refilling) => {
                 #[allow(clippy::cast_precision_loss)]
                 let lacking = limit.saturating_sub(budget.remaining) as f64 / limit as f64;
                 let full_at = now + budget.reset_after.max(lacking * window);
-                let held = if let Some((_, at)) = counters.full_at.iter_mut().find(|(b, _)| **b == *budget.name) {
-                    *at = at.max(full_at);
-                    *at
+                // A call admitted after the last full time was admitted in a window that opened since (at that
+                // time when the key is busy, else at the call), which lasts a window: its calls on their way,
+                // which no word counted yet, spend the bucket they found full. A word never ends it sooner.
+                let sent = now - age;
+                let held = counters.full_at.iter_mut().find(|(b, _)| **b == *budget.name);
+                let before = held.as_ref().map_or(f64::NEG_INFINITY, |(_, at)| *at);
+                let opened = if before > sent {
+                    before
+                } else if before + window > now {
+                    before + window
                 } else {
-                    counters.full_at.push((budget.name.as_ref().into(), full_at));
-                    full_at
+                    sent + window
                 };
-                held - now
+                let at = opened.max(full_at);
+                match held {
+                    Some((_, held)) => *held = at,
+                    None => counters.full_at.push((budget.name.as_ref().into(), at)),
+                }
+                at - now
             }
             _ if is(&self.late) => budget.reset_after + LATE_RESET,
             _ => budget.reset_after,
@@ -695,7 +706,7 @@ impl Engine {
                 let resets: SmallVec<[f64; 4]> = word
                     .budgets
                     .iter()
-                    .map(|b| if refills(word.dialect) { b.reset_after } else { host.reset_of(b, counters, now) })
+                    .map(|b| if refills(word.dialect) { b.reset_after } else { host.reset_of(b, counters, (now, age)) })
                     .collect();
                 self.caps_of(host, ticket, (&word, &resets), &mut caps, &mut settled.unmade);
             }
@@ -1264,15 +1275,23 @@ mod tests {
             engine
                 .settle(&budgets, ("h", "api"), &ticket, &said(&[policy, ("ratelimit", fields)]), (200, now))
                 .unwrap();
-            budgets.calls.borrow().last().cloned().unwrap()
+            // The reset to the millisecond: the call's age, a few microseconds, comes off a window's end.
+            let cap = budgets.calls.borrow().last().cloned().unwrap();
+            let (head, reset) = cap.rsplit_once(' ').unwrap();
+            format!("{head} {}", (reset.parse::<f64>().unwrap() * 1000.0).round() / 1000.0)
         };
         // A GCRA of 10 a minute: its t is when the next unit comes, 6 s apart.
         assert_eq!(word(1000.0, "\"api\";r=9;t=6"), "cap h g 9 6");
         assert_eq!(word(1008.0, "\"api\";r=9;t=6"), "cap h g 9 6"); // inside the window said: one
-                                                                    // The second: from now on a word is the bucket's, full once the 2 it lacks have refilled (12 s).
-        assert_eq!(word(1009.0, "\"api\";r=8;t=5"), "cap h g 8 12");
-        // A word that comes late says it is full sooner: the key's window still ends at 1021.
-        assert_eq!(word(1010.0, "\"api\";r=9;t=6"), "cap h g 9 11");
+                                                                    // The second: from now on a word is the bucket's, full once the 2 it lacks have refilled (12 s), and
+                                                                    // the window the call was admitted in lasts a minute: its calls on their way spend the bucket too.
+        assert_eq!(word(1009.0, "\"api\";r=8;t=5"), "cap h g 8 60");
+        // A word that comes late says it is full sooner: the key's window still ends at 1069.
+        assert_eq!(word(1010.0, "\"api\";r=9;t=6"), "cap h g 9 59");
+        // A call after that end, the key busy: its window opened then, and lasts until 1129.
+        assert_eq!(word(1070.0, "\"api\";r=9;t=6"), "cap h g 9 59");
+        // Idle for longer than a window: the window opened at the call.
+        assert_eq!(word(1300.0, "\"api\";r=9;t=6"), "cap h g 9 60");
     }
 
     #[test]
