@@ -250,6 +250,32 @@ impl Host {
         sibling.or_else(|| made.clone().find(|&b| b == "core")).or_else(|| made.clone().next())
     }
 
+    /// Each budget of `word` (the reply to a call of `age` seconds, `now`), in order: seconds until it has
+    /// more than the word says is left ([`Host::reset_of`]), once the word is placed among the key's
+    /// (`counters`') earlier ones and what it shows of the server learned. A refilling dialect's (`OpenAI`'s,
+    /// Anthropic's) reset is when its budget is full: as said.
+    fn resets_of(&mut self, word: &Word, counters: &mut Stats, (now, age): (f64, f64)) -> SmallVec<[f64; 4]> {
+        let refilling_dialect = refills(word.dialect);
+        let mut resets = SmallVec::new();
+        for budget in &word.budgets {
+            if refilling_dialect {
+                resets.push(budget.reset_after);
+                continue;
+            }
+            let learned = match Anchor::place(&mut counters.anchors, budget, now + budget.reset_after, (now - age, age))
+            {
+                Shown::Nothing => None,
+                Shown::Refills => Some(&mut self.refilling),
+                Shown::LateResets => Some(&mut self.late),
+            };
+            if let Some(learned) = learned.filter(|l| !l.iter().any(|b| **b == *budget.name)) {
+                learned.push(budget.name.as_ref().into());
+            }
+            resets.push(self.reset_of(budget, counters, (now, age)));
+        }
+        resets
+    }
+
     /// When `budget`, as a word states it, has more than what the word says is left, as its words showed
     /// its server: a budget that refills all the time (an IETF one whose resets fell inside its window) is
     /// full again once what it lacks has refilled, `(q - r) * w / q` from now, whatever its `t` (the next
@@ -680,20 +706,6 @@ impl Engine {
             Self::record(&mut state.stats[stats_at].1, &word, status, now);
             let host = &mut state.hosts[host_at];
             host.learn(&word, ticket.plan.route.as_ref());
-            if !refills(word.dialect) {
-                let anchors = &mut state.stats[stats_at].1.anchors;
-                for budget in &word.budgets {
-                    let shown = Anchor::place(anchors, budget, now + budget.reset_after, (now - age, age));
-                    let learned = match shown {
-                        Shown::Nothing => continue,
-                        Shown::Refills => &mut host.refilling,
-                        Shown::LateResets => &mut host.late,
-                    };
-                    if !learned.iter().any(|b| **b == *budget.name) {
-                        learned.push(budget.name.as_ref().into());
-                    }
-                }
-            }
             if host.stats.is_none() && key == host_name {
                 host.stats = Some(stats_at); // the key of the short way's calls
             }
@@ -702,12 +714,7 @@ impl Engine {
                 _ => age,
             });
             if self.settings.obey {
-                let counters = &mut state.stats[stats_at].1;
-                let resets: SmallVec<[f64; 4]> = word
-                    .budgets
-                    .iter()
-                    .map(|b| if refills(word.dialect) { b.reset_after } else { host.reset_of(b, counters, (now, age)) })
-                    .collect();
+                let resets = host.resets_of(&word, &mut state.stats[stats_at].1, (now, age));
                 self.caps_of(host, ticket, (&word, &resets), &mut caps, &mut settled.unmade);
             }
         }
@@ -1282,9 +1289,10 @@ mod tests {
         };
         // A GCRA of 10 a minute: its t is when the next unit comes, 6 s apart.
         assert_eq!(word(1000.0, "\"api\";r=9;t=6"), "cap h g 9 6");
-        assert_eq!(word(1008.0, "\"api\";r=9;t=6"), "cap h g 9 6"); // inside the window said: one
-                                                                    // The second: from now on a word is the bucket's, full once the 2 it lacks have refilled (12 s), and
-                                                                    // the window the call was admitted in lasts a minute: its calls on their way spend the bucket too.
+        // A reset inside the window said: one such word.
+        assert_eq!(word(1008.0, "\"api\";r=9;t=6"), "cap h g 9 6");
+        // The second: from now on a word is the bucket's, full once the 2 it lacks have refilled (12 s), and
+        // the window the call was admitted in lasts a minute: its calls on their way spend the bucket too.
         assert_eq!(word(1009.0, "\"api\";r=8;t=5"), "cap h g 8 60");
         // A word that comes late says it is full sooner: the key's window still ends at 1069.
         assert_eq!(word(1010.0, "\"api\";r=9;t=6"), "cap h g 9 59");
